@@ -1,0 +1,44 @@
+# d1idem: common tasks. `make test` is the whole suite, as CI runs it.
+GO ?= go
+NPM ?= npm
+PKGS := ./...
+
+.PHONY: all build test test-short bench lint demo fuzz conformance-deps clean
+
+all: lint test
+
+build:
+	$(GO) build $(PKGS)
+
+# The whole suite, under the race detector. The workerd conformance leg needs
+# Node and the pinned npm packages in conformance/; they are installed here
+# when npm is present. In CI (CI set) a missing Node fails the suite.
+test: conformance-deps
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+test-short:
+	$(GO) test -count=1 -short $(PKGS)
+
+conformance-deps:
+	@if command -v $(NPM) >/dev/null 2>&1; then \
+		if [ ! -d conformance/node_modules/miniflare ]; then \
+			echo "installing pinned Miniflare for the workerd conformance leg (npm ci)"; \
+			cd conformance && $(NPM) ci --no-audit --no-fund --loglevel=error; \
+		fi; \
+	else \
+		echo "npm not found: the workerd conformance leg will skip (it fails in CI)"; \
+	fi
+
+bench: conformance-deps
+	$(GO) run ./internal/benchtable
+
+lint:
+	$(GO) vet $(PKGS)
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+demo:
+	$(GO) run ./cmd/d1idem demo
+
+clean:
+	rm -rf conformance/node_modules

@@ -1,0 +1,249 @@
+package d1client
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// CoalesceConfig configures group commit: statements of concurrent Exec
+// calls made with Coalesce() travel together in one D1 batch call.
+//
+// How it behaves:
+//
+//   - When no coalesced call is in flight, a caller's statements are sent at
+//     once: the batcher never waits when idle.
+//   - While calls are in flight, arriving statements queue. A further call
+//     (up to MaxInFlight at once) waits at most Window for more company and
+//     then carries everything queued, bounded by MaxStatements and MaxBytes.
+//     Waiting for the request budget happens before the queue is drained, so
+//     under budget pressure each call carries more.
+//   - Each caller gets exactly the results of its own statements.
+//
+// A batch is one transaction, so when a shared call fails, no caller may be
+// handed a wrong answer:
+//
+//   - An SQL error (HTTP 400/7500) aborts the whole batch and commits
+//     nothing. The error cannot say whose statement failed, so every caller
+//     of a shared call is sent again, alone; each then gets its own true
+//     outcome. (Coalesced statements are chosen so that this does not happen
+//     by design.)
+//   - Any other failure reaches every caller with its cause, marked
+//     Ambiguous where the batch may have committed. Each caller's own retry
+//     policy then applies: Idempotent and read-only calls are retried, other
+//     writes return the error.
+type CoalesceConfig struct {
+	// Window is the longest a call waits for more statements while another
+	// call is in flight. Default 2 ms; negative means never wait.
+	Window time.Duration
+	// MaxStatements bounds the statements in one call. Default 256.
+	MaxStatements int
+	// MaxBytes bounds the encoded statements of one call. Default 512 KiB.
+	MaxBytes int
+	// MaxInFlight bounds the coalesced calls in flight at once. Default 4.
+	MaxInFlight int
+}
+
+func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
+	if c.Window == 0 {
+		c.Window = 2 * time.Millisecond
+	}
+	if c.Window < 0 {
+		c.Window = 0
+	}
+	if c.MaxStatements == 0 {
+		c.MaxStatements = 256
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = 512 << 10
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 4
+	}
+	if c.MaxStatements < 0 || c.MaxBytes < 0 || c.MaxInFlight < 0 {
+		return c, invalidf("coalesce limits must not be negative")
+	}
+	return c, nil
+}
+
+type batcher struct {
+	c   *Client
+	cfg CoalesceConfig
+
+	mu       sync.Mutex
+	queue    []*pendingGroup
+	inflight int
+	calls    int64 // coalesced calls sent, for tests
+}
+
+// pendingGroup is one caller's statements waiting for, or riding in, a call.
+type pendingGroup struct {
+	wire    []wireStatement
+	size    int
+	taken   bool // drained into a call; the caller can no longer withdraw it
+	done    chan struct{}
+	results []Result
+	err     *Error
+}
+
+func newBatcher(c *Client, cfg CoalesceConfig) *batcher {
+	return &batcher{c: c, cfg: cfg}
+}
+
+func groupSize(wire []wireStatement) int {
+	n := 0
+	for _, w := range wire {
+		n += len(w.SQL) + 16
+		for _, p := range w.Params {
+			n += len(p) + 1
+		}
+	}
+	return n
+}
+
+// submit queues the statements for the next shared call and waits for their
+// results.
+func (b *batcher) submit(ctx context.Context, wire []wireStatement) ([]Result, *Error) {
+	if e := b.c.checkBlocked(); e != nil {
+		return nil, e
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		if free := b.c.budget.nextFree(); dl.Before(free) {
+			return nil, b.c.budget.exhausted(time.Until(free))
+		}
+	}
+	g := &pendingGroup{wire: wire, size: groupSize(wire), done: make(chan struct{})}
+	b.mu.Lock()
+	b.queue = append(b.queue, g)
+	if b.inflight < b.cfg.MaxInFlight {
+		idle := b.inflight == 0
+		b.inflight++
+		go b.run(idle)
+	}
+	b.mu.Unlock()
+
+	select {
+	case <-g.done:
+		return g.results, g.err
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	select {
+	case <-g.done: // the answer arrived together with the cancellation
+		b.mu.Unlock()
+		return g.results, g.err
+	default:
+	}
+	taken := g.taken
+	if !taken {
+		for i, q := range b.queue {
+			if q == g {
+				b.queue = append(b.queue[:i], b.queue[i+1:]...)
+				break
+			}
+		}
+	}
+	b.mu.Unlock()
+	if !taken {
+		if free := b.c.budget.nextFree(); time.Until(free) > 0 {
+			e := b.c.budget.exhausted(time.Until(free))
+			e.Err = ctx.Err()
+			return nil, e
+		}
+		return nil, &Error{Kind: KindTransport, Err: ctx.Err(), Message: "not sent: " + ctx.Err().Error() + " while queued for group commit"}
+	}
+	return nil, &Error{Kind: KindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
+}
+
+// run sends one shared call, then starts another if statements are waiting.
+func (b *batcher) run(idle bool) {
+	if !idle && b.cfg.Window > 0 {
+		time.Sleep(b.cfg.Window)
+	}
+	// Wait for the budget before draining, so the queue keeps filling.
+	budgetErr := b.c.budget.wait(context.Background())
+	blocked := b.c.checkBlocked()
+
+	b.mu.Lock()
+	var groups []*pendingGroup
+	stmts, size := 0, 0
+	for len(b.queue) > 0 {
+		g := b.queue[0]
+		if len(groups) > 0 && (stmts+len(g.wire) > b.cfg.MaxStatements || size+g.size > b.cfg.MaxBytes) {
+			break
+		}
+		g.taken = true
+		groups = append(groups, g)
+		stmts += len(g.wire)
+		size += g.size
+		b.queue = b.queue[1:]
+	}
+	if len(groups) > 0 {
+		b.calls++
+	}
+	b.mu.Unlock()
+
+	if len(groups) > 0 {
+		switch {
+		case blocked != nil:
+			b.fail(groups, blocked)
+		case budgetErr != nil:
+			b.fail(groups, budgetErr)
+		default:
+			b.send(groups, stmts)
+		}
+	}
+
+	b.mu.Lock()
+	if len(b.queue) > 0 {
+		go b.run(true)
+	} else {
+		b.inflight--
+	}
+	b.mu.Unlock()
+}
+
+func (b *batcher) send(groups []*pendingGroup, stmts int) {
+	wire := make([]wireStatement, 0, stmts)
+	for _, g := range groups {
+		wire = append(wire, g.wire...)
+	}
+	body, err := encodeBody(wire)
+	if err != nil {
+		b.fail(groups, &Error{Kind: KindInvalid, Message: "encoding the request", Err: err})
+		return
+	}
+	results, e := b.c.send(context.Background(), body, len(wire))
+	if e != nil {
+		if e.Kind == KindSQL && len(groups) > 1 {
+			// Nothing committed, and the error does not say whose statement
+			// failed: every caller is sent again alone.
+			b.fail(groups, &Error{Kind: KindSQL, siblingAbort: true, Message: e.Message})
+			return
+		}
+		b.fail(groups, e)
+		return
+	}
+	off := 0
+	for _, g := range groups {
+		g.results = results[off : off+len(g.wire) : off+len(g.wire)]
+		off += len(g.wire)
+		close(g.done)
+	}
+}
+
+// fail hands every group its own copy of the error.
+func (b *batcher) fail(groups []*pendingGroup, e *Error) {
+	for _, g := range groups {
+		cp := *e
+		g.err = &cp
+		close(g.done)
+	}
+}
+
+// coalescedCalls returns how many shared calls were sent.
+func (b *batcher) coalescedCalls() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.calls
+}

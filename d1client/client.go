@@ -1,0 +1,593 @@
+package d1client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudflare/cloudflare-go/v7/d1"
+	"github.com/cloudflare/cloudflare-go/v7/option"
+)
+
+// DefaultBaseURL is Cloudflare's API base URL, used when neither
+// Config.BaseURL nor CLOUDFLARE_BASE_URL is set.
+const DefaultBaseURL = "https://api.cloudflare.com/client/v4/"
+
+// BaseURLEnv is the environment variable cloudflare-go reads for the base
+// URL; New respects it too.
+const BaseURLEnv = "CLOUDFLARE_BASE_URL"
+
+// DefaultAttemptTimeout bounds one HTTP attempt. It sits above D1's 30-second
+// query limit, so a slow but legitimate query is not cut off.
+const DefaultAttemptTimeout = 45 * time.Second
+
+// maxResponseBytes bounds how much of one response body is read.
+const maxResponseBytes = 64 << 20
+
+// Config configures a Client.
+type Config struct {
+	// BaseURL of the Cloudflare API. Empty means $CLOUDFLARE_BASE_URL, and
+	// then DefaultBaseURL. Point it at a d1local server for local work.
+	BaseURL string
+	// APIToken is sent as a bearer token. It never appears in an error, a
+	// log line or a panic of this package.
+	APIToken string
+	// AccountID and DatabaseID name the D1 database. Both are required.
+	AccountID  string
+	DatabaseID string
+	// HTTPClient, if set, carries every request (its Timeout, if any, bounds
+	// each attempt too).
+	HTTPClient *http.Client
+	// Retry is the retry policy; the zero value means DefaultRetryPolicy.
+	Retry RetryPolicy
+	// AttemptTimeout bounds each HTTP attempt; 0 means DefaultAttemptTimeout.
+	AttemptTimeout time.Duration
+	// Budget is the client-side request budget. nil means DefaultBudget
+	// (Cloudflare's 1200 calls per 300 s); a Budget with Calls 0 is
+	// unlimited, which suits d1local.
+	Budget *Budget
+	// Coalesce configures group commit for calls made with Coalesce().
+	Coalesce CoalesceConfig
+	// Logger receives retry and rate-limit events; nil discards them.
+	Logger *slog.Logger
+}
+
+// Client is a D1 REST client. It is safe for concurrent use.
+//
+// A Client sends everything to the /raw endpoint rather than /query: /raw
+// returns each result as ordered columns plus row arrays, so column order and
+// duplicate column names survive (a JSON object in /query collapses
+// "SELECT a.id, b.id" to one key, and Go maps lose order), and its bodies are
+// smaller. Scan helpers on Row give the convenience /query's objects would.
+type Client struct {
+	cfg    Config
+	svc    *d1.DatabaseService
+	log    *slog.Logger
+	retry  RetryPolicy
+	budget *budgetLimiter
+	batch  *batcher
+
+	mu           sync.Mutex
+	blockedUntil time.Time // a 971 block: nothing is sent before it
+
+	stats clientStats
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// New validates cfg and returns a Client. It makes no network call.
+func New(cfg Config) (*Client, error) {
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = os.Getenv(BaseURLEnv)
+	}
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	if !strings.HasSuffix(cfg.BaseURL, "/") {
+		cfg.BaseURL += "/"
+	}
+	if !strings.HasPrefix(cfg.BaseURL, "http://") && !strings.HasPrefix(cfg.BaseURL, "https://") {
+		return nil, invalidf("base URL %q must start with http:// or https://", cfg.BaseURL)
+	}
+	if cfg.AccountID == "" {
+		return nil, invalidf("account ID is required (CLOUDFLARE_ACCOUNT_ID)")
+	}
+	if !idPattern.MatchString(cfg.AccountID) {
+		return nil, invalidf("account ID %q is not a Cloudflare identifier", cfg.AccountID)
+	}
+	if cfg.DatabaseID == "" {
+		return nil, invalidf("database ID is required (D1_DATABASE_ID)")
+	}
+	if !idPattern.MatchString(cfg.DatabaseID) {
+		return nil, invalidf("database ID %q is not a D1 database UUID", cfg.DatabaseID)
+	}
+	if cfg.AttemptTimeout <= 0 {
+		cfg.AttemptTimeout = DefaultAttemptTimeout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	opts := []option.RequestOption{
+		option.WithBaseURL(cfg.BaseURL),
+		// cloudflare-go retries POSTs (and so writes) by default, with no
+		// cap on Retry-After. This package owns the retry policy instead.
+		option.WithMaxRetries(0),
+	}
+	if cfg.APIToken != "" {
+		opts = append(opts, option.WithAPIToken(cfg.APIToken))
+	}
+	if cfg.HTTPClient != nil {
+		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
+	}
+	budget := DefaultBudget
+	if cfg.Budget != nil {
+		budget = *cfg.Budget
+	}
+	if err := budget.validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{
+		cfg:    cfg,
+		svc:    d1.NewDatabaseService(opts...),
+		log:    log,
+		retry:  cfg.Retry.withDefaults(),
+		budget: newBudgetLimiter(budget),
+	}
+	coalesce, err := cfg.Coalesce.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c.batch = newBatcher(c, coalesce)
+	return c, nil
+}
+
+func invalidf(format string, args ...any) *Error {
+	return &Error{Kind: KindInvalid, Message: fmt.Sprintf(format, args...)}
+}
+
+// ExecOption adjusts one Exec call.
+type ExecOption func(*execOptions)
+
+type execOptions struct {
+	idempotent    bool
+	untilDeadline bool
+	coalesce      bool
+}
+
+// Idempotent marks the call safe to send again even when an earlier attempt
+// may have reached D1: running it twice has the effect of running it once
+// (a fenced UPDATE, an INSERT ... ON CONFLICT DO NOTHING, a read). Without
+// it, a call that writes is never retried once it may have been delivered.
+func Idempotent() ExecOption { return func(o *execOptions) { o.idempotent = true } }
+
+// RetryUntilDeadline keeps retrying transient failures of a retryable call
+// until the context's deadline, instead of stopping after
+// RetryPolicy.MaxAttempts. Without a deadline it has no effect.
+func RetryUntilDeadline() ExecOption { return func(o *execOptions) { o.untilDeadline = true } }
+
+// Coalesce lets the call share one D1 batch with concurrent callers' calls
+// (group commit). Use it only for statements that cannot fail by design,
+// because a batch is one transaction: one failing statement aborts every
+// caller's statements in it. See CoalesceConfig for what happens then.
+func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
+
+// Exec runs the statements as one D1 call and returns one Result per
+// statement. One statement travels as {"sql","params"}; several travel as
+// {"batch":[...]}, which D1 runs as one transaction: either every statement
+// commits or none does. Each Statement must hold exactly one SQL statement
+// (D1 refuses parameters with multi-statement SQL, and the result count is
+// checked).
+//
+// Reads and calls marked Idempotent are retried on transient failures
+// according to the RetryPolicy; other writes are retried only when the
+// failure proves nothing was delivered. The context's deadline always wins.
+func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption) ([]Result, error) {
+	var o execOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(stmts) == 0 {
+		return nil, invalidf("no statements")
+	}
+	wire := make([]wireStatement, len(stmts))
+	safe := o.idempotent
+	readOnly := true
+	for i, s := range stmts {
+		w, err := s.encode(i + 1)
+		if err != nil {
+			e := invalidf("%v", err)
+			e.Statements = redactAll(stmts)
+			return nil, e
+		}
+		wire[i] = w
+		readOnly = readOnly && s.readOnly()
+	}
+	safe = safe || readOnly
+	solo := !o.coalesce
+
+	for attempt := 1; ; attempt++ {
+		var (
+			results []Result
+			err     *Error
+		)
+		if solo {
+			results, err = c.call(ctx, wire)
+		} else {
+			results, err = c.batch.submit(ctx, wire)
+			if err != nil && err.siblingAbort {
+				// A statement of another caller aborted the shared batch;
+				// nothing committed. Send ours alone, without counting it.
+				solo = true
+				attempt--
+				continue
+			}
+		}
+		if err == nil {
+			c.stats.execs.Add(1)
+			return results, nil
+		}
+		err.Statements = redactAll(stmts)
+		err.Attempts = attempt
+		delay, retry := c.retryDelay(ctx, err, attempt, safe, o.untilDeadline)
+		if !retry {
+			c.stats.failures.Add(1)
+			return nil, err
+		}
+		c.stats.retries.Add(1)
+		c.log.LogAttrs(ctx, slog.LevelWarn, "d1client: retrying",
+			slog.String("kind", err.Kind.String()), slog.Int("status", err.StatusCode),
+			slog.Int("attempt", attempt), slog.Duration("delay", delay))
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
+}
+
+// Query runs one statement and returns its result.
+func (c *Client) Query(ctx context.Context, sql string, params ...any) (*Result, error) {
+	res, err := c.Exec(ctx, []Statement{{SQL: sql, Params: params}})
+	if err != nil {
+		return nil, err
+	}
+	return &res[0], nil
+}
+
+func redactAll(stmts []Statement) []string {
+	out := make([]string, len(stmts))
+	for i, s := range stmts {
+		out[i] = s.redacted()
+	}
+	return out
+}
+
+// encodeBody builds the request body: the single form for one statement,
+// the batch form for several.
+func encodeBody(wire []wireStatement) ([]byte, error) {
+	if len(wire) == 1 {
+		return json.Marshal(wire[0])
+	}
+	return json.Marshal(struct {
+		Batch []wireStatement `json:"batch"`
+	}{wire})
+}
+
+// call makes one HTTP attempt for the statements: it honours a 971 block,
+// takes a call from the budget, sends, and decodes.
+func (c *Client) call(ctx context.Context, wire []wireStatement) ([]Result, *Error) {
+	if e := c.checkBlocked(); e != nil {
+		return nil, e
+	}
+	if e := c.budget.wait(ctx); e != nil {
+		return nil, e
+	}
+	body, err := encodeBody(wire)
+	if err != nil {
+		return nil, &Error{Kind: KindInvalid, Message: "encoding the request", Err: err}
+	}
+	return c.send(ctx, body, len(wire))
+}
+
+// capture records the raw HTTP response of one attempt, whatever
+// cloudflare-go makes of it, so that this package classifies every shape
+// itself (cloudflare-go ignores success:false on a 200, for one).
+type capture struct {
+	got     bool
+	status  int
+	header  http.Header
+	body    []byte
+	readErr error
+}
+
+func (cp *capture) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	res, err := next(req)
+	if err != nil || res == nil {
+		return res, err
+	}
+	cp.got = true
+	cp.status = res.StatusCode
+	cp.header = res.Header
+	cp.body, cp.readErr = io.ReadAll(io.LimitReader(res.Body, maxResponseBytes+1))
+	_ = res.Body.Close()
+	res.Body = io.NopCloser(bytes.NewReader(cp.body))
+	return res, nil
+}
+
+func (c *Client) send(ctx context.Context, body []byte, n int) ([]Result, *Error) {
+	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+	defer cancel()
+	var params d1.DatabaseRawParams
+	params.AccountID.Value = c.cfg.AccountID
+	params.AccountID.Present = true
+	var cp capture
+	var sink []byte
+	c.stats.calls.Add(1)
+	c.stats.statements.Add(int64(n))
+	_, err := c.svc.Raw(actx, c.cfg.DatabaseID, params,
+		option.WithRequestBody("application/json", body),
+		option.WithResponseBodyInto(&sink),
+		option.WithMiddleware(cp.middleware),
+	)
+	if !cp.got || cp.readErr != nil {
+		cause := err
+		if cp.readErr != nil {
+			cause = cp.readErr
+		}
+		if cause == nil {
+			cause = errors.New("no response")
+		}
+		return nil, c.transportError(cause)
+	}
+	if len(cp.body) > maxResponseBytes {
+		return nil, &Error{Kind: KindEnvelope, StatusCode: cp.status, Ambiguous: true,
+			Message: fmt.Sprintf("response body exceeds %d bytes", maxResponseBytes)}
+	}
+	results, e := c.classify(cp.status, cp.header, cp.body, n)
+	if e != nil {
+		c.redact(e)
+	}
+	return results, e
+}
+
+// transportError wraps a failure that produced no HTTP response. It is
+// ambiguous unless the connection was never established.
+func (c *Client) transportError(err error) *Error {
+	e := &Error{Kind: KindTransport, Ambiguous: true, Err: err, Message: err.Error()}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		e.Ambiguous = false
+	}
+	c.redact(e)
+	return e
+}
+
+// redact removes the API token from every text of the error. The token is
+// never put there by this package; this guards against a server or a proxy
+// echoing it back.
+func (c *Client) redact(e *Error) {
+	tok := c.cfg.APIToken
+	if tok == "" {
+		return
+	}
+	e.Message = strings.ReplaceAll(e.Message, tok, "[REDACTED]")
+	for i := range e.Details {
+		e.Details[i].Message = strings.ReplaceAll(e.Details[i].Message, tok, "[REDACTED]")
+	}
+	if e.Err != nil && strings.Contains(e.Err.Error(), tok) {
+		e.Err = redactedError{msg: strings.ReplaceAll(e.Err.Error(), tok, "[REDACTED]"), cause: e.Err}
+	}
+}
+
+// redactedError keeps errors.Is/As working on the cause while its text has
+// the token removed.
+type redactedError struct {
+	msg   string
+	cause error
+}
+
+func (r redactedError) Error() string { return r.msg }
+func (r redactedError) Unwrap() error { return r.cause }
+
+// envelope is Cloudflare's v4 response envelope.
+type envelope struct {
+	Success  *bool           `json:"success"`
+	Errors   []ErrorDetail   `json:"errors"`
+	Messages json.RawMessage `json:"messages"`
+	Result   json.RawMessage `json:"result"`
+}
+
+// Codes that mean the token, account or database is wrong.
+var authCodes = map[int]bool{
+	10000: true,                         // Authentication error
+	10001: true,                         // unable to authenticate
+	9106:  true, 9107: true, 9109: true, // missing/invalid auth headers or token
+	7403: true,                         // account not authorized for the service
+	7404: true,                         // database not found
+	7003: true,                         // could not route: bad account or database identifier
+	6003: true, 6111: true, 6103: true, // malformed auth headers
+}
+
+func (c *Client) classify(status int, header http.Header, body []byte, n int) ([]Result, *Error) {
+	var env envelope
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&env); err != nil || env.Success == nil && env.Result == nil && env.Errors == nil {
+		return nil, &Error{Kind: KindNonJSON, StatusCode: status, Ambiguous: true,
+			Message: bodySnippet(header, body), Err: err}
+	}
+	e := &Error{StatusCode: status, Details: env.Errors}
+	for _, d := range env.Errors {
+		e.Codes = append(e.Codes, d.Code)
+	}
+	if len(env.Errors) > 0 {
+		e.Message = env.Errors[0].Message
+	}
+	if ra, ok := parseRetryAfter(header.Get("Retry-After"), time.Now()); ok {
+		e.RetryAfter = ra
+	}
+	if status >= 400 {
+		switch {
+		case status == http.StatusTooManyRequests && (e.hasCode(971) || strings.Contains(strings.ToLower(e.Message), "throttl") || strings.Contains(e.Message, "1200")):
+			e.Kind = KindRateLimited
+			if e.RetryAfter <= 0 {
+				e.RetryAfter = RateLimitBlock
+			}
+			e.BlockedUntil = time.Now().Add(e.RetryAfter)
+			c.block(e.BlockedUntil)
+		case status == http.StatusTooManyRequests:
+			e.Kind = KindOverloaded
+			e.Ambiguous = true
+		case e.hasAnyCode(authCodes) || status == http.StatusUnauthorized || status == http.StatusForbidden:
+			e.Kind = KindAuth
+		case status >= 500:
+			e.Kind = KindTransient
+			e.Ambiguous = true
+		case e.hasCode(7500):
+			e.Kind = KindSQL
+			e.Message = strings.TrimPrefix(e.Message, "D1_ERROR: ")
+			e.SQLiteCode, e.ExtendedCode = parseSQLiteCode(e.Message)
+		default:
+			e.Kind = KindRejected
+		}
+		return nil, e
+	}
+	if env.Success == nil || !*env.Success {
+		e.Kind = KindEnvelope
+		e.Ambiguous = true
+		if e.Message == "" {
+			e.Message = fmt.Sprintf("HTTP %d with success:false", status)
+		}
+		return nil, e
+	}
+	var raws []rawResult
+	if err := json.Unmarshal(env.Result, &raws); err != nil {
+		return nil, &Error{Kind: KindEnvelope, StatusCode: status, Ambiguous: true,
+			Message: "result is not an array of statement results", Err: err}
+	}
+	if len(raws) != n {
+		return nil, &Error{Kind: KindResultCount, StatusCode: status, Ambiguous: true,
+			Message: fmt.Sprintf("%d statements sent, %d results returned", n, len(raws))}
+	}
+	results := make([]Result, n)
+	for i := range raws {
+		if raws[i].Success != nil && !*raws[i].Success {
+			return nil, &Error{Kind: KindEnvelope, StatusCode: status, Ambiguous: true,
+				Message: fmt.Sprintf("statement %d reported success:false", i+1)}
+		}
+		r, err := raws[i].decode()
+		if err != nil {
+			return nil, &Error{Kind: KindEnvelope, StatusCode: status, Ambiguous: true,
+				Message: fmt.Sprintf("statement %d: %v", i+1, err), Err: err}
+		}
+		results[i] = r
+	}
+	return results, nil
+}
+
+func (e *Error) hasCode(code int) bool {
+	for _, c := range e.Codes {
+		if c == code {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *Error) hasAnyCode(set map[int]bool) bool {
+	for _, c := range e.Codes {
+		if set[c] {
+			return true
+		}
+	}
+	return false
+}
+
+var titlePattern = regexp.MustCompile(`(?is)<title>\s*(.*?)\s*</title>`)
+
+// bodySnippet summarises a non-JSON body: an HTML page's title, or the first
+// bytes of anything else.
+func bodySnippet(header http.Header, body []byte) string {
+	ct := header.Get("Content-Type")
+	if m := titlePattern.FindSubmatch(body); m != nil {
+		return fmt.Sprintf("non-JSON %s body: %q", orUnknown(ct), strings.Join(strings.Fields(string(m[1])), " "))
+	}
+	s := strings.Join(strings.Fields(string(body)), " ")
+	if len(s) > 120 {
+		s = s[:120] + "…"
+	}
+	return fmt.Sprintf("non-JSON %s body: %q", orUnknown(ct), s)
+}
+
+func orUnknown(ct string) string {
+	if ct == "" {
+		return "(no content type)"
+	}
+	return ct
+}
+
+// checkBlocked refuses to send while a 971 block lasts.
+func (c *Client) checkBlocked() *Error {
+	c.mu.Lock()
+	until := c.blockedUntil
+	c.mu.Unlock()
+	if wait := time.Until(until); wait > 0 {
+		return &Error{Kind: KindRateLimited, StatusCode: http.StatusTooManyRequests, Codes: []int{971},
+			RetryAfter: wait, BlockedUntil: until,
+			Message: "not sent: Cloudflare's global API rate limit blocks this account until " + until.UTC().Format(time.RFC3339)}
+	}
+	return nil
+}
+
+func (c *Client) block(until time.Time) {
+	c.mu.Lock()
+	if until.After(c.blockedUntil) {
+		c.blockedUntil = until
+	}
+	c.mu.Unlock()
+	c.log.Error("d1client: Cloudflare API rate limit reached (code 971); calls are blocked",
+		slog.Time("until", until))
+}
+
+// Stats counts what a Client has done since it was created.
+type Stats struct {
+	Calls      int64 // HTTP calls sent to D1 (every attempt counts)
+	Statements int64 // statements carried by those calls
+	Execs      int64 // Exec calls that succeeded
+	Retries    int64 // attempts repeated after a failure
+	Failures   int64 // Exec calls that returned an error
+}
+
+type clientStats struct {
+	calls, statements, execs, retries, failures atomic.Int64
+}
+
+// Stats returns the client's counters. D1 calls per request, the figure the
+// benchmarks report, is Stats().Calls divided by the requests served.
+func (c *Client) Stats() Stats {
+	return Stats{
+		Calls: c.stats.calls.Load(), Statements: c.stats.statements.Load(),
+		Execs: c.stats.execs.Load(), Retries: c.stats.retries.Load(), Failures: c.stats.failures.Load(),
+	}
+}
+
+// AccountID returns the configured account ID.
+func (c *Client) AccountID() string { return c.cfg.AccountID }
+
+// DatabaseID returns the configured database ID.
+func (c *Client) DatabaseID() string { return c.cfg.DatabaseID }

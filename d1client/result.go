@@ -1,0 +1,465 @@
+package d1client
+
+import (
+	"bytes"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// Type is the type of a decoded value.
+type Type uint8
+
+// The value types D1's JSON can express.
+const (
+	Null Type = iota
+	Integer
+	Real
+	Text
+	Blob
+)
+
+func (t Type) String() string {
+	switch t {
+	case Null:
+		return "null"
+	case Integer:
+		return "integer"
+	case Real:
+		return "real"
+	case Text:
+		return "text"
+	case Blob:
+		return "blob"
+	}
+	return "unknown"
+}
+
+// Value is one cell of a result, decoded exactly from D1's JSON:
+//
+//   - a JSON integer literal that fits int64 is an Integer, exact (it is
+//     never routed through float64);
+//   - any other JSON number is a Real. D1 formats numbers through JavaScript,
+//     so an INTEGER column value above 2^53 arrives already rounded (for
+//     example 9223372036854776000, which does not fit int64 and decodes as
+//     Real); select CAST(x AS TEXT) to read such values exactly. For the same
+//     reason a REAL with an integral value (1.0) arrives as 1 and decodes as
+//     an Integer;
+//   - a JSON string is Text, null is Null, and an array of byte values is a
+//     Blob. JSON true/false decode as Integer 1/0.
+type Value struct {
+	typ Type
+	i   int64
+	f   float64
+	s   string // Text, or the bytes of a Blob
+}
+
+// Type returns the value's type.
+func (v Value) Type() Type { return v.typ }
+
+// IsNull reports whether the value is SQL NULL.
+func (v Value) IsNull() bool { return v.typ == Null }
+
+// Int64 returns an Integer value, or a Real with an exact integral value.
+func (v Value) Int64() (int64, bool) {
+	switch v.typ {
+	case Integer:
+		return v.i, true
+	case Real:
+		if v.f == math.Trunc(v.f) && v.f >= math.MinInt64 && v.f < math.MaxInt64 {
+			return int64(v.f), true
+		}
+	}
+	return 0, false
+}
+
+// Float64 returns a numeric value as float64.
+func (v Value) Float64() (float64, bool) {
+	switch v.typ {
+	case Integer:
+		return float64(v.i), true
+	case Real:
+		return v.f, true
+	}
+	return 0, false
+}
+
+// Text returns a Text value.
+func (v Value) Text() (string, bool) {
+	if v.typ == Text {
+		return v.s, true
+	}
+	return "", false
+}
+
+// Bytes returns a Blob's bytes, or a Text value's bytes.
+func (v Value) Bytes() ([]byte, bool) {
+	if v.typ == Blob || v.typ == Text {
+		return []byte(v.s), true
+	}
+	return nil, false
+}
+
+// Any returns the value as nil, int64, float64, string or []byte.
+func (v Value) Any() any {
+	switch v.typ {
+	case Integer:
+		return v.i
+	case Real:
+		return v.f
+	case Text:
+		return v.s
+	case Blob:
+		return []byte(v.s)
+	}
+	return nil
+}
+
+// String formats the value for display; NULL prints as "NULL".
+func (v Value) String() string {
+	switch v.typ {
+	case Null:
+		return "NULL"
+	case Integer:
+		return strconv.FormatInt(v.i, 10)
+	case Real:
+		return strconv.FormatFloat(v.f, 'g', -1, 64)
+	case Blob:
+		return fmt.Sprintf("x'%x'", v.s)
+	}
+	return v.s
+}
+
+// MarshalJSON encodes the value the way D1 would: null, a number, a string,
+// or an array of byte values.
+func (v Value) MarshalJSON() ([]byte, error) {
+	switch v.typ {
+	case Null:
+		return []byte("null"), nil
+	case Integer:
+		return strconv.AppendInt(nil, v.i, 10), nil
+	case Real:
+		return encodeFloat(v.f)
+	case Blob:
+		b := []byte(v.s)
+		ints := make([]int, len(b))
+		for i, c := range b {
+			ints[i] = int(c)
+		}
+		return json.Marshal(ints)
+	}
+	return json.Marshal(v.s)
+}
+
+// IntValue, RealValue, TextValue and NullValue construct values, mainly for
+// tests and for comparing results.
+func IntValue(i int64) Value    { return Value{typ: Integer, i: i} }
+func RealValue(f float64) Value { return Value{typ: Real, f: f} }
+func TextValue(s string) Value  { return Value{typ: Text, s: s} }
+func BlobValue(b []byte) Value  { return Value{typ: Blob, s: string(b)} }
+func NullValue() Value          { return Value{} }
+
+// decodeValue decodes one JSON cell exactly.
+func decodeValue(raw json.RawMessage) (Value, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return Value{}, fmt.Errorf("empty cell")
+	}
+	switch c := raw[0]; {
+	case c == 'n':
+		return Value{}, nil
+	case c == 't':
+		return IntValue(1), nil
+	case c == 'f':
+		return IntValue(0), nil
+	case c == '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return Value{}, err
+		}
+		return TextValue(s), nil
+	case c == '[':
+		var nums []json.Number
+		if err := json.Unmarshal(raw, &nums); err != nil {
+			return Value{}, fmt.Errorf("blob cell: %w", err)
+		}
+		b := make([]byte, len(nums))
+		for i, n := range nums {
+			x, err := strconv.ParseUint(string(n), 10, 8)
+			if err != nil {
+				return Value{}, fmt.Errorf("blob cell: byte %d is %s", i, n)
+			}
+			b[i] = byte(x)
+		}
+		return BlobValue(b), nil
+	case c == '{':
+		return TextValue(string(raw)), nil
+	default:
+		return decodeNumber(string(raw))
+	}
+}
+
+func decodeNumber(s string) (Value, error) {
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return IntValue(i), nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return Value{}, fmt.Errorf("cell %q is not a JSON value", s)
+	}
+	return RealValue(f), nil
+}
+
+// Row is one result row, its values in column order.
+type Row []Value
+
+// Scan copies the row's values into dest, one per column, in order. Each
+// destination may be *any, *Value, *int64, *int, *float64, *string, *bool,
+// *[]byte, a pointer to a pointer of those (nil for NULL), or an
+// sql.Scanner such as *sql.NullString. Scanning NULL into a non-nullable
+// destination, or a value that does not convert exactly, is an error.
+func (r Row) Scan(dest ...any) error {
+	if len(dest) != len(r) {
+		return fmt.Errorf("d1client: Scan: %d destinations for %d columns", len(dest), len(r))
+	}
+	for i, d := range dest {
+		if err := scanValue(r[i], d); err != nil {
+			return fmt.Errorf("d1client: Scan column %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func scanValue(v Value, dest any) error {
+	switch d := dest.(type) {
+	case *any:
+		*d = v.Any()
+		return nil
+	case *Value:
+		*d = v
+		return nil
+	case sql.Scanner:
+		return d.Scan(v.Any())
+	case **string:
+		return scanNullable(v, d)
+	case **int64:
+		return scanNullable(v, d)
+	case **int:
+		return scanNullable(v, d)
+	case **float64:
+		return scanNullable(v, d)
+	case **bool:
+		return scanNullable(v, d)
+	}
+	if v.typ == Null {
+		if d, ok := dest.(*[]byte); ok {
+			*d = nil
+			return nil
+		}
+		return fmt.Errorf("NULL cannot be stored in %T; scan into a pointer to a pointer or an sql.Null type", dest)
+	}
+	switch d := dest.(type) {
+	case *int64:
+		i, ok := v.Int64()
+		if !ok {
+			return fmt.Errorf("%s value %s is not an integer", v.typ, v)
+		}
+		*d = i
+	case *int:
+		i, ok := v.Int64()
+		if !ok || int64(int(i)) != i {
+			return fmt.Errorf("%s value %s does not fit int", v.typ, v)
+		}
+		*d = int(i)
+	case *float64:
+		f, ok := v.Float64()
+		if !ok {
+			return fmt.Errorf("%s value is not numeric", v.typ)
+		}
+		*d = f
+	case *string:
+		switch v.typ {
+		case Text:
+			*d = v.s
+		case Integer, Real:
+			*d = v.String()
+		default:
+			return fmt.Errorf("%s value cannot be scanned into *string", v.typ)
+		}
+	case *bool:
+		i, ok := v.Int64()
+		if !ok || (i != 0 && i != 1) {
+			return fmt.Errorf("%s value %s is not a boolean 0/1", v.typ, v)
+		}
+		*d = i == 1
+	case *[]byte:
+		b, ok := v.Bytes()
+		if !ok {
+			return fmt.Errorf("%s value cannot be scanned into *[]byte", v.typ)
+		}
+		*d = b
+	default:
+		return fmt.Errorf("unsupported Scan destination %T", dest)
+	}
+	return nil
+}
+
+func scanNullable[T any](v Value, d **T) error {
+	if v.typ == Null {
+		*d = nil
+		return nil
+	}
+	var x T
+	if err := scanValue(v, &x); err != nil {
+		return err
+	}
+	*d = &x
+	return nil
+}
+
+// Meta is the meta object D1 returns with each statement's result.
+type Meta struct {
+	Changes         int64   `json:"changes"`        // rows modified, as sqlite3_total_changes() deltas ("rough")
+	LastRowID       int64   `json:"last_row_id"`    // last_insert_rowid(); meaningful only after an INSERT with changes > 0
+	ChangedDB       bool    `json:"changed_db"`     // whether the database was altered
+	Duration        float64 `json:"duration"`       // SQL execution time in milliseconds, without network
+	RowsRead        int64   `json:"rows_read"`      // rows read, indexes included (billed)
+	RowsWritten     int64   `json:"rows_written"`   // rows written, indexes included (billed)
+	SizeAfter       int64   `json:"size_after"`     // database size in bytes after the statement
+	ServedBy        string  `json:"served_by"`      // backend that answered, e.g. "v3-prod"
+	ServedByColo    string  `json:"served_by_colo"` // three-letter airport code
+	ServedByRegion  string  `json:"served_by_region"`
+	ServedByPrimary bool    `json:"served_by_primary"`
+	TotalAttempts   int64   `json:"total_attempts"` // D1's own retries of read-only queries, where reported
+}
+
+// UnmarshalJSON decodes meta leniently about number formatting (D1 may send
+// 3 or 3.0 for a count) but never through a lossy path for integers.
+func (m *Meta) UnmarshalJSON(data []byte) error {
+	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		*m = Meta{}
+		return nil
+	}
+	var raw struct {
+		Changes         json.Number `json:"changes"`
+		LastRowID       json.Number `json:"last_row_id"`
+		ChangedDB       bool        `json:"changed_db"`
+		Duration        json.Number `json:"duration"`
+		RowsRead        json.Number `json:"rows_read"`
+		RowsWritten     json.Number `json:"rows_written"`
+		SizeAfter       json.Number `json:"size_after"`
+		ServedBy        string      `json:"served_by"`
+		ServedByColo    string      `json:"served_by_colo"`
+		ServedByRegion  string      `json:"served_by_region"`
+		ServedByPrimary bool        `json:"served_by_primary"`
+		TotalAttempts   json.Number `json:"total_attempts"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	*m = Meta{
+		Changes: metaInt(raw.Changes), LastRowID: metaInt(raw.LastRowID), ChangedDB: raw.ChangedDB,
+		RowsRead: metaInt(raw.RowsRead), RowsWritten: metaInt(raw.RowsWritten), SizeAfter: metaInt(raw.SizeAfter),
+		ServedBy: raw.ServedBy, ServedByColo: raw.ServedByColo, ServedByRegion: raw.ServedByRegion,
+		ServedByPrimary: raw.ServedByPrimary, TotalAttempts: metaInt(raw.TotalAttempts),
+	}
+	if raw.Duration != "" {
+		m.Duration, _ = raw.Duration.Float64()
+	}
+	return nil
+}
+
+func metaInt(n json.Number) int64 {
+	if n == "" {
+		return 0
+	}
+	if i, err := n.Int64(); err == nil {
+		return i
+	}
+	f, _ := n.Float64()
+	return int64(f)
+}
+
+// Result is the outcome of one statement: its columns in order (duplicates
+// kept), its rows, and D1's meta.
+type Result struct {
+	Columns []string
+	Rows    []Row
+	Meta    Meta
+}
+
+// Column returns the index of the first column with the given name, or -1.
+func (r *Result) Column(name string) int {
+	for i, c := range r.Columns {
+		if c == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Get returns the value of the named column in row i, and whether both exist.
+func (r *Result) Get(i int, column string) (Value, bool) {
+	c := r.Column(column)
+	if c < 0 || i < 0 || i >= len(r.Rows) || c >= len(r.Rows[i]) {
+		return Value{}, false
+	}
+	return r.Rows[i][c], true
+}
+
+// Map returns row i as a map from column name to value. Where names repeat,
+// the last column wins, as in D1's /query form.
+func (r *Result) Map(i int) map[string]Value {
+	m := make(map[string]Value, len(r.Columns))
+	for c, name := range r.Columns {
+		if c < len(r.Rows[i]) {
+			m[name] = r.Rows[i][c]
+		}
+	}
+	return m
+}
+
+// rawResult is one entry of the envelope's result array in /raw form.
+type rawResult struct {
+	Results json.RawMessage `json:"results"`
+	Success *bool           `json:"success"`
+	Meta    Meta            `json:"meta"`
+}
+
+// decode turns a /raw result into a Result. results may be the documented
+// {"columns":[...],"rows":[[...]]}, null, missing, or an empty array.
+func (rr *rawResult) decode() (Result, error) {
+	res := Result{Meta: rr.Meta}
+	body := bytes.TrimSpace(rr.Results)
+	if len(body) == 0 || bytes.Equal(body, []byte("null")) || bytes.Equal(body, []byte("[]")) {
+		return res, nil
+	}
+	var table struct {
+		Columns []string            `json:"columns"`
+		Rows    [][]json.RawMessage `json:"rows"`
+	}
+	if err := json.Unmarshal(body, &table); err != nil {
+		return Result{}, fmt.Errorf("results are not in /raw form: %w", err)
+	}
+	res.Columns = table.Columns
+	if len(table.Rows) > 0 {
+		res.Rows = make([]Row, len(table.Rows))
+	}
+	for i, cells := range table.Rows {
+		if len(cells) != len(res.Columns) {
+			return Result{}, fmt.Errorf("row %d has %d cells for %d columns", i, len(cells), len(res.Columns))
+		}
+		row := make(Row, len(cells))
+		for j, cell := range cells {
+			v, err := decodeValue(cell)
+			if err != nil {
+				return Result{}, fmt.Errorf("row %d, column %d: %w", i, j, err)
+			}
+			row[j] = v
+		}
+		res.Rows[i] = row
+	}
+	return res, nil
+}

@@ -1,0 +1,48 @@
+// Package d1idem holds what every part of d1idem shares: the ledger schema of
+// the spec ("Idempotency-Key Ledger on D1"), embedded from schema.sql so that
+// there is one source of truth for the SDK, the CLI and the tests.
+//
+// The packages beneath it carry the product:
+//
+//   - d1client: the D1 REST client (statements, batches, exact decoding, the
+//     error model, retries, the request budget and group commit).
+//   - d1local: a D1-compatible REST server on SQLite, for local development,
+//     tests and fault injection.
+//   - idem: the ledger state machine, fingerprinting and the net/http
+//     middleware.
+//   - cli: the d1idem admin command line (cmd/d1idem is its thin main).
+package d1idem
+
+import (
+	_ "embed"
+	"strings"
+)
+
+//go:embed schema.sql
+var schemaSQL string
+
+// Table is the name of the ledger table the schema creates.
+const Table = "idempotency_keys"
+
+// UpdatedAtIndex is the name of the index on updated_at that the pending
+// TTL check and the sweep rely on.
+const UpdatedAtIndex = "idx_idempotency_keys_updated_at"
+
+// Schema returns the ledger schema exactly as schema.sql holds it: the spec's
+// CREATE TABLE and CREATE INDEX, comments included.
+func Schema() string { return schemaSQL }
+
+// SchemaStatements returns the schema split into its statements, each without
+// its trailing semicolon, ready to travel as separate entries of one D1 batch
+// (D1 rejects parameters with multi-statement SQL, and batch entries keep the
+// result count exact). Comments stay inside the statements, where SQLite
+// ignores them.
+func SchemaStatements() []string {
+	var out []string
+	for _, part := range strings.Split(schemaSQL, ";") {
+		if s := strings.TrimSpace(part); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
