@@ -104,6 +104,9 @@ func groupSize(wire []wireStatement) int {
 // submit queues the statements for the next shared call and waits for their
 // results.
 func (b *batcher) submit(ctx context.Context, wire []wireStatement) ([]Result, *Error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Kind: KindTransport, Err: err, Message: "not sent: " + err.Error()}
+	}
 	if e := b.c.checkBlocked(); e != nil {
 		return nil, e
 	}

@@ -56,6 +56,8 @@ type budgetLimiter struct {
 	head  int
 	now   func() time.Time
 	sleep func(ctx context.Context, d time.Duration) error
+
+	onReserve func(time.Time) // called under mu with each reservation; tests only
 }
 
 func newBudgetLimiter(b Budget) *budgetLimiter {
@@ -85,6 +87,7 @@ func (l *budgetLimiter) wait(ctx context.Context) *Error {
 		now := l.now()
 		if len(l.sent) < l.b.Calls {
 			l.sent = append(l.sent, now)
+			l.reserved(now)
 			l.mu.Unlock()
 			return nil
 		}
@@ -92,6 +95,7 @@ func (l *budgetLimiter) wait(ctx context.Context) *Error {
 		if !free.After(now) {
 			l.sent[l.head] = now
 			l.head = (l.head + 1) % len(l.sent)
+			l.reserved(now)
 			l.mu.Unlock()
 			return nil
 		}
@@ -105,6 +109,12 @@ func (l *budgetLimiter) wait(ctx context.Context) *Error {
 			e.Err = err
 			return e
 		}
+	}
+}
+
+func (l *budgetLimiter) reserved(t time.Time) {
+	if l.onReserve != nil {
+		l.onReserve(t)
 	}
 }
 

@@ -82,6 +82,8 @@ type Client struct {
 	mu           sync.Mutex
 	blockedUntil time.Time // a 971 block: nothing is sent before it
 
+	sleep func(ctx context.Context, d time.Duration) error // between retries; replaced in tests
+
 	stats clientStats
 }
 
@@ -145,6 +147,7 @@ func New(cfg Config) (*Client, error) {
 		log:    log,
 		retry:  cfg.Retry.withDefaults(),
 		budget: newBudgetLimiter(budget),
+		sleep:  sleepCtx,
 	}
 	coalesce, err := cfg.Coalesce.withDefaults()
 	if err != nil {
@@ -250,12 +253,8 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 		c.log.LogAttrs(ctx, slog.LevelWarn, "d1client: retrying",
 			slog.String("kind", err.Kind.String()), slog.Int("status", err.StatusCode),
 			slog.Int("attempt", attempt), slog.Duration("delay", delay))
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if c.sleep(ctx, delay) != nil {
 			return nil, err
-		case <-t.C:
 		}
 	}
 }
@@ -291,6 +290,9 @@ func encodeBody(wire []wireStatement) ([]byte, error) {
 // call makes one HTTP attempt for the statements: it honours a 971 block,
 // takes a call from the budget, sends, and decodes.
 func (c *Client) call(ctx context.Context, wire []wireStatement) ([]Result, *Error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Kind: KindTransport, Err: err, Message: "not sent: " + err.Error()}
+	}
 	if e := c.checkBlocked(); e != nil {
 		return nil, e
 	}
@@ -390,19 +392,11 @@ func (c *Client) redact(e *Error) {
 		e.Details[i].Message = strings.ReplaceAll(e.Details[i].Message, tok, "[REDACTED]")
 	}
 	if e.Err != nil && strings.Contains(e.Err.Error(), tok) {
-		e.Err = redactedError{msg: strings.ReplaceAll(e.Err.Error(), tok, "[REDACTED]"), cause: e.Err}
+		// The cause's own text names the token, so the cause itself must
+		// not be reachable through Unwrap: keep only its redacted text.
+		e.Err = errors.New(strings.ReplaceAll(e.Err.Error(), tok, "[REDACTED]"))
 	}
 }
-
-// redactedError keeps errors.Is/As working on the cause while its text has
-// the token removed.
-type redactedError struct {
-	msg   string
-	cause error
-}
-
-func (r redactedError) Error() string { return r.msg }
-func (r redactedError) Unwrap() error { return r.cause }
 
 // envelope is Cloudflare's v4 response envelope.
 type envelope struct {

@@ -440,7 +440,14 @@ func (rr *rawResult) decode() (Result, error) {
 		Columns []string            `json:"columns"`
 		Rows    [][]json.RawMessage `json:"rows"`
 	}
-	if err := json.Unmarshal(body, &table); err != nil {
+	if body[0] == '[' {
+		// /query form (an array of objects), as some emulators answer /raw.
+		cols, rows, err := decodeObjects(body)
+		if err != nil {
+			return Result{}, fmt.Errorf("results: %w", err)
+		}
+		table.Columns, table.Rows = cols, rows
+	} else if err := json.Unmarshal(body, &table); err != nil {
 		return Result{}, fmt.Errorf("results are not in /raw form: %w", err)
 	}
 	res.Columns = table.Columns
@@ -462,4 +469,48 @@ func (rr *rawResult) decode() (Result, error) {
 		res.Rows[i] = row
 	}
 	return res, nil
+}
+
+// decodeObjects reads /query-style results, an array of objects, keeping the
+// key order of the first object as the column order. Objects with other keys
+// are an error: the rows could not be aligned.
+func decodeObjects(body []byte) ([]string, [][]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if _, err := dec.Token(); err != nil { // [
+		return nil, nil, err
+	}
+	var cols []string
+	var rows [][]json.RawMessage
+	for dec.More() {
+		if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+			return nil, nil, fmt.Errorf("row %d is not an object", len(rows))
+		}
+		var row []json.RawMessage
+		for i := 0; dec.More(); i++ {
+			t, err := dec.Token()
+			if err != nil {
+				return nil, nil, err
+			}
+			name, _ := t.(string)
+			var cell json.RawMessage
+			if err := dec.Decode(&cell); err != nil {
+				return nil, nil, err
+			}
+			if len(rows) == 0 {
+				cols = append(cols, name)
+			} else if i >= len(cols) || cols[i] != name {
+				return nil, nil, fmt.Errorf("row %d has columns that differ from row 0", len(rows))
+			}
+			row = append(row, cell)
+		}
+		if _, err := dec.Token(); err != nil { // }
+			return nil, nil, err
+		}
+		if len(row) != len(cols) {
+			return nil, nil, fmt.Errorf("row %d has %d columns, row 0 has %d", len(rows), len(row), len(cols))
+		}
+		rows = append(rows, row)
+	}
+	return cols, rows, nil
 }

@@ -1,0 +1,219 @@
+package d1client
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jarcoal/httpmock"
+)
+
+var (
+	readStmt  = []Statement{{SQL: "SELECT v FROM t WHERE k = ?", Params: []any{"k"}}}
+	writeStmt = []Statement{{SQL: "INSERT INTO t(k) VALUES (?)", Params: []any{"k"}}}
+)
+
+func ok1(t testing.TB) httpmock.Responder { return httpmock.NewStringResponder(200, okResults(1)) }
+
+func dialRefused(*http.Request) (*http.Response, error) {
+	return nil, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
+}
+
+// recordSleeps replaces the client's sleep with one that records delays and
+// returns at once.
+func recordSleeps(c *Client) *[]time.Duration {
+	var mu sync.Mutex
+	var got []time.Duration
+	c.sleep = func(ctx context.Context, d time.Duration) error {
+		mu.Lock()
+		got = append(got, d)
+		mu.Unlock()
+		return ctx.Err()
+	}
+	return &got
+}
+
+func TestRetryPolicy(t *testing.T) {
+	tests := []struct {
+		name      string
+		responses []string // fixtures, or "ok", "refused", "lost"
+		stmts     []Statement
+		opts      []ExecOption
+		wantCalls int
+		wantKind  Kind // 0: success
+	}{
+		{"read retried after 500", []string{"internal_500", "ok"}, readStmt, nil, 2, 0},
+		{"read retried after HTML 502", []string{"html_502", "html_504", "ok"}, readStmt, nil, 3, 0},
+		{"read retried after overload", []string{"overloaded_429", "ok"}, readStmt, nil, 2, 0},
+		{"read retried after lost connection", []string{"lost", "ok"}, readStmt, nil, 2, 0},
+		{"read gives up after MaxAttempts", []string{"internal_500"}, readStmt, nil, 4, KindTransient},
+		{"write not retried after 500", []string{"internal_500", "ok"}, writeStmt, nil, 1, KindTransient},
+		{"write not retried after HTML 502", []string{"html_502", "ok"}, writeStmt, nil, 1, KindNonJSON},
+		{"write not retried after overload", []string{"overloaded_429", "ok"}, writeStmt, nil, 1, KindOverloaded},
+		{"write not retried after lost connection", []string{"lost", "ok"}, writeStmt, nil, 1, KindTransport},
+		{"write not retried after success:false", []string{"success_false_200", "ok"}, writeStmt, []ExecOption{Idempotent()}, 1, KindEnvelope},
+		{"write retried when the connection was refused", []string{"refused", "ok"}, writeStmt, nil, 2, 0},
+		{"idempotent write retried after 500", []string{"internal_500", "html_503", "ok"}, writeStmt, []ExecOption{Idempotent()}, 3, 0},
+		{"SQL error never retried", []string{"sql_error_syntax", "ok"}, readStmt, nil, 1, KindSQL},
+		{"auth error never retried", []string{"auth_10000", "ok"}, readStmt, []ExecOption{Idempotent()}, 1, KindAuth},
+		{"971 never retried", []string{"rate_limit_971", "ok"}, readStmt, []ExecOption{Idempotent()}, 1, KindRateLimited},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var rs []httpmock.Responder
+			for _, r := range tc.responses {
+				switch r {
+				case "ok":
+					rs = append(rs, ok1(t))
+				case "refused":
+					rs = append(rs, dialRefused)
+				case "lost":
+					rs = append(rs, httpmock.ConnectionFailure)
+				default:
+					rs = append(rs, replay(t, r))
+				}
+			}
+			c, tr := mockClient(t, sequence(rs...))
+			recordSleeps(c)
+			_, err := c.Exec(context.Background(), tc.stmts, tc.opts...)
+			if got := tr.GetTotalCallCount(); got != tc.wantCalls {
+				t.Errorf("%d calls, want %d", got, tc.wantCalls)
+			}
+			if tc.wantKind == 0 {
+				if err != nil {
+					t.Fatalf("err = %v", err)
+				}
+				return
+			}
+			var e *Error
+			if !errors.As(err, &e) || e.Kind != tc.wantKind {
+				t.Fatalf("err = %v, want kind %v", err, tc.wantKind)
+			}
+			if e.Attempts != tc.wantCalls {
+				t.Errorf("Attempts = %d, want %d", e.Attempts, tc.wantCalls)
+			}
+		})
+	}
+}
+
+func TestBackoffGrowsWithJitterAndCap(t *testing.T) {
+	c, _ := mockClient(t, replay(t, "internal_500"), func(cfg *Config) {
+		cfg.Retry = RetryPolicy{MaxAttempts: 6, BaseDelay: 100 * time.Millisecond, MaxDelay: 400 * time.Millisecond}
+	})
+	sleeps := recordSleeps(c)
+	_, _ = c.Exec(context.Background(), readStmt)
+	caps := []time.Duration{100, 200, 400, 400, 400}
+	if len(*sleeps) != len(caps) {
+		t.Fatalf("sleeps = %v", *sleeps)
+	}
+	for i, d := range *sleeps {
+		hi := caps[i] * time.Millisecond
+		if d < hi/2 || d > hi {
+			t.Errorf("sleep %d = %v, want within [%v, %v]", i, d, hi/2, hi)
+		}
+	}
+}
+
+func TestRetryAfterHonouredUpToCap(t *testing.T) {
+	overloaded := func(retryAfter string) httpmock.Responder {
+		return func(req *http.Request) (*http.Response, error) {
+			res, err := replay(t, "overloaded_429")(req)
+			if err == nil {
+				res.Header.Set("Retry-After", retryAfter)
+			}
+			return res, err
+		}
+	}
+	c, tr := mockClient(t, sequence(overloaded("3"), ok1(t)), func(cfg *Config) {
+		cfg.Retry.MaxRetryAfter = 5 * time.Second
+	})
+	sleeps := recordSleeps(c)
+	if _, err := c.Exec(context.Background(), readStmt); err != nil {
+		t.Fatal(err)
+	}
+	if len(*sleeps) != 1 || (*sleeps)[0] != 3*time.Second || tr.GetTotalCallCount() != 2 {
+		t.Errorf("sleeps = %v, calls = %d; want one 3s sleep, 2 calls", *sleeps, tr.GetTotalCallCount())
+	}
+
+	// A Retry-After beyond the cap ends the retries; the error carries it.
+	c, tr = mockClient(t, sequence(overloaded("60"), ok1(t)), func(cfg *Config) {
+		cfg.Retry.MaxRetryAfter = 5 * time.Second
+	})
+	recordSleeps(c)
+	_, err := c.Exec(context.Background(), readStmt)
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != KindOverloaded || e.RetryAfter != time.Minute || tr.GetTotalCallCount() != 1 {
+		t.Fatalf("err = %v, calls = %d", err, tr.GetTotalCallCount())
+	}
+}
+
+func TestContextDeadlineWins(t *testing.T) {
+	c, tr := mockClient(t, replay(t, "internal_500"), func(cfg *Config) {
+		cfg.Retry = RetryPolicy{MaxAttempts: 10, BaseDelay: time.Second, MaxDelay: time.Second}
+	})
+	sleeps := recordSleeps(c)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := c.Exec(ctx, readStmt)
+	if !errors.Is(err, ErrTransient) {
+		t.Fatalf("err = %v", err)
+	}
+	// No retry starts that could not finish before the deadline.
+	if tr.GetTotalCallCount() != 1 || len(*sleeps) != 0 {
+		t.Errorf("calls = %d, sleeps = %v", tr.GetTotalCallCount(), *sleeps)
+	}
+
+	// A cancelled context is never sent.
+	ctx, cancel = context.WithCancel(context.Background())
+	cancel()
+	c, tr = mockClient(t, ok1(t))
+	_, err = c.Exec(ctx, readStmt)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("err = %v, want context.Canceled", err)
+	}
+}
+
+func TestRetryUntilDeadline(t *testing.T) {
+	c, tr := mockClient(t, replay(t, "internal_500"), func(cfg *Config) {
+		cfg.Retry = RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	_, err := c.Exec(ctx, writeStmt, Idempotent(), RetryUntilDeadline())
+	if !errors.Is(err, ErrTransient) {
+		t.Fatalf("err = %v", err)
+	}
+	if n := tr.GetTotalCallCount(); n <= 2 {
+		t.Errorf("%d calls: RetryUntilDeadline stopped at MaxAttempts", n)
+	}
+}
+
+// After a 971 the client refuses to send until the block ends.
+func TestRateLimitBlockIsNeverRetriedBeforeItEnds(t *testing.T) {
+	c, tr := mockClient(t, sequence(replay(t, "rate_limit_971"), ok1(t)))
+	_, err := c.Exec(context.Background(), readStmt, Idempotent())
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != KindRateLimited || e.RetryAfter != 287*time.Second {
+		t.Fatalf("err = %v", err)
+	}
+	for i := 0; i < 3; i++ {
+		_, err = c.Exec(context.Background(), readStmt)
+		if !errors.As(err, &e) || e.Kind != KindRateLimited || e.RetryAfter <= 280*time.Second || e.StatusCode != 429 {
+			t.Fatalf("call during the block: err = %v", err)
+		}
+	}
+	if n := tr.GetTotalCallCount(); n != 1 {
+		t.Fatalf("%d calls sent during the block, want 1", n)
+	}
+	// Once the block has passed, calls flow again.
+	c.mu.Lock()
+	c.blockedUntil = time.Now().Add(-time.Second)
+	c.mu.Unlock()
+	if _, err := c.Exec(context.Background(), readStmt); err != nil {
+		t.Fatal(err)
+	}
+}
