@@ -1,0 +1,184 @@
+package idem
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// MaxKeyLength is the longest Idempotency-Key the spec accepts.
+const MaxKeyLength = 255
+
+// ValidKey reports whether key matches the spec's pattern
+// ^[\x20-\x7e]{1,255}$: 1 to 255 printable ASCII characters.
+func ValidKey(key string) bool {
+	if len(key) == 0 || len(key) > MaxKeyLength {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// HeaderValue returns what a Fetch Headers.get(name) returns for h: every
+// value of the field joined by ", ", or "" when it is absent.
+func HeaderValue(h http.Header, name string) string {
+	return strings.Join(h.Values(name), ", ")
+}
+
+// Fingerprint computes the spec's computeFingerprint byte for byte: the
+// lowercase hex SHA-256 of
+//
+//	METHOD "\n" pathAndQuery "\n" name1 ":" value1 "\n" ... nameN ":" valueN "\n" body
+//
+// where METHOD is upper-cased, each name is one of headerNames (lower-case,
+// in the given order) with its value as HeaderValue gives it, and body is
+// streamed into the hash as raw bytes: no concatenated copy is made and the
+// bytes are never decoded as text. pathAndQuery is hashed as given; use
+// PathAndQuery to derive it from a request the way a Worker's
+// new URL(request.url) does.
+func Fingerprint(method, pathAndQuery string, header http.Header, headerNames []string, body io.Reader) (string, error) {
+	h := sha256.New()
+	writePrefix(h, method, pathAndQuery, header, headerNames)
+	if body != nil {
+		if _, err := io.Copy(h, body); err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// fingerprintBytes is Fingerprint over a body already in memory.
+func fingerprintBytes(method, pathAndQuery string, header http.Header, headerNames []string, body []byte) string {
+	h := sha256.New()
+	writePrefix(h, method, pathAndQuery, header, headerNames)
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func writePrefix(w io.Writer, method, pathAndQuery string, header http.Header, headerNames []string) {
+	io.WriteString(w, strings.ToUpper(method))
+	io.WriteString(w, "\n")
+	io.WriteString(w, pathAndQuery)
+	io.WriteString(w, "\n")
+	for i, name := range headerNames {
+		if i > 0 {
+			io.WriteString(w, "\n")
+		}
+		io.WriteString(w, name)
+		io.WriteString(w, ":")
+		io.WriteString(w, HeaderValue(header, name))
+	}
+	io.WriteString(w, "\n")
+}
+
+// PathAndQuery returns url.pathname + url.search for the request as a
+// Worker computes it from new URL(request.url): the request target as
+// received (r.RequestURI), serialised the way the WHATWG URL parser does for
+// an http(s) URL. For a well-formed target that is the target verbatim;
+// otherwise:
+//
+//   - a fragment ("#...") is dropped, and so is an empty query ("/a?" is "/a");
+//   - "." and ".." path segments (also spelled %2e) are resolved, and "\" is a
+//     path separator;
+//   - bytes outside the URL code points are percent-encoded: in the path,
+//     controls, space, '"', '<', '>', '`', '{', '}' and non-ASCII; in the
+//     query, controls, space, '"', '<', '>', '\” and non-ASCII. Existing
+//     percent-escapes are kept exactly as sent (no decoding, no case change).
+//
+// Query parameters are never sorted, deduplicated or decoded.
+func PathAndQuery(r *http.Request) string {
+	target := r.RequestURI
+	if target == "" && r.URL != nil {
+		target = r.URL.RequestURI()
+	}
+	return normalizeTarget(target)
+}
+
+func normalizeTarget(target string) string {
+	// Absolute form (a proxy request): drop scheme and authority.
+	if i := strings.Index(target, "://"); i > 0 && !strings.ContainsAny(target[:i], "/?#") {
+		rest := target[i+3:]
+		if j := strings.IndexAny(rest, "/?#\\"); j >= 0 {
+			target = rest[j:]
+		} else {
+			target = "/"
+		}
+	}
+	if i := strings.IndexByte(target, '#'); i >= 0 {
+		target = target[:i]
+	}
+	path, query, hasQuery := strings.Cut(target, "?")
+	var b strings.Builder
+	b.WriteString(normalizePath(path))
+	if hasQuery && query != "" {
+		b.WriteByte('?')
+		percentEncode(&b, query, queryEscape)
+	}
+	return b.String()
+}
+
+func normalizePath(path string) string {
+	path = strings.ReplaceAll(path, "\\", "/")
+	path = strings.TrimPrefix(path, "/")
+	var segs []string
+	parts := strings.Split(path, "/")
+	for i, seg := range parts {
+		last := i == len(parts)-1
+		switch {
+		case isDoubleDot(seg):
+			if len(segs) > 0 {
+				segs = segs[:len(segs)-1]
+			}
+			if last {
+				segs = append(segs, "")
+			}
+		case isSingleDot(seg):
+			if last {
+				segs = append(segs, "")
+			}
+		default:
+			var b strings.Builder
+			percentEncode(&b, seg, pathEscape)
+			segs = append(segs, b.String())
+		}
+	}
+	return "/" + strings.Join(segs, "/")
+}
+
+func isSingleDot(s string) bool { return s == "." || strings.EqualFold(s, "%2e") }
+
+func isDoubleDot(s string) bool {
+	switch strings.ToLower(s) {
+	case "..", ".%2e", "%2e.", "%2e%2e":
+		return true
+	}
+	return false
+}
+
+func pathEscape(c byte) bool {
+	return c <= 0x20 || c >= 0x7f || c == '"' || c == '#' || c == '<' || c == '>' || c == '?' || c == '`' || c == '{' || c == '}'
+}
+
+func queryEscape(c byte) bool {
+	return c <= 0x20 || c >= 0x7f || c == '"' || c == '#' || c == '<' || c == '>' || c == '\''
+}
+
+func percentEncode(b *strings.Builder, s string, escape func(byte) bool) {
+	const hexUpper = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if escape(c) {
+			b.WriteByte('%')
+			b.WriteByte(hexUpper[c>>4])
+			b.WriteByte(hexUpper[c&0xf])
+		} else {
+			b.WriteByte(c)
+		}
+	}
+}

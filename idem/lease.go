@@ -1,0 +1,115 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Causes of a handler context's cancellation (see context.Cause).
+var (
+	// ErrLeaseLost: a heartbeat found the reservation no longer ours (it was
+	// taken over, released or swept), or no heartbeat could reach D1 for a
+	// whole TTL. Another owner may be running the same mutation.
+	ErrLeaseLost = errors.New("idem: lease lost: the reservation is no longer held")
+	// ErrMaxLease: the handler ran longer than Config.MaxLease.
+	ErrMaxLease = errors.New("idem: maximum lease duration exceeded")
+)
+
+// lease keeps a reservation alive while its handler runs: every
+// Config.Heartbeat it renews updated_at, fenced by generation, so a slow but
+// live owner is never taken over. When a renewal matches no row, the lease is
+// lost: the handler's context is cancelled at once, with ErrLeaseLost as its
+// cause, and a log line says so.
+type lease struct {
+	ctx    context.Context // the handler's context
+	cancel context.CancelCauseFunc
+	beat   context.Context // the heartbeat's own context, ended by stop
+	end    context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// hold starts the heartbeat for r and returns the lease whose ctx the
+// handler runs under.
+func (l *Ledger) hold(parent context.Context, r *Reservation) *lease {
+	ctx, cancel := context.WithCancelCause(parent)
+	beat, end := context.WithCancel(context.WithoutCancel(parent))
+	ls := &lease{ctx: ctx, cancel: cancel, beat: beat, end: end}
+	if l.cfg.Heartbeat <= 0 {
+		return ls
+	}
+	ls.wg.Add(1)
+	go func() {
+		defer ls.wg.Done()
+		l.heartbeat(ls, r)
+	}()
+	return ls
+}
+
+func (l *Ledger) heartbeat(ls *lease, r *Reservation) {
+	tick := time.NewTicker(l.cfg.Heartbeat)
+	defer tick.Stop()
+	maxLease := time.NewTimer(l.cfg.MaxLease - time.Since(r.acquired))
+	defer maxLease.Stop()
+	lastRenewed := r.acquired
+	for {
+		select {
+		case <-ls.beat.Done():
+			return
+		case <-ls.ctx.Done():
+			return
+		case <-maxLease.C:
+			l.log.LogAttrs(ls.ctx, slog.LevelError, "idem: handler exceeded the maximum lease; its context is cancelled",
+				append(logAttrs(r), slog.Duration("max_lease", l.cfg.MaxLease))...)
+			ls.cancel(ErrMaxLease)
+			return
+		case <-tick.C:
+		}
+		rctx, cancel := context.WithTimeout(ls.beat, l.cfg.Heartbeat)
+		ok, err := l.Renew(rctx, r)
+		cancel()
+		switch {
+		case err == nil && ok:
+			lastRenewed = time.Now()
+		case ls.beat.Err() != nil:
+			return // stopped while renewing
+		case err == nil:
+			l.log.LogAttrs(ls.ctx, slog.LevelError, "idem: lease lost: the reservation was taken over or released; the handler's context is cancelled",
+				logAttrs(r)...)
+			ls.cancel(ErrLeaseLost)
+			return
+		case time.Since(lastRenewed) >= l.cfg.TTL:
+			l.log.LogAttrs(ls.ctx, slog.LevelError, "idem: lease lost: no heartbeat reached D1 for a whole TTL; the handler's context is cancelled",
+				append(logAttrs(r), slog.String("error", err.Error()))...)
+			ls.cancel(ErrLeaseLost)
+			return
+		default:
+			l.log.LogAttrs(ls.ctx, slog.LevelWarn, "idem: heartbeat failed; retrying at the next beat",
+				append(logAttrs(r), slog.String("error", err.Error()))...)
+		}
+	}
+}
+
+// stop ends the heartbeat and waits for it, so no renewal races the
+// completion, then cancels the handler's context (its work is over). It is
+// safe to call more than once.
+func (ls *lease) stop() {
+	ls.once.Do(func() {
+		ls.end()
+		ls.wg.Wait()
+		ls.cancel(nil)
+	})
+}
+
+// Hold runs fn under a context that keeps r's lease alive with heartbeats
+// and is cancelled, with cause ErrLeaseLost or ErrMaxLease, when the lease
+// is lost. It is the middleware's lease, for callers that use Begin and
+// Complete directly. It returns fn's error.
+func (l *Ledger) Hold(ctx context.Context, r *Reservation, fn func(ctx context.Context) error) error {
+	ls := l.hold(ctx, r)
+	defer ls.stop()
+	return fn(ls.ctx)
+}

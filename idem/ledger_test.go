@@ -1,0 +1,390 @@
+package idem_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1local"
+	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/d1test"
+)
+
+var bg = context.Background()
+
+// clock is an injectable test clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.UnixMilli(1_767_225_600_000)} }
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newLedger(t testing.TB, db *d1client.Client, cfg idem.Config) *idem.Ledger {
+	t.Helper()
+	l, err := idem.New(db, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func begin(t testing.TB, l *idem.Ledger, principal, key, fp string) idem.Decision {
+	t.Helper()
+	d, err := l.Begin(bg, principal, key, fp)
+	if err != nil {
+		t.Fatalf("Begin(%s, %s): %v", principal, key, err)
+	}
+	return d
+}
+
+func complete(t testing.TB, l *idem.Ledger, r *idem.Reservation, status int, body string) idem.Completion {
+	t.Helper()
+	c, err := l.Complete(bg, r, idem.Response{Status: status, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(body)})
+	if err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	return c
+}
+
+// Every branch of the state machine, on both backends, with D1's clock.
+func TestStateMachine(t *testing.T) {
+	d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
+		db := b.NewClientSchema(t)
+		l := newLedger(t, db, idem.Config{TTL: 400 * time.Millisecond, Heartbeat: -1})
+
+		// A fresh key: Execute, generation 1, not a takeover.
+		d := begin(t, l, "acct_1", "k1", "fpA")
+		if d.Outcome != idem.Execute || d.Reservation.Generation != 1 || d.Reservation.Takeover {
+			t.Fatalf("fresh: %+v", d)
+		}
+		r1 := d.Reservation
+
+		// The same request while pending: InProgress with the TTL.
+		d = begin(t, l, "acct_1", "k1", "fpA")
+		if d.Outcome != idem.InProgress || d.RetryAfter != 400*time.Millisecond {
+			t.Fatalf("pending: %+v", d)
+		}
+		// Another request with the same key while pending: Reused.
+		if d = begin(t, l, "acct_1", "k1", "fpB"); d.Outcome != idem.Reused {
+			t.Fatalf("pending, other fingerprint: %+v", d)
+		}
+
+		// Completion stores; the same request replays.
+		if c := complete(t, l, r1, 201, `{"id":1}`); !c.Stored {
+			t.Fatal("completion not stored")
+		}
+		d = begin(t, l, "acct_1", "k1", "fpA")
+		if d.Outcome != idem.Replay || d.Response.Status != 201 || string(d.Response.Body) != `{"id":1}` ||
+			d.Response.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("replay: %+v", d)
+		}
+		// A different request with a completed key: Reused, never replayed.
+		if d = begin(t, l, "acct_1", "k1", "fpB"); d.Outcome != idem.Reused || d.Response != nil {
+			t.Fatalf("completed, other fingerprint: %+v", d)
+		}
+		// Completing twice is fenced (status is no longer pending).
+		if c := complete(t, l, r1, 500, "again"); c.Stored {
+			t.Fatal("a second completion was stored")
+		}
+
+		// Takeover after the TTL: the old owner's completion is fenced out,
+		// the new owner's is stored.
+		old := begin(t, l, "acct_1", "k2", "fpA").Reservation
+		time.Sleep(450 * time.Millisecond)
+		if d = begin(t, l, "acct_1", "k2", "fpB"); d.Outcome != idem.Reused {
+			t.Fatalf("stale pending, other fingerprint must not take over: %+v", d)
+		}
+		d = begin(t, l, "acct_1", "k2", "fpA")
+		if d.Outcome != idem.Execute || !d.Reservation.Takeover || d.Reservation.Generation != 2 {
+			t.Fatalf("takeover: %+v", d)
+		}
+		if c := complete(t, l, old, 200, "old owner"); c.Stored {
+			t.Fatal("the superseded owner's completion was stored")
+		}
+		if c := complete(t, l, d.Reservation, 200, "new owner"); !c.Stored {
+			t.Fatal("the new owner's completion was not stored")
+		}
+		if d = begin(t, l, "acct_1", "k2", "fpA"); d.Outcome != idem.Replay || string(d.Response.Body) != "new owner" {
+			t.Fatalf("after takeover: %+v", d)
+		}
+
+		// Release is fenced: it deletes only our own pending row.
+		r3 := begin(t, l, "acct_1", "k3", "fpA").Reservation
+		stale := *r3
+		stale.Generation = 7
+		if ok, err := l.Release(bg, &stale); err != nil || ok {
+			t.Fatalf("release of another generation: %v %v", ok, err)
+		}
+		if ok, err := l.Release(bg, r3); err != nil || !ok {
+			t.Fatalf("release: %v %v", ok, err)
+		}
+		if d = begin(t, l, "acct_1", "k3", "fpA"); d.Outcome != idem.Execute || d.Reservation.Generation != 1 {
+			t.Fatalf("after release: %+v", d)
+		}
+	})
+}
+
+func TestBeginRejectsBadInput(t *testing.T) {
+	l := newLedger(t, d1test.Local(t).NewClientSchema(t), idem.Config{})
+	if _, err := l.Begin(bg, "", "k", "fp"); err != idem.ErrNoPrincipal {
+		t.Errorf("empty principal: %v", err)
+	}
+	if _, err := l.Begin(bg, "p", "bad\nkey", "fp"); err != idem.ErrInvalidKey {
+		t.Errorf("invalid key: %v", err)
+	}
+	if _, err := l.Begin(bg, "p", strings.Repeat("k", 256), "fp"); err != idem.ErrInvalidKey {
+		t.Errorf("long key: %v", err)
+	}
+	if _, err := idem.New(nil, idem.Config{}); err == nil {
+		t.Error("nil client accepted")
+	}
+	for _, cfg := range []idem.Config{
+		{Retention: time.Second, TTL: 2 * time.Second},
+		{ReplayableHeaders: []string{"content-type", "Set-Cookie"}},
+		{FingerprintHeaders: []string{"bad header"}},
+		{Heartbeat: time.Minute},
+	} {
+		if _, err := idem.New(d1test.Local(t).NewClient(t), cfg); err == nil {
+			t.Errorf("config %+v accepted", cfg)
+		}
+	}
+}
+
+// Two principals with the same key are two executions and never replay
+// each other.
+func TestPrincipalIsolation(t *testing.T) {
+	d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
+		l := newLedger(t, b.NewClientSchema(t), idem.Config{Heartbeat: -1})
+		a := begin(t, l, "alice", "same-key", "fp")
+		bb := begin(t, l, "bob", "same-key", "fp")
+		if a.Outcome != idem.Execute || bb.Outcome != idem.Execute {
+			t.Fatalf("outcomes %v %v", a.Outcome, bb.Outcome)
+		}
+		complete(t, l, a.Reservation, 201, "alice's order")
+		// Bob's reservation is untouched by Alice's completion.
+		if d := begin(t, l, "bob", "same-key", "fp"); d.Outcome != idem.InProgress {
+			t.Fatalf("bob after alice completed: %v", d.Outcome)
+		}
+		complete(t, l, bb.Reservation, 201, "bob's order")
+		for who, want := range map[string]string{"alice": "alice's order", "bob": "bob's order"} {
+			if d := begin(t, l, who, "same-key", "fp"); d.Outcome != idem.Replay || string(d.Response.Body) != want {
+				t.Errorf("%s replays %+v", who, d)
+			}
+		}
+	})
+}
+
+// 200 goroutines race on one key: exactly one executes, every other gets a
+// replay or in-progress, and exactly one completion is stored.
+func TestRaceOnOneKey(t *testing.T) {
+	d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
+		db := b.NewClientSchema(t)
+		l := newLedger(t, db, idem.Config{Heartbeat: -1})
+		const n = 200
+		var executes, replays, inProgress, stored atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make(chan error, n)
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				d, err := l.Begin(bg, "acct", "contested", "fp")
+				if err != nil {
+					errs <- err
+					return
+				}
+				switch d.Outcome {
+				case idem.Execute:
+					executes.Add(1)
+					c, err := l.Complete(bg, d.Reservation, idem.Response{Status: 201, Body: []byte("once")})
+					if err != nil {
+						errs <- err
+					} else if c.Stored {
+						stored.Add(1)
+					}
+				case idem.Replay:
+					if string(d.Response.Body) != "once" {
+						errs <- fmt.Errorf("replayed %q", d.Response.Body)
+					}
+					replays.Add(1)
+				case idem.InProgress:
+					inProgress.Add(1)
+				default:
+					errs <- fmt.Errorf("outcome %v", d.Outcome)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if executes.Load() != 1 || stored.Load() != 1 || executes.Load()+replays.Load()+inProgress.Load() != n {
+			t.Fatalf("executes=%d stored=%d replays=%d in_progress=%d", executes.Load(), stored.Load(), replays.Load(), inProgress.Load())
+		}
+		var rows int64
+		res, err := db.Query(bg, "SELECT count(*), sum(status = 'completed') FROM idempotency_keys")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var completed int64
+		if err := res.Rows[0].Scan(&rows, &completed); err != nil || rows != 1 || completed != 1 {
+			t.Fatalf("rows=%d completed=%d err=%v", rows, completed, err)
+		}
+	})
+}
+
+// The response rules of the spec: the body cap, null-body statuses and the
+// response_headers JSON that a Worker writes and reads.
+func TestResponseRules(t *testing.T) {
+	d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
+		db := b.NewClientSchema(t)
+		l := newLedger(t, db, idem.Config{MaxStoredBody: 10, Heartbeat: -1})
+
+		// Over the cap: stored as null body, status 500, and the caller gets
+		// the same.
+		r := begin(t, l, "p", "big", "fp").Reservation
+		c, err := l.Complete(bg, r, idem.Response{Status: 201, Header: http.Header{"Content-Type": {"text/plain"}, "X-Other": {"x"}}, Body: []byte("01234567890")})
+		if err != nil || !c.Stored || c.Response.Status != 500 || c.Response.Body != nil || c.Response.Header.Get("X-Other") != "" {
+			t.Fatalf("oversized: %+v %v", c, err)
+		}
+		d := begin(t, l, "p", "big", "fp")
+		if d.Outcome != idem.Replay || d.Response.Status != 500 || len(d.Response.Body) != 0 || d.Response.Header.Get("Content-Type") != "text/plain" {
+			t.Fatalf("oversized replay: %+v", d.Response)
+		}
+		// Exactly at the cap is stored.
+		r = begin(t, l, "p", "cap", "fp").Reservation
+		complete(t, l, r, 200, "0123456789")
+		if d = begin(t, l, "p", "cap", "fp"); string(d.Response.Body) != "0123456789" {
+			t.Fatalf("at the cap: %+v", d.Response)
+		}
+		// Not valid UTF-8: cannot be stored unaltered, so the sentinel.
+		r = begin(t, l, "p", "binary", "fp").Reservation
+		c, _ = l.Complete(bg, r, idem.Response{Status: 200, Body: []byte{0xff, 0xfe}})
+		if c.Response.Status != 500 {
+			t.Fatalf("binary body: %+v", c)
+		}
+		// 204 replays with no body.
+		r = begin(t, l, "p", "nocontent", "fp").Reservation
+		complete(t, l, r, 204, "")
+		if d = begin(t, l, "p", "nocontent", "fp"); d.Response.Status != 204 || d.Response.Body != nil {
+			t.Fatalf("204: %+v", d.Response)
+		}
+		// response_headers is the spec's JSON object, allowlisted headers in
+		// allowlist order, Fetch-joined values.
+		r = begin(t, l, "p", "headers", "fp").Reservation
+		h := http.Header{"Location": {"/v1/orders/1"}, "Content-Type": {"application/json"}, "Set-Cookie": {"s=1"}, "X-Trace": {"t"}}
+		h.Add("Content-Type", "charset=utf-8")
+		if _, err := l.Complete(bg, r, idem.Response{Status: 201, Header: h, Body: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := db.Query(bg, "SELECT response_headers FROM idempotency_keys WHERE key = 'headers'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var js string
+		_ = res.Rows[0].Scan(&js)
+		if want := `{"content-type":"application/json, charset=utf-8","location":"/v1/orders/1"}`; js != want {
+			t.Errorf("response_headers = %s, want %s", js, want)
+		}
+		// A row written by a Worker (spec's code) replays here, and a
+		// set-cookie smuggled into it is never replayed.
+		if _, err := db.Query(bg, `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, response_status, response_body, response_headers, created_at, updated_at)
+VALUES ('p', 'from-worker', 'fp', 'completed', 1, 201, '{"id":7}', '{"content-type":"application/json","location":"/o/7","set-cookie":"a=b"}', 1, 1)`); err != nil {
+			t.Fatal(err)
+		}
+		d = begin(t, l, "p", "from-worker", "fp")
+		if d.Outcome != idem.Replay || d.Response.Header.Get("Location") != "/o/7" || d.Response.Header.Get("Set-Cookie") != "" || string(d.Response.Body) != `{"id":7}` {
+			t.Fatalf("worker row: %+v", d.Response)
+		}
+		// A row with unreadable headers fails loudly rather than replaying.
+		if _, err := db.Query(bg, `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, response_status, response_body, response_headers, created_at, updated_at)
+VALUES ('p', 'corrupt', 'fp', 'completed', 1, 200, 'x', 'not json', 1, 1)`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Begin(bg, "p", "corrupt", "fp"); err == nil || !strings.Contains(err.Error(), "unreadable") {
+			t.Fatalf("corrupt row: %v", err)
+		}
+	})
+}
+
+// A completion that fails transiently is retried until it lands; one whose
+// answer was lost after the commit is recognised as stored.
+func TestCompletionRetries(t *testing.T) {
+	b := d1test.Local(t)
+	db := b.NewClientSchema(t, func(c *d1client.Config) {
+		c.Retry = d1client.RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}
+	})
+	l := newLedger(t, db, idem.Config{Heartbeat: -1})
+	for _, f := range []d1local.Fault{
+		{Internal: true},
+		{BadGateway: true},
+		{Overloaded: true},
+		{LoseResponse: true},
+		{Internal: true, AfterCommit: true},
+	} {
+		key := fmt.Sprintf("k-%+v", f)
+		r := begin(t, l, "p", key, "fp").Reservation
+		// Three failed attempts, then success (or, after commit, a retry that
+		// finds the row already completed).
+		b.Local.Inject(f, f, f)
+		before := b.Local.Calls()
+		c, err := l.Complete(bg, r, idem.Response{Status: 201, Body: []byte("ok")})
+		if err != nil || !c.Stored {
+			t.Errorf("%+v: stored=%v err=%v", f, c.Stored, err)
+			continue
+		}
+		if n := b.Local.Calls() - before; n < 2 {
+			t.Errorf("%+v: %d calls: not retried", f, n)
+		}
+		if d := begin(t, l, "p", key, "fp"); d.Outcome != idem.Replay || string(d.Response.Body) != "ok" {
+			t.Errorf("%+v: %+v", f, d)
+		}
+	}
+}
+
+// A fenced-out completion is logged with the principal's digest, a
+// truncated key and the generation; never an error.
+func TestFencedOutIsLogged(t *testing.T) {
+	var logs bytes.Buffer
+	clk := newClock()
+	db := d1test.Local(t).NewClientSchema(t)
+	l := newLedger(t, db, idem.Config{Clock: clk.Now, Heartbeat: -1, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	old := begin(t, l, "secret-principal", "a-very-long-idempotency-key-0001", "fp").Reservation
+	clk.Advance(31 * time.Second)
+	if d := begin(t, l, "secret-principal", "a-very-long-idempotency-key-0001", "fp"); d.Outcome != idem.Execute || !d.Reservation.Takeover {
+		t.Fatalf("%+v", d)
+	}
+	c, err := l.Complete(bg, old, idem.Response{Status: 200})
+	if err != nil || c.Stored {
+		t.Fatalf("stored=%v err=%v", c.Stored, err)
+	}
+	out := logs.String()
+	for _, want := range []string{"fenced out", `"generation":1`, `"key":"a-very-long-idem…"`, `"principal_sha256":"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q: %s", want, out)
+		}
+	}
+	if strings.Contains(out, "secret-principal") || strings.Contains(out, "key-0001") {
+		t.Errorf("log carries the principal or the full key: %s", out)
+	}
+}

@@ -1,0 +1,136 @@
+package idem
+
+import (
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/d1idem/d1idem/d1client"
+)
+
+// ledgerSQL builds the ledger's statements. Every statement is the spec's,
+// with one change where the D1 clock is used: the timestamp the spec binds
+// from Date.now() is computed in SQL instead (d1Now), so every instance reads
+// one clock. With an injected clock the timestamp is bound as a parameter,
+// exactly as in the spec.
+type ledgerSQL struct {
+	injected bool
+
+	claim, lookup, completeSQL, completeLookup, sweepSQL, releaseSQL, renewSQL, guardSQL string
+}
+
+// buildSQL builds the statements for the D1 clock, or for an injected
+// clock bound as a parameter.
+func buildSQL(injectedClock bool) ledgerSQL {
+	now := func(param string) string {
+		if injectedClock {
+			return param
+		}
+		return d1Now
+	}
+	return ledgerSQL{
+		injected: injectedClock,
+		// Round trip 1, statement 1: the spec's claim, with the spec's
+		// takeover folded into its conflict branch. A fresh key inserts
+		// generation 1; an existing pending row with the same fingerprint and
+		// updated_at older than the TTL is taken over (generation + 1,
+		// updated_at = now); anything else is left alone and returns no row.
+		claim: `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, created_at, updated_at)
+VALUES (?1, ?2, ?3, 'pending', 1, ` + now("?5") + `, ` + now("?5") + `)
+ON CONFLICT (principal, key) DO UPDATE SET generation = generation + 1, updated_at = excluded.updated_at
+WHERE status = 'pending' AND fingerprint = excluded.fingerprint AND updated_at < excluded.updated_at - ?4
+RETURNING generation`,
+		// Round trip 1, statement 2: the spec's lookup.
+		lookup: `SELECT fingerprint, status, generation, response_status, response_body, response_headers
+FROM idempotency_keys WHERE principal = ?1 AND key = ?2`,
+		// Round trip 2: the spec's fenced completion ...
+		completeSQL: `UPDATE idempotency_keys
+SET status = 'completed', response_status = ?1, response_body = ?2, response_headers = ?3, updated_at = ` + now("?7") + `
+WHERE principal = ?4 AND key = ?5 AND generation = ?6 AND status = 'pending'
+RETURNING key`,
+		// When the fenced completion returns no row, a read of the row tells
+		// a completion whose earlier attempt landed before its answer was
+		// lost (the row holds exactly our response at our generation) from
+		// one that was fenced out.
+		completeLookup: `SELECT status, generation, response_status, response_body, response_headers
+FROM idempotency_keys WHERE principal = ?1 AND key = ?2`,
+		// The spec's bounded sweep, through the rowid subquery.
+		sweepSQL: `DELETE FROM idempotency_keys
+WHERE rowid IN (
+  SELECT rowid FROM idempotency_keys
+  WHERE updated_at < ` + now("?3") + ` - ?1
+  LIMIT ?2
+)`,
+		// A fenced release: the pending row of this generation only.
+		releaseSQL: `DELETE FROM idempotency_keys
+WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending'
+RETURNING generation`,
+		// A fenced lease renewal (heartbeat).
+		renewSQL: `UPDATE idempotency_keys SET updated_at = ` + now("?4") + `
+WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending'
+RETURNING generation`,
+		// The fence guard of a transactional completion: when this
+		// generation is no longer the pending owner, it inserts a row with a
+		// NULL fingerprint, which violates NOT NULL and aborts the whole
+		// batch, the caller's statements with it. Otherwise it inserts
+		// nothing.
+		guardSQL: `INSERT INTO idempotency_keys (principal, key, fingerprint, created_at, updated_at)
+SELECT ?1, ?2, NULL, 0, 0
+WHERE NOT EXISTS (
+  SELECT 1 FROM idempotency_keys
+  WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending'
+)`,
+	}
+}
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+// withNow appends the injected time as the statement's last parameter.
+func (s ledgerSQL) withNow(params []any, now time.Time) []any {
+	if s.injected {
+		return append(params, ms(now))
+	}
+	return params
+}
+
+func (s ledgerSQL) begin(principal, key, fingerprint string, ttl time.Duration, now time.Time) []d1client.Statement {
+	return []d1client.Statement{
+		{SQL: s.claim, Params: s.withNow([]any{principal, key, fingerprint, ttl.Milliseconds()}, now)},
+		{SQL: s.lookup, Params: []any{principal, key}},
+	}
+}
+
+func (s ledgerSQL) complete(r *Reservation, status int, body *string, headersJSON string, now time.Time) d1client.Statement {
+	var bodyParam any
+	if body != nil {
+		bodyParam = *body
+	}
+	return d1client.Statement{SQL: s.completeSQL, Params: s.withNow([]any{status, bodyParam, headersJSON, r.Principal, r.Key, r.Generation}, now)}
+}
+
+func (s ledgerSQL) lookupCompletion(r *Reservation) d1client.Statement {
+	return d1client.Statement{SQL: s.completeLookup, Params: []any{r.Principal, r.Key}}
+}
+
+func (s ledgerSQL) sweep(retention time.Duration, batch int, now time.Time) d1client.Statement {
+	return d1client.Statement{SQL: s.sweepSQL, Params: s.withNow([]any{retention.Milliseconds(), batch}, now)}
+}
+
+func (s ledgerSQL) release(r *Reservation) d1client.Statement {
+	return d1client.Statement{SQL: s.releaseSQL, Params: []any{r.Principal, r.Key, r.Generation}}
+}
+
+func (s ledgerSQL) renew(r *Reservation, now time.Time) d1client.Statement {
+	return d1client.Statement{SQL: s.renewSQL, Params: s.withNow([]any{r.Principal, r.Key, r.Generation}, now)}
+}
+
+func (s ledgerSQL) guard(r *Reservation) d1client.Statement {
+	return d1client.Statement{SQL: s.guardSQL, Params: []any{r.Principal, r.Key, r.Generation}}
+}
+
+// isFenceViolation recognises the guard's abort.
+func isFenceViolation(err error) bool {
+	var e *d1client.Error
+	return errors.As(err, &e) && e.Kind == d1client.KindSQL &&
+		strings.Contains(e.Message, "NOT NULL constraint failed: idempotency_keys.fingerprint")
+}
