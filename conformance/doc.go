@@ -1,0 +1,31 @@
+// Package conformance holds d1idem's D1 conformance suite: one set of tests,
+// run through d1client against two backends, that pins down the D1
+// behaviour the idempotency ledger relies on.
+//
+// The backends (see internal/d1test) are:
+//
+//   - d1local, this module's D1-compatible REST server on SQLite, in process;
+//   - workerd, Cloudflare's real local D1: workerd's own D1 binding and
+//     Miniflare's D1 database object on workerd's SQLite, behind a small
+//     Worker (worker.js) that serves the D1 REST API's shapes, started from
+//     Node by server.mjs with the npm packages pinned in package.json.
+//
+// Every test runs the same assertions on both, so d1local is held to what
+// the real thing does. Where the two legitimately differ, the test asserts
+// the difference explicitly and says why.
+//
+// What is covered: the spec's five ledger statements, verbatim (claim,
+// lookup, fenced takeover, fenced completion, the bounded rowid-subquery
+// sweep); batch atomicity, DDL included; the error shapes (syntax errors,
+// constraint violations, BEGIN); parameter typing (JSON numbers bind as
+// REAL, the TEXT-affinity "42.0" gotcha, integers beyond 2^53); the schema as
+// PRAGMA table_info and index_list report it; the /raw and /query shapes
+// (zero-row column names, duplicate column names, envelopes, several
+// statements in one "sql"); and, on workerd only, the spec's
+// computeFingerprint served by the Worker. BenchmarkClaimLookup measures a
+// claim+lookup batch on both backends, sequential and 16-way concurrent.
+//
+// Running it: `make test`, or `npm ci` in this directory once and then
+// `go test ./conformance/`. Without Node or node_modules the workerd leg is
+// skipped, except in CI (CI set), where it fails.
+package conformance
