@@ -21,7 +21,8 @@
 // REAL, the TEXT-affinity "42.0" gotcha, integers beyond 2^53); the schema as
 // PRAGMA table_info and index_list report it; the /raw and /query shapes
 // (zero-row column names, duplicate column names, envelopes, several
-// statements in one "sql"); and, on workerd only, the spec's
+// statements in one "sql"); the meta fields a client acts on (and the
+// billing counters, which differ); and, on workerd only, the spec's
 // computeFingerprint served by the Worker. BenchmarkClaimLookup measures a
 // claim+lookup batch on both backends, sequential and 16-way concurrent.
 //
