@@ -68,10 +68,16 @@ type Options struct {
 	// Default 409, as the spec says; 422 conforms to the IETF
 	// Idempotency-Key draft.
 	ReuseStatus int
+	// Timeout bounds round trip 1, waiting for the D1 request budget
+	// included; past it the answer is 503 with Retry-After. Default 10 s.
+	Timeout time.Duration
 	// Logger receives released reservations, panics and ledger failures;
 	// nil uses the ledger's logger.
 	Logger *slog.Logger
 }
+
+// DefaultTimeout bounds round trip 1 in the middleware.
+const DefaultTimeout = 10 * time.Second
 
 type middleware struct {
 	l       *Ledger
@@ -145,8 +151,11 @@ func NewMiddleware(l *Ledger, opts Options) (func(http.Handler) http.Handler, er
 	if opts.MaxBodyBytes == 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	if opts.MaxBodyBytes < 0 {
-		return nil, errors.New("idem: Options.MaxBodyBytes must not be negative")
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.MaxBodyBytes < 0 || opts.Timeout < 0 {
+		return nil, errors.New("idem: Options.MaxBodyBytes and Options.Timeout must not be negative")
 	}
 	switch opts.ReuseStatus {
 	case 0:
@@ -207,7 +216,9 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	fp := fingerprintBytes(r.Method, PathAndQuery(r), r.Header, m.l.cfg.FingerprintHeaders, body)
 
-	dec, err := m.l.Begin(r.Context(), principal, key, fp)
+	bctx, cancel := context.WithTimeout(r.Context(), m.o.Timeout)
+	dec, err := m.l.Begin(bctx, principal, key, fp)
+	cancel()
 	if err != nil {
 		m.unavailable(w, r, err)
 		return

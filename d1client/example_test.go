@@ -1,0 +1,48 @@
+package d1client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+
+	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1local"
+)
+
+// Run a batch (one transaction) and read its results exactly. Against
+// Cloudflare, leave BaseURL empty and set APIToken, AccountID and
+// DatabaseID; here a local D1 (d1local) stands in.
+func ExampleClient_Exec() {
+	local, _ := d1local.New(d1local.Config{})
+	defer local.Close()
+	srv := httptest.NewServer(local)
+	defer srv.Close()
+
+	db, err := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: "example", Budget: &d1client.Unlimited})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	res, err := db.Exec(ctx, []d1client.Statement{
+		d1client.NewStatement("CREATE TABLE accounts (id INTEGER PRIMARY KEY, email TEXT UNIQUE, balance INTEGER)"),
+		d1client.NewStatement("INSERT INTO accounts (email, balance) VALUES (?, ?) RETURNING id", "a@example.com", int64(9007199254740993)),
+		d1client.NewStatement("SELECT email, CAST(balance AS TEXT) AS exact FROM accounts"),
+	})
+	if err != nil {
+		panic(err)
+	}
+	var id int64
+	_ = res[1].Rows[0].Scan(&id)
+	var email, exact string
+	_ = res[2].Rows[0].Scan(&email, &exact)
+	fmt.Println(id, email, exact, res[1].Meta.Changes)
+
+	// A constraint violation is an SQL error, matchable with errors.Is.
+	_, err = db.Query(ctx, "INSERT INTO accounts (email) VALUES (?)", "a@example.com")
+	var e *d1client.Error
+	fmt.Println(errors.Is(err, d1client.ErrConstraint), errors.As(err, &e) && e.SQLiteCode == "SQLITE_CONSTRAINT")
+	// Output:
+	// 1 a@example.com 9007199254740993 1
+	// true true
+}

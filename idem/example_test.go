@@ -1,0 +1,91 @@
+package idem_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/d1idem/d1idem"
+	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1local"
+	"github.com/d1idem/d1idem/idem"
+)
+
+// exampleDB returns a client on a fresh local D1 (d1local) holding the
+// ledger schema. In production, point d1client at Cloudflare instead:
+// d1client.Config{APIToken: ..., AccountID: ..., DatabaseID: ...}.
+func exampleDB() (*d1client.Client, func()) {
+	local, _ := d1local.New(d1local.Config{})
+	srv := httptest.NewServer(local)
+	db, _ := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: "example", Budget: &d1client.Unlimited})
+	var schema []d1client.Statement
+	for _, s := range d1idem.SchemaStatements() {
+		schema = append(schema, d1client.Statement{SQL: s})
+	}
+	if _, err := db.Exec(context.Background(), schema); err != nil {
+		panic(err)
+	}
+	return db, func() { srv.Close(); local.Close() }
+}
+
+// Wrap a mutating handler: the first request runs it, a retry with the same
+// Idempotency-Key replays the stored response.
+func ExampleMiddleware() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	ledger, _ := idem.New(db, idem.Config{})
+
+	createOrder := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"order":"ord_1"}`)
+	})
+	protect := idem.Middleware(ledger, idem.Options{
+		// Derive the principal from authentication, never from the client.
+		Principal: func(r *http.Request) (string, error) { return "acct_42", nil },
+	})
+	api := httptest.NewServer(protect(createOrder))
+	defer api.Close()
+
+	for i := 0; i < 2; i++ {
+		req, _ := http.NewRequest("POST", api.URL+"/v1/orders", strings.NewReader(`{"sku":"tea"}`))
+		req.Header.Set("Idempotency-Key", "8e03978e-40d5-43e8-bc93-6894a57f9324")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			panic(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		fmt.Println(res.StatusCode, res.Header.Get("Idempotent-Replayed"), string(body))
+	}
+	// Output:
+	// 201  {"order":"ord_1"}
+	// 201 true {"order":"ord_1"}
+}
+
+// Use the ledger directly, from any transport: Begin decides, Complete
+// stores.
+func ExampleLedger() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	ledger, _ := idem.New(db, idem.Config{})
+	ctx := context.Background()
+
+	fp, _ := idem.Fingerprint("POST", "/v1/charges", http.Header{}, idem.DefaultFingerprintHeaders, strings.NewReader(`{"amount":500}`))
+	d, _ := ledger.Begin(ctx, "acct_42", "charge-1", fp)
+	fmt.Println(d.Outcome, d.Reservation.Generation)
+
+	// ... run the mutation, then store its response:
+	c, _ := ledger.Complete(ctx, d.Reservation, idem.Response{Status: 201, Body: []byte(`{"charge":"ch_1"}`)})
+	fmt.Println("stored:", c.Stored)
+
+	d, _ = ledger.Begin(ctx, "acct_42", "charge-1", fp)
+	fmt.Println(d.Outcome, d.Response.Status, string(d.Response.Body))
+	// Output:
+	// execute 1
+	// stored: true
+	// replay 201 {"charge":"ch_1"}
+}

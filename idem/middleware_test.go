@@ -1,0 +1,463 @@
+package idem_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/gorilla/mux"
+
+	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1local"
+	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/d1test"
+)
+
+// stack is an httptest server running handler behind the middleware, on a
+// d1local ledger.
+type stack struct {
+	t      *testing.T
+	srv    *httptest.Server
+	ledger *idem.Ledger
+	db     *d1client.Client
+	local  *d1local.Server
+	runs   atomic.Int64 // handler executions
+}
+
+type stackOpts struct {
+	cfg     idem.Config
+	opts    idem.Options
+	handler http.HandlerFunc
+	dbMod   func(*d1client.Config)
+	router  func(mw func(http.Handler) http.Handler, h http.Handler) http.Handler
+}
+
+func bearer(r *http.Request) (string, error) {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || tok == "" {
+		return "", errors.New("no token")
+	}
+	return tok, nil
+}
+
+func newStack(t *testing.T, so stackOpts) *stack {
+	t.Helper()
+	b := d1test.Local(t)
+	var mods []func(*d1client.Config)
+	if so.dbMod != nil {
+		mods = append(mods, so.dbMod)
+	}
+	db := b.NewClientSchema(t, mods...)
+	if so.cfg.Heartbeat == 0 {
+		so.cfg.Heartbeat = -1
+	}
+	s := &stack{t: t, db: db, local: b.Local, ledger: newLedger(t, db, so.cfg)}
+	if so.opts.Principal == nil {
+		so.opts.Principal = bearer
+	}
+	if so.handler == nil {
+		so.handler = func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Location", "/v1/things/1")
+			w.Header().Set("Set-Cookie", "session=abc")
+			w.Header().Set("X-Request-Id", "first")
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"created":true,"echo":%q}`, body)
+		}
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.runs.Add(1)
+		so.handler(w, r)
+	})
+	mw := idem.Middleware(s.ledger, so.opts)
+	var root http.Handler
+	if so.router != nil {
+		root = so.router(mw, h)
+	} else {
+		m := http.NewServeMux()
+		m.Handle("/", mw(h))
+		root = m
+	}
+	s.srv = httptest.NewUnstartedServer(root)
+	s.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the panic test's stack traces
+	s.srv.Start()
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   string
+	err    error
+}
+
+func (s *stack) do(method, path, key, token, body string, hdr ...string) reply {
+	req, _ := http.NewRequest(method, s.srv.URL+path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := s.srv.Client().Do(req)
+	if err != nil {
+		return reply{err: err}
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return reply{status: res.StatusCode, header: res.Header, body: string(b), err: err}
+}
+
+func (r reply) errorCode(t *testing.T) string {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(r.body), &m); err != nil {
+		t.Fatalf("body %q is not JSON: %v", r.body, err)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("error Content-Type = %q", ct)
+	}
+	code, _ := m["error"].(string)
+	return code
+}
+
+func TestMiddlewareFirstRequestAndReplay(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	first := s.do("POST", "/v1/things?x=1", "k-1", "tok_a", `{"n":1}`)
+	if first.status != 201 || first.header.Get("Set-Cookie") != "session=abc" || first.header.Get("X-Request-Id") != "first" ||
+		first.header.Get(idem.HeaderReplayed) != "" || !strings.Contains(first.body, `"created":true`) {
+		t.Fatalf("first: %+v", first)
+	}
+	for i := 0; i < 3; i++ {
+		again := s.do("POST", "/v1/things?x=1", "k-1", "tok_a", `{"n":1}`)
+		if again.status != 201 || again.body != first.body {
+			t.Fatalf("replay %d: %+v", i, again)
+		}
+		if again.header.Get(idem.HeaderReplayed) != "true" || again.header.Get("Location") != "/v1/things/1" ||
+			again.header.Get("Content-Type") != "application/json" {
+			t.Errorf("replay headers: %v", again.header)
+		}
+		if again.header.Get("Set-Cookie") != "" || again.header.Get("X-Request-Id") != "" {
+			t.Errorf("replayed a header off the allowlist: %v", again.header)
+		}
+	}
+	if n := s.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+	// The same key under another principal is a separate execution.
+	if other := s.do("POST", "/v1/things?x=1", "k-1", "tok_b", `{"n":1}`); other.status != 201 || other.header.Get(idem.HeaderReplayed) != "" {
+		t.Fatalf("other principal: %+v", other)
+	}
+	// Unsafe methods only: GET passes straight through, unguarded.
+	if g := s.do("GET", "/v1/things", "", "", ""); g.status != 201 || s.runs.Load() != 3 {
+		t.Fatalf("GET: %+v runs=%d", g, s.runs.Load())
+	}
+}
+
+func TestMiddlewareRejections(t *testing.T) {
+	s := newStack(t, stackOpts{opts: idem.Options{MaxBodyBytes: 16}})
+	tests := []struct {
+		name   string
+		r      reply
+		status int
+		code   string
+	}{
+		{"missing key", s.do("POST", "/x", "", "tok", "{}"), 400, idem.CodeKeyRequired},
+		{"key too long", s.do("POST", "/x", strings.Repeat("k", 256), "tok", "{}"), 400, idem.CodeKeyInvalid},
+		{"key not ASCII", s.do("POST", "/x", "clé", "tok", "{}"), 400, idem.CodeKeyInvalid},
+		{"no principal", s.do("POST", "/x", "k", "", "{}"), 401, idem.CodeUnauthenticated},
+		{"body over the cap", s.do("POST", "/x", "k", "tok", strings.Repeat("x", 17)), 413, idem.CodeBodyTooLarge},
+	}
+	for _, tc := range tests {
+		if tc.r.status != tc.status || tc.r.errorCode(t) != tc.code {
+			t.Errorf("%s: %d %s, want %d %s", tc.name, tc.r.status, tc.r.body, tc.status, tc.code)
+		}
+	}
+	if n := s.runs.Load(); n != 0 {
+		t.Fatalf("handler ran %d times on rejected requests", n)
+	}
+	// Reuse: 409 by default.
+	s.do("POST", "/x", "reused", "tok", "{}")
+	if r := s.do("POST", "/x", "reused", "tok", `{"other":1}`); r.status != 409 || r.errorCode(t) != idem.CodeKeyReused {
+		t.Fatalf("reuse: %+v", r)
+	}
+	if r := s.do("PUT", "/x", "reused", "tok", "{}"); r.status != 409 || r.errorCode(t) != idem.CodeKeyReused {
+		t.Fatalf("reuse with another method: %+v", r)
+	}
+	// 422 with the IETF draft's status.
+	s422 := newStack(t, stackOpts{opts: idem.Options{ReuseStatus: 422}})
+	s422.do("POST", "/x", "reused", "tok", "{}")
+	if r := s422.do("POST", "/x", "reused", "tok", `{"other":1}`); r.status != 422 || r.errorCode(t) != idem.CodeKeyReused {
+		t.Fatalf("reuse 422: %+v", r)
+	}
+	if _, err := idem.NewMiddleware(s.ledger, idem.Options{}); err == nil {
+		t.Error("nil Principal accepted")
+	}
+	if _, err := idem.NewMiddleware(s.ledger, idem.Options{Principal: bearer, ReuseStatus: 418}); err == nil {
+		t.Error("ReuseStatus 418 accepted")
+	}
+}
+
+func TestMiddlewareHandlerReadsBodyAndKeyOptional(t *testing.T) {
+	s := newStack(t, stackOpts{opts: idem.Options{KeyOptional: true}})
+	r := s.do("POST", "/x", "", "tok", `{"a":"b"}`)
+	if r.status != 201 || !strings.Contains(r.body, `{\"a\":\"b\"}`) {
+		t.Fatalf("unprotected request: %+v", r)
+	}
+	r = s.do("POST", "/x", "k", "tok", `{"a":"c"}`)
+	if r.status != 201 || !strings.Contains(r.body, `{\"a\":\"c\"}`) {
+		t.Fatalf("the handler did not see the body: %+v", r)
+	}
+}
+
+func TestMiddlewareInProgress(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	s := newStack(t, stackOpts{cfg: idem.Config{TTL: 20 * time.Second}, handler: func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+		w.WriteHeader(200)
+	}})
+	done := make(chan reply)
+	go func() { done <- s.do("POST", "/slow", "k", "tok", "{}") }()
+	<-entered
+	r := s.do("POST", "/slow", "k", "tok", "{}")
+	close(release)
+	if r.status != 409 || r.errorCode(t) != idem.CodeKeyInProgress || r.header.Get("Retry-After") != "20" || !strings.Contains(r.body, `"retry_after_ms":20000`) {
+		t.Fatalf("in progress: %+v", r)
+	}
+	if first := <-done; first.status != 200 {
+		t.Fatalf("first: %+v", first)
+	}
+}
+
+// When the ledger cannot be reached the handler never runs: 503 with
+// Retry-After.
+func TestMiddlewareFailsClosed(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.local.Inject(d1local.Fault{Internal: true})
+	r := s.do("POST", "/x", "k", "tok", "{}")
+	if r.status != 503 || r.errorCode(t) != idem.CodeLedgerUnavailable || r.header.Get("Retry-After") == "" {
+		t.Fatalf("%+v", r)
+	}
+	s.local.Inject(d1local.Fault{BadGateway: true})
+	if r = s.do("POST", "/x", "k", "tok", "{}"); r.status != 503 {
+		t.Fatalf("%+v", r)
+	}
+	s.local.Inject(d1local.Fault{RateLimit: true, RetryAfter: 42 * time.Second})
+	if r = s.do("POST", "/x", "k", "tok", "{}"); r.status != 503 || r.errorCode(t) != idem.CodeBudgetExhausted || r.header.Get("Retry-After") != "42" {
+		t.Fatalf("971: %+v", r)
+	}
+	if n := s.runs.Load(); n != 0 {
+		t.Fatalf("handler ran %d times without protection", n)
+	}
+}
+
+// A spent request budget answers 503 with Retry-After instead of waiting
+// past the middleware's timeout.
+func TestMiddlewareBudgetExhausted(t *testing.T) {
+	s := newStack(t, stackOpts{
+		opts:  idem.Options{Timeout: 200 * time.Millisecond},
+		dbMod: func(c *d1client.Config) { c.Budget = &d1client.Budget{Calls: 2, Per: time.Hour} },
+	})
+	if r := s.do("POST", "/x", "k1", "tok", "{}"); r.status != 201 {
+		t.Fatalf("first: %+v", r)
+	}
+	r := s.do("POST", "/x", "k2", "tok", "{}")
+	if r.status != 503 || r.errorCode(t) != idem.CodeBudgetExhausted {
+		t.Fatalf("%+v", r)
+	}
+	if ra := r.header.Get("Retry-After"); ra == "" || ra == "0" {
+		t.Fatalf("Retry-After = %q", ra)
+	}
+}
+
+func TestMiddlewareResponseRules(t *testing.T) {
+	var status atomic.Int64
+	s := newStack(t, stackOpts{cfg: idem.Config{MaxStoredBody: 32}, handler: func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/nocontent":
+			w.WriteHeader(http.StatusNoContent)
+		case "/big":
+			w.Header().Set("Content-Type", "text/plain")
+			w.Write(bytes.Repeat([]byte("x"), 33))
+		case "/implicit":
+			w.Write([]byte("implicit 200"))
+		default:
+			w.WriteHeader(int(status.Load()))
+		}
+	}})
+	r := s.do("POST", "/nocontent", "k204", "tok", "")
+	if r.status != 204 || r.body != "" {
+		t.Fatalf("204: %+v", r)
+	}
+	if r = s.do("POST", "/nocontent", "k204", "tok", ""); r.status != 204 || r.body != "" || r.header.Get(idem.HeaderReplayed) != "true" {
+		t.Fatalf("204 replay: %+v", r)
+	}
+	// Over the stored-body cap: the spec's 500 with no body, now and on replay.
+	for i := 0; i < 2; i++ {
+		if r = s.do("POST", "/big", "kbig", "tok", ""); r.status != 500 || r.body != "" || r.header.Get("Content-Type") != "text/plain" {
+			t.Fatalf("oversized %d: %+v", i, r)
+		}
+	}
+	if r = s.do("POST", "/implicit", "kimp", "tok", ""); r.status != 200 || r.body != "implicit 200" {
+		t.Fatalf("implicit: %+v", r)
+	}
+	// Errors are stored and replayed too (Stripe does the same).
+	status.Store(503)
+	s.do("POST", "/err", "kerr", "tok", "")
+	status.Store(200)
+	if r = s.do("POST", "/err", "kerr", "tok", ""); r.status != 503 || r.header.Get(idem.HeaderReplayed) != "true" {
+		t.Fatalf("stored error: %+v", r)
+	}
+}
+
+// Streamed and hijacked responses are not stored: the reservation is
+// released so a retry executes again. A panic releases it too and is
+// re-raised.
+func TestMiddlewareStreamHijackPanic(t *testing.T) {
+	s := newStack(t, stackOpts{handler: func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/stream":
+			w.Write([]byte("part 1;"))
+			http.NewResponseController(w).Flush()
+			w.Write([]byte("part 2"))
+		case "/hijack":
+			conn, buf, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				panic(err)
+			}
+			buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi")
+			buf.Flush()
+			conn.Close()
+		case "/panic":
+			panic("boom")
+		}
+	}})
+	for _, path := range []string{"/stream", "/hijack"} {
+		for i := 0; i < 2; i++ {
+			r := s.do("POST", path, "k"+path, "tok", "")
+			if r.err != nil || r.status != 200 || r.header.Get(idem.HeaderReplayed) != "" {
+				t.Fatalf("%s attempt %d: %+v", path, i, r)
+			}
+		}
+	}
+	if r := s.do("POST", "/stream", "k/stream2", "tok", ""); r.body != "part 1;part 2" {
+		t.Fatalf("streamed body: %q", r.body)
+	}
+	for i := 0; i < 2; i++ {
+		if r := s.do("POST", "/panic", "kpanic", "tok", ""); r.err == nil {
+			t.Fatalf("panic attempt %d answered: %+v", i, r)
+		}
+	}
+	// 7 at least: Go's transport itself retries a request that carries an
+	// Idempotency-Key when the connection dies before the response (the
+	// panics), and each retry executes because the reservation was released.
+	if n := s.runs.Load(); n < 7 {
+		t.Fatalf("handler ran %d times, want at least 7: released reservations must let retries execute", n)
+	}
+	res, err := s.db.Query(bg, "SELECT count(*) FROM idempotency_keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.Rows[0][0].Int64(); n != 0 {
+		t.Errorf("%d ledger rows left; released reservations must be gone", n)
+	}
+}
+
+// 50 concurrent duplicates: the handler runs once.
+func TestMiddlewareConcurrentDuplicates(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	var wg sync.WaitGroup
+	replies := make([]reply, 50)
+	for i := range replies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replies[i] = s.do("POST", "/dup", "same", "tok", `{"n":1}`)
+		}()
+	}
+	wg.Wait()
+	if n := s.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+	var body string
+	for _, r := range replies {
+		switch r.status {
+		case 201:
+			if body != "" && r.body != body {
+				t.Fatalf("two different bodies: %q %q", body, r.body)
+			}
+			body = r.body
+		case 409:
+			if r.errorCode(t) != idem.CodeKeyInProgress {
+				t.Fatalf("%+v", r)
+			}
+		default:
+			t.Fatalf("%+v", r)
+		}
+	}
+}
+
+func TestMiddlewareUnreadableRecord(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	s.do("POST", "/x", "k", "tok", "{}")
+	if _, err := s.db.Query(bg, "UPDATE idempotency_keys SET response_headers = 'garbage'"); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.do("POST", "/x", "k", "tok", "{}"); r.status != 500 || r.errorCode(t) != idem.CodeRecordUnreadable {
+		t.Fatalf("%+v", r)
+	}
+	if s.runs.Load() != 1 {
+		t.Fatal("a corrupt record re-executed the handler")
+	}
+}
+
+// The middleware is plain func(http.Handler) http.Handler: it works with
+// chi and gorilla/mux, and fingerprints the path as received.
+func TestMiddlewareWithRouters(t *testing.T) {
+	routers := map[string]func(mw func(http.Handler) http.Handler, h http.Handler) http.Handler{
+		"chi": func(mw func(http.Handler) http.Handler, h http.Handler) http.Handler {
+			r := chi.NewRouter()
+			r.Use(mw)
+			r.Post("/v1/orders/{id}", h.ServeHTTP)
+			r.Get("/v1/orders/{id}", h.ServeHTTP)
+			return r
+		},
+		"gorilla": func(mw func(http.Handler) http.Handler, h http.Handler) http.Handler {
+			r := mux.NewRouter()
+			r.Use(mux.MiddlewareFunc(mw))
+			r.Handle("/v1/orders/{id}", h).Methods("POST", "GET")
+			return r
+		},
+	}
+	for name, router := range routers {
+		t.Run(name, func(t *testing.T) {
+			s := newStack(t, stackOpts{router: router})
+			a := s.do("POST", "/v1/orders/7?x=1", "k", "tok", "{}")
+			b := s.do("POST", "/v1/orders/7?x=1", "k", "tok", "{}")
+			c := s.do("POST", "/v1/orders/8?x=1", "k", "tok", "{}")
+			g := s.do("GET", "/v1/orders/7", "", "", "")
+			if a.status != 201 || b.header.Get(idem.HeaderReplayed) != "true" || c.status != 409 || g.status != 201 || s.runs.Load() != 2 {
+				t.Fatalf("a=%+v b=%+v c=%+v g=%+v runs=%d", a, b, c, g, s.runs.Load())
+			}
+		})
+	}
+}
