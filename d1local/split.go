@@ -1,0 +1,149 @@
+package d1local
+
+import "strings"
+
+// piece is one statement of a multi-statement SQL string.
+type piece struct {
+	sql     string // the statement, trimmed, without its terminating ';'
+	keyword string // its first keyword, upper-cased ("SELECT", "CREATE", ...)
+}
+
+// Tokens and states of SQLite's sqlite3_complete (complete.c), which decides
+// where a statement ends: at a ';' outside quotes, identifiers and comments,
+// except inside the BEGIN ... END body of a CREATE TRIGGER.
+const (
+	tkSemi = iota
+	tkWS
+	tkOther
+	tkExplain
+	tkCreate
+	tkTemp
+	tkTrigger
+	tkEnd
+)
+
+// completeTrans is sqlite3_complete's transition table. State 1 (START)
+// after a ';' means a statement has just ended.
+var completeTrans = [8][8]uint8{
+	//          SEMI WS OTHER EXPLAIN CREATE TEMP TRIGGER END
+	/* 0 INVALID */ {1, 0, 2, 3, 4, 2, 2, 2},
+	/* 1 START   */ {1, 1, 2, 3, 4, 2, 2, 2},
+	/* 2 NORMAL  */ {1, 2, 2, 2, 2, 2, 2, 2},
+	/* 3 EXPLAIN */ {1, 3, 3, 2, 4, 2, 2, 2},
+	/* 4 CREATE  */ {1, 4, 2, 2, 2, 4, 5, 2},
+	/* 5 TRIGGER */ {6, 5, 5, 5, 5, 5, 5, 5},
+	/* 6 SEMI    */ {6, 6, 5, 5, 5, 5, 5, 7},
+	/* 7 END     */ {1, 7, 5, 5, 5, 5, 5, 5},
+}
+
+// splitSQL splits sql into statements the way SQLite's own tokenizer
+// delimits them. Pieces holding only whitespace and comments are dropped.
+// A trailing statement without ';' is kept even when incomplete (SQLite
+// reports the error when it is compiled).
+func splitSQL(sql string) []piece {
+	var pieces []piece
+	state := uint8(0)
+	start := 0
+	content := false
+	keyword := ""
+	for i := 0; i < len(sql); {
+		c := sql[i]
+		tok := tkOther
+		next := byte(0)
+		if i+1 < len(sql) {
+			next = sql[i+1]
+		}
+		switch {
+		case c == ';':
+			tok = tkSemi
+			i++
+		case isSQLSpace(c):
+			tok = tkWS
+			i++
+		case c == '/' && next == '*':
+			tok = tkWS
+			if end := strings.Index(sql[i+2:], "*/"); end >= 0 {
+				i += 2 + end + 2
+			} else {
+				i = len(sql)
+			}
+		case c == '-' && next == '-':
+			tok = tkWS
+			if nl := strings.IndexByte(sql[i:], '\n'); nl >= 0 {
+				i += nl + 1
+			} else {
+				i = len(sql)
+			}
+		case c == '[':
+			if end := strings.IndexByte(sql[i+1:], ']'); end >= 0 {
+				i += 1 + end + 1
+			} else {
+				i = len(sql)
+			}
+		case c == '`' || c == '"' || c == '\'':
+			// A doubled quote inside closes one quoted run and opens the
+			// next, which tokenizes the same.
+			if end := strings.IndexByte(sql[i+1:], c); end >= 0 {
+				i += 1 + end + 1
+			} else {
+				i = len(sql)
+			}
+		case isIDChar(c):
+			j := i
+			for j < len(sql) && isIDChar(sql[j]) {
+				j++
+			}
+			word := sql[i:j]
+			tok = keywordToken(word)
+			if !content {
+				keyword = strings.ToUpper(word)
+			}
+			i = j
+		default:
+			i++
+		}
+		if tok != tkWS && tok != tkSemi {
+			content = true
+		}
+		state = completeTrans[state][tok]
+		if tok == tkSemi && state == 1 {
+			if content {
+				pieces = append(pieces, piece{sql: strings.TrimSpace(sql[start : i-1]), keyword: keyword})
+			}
+			start, content, keyword = i, false, ""
+		}
+	}
+	if content {
+		pieces = append(pieces, piece{sql: strings.TrimSpace(sql[start:]), keyword: keyword})
+	}
+	return pieces
+}
+
+// keywordToken classifies an identifier for sqlite3_complete.
+func keywordToken(word string) int {
+	switch strings.ToLower(word) {
+	case "create":
+		return tkCreate
+	case "trigger":
+		return tkTrigger
+	case "temp", "temporary":
+		return tkTemp
+	case "end":
+		return tkEnd
+	case "explain":
+		return tkExplain
+	}
+	return tkOther
+}
+
+// isSQLSpace matches SQLite's sqlite3Isspace.
+func isSQLSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\r' || c == '\v'
+}
+
+// isIDChar matches SQLite's IdChar: letters, digits, '_', '$' and every
+// byte of a multi-byte UTF-8 character.
+func isIDChar(c byte) bool {
+	return c >= 0x80 || c == '_' || c == '$' ||
+		(c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+}
