@@ -1,0 +1,360 @@
+package d1local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// D1's per-statement limits, as workerd sets them with sqlite3_limit
+// (SqliteDatabase::setupSecurity) and the D1 documentation lists them.
+const (
+	maxParams       = 100
+	maxSQLLength    = 100_000
+	maxValueLength  = 2_000_000
+	busyTimeoutMsec = 5_000
+)
+
+// connLimits are applied to every connection.
+var connLimits = []struct{ id, value int32 }{
+	{sqlite3.SQLITE_LIMIT_LENGTH, maxValueLength},
+	{sqlite3.SQLITE_LIMIT_SQL_LENGTH, maxSQLLength},
+	{sqlite3.SQLITE_LIMIT_COLUMN, 100},
+	{sqlite3.SQLITE_LIMIT_EXPR_DEPTH, 100},
+	{sqlite3.SQLITE_LIMIT_COMPOUND_SELECT, 5},
+	{sqlite3.SQLITE_LIMIT_VDBE_OP, 25_000},
+	{sqlite3.SQLITE_LIMIT_FUNCTION_ARG, 127},
+	{sqlite3.SQLITE_LIMIT_ATTACHED, 0},
+	{sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 50},
+	{sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, maxParams},
+	{sqlite3.SQLITE_LIMIT_TRIGGER_DEPTH, 10},
+}
+
+// statement is one SQL statement of a request, ready to run.
+type statement struct {
+	sql     string
+	keyword string // first keyword, upper-cased
+	params  []any  // nil, float64, string or []byte
+}
+
+// result is what one statement produced.
+type result struct {
+	columns []string
+	rows    [][]any
+	meta    meta
+}
+
+// meta is a result's "meta" object.
+type meta struct {
+	duration    float64 // milliseconds
+	changes     int64
+	lastRowID   int64
+	changedDB   bool
+	sizeAfter   int64
+	rowsRead    int64
+	rowsWritten int64
+}
+
+// sqlError is a request D1 refuses as an SQL error: HTTP 400, code 7500.
+// Nothing of the request was committed.
+type sqlError struct {
+	msg string
+}
+
+func (e *sqlError) Error() string { return e.msg }
+
+// errClosed is returned once the server, and so the database, is closed.
+var errClosed = errors.New("d1local: server closed")
+
+// database is one D1 database: one SQLite connection, used by one request
+// at a time, as D1 runs each database single-threaded.
+type database struct {
+	id       string
+	lock     chan struct{} // holds a token while a request runs
+	conn     *conn         // nil once closed
+	pageSize int64
+}
+
+// openDatabase opens the database stored at path (":memory:" for one that
+// lives in memory) and prepares its connection: limits, foreign keys, WAL,
+// a busy timeout and defensive mode.
+func openDatabase(id, path string) (*database, error) {
+	c, err := openConn(path)
+	if err != nil {
+		return nil, err
+	}
+	d := &database{id: id, lock: make(chan struct{}, 1), conn: c}
+	if err := d.setup(path != memoryPath); err != nil {
+		c.close()
+		return nil, fmt.Errorf("set up database %s: %w", id, err)
+	}
+	return d, nil
+}
+
+const memoryPath = ":memory:"
+
+func (d *database) setup(file bool) error {
+	c := d.conn
+	for _, l := range connLimits {
+		c.setLimit(l.id, l.value)
+	}
+	if err := c.setBusyTimeout(busyTimeoutMsec); err != nil {
+		return err
+	}
+	pragmas := "PRAGMA foreign_keys = ON;"
+	if file {
+		pragmas += "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
+	}
+	if err := c.exec(pragmas); err != nil {
+		return err
+	}
+	if err := c.setDBConfig(sqlite3.SQLITE_DBCONFIG_DEFENSIVE, true); err != nil {
+		return err
+	}
+	size, err := c.queryInt("PRAGMA page_size")
+	if err != nil {
+		return err
+	}
+	d.pageSize = size
+	return nil
+}
+
+// acquire waits until the database is free, or ctx is done.
+func (d *database) acquire(ctx context.Context) error {
+	select {
+	case d.lock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (d *database) release() { <-d.lock }
+
+// close waits for the running request, if any, and closes the connection.
+func (d *database) close() error {
+	d.lock <- struct{}{}
+	defer d.release()
+	if d.conn == nil {
+		return nil
+	}
+	err := d.conn.close()
+	d.conn = nil
+	if err != nil {
+		return fmt.Errorf("close database %s: %w", d.id, err)
+	}
+	return nil
+}
+
+// run executes the statements as one transaction: it commits when every
+// statement succeeds and rolls everything back otherwise. A failed
+// statement gives a *sqlError. When ctx is done first, the running
+// statement is interrupted, nothing is committed, and ctx's error is
+// returned.
+func (d *database) run(ctx context.Context, stmts []statement) ([]result, error) {
+	if err := d.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer d.release()
+	c := d.conn
+	if c == nil {
+		return nil, errClosed
+	}
+	if err := c.exec("BEGIN IMMEDIATE"); err != nil {
+		return nil, fmt.Errorf("begin transaction: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed && c.inTransaction() {
+			// A rollback cannot fail short of a broken database; the next
+			// BEGIN would then fail and report it.
+			_ = c.exec("ROLLBACK")
+		}
+	}()
+
+	results, err := d.runUser(ctx, stmts)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	pages, err := c.queryInt("PRAGMA page_count")
+	if err != nil {
+		return nil, fmt.Errorf("page count: %w", err)
+	}
+	for i := range results {
+		results[i].meta.sizeAfter = pages * d.pageSize
+	}
+	if err := c.exec("COMMIT"); err != nil {
+		var se *sqliteError
+		if errors.As(err, &se) && se.primary() != sqlite3.SQLITE_BUSY && se.primary() != sqlite3.SQLITE_IOERR {
+			// A deferred foreign key violation fails the COMMIT.
+			return nil, &sqlError{msg: d1Message(se)}
+		}
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	committed = true
+	return results, nil
+}
+
+// runUser runs the user's statements under the D1 authorizer, with the
+// running statement interrupted if ctx is done.
+func (d *database) runUser(ctx context.Context, stmts []statement) ([]result, error) {
+	c := d.conn
+	if err := c.setAuthorizer(true); err != nil {
+		return nil, fmt.Errorf("install authorizer: %w", err)
+	}
+	defer c.setAuthorizer(false)
+	stop := c.interruptOnDone(ctx)
+	defer stop()
+
+	results := make([]result, 0, len(stmts))
+	for _, st := range stmts {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		r, err := d.runStatement(st)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+// renameToReserved matches ALTER TABLE ... RENAME TO _cf_...: the
+// authorizer sees only the old name of a renamed table.
+var renameToReserved = regexp.MustCompile("(?is)\\bRENAME\\s+TO\\s+[\"'`\\[]?_cf_")
+
+// runStatement prepares, binds and steps one statement.
+func (d *database) runStatement(st statement) (result, error) {
+	c := d.conn
+	start := time.Now()
+	if st.keyword == "ALTER" && renameToReserved.MatchString(st.sql) {
+		return result{}, &sqlError{msg: "not authorized: SQLITE_AUTH"}
+	}
+	s, tail, err := c.prepare(st.sql)
+	if err != nil {
+		var se *sqliteError
+		if !errors.As(err, &se) {
+			return result{}, err
+		}
+		if se.primary() == sqlite3.SQLITE_AUTH && isTransactionKeyword(st.keyword) {
+			return result{}, &sqlError{msg: transactionMessage}
+		}
+		return result{}, &sqlError{msg: d1Message(se)}
+	}
+	if s == nil {
+		return result{}, &sqlError{msg: "SQL code did not contain a statement."}
+	}
+	defer s.finalize()
+	if len(splitSQL(tail)) > 0 {
+		// splitSQL and SQLite disagree on where the statement ends.
+		return result{}, &sqlError{msg: fmt.Sprintf("could not split the SQL into statements near %q", truncate(tail, 40))}
+	}
+	if s.paramCount() != len(st.params) {
+		return result{}, &sqlError{msg: wrongParamCount}
+	}
+	for i, p := range st.params {
+		if err := s.bind(i+1, p); err != nil {
+			return result{}, sqlErrorFrom(err)
+		}
+	}
+
+	before := c.totalChanges()
+	columns := s.columns()
+	rows := [][]any{}
+	for {
+		more, err := s.step()
+		if err != nil {
+			return result{}, sqlErrorFrom(err)
+		}
+		if !more {
+			break
+		}
+		rows = append(rows, s.row(len(columns)))
+	}
+	changes := c.totalChanges() - before
+	ddl := st.keyword == "CREATE" || st.keyword == "DROP" || st.keyword == "ALTER"
+	m := meta{
+		duration:    float64(time.Since(start).Nanoseconds()) / 1e6,
+		changes:     changes,
+		lastRowID:   c.lastInsertRowID(),
+		changedDB:   changes > 0 || ddl,
+		rowsRead:    rowsRead(s.status(sqlite3.SQLITE_STMTSTATUS_FULLSCAN_STEP), int64(len(rows)), changes),
+		rowsWritten: changes,
+	}
+	if ddl {
+		m.rowsWritten = max(changes, 1)
+	}
+	m.duration = math.Round(m.duration*1e4) / 1e4
+	return result{columns: columns, rows: rows, meta: m}, nil
+}
+
+// rowsRead approximates D1's rows_read, for which SQLite has no counter:
+// the larger of the rows a full scan visited (a scan of n rows steps
+// forward n-1 times), the rows returned and the rows changed. Rows found
+// through an index and not returned are not counted.
+func rowsRead(fullScanSteps, returned, changed int64) int64 {
+	scanned := int64(0)
+	if fullScanSteps > 0 {
+		scanned = fullScanSteps + 1
+	}
+	return max(scanned, returned, changed)
+}
+
+// wrongParamCount is D1's message when the parameters do not match the
+// statement's placeholders.
+const wrongParamCount = "Wrong number of parameter bindings for SQL query."
+
+// sqlErrorFrom turns an SQLite failure into a D1 SQL error; other errors
+// pass through.
+func sqlErrorFrom(err error) error {
+	var se *sqliteError
+	if errors.As(err, &se) {
+		return &sqlError{msg: d1Message(se)}
+	}
+	return err
+}
+
+// d1Message formats an SQLite error as D1 does (workerd's SqliteDatabase):
+// the sqlite3_errmsg text, " at offset N" when SQLite locates the error in
+// the SQL (sqlite3_error_offset), the primary result code, and the extended
+// code where it differs:
+//
+//	near "SELEC": syntax error at offset 0: SQLITE_ERROR
+//	UNIQUE constraint failed: t.k: SQLITE_CONSTRAINT (extended: SQLITE_CONSTRAINT_UNIQUE)
+func d1Message(e *sqliteError) string {
+	var b strings.Builder
+	b.WriteString(e.msg)
+	if e.offset >= 0 {
+		b.WriteString(" at offset ")
+		b.WriteString(strconv.Itoa(int(e.offset)))
+	}
+	b.WriteString(": ")
+	b.WriteString(resultCodeName(e.primary()))
+	if e.code != e.primary() {
+		b.WriteString(" (extended: ")
+		b.WriteString(resultCodeName(e.code))
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
