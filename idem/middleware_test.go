@@ -351,12 +351,31 @@ func TestMiddlewareStreamHijackPanic(t *testing.T) {
 			panic("boom")
 		}
 	}})
+	// The streamed or hijacked response reaches the client before the
+	// handler returns and the reservation is released: wait for the
+	// release before retrying.
+	released := func(key string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			res, err := s.db.Query(bg, "SELECT count(*) FROM idempotency_keys WHERE key = ?", key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := res.Rows[0][0].Int64(); n == 0 {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Fatalf("reservation %s never released", key)
+	}
 	for _, path := range []string{"/stream", "/hijack"} {
 		for i := 0; i < 2; i++ {
 			r := s.do("POST", path, "k"+path, "tok", "")
 			if r.err != nil || r.status != 200 || r.header.Get(idem.HeaderReplayed) != "" {
 				t.Fatalf("%s attempt %d: %+v", path, i, r)
 			}
+			released("k" + path)
 		}
 	}
 	if r := s.do("POST", "/stream", "k/stream2", "tok", ""); r.body != "part 1;part 2" {
