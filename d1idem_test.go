@@ -1,0 +1,32 @@
+package d1idem_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/d1idem/d1idem"
+)
+
+// schema.sql holds the spec's table and index verbatim.
+func TestSchemaIsTheSpecsVerbatim(t *testing.T) {
+	spec, err := os.ReadFile("../shared/spec/idempotency-key-ledger-on-d1.txt")
+	if err != nil {
+		t.Skipf("the spec is not beside this checkout: %v", err)
+	}
+	stmts := d1idem.SchemaStatements()
+	if len(stmts) != 2 {
+		t.Fatalf("%d statements, want 2", len(stmts))
+	}
+	for _, s := range stmts {
+		if !strings.Contains(string(spec), s+";") {
+			t.Errorf("not verbatim in the spec:\n%s", s)
+		}
+	}
+	if !strings.HasPrefix(stmts[0], "CREATE TABLE "+d1idem.Table+" (") || !strings.HasPrefix(stmts[1], "CREATE INDEX "+d1idem.UpdatedAtIndex+" ") {
+		t.Errorf("unexpected statements: %q", stmts)
+	}
+	if d1idem.Schema() != strings.Join(stmts, ";\n\n")+";\n" {
+		t.Error("SchemaStatements does not reassemble Schema")
+	}
+}

@@ -1,0 +1,99 @@
+package ordersapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/d1idem/d1idem/examples/orders/ordersapi"
+	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/d1test"
+)
+
+func TestOrdersAPI(t *testing.T) {
+	ctx := context.Background()
+	db := d1test.Local(t).NewClientSchema(t)
+	if err := ordersapi.EnsureSchema(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	ledger, err := idem.New(db, idem.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ordersapi.New(ordersapi.Config{Ledger: ledger, DB: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	do := func(method, path, token, key, body string) (*http.Response, string) {
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res, string(b)
+	}
+	count := func(where string, args ...any) int64 {
+		res, err := db.Query(ctx, "SELECT count(*) FROM orders WHERE "+where, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := res.Rows[0][0].Int64()
+		return n
+	}
+
+	res, body := do("POST", "/v1/orders", "", "k1", `{"sku":"tea","qty":2}`)
+	if res.StatusCode != 401 {
+		t.Fatalf("no token: %d %s", res.StatusCode, body)
+	}
+	res, body = do("POST", "/v1/orders", "tok_a", "k1", `{"sku":"tea","qty":2}`)
+	var o ordersapi.Order
+	if res.StatusCode != 201 || json.Unmarshal([]byte(body), &o) != nil || res.Header.Get("Location") != "/v1/orders/"+o.ID || o.SKU != "tea" || o.Qty != 2 {
+		t.Fatalf("create: %d %v %s", res.StatusCode, res.Header, body)
+	}
+	// The INSERT was committed with the completion: one row, the response's ID.
+	if n := count("id = ? AND principal = ? AND idempotency_key = ?", o.ID, "tok_a", "k1"); n != 1 {
+		t.Fatalf("%d order rows", n)
+	}
+	res2, body2 := do("POST", "/v1/orders", "tok_a", "k1", `{"sku":"tea","qty":2}`)
+	if res2.StatusCode != 201 || body2 != body || res2.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay: %d %s", res2.StatusCode, body2)
+	}
+	if n := count("1"); n != 1 {
+		t.Fatalf("%d orders after a replay", n)
+	}
+	res, body = do("GET", "/v1/orders/"+o.ID, "tok_a", "", "")
+	if res.StatusCode != 200 || !strings.Contains(body, o.ID) {
+		t.Fatalf("get: %d %s", res.StatusCode, body)
+	}
+	if res, _ = do("GET", "/v1/orders/"+o.ID, "tok_b", "", ""); res.StatusCode != 404 {
+		t.Fatalf("another principal reads the order: %d", res.StatusCode)
+	}
+	// Invalid orders are answered, stored and replayed like any response;
+	// nothing is created.
+	for i := 0; i < 2; i++ {
+		if res, body = do("POST", "/v1/orders", "tok_a", "k2", `{"sku":"","qty":0}`); res.StatusCode != 422 {
+			t.Fatalf("invalid: %d %s", res.StatusCode, body)
+		}
+	}
+	if res, body = do("POST", "/v1/orders", "tok_a", "k3", `{"sku":"x","qty":1,"extra":true}`); res.StatusCode != 400 {
+		t.Fatalf("unknown field: %d %s", res.StatusCode, body)
+	}
+	if n := count("1"); n != 1 {
+		t.Fatalf("%d orders after invalid requests", n)
+	}
+}
