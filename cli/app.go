@@ -13,8 +13,11 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/d1idem/d1idem/d1client"
 )
 
 // Exit statuses.
@@ -35,7 +38,12 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 // Run runs the command line with args (args[0] is the program name) and
 // returns the exit status. Nothing here calls os.Exit.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	app := New(stdout, stderr)
+	return run(ctx, New(stdout, stderr), args, stderr)
+}
+
+// run runs app and turns its error into one line on stderr and an exit
+// status.
+func run(ctx context.Context, app *cli.App, args []string, stderr io.Writer) int {
 	err := app.RunContext(ctx, args)
 	if err == nil {
 		return ExitOK
@@ -51,7 +59,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else if errors.As(err, &exit) {
 		code = exit.ExitCode()
 	}
-	fmt.Fprintln(stderr, "d1idem: "+oneLine(err.Error()))
+	fmt.Fprintln(stderr, "d1idem: "+oneLine(describe(err)))
 	return code
 }
 
@@ -66,9 +74,31 @@ func oneLine(s string) string {
 	return s
 }
 
+// options are the seams the tests use. The zero value is what the command
+// line runs with; nothing here is package-level state.
+type options struct {
+	// clientMods adjust the configuration of every Cloudflare (non --local)
+	// client: tests give an httpmock transport and a fast retry policy.
+	clientMods []func(*d1client.Config)
+	// now, if set, is the clock for ages and cutoffs. When nil, D1's own
+	// clock is used (unixepoch in SQL), the clock the ledger uses by default.
+	now func() time.Time
+	// isTerminal reports whether a writer is a terminal; nil means isatty on
+	// an *os.File.
+	isTerminal func(io.Writer) bool
+	// budgetWindow is the window of --max-calls; 0 means 5 minutes, the
+	// window of Cloudflare's API limit.
+	budgetWindow time.Duration
+}
+
 // New returns the d1idem application writing to stdout and stderr.
 func New(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	return newApp(stdout, stderr, &options{})
+}
+
+// newApp is New with test seams.
+func newApp(stdout, stderr io.Writer, o *options) *cli.App {
+	app := &cli.App{
 		Name:  "d1idem",
 		Usage: "operate the d1idem Idempotency-Key ledger on Cloudflare D1",
 		Description: `d1idem keeps Stripe-style Idempotency-Key records in a D1 table (the spec's
@@ -85,10 +115,10 @@ embedded d1local instead; no Cloudflare account is needed then.`,
 		HideVersion:          true,
 		EnableBashCompletion: false,
 		Commands: []*cli.Command{
-			schemaCommand(),
-			keysCommand(),
-			sweepCommand(),
-			statsCommand(),
+			schemaCommand(o),
+			keysCommand(o),
+			sweepCommand(o),
+			statsCommand(o),
 			localCommand(),
 			demoCommand(),
 		},
@@ -97,8 +127,49 @@ embedded d1local instead; no Cloudflare account is needed then.`,
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return usageError{err}
 		},
-		CommandNotFound: func(c *cli.Context, name string) {
-			fmt.Fprintf(c.App.ErrWriter, "d1idem: unknown command %q; see 'd1idem --help'\n", name)
-		},
+		Action: helpOrUnknown,
 	}
+	// A bad flag value in any subcommand is a usage error (exit 2), reported
+	// on one line, rather than urfave/cli's help dump on stdout.
+	markUsageErrors(app.Commands)
+	return app
+}
+
+func markUsageErrors(cmds []*cli.Command) {
+	for _, cmd := range cmds {
+		if cmd.OnUsageError == nil {
+			cmd.OnUsageError = func(c *cli.Context, err error, _ bool) error {
+				path := commandPath(c)
+				return usagef("%s: %v; see 'd1idem %s --help'", path, err, path)
+			}
+		}
+		if len(cmd.Subcommands) > 0 && cmd.Action == nil {
+			cmd.Action = helpOrUnknown
+		}
+		markUsageErrors(cmd.Subcommands)
+	}
+}
+
+// helpOrUnknown is the action of the app and of commands that only group
+// subcommands: help without arguments, a usage error for an unknown command.
+func helpOrUnknown(c *cli.Context) error {
+	if c.Args().Present() {
+		path := strings.TrimSpace("d1idem " + commandPath(c))
+		return usagef("unknown command %q; see '%s --help'", c.Args().First(), path)
+	}
+	if c.Command != nil && c.Command.Name != "" && c.Command.Name != c.App.Name {
+		return cli.ShowSubcommandHelp(c)
+	}
+	return cli.ShowAppHelp(c)
+}
+
+// commandPath is the command's name below the app: "keys list".
+func commandPath(c *cli.Context) string {
+	var names []string
+	for _, x := range c.Lineage() {
+		if x.Command != nil && x.Command.Name != "" && x.Command.Name != c.App.Name {
+			names = append([]string{x.Command.Name}, names...)
+		}
+	}
+	return strings.Join(names, " ")
 }

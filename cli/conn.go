@@ -34,18 +34,18 @@ const (
 // flags and environment variables wrangler users already know.
 func connFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: flagAccountID, Usage: "Cloudflare account ID", EnvVars: []string{"CLOUDFLARE_ACCOUNT_ID"}, Category: "Connection:"},
-		&cli.StringFlag{Name: flagAPIToken, Usage: "API token with D1 edit permission (never printed)", EnvVars: []string{"CLOUDFLARE_API_TOKEN"}, Category: "Connection:"},
-		&cli.StringFlag{Name: flagDatabaseID, Usage: "D1 database ID (UUID)", EnvVars: []string{"D1_DATABASE_ID"}, Category: "Connection:"},
+		&cli.StringFlag{Name: flagAccountID, Usage: "Cloudflare account `ID`", EnvVars: []string{"CLOUDFLARE_ACCOUNT_ID"}, Category: "Connection:"},
+		&cli.StringFlag{Name: flagAPIToken, Usage: "API `TOKEN` with D1 edit permission (never printed)", EnvVars: []string{"CLOUDFLARE_API_TOKEN"}, Category: "Connection:"},
+		&cli.StringFlag{Name: flagDatabaseID, Usage: "D1 database `ID` (a UUID)", EnvVars: []string{"D1_DATABASE_ID"}, Category: "Connection:"},
 		&cli.StringFlag{Name: flagDatabase, Usage: "D1 database `NAME` (or binding) from the d1_databases of the wrangler config", Category: "Connection:"},
 		&cli.StringFlag{Name: flagConfig, Usage: "wrangler config `FILE` (default: wrangler.jsonc, wrangler.json or wrangler.toml in the current directory)", Category: "Connection:"},
-		&cli.StringFlag{Name: flagBaseURL, Usage: "Cloudflare API base URL", EnvVars: []string{d1client.BaseURLEnv}, Category: "Connection:"},
+		&cli.StringFlag{Name: flagBaseURL, Usage: "Cloudflare API base `URL` (default: https://api.cloudflare.com/client/v4/)", EnvVars: []string{d1client.BaseURLEnv}, Category: "Connection:"},
 		&cli.StringFlag{Name: flagLocal, Usage: "use the embedded d1local with its databases under `DIR` instead of Cloudflare", Category: "Connection:"},
 	}
 }
 
 func jsonFlag() cli.Flag {
-	return &cli.BoolFlag{Name: flagJSON, Usage: "print JSON with stable field names, for scripts"}
+	return &cli.BoolFlag{Name: flagJSON, Usage: "print JSON with stable field names, for scripts", DisableDefaultText: true}
 }
 
 // conn is an open connection to one D1 database.
@@ -117,10 +117,11 @@ func readWranglerConfig(path string) (wranglerConfig, string, error) {
 
 // openConn connects to the database the flags name: the embedded d1local
 // with --local, Cloudflare otherwise. It never falls back silently: missing
-// settings are listed in the error.
-func openConn(c *cli.Context) (*conn, error) {
+// settings are listed in the error. mods adjust the client's configuration
+// (a request budget, say); o's clientMods apply to Cloudflare clients only.
+func openConn(c *cli.Context, o *options, mods ...func(*d1client.Config)) (*conn, error) {
 	if dir := c.String(flagLocal); dir != "" {
-		return openLocal(c, dir)
+		return openLocal(c, dir, mods...)
 	}
 	accountID, token, databaseID := c.String(flagAccountID), c.String(flagAPIToken), c.String(flagDatabaseID)
 	var migrationsTable string
@@ -167,13 +168,20 @@ func openConn(c *cli.Context) (*conn, error) {
 	if len(missing) > 0 {
 		return nil, usagef("cannot reach D1: missing %s; or pass --local DIR to use the embedded d1local", strings.Join(missing, ", "))
 	}
-	db, err := d1client.New(d1client.Config{
+	cfg := d1client.Config{
 		BaseURL:    c.String(flagBaseURL),
 		APIToken:   token,
 		AccountID:  accountID,
 		DatabaseID: databaseID,
 		Logger:     slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	for _, m := range o.clientMods {
+		m(&cfg)
+	}
+	db, err := d1client.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +191,7 @@ func openConn(c *cli.Context) (*conn, error) {
 	return &conn{db: db, where: where, migrationsTable: migrationsTable}, nil
 }
 
-func openLocal(c *cli.Context, dir string) (*conn, error) {
+func openLocal(c *cli.Context, dir string, mods ...func(*d1client.Config)) (*conn, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("--local %s: %w", dir, err)
 	}
@@ -198,10 +206,26 @@ func openLocal(c *cli.Context, dir string) (*conn, error) {
 	if id == "" {
 		id = embedded.DatabaseID
 	}
-	db, err := srv.Client(id)
+	db, err := srv.Client(id, mods...)
 	if err != nil {
 		_ = srv.Close()
 		return nil, err
 	}
 	return &conn{db: db, where: fmt.Sprintf("local database %q under %s", id, dir), local: srv}, nil
+}
+
+// connHint repeats the flags that chose a database without credentials
+// (--local, --database, --config), for the commands a hint suggests; it
+// never includes the API token.
+func connHint(c *cli.Context) string {
+	var b strings.Builder
+	for _, name := range []string{flagLocal, flagDatabase, flagConfig} {
+		if c.IsSet(name) && c.String(name) != "" {
+			b.WriteString(" --" + name + " " + shellQuote(c.String(name)))
+		}
+	}
+	if c.String(flagLocal) != "" && c.IsSet(flagDatabaseID) {
+		b.WriteString(" --" + flagDatabaseID + " " + shellQuote(c.String(flagDatabaseID)))
+	}
+	return b.String()
 }

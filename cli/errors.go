@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/d1idem/d1idem"
+	"github.com/d1idem/d1idem/d1client"
+)
+
+// describe turns an error into the one line an operator reads on stderr.
+// D1 failures get a plain statement of what happened and what to do; their
+// SQL (which d1client attaches, parameters redacted) is left out, because it
+// spans lines and says nothing the operator can act on.
+func describe(err error) string {
+	var de *d1client.Error
+	if !errors.As(err, &de) {
+		return collapse(err.Error())
+	}
+	// The context the command added ("keys get: ..."), without the D1 error.
+	prefix := ""
+	if full, inner := err.Error(), de.Error(); full != inner && strings.HasSuffix(full, inner) {
+		prefix = strings.TrimSuffix(full, inner)
+	}
+	return collapse(prefix + describeD1(de))
+}
+
+func describeD1(e *d1client.Error) string {
+	status := ""
+	var parts []string
+	if e.StatusCode != 0 {
+		parts = append(parts, fmt.Sprintf("HTTP %d", e.StatusCode))
+	}
+	for _, c := range e.Codes {
+		parts = append(parts, fmt.Sprintf("code %d", c))
+	}
+	if len(parts) > 0 {
+		status = " (" + strings.Join(parts, ", ") + ")"
+	}
+	msg := e.Message
+	if msg == "" && e.Err != nil {
+		msg = e.Err.Error()
+	}
+	switch e.Kind {
+	case d1client.KindAuth:
+		return fmt.Sprintf("D1 refused the credentials%s: %s; check the API token (it needs D1 edit permission), the account ID and the database ID", status, msg)
+	case d1client.KindRateLimited:
+		wait := ""
+		if e.RetryAfter > 0 {
+			wait = fmt.Sprintf("; try again in %s", e.RetryAfter.Round(time.Second))
+		} else if !e.BlockedUntil.IsZero() {
+			wait = fmt.Sprintf("; try again after %s", e.BlockedUntil.UTC().Format(time.RFC3339))
+		}
+		return fmt.Sprintf("Cloudflare's API rate limit is reached%s: every API call of the account, the application's included, is blocked for up to 5 minutes%s; use a lower --max-calls", status, wait)
+	case d1client.KindNonJSON:
+		return fmt.Sprintf("D1 answered with a page that is not JSON%s, an error of Cloudflare's edge or gateway; it is usually transient: try again", status)
+	case d1client.KindBudget:
+		return fmt.Sprintf("the request budget is spent: %s", msg)
+	case d1client.KindOverloaded:
+		return fmt.Sprintf("D1 reports the database overloaded%s: %s; try again shortly", status, msg)
+	case d1client.KindTransport:
+		return fmt.Sprintf("cannot reach D1: %s", msg)
+	}
+	s := fmt.Sprintf("D1 %s%s: %s", e.Kind, status, msg)
+	if e.Kind == d1client.KindSQL && strings.Contains(msg, "no such table: "+d1idem.Table) {
+		s += "; the ledger table is missing: run 'd1idem schema apply'"
+	}
+	if e.Ambiguous {
+		s += "; the request may have been committed"
+	}
+	return s
+}
+
+// collapse joins the lines of s with spaces.
+func collapse(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
