@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,7 +172,9 @@ func openConn(c *cli.Context, o *options, mods ...func(*d1client.Config)) (*conn
 		APIToken:   token,
 		AccountID:  accountID,
 		DatabaseID: databaseID,
-		Logger:     slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		// No logger: retries and rate-limit blocks reach the operator in
+		// the one error line of a failed call (see describe), not as log
+		// lines around it.
 	}
 	for _, m := range mods {
 		m(&cfg)

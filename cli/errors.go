@@ -28,6 +28,35 @@ func describe(err error) string {
 }
 
 func describeD1(e *d1client.Error) string {
+	s := describeKind(e)
+	if e.Attempts > 1 {
+		s += fmt.Sprintf(" (after %d attempts)", e.Attempts)
+	}
+	// d1client marks any call that may have reached D1 as ambiguous; that
+	// only matters for a write.
+	if e.Ambiguous && writes(e.Statements) {
+		s += "; the change may have been committed: look before repeating it"
+	}
+	return s
+}
+
+// writes reports whether any of the statements can change the database.
+func writes(stmts []string) bool {
+	for _, s := range stmts {
+		f := strings.Fields(s)
+		if len(f) == 0 {
+			continue
+		}
+		switch strings.ToUpper(f[0]) {
+		case "SELECT", "PRAGMA", "EXPLAIN":
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+func describeKind(e *d1client.Error) string {
 	status := ""
 	var parts []string
 	if e.StatusCode != 0 {
@@ -66,9 +95,6 @@ func describeD1(e *d1client.Error) string {
 	s := fmt.Sprintf("D1 %s%s: %s", e.Kind, status, msg)
 	if e.Kind == d1client.KindSQL && strings.Contains(msg, "no such table: "+d1idem.Table) {
 		s += "; the ledger table is missing: run 'd1idem schema apply'"
-	}
-	if e.Ambiguous {
-		s += "; the request may have been committed"
 	}
 	return s
 }

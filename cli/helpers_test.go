@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -220,23 +219,5 @@ func mocked(t testing.TB, fixture string) (*options, *httpmock.MockTransport) {
 }
 
 func mockFlags() []string {
-	return []string{"--base-url", mockBaseURL, "--account-id", mockAccount, "--database-id", mockDatabase}
-}
-
-// syncBuffer is a goroutine-safe buffer, for output read while a command runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	return []string{"--base-url", mockBaseURL, "--account-id", mockAccount, "--database-id", mockDatabase, "--api-token", "tok_mock"}
 }

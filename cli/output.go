@@ -52,28 +52,32 @@ func formatUTC(ms int64) string { return time.UnixMilli(ms).UTC().Format(utcLayo
 // formatDuration is a short human duration: "850ms", "42s", "5m", "12m3s",
 // "5h7m", "24h", "3d4h".
 func formatDuration(d time.Duration) string {
-	switch {
-	case d < 0:
+	if d < 0 {
 		return "-" + formatDuration(-d)
+	}
+	switch {
 	case d < time.Second:
 		return d.Round(time.Millisecond).String()
-	case d < time.Hour:
-		s := d.Round(time.Second).String()
-		if strings.HasSuffix(s, "m0s") {
-			s = strings.TrimSuffix(s, "0s")
+	case d < time.Hour-time.Second/2:
+		d = d.Round(time.Second)
+	case d < 72*time.Hour-time.Minute/2:
+		d = d.Round(time.Minute)
+	default:
+		d = d.Round(time.Hour)
+		days, hours := d/(24*time.Hour), (d%(24*time.Hour))/time.Hour
+		if hours == 0 {
+			return fmt.Sprintf("%dd", days)
 		}
-		return s
-	case d < 72*time.Hour:
-		s := d.Round(time.Minute).String()
+		return fmt.Sprintf("%dd%dh", days, hours)
+	}
+	s := d.String()
+	if d >= time.Minute {
 		s = strings.TrimSuffix(s, "0s")
-		return strings.TrimSuffix(s, "0m")
 	}
-	d = d.Round(time.Hour)
-	days, hours := d/(24*time.Hour), (d%(24*time.Hour))/time.Hour
-	if hours == 0 {
-		return fmt.Sprintf("%dd", days)
+	if d >= time.Hour {
+		s = strings.TrimSuffix(s, "0m")
 	}
-	return fmt.Sprintf("%dd%dh", days, hours)
+	return s
 }
 
 // formatAge says how long ago a timestamp was: "12m3s ago". A timestamp in

@@ -224,12 +224,16 @@ func (s *sweeper) reportWait(d time.Duration) {
 	if s.tty {
 		fmt.Fprintln(s.c.App.Writer)
 	}
-	fmt.Fprintf(s.c.App.ErrWriter, "d1idem: sweep: waiting %s for the request budget (%d D1 calls per %s, --max-calls) after %s\n",
-		formatDuration(d), s.pace.calls, formatDuration(s.pace.per), plural(s.deleted, "row", "rows"))
+	fmt.Fprintf(s.c.App.ErrWriter, "d1idem: sweep: waiting %s for the request budget (%s per %s, --max-calls) after %s\n",
+		formatDuration(d), plural(int64(s.pace.calls), "D1 call", "D1 calls"), formatDuration(s.pace.per), plural(s.deleted, "row", "rows"))
 }
 
 // interrupted reports how far the sweep got before err.
 func (s *sweeper) interrupted(err error) error {
+	var de *d1client.Error
+	if errors.As(err, &de) {
+		err = de // without the ledger's "idem: sweep:" prefix
+	}
 	if s.tty && s.batches > 0 {
 		fmt.Fprintln(s.c.App.Writer)
 	}
