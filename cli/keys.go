@@ -166,7 +166,7 @@ func keysGet(c *cli.Context, o *options, cn *conn, principal, key string, ttl ti
 		return fmt.Errorf("keys get: %w", err)
 	}
 	if len(res[0].Rows) == 0 {
-		return fmt.Errorf("no key %s for principal %s in %s (it was never claimed, was released, or was swept)",
+		return fmt.Errorf("no key %s for principal %s on %s (it was never claimed, was released, or was swept)",
 			strconv.Quote(key), strconv.Quote(principal), cn.where)
 	}
 	r := res[0].Rows[0]
@@ -630,7 +630,7 @@ func keysRelease(c *cli.Context, o *options, cn *conn, principal, key string, ge
 	who := fmt.Sprintf("key %s of principal %s", strconv.Quote(key), strconv.Quote(principal))
 	if len(res[0].Rows) == 0 {
 		if len(res[1].Rows) == 0 {
-			return fmt.Errorf("no %s in %s: nothing to release (it was never claimed, was released, or was swept)", who, cn.where)
+			return fmt.Errorf("no %s on %s: nothing to release (it was never claimed, was released, or was swept)", who, cn.where)
 		}
 		now, err := scanSummary(res[1].Rows[0])
 		if err != nil {

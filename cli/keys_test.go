@@ -97,7 +97,7 @@ func TestKeysGetNotFoundAndUsage(t *testing.T) {
 	l := newSchemaDB(t, "ops")
 	r := runCLI(t, fixedClock(), l.args("keys", "get", "--principal", "acct_42", "--key", "nope")...)
 	if r.code != ExitError || r.stdout != "" ||
-		r.stderr != "d1idem: no key \"nope\" for principal \"acct_42\" in database ops (it was never claimed, was released, or was swept)\n" {
+		r.stderr != "d1idem: no key \"nope\" for principal \"acct_42\" on database ops (it was never claimed, was released, or was swept)\n" {
 		t.Errorf("not found: %s", r)
 	}
 	for _, tc := range []struct {
@@ -315,7 +315,7 @@ func TestKeysRelease(t *testing.T) {
 	}
 	// Again: nothing to release.
 	r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-7", "--generation", "1")...)
-	if r.code != ExitError || !strings.Contains(r.stderr, `no key "order-7" of principal "acct_42" in database ops: nothing to release`) {
+	if r.code != ExitError || !strings.Contains(r.stderr, `no key "order-7" of principal "acct_42" on database ops: nothing to release`) {
 		t.Errorf("second release: %s", r)
 	}
 

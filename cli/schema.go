@@ -115,20 +115,20 @@ func schemaApply(c *cli.Context, cn *conn, want schema.Shape) error {
 	}
 	if dry {
 		if plan.Action == schema.Nothing {
-			fmt.Fprintf(w, "-- nothing to do: %s is already recorded in %s (%s)\n", schema.MigrationName, table, cn.where)
+			fmt.Fprintf(w, "-- nothing to do on %s: %s is already recorded in %s\n", cn.where, schema.MigrationName, table)
 			return nil
 		}
-		fmt.Fprintf(w, "-- schema apply would %s (%s); it runs as one transaction:\n", plan.Action, cn.where)
+		fmt.Fprintf(w, "-- schema apply on %s would %s, in one transaction:\n", cn.where, plan.Action)
 		fmt.Fprint(w, plan.SQL())
 		return nil
 	}
 	switch plan.Action {
 	case schema.CreateAndRecord:
-		fmt.Fprintf(w, "Created %s and %s, and recorded %s in %s (%s).\n", d1idem.Table, d1idem.UpdatedAtIndex, schema.MigrationName, table, cn.where)
+		fmt.Fprintf(w, "Created %s and %s, and recorded %s in %s, on %s.\n", d1idem.Table, d1idem.UpdatedAtIndex, schema.MigrationName, table, cn.where)
 	case schema.RecordOnly:
-		fmt.Fprintf(w, "%s already had the expected shape; recorded %s in %s (%s).\n", d1idem.Table, schema.MigrationName, table, cn.where)
+		fmt.Fprintf(w, "%s already had the expected shape; recorded %s in %s, on %s.\n", d1idem.Table, schema.MigrationName, table, cn.where)
 	default:
-		fmt.Fprintf(w, "Nothing to do: %s is already recorded in %s (%s). 'd1idem schema verify' checks the live shape.\n", schema.MigrationName, table, cn.where)
+		fmt.Fprintf(w, "Nothing to do on %s: %s is already recorded in %s. 'd1idem schema verify' checks the live shape.\n", cn.where, schema.MigrationName, table)
 	}
 	return nil
 }
@@ -208,16 +208,16 @@ has instead) when they differ or the table is missing.
 						return err
 					}
 				} else if len(diff) == 0 {
-					fmt.Fprintf(w, "%s matches schema.sql: %s, %s (%s).\n", d1idem.Table,
-						plural(int64(len(got.Columns)), "column", "columns"), plural(int64(len(got.Indexes)), "index", "indexes"), cn.where)
+					fmt.Fprintf(w, "%s on %s matches schema.sql: %s, %s.\n", d1idem.Table, cn.where,
+						plural(int64(len(got.Columns)), "column", "columns"), plural(int64(len(got.Indexes)), "index", "indexes"))
 				} else {
 					printDiff(c, diff)
 				}
 				if len(diff) > 0 {
 					if !got.Exists {
-						return fmt.Errorf("schema drift: %s does not exist in %s; run 'd1idem schema apply'", d1idem.Table, cn.where)
+						return fmt.Errorf("schema drift: %s does not exist on %s; run 'd1idem schema apply'", d1idem.Table, cn.where)
 					}
-					return fmt.Errorf("schema drift: %s in %s differs from schema.sql (%s, shown on stdout)",
+					return fmt.Errorf("schema drift: %s on %s differs from schema.sql (%s, shown on stdout)",
 						d1idem.Table, cn.where, plural(int64(len(diff)), "difference", "differences"))
 				}
 				return nil

@@ -33,7 +33,7 @@ func TestSchemaApplyVerifyCI(t *testing.T) {
 	l := newLedgerDB(t, "ci")
 
 	dry := mustRun(t, nil, l.args("schema", "apply", "--dry-run")...)
-	if !strings.HasPrefix(dry.stdout, "-- schema apply would create the ledger table and index, and record the migration (database ci)") ||
+	if !strings.HasPrefix(dry.stdout, "-- schema apply on database ci would create the ledger table and index, and record the migration, in one transaction:\n") ||
 		!strings.Contains(dry.stdout, "CREATE TABLE idempotency_keys (") || !strings.Contains(dry.stdout, "INSERT INTO d1_migrations (name) VALUES ('"+schema.MigrationName+"');") {
 		t.Errorf("dry run:\n%s", dry.stdout)
 	}
@@ -44,20 +44,20 @@ func TestSchemaApplyVerifyCI(t *testing.T) {
 
 	r := runCLI(t, nil, l.args("schema", "verify")...)
 	if r.code != ExitError || !strings.Contains(r.stdout, "- table idempotency_keys (missing)") ||
-		r.stderr != "d1idem: schema drift: idempotency_keys does not exist in database ci; run 'd1idem schema apply'\n" {
+		r.stderr != "d1idem: schema drift: idempotency_keys does not exist on database ci; run 'd1idem schema apply'\n" {
 		t.Errorf("verify before apply: %s", r)
 	}
 
 	r = mustRun(t, nil, l.args("schema", "apply")...)
-	if r.stdout != "Created idempotency_keys and idx_idempotency_keys_updated_at, and recorded "+schema.MigrationName+" in d1_migrations (database ci).\n" {
+	if r.stdout != "Created idempotency_keys and idx_idempotency_keys_updated_at, and recorded "+schema.MigrationName+" in d1_migrations, on database ci.\n" {
 		t.Errorf("apply: %q", r.stdout)
 	}
 	r = mustRun(t, nil, l.args("schema", "apply")...)
-	if !strings.HasPrefix(r.stdout, "Nothing to do: "+schema.MigrationName+" is already recorded in d1_migrations (database ci).") {
+	if !strings.HasPrefix(r.stdout, "Nothing to do on database ci: "+schema.MigrationName+" is already recorded in d1_migrations.") {
 		t.Errorf("second apply: %q", r.stdout)
 	}
 	r = mustRun(t, nil, l.args("schema", "apply", "--dry-run")...)
-	if r.stdout != "-- nothing to do: "+schema.MigrationName+" is already recorded in d1_migrations (database ci)\n" {
+	if r.stdout != "-- nothing to do on database ci: "+schema.MigrationName+" is already recorded in d1_migrations\n" {
 		t.Errorf("dry run after apply: %q", r.stdout)
 	}
 	r = mustRun(t, nil, l.args("schema", "apply", "--json")...)
@@ -73,7 +73,7 @@ func TestSchemaApplyVerifyCI(t *testing.T) {
 	}
 
 	r = mustRun(t, nil, l.args("schema", "verify")...)
-	if r.stdout != "idempotency_keys matches schema.sql: 10 columns, 2 indexes (database ci).\n" || r.stderr != "" {
+	if r.stdout != "idempotency_keys on database ci matches schema.sql: 10 columns, 2 indexes.\n" || r.stderr != "" {
 		t.Errorf("verify: %s", r)
 	}
 	r = mustRun(t, nil, l.args("schema", "verify", "--json")...)
@@ -87,11 +87,11 @@ func TestSchemaApplyVerifyCI(t *testing.T) {
 func TestSchemaApplyRecordsExistingTable(t *testing.T) {
 	l := newSchemaDB(t, "ci")
 	r := mustRun(t, nil, l.args("schema", "apply", "--dry-run")...)
-	if !strings.HasPrefix(r.stdout, "-- schema apply would record the migration (the table already exists with the expected shape)") {
+	if !strings.HasPrefix(r.stdout, "-- schema apply on database ci would record the migration (the table already exists with the expected shape)") {
 		t.Errorf("dry run: %s", r.stdout)
 	}
 	r = mustRun(t, nil, l.args("schema", "apply")...)
-	if r.stdout != "idempotency_keys already had the expected shape; recorded "+schema.MigrationName+" in d1_migrations (database ci).\n" {
+	if r.stdout != "idempotency_keys already had the expected shape; recorded "+schema.MigrationName+" in d1_migrations, on database ci.\n" {
 		t.Errorf("apply: %q", r.stdout)
 	}
 }
@@ -109,7 +109,7 @@ func TestSchemaDrift(t *testing.T) {
 
 	r := runCLI(t, nil, l.args("schema", "verify")...)
 	golden(t, "schema_verify_drift", r.stdout)
-	if r.code != ExitError || r.stderr != "d1idem: schema drift: idempotency_keys in database ci differs from schema.sql (4 differences, shown on stdout)\n" {
+	if r.code != ExitError || r.stderr != "d1idem: schema drift: idempotency_keys on database ci differs from schema.sql (4 differences, shown on stdout)\n" {
 		t.Errorf("verify: %s", r)
 	}
 	r = runCLI(t, nil, l.args("schema", "verify", "--json")...)
@@ -164,7 +164,8 @@ migrations_table = "custom_migrations"
 		if i > 0 {
 			want = "Nothing to do"
 		}
-		if !strings.HasPrefix(r.stdout, want) || !strings.Contains(r.stdout, "custom_migrations (orders-db ("+l.id+", from "+filepath.Join(dir, config)+"))") {
+		where := "orders-db (" + l.id + ", from " + filepath.Join(dir, config) + ")"
+		if !strings.HasPrefix(r.stdout, want) || !strings.Contains(r.stdout, where) || !strings.Contains(r.stdout, "custom_migrations") {
 			t.Errorf("%s: %s", config, r)
 		}
 	}
@@ -183,16 +184,16 @@ migrations_table = "custom_migrations"
 func TestSchemaLocal(t *testing.T) {
 	dir := t.TempDir()
 	r := mustRun(t, nil, "schema", "apply", "--local", dir)
-	if !strings.HasPrefix(r.stdout, "Created idempotency_keys") || !strings.Contains(r.stdout, `(local database "local" under `+dir+")") {
+	if !strings.HasPrefix(r.stdout, "Created idempotency_keys") || !strings.Contains(r.stdout, `, on local database "local" under `+dir+".") {
 		t.Errorf("apply --local: %s", r)
 	}
 	r = mustRun(t, nil, "schema", "verify", "--local", dir)
-	if !strings.HasPrefix(r.stdout, "idempotency_keys matches schema.sql") {
+	if !strings.HasPrefix(r.stdout, `idempotency_keys on local database "local" under `+dir+" matches schema.sql") {
 		t.Errorf("verify --local: %s", r)
 	}
 	// Another database under the same directory is another database.
 	r = runCLI(t, nil, "schema", "verify", "--local", dir, "--database-id", "other")
-	if r.code != ExitError || !strings.Contains(r.stderr, `does not exist in local database "other"`) {
+	if r.code != ExitError || !strings.Contains(r.stderr, `does not exist on local database "other"`) {
 		t.Errorf("verify --local other: %s", r)
 	}
 }
