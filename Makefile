@@ -30,8 +30,11 @@ conformance-deps:
 		echo "npm not found: the workerd conformance leg will skip (it fails in CI)"; \
 	fi
 
+# Every benchmark, printed as one table with the machine noted and each
+# figure an issue sets a target for beside its target (about 2 minutes).
 bench: conformance-deps
-	$(GO) run ./internal/benchtable
+	@{ $(GO) test -run '^$$' -bench . -benchtime 200x ./idem/ ./conformance/ ./d1local/ && \
+	   $(GO) test -run '^$$' -bench . -timeout 20m ./bench/ ; } 2>&1 | $(GO) run ./internal/benchtable
 
 lint:
 	$(GO) vet $(PKGS)

@@ -13,12 +13,18 @@ import (
 //
 //   - When no coalesced call is in flight, a caller's statements are sent at
 //     once: the batcher never waits when idle.
-//   - While calls are in flight, arriving statements queue. A further call
-//     (up to MaxInFlight at once) waits at most Window for more company and
-//     then carries everything queued, bounded by MaxStatements and MaxBytes.
-//     Waiting for the request budget happens before the queue is drained, so
-//     under budget pressure each call carries more.
+//   - While a call is in flight, arriving statements queue, and leave
+//     together as soon as it returns. A further call starts in parallel (up
+//     to MaxInFlight) only once half a batch (MaxStatements/2) has piled up;
+//     such a call first waits at most Window for more company. Every call is
+//     bounded by MaxStatements and MaxBytes.
+//   - Waiting for the request budget happens before the queue is drained,
+//     so under budget pressure each call carries more.
 //   - Each caller gets exactly the results of its own statements.
+//
+// So a statement waits for at most one call in flight (one D1 round trip)
+// plus Window before it is sent, budget permitting, and under concurrency the
+// calls per request fall towards 1/(requests per batch).
 //
 // A batch is one transaction, so when a shared call fails, no caller may be
 // handed a wrong answer:
@@ -33,8 +39,8 @@ import (
 //     policy then applies: Idempotent and read-only calls are retried, other
 //     writes return the error.
 type CoalesceConfig struct {
-	// Window is the longest a call waits for more statements while another
-	// call is in flight. Default 2 ms; negative means never wait.
+	// Window is the longest an additional parallel call waits for more
+	// statements before it is sent. Default 2 ms; negative means never wait.
 	Window time.Duration
 	// MaxStatements bounds the statements in one call. Default 256.
 	MaxStatements int
@@ -72,6 +78,7 @@ type batcher struct {
 
 	mu       sync.Mutex
 	queue    []*pendingGroup
+	queued   int // statements in queue
 	inflight int
 	calls    int64 // coalesced calls sent, for tests
 }
@@ -118,7 +125,11 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement) ([]Result, *
 	g := &pendingGroup{wire: wire, size: groupSize(wire), done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, g)
-	if b.inflight < b.cfg.MaxInFlight {
+	b.queued += len(wire)
+	// Idle: send at once. Busy: the statements wait for the call in flight
+	// to return and then leave together, unless enough have piled up to
+	// fill half a batch, which is worth another call in parallel.
+	if b.inflight == 0 || b.inflight < b.cfg.MaxInFlight && b.queued >= b.cfg.MaxStatements/2 {
 		idle := b.inflight == 0
 		b.inflight++
 		go b.run(idle)
@@ -142,6 +153,7 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement) ([]Result, *
 		for i, q := range b.queue {
 			if q == g {
 				b.queue = append(b.queue[:i], b.queue[i+1:]...)
+				b.queued -= len(g.wire)
 				break
 			}
 		}
@@ -158,16 +170,47 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement) ([]Result, *
 	return nil, &Error{Kind: KindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
 }
 
-// run sends one shared call, then starts another if statements are waiting.
+// run sends shared calls until the queue is empty, then gives up its
+// in-flight slot. The slot is given up before the callers are woken, so a
+// caller that comes straight back finds the batcher idle and is sent at once.
 func (b *batcher) run(idle bool) {
 	if !idle && b.cfg.Window > 0 {
 		time.Sleep(b.cfg.Window)
 	}
-	// Wait for the budget before draining, so the queue keeps filling.
-	budgetErr := b.c.budget.wait(context.Background())
-	blocked := b.c.checkBlocked()
+	for {
+		// Wait for the budget before draining, so the queue keeps filling.
+		budgetErr := b.c.budget.wait(context.Background())
+		blocked := b.c.checkBlocked()
+		groups, stmts := b.drain()
+		var deliver func()
+		switch {
+		case len(groups) == 0:
+			deliver = func() {}
+		case blocked != nil:
+			deliver = func() { b.fail(groups, blocked) }
+		case budgetErr != nil:
+			deliver = func() { b.fail(groups, budgetErr) }
+		default:
+			deliver = b.send(groups, stmts)
+		}
+		b.mu.Lock()
+		more := len(b.queue) > 0
+		if !more {
+			b.inflight--
+		}
+		b.mu.Unlock()
+		deliver()
+		if !more {
+			return
+		}
+	}
+}
 
+// drain takes the queued groups for one call, bounded by MaxStatements and
+// MaxBytes (a single larger group travels alone).
+func (b *batcher) drain() ([]*pendingGroup, int) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	var groups []*pendingGroup
 	stmts, size := 0, 0
 	for len(b.queue) > 0 {
@@ -180,58 +223,41 @@ func (b *batcher) run(idle bool) {
 		stmts += len(g.wire)
 		size += g.size
 		b.queue = b.queue[1:]
+		b.queued -= len(g.wire)
 	}
 	if len(groups) > 0 {
 		b.calls++
 	}
-	b.mu.Unlock()
-
-	if len(groups) > 0 {
-		switch {
-		case blocked != nil:
-			b.fail(groups, blocked)
-		case budgetErr != nil:
-			b.fail(groups, budgetErr)
-		default:
-			b.send(groups, stmts)
-		}
-	}
-
-	b.mu.Lock()
-	if len(b.queue) > 0 {
-		go b.run(true)
-	} else {
-		b.inflight--
-	}
-	b.mu.Unlock()
+	return groups, stmts
 }
 
-func (b *batcher) send(groups []*pendingGroup, stmts int) {
+// send makes one shared call and returns the function that hands each
+// caller its results or its error.
+func (b *batcher) send(groups []*pendingGroup, stmts int) (deliver func()) {
 	wire := make([]wireStatement, 0, stmts)
 	for _, g := range groups {
 		wire = append(wire, g.wire...)
 	}
 	body, err := encodeBody(wire)
 	if err != nil {
-		b.fail(groups, &Error{Kind: KindInvalid, Message: "encoding the request", Err: err})
-		return
+		return func() { b.fail(groups, &Error{Kind: KindInvalid, Message: "encoding the request", Err: err}) }
 	}
 	results, e := b.c.send(context.Background(), body, len(wire))
 	if e != nil {
 		if e.Kind == KindSQL && len(groups) > 1 {
 			// Nothing committed, and the error does not say whose statement
 			// failed: every caller is sent again alone.
-			b.fail(groups, &Error{Kind: KindSQL, siblingAbort: true, Message: e.Message})
-			return
+			return func() { b.fail(groups, &Error{Kind: KindSQL, siblingAbort: true, Message: e.Message}) }
 		}
-		b.fail(groups, e)
-		return
+		return func() { b.fail(groups, e) }
 	}
-	off := 0
-	for _, g := range groups {
-		g.results = results[off : off+len(g.wire) : off+len(g.wire)]
-		off += len(g.wire)
-		close(g.done)
+	return func() {
+		off := 0
+		for _, g := range groups {
+			g.results = results[off : off+len(g.wire) : off+len(g.wire)]
+			off += len(g.wire)
+			close(g.done)
+		}
 	}
 }
 

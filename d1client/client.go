@@ -221,6 +221,7 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 	safe = safe || readOnly
 	solo := !o.coalesce
 
+	var last *Error // the previous attempt's failure
 	for attempt := 1; ; attempt++ {
 		var (
 			results []Result
@@ -242,6 +243,12 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 			c.stats.execs.Add(1)
 			return results, nil
 		}
+		if last != nil && ctx.Err() != nil && !err.Ambiguous {
+			// The deadline ended the retries before this attempt was sent:
+			// the previous attempt's failure is the one worth reporting.
+			c.stats.failures.Add(1)
+			return nil, last
+		}
 		err.Statements = redactAll(stmts)
 		err.Attempts = attempt
 		delay, retry := c.retryDelay(ctx, err, attempt, safe, o.untilDeadline)
@@ -254,8 +261,10 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 			slog.String("kind", err.Kind.String()), slog.Int("status", err.StatusCode),
 			slog.Int("attempt", attempt), slog.Duration("delay", delay))
 		if c.sleep(ctx, delay) != nil {
+			c.stats.failures.Add(1)
 			return nil, err
 		}
+		last = err
 	}
 }
 

@@ -184,7 +184,9 @@ func TestRetryUntilDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
 	_, err := c.Exec(ctx, writeStmt, Idempotent(), RetryUntilDeadline())
-	if !errors.Is(err, ErrTransient) {
+	// The last failure is the server's 500, or, when the deadline struck
+	// while the last attempt was in flight, that attempt's ambiguous end.
+	if !errors.Is(err, ErrTransient) && !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v", err)
 	}
 	if n := tr.GetTotalCallCount(); n <= 2 {

@@ -1,7 +1,6 @@
 package idem_test
 
 import (
-	"context"
 	"fmt"
 	"reflect"
 	"testing"
@@ -10,63 +9,8 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/internal/d1test"
+	"github.com/d1idem/d1idem/internal/specseq"
 )
-
-// The spec's statements, verbatim.
-const (
-	specClaim = `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, created_at, updated_at)
-   VALUES (?, ?, ?, 'pending', 1, ?, ?)
-   ON CONFLICT (principal, key) DO NOTHING
-   RETURNING key, generation`
-	specLookup = `SELECT fingerprint, status, generation, response_status, response_body, response_headers
-     FROM idempotency_keys WHERE principal = ? AND key = ?`
-	specTakeover = `UPDATE idempotency_keys
-   SET generation = generation + 1, updated_at = ?
-   WHERE principal = ? AND key = ? AND status = 'pending' AND updated_at < ?
-   RETURNING generation`
-)
-
-// specOutcome runs the spec's handler up to the mutation, statement by
-// statement, as three separate calls.
-func specOutcome(ctx context.Context, db *d1client.Client, principal, key, fp string, now time.Time, ttl time.Duration) (string, error) {
-	ms := now.UnixMilli()
-	claim, err := db.Query(ctx, specClaim, principal, key, fp, ms, ms)
-	if err != nil {
-		return "", err
-	}
-	if len(claim.Rows) == 1 {
-		gen, _ := claim.Rows[0][1].Int64()
-		return fmt.Sprintf("execute gen=%d takeover=false", gen), nil
-	}
-	look, err := db.Query(ctx, specLookup, principal, key)
-	if err != nil {
-		return "", err
-	}
-	if len(look.Rows) == 0 {
-		return "retry", nil
-	}
-	row := look.Rows[0]
-	if fpv, _ := row[0].Text(); fpv != fp {
-		return "reused", nil
-	}
-	if st, _ := row[1].Text(); st == "completed" {
-		status := int64(500)
-		if !row[3].IsNull() {
-			status, _ = row[3].Int64()
-		}
-		body, _ := row[4].Text()
-		return fmt.Sprintf("replay status=%d body=%q", status, body), nil
-	}
-	take, err := db.Query(ctx, specTakeover, ms, principal, key, ms-ttl.Milliseconds())
-	if err != nil {
-		return "", err
-	}
-	if len(take.Rows) == 0 {
-		return "in_progress", nil
-	}
-	gen, _ := take.Rows[0][0].Int64()
-	return fmt.Sprintf("execute gen=%d takeover=true", gen), nil
-}
 
 func ourOutcome(d idem.Decision) string {
 	switch d.Outcome {
@@ -132,10 +76,11 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.principal, r.key, r.fp, r.status, r.ge
 				specDB, ourDB := b.NewClientSchema(t), b.NewClientSchema(t)
 				seed(t, specDB, sc.rows)
 				seed(t, ourDB, sc.rows)
-				want, err := specOutcome(bg, specDB, "p", "k", "fp", now, ttl)
+				spec, err := specseq.Begin(bg, specDB, "p", "k", "fp", now, ttl)
 				if err != nil {
 					t.Fatal(err)
 				}
+				want := spec.Text
 				l := newLedger(t, ourDB, idem.Config{TTL: ttl, Clock: func() time.Time { return now }, Heartbeat: -1})
 				d, err := l.Begin(bg, "p", "k", "fp")
 				if err != nil {

@@ -1,0 +1,271 @@
+package d1client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1local"
+	"github.com/d1idem/d1idem/internal/d1test"
+)
+
+var ctx = context.Background()
+
+// callLog is a d1local hook recording the statement count of each call.
+type callLog struct {
+	mu    sync.Mutex
+	sizes []int
+	delay time.Duration
+}
+
+func (c *callLog) hook(r d1local.Request) d1local.Fault {
+	c.mu.Lock()
+	c.sizes = append(c.sizes, len(r.Statements))
+	c.mu.Unlock()
+	return d1local.Fault{Latency: c.delay}
+}
+
+func (c *callLog) calls() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int(nil), c.sizes...)
+}
+
+func newTable(t *testing.T, db *d1client.Client) {
+	t.Helper()
+	if _, err := db.Query(ctx, "CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Concurrent coalesced calls share D1 calls, and each caller gets exactly
+// its own results.
+func TestCoalescedCallsShareBatchesAndKeepTheirResults(t *testing.T) {
+	log := &callLog{delay: 5 * time.Millisecond}
+	b := d1test.LocalConfig(t, d1local.Config{Faults: log.hook})
+	db := b.NewClient(t, func(c *d1client.Config) { c.Coalesce = d1client.CoalesceConfig{MaxInFlight: 2, MaxStatements: 40} })
+	newTable(t, db)
+	before := len(log.calls())
+	const n = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("k%03d", i)
+			res, err := db.Exec(ctx, []d1client.Statement{
+				d1client.NewStatement("INSERT INTO t (k, v) VALUES (?, ?) ON CONFLICT (k) DO NOTHING RETURNING k, v", key, i),
+				d1client.NewStatement("SELECT v * 2 FROM t WHERE k = ?", key),
+			}, d1client.Coalesce(), d1client.Idempotent())
+			if err != nil {
+				errs <- err
+				return
+			}
+			var k string
+			var v, double int64
+			if err := res[0].Rows[0].Scan(&k, &v); err != nil || k != key || v != int64(i) {
+				errs <- fmt.Errorf("caller %d got %s=%d (%v)", i, k, v, err)
+			}
+			if err := res[1].Rows[0].Scan(&double); err != nil || double != int64(2*i) {
+				errs <- fmt.Errorf("caller %d got double %d (%v)", i, double, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	sizes := log.calls()[before:]
+	total := 0
+	for _, s := range sizes {
+		if s > 40 {
+			t.Errorf("a call carried %d statements, over MaxStatements 40", s)
+		}
+		total += s
+	}
+	if total != 2*n {
+		t.Errorf("%d statements sent, want %d", total, 2*n)
+	}
+	if len(sizes) >= n/2 {
+		t.Errorf("%d calls for %d concurrent callers: not coalesced", len(sizes), n)
+	}
+	t.Logf("%d callers, %d calls, sizes %v", n, len(sizes), sizes)
+}
+
+// When idle, the batcher sends at once: a one-hour window never delays a
+// lone caller.
+func TestCoalescerNeverWaitsWhenIdle(t *testing.T) {
+	db := d1test.Local(t).NewClient(t, func(c *d1client.Config) { c.Coalesce = d1client.CoalesceConfig{Window: time.Hour} })
+	for i := 0; i < 3; i++ {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := db.Exec(c, []d1client.Statement{d1client.NewStatement("SELECT ?", i)}, d1client.Coalesce())
+		cancel()
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+}
+
+// A failing statement aborts a shared batch; nobody gets a wrong answer:
+// everyone is sent again alone, the failing caller gets its own SQL error,
+// the others their results.
+func TestSharedBatchFailureSplitsAndRetries(t *testing.T) {
+	log := &callLog{delay: 20 * time.Millisecond}
+	b := d1test.LocalConfig(t, d1local.Config{Faults: log.hook})
+	db := b.NewClient(t, func(c *d1client.Config) { c.Coalesce = d1client.CoalesceConfig{MaxInFlight: 1} })
+	newTable(t, db)
+	// Occupy the only in-flight slot so that the next callers queue together.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = db.Exec(ctx, []d1client.Statement{d1client.NewStatement("SELECT 1")}, d1client.Coalesce())
+	}()
+	time.Sleep(5 * time.Millisecond)
+	results := make([]error, 6)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sql := "INSERT INTO t (k, v) VALUES (?, ?)"
+			if i == 3 {
+				sql = "INSERT INTO missing_table (k, v) VALUES (?, ?)"
+			}
+			_, results[i] = db.Exec(ctx, []d1client.Statement{d1client.NewStatement(sql, fmt.Sprint(i), i)}, d1client.Coalesce())
+		}()
+	}
+	wg.Wait()
+	for i, err := range results {
+		if i == 3 {
+			if !errors.Is(err, d1client.ErrSQL) {
+				t.Errorf("the failing caller got %v", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("caller %d got %v", i, err)
+		}
+	}
+	res, _ := db.Query(ctx, "SELECT count(*) FROM t")
+	if n, _ := res.Rows[0][0].Int64(); n != 5 {
+		t.Errorf("%d rows, want 5", n)
+	}
+	shared := false
+	for _, s := range log.calls() {
+		shared = shared || s > 1
+	}
+	if !shared {
+		t.Error("the callers never shared a batch; the test proves nothing")
+	}
+}
+
+// A transient failure of a shared call reaches every caller with its cause:
+// idempotent callers retry and succeed, the others get the ambiguous error.
+func TestSharedBatchTransientFailure(t *testing.T) {
+	b := d1test.Local(t)
+	db := b.NewClient(t, func(c *d1client.Config) {
+		c.Retry = d1client.RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond}
+	})
+	newTable(t, db)
+	b.Local.Inject(d1local.Fault{Internal: true, AfterCommit: true})
+	_, err := db.Exec(ctx, []d1client.Statement{d1client.NewStatement("INSERT INTO t (k, v) VALUES ('a', 1)")}, d1client.Coalesce())
+	var e *d1client.Error
+	if !errors.As(err, &e) || e.Kind != d1client.KindTransient || !e.Ambiguous {
+		t.Fatalf("non-idempotent write: %v", err)
+	}
+	// It did commit: ambiguous means exactly that.
+	res, _ := db.Query(ctx, "SELECT count(*) FROM t")
+	if n, _ := res.Rows[0][0].Int64(); n != 1 {
+		t.Fatalf("%d rows", n)
+	}
+	b.Local.Inject(d1local.Fault{Internal: true})
+	_, err = db.Exec(ctx, []d1client.Statement{d1client.NewStatement("INSERT INTO t (k, v) VALUES ('b', 2) ON CONFLICT DO NOTHING")}, d1client.Coalesce(), d1client.Idempotent())
+	if err != nil {
+		t.Fatalf("idempotent write: %v", err)
+	}
+}
+
+// A caller whose context ends while queued is withdrawn and never sent.
+func TestQueuedCallerWithdraws(t *testing.T) {
+	log := &callLog{delay: 300 * time.Millisecond}
+	b := d1test.LocalConfig(t, d1local.Config{Faults: log.hook})
+	db := b.NewClient(t, func(c *d1client.Config) { c.Coalesce = d1client.CoalesceConfig{MaxInFlight: 1} })
+	go func() {
+		_, _ = db.Exec(ctx, []d1client.Statement{d1client.NewStatement("SELECT 1")}, d1client.Coalesce())
+	}()
+	time.Sleep(50 * time.Millisecond)
+	c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err := db.Exec(c, []d1client.Statement{d1client.NewStatement("SELECT 'withdrawn'")}, d1client.Coalesce())
+	var e *d1client.Error
+	if !errors.As(err, &e) || e.Ambiguous || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v", err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	for _, s := range log.calls() {
+		if s != 1 {
+			t.Fatalf("calls %v", log.calls())
+		}
+	}
+	if n := len(log.calls()); n != 1 {
+		t.Fatalf("%d calls: the withdrawn caller was sent", n)
+	}
+}
+
+// Under a tight budget, waiting callers pile into fewer, larger calls, and
+// the budget is never exceeded.
+func TestBudgetPressureGrowsBatches(t *testing.T) {
+	log := &callLog{}
+	b := d1test.LocalConfig(t, d1local.Config{Faults: log.hook})
+	budget := d1client.Budget{Calls: 3, Per: 200 * time.Millisecond}
+	db := b.NewClient(t, func(c *d1client.Config) { c.Budget = &budget })
+	var calls atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := 0; i < 60; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := db.Exec(ctx, []d1client.Statement{d1client.NewStatement("SELECT ?", i)}, d1client.Coalesce()); err != nil {
+				t.Error(err)
+			}
+			calls.Add(1)
+		}()
+	}
+	wg.Wait()
+	sent := db.Stats().Calls
+	elapsed := time.Since(start)
+	if max := int64(budget.Calls) * (int64(elapsed/budget.Per) + 1); sent > max {
+		t.Errorf("%d calls in %v exceeds the budget of %s", sent, elapsed, budget)
+	}
+	if sent >= 20 {
+		t.Errorf("%d calls for 60 callers under budget pressure", sent)
+	}
+}
+
+// Calls without Coalesce() never share a batch.
+func TestUncoalescedCallsTravelAlone(t *testing.T) {
+	log := &callLog{delay: 10 * time.Millisecond}
+	db := d1test.LocalConfig(t, d1local.Config{Faults: log.hook}).NewClient(t)
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = db.Exec(ctx, []d1client.Statement{d1client.NewStatement("SELECT ?", i)})
+		}()
+	}
+	wg.Wait()
+	for _, s := range log.calls() {
+		if s != 1 {
+			t.Fatalf("an uncoalesced statement shared a call: %v", log.calls())
+		}
+	}
+}
