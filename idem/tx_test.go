@@ -1,0 +1,151 @@
+package idem_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1local"
+	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/d1test"
+)
+
+func businessTable(t *testing.T, db *d1client.Client) {
+	t.Helper()
+	if _, err := db.Query(bg, "CREATE TABLE orders (key TEXT NOT NULL, owner TEXT NOT NULL, UNIQUE (key, owner))"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func insertOrder(key, owner string) d1client.Statement {
+	return d1client.NewStatement("INSERT INTO orders (key, owner) VALUES (?, ?)", key, owner)
+}
+
+func orders(t *testing.T, db *d1client.Client, key string) []string {
+	t.Helper()
+	res, err := db.Query(bg, "SELECT owner FROM orders WHERE key = ? ORDER BY owner", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range res.Rows {
+		s, _ := r[0].Text()
+		out = append(out, s)
+	}
+	return out
+}
+
+// Under transactional completion a fenced-out owner's business write never
+// lands: exactly one business write per key, even across a takeover.
+func TestTransactionalCompletionAcrossTakeover(t *testing.T) {
+	d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
+		db := b.NewClientSchema(t)
+		businessTable(t, db)
+		clk := newClock()
+		l := newLedger(t, db, idem.Config{Clock: clk.Now, Heartbeat: -1})
+		a := begin(t, l, "p", "k", "fp").Reservation
+		// A stalls past the TTL; B takes over and commits its order.
+		clk.Advance(idem.DefaultTTL + time.Second)
+		d := begin(t, l, "p", "k", "fp")
+		if d.Outcome != idem.Execute || !d.Reservation.Takeover {
+			t.Fatalf("%+v", d)
+		}
+		cb, err := l.CompleteTx(bg, d.Reservation, idem.Response{Status: 201, Body: []byte("B")}, []d1client.Statement{insertOrder("k", "B")})
+		if err != nil || !cb.Stored {
+			t.Fatalf("B: %+v %v", cb, err)
+		}
+		// A wakes up and tries to commit its own order with its completion.
+		ca, err := l.CompleteTx(bg, a, idem.Response{Status: 201, Body: []byte("A")}, []d1client.Statement{insertOrder("k", "A")})
+		if err != nil || ca.Stored {
+			t.Fatalf("A: %+v %v", ca, err)
+		}
+		if got := orders(t, db, "k"); len(got) != 1 || got[0] != "B" {
+			t.Fatalf("orders = %v, want only B's", got)
+		}
+		if d := begin(t, l, "p", "k", "fp"); d.Outcome != idem.Replay || string(d.Response.Body) != "B" {
+			t.Fatalf("replay: %+v", d)
+		}
+		// The opposite order: A completes before B's takeover could happen.
+		a2 := begin(t, l, "p", "k2", "fp").Reservation
+		if c, err := l.CompleteTx(bg, a2, idem.Response{Status: 201}, []d1client.Statement{insertOrder("k2", "A")}); err != nil || !c.Stored {
+			t.Fatalf("%+v %v", c, err)
+		}
+		clk.Advance(time.Hour)
+		if d := begin(t, l, "p", "k2", "fp"); d.Outcome != idem.Replay {
+			t.Fatalf("completed keys are never taken over: %+v", d)
+		}
+		if got := orders(t, db, "k2"); len(got) != 1 {
+			t.Fatalf("orders = %v", got)
+		}
+	})
+}
+
+// An answer lost after the guarded batch committed is recognised on the
+// retry (the guard trips, the row holds our response): stored once, written
+// once. A transient failure before the commit is retried and lands once.
+func TestTransactionalCompletionRetries(t *testing.T) {
+	b := d1test.Local(t)
+	db := b.NewClientSchema(t, func(c *d1client.Config) {
+		c.Retry = d1client.RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond}
+	})
+	businessTable(t, db)
+	l := newLedger(t, db, idem.Config{Heartbeat: -1})
+	for i, f := range []d1local.Fault{{LoseResponse: true}, {Internal: true, AfterCommit: true}, {Internal: true}, {BadGateway: true}} {
+		key := fmt.Sprintf("k%d", i)
+		r := begin(t, l, "p", key, "fp").Reservation
+		b.Local.Inject(f)
+		c, err := l.CompleteTx(bg, r, idem.Response{Status: 201, Body: []byte("ok")}, []d1client.Statement{insertOrder(key, "me")})
+		if err != nil || !c.Stored {
+			t.Errorf("%+v: stored=%v err=%v", f, c.Stored, err)
+		}
+		if got := orders(t, db, key); len(got) != 1 {
+			t.Errorf("%+v: orders = %v", f, got)
+		}
+	}
+}
+
+// When the handler's own statement fails, nothing is committed: the client
+// gets 500 idempotency_mutation_not_committed, and the reservation is
+// released so a retry executes again.
+func TestTransactionalCompletionHandlerStatementFails(t *testing.T) {
+	var attempt int
+	s := newStack(t, stackOpts{handler: func(w http.ResponseWriter, r *http.Request) {
+		attempt++
+		tx, ok := idem.TxFromContext(r.Context())
+		if !ok {
+			t.Error("no Tx in the handler's context")
+			return
+		}
+		if attempt == 1 {
+			tx.Add(d1client.NewStatement("INSERT INTO no_such_table VALUES (1)"))
+		} else {
+			tx.Add(d1client.NewStatement("SELECT 1"))
+		}
+		w.WriteHeader(201)
+		w.Write([]byte("created"))
+	}})
+	r := s.do("POST", "/x", "k", "tok", "{}")
+	if r.status != 500 || r.errorCode(t) != idem.CodeMutationAbandoned {
+		t.Fatalf("%+v", r)
+	}
+	if r = s.do("POST", "/x", "k", "tok", "{}"); r.status != 201 || r.body != "created" || r.header.Get(idem.HeaderReplayed) != "" {
+		t.Fatalf("retry: %+v", r)
+	}
+	if r = s.do("POST", "/x", "k", "tok", "{}"); r.header.Get(idem.HeaderReplayed) != "true" {
+		t.Fatalf("replay: %+v", r)
+	}
+	// Directly: the error wraps ErrTxNotCommitted and the SQL error, and
+	// the reservation is gone.
+	res := begin(t, s.ledger, "tok", "k-direct", "fp").Reservation
+	var e *d1client.Error
+	_, err := s.ledger.CompleteTx(bg, res, idem.Response{Status: 200}, []d1client.Statement{d1client.NewStatement("INSERT INTO nowhere VALUES (1)")})
+	if !errors.Is(err, idem.ErrTxNotCommitted) || !errors.As(err, &e) || e.Kind != d1client.KindSQL {
+		t.Errorf("err = %v", err)
+	}
+	if d := begin(t, s.ledger, "tok", "k-direct", "fp"); d.Outcome != idem.Execute || d.Reservation.Takeover {
+		t.Errorf("after a failed transactional completion: %+v", d)
+	}
+}
