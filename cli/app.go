@@ -54,7 +54,8 @@ func run(ctx context.Context, app *cli.App, args []string, stderr io.Writer) int
 	}
 	code := ExitError
 	var ue usageError
-	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "Required flag") || strings.HasPrefix(err.Error(), "flag provided but not defined") {
+	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "Required flag") || strings.HasPrefix(err.Error(), "flag provided but not defined") ||
+		strings.HasPrefix(err.Error(), "No help topic for") {
 		code = ExitUsage
 	} else if errors.As(err, &exit) {
 		code = exit.ExitCode()

@@ -33,6 +33,13 @@ func TestHelp(t *testing.T) {
 		t.Errorf("d1idem without arguments should print the same help")
 	}
 
+	for _, args := range [][]string{{"bogus"}, {"keys", "bogus"}, {"help", "bogus"}, {"keys", "help", "bogus"}, {"--bogus"}} {
+		r := runCLI(t, nil, args...)
+		if r.code != ExitUsage || strings.Count(r.stderr, "\n") != 1 || r.stdout != "" {
+			t.Errorf("d1idem %v: want exit 2 and one line; %s", args, r)
+		}
+	}
+
 	r = mustRun(t, nil, "keys", "release", "--help")
 	golden(t, "help_keys_release", r.stdout)
 
