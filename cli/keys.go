@@ -243,7 +243,7 @@ func keysGet(c *cli.Context, o *options, cn *conn, principal, key string, ttl ti
 	release := releaseCommandLine(c, k.Principal, k.Key, k.Generation)
 	switch {
 	case k.stuck(ttl):
-		fmt.Fprintf(w, "Its owner is presumed dead. The next retry of the same request takes the key over\n(generation %d) and executes it. To let the client retry now, with any request:\n  %s\n",
+		fmt.Fprintf(w, "Its owner is presumed dead. The next retry of the same request takes the key over\n(generation %d) and executes it. To let it retry now, before the TTL has passed:\n  %s\n",
 			k.Generation+1, release)
 	case k.Status == "pending":
 		fmt.Fprintf(w, "Its owner is presumably still running (a live owner renews the row every TTL/3).\nRetries get 409 %s until it completes, or until %s without an update.\n",
@@ -464,7 +464,7 @@ func keysStuckCommand(o *options) *cli.Command {
 first, with how long each has been stuck and its generation. Such a key's owner
 is presumed dead (a live owner renews its row every TTL/3): the next retry of the
 same request takes it over by itself. The last line shows how to release one, so
-that the client may retry now, with any request.
+that the client may retry now.
 
    d1idem keys stuck
    d1idem keys stuck --ttl 2m --json`,
@@ -539,7 +539,7 @@ func keysStuck(c *cli.Context, o *options, cn *conn, ttl time.Duration, limit in
 	}
 	fmt.Fprintf(w, "%s pending for longer than the %s TTL, oldest first%s.\n", plural(total, "key", "keys"), formatDuration(ttl), shown)
 	fmt.Fprintln(w, "A retry of the same request takes a stuck key over by itself, at the next generation.")
-	fmt.Fprintln(w, "To let the client retry now, with any request, release the key (fenced by its generation):")
+	fmt.Fprintln(w, "To let the client retry now, release the key (fenced by its generation):")
 	fmt.Fprintf(w, "  %s\n", releaseCommandLine(c, rows[0].Principal, rows[0].Key, rows[0].Generation))
 	return nil
 }
@@ -549,19 +549,30 @@ func keysStuck(c *cli.Context, o *options, cn *conn, ttl time.Duration, limit in
 func keysReleaseCommand(o *options) *cli.Command {
 	return &cli.Command{
 		Name:  "release",
-		Usage: "delete a stuck pending key, fenced by its generation, so the client may retry now",
-		Description: `Deletes one pending row, only at the generation given:
+		Usage: "release a stuck pending key, fenced by its generation, so the client may retry now",
+		Description: `Releases one pending row, only at the generation given, in one statement:
 
-   DELETE FROM idempotency_keys WHERE principal = ? AND key = ? AND generation = ?
-     AND status = 'pending' ... RETURNING ...
+   UPDATE idempotency_keys SET generation = generation + 1, updated_at = <an hour ago>
+   WHERE principal = ? AND key = ? AND generation = ? AND status = 'pending' ...
+
+The generation moves past the old owner's, and the lease is made stale, so the
+client's next request with the key takes it over at once (the same request, by
+its fingerprint) and executes. The row is not deleted: a fresh claim would start
+again at generation 1, which could be the old owner's own generation.
 
 If another owner has taken the key over (a newer generation) or completed it in
-the meantime, nothing is deleted and the command says what the row holds now.
-The client's next request with the key claims it afresh and executes.
+the meantime, nothing changes and the command says what the row holds now.
 
 The old owner, if it is still running, may still perform its mutation; its
 completion is fenced by its generation and will not be stored. An owner using
 the idem package learns at its next heartbeat that it lost its lease.
+
+Only the same request (by its fingerprint) takes a released key over; a client
+that changed its request gets 409 idempotency_key_reused, as the spec says (a new
+operation takes a new key). If a different request must be allowed to use the
+key, --delete deletes the pending row instead; do that only when the old owner
+is certainly gone: a fresh claim restarts at generation 1, so an old owner of
+generation 1 that is still running could complete the new request's row.
 
 A pending row updated within the TTL probably has a live owner: it is refused
 without --force. A completed row is refused without --force; with --force it is
@@ -572,7 +583,8 @@ deleted, and the next retry executes the request again instead of replaying.
 			principalFlag("the `PRINCIPAL` the key belongs to"),
 			keyFlag(),
 			&cli.Int64Flag{Name: "generation", Usage: "the `GENERATION` to release, as 'keys get' or 'keys stuck' shows it (required: the fence)", DefaultText: "none, required"},
-			&cli.BoolFlag{Name: "force", Usage: "also delete a completed row, or a pending row updated within the TTL", DisableDefaultText: true},
+			&cli.BoolFlag{Name: "force", Usage: "also release a pending row updated within the TTL, or delete a completed row", DisableDefaultText: true},
+			&cli.BoolFlag{Name: "delete", Usage: "delete the pending row instead of expiring it, so that a different request may use the key (see above)", DisableDefaultText: true},
 			ttlFlag(),
 			jsonFlag(),
 		}, connFlags()...),
@@ -596,7 +608,7 @@ deleted, and the next retry executes the request again instead of replaying.
 				return err
 			}
 			return withConn(c, o, func(cn *conn) error {
-				return keysRelease(c, o, cn, principal, key, gen, ttl, c.Bool("force"))
+				return keysRelease(c, o, cn, principal, key, gen, ttl, c.Bool("force"), c.Bool("delete"))
 			})
 		},
 	}
@@ -604,76 +616,99 @@ deleted, and the next retry executes the request again instead of replaying.
 
 // releaseJSON is keys release --json.
 type releaseJSON struct {
-	Released      bool   `json:"released"`
-	Principal     string `json:"principal"`
-	Key           string `json:"key"`
-	Generation    int64  `json:"generation"`
+	Released   bool   `json:"released"`
+	Principal  string `json:"principal"`
+	Key        string `json:"key"`
+	Generation int64  `json:"generation"` // the generation released
+	// Action is "expired" (a pending row, now at generation+1 with a stale
+	// lease) or "deleted" (a completed row, with --force).
+	Action        string `json:"action"`
 	Status        string `json:"status"`
 	Forced        bool   `json:"forced"`
 	SinceUpdateMS int64  `json:"since_update_ms"`
 	AgeMS         int64  `json:"age_ms"`
 }
 
-func keysRelease(c *cli.Context, o *options, cn *conn, principal, key string, gen int64, ttl time.Duration, force bool) error {
-	del := newQuery(o).add("DELETE FROM "+d1idem.Table+" WHERE principal = ? AND key = ? AND generation = ?", principal, key, gen)
-	if !force {
-		del.add(" AND status = 'pending' AND updated_at < ").now().add(" - ?", ttl.Milliseconds())
+// releaseBackdate is how far back a released row's updated_at is set: past
+// any realistic pending TTL, so the next retry takes the key over at once,
+// and well inside any realistic retention, so the sweep leaves the row (and
+// its generation) in place.
+func releaseBackdate(ttl time.Duration) time.Duration { return max(time.Hour, 2*ttl) }
+
+func keysRelease(c *cli.Context, o *options, cn *conn, principal, key string, gen int64, ttl time.Duration, force, del bool) error {
+	// The row as it was, in the same transaction, before any change.
+	before := newQuery(o).add("SELECT "+summaryColumns+", ").now().add(" FROM "+d1idem.Table+" WHERE principal = ? AND key = ?", principal, key)
+	expire := newQuery(o)
+	if del {
+		expire.add("DELETE FROM "+d1idem.Table+" WHERE principal = ? AND key = ? AND generation = ? AND status = 'pending'", principal, key, gen)
+	} else {
+		expire.add("UPDATE "+d1idem.Table+" SET generation = generation + 1, updated_at = ").now().
+			add(" - ? WHERE principal = ? AND key = ? AND generation = ? AND status = 'pending'", releaseBackdate(ttl).Milliseconds(), principal, key, gen)
 	}
-	del.add(" RETURNING " + summaryColumns + ", ").now()
-	// In the same transaction, the row as it is after the delete: nothing
-	// when it was deleted, and otherwise why it was not.
-	look := newQuery(o).add("SELECT "+summaryColumns+", ").now().add(" FROM "+d1idem.Table+" WHERE principal = ? AND key = ?", principal, key)
-	res, err := cn.db.Exec(c.Context, []d1client.Statement{del.statement(), look.statement()})
+	if !force {
+		expire.add(" AND updated_at < ").now().add(" - ?", ttl.Milliseconds())
+	}
+	expire.add(" RETURNING generation")
+	stmts := []d1client.Statement{before.statement(), expire.statement()}
+	if force {
+		stmts = append(stmts, newQuery(o).add("DELETE FROM "+d1idem.Table+" WHERE principal = ? AND key = ? AND generation = ? AND status = 'completed' RETURNING generation", principal, key, gen).statement())
+	}
+	res, err := cn.db.Exec(c.Context, stmts)
 	if err != nil {
 		return fmt.Errorf("keys release: %w", err)
 	}
 	who := fmt.Sprintf("key %s of principal %s", strconv.Quote(key), strconv.Quote(principal))
 	if len(res[0].Rows) == 0 {
-		if len(res[1].Rows) == 0 {
-			return fmt.Errorf("no %s on %s: nothing to release (it was never claimed, was released, or was swept)", who, cn.where)
-		}
-		now, err := scanSummary(res[1].Rows[0])
-		if err != nil {
-			return fmt.Errorf("keys release: reading the row: %w", err)
-		}
-		switch {
-		case now.Generation != gen:
-			return fmt.Errorf("not released: %s is now at generation %d (%s, updated %s), not %d; look again with 'd1idem keys get'",
-				who, now.Generation, display(now.Status), formatAge(now.sinceUpdate()), gen)
-		case now.Status == "completed":
-			return fmt.Errorf("not released: %s is completed (response %s): retries replay it; --force deletes it, and the next retry executes the request again",
-				who, statusOrDash(now.ResponseStatus))
-		case now.Status == "pending":
-			return fmt.Errorf("not released: %s was updated %s, within the %s TTL: its owner is probably alive and renewing it; wait, or use --force",
-				who, formatAge(now.sinceUpdate()), formatDuration(ttl))
-		}
-		return fmt.Errorf("not released: %s has status %s; --force deletes it", who, display(now.Status))
+		return fmt.Errorf("no %s on %s: nothing to release (it was never claimed, or was swept)", who, cn.where)
 	}
 	k, err := scanSummary(res[0].Rows[0])
 	if err != nil {
-		return fmt.Errorf("keys release: reading the deleted row: %w", err)
+		return fmt.Errorf("keys release: reading the row: %w", err)
+	}
+	expired := len(res[1].Rows) == 1 && !del
+	deleted := len(res[1].Rows) == 1 && del || force && len(res[2].Rows) == 1
+	if !expired && !deleted {
+		switch {
+		case k.Generation != gen:
+			return fmt.Errorf("not released: %s is now at generation %d (%s, updated %s), not %d; look again with 'd1idem keys get'",
+				who, k.Generation, display(k.Status), formatAge(k.sinceUpdate()), gen)
+		case k.Status == "completed":
+			return fmt.Errorf("not released: %s is completed (response %s): retries replay it; --force deletes it, and the next retry executes the request again",
+				who, statusOrDash(k.ResponseStatus))
+		case k.Status == "pending":
+			return fmt.Errorf("not released: %s was updated %s, within the %s TTL: its owner is probably alive and renewing it; wait, or use --force",
+				who, formatAge(k.sinceUpdate()), formatDuration(ttl))
+		}
+		return fmt.Errorf("not released: %s has status %s; --force deletes it", who, display(k.Status))
 	}
 	if c.Bool(flagJSON) {
+		action := "expired"
+		if deleted {
+			action = "deleted"
+		}
 		return printJSON(c.App.Writer, releaseJSON{Released: true, Principal: k.Principal, Key: k.Key, Generation: k.Generation,
-			Status: k.Status, Forced: force, SinceUpdateMS: k.Now - k.UpdatedAt, AgeMS: k.Now - k.CreatedAt})
+			Action: action, Status: k.Status, Forced: force, SinceUpdateMS: k.Now - k.UpdatedAt, AgeMS: k.Now - k.CreatedAt})
 	}
 	w := c.App.Writer
-	if k.Status == "completed" {
+	if deleted && k.Status == "pending" {
+		fmt.Fprintf(w, "Released %s: deleted its pending row at generation %d (no update for %s, created %s).\n",
+			who, k.Generation, formatDuration(k.sinceUpdate()), formatAge(k.age()))
+		fmt.Fprintln(w, "The client's next request with this key, any request, claims the key afresh (at generation 1) and executes.")
+		fmt.Fprintf(w, "Caution: should the old owner (generation %d) be alive after all, its completion could match the new claim's row.\n", k.Generation)
+		return nil
+	}
+	if deleted {
 		fmt.Fprintf(w, "Released %s: deleted its completed row at generation %d (response %s, completed %s).\n",
 			who, k.Generation, statusOrDash(k.ResponseStatus), formatAge(k.sinceUpdate()))
 		fmt.Fprintln(w, "The stored response is gone: the client's next request with this key executes again, as a new request.")
 		return nil
 	}
-	fmt.Fprintf(w, "Released %s: deleted its pending row at generation %d (no update for %s, created %s).\n",
-		who, k.Generation, formatDuration(k.sinceUpdate()), formatAge(k.age()))
-	fmt.Fprintln(w, "The client may retry now: its next request with this key claims the key afresh and executes.")
+	fmt.Fprintf(w, "Released %s: its pending row moved from generation %d to %d with a stale lease (no update for %s, created %s).\n",
+		who, k.Generation, k.Generation+1, formatDuration(k.sinceUpdate()), formatAge(k.age()))
+	fmt.Fprintln(w, "The client may retry now: its next request with this key (the same request) takes the key over and executes.")
 	fmt.Fprintf(w, "The old owner (generation %d), if it is still running, may still perform its mutation, but its\n", k.Generation)
-	fmt.Fprintf(w, "completion will be fenced out and not stored: no pending row at generation %d is left for it.\n", k.Generation)
+	fmt.Fprintf(w, "completion will be fenced out and not stored: the row is no longer at generation %d.\n", k.Generation)
 	fmt.Fprintln(w, "An owner using the idem package learns at its next heartbeat that it has lost its lease.")
-	if k.Generation == 1 {
-		fmt.Fprintln(w, "Caution: a fresh claim starts at generation 1 again; should the old owner be alive after all and")
-		fmt.Fprintln(w, "complete while the client's retry is still pending, its completion would match the retry's row.")
-	}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -310,13 +311,26 @@ func TestKeysRelease(t *testing.T) {
 	// The stuck key at its generation: released.
 	r := mustRun(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-7", "--generation", "1")...)
 	golden(t, "keys_release", r.stdout)
-	if n := l.count(t, "principal = 'acct_42' AND key = 'order-7'"); n != 0 {
-		t.Errorf("the released row is still there")
+	// The row stays, one generation on, with a stale lease (an hour old).
+	if n := l.count(t, "principal = 'acct_42' AND key = 'order-7' AND generation = 2 AND status = 'pending' AND updated_at = "+
+		strconv.FormatInt(testNow.Add(-time.Hour).UnixMilli(), 10)); n != 1 {
+		t.Errorf("the released row is not at generation 2 with a stale lease")
 	}
-	// Again: nothing to release.
+	// Again at generation 1: the fence refuses it.
 	r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-7", "--generation", "1")...)
-	if r.code != ExitError || !strings.Contains(r.stderr, `no key "order-7" of principal "acct_42" on database ops: nothing to release`) {
+	if r.code != ExitError || !strings.Contains(r.stderr, `not released: key "order-7" of principal "acct_42" is now at generation 2`) {
 		t.Errorf("second release: %s", r)
+	}
+	// --delete removes a pending row, so that any request may claim the key.
+	r = mustRun(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-7", "--generation", "2", "--delete")...)
+	if !strings.Contains(r.stdout, "deleted its pending row at generation 2") || !strings.Contains(r.stdout, "Caution:") ||
+		l.count(t, "key = 'order-7'") != 0 {
+		t.Errorf("--delete: %s", r)
+	}
+	// A key that does not exist: nothing to release.
+	r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "nope", "--generation", "1")...)
+	if r.code != ExitError || !strings.Contains(r.stderr, `no key "nope" of principal "acct_42" on database ops: nothing to release`) {
+		t.Errorf("missing key: %s", r)
 	}
 
 	// A wrong generation says the current one, and deletes nothing.
@@ -351,7 +365,7 @@ func TestKeysRelease(t *testing.T) {
 		t.Errorf("fresh pending: %s", r)
 	}
 	r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_7", "--key", "pay-1", "--generation", "1", "--ttl", "2s")...)
-	if r.code != 0 || l.count(t, "key = 'pay-1'") != 0 {
+	if r.code != 0 || l.count(t, "key = 'pay-1' AND generation = 2") != 1 {
 		t.Errorf("pending older than --ttl 2s: %s", r)
 	}
 
@@ -399,18 +413,22 @@ func TestReleaseThenRetry(t *testing.T) {
 	}
 	mustRun(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-9", "--generation", "1")...)
 
-	// The client retries, with another body even: a fresh claim executes.
+	// The client retries the same request: it takes the key over at once,
+	// one generation past the old owner's.
 	clock = testNow
-	retry, err := ledger.Begin(ctx, "acct_42", "order-9", strings.Repeat("0", 64))
-	if err != nil || retry.Outcome != idem.Execute || retry.Reservation.Generation != 1 {
+	retry, err := ledger.Begin(ctx, "acct_42", "order-9", fp)
+	if err != nil || retry.Outcome != idem.Execute || !retry.Reservation.Takeover || retry.Reservation.Generation != 3 {
 		t.Fatalf("retry after release: %+v %v", retry, err)
+	}
+	// The old owner's heartbeat would now fail: its generation is gone.
+	if ok, err := ledger.Renew(ctx, dead.Reservation); err != nil || ok {
+		t.Fatalf("the old owner renewed its lease after the release: %v %v", ok, err)
 	}
 	c, err := ledger.Complete(ctx, retry.Reservation, idem.Response{Status: 201, Body: []byte(`{"id":1}`)})
 	if err != nil || !c.Stored {
 		t.Fatalf("retry's completion: %+v %v", c, err)
 	}
-	// The old owner wakes up: its generation-1 completion finds the row
-	// completed, so it is not stored.
+	// The old owner wakes up: its generation-1 completion is fenced out.
 	late, err := ledger.Complete(ctx, dead.Reservation, idem.Response{Status: 201, Body: []byte(`{"late":true}`)})
 	if err != nil || late.Stored {
 		t.Fatalf("late completion: %+v %v", late, err)
