@@ -43,5 +43,16 @@ lint:
 demo:
 	$(GO) run ./cmd/d1idem demo
 
+# Each fuzz target for FUZZTIME (default 10s). Their seed corpora
+# (testdata/fuzz) also run as plain tests in `make test`.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := idem:FuzzValidKey idem:FuzzFingerprintInput d1local:FuzzRequestDecoder d1client:FuzzResponseDecoder
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) ./$$pkg/; \
+	done
+
 clean:
 	rm -rf conformance/node_modules
