@@ -19,7 +19,6 @@ import (
 	"github.com/d1idem/d1idem/examples/orders/ordersapi"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/internal/embedded"
-	"github.com/d1idem/d1idem/schema"
 )
 
 func demoCommand() *cli.Command {
@@ -140,13 +139,6 @@ func runDemo(ctx context.Context, out io.Writer, ttl time.Duration, dir string) 
 	defer srv.Close()
 	db, err := srv.Client("demo")
 	if err != nil {
-		return err
-	}
-	want, err := embedded.ExpectedShape(ctx)
-	if err != nil {
-		return err
-	}
-	if _, err := schema.Apply(ctx, db, want, schema.Options{}); err != nil {
 		return err
 	}
 	if err := ordersapi.EnsureSchema(ctx, db); err != nil {

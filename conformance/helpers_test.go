@@ -8,35 +8,16 @@ import (
 	"testing"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/internal/specseq"
 )
 
-// The spec's five ledger statements, verbatim from "Wiring It Into a Worker"
-// (and "Bounded Opportunistic Sweep" for the sweep), whitespace included.
+// The spec's five ledger statements, verbatim (internal/specseq holds them).
 const (
-	sqlClaim = `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, created_at, updated_at)
-     VALUES (?, ?, ?, 'pending', 1, ?, ?)
-     ON CONFLICT (principal, key) DO NOTHING
-     RETURNING key, generation`
-
-	sqlLookup = `SELECT fingerprint, status, generation, response_status, response_body, response_headers
-       FROM idempotency_keys WHERE principal = ? AND key = ?`
-
-	sqlTakeover = `UPDATE idempotency_keys
-       SET generation = generation + 1, updated_at = ?
-       WHERE principal = ? AND key = ? AND status = 'pending' AND updated_at < ?
-       RETURNING generation`
-
-	sqlComplete = `UPDATE idempotency_keys
-     SET status = 'completed', response_status = ?, response_body = ?, response_headers = ?, updated_at = ?
-     WHERE principal = ? AND key = ? AND generation = ? AND status = 'pending'
-     RETURNING key`
-
-	sqlSweep = `DELETE FROM idempotency_keys
-       WHERE rowid IN (
-         SELECT rowid FROM idempotency_keys
-         WHERE updated_at < ?
-         LIMIT ?
-       )`
+	sqlClaim    = specseq.Claim
+	sqlLookup   = specseq.Lookup
+	sqlTakeover = specseq.Takeover
+	sqlComplete = specseq.Complete
+	sqlSweep    = specseq.Sweep
 )
 
 // pendingTTL is the spec's PENDING_TTL_MS.

@@ -4,35 +4,17 @@ import (
 	"testing"
 
 	"github.com/d1idem/d1idem"
+	"github.com/d1idem/d1idem/internal/specseq"
 )
 
-// The statements of the spec ("Idempotency-Key Ledger on D1"), as the idem
-// package sends them.
+// The statements of the spec ("Idempotency-Key Ledger on D1"), verbatim
+// (internal/specseq holds them).
 const (
-	claimSQL = `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, created_at, updated_at)
-   VALUES (?, ?, ?, 'pending', 1, ?, ?)
-   ON CONFLICT (principal, key) DO NOTHING
-   RETURNING key, generation`
-	lookupSQL = `SELECT fingerprint, status, generation, response_status, response_body, response_headers
-     FROM idempotency_keys WHERE principal = ? AND key = ?`
-	takeoverSQL = `UPDATE idempotency_keys
-   SET generation = generation + 1, updated_at = ?
-   WHERE principal = ? AND key = ? AND status = 'pending' AND updated_at < ?
-   RETURNING generation`
-	completeSQL = `UPDATE idempotency_keys
-   SET status = 'completed',
-       response_status = ?,
-       response_body = ?,
-       response_headers = ?,
-       updated_at = ?
-   WHERE principal = ? AND key = ? AND generation = ? AND status = 'pending'
-   RETURNING key`
-	sweepSQL = `DELETE FROM idempotency_keys
-       WHERE rowid IN (
-         SELECT rowid FROM idempotency_keys
-         WHERE updated_at < ?
-         LIMIT ?
-       )`
+	claimSQL    = specseq.Claim
+	lookupSQL   = specseq.Lookup
+	takeoverSQL = specseq.Takeover
+	completeSQL = specseq.Complete
+	sweepSQL    = specseq.Sweep
 )
 
 func TestLedgerStatements(t *testing.T) {

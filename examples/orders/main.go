@@ -34,7 +34,6 @@ import (
 	"github.com/d1idem/d1idem/examples/orders/ordersapi"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/internal/embedded"
-	"github.com/d1idem/d1idem/schema"
 )
 
 func main() {
@@ -82,13 +81,6 @@ func run() error {
 		}
 	}
 
-	want, err := embedded.ExpectedShape(ctx)
-	if err != nil {
-		return err
-	}
-	if _, err := schema.Apply(ctx, db, want, schema.Options{}); err != nil {
-		return err
-	}
 	if err := ordersapi.EnsureSchema(ctx, db); err != nil {
 		return err
 	}

@@ -29,6 +29,12 @@ const (
      SET status = 'completed', response_status = ?, response_body = ?, response_headers = ?, updated_at = ?
      WHERE principal = ? AND key = ? AND generation = ? AND status = 'pending'
      RETURNING key`
+	Sweep = `DELETE FROM idempotency_keys
+       WHERE rowid IN (
+         SELECT rowid FROM idempotency_keys
+         WHERE updated_at < ?
+         LIMIT ?
+       )`
 )
 
 // Outcome is the spec's decision, spelled so that two runs compare as
