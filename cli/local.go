@@ -18,6 +18,12 @@ func localCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "local",
 		Usage: "run d1local, a D1-compatible REST server on SQLite",
+		Description: `d1local serves D1's REST API (query and raw) on SQLite, with D1's envelope,
+errors, limits and authorizer: a local D1 for development and tests, with no
+Cloudflare account. Every other command reaches it with --local DIR (in process)
+or --base-url (a running server).
+
+   d1idem local serve --dir ./.d1idem --addr 127.0.0.1:8787`,
 		Subcommands: []*cli.Command{{
 			Name:  "serve",
 			Usage: "serve the D1 REST API (query and raw) on a local address",
