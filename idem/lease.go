@@ -54,7 +54,6 @@ func (l *Ledger) heartbeat(ls *lease, r *Reservation) {
 	defer tick.Stop()
 	maxLease := time.NewTimer(l.cfg.MaxLease - time.Since(r.acquired))
 	defer maxLease.Stop()
-	lastRenewed := r.acquired
 	for {
 		select {
 		case <-ls.beat.Done():
@@ -73,7 +72,6 @@ func (l *Ledger) heartbeat(ls *lease, r *Reservation) {
 		cancel()
 		switch {
 		case err == nil && ok:
-			lastRenewed = time.Now()
 		case ls.beat.Err() != nil:
 			return // stopped while renewing
 		case err == nil:
@@ -81,7 +79,7 @@ func (l *Ledger) heartbeat(ls *lease, r *Reservation) {
 				logAttrs(r)...)
 			ls.cancel(ErrLeaseLost)
 			return
-		case time.Since(lastRenewed) >= l.cfg.TTL:
+		case time.Since(r.leaseStart()) >= l.cfg.TTL:
 			l.log.LogAttrs(ls.ctx, slog.LevelError, "idem: lease lost: no heartbeat reached D1 for a whole TTL; the handler's context is cancelled",
 				append(logAttrs(r), slog.String("error", err.Error()))...)
 			ls.cancel(ErrLeaseLost)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/d1idem/d1idem/d1client"
@@ -261,7 +262,23 @@ type Reservation struct {
 	// fresh claim.
 	Takeover bool
 
-	acquired time.Time // local monotonic time of the claim
+	acquired time.Time     // local monotonic time of the claim
+	renewed  *atomic.Int64 // nanoseconds after acquired of the last renewal's start
+}
+
+// leaseStart returns when the reservation's current lease began, by the
+// local monotonic clock: the claim, or the last successful renewal.
+func (r *Reservation) leaseStart() time.Time {
+	if r.renewed == nil {
+		return r.acquired
+	}
+	return r.acquired.Add(time.Duration(r.renewed.Load()))
+}
+
+func (r *Reservation) markRenewed(at time.Time) {
+	if r.renewed != nil {
+		r.renewed.Store(int64(at.Sub(r.acquired)))
+	}
 }
 
 // Response is an HTTP response as the ledger stores and replays it.
@@ -313,7 +330,7 @@ func (l *Ledger) decide(res []d1client.Result, principal, key, fingerprint strin
 		}
 		return Decision{Outcome: Execute, Reservation: &Reservation{
 			Principal: principal, Key: key, Fingerprint: fingerprint,
-			Generation: gen, Takeover: gen > 1, acquired: acquired,
+			Generation: gen, Takeover: gen > 1, acquired: acquired, renewed: new(atomic.Int64),
 		}}, nil
 	}
 	if len(res[1].Rows) == 0 {
@@ -458,10 +475,10 @@ func equalNullable(a, b *string) bool {
 }
 
 // completionDeadline is when completion retries stop: when the lease would
-// expire (a takeover may then legitimately happen), but never sooner than a
-// short window after now.
+// expire (the claim or the last renewal, plus the TTL: a takeover may then
+// legitimately happen), but never sooner than a short window after now.
 func (l *Ledger) completionDeadline(r *Reservation) time.Time {
-	deadline := r.acquired.Add(l.cfg.TTL)
+	deadline := r.leaseStart().Add(l.cfg.TTL)
 	if min := time.Now().Add(minCompletionWindow); deadline.Before(min) {
 		deadline = min
 	}
@@ -511,11 +528,16 @@ func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
 // generation and status. False means the lease is lost: the reservation was
 // taken over, released or swept.
 func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
+	start := time.Now()
 	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.renew(r, l.now())}, d1client.Idempotent(), d1client.Coalesce())
 	if err != nil {
 		return false, fmt.Errorf("idem: renew: %w", err)
 	}
-	return len(res[0].Rows) == 1, nil
+	renewed := len(res[0].Rows) == 1
+	if renewed {
+		r.markRenewed(start)
+	}
+	return renewed, nil
 }
 
 // Sweep deletes up to SweepBatch rows last updated more than Retention ago,
