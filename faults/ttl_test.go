@@ -1,0 +1,224 @@
+package faults
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/examples/orders/ordersapi"
+	"github.com/d1idem/d1idem/idem"
+)
+
+// A handler that outlives the TTL with heartbeats disabled: a retry takes
+// the key over at generation 2 and completes; the old owner's completion is
+// fenced out (logged, not stored). Under transactional completion the old
+// owner's business write is aborted with it, so the write happens exactly
+// once; with a direct write (the spec's Worker) it happens twice, which is
+// the hole the spec admits and idem.Tx closes.
+func TestSlowOwnerTakenOverAndFencedOut(t *testing.T) {
+	t.Parallel()
+	const ttl = 500 * time.Millisecond
+	for _, tc := range []struct {
+		name      string
+		direct    bool
+		wantBiz   int
+		wantExecs []string // business rows' executions, in order
+	}{
+		{name: "transactional", wantBiz: 1, wantExecs: []string{"x2"}},
+		{name: "direct_write_spec_hole", direct: true, wantBiz: 2, wantExecs: []string{"x2", "x1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t)
+			gate := make(chan struct{})
+			started := make(chan string, 8)
+			h := &bizHandler{direct: tc.direct, before: func(_ context.Context, exec string) {
+				started <- exec
+				if exec == "x1" {
+					<-gate // the first owner stalls well past the TTL
+				}
+			}}
+			st := w.newStack(idem.Config{TTL: ttl, Heartbeat: -1}, func(db *d1client.Client) http.Handler { h.db = db; return h })
+			send := func() answer { return post(bg, st.srv.URL, "acct", "slow", `{"sku":"tea"}`) }
+
+			firstCh := make(chan answer, 1)
+			go func() { firstCh <- send() }()
+			<-started
+			claimed := time.Now()
+			as := retryUntilFinal(t, 10*time.Second, send)
+			b := as[len(as)-1]
+			if b.Status != http.StatusCreated || b.replayed() || execOf(b.Body) != "x2" {
+				t.Fatalf("retries:\n  %s", summarize(as))
+			}
+			if since := time.Since(claimed); since < ttl {
+				t.Errorf("taken over %v after the claim, before the TTL", since)
+			}
+			for _, a := range as[:len(as)-1] {
+				if a.Status != http.StatusConflict || a.code() != idem.CodeKeyInProgress {
+					t.Errorf("retry before the takeover: %s", a)
+				}
+			}
+			if len(as) < 3 {
+				t.Errorf("only %d retries before the takeover", len(as)-1)
+			}
+			close(gate) // the old owner finishes, and is fenced out
+			a := <-firstCh
+			t.Logf("old owner's answer: %s", a)
+
+			r, _ := w.row("acct", "slow")
+			if r.Status != "completed" || r.Generation != 2 || execOf(r.body()) != "x2" {
+				t.Fatalf("row %+v %s", r, r.body())
+			}
+			comps := w.completions()
+			if len(comps) != 1 || comps[0].Generation != 2 {
+				t.Errorf("completions %+v, want one at generation 2", comps)
+			}
+			fenced := st.logs.find("fenced out")
+			if len(fenced) != 1 || fenced[0].Attrs["generation"] != "1" {
+				t.Errorf("fenced-out log lines %+v, want one for generation 1", fenced)
+			}
+			biz := w.business()[pk{"acct", "slow"}]
+			var execs []string
+			for _, row := range biz {
+				execs = append(execs, row.Exec)
+			}
+			if strings.Join(execs, ",") != strings.Join(tc.wantExecs, ",") {
+				t.Errorf("business rows by %v, want %v", execs, tc.wantExecs)
+			}
+			if tc.direct {
+				t.Logf("direct write: the mutation ran %d times (the spec's admitted hole)", len(biz))
+			} else {
+				w.assertOnce(t, "acct", "slow", 2)
+			}
+			if rp := send(); !rp.replayed() || rp.replayable() != b.replayable() {
+				t.Errorf("replay %s, want the new owner's %s", rp, b)
+			}
+		})
+	}
+}
+
+// The same through the example orders API, whose handler creates the order
+// through idem.Tx: the stalled first request (X-Delay beyond the TTL,
+// heartbeats off) is taken over by a retry, and exactly one order exists,
+// the one the stored response names.
+func TestOrdersAPITakeoverCreatesOneOrder(t *testing.T) {
+	t.Parallel()
+	const ttl = 500 * time.Millisecond
+	w := newWorld(t)
+	db := w.client()
+	if err := ordersapi.EnsureSchema(bg, db); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logSink{}
+	l, err := idem.New(db, idem.Config{TTL: ttl, Heartbeat: -1, Logger: newLogger(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ordersapi.New(ordersapi.Config{Ledger: l, DB: db, DelayHeader: "X-Delay"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	url := srv.URL + "/v1/orders"
+	body := `{"sku":"tea","qty":3}`
+
+	firstCh := make(chan answer, 1)
+	go func() { firstCh <- post(bg, url, "tok_a", "order-1", body, "X-Delay", "1500ms") }()
+	until(t, 5*time.Second, 10*time.Millisecond, "the first request's claim", func() bool {
+		_, ok := w.row("tok_a", "order-1")
+		return ok
+	})
+	as := retryUntilFinal(t, 10*time.Second, func() answer { return post(bg, url, "tok_a", "order-1", body) })
+	b := as[len(as)-1]
+	if b.Status != http.StatusCreated || b.replayed() {
+		t.Fatalf("retries:\n  %s", summarize(as))
+	}
+	a := <-firstCh
+	t.Logf("stalled first request's answer: %s", a)
+	r, _ := w.row("tok_a", "order-1")
+	if r.Status != "completed" || r.Generation != 2 || r.body() != b.Body {
+		t.Fatalf("row %+v %s", r, r.body())
+	}
+	ids := w.query(`SELECT id FROM orders WHERE principal = ? AND idempotency_key = ?`, "tok_a", "order-1")
+	if len(ids) != 1 {
+		t.Fatalf("%d orders for one key", len(ids))
+	}
+	id, _ := ids[0][0].Text()
+	if b.Header.Get("Location") != "/v1/orders/"+id || execOf(b.Body) != id {
+		t.Errorf("the stored response names %s, the order is %s", b.Header.Get("Location"), id)
+	}
+	if f := logs.find("fenced out"); len(f) != 1 {
+		t.Errorf("%d fenced-out log lines", len(f))
+	}
+	if rp := post(bg, url, "tok_a", "order-1", body); !rp.replayed() || rp.replayable() != b.replayable() {
+		t.Errorf("replay %s, want %s", rp, b)
+	}
+}
+
+// With heartbeats on, a slow but live owner is never taken over: retries
+// during three TTLs all get 409 in progress, and the owner's completion is
+// stored at generation 1.
+func TestHeartbeatKeepsSlowLiveOwner(t *testing.T) {
+	t.Parallel()
+	const ttl = 600 * time.Millisecond
+	w := newWorld(t)
+	var cancelled atomic.Value
+	h := &bizHandler{before: func(ctx context.Context, exec string) {
+		select {
+		case <-time.After(3 * ttl):
+		case <-ctx.Done():
+			cancelled.Store(context.Cause(ctx).Error())
+		}
+	}}
+	st := w.newStack(idem.Config{TTL: ttl, Heartbeat: ttl / 4}, func(db *d1client.Client) http.Handler { h.db = db; return h })
+	send := func() answer { return post(bg, st.srv.URL, "acct", "live", `{"sku":"tea"}`) }
+	firstCh := make(chan answer, 1)
+	go func() { firstCh <- send() }()
+	until(t, 5*time.Second, 10*time.Millisecond, "the claim", func() bool { return h.runs() == 1 })
+	var retries []answer
+	for {
+		select {
+		case a := <-firstCh:
+			if a.Status != http.StatusCreated || a.replayed() || execOf(a.Body) != "x1" {
+				t.Fatalf("the live owner's answer: %s", a)
+			}
+			if c := cancelled.Load(); c != nil {
+				t.Fatalf("the live owner's context was cancelled: %v", c)
+			}
+			inProgress := 0
+			for _, r := range retries {
+				switch {
+				case r.Status == http.StatusConflict && r.code() == idem.CodeKeyInProgress:
+					inProgress++
+				case r.replayed() && r.replayable() == a.replayable():
+					// sent just after the owner completed
+				default:
+					t.Errorf("retry during a live owner: %s", r)
+				}
+			}
+			if inProgress < 10 {
+				t.Errorf("only %d in-progress answers", inProgress)
+			}
+			if h.runs() != 1 {
+				t.Errorf("handler ran %d times", h.runs())
+			}
+			if w.eventCount("takeover") != 0 {
+				t.Error("a live owner was taken over")
+			}
+			w.assertOnce(t, "acct", "live", 1)
+			if rp := send(); !rp.replayed() || rp.replayable() != a.replayable() {
+				t.Errorf("replay %s, want %s", rp, a)
+			}
+			return
+		default:
+		}
+		retries = append(retries, send())
+		time.Sleep(100 * time.Millisecond)
+	}
+}
