@@ -581,7 +581,7 @@ func (run *randomRun) stats(o *observations, res checkResult) runStats {
 		}
 	}
 	for _, r := range res.Superseded {
-		if r.Status == http.StatusCreated {
+		if r.Status == http.StatusCreated && !run.cfg.Direct {
 			s.SupersededTx++
 		}
 	}
