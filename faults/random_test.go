@@ -620,6 +620,12 @@ func verify(t *testing.T, cfg runConfig, o *observations, run *randomRun, elapse
 	res := check(o)
 	s := run.stats(o, res)
 	t.Logf("%s", s.report(cfg, elapsed))
+	for i, k := range res.Stolen {
+		if i == 2 {
+			break
+		}
+		t.Logf("BUG(idem) (TestBugReleaseRestartsGenerationABA) seen in the run: a superseded owner's completion was stored after a release; %s", o.history(k))
+	}
 	if len(res.Violations) > 0 && !cfg.Direct {
 		byKey := map[pk][]violation{}
 		for _, v := range res.Violations {
