@@ -79,11 +79,14 @@ BEGIN
   INSERT INTO audit_events (kind, principal, key, generation, at)
   VALUES ('claim', NEW.principal, NEW.key, NEW.generation, CAST(unixepoch('subsec') * 1000 AS INTEGER));
 END`,
+	// A takeover sets updated_at to now; a release (idem.Ledger.Release)
+	// moves the generation on with updated_at set back past the TTL.
 	`CREATE TRIGGER audit_takeover AFTER UPDATE OF generation ON idempotency_keys
 WHEN NEW.generation <> OLD.generation
 BEGIN
   INSERT INTO audit_events (kind, principal, key, generation, detail, at)
-  VALUES ('takeover', NEW.principal, NEW.key, NEW.generation, 'from ' || OLD.generation, CAST(unixepoch('subsec') * 1000 AS INTEGER));
+  VALUES (CASE WHEN NEW.updated_at < OLD.updated_at THEN 'released' ELSE 'takeover' END,
+          NEW.principal, NEW.key, NEW.generation, 'from ' || OLD.generation, CAST(unixepoch('subsec') * 1000 AS INTEGER));
 END`,
 	`CREATE TRIGGER audit_overwrite AFTER UPDATE ON idempotency_keys
 WHEN OLD.status = 'completed'
@@ -131,6 +134,8 @@ func classify(stmts []string) calls {
 			c.complete = true
 		case strings.HasPrefix(s, "UPDATE idempotency_keys SET updated_at"):
 			c.renew = true
+		case strings.HasPrefix(s, "UPDATE idempotency_keys SET generation = generation + 1"):
+			c.release = true
 		case strings.HasPrefix(s, "DELETE FROM idempotency_keys") && strings.Contains(s, "rowid IN"):
 			c.sweep = true
 		case strings.HasPrefix(s, "DELETE FROM idempotency_keys"):

@@ -421,7 +421,9 @@ func (run *randomRun) fault(req d1local.Request, c calls) d1local.Fault {
 	case u < 0.23:
 		f.BadGateway, f.AfterCommit = true, true
 	case u < 0.235:
-		if run.may971() {
+		// A 971 blocks the instance's client, so they are spaced out; keep
+		// the room for the round trips that still need one.
+		if run.random971Allowed(rt) && run.may971() {
 			f.RateLimit, f.RetryAfter = true, time.Second
 		}
 	}
@@ -429,6 +431,21 @@ func (run *randomRun) fault(req d1local.Request, c calls) d1local.Fault {
 		f.Latency = time.Duration(5+rng.IntN(40)) * time.Millisecond
 	}
 	return f
+}
+
+// random971Allowed reports whether the random policy may spend the 971
+// window on round trip rt: only on a required round trip, and, while one of
+// them still lacks its 971, only on that one.
+func (run *randomRun) random971Allowed(rt string) bool {
+	if rt != "claim" && rt != "completion" {
+		return false
+	}
+	name := faultName(d1local.Fault{RateLimit: true})
+	missing := func(site string) bool { return run.w.injectedCount(name+"@"+site) == 0 }
+	if missing("claim") || missing("completion") {
+		return missing(rt)
+	}
+	return true
 }
 
 // may971 reports (and records) whether a 971 may be injected now.

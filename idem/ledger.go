@@ -513,15 +513,36 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// Release deletes a pending reservation, fenced by generation and status,
-// so the client may retry at once. It never touches a newer owner's row or a
-// completed one. It reports whether the row was deleted.
+// Release gives up a pending reservation, fenced by generation and status,
+// so the client may retry at once: the row moves one generation on and its
+// lease is made stale (updated_at one millisecond past the TTL), so the
+// client's retry of the same request takes it over immediately. It never
+// touches a newer owner's row or a completed one, and it reports whether it
+// released the row.
+//
+// The row is not deleted. A fresh claim would restart at generation 1, and an
+// earlier owner superseded by a takeover may still hold generation 1: its
+// completion would then pass the fence over the new claim's row. Moving the
+// generation on keeps every generation of a key unique.
 func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
-	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.release(r)}, d1client.Idempotent(), d1client.Coalesce())
+	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.release(r, l.cfg.TTL, l.now())}, d1client.Idempotent(), d1client.Coalesce())
 	if err != nil {
 		return false, fmt.Errorf("idem: release: %w", err)
 	}
 	return len(res[0].Rows) == 1, nil
+}
+
+// Lookup reads a key's row without claiming it and says what Begin would
+// answer other than Execute: Replay (with the response), Reused,
+// InProgress (for any pending row, stale or not) or Retry (no row). The
+// middleware uses it to answer a request whose transactional completion was
+// fenced out with what the ledger now holds.
+func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
+	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.lookupRow(principal, key)}, d1client.Coalesce())
+	if err != nil {
+		return Decision{}, fmt.Errorf("idem: lookup: %w", err)
+	}
+	return l.decide([]d1client.Result{{}, res[0]}, principal, key, fingerprint, time.Time{})
 }
 
 // Renew extends a pending reservation's lease (updated_at = now), fenced by

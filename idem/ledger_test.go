@@ -134,8 +134,18 @@ func TestStateMachine(t *testing.T) {
 		if ok, err := l.Release(bg, r3); err != nil || !ok {
 			t.Fatalf("release: %v %v", ok, err)
 		}
-		if d = begin(t, l, "acct_1", "k3", "fpA"); d.Outcome != idem.Execute || d.Reservation.Generation != 1 {
+		// The released row moved one generation on with a stale lease: the
+		// same request takes it over at once, the generation never repeats,
+		// and a different request is still refused.
+		if d = begin(t, l, "acct_1", "k3", "fpB"); d.Outcome != idem.Reused {
+			t.Fatalf("after release, another request: %+v", d)
+		}
+		d = begin(t, l, "acct_1", "k3", "fpA")
+		if d.Outcome != idem.Execute || !d.Reservation.Takeover || d.Reservation.Generation != 3 {
 			t.Fatalf("after release: %+v", d)
+		}
+		if c := complete(t, l, r3, 200, "released owner"); c.Stored {
+			t.Fatal("the released owner's completion was stored")
 		}
 	})
 }

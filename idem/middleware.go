@@ -95,8 +95,13 @@ type middleware struct {
 // handler can still read r.Body), fingerprints the request, and runs round
 // trip 1. A replay, a reuse, a request in progress and a ledger failure are
 // answered without running the handler. Otherwise the handler runs under a
-// context that is cancelled if the reservation's lease is lost; its response
-// is captured, stored by round trip 2, and then sent.
+// context that is cancelled if the reservation's lease is lost (not when the
+// client goes away: a mutation that started is finished, and its response
+// stored for the retry); its response is captured, stored by round trip 2,
+// and then sent. When a transactional completion (Tx) is fenced out, the
+// handler's writes were aborted, so its response is not sent: the request
+// is answered with what the ledger holds (the other owner's stored response,
+// or 409 in progress).
 //
 // Responses the middleware itself produces:
 //
@@ -118,12 +123,14 @@ type middleware struct {
 // Streaming and hijacking: a handler that flushes (http.Flusher or
 // http.ResponseController) or hijacks the connection cannot have its
 // response stored and replayed. Its response goes out as it is written,
-// nothing is stored, and the reservation is released with a fenced delete
-// (a log line says so), so a retry executes again.
+// nothing is stored, and the reservation is released (see Ledger.Release:
+// fenced by generation, the generation moves on and the lease is made
+// stale; a log line says so), so a retry executes again.
 //
 // Panics: when the handler panics, the reservation is released at once
 // (fenced, so a newer owner's row is never touched) and the panic is
-// re-raised. Leaving it for a TTL takeover, as the spec's Worker implicitly
+// re-raised. A handler that must give up without a response (its lease was
+// lost, say) can panic with http.ErrAbortHandler. Leaving it for a TTL takeover, as the spec's Worker implicitly
 // does, would not prevent re-execution, only delay it: after the TTL any
 // retry runs the mutation again anyway. Releasing lets the client retry
 // without waiting for a lease that nobody holds. Mutations kept in D1 and
@@ -229,9 +236,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case Reused:
 		writeError(w, m.o.ReuseStatus, CodeKeyReused, "This Idempotency-Key was already used for a different request.", nil)
 	case InProgress:
-		ms := dec.RetryAfter.Milliseconds()
-		writeJSON(w, http.StatusConflict, map[string]any{"error": CodeKeyInProgress, "retry_after_ms": ms},
-			http.Header{"Retry-After": {retryAfterSeconds(dec.RetryAfter)}})
+		writeInProgress(w, dec.RetryAfter)
 	case Retry:
 		writeError(w, http.StatusConflict, CodeKeyRetry, "Retry the request.", nil)
 	case Execute:
@@ -259,7 +264,10 @@ func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, err err
 }
 
 func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, res *Reservation) {
-	lease := m.l.hold(r.Context(), res)
+	// The handler's context ends when the lease is lost or the handler
+	// returns, not when the client goes away: a mutation that has started is
+	// finished and its response stored, for the client's retry to replay.
+	lease := m.l.hold(context.WithoutCancel(r.Context()), res)
 	defer lease.stop()
 	tx := &Tx{}
 	ctx := withTx(lease.ctx, tx)
@@ -314,19 +322,50 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		m.log.LogAttrs(r.Context(), slog.LevelError, "idem: completion not stored; the response is sent, and a retry after the TTL will run the mutation again",
 			append(logAttrs(res), slog.String("error", err.Error()))...)
 	}
+	if err == nil && !done.Stored && len(tx.statements()) > 0 {
+		// Fenced out under transactional completion: the handler's writes
+		// were aborted with the batch, so its response describes something
+		// that did not happen. Answer with what the ledger holds instead.
+		m.answerFromLedger(w, r, res)
+		return
+	}
 	if done.Response.Status != resp.Status {
 		// The spec's sentinel: the body could not be stored, so this caller
 		// gets status 500 with the stored headers and no body, as a replay
 		// will.
-		h := w.Header()
-		for k := range h {
-			delete(h, k)
-		}
-		for k, v := range done.Response.Header {
-			h[k] = v
-		}
+		resetHeader(w.Header(), done.Response.Header)
 	}
 	writeResponse(w, &Response{Status: done.Response.Status, Body: done.Response.Body}, false)
+}
+
+// answerFromLedger answers a request whose own response must not be sent:
+// the stored response when another owner completed the key, 409 in progress
+// while one is still working on it.
+func (m *middleware) answerFromLedger(w http.ResponseWriter, r *http.Request, res *Reservation) {
+	resetHeader(w.Header(), nil)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.o.Timeout)
+	defer cancel()
+	dec, err := m.l.Lookup(ctx, res.Principal, res.Key, res.Fingerprint)
+	switch {
+	case err != nil:
+		m.unavailable(w, r, err)
+	case dec.Outcome == Replay:
+		writeResponse(w, dec.Response, true)
+	case dec.Outcome == InProgress:
+		writeInProgress(w, dec.RetryAfter)
+	default:
+		writeError(w, http.StatusConflict, CodeKeyRetry, "Retry the request.", nil)
+	}
+}
+
+// resetHeader replaces every field of h with those of with.
+func resetHeader(h, with http.Header) {
+	for k := range h {
+		delete(h, k)
+	}
+	for k, v := range with {
+		h[k] = v
+	}
 }
 
 func (m *middleware) release(r *http.Request, res *Reservation, why string) {
@@ -357,6 +396,12 @@ func writeResponse(w http.ResponseWriter, resp *Response, replayed bool) {
 	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(resp.Body)
+}
+
+// writeInProgress is the spec's 409 for a pending key.
+func writeInProgress(w http.ResponseWriter, retryAfter time.Duration) {
+	writeJSON(w, http.StatusConflict, map[string]any{"error": CodeKeyInProgress, "retry_after_ms": retryAfter.Milliseconds()},
+		http.Header{"Retry-After": {retryAfterSeconds(retryAfter)}})
 }
 
 func writeError(w http.ResponseWriter, status int, code, message string, h http.Header) {

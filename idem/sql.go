@@ -61,8 +61,12 @@ WHERE rowid IN (
   WHERE updated_at < ` + now("?3") + ` - ?1
   LIMIT ?2
 )`,
-		// A fenced release: the pending row of this generation only.
-		releaseSQL: `DELETE FROM idempotency_keys
+		// A fenced release: the pending row of this generation only moves
+		// one generation on and its lease is made stale, so the next request
+		// with the same fingerprint takes it over at once. It is not deleted:
+		// a fresh claim would restart at generation 1, a generation an
+		// earlier, superseded owner may still hold.
+		releaseSQL: `UPDATE idempotency_keys SET generation = generation + 1, updated_at = ` + now("?5") + ` - ?4
 WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending'
 RETURNING generation`,
 		// A fenced lease renewal (heartbeat).
@@ -96,7 +100,7 @@ func (s ledgerSQL) withNow(params []any, now time.Time) []any {
 func (s ledgerSQL) begin(principal, key, fingerprint string, ttl time.Duration, now time.Time) []d1client.Statement {
 	return []d1client.Statement{
 		{SQL: s.claim, Params: s.withNow([]any{principal, key, fingerprint, ttl.Milliseconds()}, now)},
-		{SQL: s.lookup, Params: []any{principal, key}},
+		s.lookupRow(principal, key),
 	}
 }
 
@@ -116,8 +120,15 @@ func (s ledgerSQL) sweep(retention time.Duration, batch int, now time.Time) d1cl
 	return d1client.Statement{SQL: s.sweepSQL, Params: s.withNow([]any{retention.Milliseconds(), batch}, now)}
 }
 
-func (s ledgerSQL) release(r *Reservation) d1client.Statement {
-	return d1client.Statement{SQL: s.releaseSQL, Params: []any{r.Principal, r.Key, r.Generation}}
+func (s ledgerSQL) release(r *Reservation, ttl time.Duration, now time.Time) d1client.Statement {
+	// One millisecond past the TTL: stale at once, and (retention exceeding
+	// the TTL) not yet old enough for the sweep.
+	backdate := (ttl + time.Millisecond).Milliseconds()
+	return d1client.Statement{SQL: s.releaseSQL, Params: s.withNow([]any{r.Principal, r.Key, r.Generation, backdate}, now)}
+}
+
+func (s ledgerSQL) lookupRow(principal, key string) d1client.Statement {
+	return d1client.Statement{SQL: s.lookup, Params: []any{principal, key}}
 }
 
 func (s ledgerSQL) renew(r *Reservation, now time.Time) d1client.Statement {

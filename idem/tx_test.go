@@ -145,7 +145,7 @@ func TestTransactionalCompletionHandlerStatementFails(t *testing.T) {
 	if !errors.Is(err, idem.ErrTxNotCommitted) || !errors.As(err, &e) || e.Kind != d1client.KindSQL {
 		t.Errorf("err = %v", err)
 	}
-	if d := begin(t, s.ledger, "tok", "k-direct", "fp"); d.Outcome != idem.Execute || d.Reservation.Takeover {
+	if d := begin(t, s.ledger, "tok", "k-direct", "fp"); d.Outcome != idem.Execute || d.Reservation.Generation != 3 {
 		t.Errorf("after a failed transactional completion: %+v", d)
 	}
 }

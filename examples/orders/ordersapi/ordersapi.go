@@ -129,9 +129,10 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-time.After(d):
 			case <-r.Context().Done():
-				// The lease was lost or the client went away: do not create.
-				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "cancelled", "message": context.Cause(r.Context()).Error()})
-				return
+				// The lease was lost (the middleware does not cancel for a
+				// client that went away): give up without an answer to
+				// store; the middleware releases the key.
+				panic(http.ErrAbortHandler)
 			}
 		}
 	}

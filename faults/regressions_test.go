@@ -1,8 +1,8 @@
 package faults
 
-// Failing tests for bugs found in other packages. They are left failing on
-// purpose (the fix belongs to the package's owners); each message starts
-// with "BUG(<package>)" and names the symptom.
+// Regression tests for bugs this suite found in other packages, now fixed.
+// Each comment says what went wrong and what the fix was; a failure message
+// starts with "BUG(<package>)" and names the symptom.
 
 import (
 	"context"
@@ -16,16 +16,13 @@ import (
 	"github.com/d1idem/d1idem/idem"
 )
 
-// BUG(idem): under transactional completion, an owner whose completion is
-// fenced out (a takeover superseded it) has had its business write aborted
-// with the batch -- yet the middleware still sends the handler's own
-// response to its client. The client is told 201 with the Location of an
-// order that does not exist, while every retry replays another order: the
-// client sees two different outcomes for one key, and the first one is a
-// lie. The middleware ignores Completion.Stored == false after CompleteTx;
-// it should answer with what the ledger holds (a replay of the stored
-// response, or 409 in progress) or an error, never the uncommitted response.
-func TestBugFencedOutTxOwnerAnswersUncommittedWrite(t *testing.T) {
+// Was BUG(idem): under transactional completion, an owner whose completion
+// is fenced out (a takeover superseded it) has had its business write
+// aborted with the batch, yet the middleware sent the handler's own response
+// to its client: 201 with the Location of an order that does not exist.
+// Fixed: the middleware answers such a request with what the ledger holds
+// (a replay of the stored response, or 409 in progress).
+func TestRegressionFencedOutTxOwnerAnswersUncommittedWrite(t *testing.T) {
 	t.Parallel()
 	const ttl = 500 * time.Millisecond
 	w := newWorld(t)
@@ -73,19 +70,14 @@ func TestBugFencedOutTxOwnerAnswersUncommittedWrite(t *testing.T) {
 	}
 }
 
-// BUG(idem): Release deletes the pending row, so the next claim of the key
-// starts again at generation 1, a generation an earlier, superseded owner
-// still holds (ABA). Sequence: A claims (generation 1) and stalls past the
-// TTL; B takes over (generation 2) and releases (its handler panicked, or
-// its transactional completion failed); C claims afresh -- generation 1
-// again. A's completion then passes the fence and is stored over C's live
-// reservation, and C, the only current owner, is fenced out. The spec's
-// fencing invariant (at most one owner's generation is ever current) is
-// broken; through the middleware with idem.Tx, A's business write commits
-// and C's client is answered with C's never-committed response (see the
-// test above). A release that keeps the generation monotonic (a tombstone,
-// or bumping the generation instead of deleting) would close it.
-func TestBugReleaseRestartsGenerationABA(t *testing.T) {
+// Was BUG(idem): Release deleted the pending row, so the next claim of the
+// key started again at generation 1, a generation an earlier, superseded
+// owner still held (ABA). A claims (generation 1) and stalls past the TTL; B
+// takes over (generation 2) and releases (its handler panicked); C claims
+// afresh at generation 1 again, and A's completion passed the fence over C's
+// live reservation. Fixed: a release moves the generation on and makes the
+// lease stale instead of deleting, so every generation of a key is unique.
+func TestRegressionReleaseRestartsGenerationABA(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	l := mustLedger(t, w.client(), idem.Config{TTL: 300 * time.Millisecond, Heartbeat: -1})
@@ -121,18 +113,15 @@ func TestBugReleaseRestartsGenerationABA(t *testing.T) {
 	}
 }
 
-// BUG(examples/orders/ordersapi): a client that disconnects while the
-// handler is still working (here during X-Delay) cancels the handler's
-// context; the handler takes that for a lost lease and answers 503
-// {"error":"cancelled"}, which the middleware stores as the key's
-// response. Every retry with the key then replays that 503 (with
-// Idempotent-Replayed: true), and the order can never be created with this
-// key. A handler should abort without a response (panic(http.ErrAbortHandler)
-// makes the middleware release the reservation) only when the lease is lost,
-// and carry on when only the client went away; the middleware could also
-// keep client disconnects out of the handler's context, since it stores the
-// response anyway.
-func TestBugOrdersClientDisconnectPoisonsKey(t *testing.T) {
+// Was BUG(examples/orders/ordersapi): a client that disconnected while the
+// handler was still working cancelled the handler's context; the handler
+// took that for a lost lease and answered 503, which the middleware stored
+// as the key's response, so every retry replayed that 503. Fixed: the
+// middleware keeps client disconnects out of the handler's context (a
+// started mutation is finished and stored), and the orders handler gives up
+// with panic(http.ErrAbortHandler), which releases the key, when its lease
+// is lost.
+func TestRegressionOrdersClientDisconnectPoisonsKey(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	db := w.client()
