@@ -111,12 +111,12 @@ type checkResult struct {
 	// their body names an execution other than the stored response's. The
 	// spec admits them ("we still answer THIS caller"); under idem.Tx the
 	// business write they describe was never committed (see
-	// TestBugFencedOutTxOwnerAnswersUncommittedWrite).
+	// TestRegressionFencedOutTxOwnerAnswersUncommittedWrite).
 	Superseded []reqRec
 	// Stolen lists keys whose stored completion was made by an execution
 	// that began before the reservation it completed existed: a superseded
 	// owner whose generation came round again after a release (see
-	// TestBugReleaseRestartsGenerationABA).
+	// TestRegressionReleaseRestartsGenerationABA).
 	Stolen  []pk
 	Replays int // replays compared
 }

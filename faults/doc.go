@@ -28,7 +28,8 @@
 //     and abandoned requests: TestRandomizedFaults. TestCheckerCatchesEachViolation
 //     and TestRandomizedCatchesNonTransactionalVariant show that its checks
 //     are not vacuous.
-//   - Bugs found in other packages, as failing tests: TestBug*.
+//   - Regression tests for the bugs this suite found in other packages, now
+//     fixed: TestRegression*.
 //
 // # How the suite observes
 //

@@ -641,7 +641,7 @@ func verify(t *testing.T, cfg runConfig, o *observations, run *randomRun, elapse
 		if i == 2 {
 			break
 		}
-		t.Logf("BUG(idem) (TestBugReleaseRestartsGenerationABA) seen in the run: a superseded owner's completion was stored after a release; %s", o.history(k))
+		t.Errorf("BUG(idem) (see TestRegressionReleaseRestartsGenerationABA): a superseded owner's completion was stored after a release; %s", o.history(k))
 	}
 	if len(res.Violations) > 0 && !cfg.Direct {
 		byKey := map[pk][]violation{}
