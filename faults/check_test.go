@@ -84,6 +84,10 @@ type observations struct {
 	Events      []event
 	Logs        []logRec
 	Start       int64 // D1 time of the run's start, ms
+	// Transactional is true when the handler's business write goes through
+	// idem.Tx: a non-replayed 201 from an owner whose completion was not
+	// stored then describes a write that never happened, and is a violation.
+	Transactional bool
 }
 
 // violation is one broken invariant.
@@ -109,8 +113,9 @@ type checkResult struct {
 	// Superseded counts non-replayed answers sent by an owner whose
 	// completion was not the stored one (the old owner of a takeover):
 	// their body names an execution other than the stored response's. The
-	// spec admits them ("we still answer THIS caller"); under idem.Tx the
-	// business write they describe was never committed (see
+	// spec admits them for a plain completion ("we still answer THIS
+	// caller"); under idem.Tx a superseded 201 is a violation, since the
+	// write it describes was aborted with its batch (see
 	// TestRegressionFencedOutTxOwnerAnswersUncommittedWrite).
 	Superseded []reqRec
 	// Stolen lists keys whose stored completion was made by an execution
@@ -250,6 +255,11 @@ func check(o *observations) checkResult {
 				}
 				if completed && execOf(rs[i].Body) != execOf(r.body()) {
 					res.Superseded = append(res.Superseded, rs[i])
+					if o.Transactional && rs[i].Status == http.StatusCreated {
+						// Its write was aborted with its fenced-out batch: the
+						// answer describes a mutation that never happened.
+						bad(k, invReplay, "a superseded owner answered %s, but its write was never committed; the stored response is %s", rs[i].replayable(), canonical(r))
+					}
 				}
 			}
 		}
@@ -430,6 +440,11 @@ func TestCheckerCatchesEachViolation(t *testing.T) {
 		{"audited deletion", func(o *observations) {
 			o.Events = append(o.Events, event{Kind: "completed_row_deleted", P: "acct", K: "k"})
 		}, invRetention},
+		{"superseded owner's 201 under idem.Tx", func(o *observations) {
+			o.Transactional = true
+			o.Requests = append(o.Requests, reqRec{Key: k, Role: "dup", Start: 5, End: 40, Status: 201,
+				CT: "application/json", Loc: "/v1/things/k#2B", Body: `{"exec":"k#2B","key":"k"}`})
+		}, invReplay},
 		{"undocumented answer", func(o *observations) {
 			o.Requests = append(o.Requests, reqRec{Key: k, Role: "op", Status: 500, Code: idem.CodeRecordUnreadable})
 		}, invAnswers},

@@ -48,9 +48,13 @@
 //     per key: counted from the audited pending-to-completed transitions.
 //   - Every replay (Idempotent-Replayed: true) is byte-identical in status,
 //     Content-Type, Location and body to the stored response and to the
-//     first non-replayed response of the key. First responses sent by a
-//     superseded owner (whose execution is not the stored one) are counted
-//     apart.
+//     first non-replayed response of the key. Non-replayed answers sent by
+//     a superseded owner (whose execution is not the stored one) are counted
+//     apart: the spec admits them for a plain completion, but under idem.Tx
+//     a superseded 201 describes a write that was aborted, and is a
+//     violation. So is a completion stored by an execution that began before
+//     the claim it completed (a superseded owner whose generation came round
+//     again).
 //   - Under transactional completion the business write happens exactly
 //     once: a key completed with 201 has exactly one business row, written
 //     by the execution its stored response names; a key completed with 422

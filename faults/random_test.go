@@ -167,7 +167,7 @@ func runRandomized(t *testing.T, cfg runConfig) (*observations, *randomRun) {
 	w.setPolicy(nil)
 	stopMonitor()
 
-	o := &observations{Seed: cfg.Seed, Abandoned: map[pk]bool{}, Start: d1Start}
+	o := &observations{Seed: cfg.Seed, Abandoned: map[pk]bool{}, Start: d1Start, Transactional: !cfg.Direct}
 	run.mu.Lock()
 	o.Keys = append(o.Keys, run.keys...)
 	for k, p := range run.plans {
