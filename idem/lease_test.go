@@ -36,7 +36,7 @@ func TestHeartbeatKeepsSlowOwner(t *testing.T) {
 			}
 			return context.Cause(ctx)
 		})
-		if err != nil || takeovers.Load() != 0 || inProgress.Load() < 10 {
+		if err != nil || takeovers.Load() != 0 || inProgress.Load() < 5 {
 			t.Fatalf("cause=%v takeovers=%d in_progress=%d", err, takeovers.Load(), inProgress.Load())
 		}
 		if c := complete(t, l, r, 201, "slow but alive"); !c.Stored {
