@@ -76,7 +76,7 @@ On a terminal it shows progress; otherwise it prints one summary line.
 			if window == 0 {
 				window = apiLimitWindow
 			}
-			s := &sweeper{c: c, o: o, retention: retention, batch: batch, pace: pacer{calls: maxCalls, per: window}}
+			s := &sweeper{c: c, o: o, retention: retention, batch: batch, budget: d1client.Budget{Calls: maxCalls, Per: window}}
 			var mods []func(*d1client.Config)
 			if maxCalls > 0 {
 				b := d1client.Budget{Calls: maxCalls, Per: window}
@@ -93,7 +93,10 @@ type sweeper struct {
 	o         *options
 	retention time.Duration
 	batch     int
-	pace      pacer
+	budget    d1client.Budget // the client's; waits are announced before Exec waits
+
+	waits  int           // budget waits announced
+	waited time.Duration // their total
 
 	deleted, batches int64
 	start            time.Time
@@ -162,11 +165,12 @@ func (s *sweeper) run(cn *conn) error {
 	}
 	complete := false
 	for {
-		if err := s.pace.wait(ctx, cn.db, s.reportWait); err != nil {
-			return s.interrupted(err)
+		if d := cn.db.BudgetWait(); d > 0 {
+			s.reportWait(d)
+			s.waits++
+			s.waited += d
 		}
 		n, err := ledger.Sweep(ctx)
-		s.pace.record(cn.db)
 		if err != nil {
 			return s.interrupted(err)
 		}
@@ -185,7 +189,7 @@ func (s *sweeper) run(cn *conn) error {
 	}
 	if c.Bool(flagJSON) {
 		return printJSON(w, sweepJSON{RetentionMS: s.retention.Milliseconds(), BatchSize: s.batch, Deleted: s.deleted, Batches: s.batches,
-			Complete: complete, D1Calls: cn.db.Stats().Calls, BudgetWaits: s.pace.waits, BudgetWaitedMS: s.pace.waited.Milliseconds(),
+			Complete: complete, D1Calls: cn.db.Stats().Calls, BudgetWaits: s.waits, BudgetWaitedMS: s.waited.Milliseconds(),
 			ElapsedMS: time.Since(s.start).Milliseconds()})
 	}
 	fmt.Fprintln(w, s.summary(complete, cn.db.Stats().Calls))
@@ -196,8 +200,8 @@ func (s *sweeper) summary(complete bool, calls int64) string {
 	line := fmt.Sprintf("Swept %s last updated more than %s ago in %s of at most %d (%s, %s)",
 		plural(s.deleted, "row", "rows"), formatDuration(s.retention), plural(s.batches, "batch", "batches"), s.batch,
 		plural(calls, "D1 call", "D1 calls"), formatDuration(time.Since(s.start)))
-	if s.pace.waits > 0 {
-		line += fmt.Sprintf("; waited %s for the request budget", formatDuration(s.pace.waited))
+	if s.waits > 0 {
+		line += fmt.Sprintf("; waited %s for the request budget", formatDuration(s.waited))
 	}
 	if complete {
 		return line + "; the backlog is clear."
@@ -225,7 +229,7 @@ func (s *sweeper) reportWait(d time.Duration) {
 		fmt.Fprintln(s.c.App.Writer)
 	}
 	fmt.Fprintf(s.c.App.ErrWriter, "d1idem: sweep: waiting %s for the request budget (%s per %s, --max-calls) after %s\n",
-		formatDuration(d), plural(int64(s.pace.calls), "D1 call", "D1 calls"), formatDuration(s.pace.per), plural(s.deleted, "row", "rows"))
+		formatDuration(d), plural(int64(s.budget.Calls), "D1 call", "D1 calls"), formatDuration(s.budget.Per), plural(s.deleted, "row", "rows"))
 }
 
 // interrupted reports how far the sweep got before err.
@@ -253,58 +257,4 @@ func (o *options) terminal(w io.Writer) bool {
 	}
 	f, ok := w.(*os.File)
 	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
-}
-
-// pacer keeps the sweep within its budget of calls per window and reports
-// each wait before it happens. The client's own Budget enforces the same
-// limit; the pacer mirrors it, counting every call the client made (retries
-// included) from its Stats, so that the wait is announced rather than silent.
-// Calls are stamped when they return, later than the client stamps them, so
-// the pacer never waits less than the client would.
-type pacer struct {
-	calls int
-	per   time.Duration
-
-	sent   []time.Time
-	seen   int64
-	waits  int
-	waited time.Duration
-}
-
-// record stamps the calls the client made since the last record.
-func (p *pacer) record(db *d1client.Client) {
-	now := time.Now()
-	for n := db.Stats().Calls; p.seen < n; p.seen++ {
-		p.sent = append(p.sent, now)
-	}
-	for len(p.sent) > 0 && now.Sub(p.sent[0]) >= p.per {
-		p.sent = p.sent[1:]
-	}
-}
-
-// wait blocks until one more call fits the budget, calling report first
-// when it has to wait.
-func (p *pacer) wait(ctx context.Context, db *d1client.Client, report func(time.Duration)) error {
-	if p.calls == 0 {
-		return nil
-	}
-	p.record(db)
-	if len(p.sent) < p.calls {
-		return nil
-	}
-	d := time.Until(p.sent[len(p.sent)-p.calls].Add(p.per))
-	if d <= 0 {
-		return nil
-	}
-	report(d)
-	p.waits++
-	p.waited += d
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -137,3 +137,10 @@ func (l *budgetLimiter) nextFree() time.Time {
 	}
 	return now
 }
+
+// BudgetWait returns how long the next call would wait for the request
+// budget: zero when one may be sent now. It lets a caller say that it is
+// about to wait (the CLI's sweep does) before Exec waits.
+func (c *Client) BudgetWait() time.Duration {
+	return max(0, time.Until(c.budget.nextFree()))
+}
