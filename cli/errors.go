@@ -58,15 +58,8 @@ func writes(stmts []string) bool {
 
 func describeKind(e *d1client.Error) string {
 	status := ""
-	var parts []string
-	if e.StatusCode != 0 {
-		parts = append(parts, fmt.Sprintf("HTTP %d", e.StatusCode))
-	}
-	for _, c := range e.Codes {
-		parts = append(parts, fmt.Sprintf("code %d", c))
-	}
-	if len(parts) > 0 {
-		status = " (" + strings.Join(parts, ", ") + ")"
+	if st := e.Status(); st != "" {
+		status = " (" + st + ")"
 	}
 	msg := e.Message
 	if msg == "" && e.Err != nil {

@@ -144,15 +144,8 @@ func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("d1: ")
 	b.WriteString(e.Kind.String())
-	var parts []string
-	if e.StatusCode != 0 {
-		parts = append(parts, fmt.Sprintf("HTTP %d", e.StatusCode))
-	}
-	for _, c := range e.Codes {
-		parts = append(parts, fmt.Sprintf("code %d", c))
-	}
-	if len(parts) > 0 {
-		b.WriteString(" (" + strings.Join(parts, ", ") + ")")
+	if st := e.Status(); st != "" {
+		b.WriteString(" (" + st + ")")
 	}
 	if e.Message != "" {
 		b.WriteString(": ")
@@ -174,6 +167,19 @@ func (e *Error) Error() string {
 		b.WriteString("]")
 	}
 	return b.String()
+}
+
+// Status describes the HTTP status and the Cloudflare codes, such as
+// "HTTP 403, code 10000"; "" when there are neither.
+func (e *Error) Status() string {
+	var parts []string
+	if e.StatusCode != 0 {
+		parts = append(parts, fmt.Sprintf("HTTP %d", e.StatusCode))
+	}
+	for _, c := range e.Codes {
+		parts = append(parts, fmt.Sprintf("code %d", c))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Unwrap returns the underlying cause.
