@@ -80,7 +80,6 @@ type batcher struct {
 	queue    []*pendingGroup
 	queued   int // statements in queue
 	inflight int
-	calls    int64 // coalesced calls sent, for tests
 }
 
 // pendingGroup is one caller's statements waiting for, or riding in, a call.
@@ -225,9 +224,6 @@ func (b *batcher) drain() ([]*pendingGroup, int) {
 		b.queue = b.queue[1:]
 		b.queued -= len(g.wire)
 	}
-	if len(groups) > 0 {
-		b.calls++
-	}
 	return groups, stmts
 }
 
@@ -268,11 +264,4 @@ func (b *batcher) fail(groups []*pendingGroup, e *Error) {
 		g.err = &cp
 		close(g.done)
 	}
-}
-
-// coalescedCalls returns how many shared calls were sent.
-func (b *batcher) coalescedCalls() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.calls
 }

@@ -300,7 +300,8 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	cctx := context.WithoutCancel(r.Context())
 	var done Completion
 	var err error
-	if stmts := tx.statements(); len(stmts) > 0 {
+	stmts := tx.statements()
+	if len(stmts) > 0 {
 		done, err = m.l.CompleteTx(cctx, res, resp, stmts)
 	} else {
 		done, err = m.l.Complete(cctx, res, resp)
@@ -322,7 +323,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		m.log.LogAttrs(r.Context(), slog.LevelError, "idem: completion not stored; the response is sent, and a retry after the TTL will run the mutation again",
 			append(logAttrs(res), slog.String("error", err.Error()))...)
 	}
-	if err == nil && !done.Stored && len(tx.statements()) > 0 {
+	if err == nil && !done.Stored && len(stmts) > 0 {
 		// Fenced out under transactional completion: the handler's writes
 		// were aborted with the batch, so its response describes something
 		// that did not happen. Answer with what the ledger holds instead.
