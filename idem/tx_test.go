@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -147,5 +149,56 @@ func TestTransactionalCompletionHandlerStatementFails(t *testing.T) {
 	}
 	if d := begin(t, s.ledger, "tok", "k-direct", "fp"); d.Outcome != idem.Execute || d.Reservation.Generation != 3 {
 		t.Errorf("after a failed transactional completion: %+v", d)
+	}
+}
+
+// A guarded batch never shares a D1 call with other requests' statements:
+// its guard may fail by design, and a failing statement aborts the whole
+// batch. Concurrent plain requests around it are coalesced as usual.
+func TestGuardedBatchesTravelAlone(t *testing.T) {
+	var mu sync.Mutex
+	var guarded [][]string
+	b := d1test.LocalConfig(t, d1local.Config{Faults: func(r d1local.Request) d1local.Fault {
+		for _, s := range r.Statements {
+			if strings.Contains(s, "WHERE NOT EXISTS") {
+				mu.Lock()
+				guarded = append(guarded, r.Statements)
+				mu.Unlock()
+				break
+			}
+		}
+		return d1local.Fault{Latency: 2 * time.Millisecond}
+	}})
+	db := b.NewClientSchema(t)
+	businessTable(t, db)
+	l := newLedger(t, db, idem.Config{Heartbeat: -1})
+	var wg sync.WaitGroup
+	for i := 0; i < 30; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("g%d", i)
+			r := begin(t, l, "p", key, "fp").Reservation
+			var err error
+			if i%2 == 0 {
+				_, err = l.CompleteTx(bg, r, idem.Response{Status: 201}, []d1client.Statement{insertOrder(key, "me")})
+			} else {
+				_, err = l.Complete(bg, r, idem.Response{Status: 201})
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(guarded) != 15 {
+		t.Fatalf("%d guarded calls, want 15", len(guarded))
+	}
+	for _, stmts := range guarded {
+		// guard, the order INSERT, the fenced completion, and at most the
+		// sweep: one request's statements, nobody else's.
+		if len(stmts) < 3 || len(stmts) > 4 || !strings.Contains(stmts[1], "INSERT INTO orders") {
+			t.Fatalf("a guarded call carried %d statements: %q", len(stmts), stmts)
+		}
 	}
 }
