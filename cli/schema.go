@@ -8,7 +8,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem"
-	"github.com/d1idem/d1idem/internal/embedded"
 	"github.com/d1idem/d1idem/schema"
 )
 
@@ -40,13 +39,15 @@ func migrationsTable(cn *conn) string {
 
 // applyJSON is schema apply --json.
 type applyJSON struct {
-	Action          string `json:"action"` // create, record or nothing
-	Description     string `json:"description"`
-	DryRun          bool   `json:"dry_run"`
-	Migration       string `json:"migration"`
-	MigrationsTable string `json:"migrations_table"`
-	Database        string `json:"database"`
-	SQL             string `json:"sql"`
+	Action      string `json:"action"` // create, record or nothing
+	Description string `json:"description"`
+	DryRun      bool   `json:"dry_run"`
+	// Migration is the first of Migrations.
+	Migration       string   `json:"migration"`
+	Migrations      []string `json:"migrations"`
+	MigrationsTable string   `json:"migrations_table"`
+	Database        string   `json:"database"`
+	SQL             string   `json:"sql"`
 }
 
 func actionName(a schema.Action) string {
@@ -82,72 +83,58 @@ right shape is only recorded; one with another shape is reported and left alone
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			want, err := embedded.ExpectedShape(c.Context)
-			if err != nil {
-				return err
-			}
-			return withConn(c, o, func(cn *conn) error { return schemaApply(c, cn, want) })
+			return withConn(c, o, func(cn *conn) error { return schemaApply(c, cn) })
 		},
 	}
 }
 
-func schemaApply(c *cli.Context, cn *conn, want schema.Shape) error {
+func schemaApply(c *cli.Context, cn *conn) error {
 	table := migrationsTable(cn)
-	opts := schema.Options{MigrationsTable: table}
-	dry := c.Bool("dry-run")
-	var plan schema.Plan
-	var err error
-	if dry {
-		plan, err = schema.MakePlan(c.Context, cn.db, want, opts)
-	} else {
-		plan, err = schema.Apply(c.Context, cn.db, want, opts)
-	}
+	opts := schema.Options{MigrationsTable: table, DryRun: c.Bool("dry-run")}
+	res, err := schema.Apply(c.Context, cn.db, opts)
 	if err != nil {
-		if errors.Is(err, schema.ErrDrift) {
-			return driftError(c, err)
+		var drift *schema.DriftError
+		if errors.As(err, &drift) {
+			return driftError(c, drift)
 		}
 		return err
 	}
 	w := c.App.Writer
+	names := strings.Join(res.Migrations, ", ")
 	if c.Bool(flagJSON) {
-		return printJSON(w, applyJSON{Action: actionName(plan.Action), Description: plan.Action.String(), DryRun: dry,
-			Migration: schema.MigrationName, MigrationsTable: table, Database: cn.where, SQL: plan.SQL()})
+		return printJSON(w, applyJSON{Action: actionName(res.Action), Description: res.Action.String(), DryRun: opts.DryRun,
+			Migration: res.Migrations[0], Migrations: res.Migrations, MigrationsTable: table, Database: cn.where, SQL: res.SQL()})
 	}
-	if dry {
-		if plan.Action == schema.Nothing {
-			fmt.Fprintf(w, "-- nothing to do on %s: %s is already recorded in %s\n", cn.where, schema.MigrationName, table)
+	if opts.DryRun {
+		if res.Action == schema.Nothing {
+			fmt.Fprintf(w, "-- nothing to do on %s: %s is already recorded in %s\n", cn.where, names, table)
 			return nil
 		}
-		fmt.Fprintf(w, "-- schema apply on %s would %s, in one transaction:\n", cn.where, plan.Action)
-		fmt.Fprint(w, plan.SQL())
+		fmt.Fprintf(w, "-- schema apply on %s would %s, in one transaction:\n", cn.where, res.Action)
+		fmt.Fprint(w, res.SQL())
 		return nil
 	}
-	switch plan.Action {
+	switch res.Action {
 	case schema.CreateAndRecord:
-		fmt.Fprintf(w, "Created %s and %s, and recorded %s in %s, on %s.\n", d1idem.Table, d1idem.UpdatedAtIndex, schema.MigrationName, table, cn.where)
+		fmt.Fprintf(w, "Created %s and %s, and recorded %s in %s, on %s.\n", d1idem.Table, d1idem.UpdatedAtIndex, names, table, cn.where)
 	case schema.RecordOnly:
-		fmt.Fprintf(w, "%s already had the expected shape; recorded %s in %s, on %s.\n", d1idem.Table, schema.MigrationName, table, cn.where)
+		fmt.Fprintf(w, "%s already had the expected shape; recorded %s in %s, on %s.\n", d1idem.Table, names, table, cn.where)
 	default:
-		fmt.Fprintf(w, "Nothing to do on %s: %s is already recorded in %s. 'd1idem schema verify' checks the live shape.\n", cn.where, schema.MigrationName, table)
+		fmt.Fprintf(w, "Nothing to do on %s: %s is already recorded in %s. 'd1idem schema verify' checks the live shape.\n", cn.where, names, table)
 	}
 	return nil
 }
 
-// driftError prints the differences schema.MakePlan found on stdout and
-// returns the one-line error.
-func driftError(c *cli.Context, err error) error {
-	msg := err.Error()
-	var lines []string
-	if i := strings.IndexByte(msg, '\n'); i >= 0 {
-		lines = strings.Split(msg[i+1:], "\n")
-	}
+// driftError prints the differences on stdout and returns the one-line
+// error of apply.
+func driftError(c *cli.Context, drift *schema.DriftError) error {
 	if c.Bool(flagJSON) {
-		_ = printJSON(c.App.Writer, verifyJSON{Matches: false, Diff: nonNil(lines)})
+		_ = printJSON(c.App.Writer, verifyJSON{Matches: false, Diff: drift.Diff})
 	} else {
-		printDiff(c, lines)
+		printDiff(c, drift.Diff)
 	}
 	return fmt.Errorf("%s differs from schema.sql (%s, shown on stdout): not recording the migration; fix the table by hand or restore it, then apply again",
-		d1idem.Table, plural(int64(len(lines)), "difference", "differences"))
+		d1idem.Table, plural(int64(len(drift.Diff)), "difference", "differences"))
 }
 
 func printDiff(c *cli.Context, lines []string) {
@@ -156,13 +143,6 @@ func printDiff(c *cli.Context, lines []string) {
 	for _, l := range lines {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
-}
-
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
 }
 
 // verifyJSON is schema verify --json.
@@ -188,42 +168,43 @@ has instead) when they differ or the table is missing.
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			want, err := embedded.ExpectedShape(c.Context)
-			if err != nil {
-				return err
-			}
-			return withConn(c, o, func(cn *conn) error {
-				got, err := schema.Inspect(c.Context, cn.db)
-				if err != nil {
-					return err
-				}
-				diff := schema.Diff(want, got)
-				w := c.App.Writer
-				if c.Bool(flagJSON) {
-					out := verifyJSON{Matches: len(diff) == 0, Diff: nonNil(diff)}
-					if len(diff) == 0 {
-						out.Columns, out.Indexes = len(got.Columns), len(got.Indexes)
-					}
-					if err := printJSON(w, out); err != nil {
-						return err
-					}
-				} else if len(diff) == 0 {
-					fmt.Fprintf(w, "%s on %s matches schema.sql: %s, %s.\n", d1idem.Table, cn.where,
-						plural(int64(len(got.Columns)), "column", "columns"), plural(int64(len(got.Indexes)), "index", "indexes"))
-				} else {
-					printDiff(c, diff)
-				}
-				if len(diff) > 0 {
-					if !got.Exists {
-						return fmt.Errorf("schema drift: %s does not exist on %s; run 'd1idem schema apply'", d1idem.Table, cn.where)
-					}
-					return fmt.Errorf("schema drift: %s on %s differs from schema.sql (%s, shown on stdout)",
-						d1idem.Table, cn.where, plural(int64(len(diff)), "difference", "differences"))
-				}
-				return nil
-			})
+			return withConn(c, o, func(cn *conn) error { return schemaVerify(c, cn) })
 		},
 	}
+}
+
+func schemaVerify(c *cli.Context, cn *conn) error {
+	err := schema.Verify(c.Context, cn.db)
+	var drift *schema.DriftError
+	if err != nil && !errors.As(err, &drift) {
+		return err
+	}
+	w := c.App.Writer
+	want := schema.Expected()
+	if c.Bool(flagJSON) {
+		out := verifyJSON{Matches: drift == nil, Diff: []string{}}
+		if drift != nil {
+			out.Diff = drift.Diff
+		} else {
+			out.Columns, out.Indexes = len(want.Columns), len(want.Indexes)
+		}
+		if err := printJSON(w, out); err != nil {
+			return err
+		}
+	} else if drift == nil {
+		fmt.Fprintf(w, "%s on %s matches schema.sql: %s, %s.\n", d1idem.Table, cn.where,
+			plural(int64(len(want.Columns)), "column", "columns"), plural(int64(len(want.Indexes)), "index", "indexes"))
+	} else {
+		printDiff(c, drift.Diff)
+	}
+	switch {
+	case drift == nil:
+		return nil
+	case drift.Missing:
+		return fmt.Errorf("schema drift: %s does not exist on %s; run 'd1idem schema apply'", d1idem.Table, cn.where)
+	}
+	return fmt.Errorf("schema drift: %s on %s differs from schema.sql (%s, shown on stdout)",
+		d1idem.Table, cn.where, plural(int64(len(drift.Diff)), "difference", "differences"))
 }
 
 func schemaPrintCommand() *cli.Command {
