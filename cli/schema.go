@@ -3,11 +3,14 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem"
+	"github.com/d1idem/d1idem/internal/wrangler"
 	"github.com/d1idem/d1idem/schema"
 )
 
@@ -28,13 +31,64 @@ apply then verify before a deploy; both exit non-zero on failure:
 	}
 }
 
-// migrationsTable is wrangler's migrations table for the connection: the
-// wrangler config's migrations_table, or d1_migrations.
-func migrationsTable(cn *conn) string {
-	if cn.migrationsTable != "" {
-		return cn.migrationsTable
+// flagMigrationsDir names wrangler's migrations directory.
+const flagMigrationsDir = "migrations-dir"
+
+func migrationsDirFlag() cli.Flag {
+	return &cli.StringFlag{Name: flagMigrationsDir, Usage: "wrangler's migrations `DIR` (default: the migrations_dir of the database in the wrangler config)"}
+}
+
+// migrationsFor returns wrangler's migrations table and directory for the
+// connection: those of the wrangler config's entry for the database (chosen
+// by --database, or else found by its database ID), with --migrations-dir
+// over the directory. dir is "" when nothing names one.
+func migrationsFor(c *cli.Context, cn *conn) (table, dir string, err error) {
+	table = schema.MigrationsTable
+	d := cn.wrangler
+	if d == nil && cn.databaseID != "" {
+		if d, err = databaseByID(c, cn.databaseID); err != nil {
+			return "", "", err
+		}
 	}
-	return schema.MigrationsTable
+	if d != nil {
+		table, dir = d.MigrationsTable, relPath(d.MigrationsDir)
+	}
+	if f := c.String(flagMigrationsDir); f != "" {
+		dir = f
+	}
+	return table, dir, nil
+}
+
+// databaseByID returns the entry of the wrangler config whose database_id
+// or preview_database_id is id, in the environment --env names; nil when
+// there is none. The config is --config, or else the one wrangler would use,
+// if any; a config found that way but unreadable, or without that
+// environment, is passed over, since nothing asked for it.
+func databaseByID(c *cli.Context, id string) (*wrangler.Database, error) {
+	explicit := c.String(flagConfig) != ""
+	if !explicit && !findsConfig() {
+		return nil, nil
+	}
+	cfg, err := loadWrangler(c)
+	if err != nil {
+		if explicit {
+			return nil, err
+		}
+		return nil, nil
+	}
+	dbs, err := cfg.Databases(c.String(flagEnv))
+	if err != nil {
+		if explicit {
+			return nil, usageError{err}
+		}
+		return nil, nil
+	}
+	for _, d := range dbs {
+		if d.DatabaseID == id || d.PreviewDatabaseID == id {
+			return &d, nil
+		}
+	}
+	return nil, nil
 }
 
 // applyJSON is schema apply --json.
@@ -46,6 +100,7 @@ type applyJSON struct {
 	Migration       string   `json:"migration"`
 	Migrations      []string `json:"migrations"`
 	MigrationsTable string   `json:"migrations_table"`
+	MigrationsDir   string   `json:"migrations_dir"`
 	Database        string   `json:"database"`
 	SQL             string   `json:"sql"`
 }
@@ -64,19 +119,25 @@ func schemaApplyCommand(o *options) *cli.Command {
 	return &cli.Command{
 		Name:  "apply",
 		Usage: "create the ledger table and index if needed, recorded as a wrangler migration",
-		Description: `Creates idempotency_keys and its updated_at index, and records the migration
-` + schema.MigrationName + ` in wrangler's migrations table (d1_migrations, or the
-migrations_table of the wrangler config with --database), in one transaction.
-It is idempotent: once recorded, it does nothing. A table made by hand with the
-right shape is only recorded; one with another shape is reported and left alone
-(exit 1). With the schema in the migrations directory under that name,
-'wrangler d1 migrations list' agrees:
+		Description: `Creates idempotency_keys and its updated_at index, and records the migration in
+wrangler's migrations table (d1_migrations, or the migrations_table of the
+wrangler config), in one transaction. It is idempotent: once recorded, it does
+nothing. A table made by hand with the right shape is only recorded; one with
+another shape is reported and left alone (exit 1).
 
-   d1idem schema print > migrations/` + schema.MigrationName + `
+The migration is recorded under the name of the file of wrangler's migrations
+directory that holds the schema, whatever its name (compared by content), so
+that 'wrangler d1 migrations apply' does not run it again; without such a file,
+as ` + schema.MigrationName + `. The directory is the migrations_dir of the
+database in the wrangler config (with --database, or found by its database ID),
+or --migrations-dir.
+
+   d1idem schema print --migration --database my-db   # write the migration file
    d1idem schema apply --database my-db
-   d1idem schema apply --dry-run --database my-db   # print the SQL, change nothing`,
+   d1idem schema apply --dry-run --database my-db     # print the SQL, change nothing`,
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the SQL that apply would run, and change nothing", DisableDefaultText: true},
+			migrationsDirFlag(),
 			jsonFlag(),
 		}, connFlags()...),
 		Action: func(c *cli.Context) error {
@@ -89,8 +150,14 @@ right shape is only recorded; one with another shape is reported and left alone
 }
 
 func schemaApply(c *cli.Context, cn *conn) error {
-	table := migrationsTable(cn)
+	table, dir, err := migrationsFor(c, cn)
+	if err != nil {
+		return err
+	}
 	opts := schema.Options{MigrationsTable: table, DryRun: c.Bool("dry-run")}
+	if dir != "" {
+		opts.Migrations = os.DirFS(dir)
+	}
 	res, err := schema.Apply(c.Context, cn.db, opts)
 	if err != nil {
 		var drift *schema.DriftError
@@ -103,7 +170,7 @@ func schemaApply(c *cli.Context, cn *conn) error {
 	names := strings.Join(res.Migrations, ", ")
 	if c.Bool(flagJSON) {
 		return printJSON(w, applyJSON{Action: actionName(res.Action), Description: res.Action.String(), DryRun: opts.DryRun,
-			Migration: res.Migrations[0], Migrations: res.Migrations, MigrationsTable: table, Database: cn.where, SQL: res.SQL()})
+			Migration: res.Migrations[0], Migrations: res.Migrations, MigrationsTable: table, MigrationsDir: dir, Database: cn.where, SQL: res.SQL()})
 	}
 	if opts.DryRun {
 		if res.Action == schema.Nothing {
@@ -210,16 +277,31 @@ func schemaVerify(c *cli.Context, cn *conn) error {
 func schemaPrintCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "print",
-		Usage: "print the ledger schema (schema.sql); needs no connection",
+		Usage: "print the ledger schema (schema.sql), or write it as a wrangler migration; needs no connection",
 		Description: `Prints schema.sql exactly: the spec's CREATE TABLE idempotency_keys and its
-updated_at index. Save it as a wrangler migration so that wrangler and
-'d1idem schema apply' agree:
+updated_at index.
 
-   d1idem schema print > migrations/` + schema.MigrationName,
-		Flags: []cli.Flag{jsonFlag()},
+With --migration it writes the schema into wrangler's migrations directory
+instead, as the next migration (NNNN_d1idem_idempotency_keys.sql, numbered as
+'wrangler d1 migrations create' numbers), unless a file there already holds it.
+The directory is --migrations-dir, or the migrations_dir of the database in the
+wrangler config (--database, or the config's only database), or ./migrations.
+Apply it with wrangler or with 'd1idem schema apply': each records it under the
+file's name, so the other agrees.
+
+   d1idem schema print --migration --database my-db
+   d1idem schema print > schema.sql`,
+		Flags: append([]cli.Flag{
+			&cli.BoolFlag{Name: "migration", Usage: "write the schema into wrangler's migrations directory as the next migration", DisableDefaultText: true},
+			migrationsDirFlag(),
+			jsonFlag(),
+		}, wranglerFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
+			}
+			if c.Bool("migration") {
+				return writeMigration(c)
 			}
 			if c.Bool(flagJSON) {
 				return printJSON(c.App.Writer, struct {
@@ -232,4 +314,114 @@ updated_at index. Save it as a wrangler migration so that wrangler and
 			return err
 		},
 	}
+}
+
+// migrationMessage is the message part of the migration file name.
+const migrationMessage = "d1idem_idempotency_keys"
+
+// writeMigration is schema print --migration.
+func writeMigration(c *cli.Context) error {
+	dir, d, err := printMigrationsDir(c)
+	if err != nil {
+		return err
+	}
+	existing, err := schema.FindMigrations(os.DirFS(dir))
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", dir, err)
+	}
+	var name string
+	if len(existing) > 0 {
+		name = existing[0]
+	} else {
+		if name, err = wrangler.NextMigrationName(dir, migrationMessage); err != nil {
+			return fmt.Errorf("reading %s: %w", dir, err)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return err
+		}
+		_, err = f.WriteString(d1idem.Schema())
+		if err := errors.Join(err, f.Close()); err != nil {
+			return fmt.Errorf("writing %s: %w", f.Name(), err)
+		}
+	}
+	path := filepath.Join(dir, name)
+	w := c.App.Writer
+	if c.Bool(flagJSON) {
+		return printJSON(w, struct {
+			Migration string `json:"migration"`
+			Path      string `json:"path"`
+			Written   bool   `json:"written"`
+		}{name, path, len(existing) == 0})
+	}
+	if len(existing) > 0 {
+		fmt.Fprintf(w, "%s already holds the ledger schema; nothing written.\n", path)
+		return nil
+	}
+	wranglerArgs, d1idemArgs := applyArgs(c, d)
+	fmt.Fprintf(w, "Wrote %s (the ledger schema).\n", path)
+	fmt.Fprintf(w, "Apply it with 'wrangler d1 migrations apply %s --remote' or 'd1idem schema apply%s'. Where the table already exists, run 'd1idem schema apply%[2]s' first: it records the file as applied.\n",
+		wranglerArgs, d1idemArgs)
+	return nil
+}
+
+// applyArgs returns the arguments that name database d (nil: unknown) to
+// 'wrangler d1 migrations apply' and to 'd1idem schema apply'.
+func applyArgs(c *cli.Context, d *wrangler.Database) (wranglerArgs, d1idemArgs string) {
+	if d == nil {
+		return "DATABASE", ""
+	}
+	wranglerArgs, d1idemArgs = d.Name(), " --database "+shellQuote(d.Name())
+	if d.Env != "" {
+		wranglerArgs += " --env " + shellQuote(d.Env)
+		d1idemArgs += " --env " + shellQuote(d.Env)
+	}
+	if config := c.String(flagConfig); config != "" {
+		wranglerArgs += " --config " + shellQuote(config)
+		d1idemArgs += " --config " + shellQuote(config)
+	}
+	return wranglerArgs, d1idemArgs
+}
+
+// printMigrationsDir returns the migrations directory of schema print
+// --migration, and the wrangler config's entry it comes from (nil when none).
+func printMigrationsDir(c *cli.Context) (dir string, d *wrangler.Database, err error) {
+	switch {
+	case c.String(flagDatabase) != "":
+		if d, err = wranglerDatabase(c); err != nil {
+			return "", nil, err
+		}
+	case c.String(flagConfig) != "" || findsConfig():
+		cfg, err := loadWrangler(c)
+		if err != nil {
+			return "", nil, err
+		}
+		only, err := cfg.Only(c.String(flagEnv))
+		if err != nil && c.String(flagMigrationsDir) == "" {
+			return "", nil, usagef("%v; pass --%s NAME or --%s DIR", err, flagDatabase, flagMigrationsDir)
+		}
+		if err == nil {
+			d = &only
+		}
+	}
+	if d != nil {
+		dir = relPath(d.MigrationsDir)
+	}
+	if f := c.String(flagMigrationsDir); f != "" {
+		dir = f
+	}
+	if dir == "" {
+		dir = wrangler.DefaultMigrationsDir
+	}
+	return dir, d, nil
+}
+
+// findsConfig reports whether wrangler would find a config from the current
+// directory.
+func findsConfig() bool {
+	_, err := wrangler.Find(".")
+	return err == nil
 }
