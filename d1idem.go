@@ -10,6 +10,8 @@
 //     tests and fault injection.
 //   - idem: the ledger state machine, fingerprinting and the net/http
 //     middleware.
+//   - schema: applies and verifies this schema on a live database, recorded
+//     as a wrangler migration.
 //   - cli: the d1idem admin command line (cmd/d1idem is its thin main).
 package d1idem
 

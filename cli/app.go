@@ -109,7 +109,8 @@ and plays a demo.
 
 Connect to D1 the way wrangler does, with --account-id, --api-token and
 --database-id (or CLOUDFLARE_ACCOUNT_ID, CLOUDFLARE_API_TOKEN, D1_DATABASE_ID),
-or --database NAME from wrangler.toml / wrangler.jsonc. Use --local DIR for the
+or --database NAME from the wrangler config (wrangler.json, wrangler.jsonc or
+wrangler.toml; --env NAME for one of its environments). Use --local DIR for the
 embedded d1local instead; no Cloudflare account is needed then.`,
 		Writer:               stdout,
 		ErrWriter:            stderr,

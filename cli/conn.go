@@ -1,20 +1,18 @@
 package cli
 
 import (
-	"bytes"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/BurntSushi/toml"
-	"github.com/tailscale/hujson"
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/internal/embedded"
+	"github.com/d1idem/d1idem/internal/wrangler"
 )
 
 // Connection flag names.
@@ -24,6 +22,8 @@ const (
 	flagDatabaseID = "database-id"
 	flagDatabase   = "database"
 	flagConfig     = "config"
+	flagEnv        = "env"
+	flagPreview    = "preview"
 	flagBaseURL    = "base-url"
 	flagLocal      = "local"
 	flagJSON       = "json"
@@ -32,14 +32,23 @@ const (
 // connFlags are the flags of every command that talks to D1. They are the
 // flags and environment variables wrangler users already know.
 func connFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.StringFlag{Name: flagAccountID, Usage: "Cloudflare account `ID`", EnvVars: []string{"CLOUDFLARE_ACCOUNT_ID"}, Category: "Connection:"},
 		&cli.StringFlag{Name: flagAPIToken, Usage: "API `TOKEN` with D1 edit permission (never printed)", EnvVars: []string{"CLOUDFLARE_API_TOKEN"}, Category: "Connection:"},
 		&cli.StringFlag{Name: flagDatabaseID, Usage: "D1 database `ID` (a UUID)", EnvVars: []string{"D1_DATABASE_ID"}, Category: "Connection:"},
-		&cli.StringFlag{Name: flagDatabase, Usage: "D1 database `NAME` (or binding) from the d1_databases of the wrangler config", Category: "Connection:"},
-		&cli.StringFlag{Name: flagConfig, Usage: "wrangler config `FILE` (default: wrangler.jsonc, wrangler.json or wrangler.toml in the current directory)", Category: "Connection:"},
+	}, append(wranglerFlags(),
+		&cli.BoolFlag{Name: flagPreview, Usage: "with --database, use its preview_database_id", DisableDefaultText: true, Category: "Connection:"},
 		&cli.StringFlag{Name: flagBaseURL, Usage: "Cloudflare API base `URL` (default: https://api.cloudflare.com/client/v4/)", EnvVars: []string{d1client.BaseURLEnv}, Category: "Connection:"},
 		&cli.StringFlag{Name: flagLocal, Usage: "use the embedded d1local with its databases under `DIR` instead of Cloudflare", Category: "Connection:"},
+	)...)
+}
+
+// wranglerFlags choose a database of a wrangler config.
+func wranglerFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: flagDatabase, Usage: "D1 database `NAME` (or binding) from the d1_databases of the wrangler config", Category: "Connection:"},
+		&cli.StringFlag{Name: flagConfig, Usage: "wrangler config `FILE` (default: the one wrangler uses: wrangler.json, wrangler.jsonc or wrangler.toml here or in a parent directory)", Category: "Connection:"},
+		&cli.StringFlag{Name: flagEnv, Usage: "wrangler environment `NAME` ([env.NAME] of the config) to take --database from", EnvVars: []string{wrangler.EnvVar}, Category: "Connection:"},
 	}
 }
 
@@ -52,9 +61,12 @@ type conn struct {
 	db *d1client.Client
 	// where describes the target for people, without secrets.
 	where string
-	// migrationsTable comes from the wrangler config's migrations_table.
-	migrationsTable string
-	local           *embedded.Server
+	// databaseID is the Cloudflare database ID ("" with --local).
+	databaseID string
+	// wrangler is the wrangler config's entry for the database, when
+	// --database chose it.
+	wrangler *wrangler.Database
+	local    *embedded.Server
 }
 
 func (c *conn) close() {
@@ -63,55 +75,88 @@ func (c *conn) close() {
 	}
 }
 
-// wranglerDB is one entry of a wrangler config's d1_databases.
-type wranglerDB struct {
-	Binding         string `json:"binding" toml:"binding"`
-	DatabaseName    string `json:"database_name" toml:"database_name"`
-	DatabaseID      string `json:"database_id" toml:"database_id"`
-	MigrationsTable string `json:"migrations_table" toml:"migrations_table"`
-}
-
-type wranglerConfig struct {
-	AccountID   string       `json:"account_id" toml:"account_id"`
-	D1Databases []wranglerDB `json:"d1_databases" toml:"d1_databases"`
-}
-
-// readWranglerConfig reads wrangler.toml, wrangler.json or wrangler.jsonc
-// (comments and trailing commas allowed).
-func readWranglerConfig(path string) (wranglerConfig, string, error) {
-	var cfg wranglerConfig
+// loadWrangler reads the wrangler config: --config, or the file wrangler
+// would use from the current directory.
+func loadWrangler(c *cli.Context) (*wrangler.Config, error) {
+	path := c.String(flagConfig)
 	if path == "" {
-		for _, name := range []string{"wrangler.jsonc", "wrangler.json", "wrangler.toml"} {
-			if _, err := os.Stat(name); err == nil {
-				path = name
-				break
-			}
+		var err error
+		if path, err = wrangler.Find("."); errors.Is(err, wrangler.ErrNoConfig) {
+			return nil, usagef("--%s needs a wrangler config: there is %v; pass --%s FILE", flagDatabase, err, flagConfig)
+		} else if err != nil {
+			return nil, err
 		}
-		if path == "" {
-			return cfg, "", usagef("--database needs a wrangler config: none of wrangler.jsonc, wrangler.json, wrangler.toml is in the current directory; pass --config FILE")
-		}
+		path = relPath(path)
 	}
-	data, err := os.ReadFile(path)
+	return wrangler.Load(path)
+}
+
+// wranglerDatabase returns the database --database names in the wrangler
+// config, in the environment --env names.
+func wranglerDatabase(c *cli.Context) (*wrangler.Database, error) {
+	cfg, err := loadWrangler(c)
 	if err != nil {
-		return cfg, path, fmt.Errorf("reading the wrangler config: %w", err)
+		return nil, err
 	}
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".toml":
-		if _, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&cfg); err != nil {
-			return cfg, path, fmt.Errorf("parsing %s: %w", path, err)
-		}
-	case ".json", ".jsonc":
-		std, err := hujson.Standardize(data)
-		if err != nil {
-			return cfg, path, fmt.Errorf("parsing %s: %w", path, err)
-		}
-		if err := json.Unmarshal(std, &cfg); err != nil {
-			return cfg, path, fmt.Errorf("parsing %s: %w", path, err)
-		}
-	default:
-		return cfg, path, usagef("wrangler config %s: expected a .toml, .json or .jsonc file", path)
+	d, err := cfg.Database(c.String(flagEnv), c.String(flagDatabase))
+	if err != nil {
+		return nil, usageError{err}
 	}
-	return cfg, path, nil
+	return &d, nil
+}
+
+// envWithoutDatabase reports, as a usage error, --env or --preview given on
+// the command line without --database, which they would not affect.
+// CLOUDFLARE_ENV alone is not an error: wrangler users may set it for every
+// command.
+func envWithoutDatabase(c *cli.Context) error {
+	if c.String(flagDatabase) != "" {
+		return nil
+	}
+	if env := c.String(flagEnv); env != "" && env != os.Getenv(wrangler.EnvVar) {
+		return usagef("--%s selects a wrangler environment for --%s; pass --%s NAME too", flagEnv, flagDatabase, flagDatabase)
+	}
+	if c.Bool(flagPreview) {
+		return usagef("--%s takes the preview_database_id of --%s; pass --%s NAME too", flagPreview, flagDatabase, flagDatabase)
+	}
+	return nil
+}
+
+// wranglerTarget resolves --database (with --config, --env and --preview)
+// to its wrangler config entry, its database ID and a description for
+// people. databaseID, from --database-id, must agree when set.
+func wranglerTarget(c *cli.Context, databaseID string) (d *wrangler.Database, id, where string, err error) {
+	if d, err = wranglerDatabase(c); err != nil {
+		return nil, "", "", err
+	}
+	if id, err = d.ID(c.Bool(flagPreview)); err != nil {
+		return nil, "", "", usagef("%v in %s", err, d.ConfigPath)
+	}
+	if databaseID != "" && databaseID != id {
+		return nil, "", "", usagef("--database %s is %s in %s, but --database-id says %s", c.String(flagDatabase), id, d.ConfigPath, databaseID)
+	}
+	var notes []string
+	if d.Env != "" {
+		notes = append(notes, "env "+d.Env)
+	}
+	if c.Bool(flagPreview) {
+		notes = append(notes, "preview")
+	}
+	notes = append(notes, "from "+d.ConfigPath)
+	return d, id, fmt.Sprintf("%s (%s, %s)", d.Name(), id, strings.Join(notes, ", ")), nil
+}
+
+// relPath returns p relative to the current directory when it is inside
+// it, for messages.
+func relPath(p string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return p
+	}
+	if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return p
 }
 
 // openConn connects to the database the flags name: the embedded d1local
@@ -122,37 +167,20 @@ func openConn(c *cli.Context, o *options, mods ...func(*d1client.Config)) (*conn
 	if dir := c.String(flagLocal); dir != "" {
 		return openLocal(c, dir, mods...)
 	}
+	if err := envWithoutDatabase(c); err != nil {
+		return nil, err
+	}
 	accountID, token, databaseID := c.String(flagAccountID), c.String(flagAPIToken), c.String(flagDatabaseID)
-	var migrationsTable string
+	var wdb *wrangler.Database
 	where := ""
-	if name := c.String(flagDatabase); name != "" {
-		cfg, path, err := readWranglerConfig(c.String(flagConfig))
-		if err != nil {
+	if c.String(flagDatabase) != "" {
+		var err error
+		if wdb, databaseID, where, err = wranglerTarget(c, databaseID); err != nil {
 			return nil, err
 		}
-		var found *wranglerDB
-		var names []string
-		for i, d := range cfg.D1Databases {
-			names = append(names, d.DatabaseName)
-			if d.DatabaseName == name || d.Binding == name {
-				found = &cfg.D1Databases[i]
-			}
-		}
-		if found == nil {
-			return nil, usagef("no database named %q in the d1_databases of %s (it has: %s)", name, path, strings.Join(names, ", "))
-		}
-		if found.DatabaseID == "" {
-			return nil, usagef("database %q in %s has no database_id", name, path)
-		}
-		if databaseID != "" && databaseID != found.DatabaseID {
-			return nil, usagef("--database %s is %s in %s, but --database-id says %s", name, found.DatabaseID, path, databaseID)
-		}
-		databaseID = found.DatabaseID
-		migrationsTable = found.MigrationsTable
 		if accountID == "" {
-			accountID = cfg.AccountID
+			accountID = wdb.AccountID
 		}
-		where = fmt.Sprintf("%s (%s, from %s)", found.DatabaseName, databaseID, path)
 	}
 	var missing []string
 	if accountID == "" {
@@ -189,10 +217,13 @@ func openConn(c *cli.Context, o *options, mods ...func(*d1client.Config)) (*conn
 	if where == "" {
 		where = "database " + databaseID
 	}
-	return &conn{db: db, where: where, migrationsTable: migrationsTable}, nil
+	return &conn{db: db, where: where, databaseID: databaseID, wrangler: wdb}, nil
 }
 
 func openLocal(c *cli.Context, dir string, mods ...func(*d1client.Config)) (*conn, error) {
+	if err := envWithoutDatabase(c); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("--local %s: %w", dir, err)
 	}
@@ -220,7 +251,7 @@ func openLocal(c *cli.Context, dir string, mods ...func(*d1client.Config)) (*con
 // never includes the API token.
 func connHint(c *cli.Context) string {
 	var b strings.Builder
-	for _, name := range []string{flagLocal, flagDatabase, flagConfig} {
+	for _, name := range []string{flagLocal, flagDatabase, flagConfig, flagEnv} {
 		if c.IsSet(name) && c.String(name) != "" {
 			b.WriteString(" --" + name + " " + shellQuote(c.String(name)))
 		}

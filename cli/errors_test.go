@@ -75,7 +75,7 @@ func TestMissingConnection(t *testing.T) {
 		{[]string{"stats"}, "d1idem: cannot reach D1: missing " + all + "; or pass --local DIR to use the embedded d1local\n"},
 		{[]string{"keys", "stuck", "--api-token", "x"}, "d1idem: cannot reach D1: missing the account ID (--account-id or CLOUDFLARE_ACCOUNT_ID), the database (--database-id, D1_DATABASE_ID, or --database NAME with a wrangler config); or pass --local DIR to use the embedded d1local\n"},
 		{[]string{"schema", "verify", "--account-id", "a", "--database-id", "d"}, "d1idem: cannot reach D1: missing an API token (--api-token or CLOUDFLARE_API_TOKEN); or pass --local DIR to use the embedded d1local\n"},
-		{[]string{"sweep", "--database", "orders-db", "--api-token", "x"}, "d1idem: --database needs a wrangler config: none of wrangler.jsonc, wrangler.json, wrangler.toml is in the current directory; pass --config FILE\n"},
+		{[]string{"sweep", "--database", "orders-db", "--api-token", "x"}, "d1idem: --database needs a wrangler config: there is no wrangler.json, wrangler.jsonc or wrangler.toml in this directory or above; pass --config FILE\n"},
 	} {
 		r := runCLI(t, nil, tc.args...)
 		if r.code != ExitUsage || r.stderr != tc.want || r.stdout != "" {

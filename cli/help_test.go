@@ -79,7 +79,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"keys", "list"}, []string{"--status STATUS", "pending or completed", "--older-than DURATION", "--limit N", "(default: 50)", "--cursor TOKEN", "next cursor: TOKEN"}},
 		{[]string{"keys", "stuck"}, []string{"oldest\n   first", "--ttl TTL"}},
 		{[]string{"keys", "release"}, []string{"--generation GENERATION", "--force", "its\n   completion is fenced by its generation and will not be stored", "next retry executes the request again"}},
-		{[]string{"schema", "apply"}, []string{"--dry-run", "d1_migrations", "wrangler d1 migrations list", "idempotent"}},
+		{[]string{"schema", "apply"}, []string{"--dry-run", "d1_migrations", "wrangler d1 migrations apply", "idempotent", "--migrations-dir DIR"}},
 		{[]string{"schema", "verify"}, []string{"table_info and index_list", "exit 1 with a diff"}},
 		{[]string{"sweep"}, []string{"--retention DURATION", "(default: 24h0m0s)", "--batch N", "(default: 20)", "--all", "--dry-run", "--max-calls N", "(default: 200, unlimited with --local)", "1200 API calls per 5 minutes"}},
 		{[]string{"stats"}, []string{"--ttl TTL", "--retention DURATION", "database size"}},
@@ -90,7 +90,7 @@ func TestHelp(t *testing.T) {
 				t.Errorf("%v --help lacks %q:\n%s", tc.path, want, r.stdout)
 			}
 		}
-		for _, conn := range []string{"--account-id ID", "--api-token TOKEN", "--database-id ID", "--database NAME", "--config FILE", "--base-url URL", "--local DIR", "[$CLOUDFLARE_API_TOKEN]"} {
+		for _, conn := range []string{"--account-id ID", "--api-token TOKEN", "--database-id ID", "--database NAME", "--config FILE", "--env NAME", "--preview", "--base-url URL", "--local DIR", "[$CLOUDFLARE_API_TOKEN]"} {
 			if !strings.Contains(r.stdout, conn) {
 				t.Errorf("%v --help lacks the connection flag %q", tc.path, conn)
 			}

@@ -3,12 +3,14 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem"
-	"github.com/d1idem/d1idem/internal/embedded"
+	"github.com/d1idem/d1idem/internal/wrangler"
 	"github.com/d1idem/d1idem/schema"
 )
 
@@ -29,24 +31,78 @@ apply then verify before a deploy; both exit non-zero on failure:
 	}
 }
 
-// migrationsTable is wrangler's migrations table for the connection: the
-// wrangler config's migrations_table, or d1_migrations.
-func migrationsTable(cn *conn) string {
-	if cn.migrationsTable != "" {
-		return cn.migrationsTable
+// flagMigrationsDir names wrangler's migrations directory.
+const flagMigrationsDir = "migrations-dir"
+
+func migrationsDirFlag() cli.Flag {
+	return &cli.StringFlag{Name: flagMigrationsDir, Usage: "wrangler's migrations `DIR` (default: the migrations_dir of the database in the wrangler config)"}
+}
+
+// migrationsFor returns wrangler's migrations table and directory for the
+// connection: those of the wrangler config's entry for the database (chosen
+// by --database, or else found by its database ID), with --migrations-dir
+// over the directory. dir is "" when nothing names one.
+func migrationsFor(c *cli.Context, cn *conn) (table, dir string, err error) {
+	table = schema.MigrationsTable
+	d := cn.wrangler
+	if d == nil && cn.databaseID != "" {
+		if d, err = databaseByID(c, cn.databaseID); err != nil {
+			return "", "", err
+		}
 	}
-	return schema.MigrationsTable
+	if d != nil {
+		table, dir = d.MigrationsTable, relPath(d.MigrationsDir)
+	}
+	if f := c.String(flagMigrationsDir); f != "" {
+		dir = f
+	}
+	return table, dir, nil
+}
+
+// databaseByID returns the entry of the wrangler config whose database_id
+// or preview_database_id is id, in the environment --env names; nil when
+// there is none. The config is --config, or else the one wrangler would use,
+// if any; a config found that way but unreadable, or without that
+// environment, is passed over, since nothing asked for it.
+func databaseByID(c *cli.Context, id string) (*wrangler.Database, error) {
+	explicit := c.String(flagConfig) != ""
+	if !explicit && !findsConfig() {
+		return nil, nil
+	}
+	cfg, err := loadWrangler(c)
+	if err != nil {
+		if explicit {
+			return nil, err
+		}
+		return nil, nil
+	}
+	dbs, err := cfg.Databases(c.String(flagEnv))
+	if err != nil {
+		if explicit {
+			return nil, usageError{err}
+		}
+		return nil, nil
+	}
+	for _, d := range dbs {
+		if d.DatabaseID == id || d.PreviewDatabaseID == id {
+			return &d, nil
+		}
+	}
+	return nil, nil
 }
 
 // applyJSON is schema apply --json.
 type applyJSON struct {
-	Action          string `json:"action"` // create, record or nothing
-	Description     string `json:"description"`
-	DryRun          bool   `json:"dry_run"`
-	Migration       string `json:"migration"`
-	MigrationsTable string `json:"migrations_table"`
-	Database        string `json:"database"`
-	SQL             string `json:"sql"`
+	Action      string `json:"action"` // create, record or nothing
+	Description string `json:"description"`
+	DryRun      bool   `json:"dry_run"`
+	// Migration is the first of Migrations.
+	Migration       string   `json:"migration"`
+	Migrations      []string `json:"migrations"`
+	MigrationsTable string   `json:"migrations_table"`
+	MigrationsDir   string   `json:"migrations_dir"`
+	Database        string   `json:"database"`
+	SQL             string   `json:"sql"`
 }
 
 func actionName(a schema.Action) string {
@@ -63,91 +119,89 @@ func schemaApplyCommand(o *options) *cli.Command {
 	return &cli.Command{
 		Name:  "apply",
 		Usage: "create the ledger table and index if needed, recorded as a wrangler migration",
-		Description: `Creates idempotency_keys and its updated_at index, and records the migration
-` + schema.MigrationName + ` in wrangler's migrations table (d1_migrations, or the
-migrations_table of the wrangler config with --database), in one transaction.
-It is idempotent: once recorded, it does nothing. A table made by hand with the
-right shape is only recorded; one with another shape is reported and left alone
-(exit 1). With the schema in the migrations directory under that name,
-'wrangler d1 migrations list' agrees:
+		Description: `Creates idempotency_keys and its updated_at index, and records the migration in
+wrangler's migrations table (d1_migrations, or the migrations_table of the
+wrangler config), in one transaction. It is idempotent: once recorded, it does
+nothing. A table made by hand with the right shape is only recorded; one with
+another shape is reported and left alone (exit 1).
 
-   d1idem schema print > migrations/` + schema.MigrationName + `
+The migration is recorded under the name of the file of wrangler's migrations
+directory that holds the schema, whatever its name (compared by content), so
+that 'wrangler d1 migrations apply' does not run it again; without such a file,
+as ` + schema.MigrationName + `. The directory is the migrations_dir of the
+database in the wrangler config (with --database, or found by its database ID),
+or --migrations-dir.
+
+   d1idem schema print --migration --database my-db   # write the migration file
    d1idem schema apply --database my-db
-   d1idem schema apply --dry-run --database my-db   # print the SQL, change nothing`,
+   d1idem schema apply --dry-run --database my-db     # print the SQL, change nothing`,
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the SQL that apply would run, and change nothing", DisableDefaultText: true},
+			migrationsDirFlag(),
 			jsonFlag(),
 		}, connFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			want, err := embedded.ExpectedShape(c.Context)
-			if err != nil {
-				return err
-			}
-			return withConn(c, o, func(cn *conn) error { return schemaApply(c, cn, want) })
+			return withConn(c, o, func(cn *conn) error { return schemaApply(c, cn) })
 		},
 	}
 }
 
-func schemaApply(c *cli.Context, cn *conn, want schema.Shape) error {
-	table := migrationsTable(cn)
-	opts := schema.Options{MigrationsTable: table}
-	dry := c.Bool("dry-run")
-	var plan schema.Plan
-	var err error
-	if dry {
-		plan, err = schema.MakePlan(c.Context, cn.db, want, opts)
-	} else {
-		plan, err = schema.Apply(c.Context, cn.db, want, opts)
-	}
+func schemaApply(c *cli.Context, cn *conn) error {
+	table, dir, err := migrationsFor(c, cn)
 	if err != nil {
-		if errors.Is(err, schema.ErrDrift) {
-			return driftError(c, err)
+		return err
+	}
+	opts := schema.Options{MigrationsTable: table, DryRun: c.Bool("dry-run")}
+	if dir != "" {
+		opts.Migrations = os.DirFS(dir)
+	}
+	res, err := schema.Apply(c.Context, cn.db, opts)
+	if err != nil {
+		var drift *schema.DriftError
+		if errors.As(err, &drift) {
+			return driftError(c, drift)
 		}
 		return err
 	}
 	w := c.App.Writer
+	names := strings.Join(res.Migrations, ", ")
 	if c.Bool(flagJSON) {
-		return printJSON(w, applyJSON{Action: actionName(plan.Action), Description: plan.Action.String(), DryRun: dry,
-			Migration: schema.MigrationName, MigrationsTable: table, Database: cn.where, SQL: plan.SQL()})
+		return printJSON(w, applyJSON{Action: actionName(res.Action), Description: res.Action.String(), DryRun: opts.DryRun,
+			Migration: res.Migrations[0], Migrations: res.Migrations, MigrationsTable: table, MigrationsDir: dir, Database: cn.where, SQL: res.SQL()})
 	}
-	if dry {
-		if plan.Action == schema.Nothing {
-			fmt.Fprintf(w, "-- nothing to do on %s: %s is already recorded in %s\n", cn.where, schema.MigrationName, table)
+	if opts.DryRun {
+		if res.Action == schema.Nothing {
+			fmt.Fprintf(w, "-- nothing to do on %s: %s is already recorded in %s\n", cn.where, names, table)
 			return nil
 		}
-		fmt.Fprintf(w, "-- schema apply on %s would %s, in one transaction:\n", cn.where, plan.Action)
-		fmt.Fprint(w, plan.SQL())
+		fmt.Fprintf(w, "-- schema apply on %s would %s, in one transaction:\n", cn.where, res.Action)
+		fmt.Fprint(w, res.SQL())
 		return nil
 	}
-	switch plan.Action {
+	switch res.Action {
 	case schema.CreateAndRecord:
-		fmt.Fprintf(w, "Created %s and %s, and recorded %s in %s, on %s.\n", d1idem.Table, d1idem.UpdatedAtIndex, schema.MigrationName, table, cn.where)
+		fmt.Fprintf(w, "Created %s and %s, and recorded %s in %s, on %s.\n", d1idem.Table, d1idem.UpdatedAtIndex, names, table, cn.where)
 	case schema.RecordOnly:
-		fmt.Fprintf(w, "%s already had the expected shape; recorded %s in %s, on %s.\n", d1idem.Table, schema.MigrationName, table, cn.where)
+		fmt.Fprintf(w, "%s already had the expected shape; recorded %s in %s, on %s.\n", d1idem.Table, names, table, cn.where)
 	default:
-		fmt.Fprintf(w, "Nothing to do on %s: %s is already recorded in %s. 'd1idem schema verify' checks the live shape.\n", cn.where, schema.MigrationName, table)
+		fmt.Fprintf(w, "Nothing to do on %s: %s is already recorded in %s. 'd1idem schema verify' checks the live shape.\n", cn.where, names, table)
 	}
 	return nil
 }
 
-// driftError prints the differences schema.MakePlan found on stdout and
-// returns the one-line error.
-func driftError(c *cli.Context, err error) error {
-	msg := err.Error()
-	var lines []string
-	if i := strings.IndexByte(msg, '\n'); i >= 0 {
-		lines = strings.Split(msg[i+1:], "\n")
-	}
+// driftError prints the differences on stdout and returns the one-line
+// error of apply.
+func driftError(c *cli.Context, drift *schema.DriftError) error {
 	if c.Bool(flagJSON) {
-		_ = printJSON(c.App.Writer, verifyJSON{Matches: false, Diff: nonNil(lines)})
+		_ = printJSON(c.App.Writer, verifyJSON{Matches: false, Diff: drift.Diff})
 	} else {
-		printDiff(c, lines)
+		printDiff(c, drift.Diff)
 	}
 	return fmt.Errorf("%s differs from schema.sql (%s, shown on stdout): not recording the migration; fix the table by hand or restore it, then apply again",
-		d1idem.Table, plural(int64(len(lines)), "difference", "differences"))
+		d1idem.Table, plural(int64(len(drift.Diff)), "difference", "differences"))
 }
 
 func printDiff(c *cli.Context, lines []string) {
@@ -156,13 +210,6 @@ func printDiff(c *cli.Context, lines []string) {
 	for _, l := range lines {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
-}
-
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
 }
 
 // verifyJSON is schema verify --json.
@@ -188,57 +235,73 @@ has instead) when they differ or the table is missing.
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			want, err := embedded.ExpectedShape(c.Context)
-			if err != nil {
-				return err
-			}
-			return withConn(c, o, func(cn *conn) error {
-				got, err := schema.Inspect(c.Context, cn.db)
-				if err != nil {
-					return err
-				}
-				diff := schema.Diff(want, got)
-				w := c.App.Writer
-				if c.Bool(flagJSON) {
-					out := verifyJSON{Matches: len(diff) == 0, Diff: nonNil(diff)}
-					if len(diff) == 0 {
-						out.Columns, out.Indexes = len(got.Columns), len(got.Indexes)
-					}
-					if err := printJSON(w, out); err != nil {
-						return err
-					}
-				} else if len(diff) == 0 {
-					fmt.Fprintf(w, "%s on %s matches schema.sql: %s, %s.\n", d1idem.Table, cn.where,
-						plural(int64(len(got.Columns)), "column", "columns"), plural(int64(len(got.Indexes)), "index", "indexes"))
-				} else {
-					printDiff(c, diff)
-				}
-				if len(diff) > 0 {
-					if !got.Exists {
-						return fmt.Errorf("schema drift: %s does not exist on %s; run 'd1idem schema apply'", d1idem.Table, cn.where)
-					}
-					return fmt.Errorf("schema drift: %s on %s differs from schema.sql (%s, shown on stdout)",
-						d1idem.Table, cn.where, plural(int64(len(diff)), "difference", "differences"))
-				}
-				return nil
-			})
+			return withConn(c, o, func(cn *conn) error { return schemaVerify(c, cn) })
 		},
 	}
+}
+
+func schemaVerify(c *cli.Context, cn *conn) error {
+	err := schema.Verify(c.Context, cn.db)
+	var drift *schema.DriftError
+	if err != nil && !errors.As(err, &drift) {
+		return err
+	}
+	w := c.App.Writer
+	want := schema.Expected()
+	if c.Bool(flagJSON) {
+		out := verifyJSON{Matches: drift == nil, Diff: []string{}}
+		if drift != nil {
+			out.Diff = drift.Diff
+		} else {
+			out.Columns, out.Indexes = len(want.Columns), len(want.Indexes)
+		}
+		if err := printJSON(w, out); err != nil {
+			return err
+		}
+	} else if drift == nil {
+		fmt.Fprintf(w, "%s on %s matches schema.sql: %s, %s.\n", d1idem.Table, cn.where,
+			plural(int64(len(want.Columns)), "column", "columns"), plural(int64(len(want.Indexes)), "index", "indexes"))
+	} else {
+		printDiff(c, drift.Diff)
+	}
+	switch {
+	case drift == nil:
+		return nil
+	case drift.Missing:
+		return fmt.Errorf("schema drift: %s does not exist on %s; run 'd1idem schema apply'", d1idem.Table, cn.where)
+	}
+	return fmt.Errorf("schema drift: %s on %s differs from schema.sql (%s, shown on stdout)",
+		d1idem.Table, cn.where, plural(int64(len(drift.Diff)), "difference", "differences"))
 }
 
 func schemaPrintCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "print",
-		Usage: "print the ledger schema (schema.sql); needs no connection",
+		Usage: "print the ledger schema (schema.sql), or write it as a wrangler migration; needs no connection",
 		Description: `Prints schema.sql exactly: the spec's CREATE TABLE idempotency_keys and its
-updated_at index. Save it as a wrangler migration so that wrangler and
-'d1idem schema apply' agree:
+updated_at index.
 
-   d1idem schema print > migrations/` + schema.MigrationName,
-		Flags: []cli.Flag{jsonFlag()},
+With --migration it writes the schema into wrangler's migrations directory
+instead, as the next migration (NNNN_d1idem_idempotency_keys.sql, numbered as
+'wrangler d1 migrations create' numbers), unless a file there already holds it.
+The directory is --migrations-dir, or the migrations_dir of the database in the
+wrangler config (--database, or the config's only database), or ./migrations.
+Apply it with wrangler or with 'd1idem schema apply': each records it under the
+file's name, so the other agrees.
+
+   d1idem schema print --migration --database my-db
+   d1idem schema print > schema.sql`,
+		Flags: append([]cli.Flag{
+			&cli.BoolFlag{Name: "migration", Usage: "write the schema into wrangler's migrations directory as the next migration", DisableDefaultText: true},
+			migrationsDirFlag(),
+			jsonFlag(),
+		}, wranglerFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
+			}
+			if c.Bool("migration") {
+				return writeMigration(c)
 			}
 			if c.Bool(flagJSON) {
 				return printJSON(c.App.Writer, struct {
@@ -251,4 +314,114 @@ updated_at index. Save it as a wrangler migration so that wrangler and
 			return err
 		},
 	}
+}
+
+// migrationMessage is the message part of the migration file name.
+const migrationMessage = "d1idem_idempotency_keys"
+
+// writeMigration is schema print --migration.
+func writeMigration(c *cli.Context) error {
+	dir, d, err := printMigrationsDir(c)
+	if err != nil {
+		return err
+	}
+	existing, err := schema.FindMigrations(os.DirFS(dir))
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", dir, err)
+	}
+	var name string
+	if len(existing) > 0 {
+		name = existing[0]
+	} else {
+		if name, err = wrangler.NextMigrationName(dir, migrationMessage); err != nil {
+			return fmt.Errorf("reading %s: %w", dir, err)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return err
+		}
+		_, err = f.WriteString(d1idem.Schema())
+		if err := errors.Join(err, f.Close()); err != nil {
+			return fmt.Errorf("writing %s: %w", f.Name(), err)
+		}
+	}
+	path := filepath.Join(dir, name)
+	w := c.App.Writer
+	if c.Bool(flagJSON) {
+		return printJSON(w, struct {
+			Migration string `json:"migration"`
+			Path      string `json:"path"`
+			Written   bool   `json:"written"`
+		}{name, path, len(existing) == 0})
+	}
+	if len(existing) > 0 {
+		fmt.Fprintf(w, "%s already holds the ledger schema; nothing written.\n", path)
+		return nil
+	}
+	wranglerArgs, d1idemArgs := applyArgs(c, d)
+	fmt.Fprintf(w, "Wrote %s (the ledger schema).\n", path)
+	fmt.Fprintf(w, "Apply it with 'wrangler d1 migrations apply %s --remote' or 'd1idem schema apply%s'. Where the table already exists, run 'd1idem schema apply%[2]s' first: it records the file as applied.\n",
+		wranglerArgs, d1idemArgs)
+	return nil
+}
+
+// applyArgs returns the arguments that name database d (nil: unknown) to
+// 'wrangler d1 migrations apply' and to 'd1idem schema apply'.
+func applyArgs(c *cli.Context, d *wrangler.Database) (wranglerArgs, d1idemArgs string) {
+	if d == nil {
+		return "DATABASE", ""
+	}
+	wranglerArgs, d1idemArgs = d.Name(), " --database "+shellQuote(d.Name())
+	if d.Env != "" {
+		wranglerArgs += " --env " + shellQuote(d.Env)
+		d1idemArgs += " --env " + shellQuote(d.Env)
+	}
+	if config := c.String(flagConfig); config != "" {
+		wranglerArgs += " --config " + shellQuote(config)
+		d1idemArgs += " --config " + shellQuote(config)
+	}
+	return wranglerArgs, d1idemArgs
+}
+
+// printMigrationsDir returns the migrations directory of schema print
+// --migration, and the wrangler config's entry it comes from (nil when none).
+func printMigrationsDir(c *cli.Context) (dir string, d *wrangler.Database, err error) {
+	switch {
+	case c.String(flagDatabase) != "":
+		if d, err = wranglerDatabase(c); err != nil {
+			return "", nil, err
+		}
+	case c.String(flagConfig) != "" || findsConfig():
+		cfg, err := loadWrangler(c)
+		if err != nil {
+			return "", nil, err
+		}
+		only, err := cfg.Only(c.String(flagEnv))
+		if err != nil && c.String(flagMigrationsDir) == "" {
+			return "", nil, usagef("%v; pass --%s NAME or --%s DIR", err, flagDatabase, flagMigrationsDir)
+		}
+		if err == nil {
+			d = &only
+		}
+	}
+	if d != nil {
+		dir = relPath(d.MigrationsDir)
+	}
+	if f := c.String(flagMigrationsDir); f != "" {
+		dir = f
+	}
+	if dir == "" {
+		dir = wrangler.DefaultMigrationsDir
+	}
+	return dir, d, nil
+}
+
+// findsConfig reports whether wrangler would find a config from the current
+// directory.
+func findsConfig() bool {
+	_, err := wrangler.Find(".")
+	return err == nil
 }

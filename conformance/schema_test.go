@@ -1,12 +1,38 @@
 package conformance
 
 import (
+	"context"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/internal/d1test"
+	"github.com/d1idem/d1idem/schema"
 )
+
+// TestSchemaExpectedShape: the shape checked in as schema.Expected
+// (generated from schema.sql on d1local) is what each backend reports for
+// schema.sql's table, so schema.Verify and schema.Apply hold on both.
+func TestSchemaExpectedShape(t *testing.T) {
+	ctx := context.Background()
+	d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
+		got, err := schema.Inspect(ctx, b.NewClientSchema(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := schema.Expected(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("live shape differs from schema.Expected: %q\ngot  %+v\nwant %+v", schema.Diff(want, got), got, want)
+		}
+		c := b.NewClient(t)
+		if res, err := schema.Apply(ctx, c, schema.Options{}); err != nil || res.Action != schema.CreateAndRecord {
+			t.Fatalf("apply: %+v, %v", res, err)
+		}
+		if err := schema.Verify(ctx, c); err != nil {
+			t.Fatalf("verify after apply: %v", err)
+		}
+	})
+}
 
 // TestSchemaPragmas: the ledger schema as SQLite reports it, identical on
 // both backends.

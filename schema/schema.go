@@ -1,67 +1,252 @@
-// Package schema applies, inspects and verifies the ledger schema (the
-// spec's table and index, embedded from schema.sql by the root package) on a
-// D1 database.
+// Package schema applies and verifies the ledger schema (schema.sql: the
+// idempotency_keys table and its updated_at index) on a D1 database.
 //
-// Apply is idempotent and records itself the way wrangler records migrations,
-// in a d1_migrations table (id, name, applied_at), so that `wrangler d1
-// migrations list` agrees when the migrations directory holds the schema
-// under MigrationName:
+// Apply is the one call a service makes at start-up, or a CI job before a
+// deploy:
 //
-//	d1idem schema print > migrations/0001_d1idem_idempotency_keys.sql
+//	if _, err := schema.Apply(ctx, db, schema.Options{}); err != nil {
+//		return err
+//	}
 //
-// Verify compares the live PRAGMA table_info and index_list (with each
-// index's columns) with the shape schema.sql produces.
+// It is idempotent, and records the schema as a wrangler migration in
+// wrangler's migrations table, so that wrangler and d1idem agree whichever
+// applies it first. Given wrangler's migrations directory
+// (Options.Migrations), it records the schema under the name of the file
+// there that holds it, whatever that name is (see IsMigration); without one,
+// under MigrationName.
+//
+// Verify compares the live table with Expected, the shape schema.sql gives
+// it. That shape is generated from schema.sql into this package (go generate
+// runs ./internal/shapegen), so neither call needs a scratch database, and
+// the package does not link SQLite.
+//
+// # API stability
+//
+// The exported names of this package are meant to stay: from v1.0.0 on, they
+// change only by addition. Not covered: the wording of errors and of Diff's
+// lines, and the exact SQL of Result.Statements. Match errors with
+// errors.Is(err, ErrDrift) or errors.As with a *DriftError.
 package schema
+
+//go:generate go run ./internal/shapegen
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"slices"
 	"strings"
 
 	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// MigrationName is the name Apply records in the migrations table: a
-// wrangler migration file name.
+// MigrationName is the migration name Apply records when no file of the
+// migrations directory holds the schema: a wrangler migration file name.
 const MigrationName = "0001_d1idem_idempotency_keys.sql"
 
 // MigrationsTable is wrangler's default migrations table.
 const MigrationsTable = "d1_migrations"
 
-// Options adjust Apply.
+// Options adjust Apply. The zero value records the schema under
+// MigrationName in d1_migrations.
 type Options struct {
-	// MigrationsTable defaults to MigrationsTable ("d1_migrations"); set it
-	// to match wrangler's migrations_table setting.
+	// MigrationsTable is wrangler's migrations table: the migrations_table
+	// of the wrangler config. Empty means MigrationsTable.
 	MigrationsTable string
-	// MigrationName defaults to MigrationName.
-	MigrationName string
+	// Migrations is wrangler's migrations directory: os.DirFS("migrations"),
+	// say, or an embed.FS through fs.Sub. When .sql files in it hold the
+	// schema (see FindMigrations), Apply records the schema under their
+	// names, so that `wrangler d1 migrations apply` does not run them again.
+	Migrations fs.FS
+	// DryRun makes Apply read the database and return what it would run,
+	// changing nothing.
+	DryRun bool
 }
 
-func (o Options) withDefaults() (Options, error) {
-	if o.MigrationsTable == "" {
-		o.MigrationsTable = MigrationsTable
+// Action is what Apply does, or with Options.DryRun would do.
+type Action int
+
+// The actions of Apply.
+const (
+	// Nothing: the schema is recorded; nothing to do.
+	Nothing Action = iota
+	// CreateAndRecord: create the table and index and record the
+	// migration, in one batch (one transaction).
+	CreateAndRecord
+	// RecordOnly: the table exists with the expected shape but the
+	// migration is not recorded (the table was made by hand, by a Worker,
+	// or recorded under another name); record it.
+	RecordOnly
+)
+
+// String describes the action for people.
+func (a Action) String() string {
+	switch a {
+	case CreateAndRecord:
+		return "create the ledger table and index, and record the migration"
+	case RecordOnly:
+		return "record the migration (the table already exists with the expected shape)"
 	}
-	if o.MigrationName == "" {
-		o.MigrationName = MigrationName
-	}
-	if !isIdentifier(o.MigrationsTable) {
-		return o, fmt.Errorf("schema: migrations table %q is not a plain SQL identifier", o.MigrationsTable)
-	}
-	return o, nil
+	return "nothing: the migration is already recorded"
 }
 
-func isIdentifier(s string) bool {
-	if s == "" || strings.HasPrefix(strings.ToLower(s), "_cf_") || strings.HasPrefix(strings.ToLower(s), "sqlite_") {
-		return false
+// Result is what Apply did, or with Options.DryRun would do.
+type Result struct {
+	Action Action
+	// Migrations are the names the schema is recorded under in the
+	// migrations table: those Apply records, or for Nothing those it found.
+	Migrations []string
+	// MigrationsTable is the migrations table.
+	MigrationsTable string
+	// Statements are the statements Apply ran (or would run) as one batch;
+	// none for Nothing.
+	Statements []d1client.Statement
+}
+
+// SQL renders the statements as a script, with their parameters inlined
+// as SQL string literals.
+func (r Result) SQL() string {
+	var b strings.Builder
+	for _, s := range r.Statements {
+		sql := s.SQL
+		for _, v := range s.Params {
+			sql = strings.Replace(sql, "?", "'"+strings.ReplaceAll(fmt.Sprint(v), "'", "''")+"'", 1)
+		}
+		b.WriteString(sql)
+		b.WriteString(";\n")
 	}
-	for i, c := range s {
-		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9') {
-			return false
+	return b.String()
+}
+
+// Apply makes the ledger schema present and recorded, idempotently: on a
+// database without the table it creates the table and index and records
+// the migration in one batch (one transaction); it records an existing
+// table whose shape matches Expected, refuses one that differs (a
+// *DriftError), and does nothing when the migration is recorded. When the
+// migration is recorded, Apply makes two D1 calls and does not read the
+// table's shape; Verify does.
+//
+// Concurrent Applies are safe: the loser's batch fails as a whole, and it
+// finds the winner's work.
+func Apply(ctx context.Context, db *d1client.Client, opts Options) (Result, error) {
+	if opts.MigrationsTable == "" {
+		opts.MigrationsTable = MigrationsTable
+	}
+	if !isIdentifier(opts.MigrationsTable) {
+		return Result{}, fmt.Errorf("schema: migrations table %q is not a plain SQL identifier", opts.MigrationsTable)
+	}
+	names := []string{MigrationName}
+	if opts.Migrations != nil {
+		found, err := FindMigrations(opts.Migrations)
+		if err != nil {
+			return Result{}, fmt.Errorf("schema: reading the migrations directory: %w", err)
+		}
+		if len(found) > 0 {
+			names = found
 		}
 	}
-	return true
+	for attempt := 0; ; attempt++ {
+		r, err := plan(ctx, db, opts.MigrationsTable, names)
+		if err != nil || r.Action == Nothing || opts.DryRun {
+			return r, err
+		}
+		_, err = db.Exec(ctx, r.Statements)
+		if err == nil {
+			return r, nil
+		}
+		if attempt == 0 && errors.Is(err, d1client.ErrSQL) {
+			continue // lost a race with another Apply: look again
+		}
+		return r, fmt.Errorf("schema: apply: %w", err)
+	}
+}
+
+// plan reads the database, without writing, and returns what Apply must run
+// for the schema to be recorded under names in table.
+func plan(ctx context.Context, db *d1client.Client, table string, names []string) (Result, error) {
+	exists, recorded, err := readState(ctx, db, table)
+	if err != nil {
+		return Result{}, err
+	}
+	r := Result{MigrationsTable: table}
+	var missing, found []string
+	for _, n := range names {
+		if recorded[n] {
+			found = append(found, n)
+		} else {
+			missing = append(missing, n)
+		}
+	}
+	if !exists {
+		var stale []string
+		for _, n := range append([]string{MigrationName}, names...) {
+			if recorded[n] && !slices.Contains(stale, n) {
+				stale = append(stale, n)
+			}
+		}
+		if len(stale) > 0 {
+			return Result{}, fmt.Errorf("schema: %s is recorded in %s but the table %s is missing; it was dropped by hand: restore it, or delete the record and apply again",
+				strings.Join(stale, ", "), table, d1idem.Table)
+		}
+		r.Action = CreateAndRecord
+		r.Statements = append(r.Statements, d1client.Statement{SQL: migrationsTableSQL(table)})
+		for _, s := range d1idem.SchemaStatements() {
+			r.Statements = append(r.Statements, d1client.Statement{SQL: s})
+		}
+	} else {
+		if len(missing) == 0 {
+			r.Migrations = found
+			return r, nil // Nothing
+		}
+		got, err := Inspect(ctx, db)
+		if err != nil {
+			return Result{}, err
+		}
+		if err := check(got); err != nil {
+			return Result{}, fmt.Errorf("schema: not recording the migration: %w", err)
+		}
+		r.Action = RecordOnly
+		r.Statements = []d1client.Statement{{SQL: migrationsTableSQL(table)}}
+	}
+	r.Migrations = missing
+	for _, n := range missing {
+		r.Statements = append(r.Statements, d1client.NewStatement("INSERT INTO "+table+" (name) VALUES (?)", n))
+	}
+	return r, nil
+}
+
+// readState reports whether the ledger table exists, and which migrations
+// the migrations table records.
+func readState(ctx context.Context, db *d1client.Client, table string) (exists bool, recorded map[string]bool, err error) {
+	res, err := db.Query(ctx, "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)", d1idem.Table, table)
+	if err != nil {
+		return false, nil, fmt.Errorf("schema: reading the database: %w", err)
+	}
+	migrations := false
+	for _, row := range res.Rows {
+		switch name, _ := row[0].Text(); name {
+		case d1idem.Table:
+			exists = true
+		case table:
+			migrations = true
+		}
+	}
+	recorded = map[string]bool{}
+	if !migrations {
+		return exists, recorded, nil
+	}
+	res, err = db.Query(ctx, "SELECT name FROM "+table)
+	if err != nil {
+		return false, nil, fmt.Errorf("schema: reading %s: %w", table, err)
+	}
+	for _, row := range res.Rows {
+		if name, ok := row[0].Text(); ok {
+			recorded[name] = true
+		}
+	}
+	return exists, recorded, nil
 }
 
 // migrationsTableSQL is wrangler's DDL for its migrations table.
@@ -73,153 +258,16 @@ func migrationsTableSQL(table string) string {
 )`
 }
 
-// State is what Apply found, and Plan what it will run.
-type State struct {
-	Recorded    bool // the migration is recorded in the migrations table
-	TableExists bool // idempotency_keys exists
-}
-
-// Action is what Apply does (or, dry, would do).
-type Action int
-
-// The actions of Apply.
-const (
-	// Nothing: the migration is recorded; nothing to do.
-	Nothing Action = iota
-	// CreateAndRecord: create the table and index and record the migration,
-	// in one batch (one transaction).
-	CreateAndRecord
-	// RecordOnly: the table exists with the right shape but the migration is
-	// not recorded (it was created by hand or by a Worker); record it.
-	RecordOnly
-)
-
-func (a Action) String() string {
-	switch a {
-	case CreateAndRecord:
-		return "create the ledger table and index, and record the migration"
-	case RecordOnly:
-		return "record the migration (the table already exists with the expected shape)"
+// isIdentifier reports whether s can be a migrations table name as is: a
+// plain SQL identifier outside the names SQLite and D1 reserve.
+func isIdentifier(s string) bool {
+	if s == "" || strings.HasPrefix(strings.ToLower(s), "_cf_") || strings.HasPrefix(strings.ToLower(s), "sqlite_") {
+		return false
 	}
-	return "nothing: the migration is already recorded"
-}
-
-// Plan is what Apply will run.
-type Plan struct {
-	State      State
-	Action     Action
-	Statements []d1client.Statement
-}
-
-// SQL renders the plan's statements as a script.
-func (p Plan) SQL() string {
-	var b strings.Builder
-	for _, s := range p.Statements {
-		sql := s.SQL
-		for _, v := range s.Params {
-			sql = strings.Replace(sql, "?", "'"+strings.ReplaceAll(fmt.Sprint(v), "'", "''")+"'", 1)
-		}
-		b.WriteString(sql)
-		b.WriteString(";\n")
-	}
-	return b.String()
-}
-
-// ErrDrift is returned when an existing table does not have the schema's
-// shape; the error's text lists the differences.
-var ErrDrift = errors.New("schema: the live ledger table differs from schema.sql")
-
-// MakePlan reads the database's state (one read-only call, besides creating
-// nothing) and returns what Apply would run. want is the shape schema.sql
-// produces (see ShapeOf); it is only consulted when the table exists but the
-// migration is not recorded.
-func MakePlan(ctx context.Context, db *d1client.Client, want Shape, opts Options) (Plan, error) {
-	opts, err := opts.withDefaults()
-	if err != nil {
-		return Plan{}, err
-	}
-	st, err := readState(ctx, db, opts)
-	if err != nil {
-		return Plan{}, err
-	}
-	p := Plan{State: st}
-	record := d1client.NewStatement("INSERT INTO "+opts.MigrationsTable+" (name) VALUES (?)", opts.MigrationName)
-	switch {
-	case st.Recorded && !st.TableExists:
-		return Plan{}, fmt.Errorf("schema: %s is recorded in %s but the table %s is missing; it was dropped by hand: restore it, or delete the record and apply again",
-			opts.MigrationName, opts.MigrationsTable, d1idem.Table)
-	case st.Recorded:
-		p.Action = Nothing
-	case st.TableExists:
-		got, err := Inspect(ctx, db)
-		if err != nil {
-			return Plan{}, err
-		}
-		if diff := Diff(want, got); len(diff) > 0 {
-			return Plan{}, fmt.Errorf("%w; not recording the migration:\n%s", ErrDrift, strings.Join(diff, "\n"))
-		}
-		p.Action = RecordOnly
-		p.Statements = []d1client.Statement{{SQL: migrationsTableSQL(opts.MigrationsTable)}, record}
-	default:
-		p.Action = CreateAndRecord
-		p.Statements = append(p.Statements, d1client.Statement{SQL: migrationsTableSQL(opts.MigrationsTable)})
-		for _, s := range d1idem.SchemaStatements() {
-			p.Statements = append(p.Statements, d1client.Statement{SQL: s})
-		}
-		p.Statements = append(p.Statements, record)
-	}
-	return p, nil
-}
-
-// readState reads, without writing, whether the migration is recorded and
-// whether the table exists.
-func readState(ctx context.Context, db *d1client.Client, opts Options) (State, error) {
-	res, err := db.Exec(ctx, []d1client.Statement{
-		d1client.NewStatement("SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?) ORDER BY name", d1idem.Table, opts.MigrationsTable),
-	})
-	if err != nil {
-		return State{}, fmt.Errorf("schema: reading the database: %w", err)
-	}
-	var st State
-	migrations := false
-	for _, row := range res[0].Rows {
-		name, _ := row[0].Text()
-		switch name {
-		case d1idem.Table:
-			st.TableExists = true
-		case opts.MigrationsTable:
-			migrations = true
+	for i, c := range s {
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9') {
+			return false
 		}
 	}
-	if migrations {
-		res, err := db.Query(ctx, "SELECT count(*) FROM "+opts.MigrationsTable+" WHERE name = ?", opts.MigrationName)
-		if err != nil {
-			return State{}, fmt.Errorf("schema: reading %s: %w", opts.MigrationsTable, err)
-		}
-		n, _ := res.Rows[0][0].Int64()
-		st.Recorded = n > 0
-	}
-	return st, nil
-}
-
-// Apply makes the schema present and recorded, idempotently: it creates the
-// table and index and records the migration in one batch (one transaction),
-// records an existing table whose shape matches, or does nothing when the
-// migration is recorded. Two concurrent Applies are safe: the loser's batch
-// fails as a whole and it finds the winner's work.
-func Apply(ctx context.Context, db *d1client.Client, want Shape, opts Options) (Plan, error) {
-	for attempt := 0; ; attempt++ {
-		p, err := MakePlan(ctx, db, want, opts)
-		if err != nil || p.Action == Nothing {
-			return p, err
-		}
-		_, err = db.Exec(ctx, p.Statements)
-		if err == nil {
-			return p, nil
-		}
-		if attempt == 0 && errors.Is(err, d1client.ErrSQL) {
-			continue // lost a race with another Apply: look again
-		}
-		return p, fmt.Errorf("schema: apply: %w", err)
-	}
+	return true
 }

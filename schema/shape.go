@@ -2,6 +2,7 @@ package schema
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -19,6 +20,7 @@ type Column struct {
 	PK      int64  // position in the primary key, 0 when not part of it
 }
 
+// String formats the column as Diff's lines show it.
 func (c Column) String() string {
 	s := fmt.Sprintf("column %s %s", c.Name, c.Type)
 	if c.NotNull {
@@ -42,6 +44,9 @@ type Index struct {
 	Columns []string
 }
 
+// String formats the index as Diff's lines show it. Automatic indexes
+// (of a primary key or a UNIQUE constraint) are named by their origin,
+// since SQLite names them.
 func (i Index) String() string {
 	kind := "index"
 	if i.Unique {
@@ -184,16 +189,49 @@ func indexSet(ix []Index) map[string]bool {
 	return m
 }
 
-// ShapeOf applies the schema to db, which must be an empty scratch database
-// (an in-memory d1local, say), and returns the shape it produces: the
-// expected shape, derived from schema.sql itself rather than restated.
-func ShapeOf(ctx context.Context, scratch *d1client.Client) (Shape, error) {
-	var stmts []d1client.Statement
-	for _, s := range d1idem.SchemaStatements() {
-		stmts = append(stmts, d1client.Statement{SQL: s})
+// Expected returns the shape schema.sql gives the ledger table, as SQLite
+// reports it: what Verify and Apply compare a live table with. It is
+// generated from schema.sql by go generate and needs no database.
+func Expected() Shape { return expected() }
+
+// ErrDrift is matched (with errors.Is) by every *DriftError.
+var ErrDrift = errors.New("schema: the ledger table differs from schema.sql")
+
+// DriftError reports how a live ledger table differs from schema.sql.
+type DriftError struct {
+	// Missing is true when the table does not exist.
+	Missing bool
+	// Diff lists the differences as Diff returns them.
+	Diff []string
+}
+
+// Error lists the differences on one line.
+func (e *DriftError) Error() string {
+	if e.Missing {
+		return "schema: table " + d1idem.Table + " does not exist"
 	}
-	if _, err := scratch.Exec(ctx, stmts); err != nil {
-		return Shape{}, fmt.Errorf("schema: applying schema.sql to a scratch database: %w", err)
+	return fmt.Sprintf("schema: %s differs from schema.sql (- schema.sql, + live table): %s", d1idem.Table, strings.Join(e.Diff, "; "))
+}
+
+// Is reports whether target is ErrDrift.
+func (e *DriftError) Is(target error) bool { return target == ErrDrift }
+
+// Verify compares the live ledger table and its indexes (read with Inspect,
+// two D1 calls) with Expected. It returns nil when they match, a
+// *DriftError when they differ or the table is missing, and another error
+// when the database cannot be read.
+func Verify(ctx context.Context, db *d1client.Client) error {
+	got, err := Inspect(ctx, db)
+	if err != nil {
+		return err
 	}
-	return Inspect(ctx, scratch)
+	return check(got)
+}
+
+// check returns a *DriftError when got differs from Expected.
+func check(got Shape) error {
+	if d := Diff(Expected(), got); len(d) > 0 {
+		return &DriftError{Missing: !got.Exists, Diff: d}
+	}
+	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -33,7 +34,6 @@ import (
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/examples/orders/ordersapi"
 	"github.com/d1idem/d1idem/idem"
-	"github.com/d1idem/d1idem/internal/embedded"
 )
 
 func main() {
@@ -53,17 +53,12 @@ func run() error {
 
 	var db *d1client.Client
 	if *local != "" {
-		if err := os.MkdirAll(*local, 0o755); err != nil {
+		var stopLocal func()
+		var err error
+		if db, stopLocal, err = startLocal(*local); err != nil {
 			return err
 		}
-		srv, err := embedded.Start(d1local.Config{Dir: *local}, "")
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
-		if db, err = srv.Client("orders"); err != nil {
-			return err
-		}
+		defer stopLocal()
 		log.Info("using the embedded d1local", "dir", *local)
 	} else {
 		cfg := d1client.Config{
@@ -104,4 +99,35 @@ func run() error {
 		return err
 	}
 	return nil
+}
+
+// startLocal serves d1local, the D1-compatible server on SQLite, on a
+// loopback port with its databases under dir, and returns a client of its
+// database "orders" and a function that stops the server.
+func startLocal(dir string) (*d1client.Client, func(), error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	d1, err := d1local.New(d1local.Config{Dir: dir})
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = d1.Close()
+		return nil, nil, err
+	}
+	hs := &http.Server{Handler: d1, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	stop := func() {
+		_ = hs.Close()
+		_ = d1.Close()
+	}
+	// d1local checks neither the account ID nor, without a token, the token.
+	db, err := d1client.New(d1client.Config{BaseURL: "http://" + ln.Addr().String(), AccountID: "local", DatabaseID: "orders"})
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return db, stop, nil
 }

@@ -1,6 +1,5 @@
 // Package embedded runs d1local in process on a loopback port: the embedded
-// default of the CLI's --local mode, the demo and the example API. It also
-// derives the ledger's expected shape from schema.sql on a scratch database.
+// default of the CLI's --local mode and the demo.
 package embedded
 
 import (
@@ -13,7 +12,6 @@ import (
 
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
-	"github.com/d1idem/d1idem/schema"
 )
 
 // AccountID is the account ID used with an embedded server (d1local does not
@@ -77,20 +75,4 @@ func (s *Server) Close() error {
 		err = serr
 	}
 	return errors.Join(err, s.D1.Close())
-}
-
-// ExpectedShape applies schema.sql to a scratch in-memory d1local database
-// and returns the shape it produces: what schema verify compares a live
-// table with.
-func ExpectedShape(ctx context.Context) (schema.Shape, error) {
-	s, err := Start(d1local.Config{}, "")
-	if err != nil {
-		return schema.Shape{}, err
-	}
-	defer s.Close()
-	db, err := s.Client("scratch")
-	if err != nil {
-		return schema.Shape{}, err
-	}
-	return schema.ShapeOf(ctx, db)
 }

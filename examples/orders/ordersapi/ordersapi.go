@@ -22,7 +22,6 @@ import (
 
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
-	"github.com/d1idem/d1idem/internal/embedded"
 	"github.com/d1idem/d1idem/schema"
 )
 
@@ -64,14 +63,10 @@ type Order struct {
 // recorded as a wrangler migration, as `d1idem schema apply` does) and the
 // orders table.
 func EnsureSchema(ctx context.Context, db *d1client.Client) error {
-	want, err := embedded.ExpectedShape(ctx)
-	if err != nil {
+	if _, err := schema.Apply(ctx, db, schema.Options{}); err != nil {
 		return err
 	}
-	if _, err := schema.Apply(ctx, db, want, schema.Options{}); err != nil {
-		return err
-	}
-	_, err = db.Query(ctx, Schema)
+	_, err := db.Query(ctx, Schema)
 	return err
 }
 

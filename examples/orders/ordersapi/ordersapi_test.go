@@ -9,14 +9,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/examples/orders/ordersapi"
 	"github.com/d1idem/d1idem/idem"
-	"github.com/d1idem/d1idem/internal/d1test"
 )
 
 func TestOrdersAPI(t *testing.T) {
 	ctx := context.Background()
-	db := d1test.Local(t).NewClientSchema(t)
+	db := newDB(t)
 	if err := ordersapi.EnsureSchema(ctx, db); err != nil {
 		t.Fatal(err)
 	}
@@ -96,4 +97,24 @@ func TestOrdersAPI(t *testing.T) {
 	if n := count("1"); n != 1 {
 		t.Fatalf("%d orders after invalid requests", n)
 	}
+}
+
+// newDB returns a client of a fresh in-memory d1local database, served for
+// the test's duration.
+func newDB(t *testing.T) *d1client.Client {
+	t.Helper()
+	srv, err := d1local.New(d1local.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		ts.Close()
+		_ = srv.Close()
+	})
+	db, err := d1client.New(d1client.Config{BaseURL: ts.URL, AccountID: "test", DatabaseID: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
 }
