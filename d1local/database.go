@@ -235,7 +235,7 @@ func (d *database) runUser(ctx context.Context, stmts []statement) ([]result, er
 
 // renameToReserved matches ALTER TABLE ... RENAME TO _cf_...: the
 // authorizer sees only the old name of a renamed table.
-var renameToReserved = regexp.MustCompile("(?is)\\bRENAME\\s+TO\\s+[\"'`\\[]?_cf_")
+var renameToReserved = regexp.MustCompile("(?s)\\b(?i:RENAME\\s+TO)\\s+[\"'`\\[]?_cf_")
 
 // runStatement prepares, binds and steps one statement.
 func (d *database) runStatement(st statement) (result, error) {
@@ -259,7 +259,7 @@ func (d *database) runStatement(st statement) (result, error) {
 		return result{}, &sqlError{msg: "SQL code did not contain a statement."}
 	}
 	defer s.finalize()
-	if len(splitSQL(tail)) > 0 {
+	if rest, _ := splitSQL(tail); len(rest) > 0 {
 		// splitSQL and SQLite disagree on where the statement ends.
 		return result{}, &sqlError{msg: fmt.Sprintf("could not split the SQL into statements near %q", truncate(tail, 40))}
 	}

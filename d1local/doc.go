@@ -53,7 +53,10 @@
 //     requests queue and never see SQLITE_BUSY.
 //   - Multi-statement sql: split where SQLite's tokenizer ends a statement
 //     (';' outside quotes, identifiers, comments and CREATE TRIGGER bodies);
-//     the answer has one result per statement, as the REST API's has.
+//     the answer has one result per statement, as the REST API's has. As on
+//     workerd, anything but whitespace after the last statement's ';' (an
+//     empty statement such as "SELECT 1;;", or a comment) fails the call
+//     with "SQL code did not contain a statement.".
 //   - SQL errors: HTTP 400, code 7500, "result": [] and the message
 //     "<sqlite3_errmsg>[ at offset N]: SQLITE_<CODE>[ (extended: SQLITE_<EXT>)]",
 //     such as "no such table: nope: SQLITE_ERROR" or "UNIQUE constraint
@@ -61,8 +64,9 @@
 //   - The D1 authorizer (after workerd's): no BEGIN, COMMIT, ROLLBACK,
 //     SAVEPOINT or RELEASE (workerd's "To execute a transaction, please use
 //     the state.storage.transaction() ..." message), no ATTACH or DETACH, no
-//     TEMP objects, no table, index, view or trigger named "_cf_*" in any
-//     case, only the fts5, fts5vocab, rtree and rtree_i32 virtual table
+//     TEMP objects (the temp schema table stays readable, as ALTER TABLE
+//     ... RENAME needs), no table, index, view or trigger named "_cf_*" (in
+//     lower case: "_CF_x" is an ordinary name, as on workerd), only the fts5, fts5vocab, rtree and rtree_i32 virtual table
 //     modules, no sqlite_version(), sqlite_source_id(),
 //     sqlite_compileoption_used/get() or load_extension(), and D1's PRAGMA
 //     allowlist: table_list, data_version, page_size (read), table_info,
