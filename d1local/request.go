@@ -112,9 +112,12 @@ func compile(queries []parsedQuery) ([]statement, error) {
 			}
 			stmts = append(stmts, statement{sql: p.sql, keyword: p.keyword, params: params})
 		}
-		if q.emptyTail {
-			// Compiles to no statement, failing as workerd does once the
-			// statements before it have run.
+		if q.emptyTail && len(q.pieces) == 1 {
+			// One statement goes to SQLite as it is, and workerd fails on
+			// what follows its ';' when that is not a statement: compile
+			// an empty one, which fails the same way once the statement
+			// has run. Several statements are split as the REST API
+			// splits them, dropping empty ones.
 			stmts = append(stmts, statement{sql: ";"})
 		}
 	}

@@ -42,13 +42,13 @@ var completeTrans = [8][8]uint8{
 // reports the error when it is compiled).
 //
 // emptyTail reports what workerd refuses with "SQL code did not contain a
-// statement.": after the ';' that ends the last statement, something other
-// than whitespace (a comment, another ';') but no statement. workerd
-// compiles one statement at a time, skips the whitespace after it and
-// compiles the rest; only a rest with no statement in it fails. So
-// "SELECT 1;;", "SELECT 1; -- note" and "SELECT 1; /* */" fail, while
-// ";SELECT 1", "SELECT 1;;SELECT 2", "SELECT 1 -- note" and "SELECT 1;\n"
-// do not.
+// statement." when it gets the SQL as it is: after the ';' that ends the
+// last statement, something other than whitespace (a comment, another ';')
+// but no statement. workerd compiles one statement at a time, skips the
+// whitespace after it and compiles the rest; only a rest with no statement
+// in it fails. So "SELECT 1;;", "SELECT 1; -- note" and "SELECT 1; /* */"
+// fail, while ";SELECT 1", "SELECT 1;;SELECT 2", "SELECT 1 -- note" and
+// "SELECT 1;\n" do not.
 func splitSQL(sql string) (pieces []piece, emptyTail bool) {
 	state := uint8(0)
 	start := 0

@@ -177,6 +177,9 @@ func TestAllowedStatements(t *testing.T) {
 		{"trailing semicolon and newline", "SELECT 1 AS one;\r\n", `[{"one":1}]`},
 		{"leading empty statements", ";; SELECT 1 AS one", `[{"one":1}]`},
 		{"comment without a semicolon", "SELECT 1 AS one -- note", `[{"one":1}]`},
+		// Several statements are split as the REST API splits them:
+		// empty ones and trailing comments are dropped.
+		{"several statements and empty ones", "SELECT 1 AS one;; SELECT 2; -- done", `[{"one":1}]`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
