@@ -68,9 +68,10 @@
 //	export CLOUDFLARE_API_TOKEN=any-token      # Config.Token, if set
 //	export CLOUDFLARE_ACCOUNT_ID=any-account   # optional: /memberships names one
 //
-// These commands work against it: d1 execute --remote with --command and
-// with --file (the import flow), d1 info, d1 list, d1 export --remote, d1
-// create, d1 delete and d1 migrations apply --remote; a wrong token reads as
+// These commands are tested against it (conformance/wrangler_test.go): d1
+// execute --remote with --command and with --file (the import flow), d1
+// info, d1 list, d1 export --remote, d1 create, d1 delete and d1 migrations
+// apply --remote, with and without an account ID; a wrong token reads as
 // wrangler's authentication error.
 // d1 info reports zero queries in the last 24 hours: d1local keeps no
 // analytics (GraphQL is not served).
