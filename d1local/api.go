@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -70,6 +71,9 @@ func matchRoute(path string) (*route, []string) {
 		return nil, nil
 	}
 	p := strings.Split(rest, "/")
+	if slices.Contains(p, "") {
+		return nil, nil
+	}
 	switch {
 	case len(p) == 3 && p[0] == "user" && p[1] == "tokens" && p[2] == "verify":
 		return verifyRoute, nil

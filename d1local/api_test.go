@@ -3,11 +3,14 @@ package d1local
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -252,4 +255,48 @@ func TestNoAutoCreateCreatesNothing(t *testing.T) {
 		t.Fatalf("create: %d %s", r.status, r.body)
 	}
 	h.ok(t, "c", q("SELECT 1"))
+}
+
+// TestDeleteWhileInUse: calls racing a delete either run before it or
+// answer 404/7404, never an internal error, and the database is gone after.
+func TestDeleteWhileInUse(t *testing.T) {
+	for _, dir := range []string{"", t.TempDir()} {
+		h := newHarness(t, Config{Dir: dir, NoAutoCreate: true})
+		if err := h.srv.CreateDatabase("x"); err != nil {
+			t.Fatal(err)
+		}
+		h.exec(t, "x", "CREATE TABLE t (v)")
+		var wg sync.WaitGroup
+		statuses := make(chan string, 400)
+		for range 8 {
+			wg.Go(func() {
+				for range 50 {
+					resp, err := http.Post(h.url+"/accounts/acc/d1/database/x/query", "application/json",
+						strings.NewReader(`{"sql":"INSERT INTO t VALUES (1)"}`))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						statuses <- fmt.Sprintf("%d %s", resp.StatusCode, body)
+					}
+				}
+			})
+		}
+		if err := h.srv.DeleteDatabase("x"); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		close(statuses)
+		for s := range statuses {
+			if !strings.HasPrefix(s, `404 {"result":null,"success":false,"errors":[{"code":7404,`) {
+				t.Errorf("a call racing the delete: %s", s)
+			}
+		}
+		if ids, _ := h.srv.Databases(); len(ids) != 0 {
+			t.Errorf("Databases() after delete = %q", ids)
+		}
+	}
 }

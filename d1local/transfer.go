@@ -87,6 +87,14 @@ func (s *Server) addLink(l *link) string {
 		}
 		delete(t.links, oldest)
 	}
+	if l.upload {
+		// A new upload of the same file replaces the one before.
+		for k, v := range t.links {
+			if v.upload && v.db == l.db && v.filename == l.filename {
+				delete(t.links, k)
+			}
+		}
+	}
 	l.created = now
 	secret := rand.Text()
 	t.links[secret] = l

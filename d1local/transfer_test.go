@@ -184,6 +184,24 @@ func TestImport(t *testing.T) {
 			t.Errorf("dump: %s", dump)
 		}
 	})
+	t.Run("a second init replaces the first", func(t *testing.T) {
+		sql := "CREATE TABLE again (x)"
+		etag := md5Hex(sql)
+		var first, second transferAnswer
+		h.do(t, "POST", path, map[string]any{"action": "init", "etag": etag}).decode(t, &first)
+		h.do(t, "POST", path, map[string]any{"action": "init", "etag": etag}).decode(t, &second)
+		if status, _, _ := rawHTTP(t, "PUT", first.UploadURL, []byte(sql)); status != 404 {
+			t.Errorf("PUT to the replaced link: %d, want 404", status)
+		}
+		if status, _, _ := rawHTTP(t, "PUT", second.UploadURL, []byte(sql)); status != 200 {
+			t.Errorf("PUT to the new link: %d", status)
+		}
+		var ans transferAnswer
+		h.do(t, "POST", path, map[string]any{"action": "ingest", "filename": second.Filename, "etag": etag}).decode(t, &ans)
+		if ans.Status != "complete" {
+			t.Errorf("ingest: %+v", ans)
+		}
+	})
 	t.Run("links expire after an hour", func(t *testing.T) {
 		var init transferAnswer
 		h.do(t, "POST", path, map[string]any{"action": "init", "etag": md5Hex("SELECT 1")}).decode(t, &init)
