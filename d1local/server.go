@@ -45,9 +45,10 @@ type Config struct {
 	// "" means DefaultAccountID. Requests may name any account ID: all
 	// accounts share the server's databases.
 	AccountID string
-	// Budget, if not zero, is the account-wide API rate limit: every API
-	// call counts, every response carries Cloudflare's Ratelimit and
-	// Ratelimit-Policy headers, and calls over the limit get 429, code 971.
+	// Budget, if not zero, is the account-wide API rate limit: every
+	// authenticated API call counts, every answer carries Cloudflare's
+	// Ratelimit and Ratelimit-Policy headers, and calls over the limit get
+	// 429, code 971.
 	Budget Budget
 	// Now is the clock of the budget and of import and export links; nil
 	// means time.Now.
