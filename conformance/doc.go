@@ -26,7 +26,13 @@
 // computeFingerprint served by the Worker. BenchmarkClaimLookup measures a
 // claim+lookup batch on both backends, sequential and 16-way concurrent.
 //
+// TestWrangler runs the wrangler pinned in package.json against a d1local
+// server, as a user points it at one with CLOUDFLARE_API_BASE_URL: d1
+// execute --remote (--command, and --file through the import flow), d1
+// info, d1 list, d1 export --remote, d1 create, d1 delete, d1 migrations
+// apply --remote, a wrong token and no account ID.
+//
 // Running it: `make test`, or `npm ci` in this directory once and then
-// `go test ./conformance/`. Without Node or node_modules the workerd leg is
-// skipped, except in CI (CI set), where it fails.
+// `go test ./conformance/`. Without Node or node_modules the workerd leg and
+// the wrangler tests are skipped, except in CI (CI set), where they fail.
 package conformance

@@ -22,8 +22,15 @@ const (
 // the schema name and the innermost trigger or view. It is a pure function.
 func authorize(action int32, arg1, arg2, dbName, _ string) int32 {
 	if strings.EqualFold(dbName, "temp") {
-		// TEMP objects, however named ("CREATE TABLE temp.t" is presented
-		// as SQLITE_CREATE_TABLE in schema "temp").
+		// No TEMP objects, however named ("CREATE TABLE temp.t" is
+		// presented as SQLITE_CREATE_TABLE in schema "temp"). The temp
+		// schema table, the only table there, may be read and updated, as
+		// on workerd: ALTER TABLE ... RENAME does both (SQLite itself
+		// refuses direct writes to it).
+		if action == sqlite3.SQLITE_READ ||
+			(action == sqlite3.SQLITE_UPDATE && strings.EqualFold(arg1, "sqlite_temp_master")) {
+			return authOK
+		}
 		return authDeny
 	}
 	allow := false
@@ -69,9 +76,10 @@ func authorize(action int32, arg1, arg2, dbName, _ string) int32 {
 }
 
 // allowedName reports whether a table, index, view or trigger name is not
-// reserved: D1 reserves every name starting with "_cf_", in any case.
+// reserved: D1 reserves every name starting with "_cf_", in lower case
+// ("_CF_x" and "_Cf_x" are ordinary names on workerd).
 func allowedName(name string) bool {
-	return len(name) < 4 || !strings.EqualFold(name[:4], "_cf_")
+	return !strings.HasPrefix(name, "_cf_")
 }
 
 // internalTable reports whether name is one of the virtual tables this

@@ -79,6 +79,7 @@ type database struct {
 	id       string
 	lock     chan struct{} // holds a token while a request runs
 	conn     *conn         // nil once closed
+	gone     error         // why conn is nil: errClosed or ErrNoDatabase
 	pageSize int64
 }
 
@@ -139,18 +140,49 @@ func (d *database) acquire(ctx context.Context) error {
 func (d *database) release() { <-d.lock }
 
 // close waits for the running request, if any, and closes the connection.
-func (d *database) close() error {
+// Later requests fail with reason: errClosed once the server is closed,
+// ErrNoDatabase once the database is deleted.
+func (d *database) close(reason error) error {
 	d.lock <- struct{}{}
 	defer d.release()
 	if d.conn == nil {
 		return nil
 	}
 	err := d.conn.close()
-	d.conn = nil
+	d.conn, d.gone = nil, reason
 	if err != nil {
 		return fmt.Errorf("close database %s: %w", d.id, err)
 	}
 	return nil
+}
+
+// withConn runs fn on the connection once the database is free, outside
+// any transaction of a request and without the authorizer: for the
+// server's own statements.
+func (d *database) withConn(ctx context.Context, fn func(c *conn) error) error {
+	if err := d.acquire(ctx); err != nil {
+		return err
+	}
+	defer d.release()
+	if d.conn == nil {
+		return d.gone
+	}
+	return fn(d.conn)
+}
+
+// info reports the number of tables (not counting SQLite's and D1's
+// internal ones) and the size in bytes.
+func (d *database) info(ctx context.Context) (tables, size int64, err error) {
+	err = d.withConn(ctx, func(c *conn) error {
+		if tables, err = c.queryInt("SELECT count(*) FROM sqlite_schema WHERE type = 'table' " +
+			"AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND substr(name, 1, 4) <> '_cf_'"); err != nil {
+			return err
+		}
+		pages, err := c.queryInt("PRAGMA page_count")
+		size = pages * d.pageSize
+		return err
+	})
+	return tables, size, err
 }
 
 // run executes the statements as one transaction: it commits when every
@@ -165,7 +197,7 @@ func (d *database) run(ctx context.Context, stmts []statement) ([]result, error)
 	defer d.release()
 	c := d.conn
 	if c == nil {
-		return nil, errClosed
+		return nil, d.gone
 	}
 	if err := c.exec("BEGIN IMMEDIATE"); err != nil {
 		return nil, fmt.Errorf("begin transaction: %w", err)
@@ -235,7 +267,7 @@ func (d *database) runUser(ctx context.Context, stmts []statement) ([]result, er
 
 // renameToReserved matches ALTER TABLE ... RENAME TO _cf_...: the
 // authorizer sees only the old name of a renamed table.
-var renameToReserved = regexp.MustCompile("(?is)\\bRENAME\\s+TO\\s+[\"'`\\[]?_cf_")
+var renameToReserved = regexp.MustCompile("(?s)\\b(?i:RENAME\\s+TO)\\s+[\"'`\\[]?_cf_")
 
 // runStatement prepares, binds and steps one statement.
 func (d *database) runStatement(st statement) (result, error) {
@@ -259,7 +291,7 @@ func (d *database) runStatement(st statement) (result, error) {
 		return result{}, &sqlError{msg: "SQL code did not contain a statement."}
 	}
 	defer s.finalize()
-	if len(splitSQL(tail)) > 0 {
+	if rest, _ := splitSQL(tail); len(rest) > 0 {
 		// splitSQL and SQLite disagree on where the statement ends.
 		return result{}, &sqlError{msg: fmt.Sprintf("could not split the SQL into statements near %q", truncate(tail, 40))}
 	}

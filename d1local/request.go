@@ -25,9 +25,10 @@ type wireBody struct {
 // parsedQuery is a query split into its statements, parameters not yet
 // converted.
 type parsedQuery struct {
-	pieces []piece
-	sql    string
-	params []any
+	pieces    []piece
+	emptyTail bool // see splitSQL
+	sql       string
+	params    []any
 }
 
 // decodeBody parses a request body. Errors are malformed requests (7400).
@@ -57,7 +58,8 @@ func decodeBody(body []byte) ([]parsedQuery, error) {
 		if q.SQL == nil {
 			return nil, fmt.Errorf(`batch entry %d has no "sql"`, i)
 		}
-		parsed[i] = parsedQuery{pieces: splitSQL(*q.SQL), sql: *q.SQL, params: q.Params}
+		pieces, emptyTail := splitSQL(*q.SQL)
+		parsed[i] = parsedQuery{pieces: pieces, emptyTail: emptyTail, sql: *q.SQL, params: q.Params}
 	}
 	return parsed, nil
 }
@@ -87,7 +89,7 @@ func compile(queries []parsedQuery) ([]statement, error) {
 			}
 			return nil, &sqlError{msg: "SQL code did not contain a statement."}
 		}
-		if len(q.pieces) > 1 && len(q.params) > 0 {
+		if (len(q.pieces) > 1 || q.emptyTail) && len(q.params) > 0 {
 			return nil, &sqlError{msg: "params cannot be bound to multiple statements: " +
 				"send each statement with its params as an entry of a batch"}
 		}
@@ -109,6 +111,14 @@ func compile(queries []parsedQuery) ([]statement, error) {
 					"D1 allows at most %d per statement: SQLITE_TOOBIG", len(p.sql), maxSQLLength)}
 			}
 			stmts = append(stmts, statement{sql: p.sql, keyword: p.keyword, params: params})
+		}
+		if q.emptyTail && len(q.pieces) == 1 {
+			// One statement goes to SQLite as it is, and workerd fails on
+			// what follows its ';' when that is not a statement: compile
+			// an empty one, which fails the same way once the statement
+			// has run. Several statements are split as the REST API
+			// splits them, dropping empty ones.
+			stmts = append(stmts, statement{sql: ";"})
 		}
 	}
 	return stmts, nil

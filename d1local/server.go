@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,6 +20,10 @@ import (
 	"time"
 )
 
+// DefaultAccountID is the account ID /memberships and /accounts report
+// when Config.AccountID is empty.
+const DefaultAccountID = "d10ca1d10ca1d10ca1d10ca1d10ca1d1"
+
 // Config configures a Server.
 type Config struct {
 	// Dir holds one SQLite file per database ID ("<id>.sqlite", in WAL
@@ -28,27 +31,44 @@ type Config struct {
 	Dir string
 	// Token, if set, is required as "Authorization: Bearer <Token>".
 	// A missing or different token is answered 403 with code 10000
-	// "Authentication error"; an Authorization header that is not a bearer
+	// "Authentication error" (401 with code 1000 "Invalid API Token" on
+	// /user/tokens/verify); an Authorization header that is not a bearer
 	// token, 400 with code 6003 (error_chain 6111), as Cloudflare does.
 	Token string
-	// NoAutoCreate makes a call to an unknown database ID fail with 404 and
-	// code 7404, as D1 does. By default a database is created on first use.
-	// CreateDatabase creates one explicitly.
+	// NoAutoCreate makes New create neither Dir nor any database: Dir must
+	// exist (New fails otherwise), and a call to an unknown database ID
+	// fails with 404 and code 7404, as D1 does. Only CreateDatabase and
+	// the create endpoint create databases then. By default Dir is created
+	// by New and a database on its first query, raw, import or export call.
 	NoAutoCreate bool
-	// Faults, if set, chooses a fault for every call that no fault queued
-	// with Inject claimed.
+	// AccountID is the one account /memberships and /accounts report;
+	// "" means DefaultAccountID. Requests may name any account ID: all
+	// accounts share the server's databases.
+	AccountID string
+	// Budget, if not zero, is the account-wide API rate limit: every
+	// authenticated API call counts, every answer carries Cloudflare's
+	// Ratelimit and Ratelimit-Policy headers, and calls over the limit get
+	// 429, code 971.
+	Budget Budget
+	// Now is the clock of the budget and of import and export links; nil
+	// means time.Now.
+	Now func() time.Time
+	// Faults, if set, chooses a fault for every query or raw call that no
+	// fault queued with Inject claimed.
 	Faults FaultFunc
 	// Logger receives a debug line per call and the causes of internal
 	// errors; nil discards them.
 	Logger *slog.Logger
 }
 
-// Server is a D1-compatible REST server: an http.Handler serving
-// POST /accounts/{account}/d1/database/{database}/query and /raw (also
-// under a /client/v4 prefix). It is safe for concurrent use.
+// Server is a D1-compatible REST server, an http.Handler; see the package
+// documentation for the endpoints. It is safe for concurrent use.
 type Server struct {
-	cfg Config
-	log *slog.Logger
+	cfg     Config
+	log     *slog.Logger
+	now     func() time.Time
+	account string
+	budget  *limiter // nil: no budget
 
 	mu     sync.Mutex
 	dbs    map[string]*database
@@ -56,6 +76,8 @@ type Server struct {
 
 	faultMu sync.Mutex
 	faults  []Fault
+
+	transfers transfers
 
 	calls atomic.Int64
 }
@@ -67,18 +89,42 @@ const maxBodyBytes = 10 << 20
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // New returns a Server. With cfg.Dir set, the directory is created if
-// needed; databases are opened on first use.
+// needed (it must exist with NoAutoCreate); databases are opened on first
+// use.
 func New(cfg Config) (*Server, error) {
 	if cfg.Dir != "" {
-		if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		if cfg.NoAutoCreate {
+			fi, err := os.Stat(cfg.Dir)
+			if err != nil {
+				return nil, fmt.Errorf("d1local: data directory: %w", err)
+			}
+			if !fi.IsDir() {
+				return nil, fmt.Errorf("d1local: data directory %s is not a directory", cfg.Dir)
+			}
+		} else if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 			return nil, fmt.Errorf("d1local: create data directory: %w", err)
 		}
+	}
+	if cfg.AccountID != "" && !idPattern.MatchString(cfg.AccountID) {
+		return nil, fmt.Errorf("d1local: invalid AccountID %q", cfg.AccountID)
+	}
+	if err := cfg.Budget.validate(); err != nil {
+		return nil, err
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg, log: log, dbs: make(map[string]*database)}, nil
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	account := cfg.AccountID
+	if account == "" {
+		account = DefaultAccountID
+	}
+	return &Server{cfg: cfg, log: log, now: now, account: account, budget: newLimiter(cfg.Budget, now),
+		dbs: make(map[string]*database)}, nil
 }
 
 // Close closes every database, waiting for the request running on each.
@@ -91,49 +137,77 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	var errs []error
 	for _, d := range dbs {
-		errs = append(errs, d.close())
+		errs = append(errs, d.close(errClosed))
 	}
 	return errors.Join(errs...)
-}
-
-// CreateDatabase creates the database id unless it exists (which is useful
-// with Config.NoAutoCreate).
-func (s *Server) CreateDatabase(id string) error {
-	if !idPattern.MatchString(id) {
-		return fmt.Errorf("d1local: invalid database ID %q", id)
-	}
-	_, err := s.database(id, true)
-	return err
 }
 
 // Calls returns the number of D1 calls received: every POST to a query or
 // raw endpoint, whatever its outcome.
 func (s *Server) Calls() int64 { return s.calls.Load() }
 
-// errNoDatabase is returned for an unknown database with NoAutoCreate.
-var errNoDatabase = errors.New("d1local: no such database")
+// ErrNoDatabase is the error of an operation on a database that does not
+// exist.
+var ErrNoDatabase = errors.New("d1local: no such database")
 
-// database returns the open database id, opening or creating it.
+// path returns the file of database id ("" in memory).
+func (s *Server) path(id string) string {
+	if s.cfg.Dir == "" {
+		return ""
+	}
+	return filepath.Join(s.cfg.Dir, id+".sqlite")
+}
+
+// database returns the open database id, opening it, or creating it when
+// create is set; a missing one is ErrNoDatabase.
 func (s *Server) database(id string, create bool) (*database, error) {
+	mode := openExisting
+	if create {
+		mode = openOrCreate
+	}
+	return s.open(id, mode)
+}
+
+// How open treats a missing or existing database.
+const (
+	openExisting = iota // a missing one is ErrNoDatabase
+	openOrCreate        // a missing one is created
+	createNew           // a missing one is created, an existing one is errExists
+)
+
+// errExists is open's error for an existing database in mode
+// createNew.
+var errExists = errors.New("d1local: database exists")
+
+// open returns the open database id, opening or creating it as mode
+// says.
+func (s *Server) open(id string, mode int) (*database, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, errClosed
 	}
 	if d, ok := s.dbs[id]; ok {
+		if mode == createNew {
+			return nil, errExists
+		}
 		return d, nil
 	}
-	path := memoryPath
-	if s.cfg.Dir != "" {
-		path = filepath.Join(s.cfg.Dir, id+".sqlite")
+	path := s.path(id)
+	if path != "" && mode != openOrCreate {
+		_, err := os.Stat(path)
+		switch {
+		case err == nil && mode == createNew:
+			return nil, errExists
+		case errors.Is(err, fs.ErrNotExist) && mode == openExisting:
+			return nil, ErrNoDatabase
+		}
 	}
-	if !create {
-		if s.cfg.Dir == "" {
-			return nil, errNoDatabase
+	if path == "" {
+		if mode == openExisting {
+			return nil, ErrNoDatabase
 		}
-		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-			return nil, errNoDatabase
-		}
+		path = memoryPath
 	}
 	d, err := openDatabase(id, path)
 	if err != nil {
@@ -151,66 +225,106 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rest, ok := strings.CutPrefix(path, "/client/v4"); ok {
 		path = rest
 	}
-	parts := strings.Split(path, "/")
-	// "", "accounts", account, "d1", "database", database, endpoint
-	if len(parts) != 7 || parts[0] != "" || parts[1] != "accounts" || parts[3] != "d1" ||
-		parts[4] != "database" || (parts[6] != "query" && parts[6] != "raw") {
-		writeError(w, &apiError{status: http.StatusNotFound, code: 7000, message: "No route for that URI"})
+	if rest, ok := strings.CutPrefix(path, linkPrefix); ok {
+		s.serveLink(w, r, rest)
 		return
 	}
-	account, dbID, endpoint := parts[2], parts[5], parts[6]
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, &apiError{status: http.StatusMethodNotAllowed, code: 10405,
-			message: fmt.Sprintf("Method %s not allowed: use POST", r.Method)})
+	rt, args := matchRoute(path)
+	if rt == nil {
+		s.reply(w, nil, &apiError{status: http.StatusNotFound, code: 7000, message: "No route for that URI"})
 		return
 	}
-	seq := s.calls.Add(1)
-	status := s.serveCall(w, r, seq, account, dbID, endpoint)
-	s.log.Debug("d1local: call", "seq", seq, "database", dbID, "endpoint", endpoint,
+	h, ok := rt.methods[r.Method]
+	if !ok {
+		w.Header().Set("Allow", rt.allow())
+		s.reply(w, nil, &apiError{status: http.StatusMethodNotAllowed, code: 10405,
+			message: fmt.Sprintf("Method %s not allowed: use %s", r.Method, rt.allow())})
+		return
+	}
+	c := &call{w: w, r: r, args: args, route: rt.name}
+	if rt.d1Call {
+		c.seq = s.calls.Add(1)
+	}
+	status := s.serve(c, h)
+	s.log.Debug("d1local: call", "seq", c.seq, "route", rt.name, "args", args,
 		"status", status, "duration", time.Since(start))
 }
 
-// serveCall answers one query or raw call and returns the HTTP status
-// (0 when the response was dropped).
-func (s *Server) serveCall(w http.ResponseWriter, r *http.Request, seq int64, account, dbID, endpoint string) int {
-	if e := s.authenticate(r); e != nil {
-		return writeError(w, e)
+// call is one API request being served.
+type call struct {
+	w     http.ResponseWriter
+	r     *http.Request
+	args  []string // the route's parameters: account, database, endpoint
+	route string
+	seq   int64 // for query and raw calls, the call's number (see Calls)
+	state *budgetState
+}
+
+// serve authenticates the call, charges the budget and runs the handler.
+func (s *Server) serve(c *call, h handler) int {
+	if e := s.authenticate(c.r, c.route); e != nil {
+		return s.reply(c.w, c, e)
 	}
-	if !idPattern.MatchString(account) || !idPattern.MatchString(dbID) {
-		return writeError(w, &apiError{status: http.StatusBadRequest, code: 7003, message: fmt.Sprintf(
-			"Could not route to /client/v4/accounts/%s/d1/database/%s/%s, perhaps your object identifier is invalid?",
-			account, dbID, endpoint)})
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return writeError(w, &apiError{status: http.StatusRequestEntityTooLarge, code: 7400,
-				message: fmt.Sprintf("Request body too large: the limit is %d bytes", maxBodyBytes)})
+	if s.budget != nil {
+		st := s.budget.take()
+		c.state = &st
+		if st.blocked {
+			return s.reply(c.w, c, rateLimited())
 		}
-		return writeError(w, &apiError{status: http.StatusBadRequest, code: 7400,
-			message: "Could not read the request body: " + err.Error()})
+	}
+	return h(s, c)
+}
+
+// reply writes an error answer with the budget headers and returns its
+// status.
+func (s *Server) reply(w http.ResponseWriter, c *call, e *apiError) int {
+	s.setBudgetHeaders(w, c)
+	return writeError(w, e)
+}
+
+// setBudgetHeaders sets the Ratelimit headers of the call's budget state
+// (the current one for a call that was not charged).
+func (s *Server) setBudgetHeaders(w http.ResponseWriter, c *call) {
+	if s.budget == nil {
+		return
+	}
+	if c != nil && c.state != nil {
+		s.budget.setHeaders(w.Header(), *c.state)
+		return
+	}
+	s.budget.setHeaders(w.Header(), s.budget.peek())
+}
+
+// serveCall answers one query or raw call.
+func serveCall(s *Server, c *call) int {
+	account, dbID, endpoint := c.args[0], c.args[1], c.args[2]
+	w, r := c.w, c.r
+	if e := checkIDs(account, dbID, endpoint); e != nil {
+		return s.reply(w, c, e)
+	}
+	body, e := readBody(w, r)
+	if e != nil {
+		return s.reply(w, c, e)
 	}
 	queries, err := decodeBody(body)
 	if err != nil {
-		return writeError(w, &apiError{status: http.StatusBadRequest, code: 7400, message: err.Error()})
+		return s.reply(w, c, &apiError{status: http.StatusBadRequest, code: 7400, message: err.Error()})
 	}
 
 	fault := s.nextFault(Request{AccountID: account, DatabaseID: dbID, Endpoint: endpoint,
-		Statements: statementTexts(queries), Seq: seq})
+		Statements: statementTexts(queries), Seq: c.seq})
 	ctx := r.Context()
 	if err := sleep(ctx, fault.Latency); err != nil {
-		return writeError(w, internalError(fmt.Errorf("latency fault: %w", err)))
+		return s.reply(w, c, internalError(fmt.Errorf("latency fault: %w", err)))
 	}
+	s.setBudgetHeaders(w, c)
 	if fault.RateLimit {
 		retry := fault.RetryAfter
 		if retry <= 0 {
 			retry = defaultRetryAfter
 		}
-		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(retry.Seconds())), 10))
-		return writeError(w, &apiError{status: http.StatusTooManyRequests, code: 971,
-			message: "Please wait and consider throttling your request speed"})
+		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(retry), 10))
+		return writeError(w, rateLimited())
 	}
 	if fault.errorFault() && !fault.AfterCommit && !fault.LoseResponse {
 		return writeFault(w, fault)
@@ -230,6 +344,37 @@ func (s *Server) serveCall(w http.ResponseWriter, r *http.Request, seq int64, ac
 	return writeResults(w, endpoint, results)
 }
 
+// checkIDs answers 7003 for an invalid account or database identifier.
+func checkIDs(account, dbID, endpoint string) *apiError {
+	if idPattern.MatchString(account) && (dbID == "" || idPattern.MatchString(dbID)) {
+		return nil
+	}
+	path := "/client/v4/accounts/" + account + "/d1/database"
+	if dbID != "" {
+		path += "/" + dbID
+	}
+	if endpoint != "" {
+		path += "/" + endpoint
+	}
+	return &apiError{status: http.StatusBadRequest, code: 7003, message: fmt.Sprintf(
+		"Could not route to %s, perhaps your object identifier is invalid?", path)}
+}
+
+// readBody reads a request body of at most maxBodyBytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: 7400,
+				message: fmt.Sprintf("Request body too large: the limit is %d bytes", maxBodyBytes)}
+		}
+		return nil, &apiError{status: http.StatusBadRequest, code: 7400,
+			message: "Could not read the request body: " + err.Error()}
+	}
+	return body, nil
+}
+
 // execute compiles and runs the queries on database dbID.
 func (s *Server) execute(r *http.Request, dbID string, queries []parsedQuery) ([]result, error) {
 	d, err := s.database(dbID, !s.cfg.NoAutoCreate)
@@ -243,14 +388,15 @@ func (s *Server) execute(r *http.Request, dbID string, queries []parsedQuery) ([
 	return d.run(r.Context(), stmts)
 }
 
-// authenticate checks the bearer token, if one is configured.
-func (s *Server) authenticate(r *http.Request) *apiError {
+// authenticate checks the bearer token, if one is configured. A missing
+// or wrong token gets the answer Cloudflare gives on the route.
+func (s *Server) authenticate(r *http.Request, route string) *apiError {
 	if s.cfg.Token == "" {
 		return nil
 	}
 	h, ok := r.Header["Authorization"]
 	if !ok {
-		return authError()
+		return authError(route)
 	}
 	scheme, token, found := strings.Cut(strings.Join(h, ","), " ")
 	if !found || !strings.EqualFold(scheme, "Bearer") || token == "" || strings.ContainsAny(token, " \t,") {
@@ -258,12 +404,19 @@ func (s *Server) authenticate(r *http.Request) *apiError {
 			chain: []errorDetail{{code: 6111, message: "Invalid format for Authorization header"}}}
 	}
 	if subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.Token)) != 1 {
-		return authError()
+		return authError(route)
 	}
 	return nil
 }
 
-func authError() *apiError {
+// authError is the answer to a missing or wrong token.
+func authError(route string) *apiError {
+	switch route {
+	case routeVerify:
+		return &apiError{status: http.StatusUnauthorized, code: 1000, message: "Invalid API Token"}
+	case routeUser:
+		return &apiError{status: http.StatusForbidden, code: 9109, message: "Invalid access token"}
+	}
 	return &apiError{status: http.StatusForbidden, code: 10000, message: "Authentication error"}
 }
 
@@ -273,7 +426,7 @@ func (s *Server) errorResponse(err error, dbID string) *apiError {
 	switch {
 	case errors.As(err, &se):
 		return &apiError{status: http.StatusBadRequest, code: 7500, message: se.msg, sqlResult: true}
-	case errors.Is(err, errNoDatabase):
+	case errors.Is(err, ErrNoDatabase):
 		return &apiError{status: http.StatusNotFound, code: 7404,
 			message: "The database " + dbID + " could not be found"}
 	}

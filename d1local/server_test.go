@@ -216,7 +216,12 @@ func TestRouting(t *testing.T) {
 		status int
 		code   int
 	}{
-		{"unknown route", "POST", "/accounts/acc/d1/database/db/export", q("SELECT 1"), 404, 7000},
+		{"unknown route", "POST", "/accounts/acc/d1/database/db/backup", q("SELECT 1"), 404, 7000},
+		{"unknown top-level route", "GET", "/zones", nil, 404, 7000},
+		{"empty database ID", "GET", "/accounts/acc/d1/database/", nil, 404, 7000},
+		{"empty path segment", "POST", "/accounts/acc/d1/database//query", q("SELECT 1"), 404, 7000},
+		{"DELETE query", "DELETE", "/accounts/acc/d1/database/db/query", nil, 405, 10405},
+		{"PUT database", "PUT", "/accounts/acc/d1/database/db", nil, 405, 10405},
 		{"root", "GET", "/", nil, 404, 7000},
 		{"GET query", "GET", "/accounts/acc/d1/database/db/query", nil, 405, 10405},
 		{"PUT raw", "PUT", "/accounts/acc/d1/database/db/raw", q("SELECT 1"), 405, 10405},

@@ -40,12 +40,21 @@ var completeTrans = [8][8]uint8{
 // delimits them. Pieces holding only whitespace and comments are dropped.
 // A trailing statement without ';' is kept even when incomplete (SQLite
 // reports the error when it is compiled).
-func splitSQL(sql string) []piece {
-	var pieces []piece
+//
+// emptyTail reports what workerd refuses with "SQL code did not contain a
+// statement." when it gets the SQL as it is: after the ';' that ends the
+// last statement, something other than whitespace (a comment, another ';')
+// but no statement. workerd compiles one statement at a time, skips the
+// whitespace after it and compiles the rest; only a rest with no statement
+// in it fails. So "SELECT 1;;", "SELECT 1; -- note" and "SELECT 1; /* */"
+// fail, while ";SELECT 1", "SELECT 1;;SELECT 2", "SELECT 1 -- note" and
+// "SELECT 1;\n" do not.
+func splitSQL(sql string) (pieces []piece, emptyTail bool) {
 	state := uint8(0)
 	start := 0
 	content := false
 	keyword := ""
+	tail := -1 // where the text after the last statement's ';' starts
 	for i := 0; i < len(sql); {
 		c := sql[i]
 		tok := tkOther
@@ -108,15 +117,22 @@ func splitSQL(sql string) []piece {
 		state = completeTrans[state][tok]
 		if tok == tkSemi && state == 1 {
 			if content {
-				pieces = append(pieces, piece{sql: strings.TrimSpace(sql[start : i-1]), keyword: keyword})
+				pieces = append(pieces, piece{sql: trimSQLSpace(sql[start : i-1]), keyword: keyword})
+				tail = i
 			}
 			start, content, keyword = i, false, ""
 		}
 	}
 	if content {
-		pieces = append(pieces, piece{sql: strings.TrimSpace(sql[start:]), keyword: keyword})
+		return append(pieces, piece{sql: trimSQLSpace(sql[start:]), keyword: keyword}), false
 	}
-	return pieces
+	return pieces, tail >= 0 && trimSQLSpace(sql[tail:]) != ""
+}
+
+// trimSQLSpace trims the whitespace SQLite's tokenizer skips (not every
+// Unicode space: U+00A0 is part of an identifier to SQLite).
+func trimSQLSpace(s string) string {
+	return strings.TrimFunc(s, func(r rune) bool { return r < 0x80 && isSQLSpace(byte(r)) })
 }
 
 // keywordToken classifies an identifier for sqlite3_complete.

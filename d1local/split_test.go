@@ -42,7 +42,7 @@ func TestSplitSQL(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pieces := splitSQL(tt.sql)
+			pieces, _ := splitSQL(tt.sql)
 			var got, keywords []string
 			for _, p := range pieces {
 				got = append(got, p.sql)
@@ -55,5 +55,37 @@ func TestSplitSQL(t *testing.T) {
 				t.Errorf("keywords = %q, want %q", keywords, tt.keywords)
 			}
 		})
+	}
+}
+
+// TestSplitSQLEmptyTail: what follows the last statement's ';' must be
+// whitespace or another statement, as workerd requires (verified on
+// workerd by conformance.TestEmptyStatements).
+func TestSplitSQLEmptyTail(t *testing.T) {
+	for sql, want := range map[string]bool{
+		"SELECT 1;;":           true,
+		"SELECT 1; ;":          true,
+		"SELECT 1; -- note":    true,
+		"SELECT 1;\n-- note\n": true,
+		"SELECT 1; /* c */":    true,
+		"SELECT 1;/**/":        true,
+		"SELECT 1;SELECT 2;;":  true,
+		"CREATE TRIGGER tr AFTER INSERT ON t BEGIN SELECT 1; END;;": true,
+		"SELECT 1":             false,
+		"SELECT 1;":            false,
+		"SELECT 1;\r\n\t\f\v ": false,
+		"SELECT 1 -- note":     false,
+		"SELECT 1 /* c */;":    false,
+		";SELECT 1":            false,
+		"/* c */;SELECT 1":     false,
+		"SELECT 1;;SELECT 2":   false,
+		"SELECT 1;;SELECT 2;":  false,
+		"CREATE TRIGGER tr AFTER INSERT ON t BEGIN SELECT 1; END;": false,
+		"":   false,
+		";;": false, // no statement at all: a different error
+	} {
+		if _, got := splitSQL(sql); got != want {
+			t.Errorf("splitSQL(%q) emptyTail = %v, want %v", sql, got, want)
+		}
 	}
 }

@@ -31,10 +31,9 @@ func TestRejections(t *testing.T) {
 		{"ATTACH", q("ATTACH DATABASE ':memory:' AS other"), "not authorized: SQLITE_AUTH"},
 		{"DETACH", q("DETACH DATABASE other"), "not authorized: SQLITE_AUTH"},
 		{"create _cf_ table", q("CREATE TABLE _cf_x (a)"), "not authorized: SQLITE_AUTH"},
-		{"create _CF_ table, other case", q("CREATE TABLE _CF_Y (a)"), "not authorized: SQLITE_AUTH"},
 		{"create quoted _cf_ table", q(`CREATE TABLE "_cf_z" (a)`), "not authorized: SQLITE_AUTH"},
 		{"create _cf_ index", q("CREATE INDEX _cf_idx ON t (v)"), "not authorized: SQLITE_AUTH"},
-		{"create _cf_ view", q("CREATE VIEW _Cf_view AS SELECT 1"), "not authorized: SQLITE_AUTH"},
+		{"create _cf_ view", q("CREATE VIEW _cf_view AS SELECT 1"), "not authorized: SQLITE_AUTH"},
 		{"create _cf_ trigger", q("CREATE TRIGGER _cf_trg AFTER INSERT ON t BEGIN SELECT 1; END"), "not authorized: SQLITE_AUTH"},
 		{"rename to _cf_", q("ALTER TABLE t RENAME TO _cf_t"), "not authorized: SQLITE_AUTH"},
 		{"TEMP table", q("CREATE TEMP TABLE tt (a)"), "not authorized: SQLITE_AUTH"},
@@ -42,6 +41,8 @@ func TestRejections(t *testing.T) {
 		{"temp schema table", q("CREATE TABLE temp.tt (a)"), "not authorized: SQLITE_AUTH"},
 		{"TEMP view", q("CREATE TEMP VIEW tv AS SELECT 1"), "not authorized: SQLITE_AUTH"},
 		{"TEMP trigger", q("CREATE TEMP TRIGGER ttr AFTER INSERT ON t BEGIN SELECT 1; END"), "not authorized: SQLITE_AUTH"},
+		{"TEMP index", q("CREATE INDEX temp.ti ON t (v)"), "~"},
+		{"temp table_list", q("PRAGMA temp.table_list"), "not authorized: SQLITE_AUTH"},
 		{"PRAGMA journal_mode", q("PRAGMA journal_mode"), "not authorized: SQLITE_AUTH"},
 		{"PRAGMA journal_mode = DELETE", q("PRAGMA journal_mode = DELETE"), "not authorized: SQLITE_AUTH"},
 		{"PRAGMA compile_options", q("PRAGMA compile_options"), "not authorized: SQLITE_AUTH"},
@@ -61,6 +62,12 @@ func TestRejections(t *testing.T) {
 		{"empty sql", q(""), "No SQL statements detected."},
 		{"blank sql", q("  \n\t "), "No SQL statements detected."},
 		{"comment only", q("-- nothing here\n/* or here */"), "SQL code did not contain a statement."},
+		{"empty statement after the last", q("SELECT 1;;"), "SQL code did not contain a statement."},
+		{"comment after the last statement", q("SELECT 1; -- note"), "SQL code did not contain a statement."},
+		{"empty statement after a write", q("INSERT INTO t (v) VALUES ('x');;"), "SQL code did not contain a statement."},
+		{"empty statement in a batch entry", batch(q("INSERT INTO t (v) VALUES ('x')"), q("SELECT 1;;")), "SQL code did not contain a statement."},
+		{"error before the empty statement wins", q("SELECT * FROM nope;;"), "no such table: nope: SQLITE_ERROR"},
+		{"params with an empty statement", q("SELECT ?;;", 1), "~params cannot be bound to multiple statements"},
 		{"empty batch", `{"batch":[]}`, "No SQL statements detected."},
 		{"params with multiple statements", q("SELECT ?; SELECT ?", 1), "~params cannot be bound to multiple statements"},
 		{"too few params", q("SELECT ?, ?", 1), "Wrong number of parameter bindings for SQL query."},
@@ -151,9 +158,28 @@ func TestAllowedStatements(t *testing.T) {
 		{"fts5", "CREATE VIRTUAL TABLE docs USING fts5(body)", ""},
 		{"five compound terms", "SELECT 1 AS n UNION SELECT 2 UNION SELECT 3 UNION SELECT 4 UNION SELECT 5", ""},
 		{"rowid subquery delete", "DELETE FROM child WHERE rowid IN (SELECT rowid FROM child WHERE id > 0 LIMIT 2)", `[]`},
-		{"alter rename", "ALTER TABLE parent ADD COLUMN name TEXT", ""},
+		{"alter add column", "ALTER TABLE parent ADD COLUMN name TEXT", ""},
+		{"alter rename column", "ALTER TABLE parent RENAME COLUMN name TO title", ""},
+		{"alter rename table", "CREATE TABLE old_name (a); ALTER TABLE old_name RENAME TO new_name", ""},
+		{"temp schema readable", "SELECT count(*) AS n FROM temp.sqlite_master", `[{"n":0}]`},
 		{"explain", "EXPLAIN QUERY PLAN SELECT * FROM child WHERE parent_id = 1", ""},
 		{"100 params", "SELECT " + strings.TrimSuffix(strings.Repeat("?,", 100), ","), ""},
+		// The _cf_ rule is case-sensitive, as on workerd.
+		{"_CF_ table", `CREATE TABLE "_CF_y" (a)`, ""},
+		{"_Cf_ table", "CREATE TABLE _Cf_w (a)", ""},
+		{"_CF_ index", "CREATE INDEX _CF_i ON _CF_y (a)", ""},
+		{"_CF_ insert", "INSERT INTO _CF_y VALUES (1) RETURNING a", `[{"a":1}]`},
+		{"_CF_ table_info", "PRAGMA table_info(_CF_y)", `[{"cid":0,"name":"a","type":"","notnull":0,"dflt_value":null,"pk":0}]`},
+		{"rename to _CF_", "ALTER TABLE _Cf_w RENAME TO _CF_q", ""},
+		{"_CF_ drop", "DROP TABLE _CF_q", ""},
+		// Empty statements are fine before a statement and whitespace after
+		// the last one.
+		{"trailing semicolon and newline", "SELECT 1 AS one;\r\n", `[{"one":1}]`},
+		{"leading empty statements", ";; SELECT 1 AS one", `[{"one":1}]`},
+		{"comment without a semicolon", "SELECT 1 AS one -- note", `[{"one":1}]`},
+		// Several statements are split as the REST API splits them:
+		// empty ones and trailing comments are dropped.
+		{"several statements and empty ones", "SELECT 1 AS one;; SELECT 2; -- done", `[{"one":1}]`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
