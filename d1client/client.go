@@ -2,6 +2,7 @@ package d1client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,23 +42,21 @@ type Config struct {
 	// BaseURL of the Cloudflare API. Empty means $CLOUDFLARE_BASE_URL, and
 	// then DefaultBaseURL. Point it at a d1local server for local work.
 	BaseURL string
-	// APIToken is sent as a bearer token. It never appears in an error, a
-	// log line or a panic of this package.
+	// APIToken is sent as a bearer token.
 	APIToken string
 	// AccountID and DatabaseID name the D1 database. Both are required.
 	AccountID  string
 	DatabaseID string
-	// HTTPClient, if set, carries every request (its Timeout, if any, bounds
-	// each attempt too).
+	// HTTPClient, if set, carries every request.
 	HTTPClient *http.Client
-	// Retry is the retry policy; the zero value means DefaultRetryPolicy.
+	// Retry is the retry policy; the zero value is DefaultRetryPolicy().
 	Retry RetryPolicy
-	// AttemptTimeout bounds each HTTP attempt; 0 means DefaultAttemptTimeout.
+	// AttemptTimeout bounds each HTTP attempt: 10 ms to 10 min. Zero means
+	// DefaultAttemptTimeout.
 	AttemptTimeout time.Duration
-	// Budget is the client-side request budget. nil means DefaultBudget
-	// (Cloudflare's 1200 calls per 300 s); a Budget with Calls 0 is
-	// unlimited, which suits d1local.
-	Budget *Budget
+	// Budget is the client-side request budget; the zero value is
+	// Cloudflare's limit of 1200 calls per 300 s.
+	Budget Budget
 	// Coalesce configures group commit for calls made with Coalesce().
 	Coalesce CoalesceConfig
 	// Logger receives retry and rate-limit events; nil discards them.
@@ -67,10 +66,8 @@ type Config struct {
 // Client is a D1 REST client. It is safe for concurrent use.
 //
 // A Client sends everything to the /raw endpoint rather than /query: /raw
-// returns each result as ordered columns plus row arrays, so column order and
-// duplicate column names survive (a JSON object in /query collapses
-// "SELECT a.id, b.id" to one key, and Go maps lose order), and its bodies are
-// smaller. Scan helpers on Row give the convenience /query's objects would.
+// keeps column order and duplicate column names ("SELECT a.id, b.id"), which
+// /query's JSON objects lose.
 type Client struct {
 	cfg    Config
 	svc    *d1.DatabaseService
@@ -91,18 +88,11 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // New validates cfg and returns a Client. It makes no network call.
 func New(cfg Config) (*Client, error) {
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = os.Getenv(BaseURLEnv)
+	base, err := resolveBaseURL(cfg.BaseURL)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = DefaultBaseURL
-	}
-	if !strings.HasSuffix(cfg.BaseURL, "/") {
-		cfg.BaseURL += "/"
-	}
-	if !strings.HasPrefix(cfg.BaseURL, "http://") && !strings.HasPrefix(cfg.BaseURL, "https://") {
-		return nil, invalidf("base URL %q must start with http:// or https://", cfg.BaseURL)
-	}
+	cfg.BaseURL = base
 	if cfg.AccountID == "" {
 		return nil, invalidf("account ID is required (CLOUDFLARE_ACCOUNT_ID)")
 	}
@@ -115,8 +105,22 @@ func New(cfg Config) (*Client, error) {
 	if !idPattern.MatchString(cfg.DatabaseID) {
 		return nil, invalidf("database ID %q is not a D1 database UUID", cfg.DatabaseID)
 	}
-	if cfg.AttemptTimeout <= 0 {
+	switch t := cfg.AttemptTimeout; {
+	case t == 0:
 		cfg.AttemptTimeout = DefaultAttemptTimeout
+	case t < 10*time.Millisecond || t > 10*time.Minute:
+		return nil, invalidf("Config.AttemptTimeout is %s; accepted: 0 (the default, %s) or 10ms to 10m", t, DefaultAttemptTimeout)
+	}
+	retry, err := cfg.Retry.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Budget.validate(); err != nil {
+		return nil, err
+	}
+	coalesce, err := cfg.Coalesce.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -134,31 +138,33 @@ func New(cfg Config) (*Client, error) {
 	if cfg.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
 	}
-	budget := DefaultBudget
-	if cfg.Budget != nil {
-		budget = *cfg.Budget
-	}
-	if err := budget.validate(); err != nil {
-		return nil, err
-	}
 	c := &Client{
 		cfg:    cfg,
 		svc:    d1.NewDatabaseService(opts...),
 		log:    log,
-		retry:  cfg.Retry.withDefaults(),
-		budget: newBudgetLimiter(budget),
+		retry:  retry,
+		budget: newBudgetLimiter(cfg.Budget),
 		sleep:  sleepCtx,
-	}
-	coalesce, err := cfg.Coalesce.withDefaults()
-	if err != nil {
-		return nil, err
 	}
 	c.batch = newBatcher(c, coalesce)
 	return c, nil
 }
 
+// resolveBaseURL returns the base URL to use: the configured one, else the
+// environment's, else DefaultBaseURL; with a trailing slash.
+func resolveBaseURL(configured string) (string, error) {
+	u := cmp.Or(configured, os.Getenv(BaseURLEnv), DefaultBaseURL)
+	if !strings.HasSuffix(u, "/") {
+		u += "/"
+	}
+	if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		return "", invalidf("base URL %q must start with http:// or https://", u)
+	}
+	return u, nil
+}
+
 func invalidf(format string, args ...any) *Error {
-	return &Error{Kind: KindInvalid, Message: fmt.Sprintf(format, args...)}
+	return &Error{kind: kindInvalid, Message: fmt.Sprintf(format, args...)}
 }
 
 // ExecOption adjusts one Exec call.
@@ -187,16 +193,14 @@ func RetryUntilDeadline() ExecOption { return func(o *execOptions) { o.untilDead
 // caller's statements in it. See CoalesceConfig for what happens then.
 func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 
-// Exec runs the statements as one D1 call and returns one Result per
-// statement. One statement travels as {"sql","params"}; several travel as
-// {"batch":[...]}, which D1 runs as one transaction: either every statement
-// commits or none does. Each Statement must hold exactly one SQL statement
+// Exec runs the statements as one D1 call, one transaction, and returns one
+// Result per statement. Each Statement must hold exactly one SQL statement
 // (D1 refuses parameters with multi-statement SQL, and the result count is
 // checked).
 //
 // Reads and calls marked Idempotent are retried on transient failures
-// according to the RetryPolicy; other writes are retried only when the
-// failure proves nothing was delivered. The context's deadline always wins.
+// according to the RetryPolicy; other writes only when the failure proves
+// nothing was delivered. The context's deadline always wins.
 func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption) ([]Result, error) {
 	var o execOptions
 	for _, opt := range opts {
@@ -206,8 +210,7 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 		return nil, invalidf("no statements")
 	}
 	wire := make([]wireStatement, len(stmts))
-	safe := o.idempotent
-	readOnly := true
+	safe := true // every statement is read-only, or the call is idempotent
 	for i, s := range stmts {
 		w, err := s.encode(i + 1)
 		if err != nil {
@@ -216,9 +219,9 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 			return nil, e
 		}
 		wire[i] = w
-		readOnly = readOnly && s.readOnly()
+		safe = safe && s.readOnly()
 	}
-	safe = safe || readOnly
+	safe = safe || o.idempotent
 	solo := !o.coalesce
 
 	var last *Error // the previous attempt's failure
@@ -258,7 +261,7 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 		}
 		c.stats.retries.Add(1)
 		c.log.LogAttrs(ctx, slog.LevelWarn, "d1client: retrying",
-			slog.String("kind", err.Kind.String()), slog.Int("status", err.StatusCode),
+			slog.String("kind", err.kind.String()), slog.Int("status", err.StatusCode),
 			slog.Int("attempt", attempt), slog.Duration("delay", delay))
 		if c.sleep(ctx, delay) != nil {
 			c.stats.failures.Add(1)
@@ -300,7 +303,7 @@ func encodeBody(wire []wireStatement) ([]byte, error) {
 // takes a call from the budget, sends, and decodes.
 func (c *Client) call(ctx context.Context, wire []wireStatement) ([]Result, *Error) {
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: KindTransport, Err: err, Message: "not sent: " + err.Error()}
+		return nil, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error()}
 	}
 	if e := c.checkBlocked(); e != nil {
 		return nil, e
@@ -310,7 +313,7 @@ func (c *Client) call(ctx context.Context, wire []wireStatement) ([]Result, *Err
 	}
 	body, err := encodeBody(wire)
 	if err != nil {
-		return nil, &Error{Kind: KindInvalid, Message: "encoding the request", Err: err}
+		return nil, &Error{kind: kindInvalid, Message: "encoding the request", Err: err}
 	}
 	return c.send(ctx, body, len(wire))
 }
@@ -366,7 +369,7 @@ func (c *Client) send(ctx context.Context, body []byte, n int) ([]Result, *Error
 		return nil, c.transportError(cause)
 	}
 	if len(cp.body) > maxResponseBytes {
-		return nil, &Error{Kind: KindEnvelope, StatusCode: cp.status, Ambiguous: true,
+		return nil, &Error{kind: kindEnvelope, StatusCode: cp.status, Ambiguous: true,
 			Message: fmt.Sprintf("response body exceeds %d bytes", maxResponseBytes)}
 	}
 	results, e := c.classify(cp.status, cp.header, cp.body, n)
@@ -379,7 +382,7 @@ func (c *Client) send(ctx context.Context, body []byte, n int) ([]Result, *Error
 // transportError wraps a failure that produced no HTTP response. It is
 // ambiguous unless the connection was never established.
 func (c *Client) transportError(err error) *Error {
-	e := &Error{Kind: KindTransport, Ambiguous: true, Err: err, Message: err.Error()}
+	e := &Error{kind: kindTransport, Ambiguous: true, Err: err, Message: err.Error()}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		e.Ambiguous = false
@@ -431,7 +434,7 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if err := dec.Decode(&env); err != nil || env.Success == nil && env.Result == nil && env.Errors == nil {
-		return nil, &Error{Kind: KindNonJSON, StatusCode: status, Ambiguous: true,
+		return nil, &Error{kind: kindNonJSON, StatusCode: status, Ambiguous: true,
 			Message: bodySnippet(header, body), Err: err}
 	}
 	e := &Error{StatusCode: status, Details: env.Errors}
@@ -447,31 +450,31 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 	if status >= 400 {
 		switch {
 		case status == http.StatusTooManyRequests && (e.hasCode(971) || strings.Contains(strings.ToLower(e.Message), "throttl") || strings.Contains(e.Message, "1200")):
-			e.Kind = KindRateLimited
+			e.kind = kindRateLimited
 			if e.RetryAfter <= 0 {
 				e.RetryAfter = RateLimitBlock
 			}
 			e.BlockedUntil = time.Now().Add(e.RetryAfter)
 			c.block(e.BlockedUntil)
 		case status == http.StatusTooManyRequests:
-			e.Kind = KindOverloaded
+			e.kind = kindOverloaded
 			e.Ambiguous = true
 		case e.hasAnyCode(authCodes) || status == http.StatusUnauthorized || status == http.StatusForbidden:
-			e.Kind = KindAuth
+			e.kind = kindAuth
 		case status >= 500:
-			e.Kind = KindTransient
+			e.kind = kindTransient
 			e.Ambiguous = true
 		case e.hasCode(7500):
-			e.Kind = KindSQL
+			e.kind = kindSQL
 			e.Message = strings.TrimPrefix(e.Message, "D1_ERROR: ")
 			e.SQLiteCode, e.ExtendedCode = parseSQLiteCode(e.Message)
 		default:
-			e.Kind = KindRejected
+			e.kind = kindRejected
 		}
 		return nil, e
 	}
 	if env.Success == nil || !*env.Success {
-		e.Kind = KindEnvelope
+		e.kind = kindEnvelope
 		e.Ambiguous = true
 		if e.Message == "" {
 			e.Message = fmt.Sprintf("HTTP %d with success:false", status)
@@ -480,22 +483,22 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 	}
 	var raws []rawResult
 	if err := json.Unmarshal(env.Result, &raws); err != nil {
-		return nil, &Error{Kind: KindEnvelope, StatusCode: status, Ambiguous: true,
+		return nil, &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true,
 			Message: "result is not an array of statement results", Err: err}
 	}
 	if len(raws) != n {
-		return nil, &Error{Kind: KindResultCount, StatusCode: status, Ambiguous: true,
+		return nil, &Error{kind: kindResultCount, StatusCode: status, Ambiguous: true,
 			Message: fmt.Sprintf("%d statements sent, %d results returned", n, len(raws))}
 	}
 	results := make([]Result, n)
 	for i := range raws {
 		if raws[i].Success != nil && !*raws[i].Success {
-			return nil, &Error{Kind: KindEnvelope, StatusCode: status, Ambiguous: true,
+			return nil, &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true,
 				Message: fmt.Sprintf("statement %d reported success:false", i+1)}
 		}
 		r, err := raws[i].decode()
 		if err != nil {
-			return nil, &Error{Kind: KindEnvelope, StatusCode: status, Ambiguous: true,
+			return nil, &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true,
 				Message: fmt.Sprintf("statement %d: %v", i+1, err), Err: err}
 		}
 		results[i] = r
@@ -550,7 +553,7 @@ func (c *Client) checkBlocked() *Error {
 	until := c.blockedUntil
 	c.mu.Unlock()
 	if wait := time.Until(until); wait > 0 {
-		return &Error{Kind: KindRateLimited, StatusCode: http.StatusTooManyRequests, Codes: []int{971},
+		return &Error{kind: kindRateLimited, StatusCode: http.StatusTooManyRequests, Codes: []int{971},
 			RetryAfter: wait, BlockedUntil: until,
 			Message: "not sent: Cloudflare's global API rate limit blocks this account until " + until.UTC().Format(time.RFC3339)}
 	}

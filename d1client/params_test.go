@@ -175,8 +175,23 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"missing database", func(c *Config) { c.DatabaseID = "" }, "database ID is required"},
 		{"bad database", func(c *Config) { c.DatabaseID = "x?y" }, "not a D1 database UUID"},
 		{"bad base URL", func(c *Config) { c.BaseURL = "ftp://x" }, "must start with http"},
-		{"negative budget", func(c *Config) { c.Budget = &Budget{Calls: -1} }, "must not be negative"},
-		{"budget without window", func(c *Config) { c.Budget = &Budget{Calls: 5} }, "positive window"},
+		{"negative attempt timeout", func(c *Config) { c.AttemptTimeout = -time.Second }, "Config.AttemptTimeout is -1s; accepted: 0 (the default, 45s) or 10ms to 10m"},
+		{"tiny attempt timeout", func(c *Config) { c.AttemptTimeout = time.Microsecond }, "Config.AttemptTimeout is 1µs"},
+		{"huge attempt timeout", func(c *Config) { c.AttemptTimeout = time.Hour }, "Config.AttemptTimeout is 1h0m0s"},
+		{"negative attempts", func(c *Config) { c.Retry.MaxAttempts = -1 }, "Config.Retry.MaxAttempts is -1; accepted: 0 (the default, 4) or 1 to 100"},
+		{"too many attempts", func(c *Config) { c.Retry.MaxAttempts = 1000 }, "Config.Retry.MaxAttempts is 1000"},
+		{"negative base delay", func(c *Config) { c.Retry.BaseDelay = -time.Millisecond }, "Config.Retry.BaseDelay is -1ms; accepted: 0 (the default) or 1ms to 1m0s"},
+		{"huge max delay", func(c *Config) { c.Retry.MaxDelay = time.Hour }, "Config.Retry.MaxDelay is 1h0m0s; accepted: 0 (the default) or 1ms to 10m0s"},
+		{"max delay under base delay", func(c *Config) { c.Retry.BaseDelay, c.Retry.MaxDelay = time.Second, time.Millisecond }, "Config.Retry.MaxDelay (1ms) is shorter than Config.Retry.BaseDelay (1s)"},
+		{"negative max retry after", func(c *Config) { c.Retry.MaxRetryAfter = -time.Second }, "Config.Retry.MaxRetryAfter is -1s; accepted: 0 (the default) or 1ms to 1h0m0s"},
+		{"budget of no calls", func(c *Config) { c.Budget = NewBudget(0, time.Second) }, "Config.Budget is 0 calls per 1s; accepted:"},
+		{"negative budget", func(c *Config) { c.Budget = NewBudget(-1, time.Second) }, "Config.Budget is -1 calls per 1s"},
+		{"budget without window", func(c *Config) { c.Budget = NewBudget(5, 0) }, "Config.Budget is 5 calls per 0s"},
+		{"budget of a week", func(c *Config) { c.Budget = NewBudget(5, 7*24*time.Hour) }, "NewBudget with 1 to 1000000 calls per 1ms to 24h"},
+		{"long coalesce window", func(c *Config) { c.Coalesce.Window = time.Minute }, "Config.Coalesce.Window is 1m0s; accepted: negative (never wait), 0 (the default, 2ms) or up to 1s"},
+		{"negative batch statements", func(c *Config) { c.Coalesce.MaxStatements = -1 }, "Config.Coalesce.MaxStatements is -1; accepted: 0 (the default, 256) or 1 to 10000"},
+		{"tiny batch bytes", func(c *Config) { c.Coalesce.MaxBytes = 100 }, "Config.Coalesce.MaxBytes is 100; accepted: 0 (the default, 524288) or 1024 to 52428800"},
+		{"too many in flight", func(c *Config) { c.Coalesce.MaxInFlight = 65 }, "Config.Coalesce.MaxInFlight is 65; accepted: 0 (the default, 4) or 1 to 64"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -187,6 +202,65 @@ func TestNewValidatesConfig(t *testing.T) {
 				t.Fatalf("err = %v, want ErrInvalid containing %q", err, tc.want)
 			}
 		})
+	}
+	// The bounds themselves, the defaults and the explicit forms are fine.
+	for name, mod := range map[string]func(*Config){
+		"zero": func(*Config) {},
+		"lowest bounds": func(c *Config) {
+			c.AttemptTimeout = 10 * time.Millisecond
+			c.Retry = RetryPolicy{MaxAttempts: 1, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond, MaxRetryAfter: time.Millisecond}
+			c.Budget = NewBudget(1, time.Millisecond)
+			c.Coalesce = CoalesceConfig{Window: -1, MaxStatements: 1, MaxBytes: 1024, MaxInFlight: 1}
+		},
+		"highest bounds": func(c *Config) {
+			c.AttemptTimeout = 10 * time.Minute
+			c.Retry = RetryPolicy{MaxAttempts: 100, BaseDelay: time.Minute, MaxDelay: 10 * time.Minute, MaxRetryAfter: time.Hour}
+			c.Budget = NewBudget(1_000_000, 24*time.Hour)
+			c.Coalesce = CoalesceConfig{Window: time.Second, MaxStatements: 10_000, MaxBytes: 50 << 20, MaxInFlight: 64}
+		},
+		"explicit forms": func(c *Config) { c.Retry = NoRetry(); c.Budget = UnlimitedBudget() },
+		"defaults":       func(c *Config) { c.Retry = DefaultRetryPolicy() },
+	} {
+		cfg := base
+		mod(&cfg)
+		if _, err := New(cfg); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// The zero Budget is Cloudflare's limit; UnlimitedBudget() has none; a
+// Budget is a value, so changing one changes no other client's.
+func TestBudgetValues(t *testing.T) {
+	var zero Budget
+	if zero.Calls() != 1200 || zero.Per() != 300*time.Second || zero.Unlimited() || zero.String() != "1200 calls per 5m0s" {
+		t.Errorf("zero Budget = %v (%d, %v)", zero, zero.Calls(), zero.Per())
+	}
+	if u := UnlimitedBudget(); !u.Unlimited() || u.Calls() != 0 || u.String() != "unlimited" {
+		t.Errorf("UnlimitedBudget() = %v", u)
+	}
+	if b := NewBudget(7, time.Minute); b.Calls() != 7 || b.Per() != time.Minute || b.Unlimited() {
+		t.Errorf("NewBudget(7, 1m) = %v", b)
+	}
+	c, _ := mockClient(t, ok1(t), func(c *Config) { c.Budget = Budget{} })
+	if c.budget.b.Calls() != 1200 || c.budget.b.Per() != 300*time.Second {
+		t.Errorf("a Config without a Budget gets %v, want Cloudflare's limit", c.budget.b)
+	}
+	if p := DefaultRetryPolicy(); p != (RetryPolicy{MaxAttempts: 4, BaseDelay: 100 * time.Millisecond, MaxDelay: 2 * time.Second, MaxRetryAfter: 10 * time.Second}) {
+		t.Errorf("DefaultRetryPolicy() = %+v", p)
+	}
+	p := DefaultRetryPolicy()
+	p.MaxAttempts = 99 // a copy: the next caller still gets the defaults
+	if DefaultRetryPolicy().MaxAttempts != 4 {
+		t.Error("DefaultRetryPolicy() is shared state")
+	}
+}
+
+// NoRetry makes one attempt, even for a read after a 500.
+func TestNoRetry(t *testing.T) {
+	c, tr := mockClient(t, sequence(replay(t, "internal_500"), ok1(t)), func(c *Config) { c.Retry = NoRetry() })
+	if _, err := c.Exec(context.Background(), readStmt); !errors.Is(err, ErrTransient) || tr.GetTotalCallCount() != 1 {
+		t.Fatalf("err = %v after %d calls, want ErrTransient after 1", err, tr.GetTotalCallCount())
 	}
 }
 

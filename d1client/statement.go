@@ -30,11 +30,6 @@ type Statement struct {
 	Params []any
 }
 
-// NewStatement returns a Statement; it is shorthand for a composite literal.
-func NewStatement(sql string, params ...any) Statement {
-	return Statement{SQL: sql, Params: params}
-}
-
 // encodeParam turns one Go value into the JSON D1 binds the way the caller
 // means it. The rules, decided deliberately:
 //

@@ -143,7 +143,7 @@ func MakePlan(ctx context.Context, db *d1client.Client, want Shape, opts Options
 		return Plan{}, err
 	}
 	p := Plan{State: st}
-	record := d1client.NewStatement("INSERT INTO "+opts.MigrationsTable+" (name) VALUES (?)", opts.MigrationName)
+	record := d1client.Statement{SQL: "INSERT INTO " + opts.MigrationsTable + " (name) VALUES (?)", Params: []any{opts.MigrationName}}
 	switch {
 	case st.Recorded && !st.TableExists:
 		return Plan{}, fmt.Errorf("schema: %s is recorded in %s but the table %s is missing; it was dropped by hand: restore it, or delete the record and apply again",
@@ -175,7 +175,7 @@ func MakePlan(ctx context.Context, db *d1client.Client, want Shape, opts Options
 // whether the table exists.
 func readState(ctx context.Context, db *d1client.Client, opts Options) (State, error) {
 	res, err := db.Exec(ctx, []d1client.Statement{
-		d1client.NewStatement("SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?) ORDER BY name", d1idem.Table, opts.MigrationsTable),
+		d1client.Statement{SQL: "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?) ORDER BY name", Params: []any{d1idem.Table, opts.MigrationsTable}},
 	})
 	if err != nil {
 		return State{}, fmt.Errorf("schema: reading the database: %w", err)
