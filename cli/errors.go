@@ -68,6 +68,8 @@ func describeKind(e *d1client.Error) string {
 	switch {
 	case errors.Is(e, d1client.ErrAuth):
 		return fmt.Sprintf("D1 refused the credentials%s: %s; check the API token (it needs D1 edit permission), the account ID and the database ID", status, msg)
+	case errors.Is(e, d1client.ErrNoDatabase):
+		return fmt.Sprintf("D1 has no such database%s: %s; check the database ID", status, msg)
 	case errors.Is(e, d1client.ErrRateLimited):
 		wait := ""
 		if e.RetryAfter > 0 {

@@ -187,7 +187,7 @@ func TestErrorShapes(t *testing.T) {
 }
 
 // TestUnknownDatabase: a database ID the account does not have answers 404
-// with code 7404, which d1client reports as ErrAuth. d1local creates
+// with code 7404, which d1client reports as ErrNoDatabase. d1local creates
 // databases on first use by default, so its leg runs with NoAutoCreate.
 func TestUnknownDatabase(t *testing.T) {
 	d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
@@ -198,8 +198,8 @@ func TestUnknownDatabase(t *testing.T) {
 		db := b.Database(id)
 		_, err := db.Client(t).Query(t.Context(), "SELECT 1")
 		var e *d1client.Error
-		if !errors.Is(err, d1client.ErrAuth) || !errors.As(err, &e) || e.StatusCode != 404 || len(e.Codes) != 1 || e.Codes[0] != 7404 {
-			t.Fatalf("err = %v, want ErrAuth, HTTP 404, code 7404", err)
+		if !errors.Is(err, d1client.ErrNoDatabase) || errors.Is(err, d1client.ErrAuth) || !errors.As(err, &e) || e.StatusCode != 404 || len(e.Codes) != 1 || e.Codes[0] != 7404 {
+			t.Fatalf("err = %v, want ErrNoDatabase, HTTP 404, code 7404", err)
 		}
 		res := db.Post(t, "raw", `{"sql":"SELECT 1"}`)
 		wantEnvelopeError(t, res, 404, 7404, "The database "+id+" could not be found")

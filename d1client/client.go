@@ -418,16 +418,18 @@ type envelope struct {
 	Result   json.RawMessage `json:"result"`
 }
 
-// Codes that mean the token, account or database is wrong.
+// Codes that mean the token or the account is wrong.
 var authCodes = map[int]bool{
 	10000: true,                         // Authentication error
 	10001: true,                         // unable to authenticate
 	9106:  true, 9107: true, 9109: true, // missing/invalid auth headers or token
 	7403: true,                         // account not authorized for the service
-	7404: true,                         // database not found
 	7003: true,                         // could not route: bad account or database identifier
 	6003: true, 6111: true, 6103: true, // malformed auth headers
 }
+
+// codeNoDatabase is D1's "database not found".
+const codeNoDatabase = 7404
 
 func (c *Client) classify(status int, header http.Header, body []byte, n int) ([]Result, *Error) {
 	var env envelope
@@ -459,6 +461,8 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 		case status == http.StatusTooManyRequests:
 			e.kind = kindOverloaded
 			e.Ambiguous = true
+		case e.hasCode(codeNoDatabase):
+			e.kind = kindNoDatabase
 		case e.hasAnyCode(authCodes) || status == http.StatusUnauthorized || status == http.StatusForbidden:
 			e.kind = kindAuth
 		case status >= 500:

@@ -43,7 +43,8 @@
 // code, Retry-After, whether a write may have committed):
 //
 //	HTTP 400, code 7500 "<msg>: SQLITE_<CODE>"    ErrSQL (and ErrConstraint for SQLITE_CONSTRAINT)
-//	403 10000, 403 7403, 404 7404, 400/404 7003,
+//	HTTP 404, code 7404                           ErrNoDatabase
+//	403 10000, 403 7403, 400/404 7003,
 //	400 6003/6111/6103, any other 401/403          ErrAuth
 //	429 code 971 (global API limit), Retry-After   ErrRateLimited
 //	429 otherwise (D1 overloaded)                  ErrOverloaded

@@ -16,6 +16,7 @@ type kind int
 const (
 	kindSQL         kind = iota + 1 // HTTP 400, code 7500: SQLite refused the statement
 	kindAuth                        // the token or the account is wrong
+	kindNoDatabase                  // HTTP 404, code 7404: no such database
 	kindRateLimited                 // HTTP 429, code 971: Cloudflare's global API limit
 	kindOverloaded                  // any other 429: D1 is overloaded
 	kindTransient                   // HTTP 5xx with a JSON body
@@ -39,10 +40,13 @@ var (
 	// ErrConstraint: a constraint violation (UNIQUE, PRIMARY KEY, NOT NULL,
 	// CHECK, FOREIGN KEY). Such an error is also an ErrSQL.
 	ErrConstraint = errors.New("d1: constraint violation")
-	// ErrAuth: the token, its permissions, the account or the database are
-	// wrong (codes 10000, 10001, 7403, 7404, 7003, 6003, 6111, 6103, 9106, 9107, 9109, or any
+	// ErrAuth: the token, its permissions or the account are wrong (codes
+	// 10000, 10001, 7403, 7003, 6003, 6111, 6103, 9106, 9107, 9109, or any
 	// other HTTP 401 or 403).
 	ErrAuth = errors.New("d1: authentication or configuration error")
+	// ErrNoDatabase: the account has no database with the configured ID
+	// (code 7404, with HTTP 404).
+	ErrNoDatabase = errors.New("d1: no such database")
 	// ErrRateLimited: Cloudflare's global API rate limit (HTTP 429, code
 	// 971) blocks every API call of the account until Error.RetryAfter has
 	// passed; the client sends nothing before then.
@@ -76,7 +80,7 @@ var (
 )
 
 var kindSentinels = map[kind]error{
-	kindSQL: ErrSQL, kindAuth: ErrAuth, kindRateLimited: ErrRateLimited,
+	kindSQL: ErrSQL, kindAuth: ErrAuth, kindNoDatabase: ErrNoDatabase, kindRateLimited: ErrRateLimited,
 	kindOverloaded: ErrOverloaded, kindTransient: ErrTransient, kindNonJSON: ErrNonJSON,
 	kindEnvelope: ErrEnvelope, kindResultCount: ErrResultCount, kindTransport: ErrTransport,
 	kindInvalid: ErrInvalid, kindRejected: ErrRejected, kindBudget: ErrBudget,

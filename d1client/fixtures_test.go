@@ -167,7 +167,7 @@ func TestFixtureErrorShapes(t *testing.T) {
 		{fixture: "auth_header_6003", kind: kindAuth, sentinel: ErrAuth, status: 400, codes: []int{6003}, msg: "Invalid request headers"},
 		{fixture: "account_7403", kind: kindAuth, sentinel: ErrAuth, status: 403, codes: []int{7403}, msg: "not authorized to access this service"},
 		{fixture: "route_7003", kind: kindAuth, sentinel: ErrAuth, status: 400, codes: []int{7003, 7000}, msg: "perhaps your object identifier is invalid"},
-		{fixture: "database_7404", kind: kindAuth, sentinel: ErrAuth, status: 404, codes: []int{7404}, msg: "could not be found"},
+		{fixture: "database_7404", kind: kindNoDatabase, sentinel: ErrNoDatabase, status: 404, codes: []int{7404}, msg: "could not be found"},
 		{fixture: "html_502", kind: kindNonJSON, sentinel: ErrNonJSON, status: 502, ambiguous: true, msg: "502 Bad Gateway"},
 		{fixture: "html_503", kind: kindNonJSON, sentinel: ErrNonJSON, status: 503, ambiguous: true, msg: "503 Service Temporarily Unavailable"},
 		{fixture: "html_504", kind: kindNonJSON, sentinel: ErrNonJSON, status: 504, ambiguous: true, msg: "504: Gateway time-out"},
