@@ -22,13 +22,16 @@ import (
 	"github.com/cloudflare/cloudflare-go/v7/option"
 )
 
-// DefaultBaseURL is Cloudflare's API base URL, used when neither
-// Config.BaseURL nor CLOUDFLARE_BASE_URL is set.
+// DefaultBaseURL is Cloudflare's API base URL.
 const DefaultBaseURL = "https://api.cloudflare.com/client/v4/"
 
-// BaseURLEnv is the environment variable cloudflare-go reads for the base
-// URL; New respects it too.
-const BaseURLEnv = "CLOUDFLARE_BASE_URL"
+// Environment variables that New reads for the API base URL when
+// Config.BaseURL is empty: wrangler's and cloudflare-go's. If both are set
+// and differ, New refuses to guess.
+const (
+	APIBaseURLEnv = "CLOUDFLARE_API_BASE_URL"
+	BaseURLEnv    = "CLOUDFLARE_BASE_URL"
+)
 
 // DefaultAttemptTimeout bounds one HTTP attempt. It sits above D1's 30-second
 // query limit, so a slow but legitimate query is not cut off.
@@ -39,8 +42,9 @@ const maxResponseBytes = 64 << 20
 
 // Config configures a Client.
 type Config struct {
-	// BaseURL of the Cloudflare API. Empty means $CLOUDFLARE_BASE_URL, and
-	// then DefaultBaseURL. Point it at a d1local server for local work.
+	// BaseURL of the Cloudflare API. Empty means $CLOUDFLARE_API_BASE_URL
+	// or $CLOUDFLARE_BASE_URL, and then DefaultBaseURL. Point it at a
+	// d1local server for local work.
 	BaseURL string
 	// APIToken is sent as a bearer token.
 	APIToken string
@@ -153,7 +157,15 @@ func New(cfg Config) (*Client, error) {
 // resolveBaseURL returns the base URL to use: the configured one, else the
 // environment's, else DefaultBaseURL; with a trailing slash.
 func resolveBaseURL(configured string) (string, error) {
-	u := cmp.Or(configured, os.Getenv(BaseURLEnv), DefaultBaseURL)
+	u := configured
+	if u == "" {
+		wrangler, cf := os.Getenv(APIBaseURLEnv), os.Getenv(BaseURLEnv)
+		if wrangler != "" && cf != "" && strings.TrimRight(wrangler, "/") != strings.TrimRight(cf, "/") {
+			return "", invalidf("%s (%q) and %s (%q) name different API base URLs: unset one of them, or set Config.BaseURL",
+				APIBaseURLEnv, wrangler, BaseURLEnv, cf)
+		}
+		u = cmp.Or(wrangler, cf, DefaultBaseURL)
+	}
 	if !strings.HasSuffix(u, "/") {
 		u += "/"
 	}

@@ -264,19 +264,42 @@ func TestNoRetry(t *testing.T) {
 	}
 }
 
+// CLOUDFLARE_API_BASE_URL (wrangler's) and CLOUDFLARE_BASE_URL
+// (cloudflare-go's) both name the base URL; when they disagree, New refuses
+// rather than pick one, and Config.BaseURL wins over both.
 func TestBaseURLFromEnvironment(t *testing.T) {
-	t.Setenv(BaseURLEnv, "http://127.0.0.1:1")
-	c, err := New(Config{AccountID: testAccount, DatabaseID: testDatabase})
-	if err != nil {
-		t.Fatal(err)
+	newClient := func(baseURL string) (*Client, error) {
+		return New(Config{AccountID: testAccount, DatabaseID: testDatabase, BaseURL: baseURL})
 	}
-	if c.cfg.BaseURL != "http://127.0.0.1:1/" {
-		t.Errorf("base URL = %q", c.cfg.BaseURL)
+	tests := []struct {
+		name, wrangler, cf, configured string
+		want                           string // "" for an error
+	}{
+		{"neither", "", "", "", DefaultBaseURL},
+		{"wrangler's only", "http://127.0.0.1:1", "", "", "http://127.0.0.1:1/"},
+		{"cloudflare-go's only", "", "http://127.0.0.1:2", "", "http://127.0.0.1:2/"},
+		{"both, the same", "http://127.0.0.1:3/", "http://127.0.0.1:3", "", "http://127.0.0.1:3/"},
+		{"both, different", "http://127.0.0.1:4", "https://api.cloudflare.com/client/v4", "", ""},
+		{"both, different, Config.BaseURL set", "http://127.0.0.1:4", "http://127.0.0.1:5", "http://127.0.0.1:6", "http://127.0.0.1:6/"},
 	}
-	t.Setenv(BaseURLEnv, "")
-	c, _ = New(Config{AccountID: testAccount, DatabaseID: testDatabase})
-	if c.cfg.BaseURL != DefaultBaseURL {
-		t.Errorf("default base URL = %q", c.cfg.BaseURL)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(APIBaseURLEnv, tc.wrangler)
+			t.Setenv(BaseURLEnv, tc.cf)
+			c, err := newClient(tc.configured)
+			if tc.want == "" {
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "CLOUDFLARE_API_BASE_URL") || !strings.Contains(err.Error(), "CLOUDFLARE_BASE_URL") {
+					t.Fatalf("err = %v, want ErrInvalid naming both variables", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.cfg.BaseURL != tc.want {
+				t.Errorf("base URL = %q, want %q", c.cfg.BaseURL, tc.want)
+			}
+		})
 	}
 }
 
