@@ -73,12 +73,13 @@ type Config struct {
 // keeps column order and duplicate column names ("SELECT a.id, b.id"), which
 // /query's JSON objects lose.
 type Client struct {
-	cfg    Config
-	svc    *d1.DatabaseService
-	log    *slog.Logger
-	retry  RetryPolicy
-	budget *budgetLimiter
-	batch  *batcher
+	cfg     Config
+	svc     *d1.DatabaseService
+	log     *slog.Logger
+	retry   RetryPolicy
+	budget  *budgetLimiter
+	batch   *batcher
+	classes *classCache
 
 	mu           sync.Mutex
 	blockedUntil time.Time // a 971 block: nothing is sent before it
@@ -143,12 +144,13 @@ func New(cfg Config) (*Client, error) {
 		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
 	}
 	c := &Client{
-		cfg:    cfg,
-		svc:    d1.NewDatabaseService(opts...),
-		log:    log,
-		retry:  retry,
-		budget: newBudgetLimiter(cfg.Budget),
-		sleep:  sleepCtx,
+		cfg:     cfg,
+		svc:     d1.NewDatabaseService(opts...),
+		log:     log,
+		retry:   retry,
+		budget:  newBudgetLimiter(cfg.Budget),
+		classes: &classCache{},
+		sleep:   sleepCtx,
 	}
 	c.batch = newBatcher(c, coalesce)
 	return c, nil
@@ -206,9 +208,8 @@ func RetryUntilDeadline() ExecOption { return func(o *execOptions) { o.untilDead
 func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 
 // Exec runs the statements as one D1 call, one transaction, and returns one
-// Result per statement. Each Statement must hold exactly one SQL statement
-// (D1 refuses parameters with multi-statement SQL, and the result count is
-// checked).
+// Result per statement. Each Statement must hold exactly one SQL statement;
+// SQL holding several is refused with ErrInvalid before anything is sent.
 //
 // Reads and calls marked Idempotent are retried on transient failures
 // according to the RetryPolicy; other writes only when the failure proves
@@ -225,13 +226,17 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 	safe := true // every statement is read-only, or the call is idempotent
 	for i, s := range stmts {
 		w, err := s.encode(i + 1)
+		if err == nil {
+			cl := c.classes.classify(s.SQL)
+			err = cl.check(i + 1)
+			safe = safe && cl.readOnly
+		}
 		if err != nil {
 			e := invalidf("%v", err)
 			e.Statements = redactAll(stmts)
 			return nil, e
 		}
 		wire[i] = w
-		safe = safe && s.readOnly()
 	}
 	safe = safe || o.idempotent
 	solo := !o.coalesce

@@ -12,8 +12,9 @@
 //
 // Exec takes one or more Statements, each one SQL statement with its
 // parameters. One travels as {"sql","params"}; several travel as
-// {"batch":[...]}, which D1 runs as one transaction. The number of results
-// is checked against the number of statements. Results
+// {"batch":[...]}, which D1 runs as one transaction. SQL holding several
+// statements ("SELECT 1; SELECT 2") is refused before anything is sent. The
+// number of results is checked against the number of statements. Results
 // decode from the raw JSON bytes, never through float64 for integers: see
 // Value, Row.Scan and Meta.
 //
@@ -64,9 +65,11 @@
 //
 // Reads, and calls marked Idempotent, are retried on transient failures
 // (overload, 5xx, non-JSON, transport) with capped exponential backoff and
-// jitter, honouring Retry-After up to a cap; see RetryPolicy. A write that
-// may already have reached D1 is never sent again unless marked Idempotent.
-// Nothing is sent
+// jitter, honouring Retry-After up to a cap; see RetryPolicy. A statement is
+// a read only when the client proves it from SQL's tokens (a SELECT, a
+// VALUES, a WITH whose main statement is a SELECT, an EXPLAIN, a PRAGMA
+// that reads); anything else is a write, and a write that may already have
+// reached D1 is never sent again unless marked Idempotent. Nothing is sent
 // during a 971 block. No retry starts that could not finish before the
 // context's deadline.
 //

@@ -69,7 +69,8 @@ var (
 	// timeout). Error.Ambiguous says whether the request may have reached D1.
 	ErrTransport = errors.New("d1: transport error")
 	// ErrInvalid: refused before anything was sent: a bad Config, too many
-	// parameters, SQL too long, an unsupported parameter type.
+	// parameters, SQL too long or holding several statements, an
+	// unsupported parameter type.
 	ErrInvalid = errors.New("d1: invalid request")
 	// ErrRejected: any other HTTP 4xx (a malformed request).
 	ErrRejected = errors.New("d1: request rejected")

@@ -302,26 +302,3 @@ func TestBaseURLFromEnvironment(t *testing.T) {
 		})
 	}
 }
-
-func TestReadOnlyDetection(t *testing.T) {
-	tests := map[string]bool{
-		"SELECT 1":                                    true,
-		"  -- comment\n select * from t":              true,
-		"/* c */ VALUES (1)":                          true,
-		"EXPLAIN QUERY PLAN DELETE FROM t":            true,
-		"PRAGMA table_info(t)":                        true,
-		"PRAGMA foreign_keys = ON":                    false,
-		"WITH x AS (SELECT 1) SELECT * FROM x":        true,
-		"WITH x AS (SELECT 1) DELETE FROM t":          false,
-		"INSERT INTO t VALUES (1)":                    false,
-		"UPDATE t SET a = 1 RETURNING a":              false,
-		"DELETE FROM t":                               false,
-		"CREATE TABLE t(a)":                           false,
-		"with x as (select 1) insert into t select 1": false,
-	}
-	for sql, want := range tests {
-		if got := (Statement{SQL: sql}).readOnly(); got != want {
-			t.Errorf("readOnly(%q) = %v, want %v", sql, got, want)
-		}
-	}
-}
