@@ -40,7 +40,8 @@ const DefaultAttemptTimeout = 45 * time.Second
 // maxResponseBytes bounds how much of one response body is read.
 const maxResponseBytes = 64 << 20
 
-// Config configures a Client.
+// Config configures a Client. Its String, GoString, Format and LogValue
+// methods never show the API token.
 type Config struct {
 	// BaseURL of the Cloudflare API. Empty means $CLOUDFLARE_API_BASE_URL
 	// or $CLOUDFLARE_BASE_URL, and then DefaultBaseURL. Point it at a
@@ -67,13 +68,15 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Client is a D1 REST client. It is safe for concurrent use.
+// Client is a D1 REST client. It is safe for concurrent use. Its String,
+// GoString, Format and LogValue methods never show the API token.
 //
 // A Client sends everything to the /raw endpoint rather than /query: /raw
 // keeps column order and duplicate column names ("SELECT a.id, b.id"), which
 // /query's JSON objects lose.
 type Client struct {
-	cfg     Config
+	cfg     Config  // APIToken cleared: see token
+	token   *string // behind a pointer, so that printing a Client shows an address
 	svc     *d1.DatabaseService
 	log     *slog.Logger
 	retry   RetryPolicy
@@ -143,8 +146,11 @@ func New(cfg Config) (*Client, error) {
 	if cfg.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
 	}
+	token := cfg.APIToken
+	cfg.APIToken = ""
 	c := &Client{
 		cfg:     cfg,
+		token:   &token,
 		svc:     d1.NewDatabaseService(opts...),
 		log:     log,
 		retry:   retry,
@@ -412,7 +418,7 @@ func (c *Client) transportError(err error) *Error {
 // never put there by this package; this guards against a server or a proxy
 // echoing it back.
 func (c *Client) redact(e *Error) {
-	tok := c.cfg.APIToken
+	tok := *c.token
 	if tok == "" {
 		return
 	}

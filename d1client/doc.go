@@ -58,8 +58,8 @@
 //	refused before sending                         ErrInvalid
 //	the request budget is spent                    ErrBudget
 //
-// No error, log line or panic of this package shows the API token;
-// parameter values are left out of errors too.
+// No error, log line, formatted Config or Client, or panic of this package
+// shows the API token; parameter values are left out of errors too.
 //
 // # Retries
 //
