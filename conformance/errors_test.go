@@ -86,7 +86,7 @@ func TestBatchAtomicity(t *testing.T) {
 
 // TestErrorShapes: how SQL errors reach a client. Every one is HTTP 400 with
 // code 7500 and a message "<sqlite message>: SQLITE_<CODE>" (no "D1_ERROR: "
-// prefix), which d1client maps to KindSQL with SQLiteCode parsed.
+// prefix), which d1client maps to ErrSQL with SQLiteCode parsed.
 func TestErrorShapes(t *testing.T) {
 	d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
 		c := b.NewClientSchema(t)

@@ -137,7 +137,7 @@ func decodeJSON(data []byte) (any, error) {
 	return v, err
 }
 
-// sqlError asserts err is a *d1client.Error of kind KindSQL from an HTTP 400
+// sqlError asserts err is a *d1client.Error matching ErrSQL from an HTTP 400
 // with code 7500, and returns it.
 func sqlError(t testing.TB, err error) *d1client.Error {
 	t.Helper()
