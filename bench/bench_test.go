@@ -156,13 +156,14 @@ func BenchmarkCallsPerRequest(b *testing.B) {
 // scaled to 5 s so the measurement sees the sustained regime, not the burst.
 // 512 concurrent clients, 20 ms per D1 call. Target: at least 100 req/s.
 func BenchmarkSustainedThroughput(b *testing.B) {
-	budget := d1client.Budget{Calls: 20, Per: 5 * time.Second}
-	rate := float64(d1client.DefaultBudget.Calls) / d1client.DefaultBudget.Per.Seconds()
-	if got := float64(budget.Calls) / budget.Per.Seconds(); got != rate {
+	budget := d1client.NewBudget(20, 5*time.Second)
+	var cloudflare d1client.Budget // the zero Budget: Cloudflare's limit
+	rate := float64(cloudflare.Calls()) / cloudflare.Per().Seconds()
+	if got := float64(budget.Calls()) / budget.Per().Seconds(); got != rate {
 		b.Fatalf("scaled budget rate %v differs from the default's %v", got, rate)
 	}
 	for i := 0; i < b.N; i++ {
-		e := newEnv(b, func(c *d1client.Config) { c.Budget = &budget }, idem.Config{})
+		e := newEnv(b, func(c *d1client.Config) { c.Budget = budget }, idem.Config{})
 		e.latency.Store(int64(20 * time.Millisecond))
 		const clients = 512
 		warmup, window := 6*time.Second, 12*time.Second
@@ -311,7 +312,7 @@ func BenchmarkMiddlewareOverhead(b *testing.B) {
 	}
 	defer local.Close()
 	db, err := d1client.New(d1client.Config{BaseURL: "http://d1local.invalid", AccountID: "acct", DatabaseID: "bench",
-		HTTPClient: &http.Client{Transport: inProcess{local}}, Budget: &d1client.Unlimited})
+		HTTPClient: &http.Client{Transport: inProcess{local}}, Budget: d1client.UnlimitedBudget()})
 	if err != nil {
 		b.Fatal(err)
 	}

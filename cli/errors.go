@@ -65,10 +65,12 @@ func describeKind(e *d1client.Error) string {
 	if msg == "" && e.Err != nil {
 		msg = e.Err.Error()
 	}
-	switch e.Kind {
-	case d1client.KindAuth:
+	switch {
+	case errors.Is(e, d1client.ErrAuth):
 		return fmt.Sprintf("D1 refused the credentials%s: %s; check the API token (it needs D1 edit permission), the account ID and the database ID", status, msg)
-	case d1client.KindRateLimited:
+	case errors.Is(e, d1client.ErrNoDatabase):
+		return fmt.Sprintf("D1 has no such database%s: %s; check the database ID", status, msg)
+	case errors.Is(e, d1client.ErrRateLimited):
 		wait := ""
 		if e.RetryAfter > 0 {
 			wait = fmt.Sprintf("; try again in %s", e.RetryAfter.Round(time.Second))
@@ -76,20 +78,30 @@ func describeKind(e *d1client.Error) string {
 			wait = fmt.Sprintf("; try again after %s", e.BlockedUntil.UTC().Format(time.RFC3339))
 		}
 		return fmt.Sprintf("Cloudflare's API rate limit is reached%s: every API call of the account, the application's included, is blocked for up to 5 minutes%s; use a lower --max-calls", status, wait)
-	case d1client.KindNonJSON:
+	case errors.Is(e, d1client.ErrNonJSON):
 		return fmt.Sprintf("D1 answered with a page that is not JSON%s, an error of Cloudflare's edge or gateway; it is usually transient: try again", status)
-	case d1client.KindBudget:
+	case errors.Is(e, d1client.ErrBudget):
 		return fmt.Sprintf("the request budget is spent: %s", msg)
-	case d1client.KindOverloaded:
+	case errors.Is(e, d1client.ErrOverloaded):
 		return fmt.Sprintf("D1 reports the database overloaded%s: %s; try again shortly", status, msg)
-	case d1client.KindTransport:
+	case errors.Is(e, d1client.ErrTransport):
 		return fmt.Sprintf("cannot reach D1: %s", msg)
 	}
-	s := fmt.Sprintf("D1 %s%s: %s", e.Kind, status, msg)
-	if e.Kind == d1client.KindSQL && strings.Contains(msg, "no such table: "+d1idem.Table) {
+	s := fmt.Sprintf("D1 %s%s: %s", kindName(e), status, msg)
+	if errors.Is(e, d1client.ErrSQL) && strings.Contains(msg, "no such table: "+d1idem.Table) {
 		s += "; the ledger table is missing: run 'd1idem schema apply'"
 	}
 	return s
+}
+
+// kindName names the remaining failures as d1client's sentinels do.
+func kindName(e *d1client.Error) string {
+	for _, s := range []error{d1client.ErrSQL, d1client.ErrTransient, d1client.ErrEnvelope, d1client.ErrResultCount, d1client.ErrInvalid, d1client.ErrRejected} {
+		if errors.Is(e, s) {
+			return strings.TrimPrefix(s.Error(), "d1: ")
+		}
+	}
+	return "error"
 }
 
 // collapse joins the lines of s with spaces.

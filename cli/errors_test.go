@@ -22,6 +22,7 @@ func TestAPIErrors(t *testing.T) {
 		{"auth_10000", []string{"schema", "apply"},
 			"d1idem: schema: reading the database: D1 refused the credentials (HTTP 403, code 10000): Authentication error;", 1},
 		{"account_7403", []string{"stats"}, "d1idem: stats: D1 refused the credentials (HTTP 403, code 7403)", 1},
+		{"database_7404", []string{"stats"}, "d1idem: stats: D1 has no such database (HTTP 404, code 7404): The database 6b4c8e3e-0000-4000-8000-000000000000 could not be found; check the database ID\n", 1},
 		{"rate_limit_971", []string{"sweep", "--all"},
 			"d1idem: sweep: Cloudflare's API rate limit is reached (HTTP 429, code 971): every API call of the account, the application's included, is blocked for up to 5 minutes; try again in 4m47s; use a lower --max-calls\n", 1},
 		{"rate_limit_971", []string{"keys", "stuck"}, "d1idem: keys stuck: Cloudflare's API rate limit is reached (HTTP 429, code 971)", 1},

@@ -76,11 +76,11 @@ On a terminal it shows progress; otherwise it prints one summary line.
 			if window == 0 {
 				window = apiLimitWindow
 			}
-			s := &sweeper{c: c, o: o, retention: retention, batch: batch, budget: d1client.Budget{Calls: maxCalls, Per: window}}
+			s := &sweeper{c: c, o: o, retention: retention, batch: batch, budget: d1client.UnlimitedBudget()}
 			var mods []func(*d1client.Config)
 			if maxCalls > 0 {
-				b := d1client.Budget{Calls: maxCalls, Per: window}
-				mods = append(mods, func(cfg *d1client.Config) { cfg.Budget = &b })
+				s.budget = d1client.NewBudget(maxCalls, window)
+				mods = append(mods, func(cfg *d1client.Config) { cfg.Budget = s.budget })
 			}
 			return withConn(c, o, s.run, mods...)
 		},
@@ -229,7 +229,7 @@ func (s *sweeper) reportWait(d time.Duration) {
 		fmt.Fprintln(s.c.App.Writer)
 	}
 	fmt.Fprintf(s.c.App.ErrWriter, "d1idem: sweep: waiting %s for the request budget (%s per %s, --max-calls) after %s\n",
-		formatDuration(d), plural(int64(s.budget.Calls), "D1 call", "D1 calls"), formatDuration(s.budget.Per), plural(s.deleted, "row", "rows"))
+		formatDuration(d), plural(int64(s.budget.Calls()), "D1 call", "D1 calls"), formatDuration(s.budget.Per()), plural(s.deleted, "row", "rows"))
 }
 
 // interrupted reports how far the sweep got before err.

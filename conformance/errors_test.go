@@ -22,7 +22,7 @@ func TestBatchAtomicity(t *testing.T) {
 		// INSERT + a constraint violation.
 		_, err := c.Exec(t.Context(), []d1client.Statement{
 			claim("p1", "k7", "fp", 700),
-			d1client.NewStatement("INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, created_at, updated_at) VALUES (?, ?, ?, 'pending', 1, ?, ?)", "p1", "k1", "dup", 1, 1),
+			d1client.Statement{SQL: "INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, created_at, updated_at) VALUES (?, ?, ?, 'pending', 1, ?, ?)", Params: []any{"p1", "k1", "dup", 1, 1}},
 		})
 		e := sqlError(t, err)
 		if !errors.Is(err, d1client.ErrConstraint) {
@@ -49,7 +49,7 @@ func TestBatchAtomicity(t *testing.T) {
 		_, err = c.Exec(t.Context(), []d1client.Statement{
 			{SQL: "CREATE TABLE t_ddl (x INTEGER)"},
 			{SQL: "CREATE INDEX t_ddl_x ON t_ddl (x)"},
-			d1client.NewStatement("UPDATE idempotency_keys SET status = 'completed' WHERE key = ?", "k1"),
+			d1client.Statement{SQL: "UPDATE idempotency_keys SET status = 'completed' WHERE key = ?", Params: []any{"k1"}},
 			{SQL: "SELECT * FROM nope"},
 		})
 		e = sqlError(t, err)
@@ -67,7 +67,7 @@ func TestBatchAtomicity(t *testing.T) {
 		// statement sees the earlier ones.
 		res := exec(t, c,
 			d1client.Statement{SQL: "CREATE TABLE t_ok (x INTEGER)"},
-			d1client.NewStatement("INSERT INTO t_ok (x) VALUES (?), (?) RETURNING x", 1, 2),
+			d1client.Statement{SQL: "INSERT INTO t_ok (x) VALUES (?), (?) RETURNING x", Params: []any{1, 2}},
 			d1client.Statement{SQL: "SELECT sum(x) AS s FROM t_ok"},
 			claim("p1", "k9", "fp", 900),
 		)
@@ -86,7 +86,7 @@ func TestBatchAtomicity(t *testing.T) {
 
 // TestErrorShapes: how SQL errors reach a client. Every one is HTTP 400 with
 // code 7500 and a message "<sqlite message>: SQLITE_<CODE>" (no "D1_ERROR: "
-// prefix), which d1client maps to KindSQL with SQLiteCode parsed.
+// prefix), which d1client maps to ErrSQL with SQLiteCode parsed.
 func TestErrorShapes(t *testing.T) {
 	d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
 		c := b.NewClientSchema(t)
@@ -101,8 +101,8 @@ func TestErrorShapes(t *testing.T) {
 			if e.SQLiteCode != "SQLITE_ERROR" || e.ExtendedCode != "" {
 				t.Errorf("codes = %q/%q, want SQLITE_ERROR/\"\"", e.SQLiteCode, e.ExtendedCode)
 			}
-			if errors.Is(err, d1client.ErrConstraint) || errors.Is(err, d1client.ErrRetryable) {
-				t.Errorf("a syntax error matches ErrConstraint or ErrRetryable")
+			if errors.Is(err, d1client.ErrConstraint) {
+				t.Errorf("a syntax error matches ErrConstraint")
 			}
 		})
 
@@ -117,7 +117,7 @@ func TestErrorShapes(t *testing.T) {
 		t.Run("primary key", func(t *testing.T) {
 			_, err := c.Query(t.Context(), "INSERT INTO idempotency_keys (principal, key, fingerprint, created_at, updated_at) VALUES (?, ?, ?, ?, ?)", "p", "k", "fp", 1, 1)
 			e := sqlError(t, err)
-			if !errors.Is(err, d1client.ErrConstraint) || !e.IsConstraint() {
+			if !errors.Is(err, d1client.ErrConstraint) {
 				t.Errorf("errors.Is(err, ErrConstraint) = false for %v", err)
 			}
 			if e.SQLiteCode != "SQLITE_CONSTRAINT" || e.ExtendedCode != "SQLITE_CONSTRAINT_PRIMARYKEY" {
@@ -187,7 +187,7 @@ func TestErrorShapes(t *testing.T) {
 }
 
 // TestUnknownDatabase: a database ID the account does not have answers 404
-// with code 7404, which d1client reports as KindAuth. d1local creates
+// with code 7404, which d1client reports as ErrNoDatabase. d1local creates
 // databases on first use by default, so its leg runs with NoAutoCreate.
 func TestUnknownDatabase(t *testing.T) {
 	d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
@@ -198,8 +198,8 @@ func TestUnknownDatabase(t *testing.T) {
 		db := b.Database(id)
 		_, err := db.Client(t).Query(t.Context(), "SELECT 1")
 		var e *d1client.Error
-		if !errors.As(err, &e) || e.Kind != d1client.KindAuth || e.StatusCode != 404 || len(e.Codes) != 1 || e.Codes[0] != 7404 {
-			t.Fatalf("err = %v, want KindAuth, HTTP 404, code 7404", err)
+		if !errors.Is(err, d1client.ErrNoDatabase) || errors.Is(err, d1client.ErrAuth) || !errors.As(err, &e) || e.StatusCode != 404 || len(e.Codes) != 1 || e.Codes[0] != 7404 {
+			t.Fatalf("err = %v, want ErrNoDatabase, HTTP 404, code 7404", err)
 		}
 		res := db.Post(t, "raw", `{"sql":"SELECT 1"}`)
 		wantEnvelopeError(t, res, 404, 7404, "The database "+id+" could not be found")

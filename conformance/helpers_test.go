@@ -24,19 +24,19 @@ const (
 const pendingTTL = 30_000
 
 func claim(principal, key, fp string, now int64) d1client.Statement {
-	return d1client.NewStatement(sqlClaim, principal, key, fp, now, now)
+	return d1client.Statement{SQL: sqlClaim, Params: []any{principal, key, fp, now, now}}
 }
 
 func lookup(principal, key string) d1client.Statement {
-	return d1client.NewStatement(sqlLookup, principal, key)
+	return d1client.Statement{SQL: sqlLookup, Params: []any{principal, key}}
 }
 
 func takeover(principal, key string, now int64) d1client.Statement {
-	return d1client.NewStatement(sqlTakeover, now, principal, key, now-pendingTTL)
+	return d1client.Statement{SQL: sqlTakeover, Params: []any{now, principal, key, now - pendingTTL}}
 }
 
 func complete(principal, key string, generation int64, status int, body, headers string, now int64) d1client.Statement {
-	return d1client.NewStatement(sqlComplete, status, body, headers, now, principal, key, generation)
+	return d1client.Statement{SQL: sqlComplete, Params: []any{status, body, headers, now, principal, key, generation}}
 }
 
 // exec runs statements as one call and fails the test on error.
@@ -137,7 +137,7 @@ func decodeJSON(data []byte) (any, error) {
 	return v, err
 }
 
-// sqlError asserts err is a *d1client.Error of kind KindSQL from an HTTP 400
+// sqlError asserts err is a *d1client.Error matching ErrSQL from an HTTP 400
 // with code 7500, and returns it.
 func sqlError(t testing.TB, err error) *d1client.Error {
 	t.Helper()
@@ -148,8 +148,8 @@ func sqlError(t testing.TB, err error) *d1client.Error {
 	if !errors.As(err, &e) {
 		t.Fatalf("error %v (%T) is not a *d1client.Error", err, err)
 	}
-	if e.Kind != d1client.KindSQL || !errors.Is(err, d1client.ErrSQL) {
-		t.Errorf("Kind = %v, want %v (err: %v)", e.Kind, d1client.KindSQL, err)
+	if !errors.Is(err, d1client.ErrSQL) {
+		t.Errorf("err = %v, want ErrSQL", err)
 	}
 	if e.StatusCode != 400 {
 		t.Errorf("StatusCode = %d, want 400", e.StatusCode)

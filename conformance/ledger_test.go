@@ -179,7 +179,7 @@ func TestFencedCompletion(t *testing.T) {
 		// as NULL and "" respectively.
 		exec(t, c, claim("p", "big", "fp", t0), claim("p", "empty", "fp", t0))
 		exec(t, c,
-			d1client.NewStatement(sqlComplete, 500, nil, "{}", t0+1, "p", "big", 1),
+			d1client.Statement{SQL: sqlComplete, Params: []any{500, nil, "{}", t0 + 1, "p", "big", 1}},
 			complete("p", "empty", 1, 204, "", "{}", t0+1))
 		res := query(t, c, "SELECT key, response_status, response_body, typeof(response_body) FROM idempotency_keys WHERE key IN ('big', 'empty') ORDER BY key")
 		wantTable(t, res, `["key","response_status","response_body","typeof(response_body)"]`,
@@ -222,7 +222,7 @@ func TestSweep(t *testing.T) {
 			{1_000_000, 20, 2, ""},          // the rest
 		}
 		for i, s := range steps {
-			res := exec(t, c, d1client.NewStatement(sqlSweep, s.cutoff, s.limit))[0]
+			res := exec(t, c, d1client.Statement{SQL: sqlSweep, Params: []any{s.cutoff, s.limit}})[0]
 			if res.Meta.Changes != s.changes {
 				t.Errorf("sweep %d (cutoff %d, limit %d): meta.changes = %d, want %d", i, s.cutoff, s.limit, res.Meta.Changes, s.changes)
 			}

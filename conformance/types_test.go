@@ -58,9 +58,9 @@ func TestTextAffinity42(t *testing.T) {
 		c := b.NewClient(t)
 		exec(t, c,
 			d1client.Statement{SQL: "CREATE TABLE aff (t TEXT, i INTEGER, n NUMERIC, r REAL, b BLOB, u)"},
-			d1client.NewStatement("INSERT INTO aff VALUES (?1, ?1, ?1, ?1, ?1, ?1)", 42),
-			d1client.NewStatement("INSERT INTO aff VALUES (?1, ?1, ?1, ?1, ?1, ?1)", "42"),
-			d1client.NewStatement("INSERT INTO aff VALUES (?1, ?1, ?1, ?1, ?1, ?1)", 1.5),
+			d1client.Statement{SQL: "INSERT INTO aff VALUES (?1, ?1, ?1, ?1, ?1, ?1)", Params: []any{42}},
+			d1client.Statement{SQL: "INSERT INTO aff VALUES (?1, ?1, ?1, ?1, ?1, ?1)", Params: []any{"42"}},
+			d1client.Statement{SQL: "INSERT INTO aff VALUES (?1, ?1, ?1, ?1, ?1, ?1)", Params: []any{1.5}},
 		)
 		res := query(t, c, "SELECT t, typeof(t), i, typeof(i), n, typeof(n), r, typeof(r), b, typeof(b), u, typeof(u) FROM aff ORDER BY rowid")
 		wantTable(t, res,
@@ -91,7 +91,7 @@ func TestLargeIntegers(t *testing.T) {
 		const big = int64(1<<53 + 1) // 9007199254740993
 		exec(t, c,
 			d1client.Statement{SQL: "CREATE TABLE big (id INTEGER PRIMARY KEY, x INTEGER NOT NULL)"},
-			d1client.NewStatement("INSERT INTO big (id, x) VALUES (1, ?), (2, ?), (3, ?)", big, int64(math.MaxInt64), int64(math.MinInt64)),
+			d1client.Statement{SQL: "INSERT INTO big (id, x) VALUES (1, ?), (2, ?), (3, ?)", Params: []any{big, int64(math.MaxInt64), int64(math.MinInt64)}},
 		)
 		res := query(t, c, "SELECT x, typeof(x), CAST(x AS TEXT) FROM big ORDER BY id")
 		wantTable(t, res, `["x","typeof(x)","CAST(x AS TEXT)"]`,

@@ -40,17 +40,39 @@ import (
 //     writes return the error.
 type CoalesceConfig struct {
 	// Window is the longest an additional parallel call waits for more
-	// statements before it is sent. Default 2 ms; negative means never wait.
+	// statements before it is sent: up to 1 s. Default 2 ms; negative means
+	// never wait.
 	Window time.Duration
-	// MaxStatements bounds the statements in one call. Default 256.
+	// MaxStatements bounds the statements in one call: 1 to 10,000.
+	// Default 256.
 	MaxStatements int
-	// MaxBytes bounds the encoded statements of one call. Default 512 KiB.
+	// MaxBytes bounds the encoded statements of one call: 1 KiB to 50 MiB.
+	// Default 512 KiB.
 	MaxBytes int
-	// MaxInFlight bounds the coalesced calls in flight at once. Default 4.
+	// MaxInFlight bounds the coalesced calls in flight at once: 1 to 64.
+	// Default 4.
 	MaxInFlight int
 }
 
+// withDefaults validates c and fills its zero fields with the defaults.
 func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
+	if c.Window > time.Second {
+		return c, invalidf("Config.Coalesce.Window is %s; accepted: negative (never wait), 0 (the default, 2ms) or up to 1s", c.Window)
+	}
+	sizes := []struct {
+		field     string
+		v, lo, hi int
+		def       string
+	}{
+		{"MaxStatements", c.MaxStatements, 1, 10_000, "256"},
+		{"MaxBytes", c.MaxBytes, 1 << 10, 50 << 20, "524288"},
+		{"MaxInFlight", c.MaxInFlight, 1, 64, "4"},
+	}
+	for _, s := range sizes {
+		if s.v != 0 && (s.v < s.lo || s.v > s.hi) {
+			return c, invalidf("Config.Coalesce.%s is %d; accepted: 0 (the default, %s) or %d to %d", s.field, s.v, s.def, s.lo, s.hi)
+		}
+	}
 	if c.Window == 0 {
 		c.Window = 2 * time.Millisecond
 	}
@@ -65,9 +87,6 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = 4
-	}
-	if c.MaxStatements < 0 || c.MaxBytes < 0 || c.MaxInFlight < 0 {
-		return c, invalidf("coalesce limits must not be negative")
 	}
 	return c, nil
 }
@@ -111,7 +130,7 @@ func groupSize(wire []wireStatement) int {
 // results.
 func (b *batcher) submit(ctx context.Context, wire []wireStatement) ([]Result, *Error) {
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: KindTransport, Err: err, Message: "not sent: " + err.Error()}
+		return nil, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error()}
 	}
 	if e := b.c.checkBlocked(); e != nil {
 		return nil, e
@@ -164,9 +183,9 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement) ([]Result, *
 			e.Err = ctx.Err()
 			return nil, e
 		}
-		return nil, &Error{Kind: KindTransport, Err: ctx.Err(), Message: "not sent: " + ctx.Err().Error() + " while queued for group commit"}
+		return nil, &Error{kind: kindTransport, Err: ctx.Err(), Message: "not sent: " + ctx.Err().Error() + " while queued for group commit"}
 	}
-	return nil, &Error{Kind: KindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
+	return nil, &Error{kind: kindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
 }
 
 // run sends shared calls until the queue is empty, then gives up its
@@ -236,14 +255,14 @@ func (b *batcher) send(groups []*pendingGroup, stmts int) (deliver func()) {
 	}
 	body, err := encodeBody(wire)
 	if err != nil {
-		return func() { b.fail(groups, &Error{Kind: KindInvalid, Message: "encoding the request", Err: err}) }
+		return func() { b.fail(groups, &Error{kind: kindInvalid, Message: "encoding the request", Err: err}) }
 	}
 	results, e := b.c.send(context.Background(), body, len(wire))
 	if e != nil {
-		if e.Kind == KindSQL && len(groups) > 1 {
+		if e.kind == kindSQL && len(groups) > 1 {
 			// Nothing committed, and the error does not say whose statement
 			// failed: every caller is sent again alone.
-			return func() { b.fail(groups, &Error{Kind: KindSQL, siblingAbort: true, Message: e.Message}) }
+			return func() { b.fail(groups, &Error{kind: kindSQL, siblingAbort: true, Message: e.Message}) }
 		}
 		return func() { b.fail(groups, e) }
 	}

@@ -60,8 +60,8 @@ func TestCoalescedCallsShareBatchesAndKeepTheirResults(t *testing.T) {
 			defer wg.Done()
 			key := fmt.Sprintf("k%03d", i)
 			res, err := db.Exec(ctx, []d1client.Statement{
-				d1client.NewStatement("INSERT INTO t (k, v) VALUES (?, ?) ON CONFLICT (k) DO NOTHING RETURNING k, v", key, i),
-				d1client.NewStatement("SELECT v * 2 FROM t WHERE k = ?", key),
+				d1client.Statement{SQL: "INSERT INTO t (k, v) VALUES (?, ?) ON CONFLICT (k) DO NOTHING RETURNING k, v", Params: []any{key, i}},
+				d1client.Statement{SQL: "SELECT v * 2 FROM t WHERE k = ?", Params: []any{key}},
 			}, d1client.Coalesce(), d1client.Idempotent())
 			if err != nil {
 				errs <- err
@@ -99,14 +99,14 @@ func TestCoalescedCallsShareBatchesAndKeepTheirResults(t *testing.T) {
 	t.Logf("%d callers, %d calls, sizes %v", n, len(sizes), sizes)
 }
 
-// When idle, the batcher sends at once: a one-hour window never delays a
-// lone caller.
+// When idle, the batcher sends at once: the longest window never delays a
+// lone caller (ten calls that each waited it would take 10 s).
 func TestCoalescerNeverWaitsWhenIdle(t *testing.T) {
-	db := d1test.Local(t).NewClient(t, func(c *d1client.Config) { c.Coalesce = d1client.CoalesceConfig{Window: time.Hour} })
-	for i := 0; i < 3; i++ {
-		c, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := db.Exec(c, []d1client.Statement{d1client.NewStatement("SELECT ?", i)}, d1client.Coalesce())
-		cancel()
+	db := d1test.Local(t).NewClient(t, func(c *d1client.Config) { c.Coalesce = d1client.CoalesceConfig{Window: time.Second} })
+	c, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for i := 0; i < 10; i++ {
+		_, err := db.Exec(c, []d1client.Statement{{SQL: "SELECT ?", Params: []any{i}}}, d1client.Coalesce())
 		if err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
@@ -126,7 +126,7 @@ func TestSharedBatchFailureSplitsAndRetries(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_, _ = db.Exec(ctx, []d1client.Statement{d1client.NewStatement("SELECT 1")}, d1client.Coalesce())
+		_, _ = db.Exec(ctx, []d1client.Statement{{SQL: "SELECT 1"}}, d1client.Coalesce())
 	}()
 	time.Sleep(5 * time.Millisecond)
 	results := make([]error, 6)
@@ -138,7 +138,7 @@ func TestSharedBatchFailureSplitsAndRetries(t *testing.T) {
 			if i == 3 {
 				sql = "INSERT INTO missing_table (k, v) VALUES (?, ?)"
 			}
-			_, results[i] = db.Exec(ctx, []d1client.Statement{d1client.NewStatement(sql, fmt.Sprint(i), i)}, d1client.Coalesce())
+			_, results[i] = db.Exec(ctx, []d1client.Statement{{SQL: sql, Params: []any{fmt.Sprint(i), i}}}, d1client.Coalesce())
 		}()
 	}
 	wg.Wait()
@@ -175,9 +175,9 @@ func TestSharedBatchTransientFailure(t *testing.T) {
 	})
 	newTable(t, db)
 	b.Local.Inject(d1local.Fault{Internal: true, AfterCommit: true})
-	_, err := db.Exec(ctx, []d1client.Statement{d1client.NewStatement("INSERT INTO t (k, v) VALUES ('a', 1)")}, d1client.Coalesce())
+	_, err := db.Exec(ctx, []d1client.Statement{{SQL: "INSERT INTO t (k, v) VALUES ('a', 1)"}}, d1client.Coalesce())
 	var e *d1client.Error
-	if !errors.As(err, &e) || e.Kind != d1client.KindTransient || !e.Ambiguous {
+	if !errors.Is(err, d1client.ErrTransient) || !errors.As(err, &e) || !e.Ambiguous {
 		t.Fatalf("non-idempotent write: %v", err)
 	}
 	// It did commit: ambiguous means exactly that.
@@ -186,7 +186,7 @@ func TestSharedBatchTransientFailure(t *testing.T) {
 		t.Fatalf("%d rows", n)
 	}
 	b.Local.Inject(d1local.Fault{Internal: true})
-	_, err = db.Exec(ctx, []d1client.Statement{d1client.NewStatement("INSERT INTO t (k, v) VALUES ('b', 2) ON CONFLICT DO NOTHING")}, d1client.Coalesce(), d1client.Idempotent())
+	_, err = db.Exec(ctx, []d1client.Statement{{SQL: "INSERT INTO t (k, v) VALUES ('b', 2) ON CONFLICT DO NOTHING"}}, d1client.Coalesce(), d1client.Idempotent())
 	if err != nil {
 		t.Fatalf("idempotent write: %v", err)
 	}
@@ -198,12 +198,12 @@ func TestQueuedCallerWithdraws(t *testing.T) {
 	b := d1test.LocalConfig(t, d1local.Config{Faults: log.hook})
 	db := b.NewClient(t, func(c *d1client.Config) { c.Coalesce = d1client.CoalesceConfig{MaxInFlight: 1} })
 	go func() {
-		_, _ = db.Exec(ctx, []d1client.Statement{d1client.NewStatement("SELECT 1")}, d1client.Coalesce())
+		_, _ = db.Exec(ctx, []d1client.Statement{{SQL: "SELECT 1"}}, d1client.Coalesce())
 	}()
 	time.Sleep(50 * time.Millisecond)
 	c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	_, err := db.Exec(c, []d1client.Statement{d1client.NewStatement("SELECT 'withdrawn'")}, d1client.Coalesce())
+	_, err := db.Exec(c, []d1client.Statement{{SQL: "SELECT 'withdrawn'"}}, d1client.Coalesce())
 	var e *d1client.Error
 	if !errors.As(err, &e) || e.Ambiguous || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v", err)
@@ -224,8 +224,8 @@ func TestQueuedCallerWithdraws(t *testing.T) {
 func TestBudgetPressureGrowsBatches(t *testing.T) {
 	log := &callLog{}
 	b := d1test.LocalConfig(t, d1local.Config{Faults: log.hook})
-	budget := d1client.Budget{Calls: 3, Per: 200 * time.Millisecond}
-	db := b.NewClient(t, func(c *d1client.Config) { c.Budget = &budget })
+	budget := d1client.NewBudget(3, 200*time.Millisecond)
+	db := b.NewClient(t, func(c *d1client.Config) { c.Budget = budget })
 	var calls atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -233,7 +233,7 @@ func TestBudgetPressureGrowsBatches(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := db.Exec(ctx, []d1client.Statement{d1client.NewStatement("SELECT ?", i)}, d1client.Coalesce()); err != nil {
+			if _, err := db.Exec(ctx, []d1client.Statement{{SQL: "SELECT ?", Params: []any{i}}}, d1client.Coalesce()); err != nil {
 				t.Error(err)
 			}
 			calls.Add(1)
@@ -242,7 +242,7 @@ func TestBudgetPressureGrowsBatches(t *testing.T) {
 	wg.Wait()
 	sent := db.Stats().Calls
 	elapsed := time.Since(start)
-	if max := int64(budget.Calls) * (int64(elapsed/budget.Per) + 1); sent > max {
+	if max := int64(budget.Calls()) * (int64(elapsed/budget.Per()) + 1); sent > max {
 		t.Errorf("%d calls in %v exceeds the budget of %s", sent, elapsed, budget)
 	}
 	if sent >= 20 {
@@ -259,7 +259,7 @@ func TestUncoalescedCallsTravelAlone(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = db.Exec(ctx, []d1client.Statement{d1client.NewStatement("SELECT ?", i)})
+			_, _ = db.Exec(ctx, []d1client.Statement{{SQL: "SELECT ?", Params: []any{i}}})
 		}()
 	}
 	wg.Wait()

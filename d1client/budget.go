@@ -9,48 +9,81 @@ import (
 
 // Budget is a client-side limit on D1 calls: at most Calls calls in any
 // window of length Per. Cloudflare allows 1200 API calls per 5 minutes per
-// token, and going over blocks every API call of the account (the dashboard
-// included) for 5 minutes, so a Client never exceeds its budget.
+// user, and going over blocks every API call of the account (the dashboard
+// included) for 5 minutes.
 //
-// It works as a token bucket whose tokens come back exactly Per after they
-// were spent: a call may be sent when fewer than Calls calls were sent in the
-// last Per. That bounds every sliding window, unlike a refill-rate bucket,
-// which lets up to twice its capacity through in a window after an idle spell.
-//
-// The budget is per Client. Processes that share one token must share the
-// budget between them: give each a Budget with its share of Calls.
+// The zero Budget is that limit, 1200 calls per 300 s. Make others with
+// NewBudget and UnlimitedBudget. The budget is per Client: processes that
+// share an account should each get a share of its calls.
 type Budget struct {
-	Calls int           // calls allowed per window; 0 means unlimited
-	Per   time.Duration // the window
+	calls     int
+	per       time.Duration
+	unlimited bool
 }
 
-// DefaultBudget is Cloudflare's global API limit: 1200 calls per 300 s.
-var DefaultBudget = Budget{Calls: 1200, Per: 300 * time.Second}
+// Cloudflare's global API limit, the zero Budget.
+const (
+	defaultBudgetCalls = 1200
+	defaultBudgetPer   = 300 * time.Second
+)
 
-// Unlimited is a Budget with no limit, for d1local and tests.
-var Unlimited = Budget{}
-
-func (b Budget) validate() error {
-	if b.Calls < 0 {
-		return invalidf("budget calls %d must not be negative", b.Calls)
-	}
-	if b.Calls > 0 && b.Per <= 0 {
-		return invalidf("budget of %d calls needs a positive window", b.Calls)
-	}
-	return nil
+// NewBudget returns a Budget of calls calls in any window of length per.
+// New refuses it unless calls is from 1 to 1,000,000 and per from 1 ms to
+// 24 h.
+func NewBudget(calls int, per time.Duration) Budget {
+	return Budget{calls: calls, per: per}
 }
 
+// UnlimitedBudget returns a Budget with no limit, for d1local and tests.
+func UnlimitedBudget() Budget { return Budget{unlimited: true} }
+
+// Calls returns the calls allowed per window; 0 for an unlimited budget.
+func (b Budget) Calls() int {
+	switch {
+	case b.unlimited:
+		return 0
+	case b == Budget{}:
+		return defaultBudgetCalls
+	}
+	return b.calls
+}
+
+// Per returns the window; 0 for an unlimited budget.
+func (b Budget) Per() time.Duration {
+	switch {
+	case b.unlimited:
+		return 0
+	case b == Budget{}:
+		return defaultBudgetPer
+	}
+	return b.per
+}
+
+// Unlimited reports whether the budget has no limit.
+func (b Budget) Unlimited() bool { return b.unlimited }
+
+// String describes the budget, such as "1200 calls per 5m0s".
 func (b Budget) String() string {
-	if b.Calls == 0 {
+	if b.unlimited {
 		return "unlimited"
 	}
-	return fmt.Sprintf("%d calls per %s", b.Calls, b.Per)
+	return fmt.Sprintf("%d calls per %s", b.Calls(), b.Per())
+}
+
+func (b Budget) validate() error {
+	if b.unlimited || b == (Budget{}) {
+		return nil
+	}
+	if b.calls < 1 || b.calls > 1_000_000 || b.per < time.Millisecond || b.per > 24*time.Hour {
+		return invalidf("Config.Budget is %d calls per %s; accepted: the zero Budget (1200 calls per 300 s), UnlimitedBudget(), or NewBudget with 1 to 1000000 calls per 1ms to 24h", b.calls, b.per)
+	}
+	return nil
 }
 
 // budgetLimiter enforces a Budget with a ring of the send times of the last
 // Calls calls.
 type budgetLimiter struct {
-	b     Budget
+	b     Budget // validated
 	mu    sync.Mutex
 	sent  []time.Time // ring of send times, oldest at head once full
 	head  int
@@ -76,22 +109,23 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // wait reserves one call, waiting for the window to free one if needed. It
-// gives up, with a KindBudget error that says when a call frees up, as soon
+// gives up, with an ErrBudget error that says when a call frees up, as soon
 // as it is clear the context's deadline comes first.
 func (l *budgetLimiter) wait(ctx context.Context) *Error {
-	if l.b.Calls == 0 {
+	if l.b.unlimited {
 		return nil
 	}
+	calls, per := l.b.Calls(), l.b.Per()
 	for {
 		l.mu.Lock()
 		now := l.now()
-		if len(l.sent) < l.b.Calls {
+		if len(l.sent) < calls {
 			l.sent = append(l.sent, now)
 			l.reserved(now)
 			l.mu.Unlock()
 			return nil
 		}
-		free := l.sent[l.head].Add(l.b.Per)
+		free := l.sent[l.head].Add(per)
 		if !free.After(now) {
 			l.sent[l.head] = now
 			l.head = (l.head + 1) % len(l.sent)
@@ -119,7 +153,7 @@ func (l *budgetLimiter) reserved(t time.Time) {
 }
 
 func (l *budgetLimiter) exhausted(wait time.Duration) *Error {
-	return &Error{Kind: KindBudget, RetryAfter: wait,
+	return &Error{kind: kindBudget, RetryAfter: wait,
 		Message: fmt.Sprintf("not sent: the request budget (%s) is spent; a call frees up in %s", l.b, wait.Round(time.Millisecond))}
 }
 
@@ -129,18 +163,17 @@ func (l *budgetLimiter) nextFree() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	if l.b.Calls == 0 || len(l.sent) < l.b.Calls {
+	if l.b.unlimited || len(l.sent) < l.b.Calls() {
 		return now
 	}
-	if free := l.sent[l.head].Add(l.b.Per); free.After(now) {
+	if free := l.sent[l.head].Add(l.b.Per()); free.After(now) {
 		return free
 	}
 	return now
 }
 
 // BudgetWait returns how long the next call would wait for the request
-// budget: zero when one may be sent now. It lets a caller say that it is
-// about to wait (the CLI's sweep does) before Exec waits.
+// budget; zero when one may be sent now.
 func (c *Client) BudgetWait() time.Duration {
 	return max(0, time.Until(c.budget.nextFree()))
 }

@@ -32,7 +32,7 @@ func fakeLimiter(b Budget) (*budgetLimiter, *fakeClock) {
 }
 
 func TestBudgetWaitsOrFailsByDeadline(t *testing.T) {
-	l, clk := fakeLimiter(Budget{Calls: 3, Per: time.Second})
+	l, clk := fakeLimiter(NewBudget(3, time.Second))
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		if e := l.wait(ctx); e != nil {
@@ -58,15 +58,15 @@ func TestBudgetWaitsOrFailsByDeadline(t *testing.T) {
 	if waited := clk.now().Sub(start); waited != time.Second {
 		t.Fatalf("waited %v, want 1s", waited)
 	}
-	if got := Unlimited.String(); got != "unlimited" {
-		t.Errorf("Unlimited = %q", got)
+	if got := UnlimitedBudget().String(); got != "unlimited" {
+		t.Errorf("UnlimitedBudget() = %q", got)
 	}
 }
 
 // Whatever the concurrency, no window of length Per ever holds more than
 // Calls calls.
 func TestBudgetIsNeverExceeded(t *testing.T) {
-	b := Budget{Calls: 7, Per: 300 * time.Millisecond}
+	b := NewBudget(7, 300*time.Millisecond)
 	l, _ := fakeLimiter(b)
 	var mu sync.Mutex
 	var stamps []time.Time
@@ -89,9 +89,9 @@ func TestBudgetIsNeverExceeded(t *testing.T) {
 		t.Fatalf("%d reservations", len(stamps))
 	}
 	sort.Slice(stamps, func(i, j int) bool { return stamps[i].Before(stamps[j]) })
-	for i := b.Calls; i < len(stamps); i++ {
-		if d := stamps[i].Sub(stamps[i-b.Calls]); d < b.Per {
-			t.Fatalf("calls %d and %d are %v apart: %d calls within %v", i-b.Calls, i, d, b.Calls+1, b.Per)
+	for i := b.Calls(); i < len(stamps); i++ {
+		if d := stamps[i].Sub(stamps[i-b.Calls()]); d < b.Per() {
+			t.Fatalf("calls %d and %d are %v apart: %d calls within %v", i-b.Calls(), i, d, b.Calls()+1, b.Per())
 		}
 	}
 }

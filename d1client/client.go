@@ -2,6 +2,7 @@ package d1client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,13 +22,16 @@ import (
 	"github.com/cloudflare/cloudflare-go/v7/option"
 )
 
-// DefaultBaseURL is Cloudflare's API base URL, used when neither
-// Config.BaseURL nor CLOUDFLARE_BASE_URL is set.
+// DefaultBaseURL is Cloudflare's API base URL.
 const DefaultBaseURL = "https://api.cloudflare.com/client/v4/"
 
-// BaseURLEnv is the environment variable cloudflare-go reads for the base
-// URL; New respects it too.
-const BaseURLEnv = "CLOUDFLARE_BASE_URL"
+// Environment variables that New reads for the API base URL when
+// Config.BaseURL is empty: wrangler's and cloudflare-go's. If both are set
+// and differ, New refuses to guess.
+const (
+	APIBaseURLEnv = "CLOUDFLARE_API_BASE_URL"
+	BaseURLEnv    = "CLOUDFLARE_BASE_URL"
+)
 
 // DefaultAttemptTimeout bounds one HTTP attempt. It sits above D1's 30-second
 // query limit, so a slow but legitimate query is not cut off.
@@ -36,48 +40,49 @@ const DefaultAttemptTimeout = 45 * time.Second
 // maxResponseBytes bounds how much of one response body is read.
 const maxResponseBytes = 64 << 20
 
-// Config configures a Client.
+// Config configures a Client. Its String, GoString, Format and LogValue
+// methods never show the API token.
 type Config struct {
-	// BaseURL of the Cloudflare API. Empty means $CLOUDFLARE_BASE_URL, and
-	// then DefaultBaseURL. Point it at a d1local server for local work.
+	// BaseURL of the Cloudflare API. Empty means $CLOUDFLARE_API_BASE_URL
+	// or $CLOUDFLARE_BASE_URL, and then DefaultBaseURL. Point it at a
+	// d1local server for local work.
 	BaseURL string
-	// APIToken is sent as a bearer token. It never appears in an error, a
-	// log line or a panic of this package.
+	// APIToken is sent as a bearer token.
 	APIToken string
 	// AccountID and DatabaseID name the D1 database. Both are required.
 	AccountID  string
 	DatabaseID string
-	// HTTPClient, if set, carries every request (its Timeout, if any, bounds
-	// each attempt too).
+	// HTTPClient, if set, carries every request.
 	HTTPClient *http.Client
-	// Retry is the retry policy; the zero value means DefaultRetryPolicy.
+	// Retry is the retry policy; the zero value is DefaultRetryPolicy().
 	Retry RetryPolicy
-	// AttemptTimeout bounds each HTTP attempt; 0 means DefaultAttemptTimeout.
+	// AttemptTimeout bounds each HTTP attempt: 10 ms to 10 min. Zero means
+	// DefaultAttemptTimeout.
 	AttemptTimeout time.Duration
-	// Budget is the client-side request budget. nil means DefaultBudget
-	// (Cloudflare's 1200 calls per 300 s); a Budget with Calls 0 is
-	// unlimited, which suits d1local.
-	Budget *Budget
+	// Budget is the client-side request budget; the zero value is
+	// Cloudflare's limit of 1200 calls per 300 s.
+	Budget Budget
 	// Coalesce configures group commit for calls made with Coalesce().
 	Coalesce CoalesceConfig
 	// Logger receives retry and rate-limit events; nil discards them.
 	Logger *slog.Logger
 }
 
-// Client is a D1 REST client. It is safe for concurrent use.
+// Client is a D1 REST client. It is safe for concurrent use. Its String,
+// GoString, Format and LogValue methods never show the API token.
 //
 // A Client sends everything to the /raw endpoint rather than /query: /raw
-// returns each result as ordered columns plus row arrays, so column order and
-// duplicate column names survive (a JSON object in /query collapses
-// "SELECT a.id, b.id" to one key, and Go maps lose order), and its bodies are
-// smaller. Scan helpers on Row give the convenience /query's objects would.
+// keeps column order and duplicate column names ("SELECT a.id, b.id"), which
+// /query's JSON objects lose.
 type Client struct {
-	cfg    Config
-	svc    *d1.DatabaseService
-	log    *slog.Logger
-	retry  RetryPolicy
-	budget *budgetLimiter
-	batch  *batcher
+	cfg     Config  // APIToken cleared: see token
+	token   *string // behind a pointer, so that printing a Client shows an address
+	svc     *d1.DatabaseService
+	log     *slog.Logger
+	retry   RetryPolicy
+	budget  *budgetLimiter
+	batch   *batcher
+	classes *classCache
 
 	mu           sync.Mutex
 	blockedUntil time.Time // a 971 block: nothing is sent before it
@@ -91,18 +96,11 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // New validates cfg and returns a Client. It makes no network call.
 func New(cfg Config) (*Client, error) {
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = os.Getenv(BaseURLEnv)
+	base, err := resolveBaseURL(cfg.BaseURL)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = DefaultBaseURL
-	}
-	if !strings.HasSuffix(cfg.BaseURL, "/") {
-		cfg.BaseURL += "/"
-	}
-	if !strings.HasPrefix(cfg.BaseURL, "http://") && !strings.HasPrefix(cfg.BaseURL, "https://") {
-		return nil, invalidf("base URL %q must start with http:// or https://", cfg.BaseURL)
-	}
+	cfg.BaseURL = base
 	if cfg.AccountID == "" {
 		return nil, invalidf("account ID is required (CLOUDFLARE_ACCOUNT_ID)")
 	}
@@ -115,8 +113,22 @@ func New(cfg Config) (*Client, error) {
 	if !idPattern.MatchString(cfg.DatabaseID) {
 		return nil, invalidf("database ID %q is not a D1 database UUID", cfg.DatabaseID)
 	}
-	if cfg.AttemptTimeout <= 0 {
+	switch t := cfg.AttemptTimeout; {
+	case t == 0:
 		cfg.AttemptTimeout = DefaultAttemptTimeout
+	case t < 10*time.Millisecond || t > 10*time.Minute:
+		return nil, invalidf("Config.AttemptTimeout is %s; accepted: 0 (the default, %s) or 10ms to 10m", t, DefaultAttemptTimeout)
+	}
+	retry, err := cfg.Retry.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Budget.validate(); err != nil {
+		return nil, err
+	}
+	coalesce, err := cfg.Coalesce.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -134,31 +146,45 @@ func New(cfg Config) (*Client, error) {
 	if cfg.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
 	}
-	budget := DefaultBudget
-	if cfg.Budget != nil {
-		budget = *cfg.Budget
-	}
-	if err := budget.validate(); err != nil {
-		return nil, err
-	}
+	token := cfg.APIToken
+	cfg.APIToken = ""
 	c := &Client{
-		cfg:    cfg,
-		svc:    d1.NewDatabaseService(opts...),
-		log:    log,
-		retry:  cfg.Retry.withDefaults(),
-		budget: newBudgetLimiter(budget),
-		sleep:  sleepCtx,
-	}
-	coalesce, err := cfg.Coalesce.withDefaults()
-	if err != nil {
-		return nil, err
+		cfg:     cfg,
+		token:   &token,
+		svc:     d1.NewDatabaseService(opts...),
+		log:     log,
+		retry:   retry,
+		budget:  newBudgetLimiter(cfg.Budget),
+		classes: &classCache{},
+		sleep:   sleepCtx,
 	}
 	c.batch = newBatcher(c, coalesce)
 	return c, nil
 }
 
+// resolveBaseURL returns the base URL to use: the configured one, else the
+// environment's, else DefaultBaseURL; with a trailing slash.
+func resolveBaseURL(configured string) (string, error) {
+	u := configured
+	if u == "" {
+		wrangler, cf := os.Getenv(APIBaseURLEnv), os.Getenv(BaseURLEnv)
+		if wrangler != "" && cf != "" && strings.TrimRight(wrangler, "/") != strings.TrimRight(cf, "/") {
+			return "", invalidf("%s (%q) and %s (%q) name different API base URLs: unset one of them, or set Config.BaseURL",
+				APIBaseURLEnv, wrangler, BaseURLEnv, cf)
+		}
+		u = cmp.Or(wrangler, cf, DefaultBaseURL)
+	}
+	if !strings.HasSuffix(u, "/") {
+		u += "/"
+	}
+	if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		return "", invalidf("base URL %q must start with http:// or https://", u)
+	}
+	return u, nil
+}
+
 func invalidf(format string, args ...any) *Error {
-	return &Error{Kind: KindInvalid, Message: fmt.Sprintf(format, args...)}
+	return &Error{kind: kindInvalid, Message: fmt.Sprintf(format, args...)}
 }
 
 // ExecOption adjusts one Exec call.
@@ -187,16 +213,13 @@ func RetryUntilDeadline() ExecOption { return func(o *execOptions) { o.untilDead
 // caller's statements in it. See CoalesceConfig for what happens then.
 func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 
-// Exec runs the statements as one D1 call and returns one Result per
-// statement. One statement travels as {"sql","params"}; several travel as
-// {"batch":[...]}, which D1 runs as one transaction: either every statement
-// commits or none does. Each Statement must hold exactly one SQL statement
-// (D1 refuses parameters with multi-statement SQL, and the result count is
-// checked).
+// Exec runs the statements as one D1 call, one transaction, and returns one
+// Result per statement. Each Statement must hold exactly one SQL statement;
+// SQL holding several is refused with ErrInvalid before anything is sent.
 //
 // Reads and calls marked Idempotent are retried on transient failures
-// according to the RetryPolicy; other writes are retried only when the
-// failure proves nothing was delivered. The context's deadline always wins.
+// according to the RetryPolicy; other writes only when the failure proves
+// nothing was delivered. The context's deadline always wins.
 func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption) ([]Result, error) {
 	var o execOptions
 	for _, opt := range opts {
@@ -206,19 +229,22 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 		return nil, invalidf("no statements")
 	}
 	wire := make([]wireStatement, len(stmts))
-	safe := o.idempotent
-	readOnly := true
+	safe := true // every statement is read-only, or the call is idempotent
 	for i, s := range stmts {
 		w, err := s.encode(i + 1)
+		if err == nil {
+			cl := c.classes.classify(s.SQL)
+			err = cl.check(i + 1)
+			safe = safe && cl.readOnly
+		}
 		if err != nil {
 			e := invalidf("%v", err)
 			e.Statements = redactAll(stmts)
 			return nil, e
 		}
 		wire[i] = w
-		readOnly = readOnly && s.readOnly()
 	}
-	safe = safe || readOnly
+	safe = safe || o.idempotent
 	solo := !o.coalesce
 
 	var last *Error // the previous attempt's failure
@@ -258,7 +284,7 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 		}
 		c.stats.retries.Add(1)
 		c.log.LogAttrs(ctx, slog.LevelWarn, "d1client: retrying",
-			slog.String("kind", err.Kind.String()), slog.Int("status", err.StatusCode),
+			slog.String("kind", err.kind.String()), slog.Int("status", err.StatusCode),
 			slog.Int("attempt", attempt), slog.Duration("delay", delay))
 		if c.sleep(ctx, delay) != nil {
 			c.stats.failures.Add(1)
@@ -300,7 +326,7 @@ func encodeBody(wire []wireStatement) ([]byte, error) {
 // takes a call from the budget, sends, and decodes.
 func (c *Client) call(ctx context.Context, wire []wireStatement) ([]Result, *Error) {
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Kind: KindTransport, Err: err, Message: "not sent: " + err.Error()}
+		return nil, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error()}
 	}
 	if e := c.checkBlocked(); e != nil {
 		return nil, e
@@ -310,7 +336,7 @@ func (c *Client) call(ctx context.Context, wire []wireStatement) ([]Result, *Err
 	}
 	body, err := encodeBody(wire)
 	if err != nil {
-		return nil, &Error{Kind: KindInvalid, Message: "encoding the request", Err: err}
+		return nil, &Error{kind: kindInvalid, Message: "encoding the request", Err: err}
 	}
 	return c.send(ctx, body, len(wire))
 }
@@ -366,7 +392,7 @@ func (c *Client) send(ctx context.Context, body []byte, n int) ([]Result, *Error
 		return nil, c.transportError(cause)
 	}
 	if len(cp.body) > maxResponseBytes {
-		return nil, &Error{Kind: KindEnvelope, StatusCode: cp.status, Ambiguous: true,
+		return nil, &Error{kind: kindEnvelope, StatusCode: cp.status, Ambiguous: true,
 			Message: fmt.Sprintf("response body exceeds %d bytes", maxResponseBytes)}
 	}
 	results, e := c.classify(cp.status, cp.header, cp.body, n)
@@ -379,7 +405,7 @@ func (c *Client) send(ctx context.Context, body []byte, n int) ([]Result, *Error
 // transportError wraps a failure that produced no HTTP response. It is
 // ambiguous unless the connection was never established.
 func (c *Client) transportError(err error) *Error {
-	e := &Error{Kind: KindTransport, Ambiguous: true, Err: err, Message: err.Error()}
+	e := &Error{kind: kindTransport, Ambiguous: true, Err: err, Message: err.Error()}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		e.Ambiguous = false
@@ -392,7 +418,7 @@ func (c *Client) transportError(err error) *Error {
 // never put there by this package; this guards against a server or a proxy
 // echoing it back.
 func (c *Client) redact(e *Error) {
-	tok := c.cfg.APIToken
+	tok := *c.token
 	if tok == "" {
 		return
 	}
@@ -415,23 +441,25 @@ type envelope struct {
 	Result   json.RawMessage `json:"result"`
 }
 
-// Codes that mean the token, account or database is wrong.
+// Codes that mean the token or the account is wrong.
 var authCodes = map[int]bool{
 	10000: true,                         // Authentication error
 	10001: true,                         // unable to authenticate
 	9106:  true, 9107: true, 9109: true, // missing/invalid auth headers or token
 	7403: true,                         // account not authorized for the service
-	7404: true,                         // database not found
 	7003: true,                         // could not route: bad account or database identifier
 	6003: true, 6111: true, 6103: true, // malformed auth headers
 }
+
+// codeNoDatabase is D1's "database not found".
+const codeNoDatabase = 7404
 
 func (c *Client) classify(status int, header http.Header, body []byte, n int) ([]Result, *Error) {
 	var env envelope
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if err := dec.Decode(&env); err != nil || env.Success == nil && env.Result == nil && env.Errors == nil {
-		return nil, &Error{Kind: KindNonJSON, StatusCode: status, Ambiguous: true,
+		return nil, &Error{kind: kindNonJSON, StatusCode: status, Ambiguous: true,
 			Message: bodySnippet(header, body), Err: err}
 	}
 	e := &Error{StatusCode: status, Details: env.Errors}
@@ -447,31 +475,33 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 	if status >= 400 {
 		switch {
 		case status == http.StatusTooManyRequests && (e.hasCode(971) || strings.Contains(strings.ToLower(e.Message), "throttl") || strings.Contains(e.Message, "1200")):
-			e.Kind = KindRateLimited
+			e.kind = kindRateLimited
 			if e.RetryAfter <= 0 {
 				e.RetryAfter = RateLimitBlock
 			}
 			e.BlockedUntil = time.Now().Add(e.RetryAfter)
 			c.block(e.BlockedUntil)
 		case status == http.StatusTooManyRequests:
-			e.Kind = KindOverloaded
+			e.kind = kindOverloaded
 			e.Ambiguous = true
+		case e.hasCode(codeNoDatabase):
+			e.kind = kindNoDatabase
 		case e.hasAnyCode(authCodes) || status == http.StatusUnauthorized || status == http.StatusForbidden:
-			e.Kind = KindAuth
+			e.kind = kindAuth
 		case status >= 500:
-			e.Kind = KindTransient
+			e.kind = kindTransient
 			e.Ambiguous = true
 		case e.hasCode(7500):
-			e.Kind = KindSQL
+			e.kind = kindSQL
 			e.Message = strings.TrimPrefix(e.Message, "D1_ERROR: ")
 			e.SQLiteCode, e.ExtendedCode = parseSQLiteCode(e.Message)
 		default:
-			e.Kind = KindRejected
+			e.kind = kindRejected
 		}
 		return nil, e
 	}
 	if env.Success == nil || !*env.Success {
-		e.Kind = KindEnvelope
+		e.kind = kindEnvelope
 		e.Ambiguous = true
 		if e.Message == "" {
 			e.Message = fmt.Sprintf("HTTP %d with success:false", status)
@@ -480,22 +510,22 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 	}
 	var raws []rawResult
 	if err := json.Unmarshal(env.Result, &raws); err != nil {
-		return nil, &Error{Kind: KindEnvelope, StatusCode: status, Ambiguous: true,
+		return nil, &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true,
 			Message: "result is not an array of statement results", Err: err}
 	}
 	if len(raws) != n {
-		return nil, &Error{Kind: KindResultCount, StatusCode: status, Ambiguous: true,
+		return nil, &Error{kind: kindResultCount, StatusCode: status, Ambiguous: true,
 			Message: fmt.Sprintf("%d statements sent, %d results returned", n, len(raws))}
 	}
 	results := make([]Result, n)
 	for i := range raws {
 		if raws[i].Success != nil && !*raws[i].Success {
-			return nil, &Error{Kind: KindEnvelope, StatusCode: status, Ambiguous: true,
+			return nil, &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true,
 				Message: fmt.Sprintf("statement %d reported success:false", i+1)}
 		}
 		r, err := raws[i].decode()
 		if err != nil {
-			return nil, &Error{Kind: KindEnvelope, StatusCode: status, Ambiguous: true,
+			return nil, &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true,
 				Message: fmt.Sprintf("statement %d: %v", i+1, err), Err: err}
 		}
 		results[i] = r
@@ -550,7 +580,7 @@ func (c *Client) checkBlocked() *Error {
 	until := c.blockedUntil
 	c.mu.Unlock()
 	if wait := time.Until(until); wait > 0 {
-		return &Error{Kind: KindRateLimited, StatusCode: http.StatusTooManyRequests, Codes: []int{971},
+		return &Error{kind: kindRateLimited, StatusCode: http.StatusTooManyRequests, Codes: []int{971},
 			RetryAfter: wait, BlockedUntil: until,
 			Message: "not sent: Cloudflare's global API rate limit blocks this account until " + until.UTC().Format(time.RFC3339)}
 	}

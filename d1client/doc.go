@@ -6,20 +6,21 @@
 // packages only), with cloudflare-go's own retries turned off: cloudflare-go
 // retries POSTs, and so writes, by default, and honours Retry-After with no
 // cap. Every call goes to the /raw endpoint, whose ordered columns keep
-// duplicate names and column order (see Client).
+// duplicate names and column order.
 //
 // # Statements and batches
 //
-// Exec takes one or more Statements. One travels as {"sql","params"}; several
-// travel as {"batch":[...]}, which D1 runs as one transaction. The number of
-// results is checked against the number of statements. Results decode from
-// the raw JSON bytes, never through float64 for integers: see Value for the
-// exact rules, Row.Scan for scanning, and Meta for the per-statement meta
-// (changes, rows_read, rows_written, duration, size_after, served_by_*).
+// Exec takes one or more Statements, each one SQL statement with its
+// parameters. One travels as {"sql","params"}; several travel as
+// {"batch":[...]}, which D1 runs as one transaction. SQL holding several
+// statements ("SELECT 1; SELECT 2") is refused before anything is sent. The
+// number of results is checked against the number of statements. Results
+// decode from the raw JSON bytes, never through float64 for integers: see
+// Value, Row.Scan and Meta.
 //
 // # Parameters
 //
-// Parameters are encoded deliberately (see encodeParam for the reasoning):
+// Parameters are encoded deliberately:
 //
 //	nil, nil pointer        -> null
 //	bool                    -> 0 / 1
@@ -33,46 +34,56 @@
 //	[]byte                  -> refused: bind hex text, write unhex(?)
 //	time.Time               -> refused: bind t.UnixMilli() or an RFC 3339 string
 //
-// Before anything is sent, a statement with more than 100 parameters or more
-// than 100,000 bytes of SQL is refused with a KindInvalid error.
+// A statement with more than 100 parameters or more than 100,000 bytes of
+// SQL is refused before anything is sent.
 //
 // # Errors
 //
-// Every failure is an *Error. Its Kind maps the D1 response shape, and the
-// matching sentinel works with errors.Is:
+// Every failure is an *Error that matches one sentinel error with
+// errors.Is; errors.As gives its details (status, codes, message, SQLite
+// code, Retry-After, whether a write may have committed):
 //
-//	HTTP 400, code 7500 "<msg>: SQLITE_<CODE>"   KindSQL         ErrSQL (and ErrConstraint for SQLITE_CONSTRAINT)
-//	403 10000, 403 7403, 404 7404, 400/404 7003,
-//	400 6003/6111/6103, any other 401/403         KindAuth        ErrAuth
-//	429 code 971 (global API limit), Retry-After  KindRateLimited ErrRateLimited
-//	429 otherwise (D1 overloaded)                 KindOverloaded  ErrOverloaded
-//	5xx with a JSON body (500/7500 internal)      KindTransient   ErrTransient
-//	a body that is not JSON (502/503/504 HTML)    KindNonJSON     ErrNonJSON
-//	2xx with success:false, or a bad result       KindEnvelope    ErrEnvelope
-//	result count differs from statement count     KindResultCount ErrResultCount
-//	no HTTP response at all                       KindTransport   ErrTransport
-//	other 4xx (a malformed request)               KindRejected    ErrRejected
-//	refused before sending                        KindInvalid     ErrInvalid
-//	the request budget is spent                   KindBudget      ErrBudget
+//	HTTP 400, code 7500 "<msg>: SQLITE_<CODE>"    ErrSQL (and ErrConstraint for SQLITE_CONSTRAINT)
+//	HTTP 404, code 7404                           ErrNoDatabase
+//	403 10000, 403 7403, 400/404 7003,
+//	400 6003/6111/6103, any other 401/403          ErrAuth
+//	429 code 971 (global API limit), Retry-After   ErrRateLimited
+//	429 otherwise (D1 overloaded)                  ErrOverloaded
+//	5xx with a JSON body (500/7500 internal)       ErrTransient
+//	a body that is not JSON (502/503/504 HTML)     ErrNonJSON
+//	2xx with success:false, or a bad result        ErrEnvelope
+//	result count differs from statement count      ErrResultCount
+//	no HTTP response at all                        ErrTransport
+//	other 4xx (a malformed request)                ErrRejected
+//	refused before sending                         ErrInvalid
+//	the request budget is spent                    ErrBudget
 //
-// Every error carries the status, the codes, the message and the SQL of the
-// call with its parameter values redacted. The API token never appears in an
-// error, a log line or a panic. Ambiguous marks failures after which a write
-// may nevertheless have committed.
+// No error, log line, formatted Config or Client, or panic of this package
+// shows the API token; parameter values are left out of errors too.
 //
 // # Retries
 //
-// The RetryPolicy retries reads, and calls marked Idempotent, on transient
-// failures (overload, 5xx, non-JSON, transport) with capped exponential
-// backoff and jitter, honouring Retry-After up to a cap. A write that may
-// already have reached D1 is never retried automatically. A 971 block is
-// never retried before it ends: the client refuses to send until then. The
-// context's deadline always wins: no retry starts that could not finish
-// before it.
+// Reads, and calls marked Idempotent, are retried on transient failures
+// (overload, 5xx, non-JSON, transport) with capped exponential backoff and
+// jitter, honouring Retry-After up to a cap; see RetryPolicy. A statement is
+// a read only when the client proves it from SQL's tokens (a SELECT, a
+// VALUES, a WITH whose main statement is a SELECT, an EXPLAIN, a PRAGMA
+// that reads); anything else is a write, and a write that may already have
+// reached D1 is never sent again unless marked Idempotent. Nothing is sent
+// during a 971 block. No retry starts that could not finish before the
+// context's deadline.
 //
 // # Request budget and group commit
 //
-// A Budget keeps the client within Cloudflare's API limit (1200 calls per
-// 5 minutes by default). Calls made with Coalesce() share D1 batch calls
-// with concurrent callers; see CoalesceConfig.
+// A Budget keeps the client within Cloudflare's API limit (1200 calls per 5
+// minutes by default). Calls made with Coalesce() share D1 batch calls with
+// concurrent callers; see CoalesceConfig.
+//
+// # API stability
+//
+// The exported API (every exported name and its documented behaviour:
+// encodings, error classification, retry rules) is kept compatible within
+// a major version. Not covered: the text of error messages (match errors
+// with errors.Is, never by text), the output of String and Format, and the
+// defaults of CoalesceConfig, which may be tuned.
 package d1client

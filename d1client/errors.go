@@ -9,84 +9,85 @@ import (
 	"time"
 )
 
-// Kind classifies a failed D1 call. Every error this package returns is an
-// [*Error] whose Kind says which documented D1 failure it is; the matching
-// sentinel (ErrSQL, ErrAuth, ...) makes it testable with [errors.Is].
-type Kind int
+// kind classifies a failed D1 call: one kind per documented D1 failure
+// shape, each with its sentinel error.
+type kind int
 
-// The kinds of failure. The package documentation maps every D1 response
-// shape to one of them.
 const (
-	// KindSQL: HTTP 400 with code 7500. SQLite refused the statement (syntax,
-	// missing table, constraint, authorizer denial). Deterministic: never
-	// retried. Nothing in the request was committed.
-	KindSQL Kind = iota + 1
-	// KindAuth: the token, account or database is wrong (10000, 7403, 7404,
-	// 7003, 6003/6111). Deterministic: never retried.
-	KindAuth
-	// KindRateLimited: HTTP 429 with code 971, Cloudflare's global API limit
-	// (1200 calls per 5 minutes). Every API call of the account is blocked
-	// until RetryAfter has passed; the client refuses to send until then.
-	KindRateLimited
-	// KindOverloaded: HTTP 429 from D1 itself (its queue is full). Short
-	// backoff; retried for reads and idempotent calls.
-	KindOverloaded
-	// KindTransient: HTTP 5xx with a JSON body, including 500/7500
-	// "internal error". Retried for reads and idempotent calls only, because
-	// a write may have committed.
-	KindTransient
-	// KindNonJSON: a response that is not JSON, typically a 502/503/504 HTML
-	// page from the edge. Treated like KindTransient.
-	KindNonJSON
-	// KindEnvelope: HTTP 2xx whose envelope says success:false, or whose
-	// body does not decode. The outcome of a write is unknown.
-	KindEnvelope
-	// KindResultCount: D1 answered with a different number of results than
-	// statements were sent. The outcome of a write is unknown.
-	KindResultCount
-	// KindTransport: no HTTP response (connection refused, reset, timeout).
-	// Ambiguous reports whether the request may have reached D1.
-	KindTransport
-	// KindInvalid: refused by this client before anything was sent (too many
-	// parameters, SQL too long, an unsupported parameter type, bad config).
-	KindInvalid
-	// KindRejected: any other 4xx from the API (a malformed body, say).
-	// Deterministic: never retried.
-	KindRejected
-	// KindBudget: the client-side request budget had no call left before the
-	// context deadline. Nothing was sent; RetryAfter says when one frees up.
-	KindBudget
+	kindSQL         kind = iota + 1 // HTTP 400, code 7500: SQLite refused the statement
+	kindAuth                        // the token or the account is wrong
+	kindNoDatabase                  // HTTP 404, code 7404: no such database
+	kindRateLimited                 // HTTP 429, code 971: Cloudflare's global API limit
+	kindOverloaded                  // any other 429: D1 is overloaded
+	kindTransient                   // HTTP 5xx with a JSON body
+	kindNonJSON                     // a body that is not JSON (an edge's HTML page)
+	kindEnvelope                    // 2xx with success:false, or a malformed result
+	kindResultCount                 // as many results as statements were not returned
+	kindTransport                   // no HTTP response
+	kindInvalid                     // refused before anything was sent
+	kindRejected                    // any other 4xx
+	kindBudget                      // the request budget is spent
 )
 
-// Sentinels for [errors.Is]. Each *Error matches the sentinel of its Kind;
-// ErrConstraint additionally matches SQL errors whose SQLite code is
-// SQLITE_CONSTRAINT, and ErrRetryable matches every error that is safe and
-// useful to try again later.
+// Sentinel errors, one per kind of failure. Every error of this package is
+// an [*Error] that matches exactly one of them with [errors.Is], except that
+// a constraint violation matches both ErrSQL and ErrConstraint.
 var (
-	ErrSQL         = errors.New("d1: SQL error")
-	ErrConstraint  = errors.New("d1: constraint violation")
-	ErrAuth        = errors.New("d1: authentication or configuration error")
+	// ErrSQL: SQLite refused the statement (HTTP 400, code 7500), for a
+	// syntax error, a missing table, a constraint or an authorizer denial.
+	// Nothing of the call was committed.
+	ErrSQL = errors.New("d1: SQL error")
+	// ErrConstraint: a constraint violation (UNIQUE, PRIMARY KEY, NOT NULL,
+	// CHECK, FOREIGN KEY). Such an error is also an ErrSQL.
+	ErrConstraint = errors.New("d1: constraint violation")
+	// ErrAuth: the token, its permissions or the account are wrong (codes
+	// 10000, 10001, 7403, 7003, 6003, 6111, 6103, 9106, 9107, 9109, or any
+	// other HTTP 401 or 403).
+	ErrAuth = errors.New("d1: authentication or configuration error")
+	// ErrNoDatabase: the account has no database with the configured ID
+	// (code 7404, with HTTP 404).
+	ErrNoDatabase = errors.New("d1: no such database")
+	// ErrRateLimited: Cloudflare's global API rate limit (HTTP 429, code
+	// 971) blocks every API call of the account until Error.RetryAfter has
+	// passed; the client sends nothing before then.
 	ErrRateLimited = errors.New("d1: Cloudflare API rate limit reached (code 971)")
-	ErrOverloaded  = errors.New("d1: database overloaded")
-	ErrTransient   = errors.New("d1: transient server error")
-	ErrNonJSON     = errors.New("d1: non-JSON response")
-	ErrEnvelope    = errors.New("d1: unsuccessful or malformed response envelope")
+	// ErrOverloaded: D1 is overloaded (any other HTTP 429).
+	ErrOverloaded = errors.New("d1: database overloaded")
+	// ErrTransient: a server error with a JSON body (HTTP 5xx). A write may
+	// have committed.
+	ErrTransient = errors.New("d1: transient server error")
+	// ErrNonJSON: a response that is not JSON, typically a 502, 503 or 504
+	// page from Cloudflare's edge. A write may have committed.
+	ErrNonJSON = errors.New("d1: non-JSON response")
+	// ErrEnvelope: a 2xx response whose envelope says success:false or does
+	// not decode. A write may have committed.
+	ErrEnvelope = errors.New("d1: unsuccessful or malformed response envelope")
+	// ErrResultCount: D1 returned a different number of results than
+	// statements were sent. A write may have committed.
 	ErrResultCount = errors.New("d1: result count does not match statement count")
-	ErrTransport   = errors.New("d1: transport error")
-	ErrInvalid     = errors.New("d1: invalid request")
-	ErrRejected    = errors.New("d1: request rejected")
-	ErrBudget      = errors.New("d1: request budget exhausted")
-	ErrRetryable   = errors.New("d1: retryable")
+	// ErrTransport: no HTTP response arrived (connection refused or lost, a
+	// timeout). Error.Ambiguous says whether the request may have reached D1.
+	ErrTransport = errors.New("d1: transport error")
+	// ErrInvalid: refused before anything was sent: a bad Config, too many
+	// parameters, SQL too long or holding several statements, an
+	// unsupported parameter type.
+	ErrInvalid = errors.New("d1: invalid request")
+	// ErrRejected: any other HTTP 4xx (a malformed request).
+	ErrRejected = errors.New("d1: request rejected")
+	// ErrBudget: the client's request budget had no call left before the
+	// context's deadline. Nothing was sent; Error.RetryAfter says when a
+	// call frees up.
+	ErrBudget = errors.New("d1: request budget exhausted")
 )
 
-var kindSentinels = map[Kind]error{
-	KindSQL: ErrSQL, KindAuth: ErrAuth, KindRateLimited: ErrRateLimited,
-	KindOverloaded: ErrOverloaded, KindTransient: ErrTransient, KindNonJSON: ErrNonJSON,
-	KindEnvelope: ErrEnvelope, KindResultCount: ErrResultCount, KindTransport: ErrTransport,
-	KindInvalid: ErrInvalid, KindRejected: ErrRejected, KindBudget: ErrBudget,
+var kindSentinels = map[kind]error{
+	kindSQL: ErrSQL, kindAuth: ErrAuth, kindNoDatabase: ErrNoDatabase, kindRateLimited: ErrRateLimited,
+	kindOverloaded: ErrOverloaded, kindTransient: ErrTransient, kindNonJSON: ErrNonJSON,
+	kindEnvelope: ErrEnvelope, kindResultCount: ErrResultCount, kindTransport: ErrTransport,
+	kindInvalid: ErrInvalid, kindRejected: ErrRejected, kindBudget: ErrBudget,
 }
 
-func (k Kind) String() string {
+func (k kind) String() string {
 	if s, ok := kindSentinels[k]; ok {
 		return strings.TrimPrefix(s.Error(), "d1: ")
 	}
@@ -99,42 +100,41 @@ type ErrorDetail struct {
 	Message string `json:"message"`
 }
 
-// Error is a failed D1 call. It carries what an operator needs and never the
-// API token: the HTTP status, the Cloudflare codes and messages, the SQLite
-// result code for SQL errors, Retry-After for rate limits, and the SQL of the
-// call with every parameter value redacted.
+// Error is a failed D1 call. Match it against the sentinel errors with
+// [errors.Is]; use [errors.As] for its details. It never holds the API
+// token, and every parameter value of the call is left out.
 type Error struct {
-	Kind       Kind
 	StatusCode int           // HTTP status; 0 when no response arrived
 	Codes      []int         // Cloudflare error codes, in order
-	Message    string        // first error message (or a snippet of a non-JSON body)
+	Message    string        // the first error message, or a snippet of a non-JSON body
 	Details    []ErrorDetail // every entry of the envelope's errors array
 
-	// SQLiteCode is the primary SQLite code parsed from the ": SQLITE_<CODE>"
-	// suffix of a 7500 message (for example "SQLITE_CONSTRAINT"), and
-	// ExtendedCode the "(extended: SQLITE_...)" part where D1 gives it.
+	// SQLiteCode is the SQLite result code at the end of an SQL error's
+	// message (such as "SQLITE_CONSTRAINT"), and ExtendedCode the extended
+	// code where D1 gives one.
 	SQLiteCode   string
 	ExtendedCode string
 
-	// RetryAfter is the server's Retry-After (429, 503) or, for KindBudget,
-	// the wait until the budget frees a call. BlockedUntil is set for a 971
-	// block: the time before which this client will not send.
+	// RetryAfter is the server's Retry-After or, for ErrBudget, the wait
+	// until the budget frees a call. BlockedUntil is the end of a 971
+	// block, before which the client sends nothing.
 	RetryAfter   time.Duration
 	BlockedUntil time.Time
 
-	// Ambiguous is true when the request may have reached D1 and been
-	// committed even though no successful answer came back.
+	// Ambiguous is true when the request may have reached D1 and committed
+	// although no successful answer came back.
 	Ambiguous bool
 
-	// Statements is the SQL of the call, each with a count of its redacted
-	// parameters, for diagnostics.
+	// Statements is the SQL of the call, each with the number of its
+	// parameters (their values are left out).
 	Statements []string
 	// Attempts is the number of HTTP attempts made.
 	Attempts int
 
-	// Err is the underlying cause, if any (a transport error, say).
+	// Err is the underlying cause, if any.
 	Err error
 
+	kind kind
 	// siblingAbort marks an SQL error of a shared (coalesced) call, whose
 	// statements must each be sent again alone.
 	siblingAbort bool
@@ -143,7 +143,7 @@ type Error struct {
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("d1: ")
-	b.WriteString(e.Kind.String())
+	b.WriteString(e.kind.String())
 	if st := e.Status(); st != "" {
 		b.WriteString(" (" + st + ")")
 	}
@@ -185,24 +185,19 @@ func (e *Error) Status() string {
 // Unwrap returns the underlying cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is matches the sentinel of the error's Kind, ErrConstraint for constraint
-// violations, and ErrRetryable for errors worth retrying later.
+// Is reports whether target is the sentinel error of e's kind, or
+// ErrConstraint for a constraint violation.
 func (e *Error) Is(target error) bool {
-	switch target {
-	case kindSentinels[e.Kind]:
-		return true
-	case ErrConstraint:
-		return e.IsConstraint()
-	case ErrRetryable:
-		return e.Retryable()
+	if target == ErrConstraint {
+		return e.constraint()
 	}
-	return false
+	return target == kindSentinels[e.kind]
 }
 
-// IsConstraint reports whether SQLite refused the statement with a
-// constraint violation (UNIQUE, PRIMARY KEY, NOT NULL, CHECK, FOREIGN KEY).
-func (e *Error) IsConstraint() bool {
-	if e.Kind != KindSQL {
+// constraint reports whether SQLite refused the statement with a
+// constraint violation.
+func (e *Error) constraint() bool {
+	if e.kind != kindSQL {
 		return false
 	}
 	if e.SQLiteCode != "" {
@@ -210,18 +205,6 @@ func (e *Error) IsConstraint() bool {
 	}
 	// Older D1 messages carry no suffix ("FOREIGN KEY constraint failed").
 	return strings.Contains(e.Message, "constraint failed")
-}
-
-// Retryable reports whether trying the same call again later can succeed:
-// transient server and transport failures, overload, rate limits and an
-// exhausted budget. It says nothing about whether a retry is safe for a
-// write; see Ambiguous.
-func (e *Error) Retryable() bool {
-	switch e.Kind {
-	case KindRateLimited, KindOverloaded, KindTransient, KindNonJSON, KindTransport, KindBudget:
-		return true
-	}
-	return false
 }
 
 var sqliteSuffix = regexp.MustCompile(`:\s*(SQLITE_[A-Z_]+)(?:\s*\(extended:\s*(SQLITE_[A-Z_]+)\))?\s*$`)

@@ -19,15 +19,15 @@ func ExampleClient_Exec() {
 	srv := httptest.NewServer(local)
 	defer srv.Close()
 
-	db, err := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: "example", Budget: &d1client.Unlimited})
+	db, err := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: "example", Budget: d1client.UnlimitedBudget()})
 	if err != nil {
 		panic(err)
 	}
 	ctx := context.Background()
 	res, err := db.Exec(ctx, []d1client.Statement{
-		d1client.NewStatement("CREATE TABLE accounts (id INTEGER PRIMARY KEY, email TEXT UNIQUE, balance INTEGER)"),
-		d1client.NewStatement("INSERT INTO accounts (email, balance) VALUES (?, ?) RETURNING id", "a@example.com", int64(9007199254740993)),
-		d1client.NewStatement("SELECT email, CAST(balance AS TEXT) AS exact FROM accounts"),
+		d1client.Statement{SQL: "CREATE TABLE accounts (id INTEGER PRIMARY KEY, email TEXT UNIQUE, balance INTEGER)"},
+		d1client.Statement{SQL: "INSERT INTO accounts (email, balance) VALUES (?, ?) RETURNING id", Params: []any{"a@example.com", int64(9007199254740993)}},
+		d1client.Statement{SQL: "SELECT email, CAST(balance AS TEXT) AS exact FROM accounts"},
 	})
 	if err != nil {
 		panic(err)

@@ -138,7 +138,7 @@ func TestFixtureSuccessShapes(t *testing.T) {
 func TestFixtureErrorShapes(t *testing.T) {
 	tests := []struct {
 		fixture    string
-		kind       Kind
+		kind       kind
 		sentinel   error
 		status     int
 		codes      []int
@@ -148,32 +148,32 @@ func TestFixtureErrorShapes(t *testing.T) {
 		retryAfter time.Duration
 		msg        string
 	}{
-		{fixture: "sql_error_not_authorized_real", kind: KindSQL, sentinel: ErrSQL, status: 400, codes: []int{7500}, sqlite: "SQLITE_AUTH", msg: "not authorized"},
-		{fixture: "sql_error_no_such_table", kind: KindSQL, sentinel: ErrSQL, status: 400, codes: []int{7500}, sqlite: "SQLITE_ERROR", msg: "no such table: raw_mails"},
-		{fixture: "sql_error_syntax", kind: KindSQL, sentinel: ErrSQL, status: 400, codes: []int{7500}, sqlite: "SQLITE_ERROR", msg: `near "limit": syntax error`},
-		{fixture: "sql_error_unique", kind: KindSQL, sentinel: ErrConstraint, status: 400, codes: []int{7500}, sqlite: "SQLITE_CONSTRAINT", constraint: true, msg: "UNIQUE constraint failed: users.email"},
-		{fixture: "sql_error_unique_workerd", kind: KindSQL, sentinel: ErrConstraint, status: 400, codes: []int{7500}, sqlite: "SQLITE_CONSTRAINT", constraint: true, msg: "UNIQUE constraint failed: idempotency_keys.principal"},
-		{fixture: "sql_error_fk_old_format", kind: KindSQL, sentinel: ErrConstraint, status: 400, codes: []int{7500}, constraint: true, msg: "FOREIGN KEY constraint failed"},
-		{fixture: "sql_error_begin", kind: KindSQL, sentinel: ErrSQL, status: 400, codes: []int{7500}, sqlite: "SQLITE_ERROR", msg: "cannot start a transaction within a transaction"},
-		{fixture: "sql_error_too_big", kind: KindSQL, sentinel: ErrSQL, status: 400, codes: []int{7500}, sqlite: "SQLITE_TOOBIG"},
-		{fixture: "sql_error_free_tier", kind: KindSQL, sentinel: ErrSQL, status: 400, codes: []int{7500}, msg: "free tier daily row read limit"},
-		{fixture: "sql_error_alpha", kind: KindSQL, sentinel: ErrSQL, status: 400, codes: []int{7500}, msg: "alpha database"},
-		{fixture: "internal_500", kind: KindTransient, sentinel: ErrTransient, status: 500, codes: []int{7500}, ambiguous: true, msg: "internal error; reference ="},
-		{fixture: "transient_500_reset", kind: KindTransient, sentinel: ErrTransient, status: 500, codes: []int{7500}, ambiguous: true, msg: "reset"},
-		{fixture: "overloaded_429", kind: KindOverloaded, sentinel: ErrOverloaded, status: 429, codes: []int{7500}, ambiguous: true, msg: "overloaded"},
-		{fixture: "rate_limit_971", kind: KindRateLimited, sentinel: ErrRateLimited, status: 429, codes: []int{971}, retryAfter: 287 * time.Second, msg: "throttling"},
-		{fixture: "rate_limit_971_no_retry_after", kind: KindRateLimited, sentinel: ErrRateLimited, status: 429, codes: []int{971}, retryAfter: RateLimitBlock, msg: "1200 requests"},
-		{fixture: "auth_10000", kind: KindAuth, sentinel: ErrAuth, status: 403, codes: []int{10000}, msg: "Authentication error"},
-		{fixture: "auth_header_6003", kind: KindAuth, sentinel: ErrAuth, status: 400, codes: []int{6003}, msg: "Invalid request headers"},
-		{fixture: "account_7403", kind: KindAuth, sentinel: ErrAuth, status: 403, codes: []int{7403}, msg: "not authorized to access this service"},
-		{fixture: "route_7003", kind: KindAuth, sentinel: ErrAuth, status: 400, codes: []int{7003, 7000}, msg: "perhaps your object identifier is invalid"},
-		{fixture: "database_7404", kind: KindAuth, sentinel: ErrAuth, status: 404, codes: []int{7404}, msg: "could not be found"},
-		{fixture: "html_502", kind: KindNonJSON, sentinel: ErrNonJSON, status: 502, ambiguous: true, msg: "502 Bad Gateway"},
-		{fixture: "html_503", kind: KindNonJSON, sentinel: ErrNonJSON, status: 503, ambiguous: true, msg: "503 Service Temporarily Unavailable"},
-		{fixture: "html_504", kind: KindNonJSON, sentinel: ErrNonJSON, status: 504, ambiguous: true, msg: "504: Gateway time-out"},
-		{fixture: "success_false_200", kind: KindEnvelope, sentinel: ErrEnvelope, status: 200, codes: []int{7500}, ambiguous: true, msg: "internal error"},
-		{fixture: "result_count_mismatch", kind: KindResultCount, sentinel: ErrResultCount, status: 200, ambiguous: true, msg: "2 statements sent, 1 results returned"},
-		{fixture: "statement_success_false", kind: KindEnvelope, sentinel: ErrEnvelope, status: 200, ambiguous: true, msg: "statement 2 reported success:false"},
+		{fixture: "sql_error_not_authorized_real", kind: kindSQL, sentinel: ErrSQL, status: 400, codes: []int{7500}, sqlite: "SQLITE_AUTH", msg: "not authorized"},
+		{fixture: "sql_error_no_such_table", kind: kindSQL, sentinel: ErrSQL, status: 400, codes: []int{7500}, sqlite: "SQLITE_ERROR", msg: "no such table: raw_mails"},
+		{fixture: "sql_error_syntax", kind: kindSQL, sentinel: ErrSQL, status: 400, codes: []int{7500}, sqlite: "SQLITE_ERROR", msg: `near "limit": syntax error`},
+		{fixture: "sql_error_unique", kind: kindSQL, sentinel: ErrConstraint, status: 400, codes: []int{7500}, sqlite: "SQLITE_CONSTRAINT", constraint: true, msg: "UNIQUE constraint failed: users.email"},
+		{fixture: "sql_error_unique_workerd", kind: kindSQL, sentinel: ErrConstraint, status: 400, codes: []int{7500}, sqlite: "SQLITE_CONSTRAINT", constraint: true, msg: "UNIQUE constraint failed: idempotency_keys.principal"},
+		{fixture: "sql_error_fk_old_format", kind: kindSQL, sentinel: ErrConstraint, status: 400, codes: []int{7500}, constraint: true, msg: "FOREIGN KEY constraint failed"},
+		{fixture: "sql_error_begin", kind: kindSQL, sentinel: ErrSQL, status: 400, codes: []int{7500}, sqlite: "SQLITE_ERROR", msg: "cannot start a transaction within a transaction"},
+		{fixture: "sql_error_too_big", kind: kindSQL, sentinel: ErrSQL, status: 400, codes: []int{7500}, sqlite: "SQLITE_TOOBIG"},
+		{fixture: "sql_error_free_tier", kind: kindSQL, sentinel: ErrSQL, status: 400, codes: []int{7500}, msg: "free tier daily row read limit"},
+		{fixture: "sql_error_alpha", kind: kindSQL, sentinel: ErrSQL, status: 400, codes: []int{7500}, msg: "alpha database"},
+		{fixture: "internal_500", kind: kindTransient, sentinel: ErrTransient, status: 500, codes: []int{7500}, ambiguous: true, msg: "internal error; reference ="},
+		{fixture: "transient_500_reset", kind: kindTransient, sentinel: ErrTransient, status: 500, codes: []int{7500}, ambiguous: true, msg: "reset"},
+		{fixture: "overloaded_429", kind: kindOverloaded, sentinel: ErrOverloaded, status: 429, codes: []int{7500}, ambiguous: true, msg: "overloaded"},
+		{fixture: "rate_limit_971", kind: kindRateLimited, sentinel: ErrRateLimited, status: 429, codes: []int{971}, retryAfter: 287 * time.Second, msg: "throttling"},
+		{fixture: "rate_limit_971_no_retry_after", kind: kindRateLimited, sentinel: ErrRateLimited, status: 429, codes: []int{971}, retryAfter: RateLimitBlock, msg: "1200 requests"},
+		{fixture: "auth_10000", kind: kindAuth, sentinel: ErrAuth, status: 403, codes: []int{10000}, msg: "Authentication error"},
+		{fixture: "auth_header_6003", kind: kindAuth, sentinel: ErrAuth, status: 400, codes: []int{6003}, msg: "Invalid request headers"},
+		{fixture: "account_7403", kind: kindAuth, sentinel: ErrAuth, status: 403, codes: []int{7403}, msg: "not authorized to access this service"},
+		{fixture: "route_7003", kind: kindAuth, sentinel: ErrAuth, status: 400, codes: []int{7003, 7000}, msg: "perhaps your object identifier is invalid"},
+		{fixture: "database_7404", kind: kindNoDatabase, sentinel: ErrNoDatabase, status: 404, codes: []int{7404}, msg: "could not be found"},
+		{fixture: "html_502", kind: kindNonJSON, sentinel: ErrNonJSON, status: 502, ambiguous: true, msg: "502 Bad Gateway"},
+		{fixture: "html_503", kind: kindNonJSON, sentinel: ErrNonJSON, status: 503, ambiguous: true, msg: "503 Service Temporarily Unavailable"},
+		{fixture: "html_504", kind: kindNonJSON, sentinel: ErrNonJSON, status: 504, ambiguous: true, msg: "504: Gateway time-out"},
+		{fixture: "success_false_200", kind: kindEnvelope, sentinel: ErrEnvelope, status: 200, codes: []int{7500}, ambiguous: true, msg: "internal error"},
+		{fixture: "result_count_mismatch", kind: kindResultCount, sentinel: ErrResultCount, status: 200, ambiguous: true, msg: "2 statements sent, 1 results returned"},
+		{fixture: "statement_success_false", kind: kindEnvelope, sentinel: ErrEnvelope, status: 200, ambiguous: true, msg: "statement 2 reported success:false"},
 	}
 	stmts := []Statement{
 		{SQL: "INSERT INTO t(k, v) VALUES (?, ?)", Params: []any{"secret-key", 7}},
@@ -187,8 +187,8 @@ func TestFixtureErrorShapes(t *testing.T) {
 			if !errors.As(err, &e) {
 				t.Fatalf("err = %v (%T), want *Error", err, err)
 			}
-			if e.Kind != tc.kind || !errors.Is(err, tc.sentinel) {
-				t.Errorf("kind = %v, want %v (errors.Is %v: %v)", e.Kind, tc.kind, tc.sentinel, errors.Is(err, tc.sentinel))
+			if e.kind != tc.kind || !errors.Is(err, tc.sentinel) {
+				t.Errorf("kind = %v, want %v (errors.Is %v: %v)", e.kind, tc.kind, tc.sentinel, errors.Is(err, tc.sentinel))
 			}
 			if e.StatusCode != tc.status {
 				t.Errorf("status = %d, want %d", e.StatusCode, tc.status)
@@ -199,8 +199,8 @@ func TestFixtureErrorShapes(t *testing.T) {
 			if e.SQLiteCode != tc.sqlite {
 				t.Errorf("SQLiteCode = %q, want %q", e.SQLiteCode, tc.sqlite)
 			}
-			if e.IsConstraint() != tc.constraint || errors.Is(err, ErrConstraint) != tc.constraint {
-				t.Errorf("IsConstraint = %v, want %v", e.IsConstraint(), tc.constraint)
+			if errors.Is(err, ErrConstraint) != tc.constraint {
+				t.Errorf("errors.Is(err, ErrConstraint) = %v, want %v", !tc.constraint, tc.constraint)
 			}
 			if e.Ambiguous != tc.ambiguous {
 				t.Errorf("Ambiguous = %v, want %v", e.Ambiguous, tc.ambiguous)

@@ -10,7 +10,7 @@ import (
 
 // The response decoder never panics: any status and body becomes either
 // exactly one decoded Result per statement, rows as wide as their columns,
-// or an *Error with a Kind.
+// or an *Error of a known kind.
 func FuzzResponseDecoder(f *testing.F) {
 	files, _ := filepath.Glob(filepath.Join("..", "testdata", "d1", "*.http"))
 	for _, name := range files {
@@ -31,7 +31,7 @@ func FuzzResponseDecoder(f *testing.F) {
 	f.Add(200, []byte(`{"result":[{"results":{"columns":["a"],"rows":[[1],[null],["x"],[[1,2]],[1.5],[true]]},"success":true,"meta":{"changes":1.0}}],"success":true,"errors":[]}`), 1)
 	f.Add(200, []byte(`{"result":[{"results":[{"a":1,"b":2},{"a":3,"b":4}],"success":true,"meta":null}],"success":true}`), 1)
 	f.Add(200, []byte(`{"result":[{"results":{"columns":["a"],"rows":[[1,2]]}}],"success":true}`), 1)
-	c, err := New(Config{AccountID: "acct", DatabaseID: "db", BaseURL: "http://127.0.0.1:1", Budget: &Unlimited})
+	c, err := New(Config{AccountID: "acct", DatabaseID: "db", BaseURL: "http://127.0.0.1:1", Budget: UnlimitedBudget()})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func FuzzResponseDecoder(f *testing.F) {
 		}
 		results, e := c.classify(status, http.Header{}, body, n)
 		if e != nil {
-			if e.Kind == 0 || e.Error() == "" {
+			if kindSentinels[e.kind] == nil || e.Error() == "" {
 				t.Fatalf("error without a kind: %#v", e)
 			}
 			return

@@ -77,7 +77,7 @@ func mockClient(t testing.TB, responder httpmock.Responder, mod ...func(*Config)
 		AccountID:  testAccount,
 		DatabaseID: testDatabase,
 		HTTPClient: &http.Client{Transport: tr},
-		Budget:     &Unlimited,
+		Budget:     UnlimitedBudget(),
 		Retry:      RetryPolicy{BaseDelay: 1e6, MaxDelay: 4e6}, // 1 ms, 4 ms: fast tests
 	}
 	for _, m := range mod {

@@ -175,8 +175,23 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"missing database", func(c *Config) { c.DatabaseID = "" }, "database ID is required"},
 		{"bad database", func(c *Config) { c.DatabaseID = "x?y" }, "not a D1 database UUID"},
 		{"bad base URL", func(c *Config) { c.BaseURL = "ftp://x" }, "must start with http"},
-		{"negative budget", func(c *Config) { c.Budget = &Budget{Calls: -1} }, "must not be negative"},
-		{"budget without window", func(c *Config) { c.Budget = &Budget{Calls: 5} }, "positive window"},
+		{"negative attempt timeout", func(c *Config) { c.AttemptTimeout = -time.Second }, "Config.AttemptTimeout is -1s; accepted: 0 (the default, 45s) or 10ms to 10m"},
+		{"tiny attempt timeout", func(c *Config) { c.AttemptTimeout = time.Microsecond }, "Config.AttemptTimeout is 1µs"},
+		{"huge attempt timeout", func(c *Config) { c.AttemptTimeout = time.Hour }, "Config.AttemptTimeout is 1h0m0s"},
+		{"negative attempts", func(c *Config) { c.Retry.MaxAttempts = -1 }, "Config.Retry.MaxAttempts is -1; accepted: 0 (the default, 4) or 1 to 100"},
+		{"too many attempts", func(c *Config) { c.Retry.MaxAttempts = 1000 }, "Config.Retry.MaxAttempts is 1000"},
+		{"negative base delay", func(c *Config) { c.Retry.BaseDelay = -time.Millisecond }, "Config.Retry.BaseDelay is -1ms; accepted: 0 (the default) or 1ms to 1m0s"},
+		{"huge max delay", func(c *Config) { c.Retry.MaxDelay = time.Hour }, "Config.Retry.MaxDelay is 1h0m0s; accepted: 0 (the default) or 1ms to 10m0s"},
+		{"max delay under base delay", func(c *Config) { c.Retry.BaseDelay, c.Retry.MaxDelay = time.Second, time.Millisecond }, "Config.Retry.MaxDelay (1ms) is shorter than Config.Retry.BaseDelay (1s)"},
+		{"negative max retry after", func(c *Config) { c.Retry.MaxRetryAfter = -time.Second }, "Config.Retry.MaxRetryAfter is -1s; accepted: 0 (the default) or 1ms to 1h0m0s"},
+		{"budget of no calls", func(c *Config) { c.Budget = NewBudget(0, time.Second) }, "Config.Budget is 0 calls per 1s; accepted:"},
+		{"negative budget", func(c *Config) { c.Budget = NewBudget(-1, time.Second) }, "Config.Budget is -1 calls per 1s"},
+		{"budget without window", func(c *Config) { c.Budget = NewBudget(5, 0) }, "Config.Budget is 5 calls per 0s"},
+		{"budget of a week", func(c *Config) { c.Budget = NewBudget(5, 7*24*time.Hour) }, "NewBudget with 1 to 1000000 calls per 1ms to 24h"},
+		{"long coalesce window", func(c *Config) { c.Coalesce.Window = time.Minute }, "Config.Coalesce.Window is 1m0s; accepted: negative (never wait), 0 (the default, 2ms) or up to 1s"},
+		{"negative batch statements", func(c *Config) { c.Coalesce.MaxStatements = -1 }, "Config.Coalesce.MaxStatements is -1; accepted: 0 (the default, 256) or 1 to 10000"},
+		{"tiny batch bytes", func(c *Config) { c.Coalesce.MaxBytes = 100 }, "Config.Coalesce.MaxBytes is 100; accepted: 0 (the default, 524288) or 1024 to 52428800"},
+		{"too many in flight", func(c *Config) { c.Coalesce.MaxInFlight = 65 }, "Config.Coalesce.MaxInFlight is 65; accepted: 0 (the default, 4) or 1 to 64"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -188,43 +203,102 @@ func TestNewValidatesConfig(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestBaseURLFromEnvironment(t *testing.T) {
-	t.Setenv(BaseURLEnv, "http://127.0.0.1:1")
-	c, err := New(Config{AccountID: testAccount, DatabaseID: testDatabase})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.cfg.BaseURL != "http://127.0.0.1:1/" {
-		t.Errorf("base URL = %q", c.cfg.BaseURL)
-	}
-	t.Setenv(BaseURLEnv, "")
-	c, _ = New(Config{AccountID: testAccount, DatabaseID: testDatabase})
-	if c.cfg.BaseURL != DefaultBaseURL {
-		t.Errorf("default base URL = %q", c.cfg.BaseURL)
-	}
-}
-
-func TestReadOnlyDetection(t *testing.T) {
-	tests := map[string]bool{
-		"SELECT 1":                                    true,
-		"  -- comment\n select * from t":              true,
-		"/* c */ VALUES (1)":                          true,
-		"EXPLAIN QUERY PLAN DELETE FROM t":            true,
-		"PRAGMA table_info(t)":                        true,
-		"PRAGMA foreign_keys = ON":                    false,
-		"WITH x AS (SELECT 1) SELECT * FROM x":        true,
-		"WITH x AS (SELECT 1) DELETE FROM t":          false,
-		"INSERT INTO t VALUES (1)":                    false,
-		"UPDATE t SET a = 1 RETURNING a":              false,
-		"DELETE FROM t":                               false,
-		"CREATE TABLE t(a)":                           false,
-		"with x as (select 1) insert into t select 1": false,
-	}
-	for sql, want := range tests {
-		if got := (Statement{SQL: sql}).readOnly(); got != want {
-			t.Errorf("readOnly(%q) = %v, want %v", sql, got, want)
+	// The bounds themselves, the defaults and the explicit forms are fine.
+	for name, mod := range map[string]func(*Config){
+		"zero": func(*Config) {},
+		"lowest bounds": func(c *Config) {
+			c.AttemptTimeout = 10 * time.Millisecond
+			c.Retry = RetryPolicy{MaxAttempts: 1, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond, MaxRetryAfter: time.Millisecond}
+			c.Budget = NewBudget(1, time.Millisecond)
+			c.Coalesce = CoalesceConfig{Window: -1, MaxStatements: 1, MaxBytes: 1024, MaxInFlight: 1}
+		},
+		"highest bounds": func(c *Config) {
+			c.AttemptTimeout = 10 * time.Minute
+			c.Retry = RetryPolicy{MaxAttempts: 100, BaseDelay: time.Minute, MaxDelay: 10 * time.Minute, MaxRetryAfter: time.Hour}
+			c.Budget = NewBudget(1_000_000, 24*time.Hour)
+			c.Coalesce = CoalesceConfig{Window: time.Second, MaxStatements: 10_000, MaxBytes: 50 << 20, MaxInFlight: 64}
+		},
+		"explicit forms": func(c *Config) { c.Retry = NoRetry(); c.Budget = UnlimitedBudget() },
+		"defaults":       func(c *Config) { c.Retry = DefaultRetryPolicy() },
+	} {
+		cfg := base
+		mod(&cfg)
+		if _, err := New(cfg); err != nil {
+			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// The zero Budget is Cloudflare's limit; UnlimitedBudget() has none; a
+// Budget is a value, so changing one changes no other client's.
+func TestBudgetValues(t *testing.T) {
+	var zero Budget
+	if zero.Calls() != 1200 || zero.Per() != 300*time.Second || zero.Unlimited() || zero.String() != "1200 calls per 5m0s" {
+		t.Errorf("zero Budget = %v (%d, %v)", zero, zero.Calls(), zero.Per())
+	}
+	if u := UnlimitedBudget(); !u.Unlimited() || u.Calls() != 0 || u.String() != "unlimited" {
+		t.Errorf("UnlimitedBudget() = %v", u)
+	}
+	if b := NewBudget(7, time.Minute); b.Calls() != 7 || b.Per() != time.Minute || b.Unlimited() {
+		t.Errorf("NewBudget(7, 1m) = %v", b)
+	}
+	c, _ := mockClient(t, ok1(t), func(c *Config) { c.Budget = Budget{} })
+	if c.budget.b.Calls() != 1200 || c.budget.b.Per() != 300*time.Second {
+		t.Errorf("a Config without a Budget gets %v, want Cloudflare's limit", c.budget.b)
+	}
+	if p := DefaultRetryPolicy(); p != (RetryPolicy{MaxAttempts: 4, BaseDelay: 100 * time.Millisecond, MaxDelay: 2 * time.Second, MaxRetryAfter: 10 * time.Second}) {
+		t.Errorf("DefaultRetryPolicy() = %+v", p)
+	}
+	p := DefaultRetryPolicy()
+	p.MaxAttempts = 99 // a copy: the next caller still gets the defaults
+	if DefaultRetryPolicy().MaxAttempts != 4 {
+		t.Error("DefaultRetryPolicy() is shared state")
+	}
+}
+
+// NoRetry makes one attempt, even for a read after a 500.
+func TestNoRetry(t *testing.T) {
+	c, tr := mockClient(t, sequence(replay(t, "internal_500"), ok1(t)), func(c *Config) { c.Retry = NoRetry() })
+	if _, err := c.Exec(context.Background(), readStmt); !errors.Is(err, ErrTransient) || tr.GetTotalCallCount() != 1 {
+		t.Fatalf("err = %v after %d calls, want ErrTransient after 1", err, tr.GetTotalCallCount())
+	}
+}
+
+// CLOUDFLARE_API_BASE_URL (wrangler's) and CLOUDFLARE_BASE_URL
+// (cloudflare-go's) both name the base URL; when they disagree, New refuses
+// rather than pick one, and Config.BaseURL wins over both.
+func TestBaseURLFromEnvironment(t *testing.T) {
+	newClient := func(baseURL string) (*Client, error) {
+		return New(Config{AccountID: testAccount, DatabaseID: testDatabase, BaseURL: baseURL})
+	}
+	tests := []struct {
+		name, wrangler, cf, configured string
+		want                           string // "" for an error
+	}{
+		{"neither", "", "", "", DefaultBaseURL},
+		{"wrangler's only", "http://127.0.0.1:1", "", "", "http://127.0.0.1:1/"},
+		{"cloudflare-go's only", "", "http://127.0.0.1:2", "", "http://127.0.0.1:2/"},
+		{"both, the same", "http://127.0.0.1:3/", "http://127.0.0.1:3", "", "http://127.0.0.1:3/"},
+		{"both, different", "http://127.0.0.1:4", "https://api.cloudflare.com/client/v4", "", ""},
+		{"both, different, Config.BaseURL set", "http://127.0.0.1:4", "http://127.0.0.1:5", "http://127.0.0.1:6", "http://127.0.0.1:6/"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(APIBaseURLEnv, tc.wrangler)
+			t.Setenv(BaseURLEnv, tc.cf)
+			c, err := newClient(tc.configured)
+			if tc.want == "" {
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "CLOUDFLARE_API_BASE_URL") || !strings.Contains(err.Error(), "CLOUDFLARE_BASE_URL") {
+					t.Fatalf("err = %v, want ErrInvalid naming both variables", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.cfg.BaseURL != tc.want {
+				t.Errorf("base URL = %q, want %q", c.cfg.BaseURL, tc.want)
+			}
+		})
 	}
 }

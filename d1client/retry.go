@@ -11,30 +11,60 @@ import (
 // otherwise.
 const RateLimitBlock = 5 * time.Minute
 
-// RetryPolicy decides how transient failures are retried. Only reads and
-// calls marked Idempotent are retried after a failure that may have reached
-// D1; any call is retried after a failure that proves nothing was sent (a
-// refused connection). SQL, auth and envelope errors are never retried, and
-// a 971 rate-limit block is never retried before it ends.
+// RetryPolicy says how transient failures are retried: how many attempts,
+// and the backoff between them. A zero field takes its default, so the zero
+// RetryPolicy is DefaultRetryPolicy(). NoRetry() makes one attempt only.
+//
+// Whatever the policy, a call that may write is retried only after a
+// failure that proves nothing was delivered (a refused connection), unless
+// it is marked Idempotent; SQL, auth and envelope errors are never retried;
+// and nothing is sent during a 971 rate-limit block.
 type RetryPolicy struct {
-	// MaxAttempts is the number of attempts, the first included. 1 disables
-	// retries. Default 4.
+	// MaxAttempts is the number of attempts, the first included: 1 to 100.
+	// Default 4.
 	MaxAttempts int
-	// BaseDelay is the first backoff; each retry doubles it, up to MaxDelay,
-	// with jitter (each delay is drawn from [d/2, d]). Defaults 100 ms, 2 s.
+	// BaseDelay is the first backoff, 1 ms to 1 min; each retry doubles it,
+	// up to MaxDelay (1 ms to 10 min), with jitter: each delay is drawn from
+	// [d/2, d]. Defaults 100 ms and 2 s.
 	BaseDelay time.Duration
 	MaxDelay  time.Duration
-	// MaxRetryAfter caps how long a server's Retry-After is honoured. A
-	// longer Retry-After ends the retries and returns the error, carrying
-	// RetryAfter, to the caller. Default 10 s.
+	// MaxRetryAfter caps the server's Retry-After that is waited for, 1 ms
+	// to 1 h. A longer Retry-After ends the retries and the error, carrying
+	// RetryAfter, goes to the caller. Default 10 s.
 	MaxRetryAfter time.Duration
 }
 
-// DefaultRetryPolicy is the policy a zero RetryPolicy stands for.
-var DefaultRetryPolicy = RetryPolicy{MaxAttempts: 4, BaseDelay: 100 * time.Millisecond, MaxDelay: 2 * time.Second, MaxRetryAfter: 10 * time.Second}
+// DefaultRetryPolicy returns the policy the zero RetryPolicy stands for:
+// 4 attempts, backoff from 100 ms to 2 s, Retry-After honoured up to 10 s.
+func DefaultRetryPolicy() RetryPolicy {
+	return RetryPolicy{MaxAttempts: 4, BaseDelay: 100 * time.Millisecond, MaxDelay: 2 * time.Second, MaxRetryAfter: 10 * time.Second}
+}
 
-func (p RetryPolicy) withDefaults() RetryPolicy {
-	d := DefaultRetryPolicy
+// NoRetry returns a policy of one attempt: no failure is retried.
+func NoRetry() RetryPolicy { return RetryPolicy{MaxAttempts: 1} }
+
+// withDefaults validates p and fills its zero fields with the defaults.
+func (p RetryPolicy) withDefaults() (RetryPolicy, error) {
+	checks := []struct {
+		field     string
+		v, lo, hi time.Duration
+	}{
+		{"BaseDelay", p.BaseDelay, time.Millisecond, time.Minute},
+		{"MaxDelay", p.MaxDelay, time.Millisecond, 10 * time.Minute},
+		{"MaxRetryAfter", p.MaxRetryAfter, time.Millisecond, time.Hour},
+	}
+	if p.MaxAttempts < 0 || p.MaxAttempts > 100 {
+		return p, invalidf("Config.Retry.MaxAttempts is %d; accepted: 0 (the default, 4) or 1 to 100", p.MaxAttempts)
+	}
+	for _, c := range checks {
+		if c.v != 0 && (c.v < c.lo || c.v > c.hi) {
+			return p, invalidf("Config.Retry.%s is %s; accepted: 0 (the default) or %s to %s", c.field, c.v, c.lo, c.hi)
+		}
+	}
+	if p.BaseDelay != 0 && p.MaxDelay != 0 && p.MaxDelay < p.BaseDelay {
+		return p, invalidf("Config.Retry.MaxDelay (%s) is shorter than Config.Retry.BaseDelay (%s)", p.MaxDelay, p.BaseDelay)
+	}
+	d := DefaultRetryPolicy()
 	if p.MaxAttempts > 0 {
 		d.MaxAttempts = p.MaxAttempts
 	}
@@ -50,7 +80,7 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	if d.MaxDelay < d.BaseDelay {
 		d.MaxDelay = d.BaseDelay
 	}
-	return d
+	return d, nil
 }
 
 // backoff returns the jittered delay before retry number attempt (1-based).
@@ -67,8 +97,8 @@ func (p RetryPolicy) backoff(attempt int) time.Duration {
 // retryDelay decides whether the failed attempt is retried and after how
 // long. safe says whether the call may be repeated even if it was delivered.
 func (c *Client) retryDelay(ctx context.Context, e *Error, attempt int, safe, untilDeadline bool) (time.Duration, bool) {
-	switch e.Kind {
-	case KindOverloaded, KindTransient, KindNonJSON, KindTransport:
+	switch e.kind {
+	case kindOverloaded, kindTransient, kindNonJSON, kindTransport:
 		if !safe && e.Ambiguous {
 			return 0, false // a write that may have committed is never repeated blindly
 		}

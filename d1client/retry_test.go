@@ -44,23 +44,23 @@ func TestRetryPolicy(t *testing.T) {
 		stmts     []Statement
 		opts      []ExecOption
 		wantCalls int
-		wantKind  Kind // 0: success
+		wantKind  kind // 0: success
 	}{
 		{"read retried after 500", []string{"internal_500", "ok"}, readStmt, nil, 2, 0},
 		{"read retried after HTML 502", []string{"html_502", "html_504", "ok"}, readStmt, nil, 3, 0},
 		{"read retried after overload", []string{"overloaded_429", "ok"}, readStmt, nil, 2, 0},
 		{"read retried after lost connection", []string{"lost", "ok"}, readStmt, nil, 2, 0},
-		{"read gives up after MaxAttempts", []string{"internal_500"}, readStmt, nil, 4, KindTransient},
-		{"write not retried after 500", []string{"internal_500", "ok"}, writeStmt, nil, 1, KindTransient},
-		{"write not retried after HTML 502", []string{"html_502", "ok"}, writeStmt, nil, 1, KindNonJSON},
-		{"write not retried after overload", []string{"overloaded_429", "ok"}, writeStmt, nil, 1, KindOverloaded},
-		{"write not retried after lost connection", []string{"lost", "ok"}, writeStmt, nil, 1, KindTransport},
-		{"write not retried after success:false", []string{"success_false_200", "ok"}, writeStmt, []ExecOption{Idempotent()}, 1, KindEnvelope},
+		{"read gives up after MaxAttempts", []string{"internal_500"}, readStmt, nil, 4, kindTransient},
+		{"write not retried after 500", []string{"internal_500", "ok"}, writeStmt, nil, 1, kindTransient},
+		{"write not retried after HTML 502", []string{"html_502", "ok"}, writeStmt, nil, 1, kindNonJSON},
+		{"write not retried after overload", []string{"overloaded_429", "ok"}, writeStmt, nil, 1, kindOverloaded},
+		{"write not retried after lost connection", []string{"lost", "ok"}, writeStmt, nil, 1, kindTransport},
+		{"write not retried after success:false", []string{"success_false_200", "ok"}, writeStmt, []ExecOption{Idempotent()}, 1, kindEnvelope},
 		{"write retried when the connection was refused", []string{"refused", "ok"}, writeStmt, nil, 2, 0},
 		{"idempotent write retried after 500", []string{"internal_500", "html_503", "ok"}, writeStmt, []ExecOption{Idempotent()}, 3, 0},
-		{"SQL error never retried", []string{"sql_error_syntax", "ok"}, readStmt, nil, 1, KindSQL},
-		{"auth error never retried", []string{"auth_10000", "ok"}, readStmt, []ExecOption{Idempotent()}, 1, KindAuth},
-		{"971 never retried", []string{"rate_limit_971", "ok"}, readStmt, []ExecOption{Idempotent()}, 1, KindRateLimited},
+		{"SQL error never retried", []string{"sql_error_syntax", "ok"}, readStmt, nil, 1, kindSQL},
+		{"auth error never retried", []string{"auth_10000", "ok"}, readStmt, []ExecOption{Idempotent()}, 1, kindAuth},
+		{"971 never retried", []string{"rate_limit_971", "ok"}, readStmt, []ExecOption{Idempotent()}, 1, kindRateLimited},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -90,7 +90,7 @@ func TestRetryPolicy(t *testing.T) {
 				return
 			}
 			var e *Error
-			if !errors.As(err, &e) || e.Kind != tc.wantKind {
+			if !errors.As(err, &e) || e.kind != tc.wantKind {
 				t.Fatalf("err = %v, want kind %v", err, tc.wantKind)
 			}
 			if e.Attempts != tc.wantCalls {
@@ -146,7 +146,7 @@ func TestRetryAfterHonouredUpToCap(t *testing.T) {
 	recordSleeps(c)
 	_, err := c.Exec(context.Background(), readStmt)
 	var e *Error
-	if !errors.As(err, &e) || e.Kind != KindOverloaded || e.RetryAfter != time.Minute || tr.GetTotalCallCount() != 1 {
+	if !errors.As(err, &e) || e.kind != kindOverloaded || e.RetryAfter != time.Minute || tr.GetTotalCallCount() != 1 {
 		t.Fatalf("err = %v, calls = %d", err, tr.GetTotalCallCount())
 	}
 }
@@ -199,12 +199,12 @@ func TestRateLimitBlockIsNeverRetriedBeforeItEnds(t *testing.T) {
 	c, tr := mockClient(t, sequence(replay(t, "rate_limit_971"), ok1(t)))
 	_, err := c.Exec(context.Background(), readStmt, Idempotent())
 	var e *Error
-	if !errors.As(err, &e) || e.Kind != KindRateLimited || e.RetryAfter != 287*time.Second {
+	if !errors.As(err, &e) || e.kind != kindRateLimited || e.RetryAfter != 287*time.Second {
 		t.Fatalf("err = %v", err)
 	}
 	for i := 0; i < 3; i++ {
 		_, err = c.Exec(context.Background(), readStmt)
-		if !errors.As(err, &e) || e.Kind != KindRateLimited || e.RetryAfter <= 280*time.Second || e.StatusCode != 429 {
+		if !errors.As(err, &e) || e.kind != kindRateLimited || e.RetryAfter <= 280*time.Second || e.StatusCode != 429 {
 			t.Fatalf("call during the block: err = %v", err)
 		}
 	}

@@ -24,15 +24,11 @@ const (
 )
 
 // Statement is one SQL statement and its positional parameters (anonymous
-// "?" or ordered "?NNN"; D1 has no named parameters).
+// "?" or ordered "?NNN"; D1 has no named parameters). Exec refuses SQL that
+// holds several statements.
 type Statement struct {
 	SQL    string
 	Params []any
-}
-
-// NewStatement returns a Statement; it is shorthand for a composite literal.
-func NewStatement(sql string, params ...any) Statement {
-	return Statement{SQL: sql, Params: params}
 }
 
 // encodeParam turns one Go value into the JSON D1 binds the way the caller
@@ -195,54 +191,4 @@ func (s Statement) redacted() string {
 		return fmt.Sprintf("%s (%d params redacted)", sql, n)
 	}
 	return sql
-}
-
-// readOnly reports, conservatively, whether the statement cannot write: a
-// SELECT, VALUES or EXPLAIN, a WITH that names no writing verb, or a PRAGMA
-// that assigns nothing. Read-only calls are safe to retry after any
-// transient failure.
-func (s Statement) readOnly() bool {
-	words := strings.Fields(strings.ToUpper(stripSQLComments(s.SQL)))
-	if len(words) == 0 {
-		return false
-	}
-	switch words[0] {
-	case "SELECT", "VALUES", "EXPLAIN":
-		return true
-	case "PRAGMA":
-		return !strings.Contains(s.SQL, "=")
-	case "WITH":
-		for _, w := range words {
-			w = strings.Trim(w, "(),;")
-			switch w {
-			case "INSERT", "UPDATE", "DELETE", "REPLACE":
-				return false
-			}
-		}
-		return true
-	}
-	return false
-}
-
-// stripSQLComments removes leading "--" and "/* */" comments.
-func stripSQLComments(sql string) string {
-	for {
-		sql = strings.TrimSpace(sql)
-		switch {
-		case strings.HasPrefix(sql, "--"):
-			i := strings.IndexByte(sql, '\n')
-			if i < 0 {
-				return ""
-			}
-			sql = sql[i+1:]
-		case strings.HasPrefix(sql, "/*"):
-			i := strings.Index(sql, "*/")
-			if i < 0 {
-				return ""
-			}
-			sql = sql[i+2:]
-		default:
-			return sql
-		}
-	}
 }

@@ -5,11 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jarcoal/httpmock"
 )
@@ -76,5 +81,91 @@ func TestTokenNeverAppearsInErrorsOrLogs(t *testing.T) {
 	_, err = New(Config{APIToken: testToken, AccountID: "bad/id", DatabaseID: testDatabase})
 	if err == nil || strings.Contains(fmt.Sprintf("%#v %v", err, err), testToken) {
 		t.Fatalf("config error: %v", err)
+	}
+}
+
+// Neither a Config nor a Client shows the token, whatever prints it: any fmt
+// verb, a dereferenced Client, slog's handlers, or a panic.
+func TestConfigAndClientNeverShowTheToken(t *testing.T) {
+	var logs bytes.Buffer
+	cfg := Config{
+		BaseURL: testBaseURL, APIToken: testToken, AccountID: testAccount, DatabaseID: testDatabase,
+		HTTPClient: &http.Client{}, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Budget: NewBudget(5, time.Second),
+	}
+	client, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type holder struct{ Config Config }
+	values := map[string]any{
+		"Config": cfg, "*Config": &cfg, "Config in a struct": holder{cfg}, "[]Config": []Config{cfg},
+		"*Client": client, "Client": reflect.ValueOf(client).Elem().Interface(), // a dereferenced Client
+		"[]*Client": []*Client{client},
+	}
+	var texts []string
+	for name, v := range values {
+		for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%X", "%d", "%T", "%10.3v"} {
+			texts = append(texts, name+" "+verb+": "+fmt.Sprintf(verb, v))
+		}
+		texts = append(texts, name+" Sprint: "+fmt.Sprint(v), name+" Sprintln: "+fmt.Sprintln(v))
+	}
+	for _, h := range []func(io.Writer) slog.Handler{
+		func(w io.Writer) slog.Handler { return slog.NewJSONHandler(w, nil) },
+		func(w io.Writer) slog.Handler { return slog.NewTextHandler(w, nil) },
+	} {
+		var buf bytes.Buffer
+		log := slog.New(h(&buf))
+		log.Info("config", "cfg", cfg, "ptr", &cfg, "client", client)
+		log.Info("attrs", slog.Any("cfg", cfg), slog.Any("client", client), slog.Group("g", "cfg", cfg))
+		texts = append(texts, buf.String())
+	}
+	for _, s := range append(texts, logs.String()) {
+		if strings.Contains(s, testToken) {
+			t.Errorf("token shown: %s", s)
+		}
+	}
+	// Redacted, not emptied: the token's presence shows.
+	if s := fmt.Sprintf("%+v", cfg); !strings.Contains(s, "APIToken:[REDACTED]") || !strings.Contains(s, "AccountID:"+testAccount) {
+		t.Errorf("%%+v = %s", s)
+	}
+	if s := fmt.Sprintf("%#v", cfg); !strings.HasPrefix(s, "d1client.Config{") || !strings.Contains(s, `APIToken:"[REDACTED]"`) {
+		t.Errorf("%%#v = %s", s)
+	}
+	if s := fmt.Sprint(client); !strings.Contains(s, testDatabase) {
+		t.Errorf("Client = %s", s)
+	}
+	// The client still sends the token.
+	c, tr := mockClient(t, func(req *http.Request) (*http.Response, error) {
+		if req.Header.Get("Authorization") != "Bearer "+testToken {
+			return httpmock.NewStringResponse(403, `{"success":false,"errors":[{"code":10000,"message":"Authentication error"}]}`), nil
+		}
+		return httpmock.NewStringResponse(200, okResults(1)), nil
+	})
+	if _, err := c.Exec(t.Context(), readStmt); err != nil || tr.GetTotalCallCount() != 1 {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// A panic whose value is a Config or a Client prints no token: the runtime
+// prints the value's String.
+func TestPanicMessageHidesTheToken(t *testing.T) {
+	if v := os.Getenv("D1CLIENT_PANIC"); v != "" {
+		cfg := Config{APIToken: testToken, AccountID: testAccount, DatabaseID: testDatabase, BaseURL: testBaseURL}
+		if v == "client" {
+			c, _ := New(cfg)
+			panic(c)
+		}
+		panic(cfg)
+	}
+	for _, v := range []string{"config", "client"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestPanicMessageHidesTheToken$")
+		cmd.Env = append(os.Environ(), "D1CLIENT_PANIC="+v)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "panic: ") || !strings.Contains(string(out), testAccount) {
+			t.Fatalf("%s: the child did not panic with the value: %v\n%s", v, err, out)
+		}
+		if strings.Contains(string(out), testToken) {
+			t.Errorf("%s: the panic message shows the token:\n%s", v, out)
+		}
 	}
 }

@@ -111,8 +111,8 @@ func TestD1ClockDecidesTakeover(t *testing.T) {
 	}
 	// Age the row to 400 ms short of the TTL, by D1's clock.
 	const margin = 400
-	w.mustExec(d1client.NewStatement(adminMark+`UPDATE idempotency_keys SET updated_at = CAST(unixepoch('subsec') * 1000 AS INTEGER) - ? WHERE key = ?`,
-		ttl.Milliseconds()-margin, "d1clock"))
+	w.mustExec(d1client.Statement{SQL: adminMark + `UPDATE idempotency_keys SET updated_at = CAST(unixepoch('subsec') * 1000 AS INTEGER) - ? WHERE key = ?`,
+		Params: []any{ttl.Milliseconds() - margin, "d1clock"}})
 	aged, _ := w.row("acct", "d1clock")
 	var inProgress int
 	var winner string

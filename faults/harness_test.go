@@ -661,8 +661,8 @@ func (h *bizHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.before != nil {
 		h.before(r.Context(), exec)
 	}
-	insert := d1client.NewStatement(`INSERT INTO business (principal, key, exec_id, at) VALUES (?, ?, ?, ?)`,
-		principal, key, exec, time.Now().UnixMilli())
+	insert := d1client.Statement{SQL: `INSERT INTO business (principal, key, exec_id, at) VALUES (?, ?, ?, ?)`,
+		Params: []any{principal, key, exec, time.Now().UnixMilli()}}
 	if h.direct {
 		if _, err := h.db.Exec(context.WithoutCancel(r.Context()), []d1client.Statement{insert}); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)

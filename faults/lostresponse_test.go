@@ -76,7 +76,7 @@ func TestLostResponseOnClaim(t *testing.T) {
 	w.setPolicy(once(isClaim, d1local.Fault{LoseResponse: true}))
 	_, err := st.ledger.Begin(bg, "acct", "lost-claim-2", "fp")
 	var de *d1client.Error
-	if !errors.As(err, &de) || de.Kind != d1client.KindTransport || !de.Ambiguous || de.Attempts != 1 {
+	if !errors.Is(err, d1client.ErrTransport) || !errors.As(err, &de) || !de.Ambiguous || de.Attempts != 1 {
 		t.Fatalf("Begin after a lost claim answer: %v (%+v)", err, de)
 	}
 	d, err := st.ledger.Begin(bg, "acct", "lost-claim-2", "fp")
@@ -152,8 +152,8 @@ func TestLostResponseOnCompletion(t *testing.T) {
 			w.setPolicy(once(isCompletion, d1local.Fault{LoseResponse: true}))
 			var c idem.Completion
 			if tx {
-				c, err = l.CompleteTx(bg, d.Reservation, resp, []d1client.Statement{d1client.NewStatement(
-					`INSERT INTO business (principal, key, exec_id, at) VALUES (?, ?, ?, 0)`, "acct", key, "L")})
+				c, err = l.CompleteTx(bg, d.Reservation, resp, []d1client.Statement{{
+					SQL: `INSERT INTO business (principal, key, exec_id, at) VALUES (?, ?, ?, 0)`, Params: []any{"acct", key, "L"}}})
 			} else {
 				c, err = l.Complete(bg, d.Reservation, resp)
 			}

@@ -514,8 +514,8 @@ func (h *randHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if plan.Panic == "early" {
 		panic(http.ErrAbortHandler)
 	}
-	insert := d1client.NewStatement(`INSERT INTO business (principal, key, exec_id, at) VALUES (?, ?, ?, ?)`,
-		k.P, k.K, exec, time.Now().UnixMilli())
+	insert := d1client.Statement{SQL: `INSERT INTO business (principal, key, exec_id, at) VALUES (?, ?, ?, ?)`,
+		Params: []any{k.P, k.K, exec, time.Now().UnixMilli()}}
 	if !run.cfg.Direct {
 		tx, _ := idem.TxFromContext(r.Context())
 		tx.Add(insert)

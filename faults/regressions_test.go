@@ -97,8 +97,8 @@ func TestRegressionReleaseRestartsGenerationABA(t *testing.T) {
 	resp := func(s string) idem.Response {
 		return idem.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"exec":"` + s + `"}`)}
 	}
-	ca, err := l.CompleteTx(bg, a.Reservation, resp("A"), []d1client.Statement{d1client.NewStatement(
-		`INSERT INTO business (principal, key, exec_id, at) VALUES ('acct', 'aba', 'A', 0)`)})
+	ca, err := l.CompleteTx(bg, a.Reservation, resp("A"), []d1client.Statement{{
+		SQL: `INSERT INTO business (principal, key, exec_id, at) VALUES ('acct', 'aba', 'A', 0)`}})
 	if err != nil {
 		t.Fatal(err)
 	}

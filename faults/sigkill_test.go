@@ -54,7 +54,7 @@ func TestHelperProcess(t *testing.T) {
 		fail("bad TTL or heartbeat: %v %v", err1, err2)
 	}
 	db, err := d1client.New(d1client.Config{BaseURL: os.Getenv(envD1URL), AccountID: d1test.AccountID,
-		DatabaseID: os.Getenv(envD1DB), Budget: &d1client.Unlimited})
+		DatabaseID: os.Getenv(envD1DB), Budget: d1client.UnlimitedBudget()})
 	if err != nil {
 		fail("%v", err)
 	}
@@ -75,8 +75,8 @@ func TestHelperProcess(t *testing.T) {
 		if mode == "block" {
 			// Queue the business write, announce, and stall mid-mutation.
 			tx, _ := idem.TxFromContext(r.Context())
-			tx.Add(d1client.NewStatement(`INSERT INTO business (principal, key, exec_id, at) VALUES (?, ?, 'child', 0)`,
-				"acct", r.Header.Get(idem.HeaderKey)))
+			tx.Add(d1client.Statement{SQL: `INSERT INTO business (principal, key, exec_id, at) VALUES (?, ?, 'child', 0)`,
+				Params: []any{"acct", r.Header.Get(idem.HeaderKey)}})
 			say("MUTATING child")
 			select {}
 		}

@@ -20,7 +20,7 @@ import (
 func exampleDB() (*d1client.Client, func()) {
 	local, _ := d1local.New(d1local.Config{})
 	srv := httptest.NewServer(local)
-	db, _ := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: "example", Budget: &d1client.Unlimited})
+	db, _ := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: "example", Budget: d1client.UnlimitedBudget()})
 	var schema []d1client.Statement
 	for _, s := range d1idem.SchemaStatements() {
 		schema = append(schema, d1client.Statement{SQL: s})

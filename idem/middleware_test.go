@@ -275,7 +275,7 @@ func TestMiddlewareFailsClosed(t *testing.T) {
 func TestMiddlewareBudgetExhausted(t *testing.T) {
 	s := newStack(t, stackOpts{
 		opts:  idem.Options{Timeout: 200 * time.Millisecond},
-		dbMod: func(c *d1client.Config) { c.Budget = &d1client.Budget{Calls: 2, Per: time.Hour} },
+		dbMod: func(c *d1client.Config) { c.Budget = d1client.NewBudget(2, time.Hour) },
 	})
 	if r := s.do("POST", "/x", "k1", "tok", "{}"); r.status != 201 {
 		t.Fatalf("first: %+v", r)

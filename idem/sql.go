@@ -142,6 +142,6 @@ func (s ledgerSQL) guard(r *Reservation) d1client.Statement {
 // isFenceViolation recognises the guard's abort.
 func isFenceViolation(err error) bool {
 	var e *d1client.Error
-	return errors.As(err, &e) && e.Kind == d1client.KindSQL &&
+	return errors.Is(err, d1client.ErrSQL) && errors.As(err, &e) &&
 		strings.Contains(e.Message, "NOT NULL constraint failed: idempotency_keys.fingerprint")
 }

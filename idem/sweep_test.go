@@ -63,8 +63,8 @@ func seedOld(t *testing.T, db *d1client.Client, n int, updated int64) {
 	for i := 0; i < n; i += 50 {
 		var stmts []d1client.Statement
 		for j := i; j < min(i+50, n); j++ {
-			stmts = append(stmts, d1client.NewStatement(`INSERT INTO idempotency_keys (principal, key, fingerprint, status, created_at, updated_at) VALUES ('old', ?, 'fp', 'completed', ?, ?)`,
-				fmt.Sprintf("old-%05d", j), updated, updated))
+			stmts = append(stmts, d1client.Statement{SQL: `INSERT INTO idempotency_keys (principal, key, fingerprint, status, created_at, updated_at) VALUES ('old', ?, 'fp', 'completed', ?, ?)`,
+				Params: []any{fmt.Sprintf("old-%05d", j), updated, updated}})
 		}
 		if _, err := db.Exec(ctx, stmts); err != nil {
 			t.Fatal(err)

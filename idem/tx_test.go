@@ -23,7 +23,7 @@ func businessTable(t *testing.T, db *d1client.Client) {
 }
 
 func insertOrder(key, owner string) d1client.Statement {
-	return d1client.NewStatement("INSERT INTO orders (key, owner) VALUES (?, ?)", key, owner)
+	return d1client.Statement{SQL: "INSERT INTO orders (key, owner) VALUES (?, ?)", Params: []any{key, owner}}
 }
 
 func orders(t *testing.T, db *d1client.Client, key string) []string {
@@ -122,9 +122,9 @@ func TestTransactionalCompletionHandlerStatementFails(t *testing.T) {
 			return
 		}
 		if attempt == 1 {
-			tx.Add(d1client.NewStatement("INSERT INTO no_such_table VALUES (1)"))
+			tx.Add(d1client.Statement{SQL: "INSERT INTO no_such_table VALUES (1)"})
 		} else {
-			tx.Add(d1client.NewStatement("SELECT 1"))
+			tx.Add(d1client.Statement{SQL: "SELECT 1"})
 		}
 		w.WriteHeader(201)
 		w.Write([]byte("created"))
@@ -143,8 +143,8 @@ func TestTransactionalCompletionHandlerStatementFails(t *testing.T) {
 	// the reservation is gone.
 	res := begin(t, s.ledger, "tok", "k-direct", "fp").Reservation
 	var e *d1client.Error
-	_, err := s.ledger.CompleteTx(bg, res, idem.Response{Status: 200}, []d1client.Statement{d1client.NewStatement("INSERT INTO nowhere VALUES (1)")})
-	if !errors.Is(err, idem.ErrTxNotCommitted) || !errors.As(err, &e) || e.Kind != d1client.KindSQL {
+	_, err := s.ledger.CompleteTx(bg, res, idem.Response{Status: 200}, []d1client.Statement{{SQL: "INSERT INTO nowhere VALUES (1)"}})
+	if !errors.Is(err, idem.ErrTxNotCommitted) || !errors.As(err, &e) || !errors.Is(err, d1client.ErrSQL) {
 		t.Errorf("err = %v", err)
 	}
 	if d := begin(t, s.ledger, "tok", "k-direct", "fp"); d.Outcome != idem.Execute || d.Reservation.Generation != 3 {

@@ -212,7 +212,7 @@ func plan(ctx context.Context, db *d1client.Client, table string, names []string
 	}
 	r.Migrations = missing
 	for _, n := range missing {
-		r.Statements = append(r.Statements, d1client.NewStatement("INSERT INTO "+table+" (name) VALUES (?)", n))
+		r.Statements = append(r.Statements, d1client.Statement{SQL: "INSERT INTO " + table + " (name) VALUES (?)", Params: []any{n}})
 	}
 	return r, nil
 }

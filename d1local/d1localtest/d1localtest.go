@@ -154,7 +154,7 @@ func (s *Server) NewClient(databaseID string, mods ...func(*d1client.Config)) (*
 // unlimited gives cfg no request budget: d1local has no API limit unless
 // its Config.Budget sets one.
 func unlimited(cfg *d1client.Config) {
-	cfg.Budget = &d1client.Unlimited
+	cfg.Budget = d1client.UnlimitedBudget()
 }
 
 // applySchema runs the ledger schema's statements as one batch.

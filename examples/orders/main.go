@@ -123,8 +123,10 @@ func startLocal(dir string) (*d1client.Client, func(), error) {
 		_ = hs.Close()
 		_ = d1.Close()
 	}
-	// d1local checks neither the account ID nor, without a token, the token.
-	db, err := d1client.New(d1client.Config{BaseURL: "http://" + ln.Addr().String(), AccountID: "local", DatabaseID: "orders"})
+	// d1local checks neither the account ID nor, without a token, the token,
+	// and has no API budget to respect.
+	db, err := d1client.New(d1client.Config{BaseURL: "http://" + ln.Addr().String(), AccountID: "local", DatabaseID: "orders",
+		Budget: d1client.UnlimitedBudget()})
 	if err != nil {
 		stop()
 		return nil, nil, err

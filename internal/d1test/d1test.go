@@ -183,7 +183,7 @@ func (d *Database) Client(t testing.TB, mod ...func(*d1client.Config)) *d1client
 		AccountID:  d.Backend.AccountID,
 		DatabaseID: d.ID,
 		HTTPClient: d.Backend.HTTPClient,
-		Budget:     &d1client.Unlimited,
+		Budget:     d1client.UnlimitedBudget(),
 	}
 	for _, m := range mod {
 		m(&cfg)

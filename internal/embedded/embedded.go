@@ -59,7 +59,7 @@ func (s *Server) Client(databaseID string, mod ...func(*d1client.Config)) (*d1cl
 	if databaseID == "" {
 		databaseID = DatabaseID
 	}
-	cfg := d1client.Config{BaseURL: s.URL, APIToken: s.token, AccountID: AccountID, DatabaseID: databaseID, Budget: &d1client.Unlimited}
+	cfg := d1client.Config{BaseURL: s.URL, APIToken: s.token, AccountID: AccountID, DatabaseID: databaseID, Budget: d1client.UnlimitedBudget()}
 	for _, m := range mod {
 		m(&cfg)
 	}

@@ -132,9 +132,10 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	order := Order{ID: newID(), SKU: in.SKU, Qty: in.Qty, Status: "created"}
-	insert := d1client.NewStatement(
-		`INSERT INTO orders (id, principal, sku, qty, idempotency_key, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
-		order.ID, principal, order.SKU, order.Qty, r.Header.Get(idem.HeaderKey), time.Now().UnixMilli())
+	insert := d1client.Statement{
+		SQL:    `INSERT INTO orders (id, principal, sku, qty, idempotency_key, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		Params: []any{order.ID, principal, order.SKU, order.Qty, r.Header.Get(idem.HeaderKey), time.Now().UnixMilli()},
+	}
 	if tx, ok := idem.TxFromContext(r.Context()); ok {
 		// Committed with the ledger's completion, or not at all.
 		tx.Add(insert)

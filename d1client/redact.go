@@ -1,0 +1,113 @@
+package d1client
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// redactedToken stands for the API token wherever a Config is printed.
+type redactedToken bool // whether a token is set
+
+func (t redactedToken) String() string {
+	if t {
+		return "[REDACTED]"
+	}
+	return ""
+}
+
+// Format prints the same for every verb, so no verb can reach a token.
+func (t redactedToken) Format(f fmt.State, verb rune) {
+	if verb == 'v' && f.Flag('#') || verb == 'q' {
+		io.WriteString(f, strconv.Quote(t.String()))
+		return
+	}
+	io.WriteString(f, t.String())
+}
+
+// configView is a Config as it is printed: the same fields, the token
+// replaced.
+type configView struct {
+	BaseURL        string
+	APIToken       redactedToken
+	AccountID      string
+	DatabaseID     string
+	HTTPClient     *http.Client
+	Retry          RetryPolicy
+	AttemptTimeout time.Duration
+	Budget         Budget
+	Coalesce       CoalesceConfig
+	Logger         *slog.Logger
+}
+
+func (c Config) view() configView {
+	return configView{
+		BaseURL: c.BaseURL, APIToken: c.APIToken != "", AccountID: c.AccountID, DatabaseID: c.DatabaseID,
+		HTTPClient: c.HTTPClient, Retry: c.Retry, AttemptTimeout: c.AttemptTimeout, Budget: c.Budget,
+		Coalesce: c.Coalesce, Logger: c.Logger,
+	}
+}
+
+// String formats the configuration as %+v would, with the API token
+// replaced by "[REDACTED]".
+func (c Config) String() string { return fmt.Sprintf("%+v", c.view()) }
+
+// GoString formats the configuration as %#v would, with the API token
+// replaced by "[REDACTED]".
+func (c Config) GoString() string {
+	return strings.Replace(fmt.Sprintf("%#v", c.view()), "d1client.configView", "d1client.Config", 1)
+}
+
+// Format implements fmt.Formatter: %#v is GoString, %q the quoted String,
+// and every other verb String. None shows the API token.
+func (c Config) Format(f fmt.State, verb rune) { formatWith(f, verb, c.String(), c.GoString()) }
+
+// LogValue implements slog.LogValuer, without the API token.
+func (c Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("base_url", c.BaseURL),
+		slog.String("api_token", redactedToken(c.APIToken != "").String()),
+		slog.String("account_id", c.AccountID),
+		slog.String("database_id", c.DatabaseID),
+		slog.Duration("attempt_timeout", c.AttemptTimeout),
+		slog.String("budget", c.Budget.String()),
+	)
+}
+
+// String describes the client: the database it reaches and where.
+func (c *Client) String() string {
+	return fmt.Sprintf("d1client.Client{BaseURL:%s AccountID:%s DatabaseID:%s}", c.cfg.BaseURL, c.cfg.AccountID, c.cfg.DatabaseID)
+}
+
+// GoString describes the client as Go syntax, without its state.
+func (c *Client) GoString() string {
+	return fmt.Sprintf("&d1client.Client{BaseURL:%q, AccountID:%q, DatabaseID:%q}", c.cfg.BaseURL, c.cfg.AccountID, c.cfg.DatabaseID)
+}
+
+// Format implements fmt.Formatter: %#v is GoString, %q the quoted String,
+// and every other verb String. None shows the API token.
+func (c *Client) Format(f fmt.State, verb rune) { formatWith(f, verb, c.String(), c.GoString()) }
+
+// LogValue implements slog.LogValuer, without the API token.
+func (c *Client) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("base_url", c.cfg.BaseURL),
+		slog.String("account_id", c.cfg.AccountID),
+		slog.String("database_id", c.cfg.DatabaseID),
+	)
+}
+
+func formatWith(f fmt.State, verb rune, s, gs string) {
+	switch {
+	case verb == 'v' && f.Flag('#'):
+		io.WriteString(f, gs)
+	case verb == 'q':
+		io.WriteString(f, strconv.Quote(s))
+	default:
+		io.WriteString(f, s)
+	}
+}
