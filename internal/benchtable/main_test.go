@@ -56,17 +56,17 @@ func TestFigures(t *testing.T) {
 		prefix, measured, mark string
 	}{
 		{"open loop, 150 first executions/s for 60 s, default budget (1200 calls / 300 s, not scaled), 20 ms per call: answered",
-			"4,108 answered / 4,892 budget 503s / 0 other errors; 6 completions lost (first budget 503 after 27.4 s)", "MISSED"},
+			"4,108 answered / 4,892 budget 503s / 0 other errors; completions lost: 6 (first budget 503 after 27.4 s)", "MISSED"},
 		{"open loop, 150 first executions/s for 60 s, default budget (1200 calls / 300 s, not scaled), 20 ms per call: latency",
 			"81.5 / 110 ms; 20 calls/s (peak 1,200 calls in 300 s)", "met"},
 		{"open loop, 20 first executions/s for 60 s, default budget (1200 calls / 300 s, not scaled), 20 ms per call: answered",
-			"1,200 answered / 0 budget 503s / 0 other errors; 0 completions lost", "met"},
+			"1,200 answered / 0 budget 503s / 0 other errors; completions lost: 0", "met"},
 		{"first execution vs the spec's sequence, 20 ms per call, concurrency 1; 8; 64; 256: p50",
 			"42.4 / 42 (1.01); 87.3 / 44.3 (1.97); 102 / 49.6 (2.05); 89 / 107 (0.833)", "MISSED"},
 		{"D1 calls per first execution vs the spec's sequence, 20 ms per call",
 			"2 / 0.51 / 0.0625 / 0.0317 (naive 2 / 2 / 2 / 2)", "met"},
 		{"client allocations per D1 call", "80 / 100", "met"},
-		{"4 replica processes", "0; 4 of 4 (9,000 answered / 0 budget 503s / 0 other; 0 completions lost; peak 4,800 calls in 300 s); d1local without the account budget, so no 971 was possible", ""},
+		{"4 replica processes", "0; 4 of 4 (9,000 answered / 0 budget 503s / 0 other; completions lost: 0; peak 4,800 calls in 300 s); d1local without the account budget, so no 971 was possible", ""},
 	} {
 		r := find(t, rows, tc.prefix)
 		if r.measured != tc.measured || r.mark() != tc.mark {
@@ -109,5 +109,28 @@ func TestREADMEHasMarkers(t *testing.T) {
 	}
 	if _, err := rewrite(doc, ""); err != nil {
 		t.Fatalf("README.md: %v", err)
+	}
+}
+
+// A benchmark in both files (make bench's and make bench-budget's) is
+// reported once, from the later file.
+func TestLatest(t *testing.T) {
+	in := sample + strings.Replace(sample, "4108 answered", "9000 answered", 1)
+	results, _, _, err := parse(strings.NewReader(in), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results = latest(results)
+	n := 0
+	for _, r := range results {
+		if r.name == "OpenLoop/default_budget/rate=150" {
+			n++
+			if v := r.value("answered"); v != 9000 {
+				t.Errorf("answered %v, want the later run's 9000", v)
+			}
+		}
+	}
+	if n != 1 || len(results) != strings.Count(sample, "\nBenchmark") {
+		t.Errorf("%d OpenLoop results, %d in all", n, len(results))
 	}
 }
