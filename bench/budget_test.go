@@ -6,8 +6,6 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
-
-	"github.com/d1idem/d1idem/d1client"
 )
 
 // d1Latency is the latency injected in every D1 call of the load benchmarks:
@@ -45,7 +43,7 @@ func runBudget(tb testing.TB, rate float64, d time.Duration) budgetRun {
 	before := a.db.Stats().Calls
 	d1.reset()
 	l := openLoop(hc, []string{srv.URL}, rate, d, fmt.Sprintf("ol%g", rate))
-	peak := d1.peakWindow(d1client.DefaultBudget.Per)
+	peak := d1.peakWindow(accountWindow)
 	rows, err := ledgerRows(context.Background(), d1.URL, id)
 	if err != nil {
 		tb.Fatal(err)

@@ -32,6 +32,11 @@ var (
 		"length of each open-loop run; 0 means 60 s, or 600 s with -bench.long")
 )
 
+// accountWindow is the window of Cloudflare's API budget (1200 calls per
+// 300 s per account): the peak D1 calls in any such window is what the
+// account's budget judges.
+const accountWindow = 300 * time.Second
+
 // runLength is the length of one open-loop run.
 func runLength() time.Duration {
 	switch {
@@ -49,12 +54,13 @@ func runLength() time.Duration {
 // (1200 calls per 300 s, not shrunk) or with none. The other benchmarks
 // (bench_test.go) get theirs from d1test.
 func newClient(baseURL, databaseID string, hc *http.Client, defaultBudget bool) (*d1client.Client, error) {
+	cfg := d1client.Config{BaseURL: baseURL, AccountID: d1test.AccountID, DatabaseID: databaseID, HTTPClient: hc}
 	budget := d1client.Unlimited
 	if defaultBudget {
 		budget = d1client.DefaultBudget
 	}
-	return d1client.New(d1client.Config{BaseURL: baseURL, AccountID: d1test.AccountID, DatabaseID: databaseID,
-		HTTPClient: hc, Budget: &budget})
+	cfg.Budget = &budget
+	return d1client.New(cfg)
 }
 
 // poolClient returns an HTTP client that keeps up to n idle connections per

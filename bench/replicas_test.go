@@ -14,8 +14,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/d1idem/d1idem/d1client"
 )
 
 // Environment of a replica process (the test binary re-executed).
@@ -167,7 +165,7 @@ func runReplicas(tb testing.TB, n int, rate float64, d time.Duration) replicaRun
 	defer hc.CloseIdleConnections()
 	d1.reset()
 	l := openLoop(hc, targets, rate, d, fmt.Sprintf("rep%g", rate))
-	out := replicaRun{load: l, rateLimit: d1.answers("429/971"), peak: d1.peakWindow(d1client.DefaultBudget.Per),
+	out := replicaRun{load: l, rateLimit: d1.answers("429/971"), peak: d1.peakWindow(accountWindow),
 		accountBudget: d1.accountBudget()}
 	for _, r := range reps {
 		s, err := r.stats(hc)
