@@ -30,7 +30,7 @@ func (r budgetRun) lost() int64 { return r.executed - r.completed }
 // answer and counts the stored completions in the ledger.
 func runBudget(tb testing.TB, rate float64, d time.Duration) budgetRun {
 	tb.Helper()
-	d1 := startD1(tb, d1Latency)
+	d1 := startD1(tb, d1Latency, false)
 	id := newDatabase(tb, d1)
 	a, h, err := newApp(d1.URL, id)
 	if err != nil {

@@ -52,6 +52,6 @@
 //
 // Every d1client these benchmarks build for the budget, replica and
 // side-by-side runs comes from newClient, and d1local's configuration from
-// localConfig: the one place to change for a new budget API, or to have
-// d1local play the account's budget.
+// localConfig: the places to change for a new budget API, and to have
+// d1local play the account's budget in the replica runs.
 package bench

@@ -110,7 +110,7 @@ func BenchmarkVsSpec(b *testing.B) {
 	for _, latency := range []time.Duration{20 * time.Millisecond, 50 * time.Millisecond} {
 		for _, c := range []int{1, 8, 64, 256} {
 			b.Run(fmt.Sprintf("rtt=%s/c=%d", latency, c), func(b *testing.B) {
-				d1 := startD1(b, 0)
+				d1 := startD1(b, 0, false)
 				ours, naive := newSideBySide(b, d1, c)
 				// Warm up: connections, statement caches, the first sweep.
 				for _, impl := range []sideBySide{ours, naive} {

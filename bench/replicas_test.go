@@ -154,7 +154,7 @@ func (r replicaRun) executed() (n int64) {
 // what each served, the 971 answers and the completions stored.
 func runReplicas(tb testing.TB, n int, rate float64, d time.Duration) replicaRun {
 	tb.Helper()
-	d1 := startD1(tb, d1Latency)
+	d1 := startD1(tb, d1Latency, true)
 	id := newDatabase(tb, d1)
 	reps := startReplicas(tb, n, d1, id)
 	var targets []string
@@ -192,7 +192,8 @@ func runReplicas(tb testing.TB, n int, rate float64, d time.Duration) replicaRun
 // 0 answers 971 and every replica served.
 //
 // The 971 count means something only once d1local plays the account's
-// budget: switch it on in localConfig.
+// budget: switch it on in localConfig. Until then the row reports
+// account-budget 0 and is not judged.
 func BenchmarkReplicas(b *testing.B) {
 	if !*longForm {
 		b.Skip("long form: run with -bench.long (make bench-budget)")
