@@ -3,7 +3,7 @@ GO ?= go
 NPM ?= npm
 PKGS := ./...
 
-.PHONY: all build test test-short bench lint demo fuzz conformance-deps clean
+.PHONY: all build test test-short bench bench-budget readme-figures lint demo fuzz conformance-deps clean
 
 all: lint test
 
@@ -31,10 +31,27 @@ conformance-deps:
 	fi
 
 # Every benchmark, printed as one table with the machine noted and each
-# figure an issue sets a target for beside its target (about 2 minutes).
+# figure an issue sets a target for beside its target (about 5 minutes). The
+# raw output is kept in bench.out, for readme-figures.
 bench: conformance-deps
 	@{ $(GO) test -run '^$$' -bench . -benchtime 200x ./idem/ ./conformance/ ./d1local/ && \
-	   $(GO) test -run '^$$' -bench . -timeout 20m ./bench/ ; } 2>&1 | $(GO) run ./internal/benchtable
+	   $(GO) test -run '^$$' -bench . -timeout 20m ./bench/ ; } 2>&1 | tee bench.out | $(GO) run ./internal/benchtable
+
+# The long forms of the API-budget benchmarks (issue 13): open-loop load at
+# 20, 150 and 400 first executions per second and four replica processes,
+# each run BENCH_DURATION long (600 s, two budget windows: about 45 minutes
+# in all). The raw output is kept in bench-budget.out, for readme-figures.
+BENCH_DURATION ?= 600s
+bench-budget:
+	@$(GO) test -run '^$$' -bench '^Benchmark(OpenLoop|Replicas)$$' -timeout 4h ./bench/ \
+		-bench.long -bench.duration $(BENCH_DURATION) 2>&1 | tee bench-budget.out | $(GO) run ./internal/benchtable
+
+# Rewrite the README's figures table (between <!-- bench:begin --> and
+# <!-- bench:end -->) from the output of the last make bench, and of the last
+# make bench-budget if there is one.
+readme-figures:
+	@test -f bench.out || { echo "no bench.out: run make bench first"; exit 1; }
+	@$(GO) run ./internal/benchtable -readme README.md bench.out $(wildcard bench-budget.out) >/dev/null
 
 lint:
 	$(GO) vet $(PKGS)

@@ -24,4 +24,34 @@
 //     1 MiB.
 //   - BenchmarkSweepBatch: one sweep batch (20 rows) on a table of 10k rows
 //     and of 1M rows, wall time and D1's own duration.
+//
+// And the measurements of issue 13 (the API budget):
+//
+//   - BenchmarkOpenLoop: the full middleware, served over loopback HTTP,
+//     its ledger on a d1client with the default budget (1200 calls per
+//     300 s, not scaled), under open-loop load: first executions with 1 KB
+//     bodies started on a fixed schedule whatever the answers, 20 ms per D1
+//     call. Answered, budget 503s, other errors, p50/p99, D1 calls per
+//     second, and completions lost (handlers executed minus completions
+//     stored, counted in D1). 150 req/s for 60 s; with -bench.long (make
+//     bench-budget) 20, 150 and 400 req/s for 600 s each.
+//   - BenchmarkReplicas (-bench.long only; TestReplicasSmoke runs it for two
+//     seconds in go test): four replica processes of that service, the test
+//     binary re-executed, against one d1local, with the 971 answers d1local
+//     gave and the most calls it saw in any 300 s window.
+//   - BenchmarkVsSpec: a first execution through the ledger side by side
+//     with the spec's literal statement sequence (internal/specseq) at
+//     concurrency 1, 8, 64 and 256, with 20 ms and 50 ms per D1 call, no
+//     budget: p50, p99, their ratios, D1 calls per request.
+//   - BenchmarkClientExec: allocations per D1 call of one d1client Exec,
+//     d1local's answer replayed (the client's own) and with d1local in
+//     process.
+//
+// Flags: -bench.long runs the long forms, and -bench.duration sets the
+// length of each open-loop run (60 s, or 600 s with -bench.long).
+//
+// Every d1client these benchmarks build for the budget, replica and
+// side-by-side runs comes from newClient, and d1local's configuration from
+// localConfig: the places to change for a new budget API, and to have
+// d1local play the account's budget in the replica runs.
 package bench

@@ -1,11 +1,24 @@
-// Command benchtable reads `go test -bench` output on stdin and prints one
-// table of every benchmark, with the machine noted, followed by the figures
-// the project's issues set targets for, each beside its target. `make bench`
-// pipes the benchmarks through it.
+// Command benchtable reads `go test -bench` output and prints one table of
+// every benchmark, with the machine noted, followed by the project's figures,
+// each an issue sets a target for beside its target. `make bench` pipes the
+// benchmarks through it.
+//
+// Usage:
+//
+//	go test -bench . ./... | benchtable
+//	benchtable [-readme README.md] [file ...]
+//
+// It reads the files named (standard input when none). With -readme it also
+// rewrites the figures table of that Markdown file, between the lines
+// <!-- bench:begin --> and <!-- bench:end -->, so that the README's figures
+// are never typed by hand (make readme-figures).
 package main
 
 import (
 	"bufio"
+	"bytes"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -37,9 +50,15 @@ func (r result) get(unit string) (float64, bool) {
 	return 0, false
 }
 
+// value is get without the ok.
+func (r result) value(unit string) float64 {
+	v, _ := r.get(unit)
+	return v
+}
+
 var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+(\d+)\s+(.*)$`)
 
-func parse(in io.Reader, echo io.Writer) (results []result, machine map[string]string, failed bool) {
+func parse(in io.Reader, echo io.Writer) (results []result, machine map[string]string, failed bool, err error) {
 	machine = map[string]string{}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -71,20 +90,43 @@ func parse(in io.Reader, echo io.Writer) (results []result, machine map[string]s
 		}
 		results = append(results, r)
 	}
-	return results, machine, failed
+	return results, machine, failed, sc.Err()
 }
 
 func format(v float64) string {
 	switch {
 	case v == 0:
 		return "0"
-	case v >= 1000:
+	case v >= 100:
 		return strconv.FormatFloat(v, 'f', 0, 64)
 	case v >= 10:
-		return strconv.FormatFloat(v, 'f', 1, 64)
+		return strings.TrimSuffix(strconv.FormatFloat(v, 'f', 1, 64), ".0")
 	default:
-		return strconv.FormatFloat(v, 'g', 4, 64)
+		return strconv.FormatFloat(v, 'g', 3, 64)
 	}
+}
+
+// count formats a whole number with thousands separators.
+func count(v float64) string {
+	s := strconv.FormatFloat(v, 'f', 0, 64)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
+}
+
+// join formats values separated by " / ".
+func join(vs []float64, f func(float64) string) string {
+	var s []string
+	for _, v := range vs {
+		s = append(s, f(v))
+	}
+	return strings.Join(s, " / ")
 }
 
 func memTotal() string {
@@ -101,10 +143,310 @@ func memTotal() string {
 	return "?"
 }
 
+// row is one figure of the summary: what was measured, the measurement, and
+// the target with whether it was met (ok nil: no target).
+type row struct {
+	what, measured, target string
+	ok                     *bool
+}
+
+func (r row) mark() string {
+	switch {
+	case r.ok == nil:
+		return ""
+	case *r.ok:
+		return "met"
+	default:
+		return "MISSED"
+	}
+}
+
+func ptr(v bool) *bool { return &v }
+
+// Today's figures (issue 13's starting point, measured by make bench at the
+// commit that added the side-by-side and allocation benchmarks), which the
+// targets "no more than today's" and "at least halved" refer to.
+var (
+	// D1 calls per first execution in BenchmarkVsSpec at concurrency 1, 8,
+	// 64 and 256, by D1 latency. Group commit's counts vary from run to run
+	// by a few per cent, so the target allows 10 % over them.
+	todayCallsPerReq = map[string][]float64{
+		"20ms": {2, 0.52, 0.063, 0.035},
+		"50ms": {2, 0.52, 0.063, 0.04},
+	}
+	// Client allocations per D1 call in BenchmarkClientExec/client_only:
+	// one statement, batch of 2.
+	todayAllocs = []float64{178, 218}
+)
+
+var concurrencies = []string{"1", "8", "64", "256"}
+
+// figures derives the summary rows from the results.
+func figures(results []result) []row {
+	find := func(name string) (result, bool) {
+		for _, r := range results {
+			if r.name == name {
+				return r, true
+			}
+		}
+		return result{}, false
+	}
+	// series returns unit of each name, or false if one is missing.
+	series := func(unit string, names ...string) ([]float64, bool) {
+		var out []float64
+		for _, n := range names {
+			r, ok := find(n)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, r.value(unit))
+		}
+		return out, true
+	}
+	var rows []row
+
+	paths := []string{"first_execution", "replay", "in_progress", "takeover"}
+	want := []float64{2, 1, 1, 2}
+	var names []string
+	for _, p := range paths {
+		names = append(names, "LedgerCalls/"+p)
+	}
+	if v, ok := series("d1-calls/req", names...); ok {
+		met := true
+		for i := range v {
+			met = met && v[i] == want[i]
+		}
+		rows = append(rows, row{"D1 calls per request: first execution / replay / in progress / takeover",
+			join(v, format), "= " + join(want, format), &met})
+	}
+	for _, path := range []string{"first_execution", "replay"} {
+		names = names[:0]
+		for _, c := range concurrencies {
+			names = append(names, "CallsPerRequest/"+path+"/c"+c)
+		}
+		if v, ok := series("d1-calls/req", names...); ok {
+			rows = append(rows, row{fmt.Sprintf("D1 calls per %s at concurrency 1 / 8 / 64 / 256 (20 ms per call)", strings.ReplaceAll(path, "_", " ")),
+				join(v, format), "≤ 0.1 at 64", ptr(v[2] <= 0.1)})
+		}
+	}
+
+	// The open-loop runs, in the order they ran.
+	for _, r := range results {
+		rate, ok := strings.CutPrefix(r.name, "OpenLoop/default_budget/rate=")
+		if !ok {
+			continue
+		}
+		what := fmt.Sprintf("open loop, %s first executions/s for %s s, default budget (1200 calls / 300 s, not scaled), 20 ms per call", rate, count(r.value("run-s")))
+		measured := fmt.Sprintf("%s answered / %s budget 503s / %s other errors; completions lost: %s",
+			count(r.value("answered")), count(r.value("budget-503")), count(r.value("other-errors")), count(r.value("lost-completions")))
+		if t, ok := r.get("first-budget-503-s"); ok {
+			measured += fmt.Sprintf(" (first budget 503 after %s s)", format(t))
+		}
+		rows = append(rows, row{what + ": answered / budget 503s / other errors; completions lost", measured,
+			"0 budget 503s, 0 lost", ptr(r.value("budget-503") == 0 && r.value("lost-completions") == 0)})
+		p99, ok := r.get("p99-ms")
+		rows = append(rows, row{what + ": latency of the answered p50 / p99; D1 calls/s",
+			fmt.Sprintf("%s / %s ms; %s calls/s (peak %s calls in 300 s)", format(r.value("p50-ms")), format(p99),
+				format(r.value("d1-calls/s")), count(r.value("peak-calls/300s"))),
+			"p99 < 1500 ms", ptr(ok && p99 < 1500)})
+	}
+
+	// The side-by-side with the spec's sequence.
+	for _, rtt := range []string{"20ms", "50ms"} {
+		names = names[:0]
+		for _, c := range concurrencies {
+			names = append(names, "VsSpec/rtt="+rtt+"/c="+c)
+		}
+		if _, ok := series("p50-ms", names...); !ok {
+			continue
+		}
+		for _, p := range []string{"p50", "p99"} {
+			ours, _ := series(p+"-ms", names...)
+			naive, _ := series("naive-"+p+"-ms", names...)
+			ratio, _ := series(p+"-ratio", names...)
+			var parts []string
+			met := true
+			for i := range ours {
+				parts = append(parts, fmt.Sprintf("%s / %s (%s)", format(ours[i]), format(naive[i]), format(ratio[i])))
+				met = met && ratio[i] <= 1
+			}
+			rows = append(rows, row{fmt.Sprintf("first execution vs the spec's sequence, %s per call, concurrency 1; 8; 64; 256: %s d1idem / naive ms (ratio)", strings.TrimSuffix(rtt, "ms")+" ms", p),
+				strings.Join(parts, "; "), "ratio ≤ 1", &met})
+		}
+		ours, _ := series("d1-calls/req", names...)
+		naive, _ := series("naive-d1-calls/req", names...)
+		today := todayCallsPerReq[rtt]
+		met := true
+		for i := range ours {
+			met = met && ours[i] <= 1.1*today[i]
+		}
+		rows = append(rows, row{fmt.Sprintf("D1 calls per first execution vs the spec's sequence, %s per call, concurrency 1 / 8 / 64 / 256", strings.TrimSuffix(rtt, "ms")+" ms"),
+			fmt.Sprintf("%s (naive %s)", join(ours, format), join(naive, format)), "≤ today's " + join(today, format) + ", within 10 %", &met})
+	}
+
+	if r, ok := find("SustainedThroughput"); ok {
+		v := r.value("req/s")
+		rows = append(rows, row{"idempotent requests per second at the default budget's rate, its window scaled 60× (20 calls per 5 s), 512 closed-loop clients",
+			fmt.Sprintf("%s (%s D1 calls/s)", format(v), format(r.value("d1-calls/s"))), "≥ 100", ptr(v >= 100)})
+	}
+	for _, path := range []string{"first_execution", "replay"} {
+		if r, ok := find("AddedLatency/ours/" + path); ok {
+			trips, own := r.value("round-trips"), r.value("own-p99-ms")
+			want := 2.0
+			if path == "replay" {
+				want = 1
+			}
+			rows = append(rows, row{
+				what: fmt.Sprintf("added latency, %s: round trips + own time p50 / p99 (RTT %s ms)", strings.ReplaceAll(path, "_", " "), format(r.value("rtt-ms"))),
+				measured: fmt.Sprintf("%s + %s / %s ms (total p50 %s, p99 %s ms)", format(trips), format(r.value("own-p50-ms")), format(own),
+					format(r.value("p50-ms")), format(r.value("p99-ms"))),
+				target: fmt.Sprintf("≤ %g RTT + 3 ms", want),
+				ok:     ptr(trips <= want && own <= 3),
+			})
+		}
+	}
+	if v, ok := series("allocs/op", "ClientExec/client_only/one_statement", "ClientExec/client_only/batch_of_2"); ok {
+		met := true
+		half := make([]float64, len(v))
+		for i := range v {
+			half[i] = todayAllocs[i] / 2
+			met = met && v[i] <= half[i]
+		}
+		measured := join(v, count)
+		if r, ok := find("ClientExec/d1local_in_process/one_statement"); ok {
+			measured += fmt.Sprintf(" (%s with d1local's own work, in process)", count(r.value("allocs/op")))
+		}
+		rows = append(rows, row{"client allocations per D1 call, d1local's answer replayed: one statement / batch of 2",
+			measured, fmt.Sprintf("≤ %s (half of today's %s)", join(half, count), join(todayAllocs, count)), &met})
+	}
+	if v, ok := series("ns/op", "MiddlewareOverhead/bare", "MiddlewareOverhead/middleware/first_execution", "MiddlewareOverhead/middleware/replay"); ok {
+		a, _ := series("allocs/op", "MiddlewareOverhead/bare", "MiddlewareOverhead/middleware/first_execution", "MiddlewareOverhead/middleware/replay")
+		var parts []string
+		for i := range v {
+			parts = append(parts, fmt.Sprintf("%s µs, %s allocs", format(v[i]/1000), count(a[i])))
+		}
+		rows = append(rows, row{"middleware CPU, 1 KB body, d1local in process: bare / first execution / replay", strings.Join(parts, " / "), "", nil})
+	}
+	if a, ok := find("Fingerprint/idem.Fingerprint"); ok {
+		if b, ok := find("Fingerprint/crypto/sha256"); ok {
+			x, y := a.value("MB/s"), b.value("MB/s")
+			rows = append(rows, row{"fingerprint throughput vs raw crypto/sha256, 1 MiB",
+				fmt.Sprintf("%s %% (%s vs %s MB/s)", format(100*x/y), format(x), format(y)), "≥ 90 %", ptr(x >= 0.9*y)})
+		}
+	}
+	if a, ok := find("SweepBatch/rows=10000"); ok {
+		if b, ok := find("SweepBatch/rows=1000000"); ok {
+			x, y := a.value("ns/op"), b.value("ns/op")
+			rows = append(rows, row{"sweep batch (20 rows), 1M rows vs 10k rows",
+				fmt.Sprintf("%s x (%s vs %s µs)", format(y/x), format(y/1000), format(x/1000)), "≤ 1.5 x", ptr(y <= 1.5*x)})
+		}
+	}
+	if v, ok := series("stmts/s", "ClaimLookup/d1local/seq", "ClaimLookup/workerd/seq", "ClaimLookup/d1local/c16", "ClaimLookup/workerd/c16"); ok {
+		rows = append(rows, row{"claim+lookup batch, d1local / workerd: sequential; 16-way",
+			fmt.Sprintf("%s / %s stmts/s; %s / %s stmts/s", count(v[0]), count(v[1]), count(v[2]), count(v[3])), "", nil})
+	}
+
+	for _, r := range results {
+		name, ok := strings.CutPrefix(r.name, "Replicas/")
+		if !ok {
+			continue
+		}
+		n, rate, _ := strings.Cut(name, "/")
+		n, rate = strings.TrimPrefix(n, "n="), strings.TrimPrefix(rate, "rate=")
+		what := fmt.Sprintf("%s replica processes, one d1local, default budget each, %s req/s in all for %s s: D1 answers 971; replicas served", n, rate, count(r.value("run-s")))
+		served, want := r.value("replicas-served"), n
+		measured := fmt.Sprintf("%s; %s of %s (%s answered / %s budget 503s / %s other; completions lost: %s; peak %s calls in 300 s)",
+			count(r.value("971-answers")), format(served), want, count(r.value("answered")), count(r.value("budget-503")),
+			count(r.value("other-errors")), count(r.value("lost-completions")), count(r.value("peak-calls/300s")))
+		var met *bool
+		if r.value("account-budget") == 1 {
+			met = ptr(r.value("971-answers") == 0 && format(served) == want)
+		} else {
+			measured += "; d1local without the account budget, so no 971 was possible"
+		}
+		rows = append(rows, row{what, measured, "0; all", met})
+	}
+	return rows
+}
+
+// latest keeps the last result of each benchmark (make bench-budget's run
+// of OpenLoop at 150 req/s over make bench's, when both files are read).
+func latest(results []result) []result {
+	last := map[string]int{}
+	for i, r := range results {
+		last[r.pkg+" "+r.name] = i
+	}
+	var out []result
+	for i, r := range results {
+		if last[r.pkg+" "+r.name] == i {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// header is the machine line.
+func header(machine map[string]string) string {
+	return fmt.Sprintf("%s, %d cores, %s RAM, %s/%s, %s", machine["cpu"], runtime.NumCPU(), memTotal(), machine["goos"], machine["goarch"], runtime.Version())
+}
+
+// The marker lines that enclose the generated table in the README.
+const (
+	beginMarker = "<!-- bench:begin -->"
+	endMarker   = "<!-- bench:end -->"
+)
+
+// markdown renders rows as the README's figures table.
+func markdown(machine string, rows []row) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "<!-- generated by internal/benchtable from the benchmarks' output (make readme-figures); do not edit by hand -->\n")
+	fmt.Fprintf(&b, "Machine: %s.\n\n", machine)
+	b.WriteString("| Figure | Measured | Target | |\n|---|---|---|---|\n")
+	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(r.what), cell(r.measured), cell(r.target), r.mark())
+	}
+	return b.String()
+}
+
+// rewrite replaces what lies between the markers in doc with table.
+func rewrite(doc []byte, table string) ([]byte, error) {
+	begin := bytes.Index(doc, []byte(beginMarker+"\n"))
+	end := bytes.Index(doc, []byte(endMarker))
+	if begin < 0 || end < begin {
+		return nil, errors.New("no " + beginMarker + " ... " + endMarker + " lines")
+	}
+	begin += len(beginMarker) + 1
+	out := append([]byte{}, doc[:begin]...)
+	out = append(out, table...)
+	return append(out, doc[end:]...), nil
+}
+
 func main() {
-	results, machine, failed := parse(os.Stdin, os.Stderr)
+	readme := flag.String("readme", "", "rewrite this Markdown file's figures table, between "+beginMarker+" and "+endMarker)
+	flag.Parse()
+	var in io.Reader = os.Stdin
+	if flag.NArg() > 0 {
+		var readers []io.Reader
+		for _, name := range flag.Args() {
+			f, err := os.Open(name)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "benchtable:", err)
+				os.Exit(2)
+			}
+			defer f.Close()
+			readers = append(readers, f)
+		}
+		in = io.MultiReader(readers...)
+	}
+	results, machine, failed, err := parse(in, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(2)
+	}
+	results = latest(results)
 	out := os.Stdout
-	fmt.Fprintf(out, "Machine: %s, %d cores, %s RAM, %s/%s, %s\n\n", machine["cpu"], runtime.NumCPU(), memTotal(), machine["goos"], machine["goarch"], runtime.Version())
+	fmt.Fprintf(out, "Machine: %s\n\n", header(machine))
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PACKAGE\tBENCHMARK\tITER\tFIGURES")
 	for _, r := range results {
@@ -116,91 +458,32 @@ func main() {
 	}
 	tw.Flush()
 
-	find := func(name string) (result, bool) {
-		for _, r := range results {
-			if r.name == name {
-				return r, true
-			}
-		}
-		return result{}, false
-	}
-	type check struct {
-		what, measured, target string
-		ok                     bool
-	}
-	var checks []check
-	add := func(what string, measured float64, unit, target string, ok bool) {
-		checks = append(checks, check{what, format(measured) + " " + unit, target, ok})
-	}
-	for _, p := range []struct {
-		name string
-		want float64
-	}{{"first_execution", 2}, {"replay", 1}, {"in_progress", 1}, {"takeover", 2}} {
-		if r, ok := find("LedgerCalls/" + p.name); ok {
-			v, _ := r.get("d1-calls/req")
-			add("D1 calls per request, "+p.name, v, "calls", fmt.Sprintf("= %g", p.want), v == p.want)
-		}
-	}
-	if r, ok := find("CallsPerRequest/first_execution/c64"); ok {
-		v, _ := r.get("d1-calls/req")
-		add("D1 calls per first execution at concurrency 64", v, "calls", "<= 0.1", v <= 0.1)
-	}
-	if r, ok := find("CallsPerRequest/replay/c64"); ok {
-		v, _ := r.get("d1-calls/req")
-		add("D1 calls per replay at concurrency 64", v, "calls", "<= 0.1", v <= 0.1)
-	}
-	if r, ok := find("SustainedThroughput"); ok {
-		v, _ := r.get("req/s")
-		add("idempotent requests per second within the default budget", v, "req/s", ">= 100", v >= 100)
-	}
-	for _, path := range []string{"first_execution", "replay"} {
-		if r, ok := find("AddedLatency/ours/" + path); ok {
-			trips, _ := r.get("round-trips")
-			own, _ := r.get("own-p99-ms")
-			p50, _ := r.get("p50-ms")
-			p99, _ := r.get("p99-ms")
-			rtt, _ := r.get("rtt-ms")
-			want := 2.0
-			if path == "replay" {
-				want = 1
-			}
-			checks = append(checks, check{
-				what:     "added latency, " + path,
-				measured: fmt.Sprintf("%s round trips + %s ms own (p99); total p50 %s / p99 %s ms, RTT %s ms", format(trips), format(own), format(p50), format(p99), format(rtt)),
-				target:   fmt.Sprintf("<= %g RTT + 3 ms", want),
-				ok:       trips <= want && own <= 3,
-			})
-		}
-	}
-	if a, ok := find("Fingerprint/idem.Fingerprint"); ok {
-		if b, ok := find("Fingerprint/crypto/sha256"); ok {
-			x, _ := a.get("MB/s")
-			y, _ := b.get("MB/s")
-			add("fingerprint throughput vs raw SHA-256 (1 MiB)", 100*x/y, "%", ">= 90 %", x >= 0.9*y)
-		}
-	}
-	if a, ok := find("SweepBatch/rows=10000"); ok {
-		if b, ok := find("SweepBatch/rows=1000000"); ok {
-			x, _ := a.get("ns/op")
-			y, _ := b.get("ns/op")
-			add("sweep batch time, 1M rows vs 10k rows", y/x, "x", "<= 1.5 x", y <= 1.5*x)
-		}
-	}
-	if len(checks) > 0 {
-		fmt.Fprintln(out, "\nTargets:")
+	rows := figures(results)
+	if len(rows) > 0 {
+		fmt.Fprintln(out, "\nFigures:")
 		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "FIGURE\tMEASURED\tTARGET\t")
-		for _, c := range checks {
-			mark := "met"
-			if !c.ok {
-				mark = "MISSED"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.what, c.measured, c.target, mark)
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.what, r.measured, r.target, r.mark())
 		}
 		tw.Flush()
 	}
 	if failed {
 		fmt.Fprintln(out, "\nA benchmark failed; see above.")
 		os.Exit(1)
+	}
+	if *readme != "" {
+		doc, err := os.ReadFile(*readme)
+		if err == nil {
+			doc, err = rewrite(doc, markdown(header(machine), rows))
+		}
+		if err == nil {
+			err = os.WriteFile(*readme, doc, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "benchtable: %s: %v\n", *readme, err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stderr, "%s: figures table rewritten (%d rows)\n", *readme, len(rows))
 	}
 }

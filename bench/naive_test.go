@@ -1,0 +1,156 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/specseq"
+)
+
+// sideBySide is one implementation of a first execution (round trips 1 and
+// 2) on its own database of a shared d1local.
+type sideBySide struct {
+	db      *d1client.Client
+	request func(key string) error
+}
+
+// newSideBySide returns d1idem's ledger and the spec's literal sequence, each
+// on a fresh database of d1, with clients without a budget.
+func newSideBySide(tb testing.TB, d1 *d1Server, conns int) (ours, naive sideBySide) {
+	tb.Helper()
+	mk := func() *d1client.Client {
+		c, err := newClient(d1.URL, newDatabase(tb, d1), poolClient(conns), false)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return c
+	}
+	ours.db = mk()
+	l, err := idem.New(ours.db, idem.Config{Heartbeat: -1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ours.request = func(key string) error {
+		d, err := l.Begin(ctx, "p", key, "fp")
+		if err != nil {
+			return err
+		}
+		if d.Outcome != idem.Execute {
+			return fmt.Errorf("%s: outcome %v, want execute", key, d.Outcome)
+		}
+		_, err = l.Complete(ctx, d.Reservation, okResponse)
+		return err
+	}
+	naive.db = mk()
+	naive.request = func(key string) error {
+		o, err := specseq.Begin(ctx, naive.db, "p", key, "fp", time.Now(), idem.DefaultTTL)
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(o.Text, "execute") {
+			return fmt.Errorf("%s: outcome %s, want execute", key, o.Text)
+		}
+		stored, err := specseq.CompleteRow(ctx, naive.db, "p", key, o.Generation, 201, `{"id":"ord_1"}`, `{"content-type":"application/json"}`, time.Now())
+		if err == nil && !stored {
+			err = fmt.Errorf("%s: completion not stored", key)
+		}
+		return err
+	}
+	return ours, naive
+}
+
+// closedLoop runs n first executions of impl with c concurrent callers, each
+// starting its next request when its last one returns, and returns each
+// request's latency.
+func closedLoop(impl sideBySide, c, n int, prefix string) ([]time.Duration, error) {
+	lat := make([]time.Duration, n)
+	var next atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				t0 := time.Now()
+				if err := impl.request(fmt.Sprintf("%s-%d", prefix, i)); err != nil {
+					failed.Store(err)
+					return
+				}
+				lat[i] = time.Since(t0)
+			}
+		}()
+	}
+	wg.Wait()
+	if err, ok := failed.Load().(error); ok {
+		return nil, err
+	}
+	return lat, nil
+}
+
+// BenchmarkVsSpec: d1idem's first execution (Begin and Complete through
+// group commit) side by side with the spec's literal statement sequence
+// (internal/specseq: claim, then completion, one D1 call each) at
+// concurrency 1, 8, 64 and 256, with 20 ms and 50 ms injected per D1 call
+// and no budget. Each iteration runs max(100, 4c) requests of each, in
+// turn. Reports p50/p99 of both and their ratios (d1idem / naive), and D1
+// calls per request of both. Targets: both ratios at most 1; d1idem's calls
+// per request no more than today's.
+func BenchmarkVsSpec(b *testing.B) {
+	for _, latency := range []time.Duration{20 * time.Millisecond, 50 * time.Millisecond} {
+		for _, c := range []int{1, 8, 64, 256} {
+			b.Run(fmt.Sprintf("rtt=%s/c=%d", latency, c), func(b *testing.B) {
+				d1 := startD1(b, 0, false)
+				ours, naive := newSideBySide(b, d1, c)
+				// Warm up: connections, statement caches, the first sweep.
+				for _, impl := range []sideBySide{ours, naive} {
+					if _, err := closedLoop(impl, c, c, "warm"); err != nil {
+						b.Fatal(err)
+					}
+				}
+				d1.latency.Store(int64(latency))
+				n := max(100, 4*c)
+				var latOurs, latNaive []time.Duration
+				var callsOurs, callsNaive int64
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					for _, impl := range []struct {
+						sideBySide
+						lat   *[]time.Duration
+						calls *int64
+					}{{ours, &latOurs, &callsOurs}, {naive, &latNaive, &callsNaive}} {
+						before := impl.db.Stats().Calls
+						lat, err := closedLoop(impl.sideBySide, c, n, fmt.Sprintf("run%d", i))
+						if err != nil {
+							b.Fatal(err)
+						}
+						*impl.lat = append(*impl.lat, lat...)
+						*impl.calls += impl.db.Stats().Calls - before
+					}
+				}
+				b.StopTimer()
+				total := float64(b.N * n)
+				p50o, p99o := percentile(latOurs, 0.50), percentile(latOurs, 0.99)
+				p50n, p99n := percentile(latNaive, 0.50), percentile(latNaive, 0.99)
+				b.ReportMetric(ms(p50o), "p50-ms")
+				b.ReportMetric(ms(p99o), "p99-ms")
+				b.ReportMetric(ms(p50n), "naive-p50-ms")
+				b.ReportMetric(ms(p99n), "naive-p99-ms")
+				b.ReportMetric(float64(p50o)/float64(p50n), "p50-ratio")
+				b.ReportMetric(float64(p99o)/float64(p99n), "p99-ratio")
+				b.ReportMetric(float64(callsOurs)/total, "d1-calls/req")
+				b.ReportMetric(float64(callsNaive)/total, "naive-d1-calls/req")
+			})
+		}
+	}
+}
