@@ -62,8 +62,8 @@ func BenchmarkClientExec(b *testing.B) {
 	if _, err := setup.Query(ctx, specseq.Claim, "p", "k", "fp", 1, 1); err != nil {
 		b.Fatal(err)
 	}
-	one := []d1client.Statement{d1client.NewStatement(specseq.Lookup, "p", "k")}
-	batch := []d1client.Statement{d1client.NewStatement(specseq.Claim, "p", "k", "fp", 1, 1), one[0]}
+	one := []d1client.Statement{d1client.Statement{SQL: specseq.Lookup, Params: []any{"p", "k"}}}
+	batch := []d1client.Statement{d1client.Statement{SQL: specseq.Claim, Params: []any{"p", "k", "fp", 1, 1}}, one[0]}
 	for _, tc := range []struct {
 		name      string
 		transport http.RoundTripper

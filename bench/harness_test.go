@@ -55,11 +55,10 @@ func runLength() time.Duration {
 // (bench_test.go) get theirs from d1test.
 func newClient(baseURL, databaseID string, hc *http.Client, defaultBudget bool) (*d1client.Client, error) {
 	cfg := d1client.Config{BaseURL: baseURL, AccountID: d1test.AccountID, DatabaseID: databaseID, HTTPClient: hc}
-	budget := d1client.Unlimited
+	cfg.Budget = d1client.UnlimitedBudget()
 	if defaultBudget {
-		budget = d1client.DefaultBudget
+		cfg.Budget = d1client.Budget{} // the zero Budget is Cloudflare's default
 	}
-	cfg.Budget = &budget
 	return d1client.New(cfg)
 }
 
@@ -90,14 +89,12 @@ type d1Server struct {
 // localConfig is the d1local configuration of the benchmarks' D1. account
 // asks for d1local to play the Cloudflare account's API budget (1200 calls
 // per 300 s across every client, Ratelimit headers, 429/971 blocks); the
-// replica runs ask for it. d1local has no such budget yet: when it has, switch
-// it on here (and the replica row of the figures is judged on its own: see
-// d1Server.accountBudget).
+// replica runs ask for it (the replica row of the figures is judged on its
+// own: see d1Server.accountBudget).
 func localConfig(faults d1local.FaultFunc, account bool) d1local.Config {
 	cfg := d1local.Config{Faults: faults}
 	if account {
-		// d1local has no account budget yet. Once it has, set it here:
-		// 1200 calls per 300 s, Cloudflare's default.
+		cfg.Budget = d1local.CloudflareBudget()
 	}
 	return cfg
 }
