@@ -6,9 +6,11 @@
 //
 //   - d1local, this module's D1-compatible REST server on SQLite, in process;
 //   - workerd, Cloudflare's real local D1: workerd's own D1 binding and
-//     Miniflare's D1 database object on workerd's SQLite, behind a small
-//     Worker (worker.js) that serves the D1 REST API's shapes, started from
-//     Node by server.mjs with the npm packages pinned in package.json.
+//     Miniflare's D1 database object on workerd's SQLite, behind the bridge
+//     (../bridge/worker.js, the product's Worker that serves the D1 REST
+//     API's shapes on D1 bindings), with its secret checked on every call,
+//     started from Node by server.mjs with the npm packages pinned in
+//     package.json. harness.js runs beside it: the spec's own Worker code.
 //
 // Every test runs the same assertions on both, so d1local is held to what
 // the real thing does. Where the two legitimately differ, the test asserts
@@ -23,8 +25,9 @@
 // (zero-row column names, duplicate column names, envelopes, several
 // statements in one "sql"); the meta fields a client acts on (and the
 // billing counters, which differ); and, on workerd only, the spec's
-// computeFingerprint served by the Worker. BenchmarkClaimLookup measures a
-// claim+lookup batch on both backends, sequential and 16-way concurrent.
+// computeFingerprint served by the harness Worker. BenchmarkClaimLookup
+// measures a claim+lookup batch on both backends, sequential and 16-way
+// concurrent.
 //
 // Running it: `make test`, or `npm ci` in this directory once and then
 // `go test ./conformance/`. Without Node or node_modules the workerd leg is
