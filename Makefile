@@ -3,7 +3,7 @@ GO ?= go
 NPM ?= npm
 PKGS := ./...
 
-.PHONY: all build test test-short bench lint demo fuzz conformance-deps clean
+.PHONY: all build test test-short bench lint demo fuzz conformance-deps clean bridge-statements
 
 all: lint test
 
@@ -33,8 +33,15 @@ conformance-deps:
 # Every benchmark, printed as one table with the machine noted and each
 # figure an issue sets a target for beside its target (about 2 minutes).
 bench: conformance-deps
-	@{ $(GO) test -run '^$$' -bench . -benchtime 200x ./idem/ ./conformance/ ./d1local/ && \
+	@{ $(GO) test -run '^$$' -bench . -benchtime 200x ./idem/ ./d1local/ && \
+	   $(GO) test -run '^$$' -bench ClaimLookup -benchtime 200x ./conformance/ && \
+	   $(GO) test -run '^$$' -bench BridgeOverhead -benchtime 2000x ./conformance/ && \
 	   $(GO) test -run '^$$' -bench . -timeout 20m ./bench/ ; } 2>&1 | $(GO) run ./internal/benchtable
+
+# Regenerate bridge/ledger-statements.js after changing the idem package's
+# statements (go test ./idem fails while it is stale).
+bridge-statements:
+	$(GO) test ./idem -run TestBridgeStatements -update
 
 lint:
 	$(GO) vet $(PKGS)

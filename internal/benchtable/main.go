@@ -186,6 +186,19 @@ func main() {
 			add("sweep batch time, 1M rows vs 10k rows", y/x, "x", "<= 1.5 x", y <= 1.5*x)
 		}
 	}
+	for _, v := range []string{"write/single", "write/batch16", "read/single", "read/batch16"} {
+		if r, ok := find("BridgeOverhead/" + v); ok {
+			pct, _ := r.get("bridge-%-of-raw")
+			bridge, _ := r.get("bridge-stmts/s")
+			raw, _ := r.get("raw-stmts/s")
+			checks = append(checks, check{
+				what:     "D1 statements/s through the bridge vs raw binding calls, " + v,
+				measured: fmt.Sprintf("%s %% (%s vs %s stmts/s)", format(pct), format(bridge), format(raw)),
+				target:   ">= 70 %",
+				ok:       pct >= 70,
+			})
+		}
+	}
 	if len(checks) > 0 {
 		fmt.Fprintln(out, "\nTargets:")
 		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)

@@ -78,6 +78,8 @@ type Backend struct {
 	// newID allocates a fresh, empty database and returns its ID; it
 	// arranges for the database's release when t ends.
 	newID func(t testing.TB) string
+	// proc is the server.mjs behind a workerd backend.
+	proc *workerdProc
 }
 
 // Local starts an in-process d1local server with the default configuration

@@ -116,6 +116,7 @@ func (p *workerdProc) backend() *Backend {
 		Token:      p.token,
 		HTTPClient: p.hc,
 		newID:      p.allocate,
+		proc:       p,
 	}
 	if p.adminURL != "" {
 		a := *b
