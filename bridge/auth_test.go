@@ -207,6 +207,7 @@ func TestNoSecretRefusesEverything(t *testing.T) {
 	}{
 		{"unset", d1test.BridgeConfig{NoSecret: true}, "no BRIDGE_SECRET is set"},
 		{"too short", d1test.BridgeConfig{Secret: "short-secret"}, "BRIDGE_SECRET must be 16 to 4096 visible ASCII characters"},
+		{"with a comma", d1test.BridgeConfig{Secret: "0123456789,abcdef"}, "no spaces or commas"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := d1test.Bridge(t, tc.cfg)

@@ -103,7 +103,8 @@ func TestDatabaseMapping(t *testing.T) {
 
 // TestMisconfiguration: a setting the Worker cannot read makes it refuse
 // every request with 500/10001 and a message naming the setting, rather
-// than run with a guess.
+// than run with a guess; the message goes only to requests that carry the
+// secret (others get 401, and learn nothing of the settings).
 func TestMisconfiguration(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -122,6 +123,8 @@ func TestMisconfiguration(t *testing.T) {
 			b := d1test.Bridge(t, tc.cfg)
 			res := b.Database("db-0").Post(t, "raw", `{"sql":"SELECT 1"}`)
 			wantError(t, res, http.StatusInternalServerError, 10001, "bridge misconfigured: "+tc.want)
+			res = b.Database("db-0").PostHeader(t, "raw", bearer("not-the-secret-not-the-secret"), `{"sql":"SELECT 1"}`)
+			wantError(t, res, http.StatusUnauthorized, 10000)
 		})
 	}
 }

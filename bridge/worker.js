@@ -29,20 +29,21 @@
 //              is checked, so bound names cannot be probed without it)
 //   404  7000  no such route;  405 10405  not POST
 //   429  7500  D1 overloaded;  500 7500  D1's transient failures
-//   500 10001  the Worker is misconfigured (no BRIDGE_SECRET, a bad
-//              BRIDGE_DATABASES, ...): it refuses every request rather than
-//              serve openly or half-configured
+//   500 10001  the Worker is misconfigured: without a usable BRIDGE_SECRET
+//              it answers every request so rather than serve openly; with
+//              one, an unreadable setting (a bad BRIDGE_DATABASES, ...) is
+//              named to requests that carry the secret (others get 401)
 //
 // Configuration (wrangler.toml [vars] and secrets):
 //
 //   BRIDGE_SECRET      required, a secret (`wrangler secret put BRIDGE_SECRET`):
-//                      16 to 4096 visible ASCII characters. Clients send it
-//                      as "Authorization: Bearer <secret>", the API token's
-//                      place. It is compared in constant time: both sides are
-//                      HMAC-SHA256'd with a random per-isolate key and the
-//                      digests compared with crypto.subtle.timingSafeEqual,
-//                      so neither the length nor any prefix of the secret
-//                      shows in the timing.
+//                      16 to 4096 visible ASCII characters, no commas.
+//                      Clients send it as "Authorization: Bearer <secret>",
+//                      the API token's place. It is compared in constant
+//                      time: both sides are HMAC-SHA256'd with a random
+//                      per-isolate key and the digests compared with
+//                      crypto.subtle.timingSafeEqual, so neither the length
+//                      nor any prefix of the secret shows in the timing.
 //   BRIDGE_DATABASES   which database IDs and names reach which D1 binding: a
 //                      JSON object (a [vars.BRIDGE_DATABASES] table, or a
 //                      string holding JSON), {"<id or name>": "<binding>"}.
@@ -134,7 +135,7 @@ class ConfigError extends Error {}
 
 const MODE_FULL = "full";
 const MODE_LEDGER_ONLY = "ledger-only";
-const SECRET_PATTERN = /^[\x21-\x7e]{16,4096}$/;
+const SECRET_PATTERN = /^[\x21-\x2b\x2d-\x7e]{16,4096}$/; // visible ASCII but the comma
 
 // The ledger's own statements, as the idem package sends them.
 const LEDGER_SET = new Set(LEDGER_STATEMENTS);
@@ -188,7 +189,10 @@ function allowedSetting(env) {
 }
 
 // configure reads and checks the Worker's settings, once per env object.
-// A ConfigError makes every request fail with 500/10001.
+// Without a usable secret it throws a ConfigError: every request then fails
+// with 500/10001. Any other unreadable setting is kept as settingsError and
+// reported (500/10001) only to a request that carries the secret, so the
+// settings are never shown to anyone else.
 const configs = new WeakMap();
 
 async function configure(env) {
@@ -206,8 +210,22 @@ async function buildConfig(env) {
     throw new ConfigError("no BRIDGE_SECRET is set, so the bridge refuses every request; set one with `wrangler secret put BRIDGE_SECRET`");
   }
   if (typeof secret !== "string" || !SECRET_PATTERN.test(secret)) {
-    throw new ConfigError("BRIDGE_SECRET must be 16 to 4096 visible ASCII characters (no spaces)");
+    throw new ConfigError("BRIDGE_SECRET must be 16 to 4096 visible ASCII characters, no spaces or commas");
   }
+  // The secret is kept only as an HMAC under a key made here, never
+  // exported; see authenticate.
+  const macKey = await crypto.subtle.generateKey({ name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const secretMac = new Uint8Array(await crypto.subtle.sign("HMAC", macKey, new TextEncoder().encode(secret)));
+  try {
+    return { macKey, secretMac, settingsError: null, ...settings(env) };
+  } catch (e) {
+    if (!(e instanceof ConfigError)) throw e;
+    return { macKey, secretMac, settingsError: e.message };
+  }
+}
+
+// settings reads every setting but the secret.
+function settings(env) {
   const mode = env.BRIDGE_MODE === undefined || env.BRIDGE_MODE === "" ? MODE_FULL : env.BRIDGE_MODE;
   if (mode !== MODE_FULL && mode !== MODE_LEDGER_ONLY) {
     throw new ConfigError(`BRIDGE_MODE ${JSON.stringify(mode)} is neither "${MODE_FULL}" nor "${MODE_LEDGER_ONLY}"`);
@@ -218,13 +236,7 @@ async function buildConfig(env) {
   }
   const databases = databasesSetting(env);
   const allowed = allowedSetting(env);
-  // The secret is kept only as an HMAC under a key made here, never
-  // exported; see authenticate.
-  const macKey = await crypto.subtle.generateKey({ name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
-  const secretMac = new Uint8Array(await crypto.subtle.sign("HMAC", macKey, new TextEncoder().encode(secret)));
   return {
-    macKey,
-    secretMac,
     databases,
     rawMode,
     ledgerOnly: mode === MODE_LEDGER_ONLY,
@@ -529,6 +541,7 @@ export default {
     }
     const rejection = await authenticate(request, config);
     if (rejection) return rejection;
+    if (config.settingsError !== null) return fail(500, 10001, `bridge misconfigured: ${config.settingsError}`);
     let id;
     try {
       id = decodeURIComponent(m[2]);
