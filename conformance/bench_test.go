@@ -189,7 +189,7 @@ func BenchmarkBridgeOverhead(b *testing.B) {
 				b.ResetTimer()
 				for _, ch := range chunks {
 					start := time.Now()
-					if err := post(be.BaseURL+"/__spec/bench/raw", ch.raw); err != nil {
+					if err := post(be.HarnessURL+"/__spec/bench/raw", ch.raw); err != nil {
 						b.Fatal(err)
 					}
 					rawTime += time.Since(start)

@@ -92,7 +92,7 @@ func TestSpecWorkerSharesLedgerThroughBridge(t *testing.T) {
 	}
 
 	t.Run("first on the Worker, replayed by Go", func(t *testing.T) {
-		first := interopPost(t, b.BaseURL, "acct", "w-1", `{"sku":"a"}`, worker)
+		first := interopPost(t, b.HarnessURL, "acct", "w-1", `{"sku":"a"}`, worker)
 		if first.Status != 201 || !strings.Contains(first.Body, `"by":"spec-worker"`) {
 			t.Fatalf("the Worker's first execution: %+v", first)
 		}
@@ -113,14 +113,14 @@ func TestSpecWorkerSharesLedgerThroughBridge(t *testing.T) {
 		if first.Status != 201 || first.Replayed || !strings.Contains(first.Body, `"by":"go"`) {
 			t.Fatalf("Go's first execution: %+v", first)
 		}
-		again := interopPost(t, b.BaseURL, "acct", "g-1", `{"sku":"c"}`, worker)
+		again := interopPost(t, b.HarnessURL, "acct", "g-1", `{"sku":"c"}`, worker)
 		same(t, "the Worker's replay", again, first)
-		reused := interopPost(t, b.BaseURL, "acct", "g-1", `{"sku":"d"}`, worker)
+		reused := interopPost(t, b.HarnessURL, "acct", "g-1", `{"sku":"d"}`, worker)
 		if reused.Status != http.StatusConflict || !strings.Contains(reused.Body, "idempotency_key_reused") {
 			t.Errorf("the Worker on a reused key: %+v", reused)
 		}
 		// The same key under another principal is another row, on both.
-		other := interopPost(t, b.BaseURL, "acct-2", "g-1", `{"sku":"c"}`, worker)
+		other := interopPost(t, b.HarnessURL, "acct-2", "g-1", `{"sku":"c"}`, worker)
 		if other.Status != 201 || !strings.Contains(other.Body, `"by":"spec-worker"`) {
 			t.Errorf("another principal's key: %+v", other)
 		}

@@ -11,13 +11,14 @@
 //
 // Once the server answers, it prints to stdout
 //
+//   BRIDGE http://127.0.0.1:<port>
+//   ADMIN http://127.0.0.1:<port>        (only with BRIDGE_ADMIN=1)
 //   LISTENING http://127.0.0.1:<port>
 //
-// and, when BRIDGE_ADMIN=1, before it,
-//
-//   ADMIN http://127.0.0.1:<port>
-//
-// and nothing else (diagnostics go to stderr). It shuts down cleanly
+// and nothing else (diagnostics go to stderr). LISTENING is Miniflare's
+// entry, which routes /__spec/* to the harness and everything else to the
+// bridge; BRIDGE is the bridge's own socket, reached directly as a deployed
+// Worker is (Miniflare's routing Worker costs a third of a small call). It shuts down cleanly
 // (Miniflare's dispose(), which stops workerd) on SIGTERM, SIGINT, SIGHUP,
 // and when its stdin reaches end-of-file, so a parent that dies (a Go test
 // binary holding the write end of a pipe) never leaves it running. To run it
@@ -25,8 +26,8 @@
 // CONFORMANCE_IGNORE_STDIN=1.
 //
 // Workers, all on one workerd and the same D1 databases:
-//   bridge   ../bridge/worker.js, the product; it answers every path but
-//            /__spec/*.
+//   bridge   ../bridge/worker.js, the product, on the BRIDGE port and on
+//            every path but /__spec/* of the LISTENING one.
 //   harness  harness.js (the spec's own Worker code and a raw-binding
 //            benchmark) on /__spec/*.
 //   admin    with BRIDGE_ADMIN=1: the same bridge in full mode with the same
@@ -99,8 +100,10 @@ const bridge = (name, bindings) => ({
   bindings,
 });
 
+const main = bridge("bridge", bridgeBindings);
+main.unsafeDirectSockets = [{ host: "127.0.0.1", port: 0 }];
 const workers = [
-  bridge("bridge", bridgeBindings),
+  main,
   {
     name: "harness",
     modules: true,
@@ -146,6 +149,8 @@ if (process.env.CONFORMANCE_IGNORE_STDIN !== "1") {
 
 try {
   const url = await mf.ready;
+  const direct = await mf.unsafeGetDirectURL("bridge");
+  process.stdout.write(`BRIDGE http://127.0.0.1:${direct.port}\n`);
   if (process.env.BRIDGE_ADMIN === "1") {
     const admin = await mf.unsafeGetDirectURL("admin");
     process.stdout.write(`ADMIN http://127.0.0.1:${admin.port}\n`);

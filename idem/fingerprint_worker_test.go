@@ -54,7 +54,7 @@ func rawRequest(t *testing.T, addr, method, target string, headers []string, bod
 // with idem.PathAndQuery and idem.Fingerprint.
 func TestFingerprintAgreesWithSpecWorker(t *testing.T) {
 	w := d1test.Workerd(t)
-	wu, _ := url.Parse(w.BaseURL)
+	wu, _ := url.Parse(w.HarnessURL)
 
 	type seen struct {
 		Fingerprint  string `json:"fingerprint"`

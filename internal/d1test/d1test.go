@@ -57,8 +57,13 @@ type Backend struct {
 	Name string
 	// BaseURL is the API base, "http://127.0.0.1:<port>" without a trailing
 	// slash; database endpoints are BaseURL + "/accounts/<acc>/d1/database/
-	// <id>/{query,raw}", the paths of api.cloudflare.com/client/v4.
+	// <id>/{query,raw}", the paths of api.cloudflare.com/client/v4. On
+	// workerd it is the bridge's own socket.
 	BaseURL string
+	// HarnessURL, on workerd, is the base URL of the test harness Worker
+	// (conformance/harness.js: the spec's own Worker code, on the same
+	// databases) under /__spec/; "" on d1local.
+	HarnessURL string
 	// AccountID is the account ID used in URLs (see the constant AccountID).
 	AccountID string
 	// Token is the bearer token the clients made here and Database.Post

@@ -40,7 +40,8 @@ const startTimeout = 20 * time.Second
 // workerdProc is one server.mjs process: the shared one of the test binary
 // (see Workerd), or a test's own (see Bridge).
 type workerdProc struct {
-	baseURL    string
+	entryURL   string // Miniflare's entry: the harness on /__spec/*, else the bridge
+	bridgeURL  string // the bridge's own socket
 	adminURL   string // a full-mode bridge on the same databases; "" if none
 	token      string // the bridges' BRIDGE_SECRET
 	pool       int
@@ -111,7 +112,8 @@ func workerdBackend(t testing.TB) (*Backend, string) {
 func (p *workerdProc) backend() *Backend {
 	b := &Backend{
 		Name:       NameWorkerd,
-		BaseURL:    p.baseURL,
+		BaseURL:    p.bridgeURL,
+		HarnessURL: p.entryURL,
 		AccountID:  AccountID,
 		Token:      p.token,
 		HTTPClient: p.hc,
@@ -148,7 +150,8 @@ func RepoRoot() (string, error) {
 func startWorkerd() {
 	hc := newHTTPClient()
 	if u := os.Getenv(EnvWorkerdURL); u != "" {
-		p := &workerdProc{baseURL: strings.TrimSuffix(u, "/"), token: os.Getenv(EnvWorkerdToken), wipeAlways: true,
+		u = strings.TrimSuffix(u, "/")
+		p := &workerdProc{entryURL: u, bridgeURL: u, token: os.Getenv(EnvWorkerdToken), wipeAlways: true,
 			hc: hc, exited: make(chan struct{}), stderr: &tailBuffer{}}
 		workerd.proc, workerd.err = p, p.health()
 		return
@@ -251,17 +254,17 @@ func launch(node, dir string, hc *http.Client, token string, settings []string) 
 		_ = cmd.Wait()
 		close(p.exited)
 	}()
-	listening := make(chan [2]string, 1) // the bridge's URL and the admin's
+	listening := make(chan map[string]string, 1) // "LISTENING", "BRIDGE", "ADMIN" -> URL
 	go func() {
 		sc := bufio.NewScanner(outR)
-		admin := ""
+		urls := map[string]string{}
 		for sc.Scan() {
-			if u, ok := strings.CutPrefix(sc.Text(), "ADMIN "); ok {
-				admin = strings.TrimSpace(u)
-			}
-			if u, ok := strings.CutPrefix(sc.Text(), "LISTENING "); ok {
-				listening <- [2]string{strings.TrimSpace(u), admin}
-				break
+			if name, u, ok := strings.Cut(sc.Text(), " "); ok {
+				urls[name] = strings.TrimSpace(u)
+				if name == "LISTENING" {
+					listening <- urls
+					break
+				}
 			}
 		}
 		_, _ = io.Copy(io.Discard, outR) // keep draining: a full pipe would block the server
@@ -271,7 +274,10 @@ func launch(node, dir string, hc *http.Client, token string, settings []string) 
 	defer timer.Stop()
 	select {
 	case u := <-listening:
-		p.baseURL, p.adminURL = u[0], u[1]
+		p.entryURL, p.bridgeURL, p.adminURL = u["LISTENING"], u["BRIDGE"], u["ADMIN"]
+		if p.bridgeURL == "" {
+			p.bridgeURL = p.entryURL
+		}
 	case <-p.exited:
 		return nil, fmt.Errorf("server.mjs exited before listening (%s); stderr:\n%s", cmd.ProcessState, p.stderr.String())
 	case <-timer.C:
@@ -287,7 +293,7 @@ func launch(node, dir string, hc *http.Client, token string, settings []string) 
 
 // health reads the pool size from the harness's GET /__spec/healthz.
 func (p *workerdProc) health() error {
-	res, err := do(p.hc, http.MethodGet, p.baseURL+"/__spec/healthz", nil, nil)
+	res, err := do(p.hc, http.MethodGet, p.entryURL+"/__spec/healthz", nil, nil)
 	if err != nil {
 		return fmt.Errorf("GET /__spec/healthz: %w", err)
 	}
@@ -342,7 +348,7 @@ func (p *workerdProc) allocate(t testing.TB) string {
 // with their tables) and empties sqlite_sequence, in one batch, through the
 // admin bridge when there is one (a ledger-only bridge would refuse it).
 func (p *workerdProc) wipe(id string) error {
-	base := p.baseURL
+	base := p.bridgeURL
 	if p.adminURL != "" {
 		base = p.adminURL
 	}
@@ -435,7 +441,7 @@ func SpecFingerprint(t testing.TB, method, pathAndQuery string, header http.Head
 		t.Fatalf("d1test: SpecFingerprint: path %q must start with /", pathAndQuery)
 	}
 	b := Workerd(t)
-	res, err := do(b.HTTPClient, method, b.BaseURL+"/__spec/fingerprint"+pathAndQuery, header, body)
+	res, err := do(b.HTTPClient, method, b.HarnessURL+"/__spec/fingerprint"+pathAndQuery, header, body)
 	if err != nil {
 		t.Fatalf("d1test: SpecFingerprint: %v", err)
 	}
