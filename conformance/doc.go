@@ -25,9 +25,12 @@
 // (zero-row column names, duplicate column names, envelopes, several
 // statements in one "sql"); the meta fields a client acts on (and the
 // billing counters, which differ); and, on workerd only, the spec's
-// computeFingerprint served by the harness Worker. BenchmarkClaimLookup
+// computeFingerprint served by the harness Worker, and the spec's own
+// handleIdempotentMutation sharing one ledger with a Go backend on the
+// bridge (TestSpecWorkerSharesLedgerThroughBridge). BenchmarkClaimLookup
 // measures a claim+lookup batch on both backends, sequential and 16-way
-// concurrent.
+// concurrent; BenchmarkBridgeOverhead the bridge's statements per second
+// against raw D1 binding calls from a Worker.
 //
 // Running it: `make test`, or `npm ci` in this directory once and then
 // `go test ./conformance/`. Without Node or node_modules the workerd leg is
