@@ -3,7 +3,7 @@ GO ?= go
 NPM ?= npm
 PKGS := ./...
 
-.PHONY: all build test test-short bench bench-budget readme-figures lint demo fuzz conformance-deps clean
+.PHONY: all build test test-short bench bench-budget readme-figures lint demo fuzz conformance-deps clean bridge-statements
 
 all: lint test
 
@@ -34,7 +34,9 @@ conformance-deps:
 # figure an issue sets a target for beside its target (about 5 minutes). The
 # raw output is kept in bench.out, for readme-figures.
 bench: conformance-deps
-	@{ $(GO) test -run '^$$' -bench . -benchtime 200x ./idem/ ./conformance/ ./d1local/ && \
+	@{ $(GO) test -run '^$$' -bench . -benchtime 200x ./idem/ ./d1local/ && \
+	   $(GO) test -run '^$$' -bench ClaimLookup -benchtime 200x ./conformance/ && \
+	   $(GO) test -run '^$$' -bench BridgeOverhead -benchtime 2000x ./conformance/ && \
 	   $(GO) test -run '^$$' -bench . -timeout 20m ./bench/ ; } 2>&1 | tee bench.out | $(GO) run ./internal/benchtable
 
 # The long forms of the API-budget benchmarks (issue 13): open-loop load at
@@ -52,6 +54,11 @@ bench-budget:
 readme-figures:
 	@test -f bench.out || { echo "no bench.out: run make bench first"; exit 1; }
 	@$(GO) run ./internal/benchtable -readme README.md bench.out $(wildcard bench-budget.out) >/dev/null
+
+# Regenerate bridge/ledger-statements.js after changing the idem package's
+# statements (go test ./idem fails while it is stale).
+bridge-statements:
+	$(GO) test ./idem -run TestBridgeStatements -update
 
 lint:
 	$(GO) vet $(PKGS)

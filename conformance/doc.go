@@ -6,9 +6,11 @@
 //
 //   - d1local, this module's D1-compatible REST server on SQLite, in process;
 //   - workerd, Cloudflare's real local D1: workerd's own D1 binding and
-//     Miniflare's D1 database object on workerd's SQLite, behind a small
-//     Worker (worker.js) that serves the D1 REST API's shapes, started from
-//     Node by server.mjs with the npm packages pinned in package.json.
+//     Miniflare's D1 database object on workerd's SQLite, behind the bridge
+//     (../bridge/worker.js, the product's Worker that serves the D1 REST
+//     API's shapes on D1 bindings), with its secret checked on every call,
+//     started from Node by server.mjs with the npm packages pinned in
+//     package.json. harness.js runs beside it: the spec's own Worker code.
 //
 // Every test runs the same assertions on both, so d1local is held to what
 // the real thing does. Where the two legitimately differ, the test asserts
@@ -23,8 +25,12 @@
 // (zero-row column names, duplicate column names, envelopes, several
 // statements in one "sql"); the meta fields a client acts on (and the
 // billing counters, which differ); and, on workerd only, the spec's
-// computeFingerprint served by the Worker. BenchmarkClaimLookup measures a
-// claim+lookup batch on both backends, sequential and 16-way concurrent.
+// computeFingerprint served by the harness Worker, and the spec's own
+// handleIdempotentMutation sharing one ledger with a Go backend on the
+// bridge (TestSpecWorkerSharesLedgerThroughBridge). BenchmarkClaimLookup
+// measures a claim+lookup batch on both backends, sequential and 16-way
+// concurrent; BenchmarkBridgeOverhead the bridge's statements per second
+// against raw D1 binding calls from a Worker.
 //
 // TestWrangler runs the wrangler pinned in package.json against a d1local
 // server, as a user points it at one with CLOUDFLARE_API_BASE_URL: d1

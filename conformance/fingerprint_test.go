@@ -28,7 +28,7 @@ func specFingerprint(method, pathAndQuery string, h http.Header, body []byte) st
 	return hex.EncodeToString(sum[:])
 }
 
-// TestSpecFingerprintEndpoint checks worker.js's /__spec/fingerprint, the
+// TestSpecFingerprintEndpoint checks harness.js's /__spec/fingerprint, the
 // spec's own computeFingerprint running in workerd, against the Go reading
 // of the spec above. It is a workerd-only test: d1local serves D1, not the
 // spec's Worker. Other packages compare their fingerprints with the

@@ -174,7 +174,7 @@ func TestRawShapes(t *testing.T) {
 // TestMultiStatementSQL: several statements in one "sql" string without
 // parameters run as one batch and give one result per statement, as the
 // Cloudflare REST API does (local workerd's binding alone would return only
-// the last one; worker.js splits the string to match REST).
+// the last one; the bridge splits the string to match REST).
 func TestMultiStatementSQL(t *testing.T) {
 	d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
 		db := b.NewDatabase(t)

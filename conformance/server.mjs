@@ -1,5 +1,6 @@
-// server.mjs: runs worker.js on Cloudflare's real local D1 (workerd through
-// Miniflare), listening on 127.0.0.1 only.
+// server.mjs: runs the bridge (../bridge/worker.js) on Cloudflare's real
+// local D1 (workerd through Miniflare), listening on 127.0.0.1 only, with
+// the test harness Worker (harness.js) beside it.
 //
 //   node server.mjs [port] [stateDir]
 //
@@ -8,24 +9,46 @@
 //          (<stateDir>/miniflare-D1DatabaseObject/<sha256>.sqlite); without
 //          it they live in Miniflare's temporary directory and vanish on exit.
 //
-// Once the server answers, it prints exactly one line to stdout:
+// Once the server answers, it prints to stdout
 //
+//   BRIDGE http://127.0.0.1:<port>
+//   ADMIN http://127.0.0.1:<port>        (only with BRIDGE_ADMIN=1)
 //   LISTENING http://127.0.0.1:<port>
 //
-// and nothing else (diagnostics go to stderr). It shuts down cleanly
+// and nothing else (diagnostics go to stderr). LISTENING is Miniflare's
+// entry, which routes /__spec/* to the harness and everything else to the
+// bridge; BRIDGE is the bridge's own socket, reached directly as a deployed
+// Worker is (Miniflare's routing Worker costs a third of a small call). It shuts down cleanly
 // (Miniflare's dispose(), which stops workerd) on SIGTERM, SIGINT, SIGHUP,
 // and when its stdin reaches end-of-file, so a parent that dies (a Go test
 // binary holding the write end of a pipe) never leaves it running. To run it
 // by hand in the background, where stdin is often /dev/null, set
 // CONFORMANCE_IGNORE_STDIN=1.
 //
+// Workers, all on one workerd and the same D1 databases:
+//   bridge   ../bridge/worker.js, the product, on the BRIDGE port and on
+//            every path but /__spec/* of the LISTENING one.
+//   harness  harness.js (the spec's own Worker code and a raw-binding
+//            benchmark) on /__spec/*.
+//   admin    with BRIDGE_ADMIN=1: the same bridge in full mode with the same
+//            secret, on a port of its own (the ADMIN line): the operator's
+//            way into the databases of a ledger-only bridge.
+//
 // Environment:
 //   D1_POOL_SIZE   number of databases (default 128): bindings DB_0 ..
 //                  DB_<n-1> with database IDs "db-0" .. "db-<n-1>". Each one
 //                  is a small Worker of its own inside workerd (Miniflare's
 //                  object-entry worker), costing about 4 ms of start-up and
-//                  1 MB of memory: 128 start in about 1.1 s, 256 in 1.5-2 s.
-//   RAW_MODE       "internal" (default) or "public"; see worker.js.
+//                  1 MB of memory.
+//   BRIDGE_SECRET, BRIDGE_MODE, BRIDGE_ALLOWED_STATEMENTS, BRIDGE_RAW_MODE
+//                  passed to the bridge as they are (see ../bridge/worker.js);
+//                  unset ones are left out. Without BRIDGE_SECRET the bridge
+//                  refuses every request, as it must.
+//   BRIDGE_DATABASES
+//                  passed to the bridge; unset means {"db-<i>": "DB_<i>"}
+//                  for the whole pool, and "none" leaves it unset in the
+//                  Worker (each binding is then addressed by its name).
+//   BRIDGE_DIR     the directory holding worker.js (default ../bridge).
 //   CONFORMANCE_IGNORE_STDIN=1  do not exit on stdin EOF.
 //
 // No network egress: cf:false stops Miniflare fetching the Request.cf object
@@ -46,18 +69,60 @@ if (!Number.isInteger(port) || port < 0 || port > 65535) fatal(`bad port ${proce
 const stateDir = process.argv[3] ? path.resolve(process.argv[3]) : undefined;
 const poolSize = Number(process.env.D1_POOL_SIZE || 128);
 if (!Number.isInteger(poolSize) || poolSize < 1 || poolSize > 4096) fatal(`bad D1_POOL_SIZE ${process.env.D1_POOL_SIZE}`);
-const rawMode = process.env.RAW_MODE === "public" ? "public" : "internal";
+const bridgeDir = path.resolve(process.env.BRIDGE_DIR || path.join(here, "..", "bridge"));
 
 const d1Databases = {};
-for (let i = 0; i < poolSize; i++) d1Databases[`DB_${i}`] = `db-${i}`;
+const pool = {};
+for (let i = 0; i < poolSize; i++) {
+  d1Databases[`DB_${i}`] = `db-${i}`;
+  pool[`db-${i}`] = `DB_${i}`;
+}
+
+const bridgeBindings = {};
+for (const name of ["BRIDGE_SECRET", "BRIDGE_MODE", "BRIDGE_ALLOWED_STATEMENTS", "BRIDGE_RAW_MODE"]) {
+  if (process.env[name] !== undefined) bridgeBindings[name] = process.env[name];
+}
+const databases = process.env.BRIDGE_DATABASES;
+if (databases === undefined) bridgeBindings.BRIDGE_DATABASES = pool;
+else if (databases !== "none") bridgeBindings.BRIDGE_DATABASES = databases;
+
+const compatibilityDate = "2026-04-26";
+const bridge = (name, bindings) => ({
+  name,
+  modules: true,
+  scriptPath: path.join(bridgeDir, "worker.js"),
+  modulesRoot: bridgeDir,
+  // worker.js imports ledger-statements.js, an ES module too (Miniflare's
+  // default rules would read an imported .js file as CommonJS).
+  modulesRules: [{ type: "ESModule", include: ["**/*.js"] }],
+  compatibilityDate,
+  d1Databases,
+  bindings,
+});
+
+const main = bridge("bridge", bridgeBindings);
+main.unsafeDirectSockets = [{ host: "127.0.0.1", port: 0 }];
+const workers = [
+  main,
+  {
+    name: "harness",
+    modules: true,
+    scriptPath: path.join(here, "harness.js"),
+    compatibilityDate,
+    d1Databases,
+    bindings: { POOL_SIZE: poolSize },
+    routes: ["*/__spec/*"],
+  },
+];
+if (process.env.BRIDGE_ADMIN === "1") {
+  const admin = bridge("admin", { ...bridgeBindings, BRIDGE_MODE: "full", BRIDGE_DATABASES: pool });
+  admin.unsafeDirectSockets = [{ host: "127.0.0.1", port: 0 }];
+  workers.push(admin);
+}
 
 const mf = new Miniflare({
-  modules: true,
-  scriptPath: path.join(here, "worker.js"),
-  compatibilityDate: "2026-04-26",
-  d1Databases,
+  workers,
   ...(stateDir ? { d1Persist: stateDir } : {}),
-  bindings: { POOL_SIZE: poolSize, RAW_MODE: rawMode },
   host: "127.0.0.1",
   port,
   cf: false,
@@ -84,6 +149,12 @@ if (process.env.CONFORMANCE_IGNORE_STDIN !== "1") {
 
 try {
   const url = await mf.ready;
+  const direct = await mf.unsafeGetDirectURL("bridge");
+  process.stdout.write(`BRIDGE http://127.0.0.1:${direct.port}\n`);
+  if (process.env.BRIDGE_ADMIN === "1") {
+    const admin = await mf.unsafeGetDirectURL("admin");
+    process.stdout.write(`ADMIN http://127.0.0.1:${admin.port}\n`);
+  }
   process.stdout.write(`LISTENING http://127.0.0.1:${url.port}\n`);
 } catch (e) {
   process.stderr.write(`server.mjs: start-up failed: ${e?.stack ?? e}\n`);

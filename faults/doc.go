@@ -27,7 +27,9 @@
 //     with random faults on every D1 call, slow handlers, panics, duplicates
 //     and abandoned requests: TestRandomizedFaults. TestCheckerCatchesEachViolation
 //     and TestRandomizedCatchesNonTransactionalVariant show that its checks
-//     are not vacuous.
+//     are not vacuous. TestRandomizedFaultsBridge runs it (12 clients x 16
+//     keys) against the bridge in real workerd D1, the same faults injected
+//     by a proxy in front of it (bridge_test.go).
 //   - Regression tests for the bugs this suite found in other packages, now
 //     fixed: TestRegression*.
 //

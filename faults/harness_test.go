@@ -192,8 +192,19 @@ type world struct {
 
 func newWorld(t testing.TB) *world {
 	t.Helper()
+	return newWorldFor(t, false)
+}
+
+// newWorldFor is newWorld on d1local, or, onBridge, on the bridge in
+// workerd behind a proxy that injects the same faults (bridgeWithFaults).
+func newWorldFor(t testing.TB, onBridge bool) *world {
+	t.Helper()
 	w := &world{t: t, injected: map[string]int{}}
-	w.b = d1test.LocalConfig(t, d1local.Config{Faults: w.hook})
+	if onBridge {
+		w.b = bridgeWithFaults(t, w.hook)
+	} else {
+		w.b = d1test.LocalConfig(t, d1local.Config{Faults: w.hook})
+	}
 	w.dbh = w.b.NewDatabase(t)
 	w.admin = w.dbh.Client(t)
 	d1test.ApplySchema(t, w.admin)

@@ -44,6 +44,8 @@ type runConfig struct {
 	// instead of through idem.Tx: the spec's non-transactional completion,
 	// the broken variant the checks must catch.
 	Direct bool
+	// OnBridge runs against the bridge in workerd instead of d1local.
+	OnBridge bool
 }
 
 // seed returns the seed to use: -faults.seed, else $FAULTS_SEED, else the
@@ -128,7 +130,7 @@ const (
 // runRandomized runs the workload and returns its observations.
 func runRandomized(t *testing.T, cfg runConfig) (*observations, *randomRun) {
 	t.Helper()
-	w := newWorld(t)
+	w := newWorldFor(t, cfg.OnBridge)
 	run := &randomRun{t: t, cfg: cfg, w: w, plans: map[pk]*keyPlan{}, execN: map[pk]int{}, insts: map[string]*stack{}}
 	for _, name := range []string{instNoHeartbeat, instHeartbeat} {
 		hb := time.Duration(-1)

@@ -50,11 +50,11 @@ func rawRequest(t *testing.T, addr, method, target string, headers []string, bod
 
 // A Worker running the spec's computeFingerprint and this package agree on
 // the same request bytes: the same raw request goes to workerd (the spec's
-// code in worker.js, /__spec/fingerprint) and to a Go server fingerprinting
+// code in conformance/harness.js, /__spec/fingerprint) and to a Go server fingerprinting
 // with idem.PathAndQuery and idem.Fingerprint.
 func TestFingerprintAgreesWithSpecWorker(t *testing.T) {
 	w := d1test.Workerd(t)
-	wu, _ := url.Parse(w.BaseURL)
+	wu, _ := url.Parse(w.HarnessURL)
 
 	type seen struct {
 		Fingerprint  string `json:"fingerprint"`

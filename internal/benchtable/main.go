@@ -346,6 +346,15 @@ func figures(results []result) []row {
 			fmt.Sprintf("%s / %s stmts/s; %s / %s stmts/s", count(v[0]), count(v[1]), count(v[2]), count(v[3])), "", nil})
 	}
 
+	for _, v := range []string{"write/single", "write/batch16", "read/single", "read/batch16"} {
+		if r, ok := find("BridgeOverhead/" + v); ok {
+			pct := r.value("bridge-%-of-raw")
+			rows = append(rows, row{"D1 statements/s through the bridge vs raw binding calls from a Worker, " + v,
+				fmt.Sprintf("%s %% (%s vs %s stmts/s)", format(pct), count(r.value("bridge-stmts/s")), count(r.value("raw-stmts/s"))),
+				"≥ 70 %", ptr(pct >= 70)})
+		}
+	}
+
 	for _, r := range results {
 		name, ok := strings.CutPrefix(r.name, "Replicas/")
 		if !ok {

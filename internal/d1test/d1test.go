@@ -1,8 +1,8 @@
 // Package d1test gives tests D1 backends to run against: d1local in process,
 // and Cloudflare's real local D1 (workerd through Miniflare, see
-// conformance/server.mjs) in a Node process shared by the whole test binary.
-// Both speak the D1 REST API, so the same test, through d1client or raw HTTP,
-// runs against both:
+// conformance/server.mjs) behind the bridge (bridge/worker.js), in a Node
+// process shared by the whole test binary. Both speak the D1 REST API, so the
+// same test, through d1client or raw HTTP, runs against both:
 //
 //	func TestClaim(t *testing.T) {
 //		d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
@@ -10,6 +10,11 @@
 //			...
 //		})
 //	}
+//
+// The workerd backend is the product's bridge with a secret: its clients send
+// the secret as their API token, and the bridge checks it. Bridge starts a
+// bridge of a test's own with another configuration (ledger-only mode, no
+// secret, ...).
 //
 // The workerd leg needs Node (>= 20) and the npm packages pinned in
 // conformance/package.json (`make test` installs them). Without them it is
@@ -52,20 +57,34 @@ type Backend struct {
 	Name string
 	// BaseURL is the API base, "http://127.0.0.1:<port>" without a trailing
 	// slash; database endpoints are BaseURL + "/accounts/<acc>/d1/database/
-	// <id>/{query,raw}", the paths of api.cloudflare.com/client/v4.
+	// <id>/{query,raw}", the paths of api.cloudflare.com/client/v4. On
+	// workerd it is the bridge's own socket.
 	BaseURL string
+	// HarnessURL, on workerd, is the base URL of the test harness Worker
+	// (conformance/harness.js: the spec's own Worker code, on the same
+	// databases) under /__spec/; "" on d1local.
+	HarnessURL string
 	// AccountID is the account ID used in URLs (see the constant AccountID).
 	AccountID string
+	// Token is the bearer token the clients made here and Database.Post
+	// send: the bridge's secret on workerd, "" (none) on d1local.
+	Token string
 	// HTTPClient is a keep-alive client for this backend, used by the
 	// d1client clients this package makes and by Database.Post.
 	HTTPClient *http.Client
 	// Local is the in-process d1local server (for fault injection and call
 	// counts); nil for workerd.
 	Local *d1local.Server
+	// Admin, for a bridge started by Bridge, is a full-mode bridge with the
+	// same secret on the same databases: the operator's way in (schema,
+	// inspection) past a ledger-only bridge. nil otherwise.
+	Admin *Backend
 
 	// newID allocates a fresh, empty database and returns its ID; it
 	// arranges for the database's release when t ends.
 	newID func(t testing.TB) string
+	// proc is the server.mjs behind a workerd backend.
+	proc *workerdProc
 }
 
 // Local starts an in-process d1local server with the default configuration
@@ -180,6 +199,7 @@ func (d *Database) Client(t testing.TB, mod ...func(*d1client.Config)) *d1client
 	t.Helper()
 	cfg := d1client.Config{
 		BaseURL:    d.Backend.BaseURL,
+		APIToken:   d.Backend.Token,
 		AccountID:  d.Backend.AccountID,
 		DatabaseID: d.ID,
 		HTTPClient: d.Backend.HTTPClient,
@@ -207,10 +227,27 @@ type Response struct {
 	Body   []byte
 }
 
+// Admin returns the same database on the backend's Admin bridge (see
+// Backend.Admin); it fails t when the backend has none.
+func (d *Database) Admin(t testing.TB) *Database {
+	t.Helper()
+	if d.Backend.Admin == nil {
+		t.Fatalf("d1test: the %s backend at %s has no admin bridge", d.Backend.Name, d.Backend.BaseURL)
+	}
+	return &Database{Backend: d.Backend.Admin, ID: d.ID}
+}
+
 // Post sends body (a string or []byte as is, anything else as JSON) to the
-// database's endpoint ("query" or "raw") and returns the response. Transport
-// failures end the test.
+// database's endpoint ("query" or "raw") with the backend's token and
+// returns the response. Transport failures end the test.
 func (d *Database) Post(t testing.TB, endpoint string, body any) *Response {
+	t.Helper()
+	return d.PostHeader(t, endpoint, authHeader(d.Backend.Token, nil), body)
+}
+
+// PostHeader is Post with the given request headers instead of the
+// backend's token (Content-Type is application/json unless header sets it).
+func (d *Database) PostHeader(t testing.TB, endpoint string, header http.Header, body any) *Response {
 	t.Helper()
 	var data []byte
 	switch v := body.(type) {
@@ -224,11 +261,27 @@ func (d *Database) Post(t testing.TB, endpoint string, body any) *Response {
 			t.Fatalf("d1test: encoding the body: %v", err)
 		}
 	}
-	res, err := do(d.Backend.HTTPClient, http.MethodPost, d.URL(endpoint), http.Header{"Content-Type": {"application/json"}}, data)
+	h := http.Header{"Content-Type": {"application/json"}}
+	for k, v := range header {
+		h[k] = v
+	}
+	res, err := do(d.Backend.HTTPClient, http.MethodPost, d.URL(endpoint), h, data)
 	if err != nil {
 		t.Fatalf("d1test: POST %s: %v", endpoint, err)
 	}
 	return res
+}
+
+// authHeader adds "Authorization: Bearer <token>" to h (a new header when h
+// is nil), unless token is "".
+func authHeader(token string, h http.Header) http.Header {
+	if h == nil {
+		h = http.Header{}
+	}
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
+	return h
 }
 
 func do(hc *http.Client, method, url string, header http.Header, body []byte) (*Response, error) {

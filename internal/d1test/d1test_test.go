@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -200,4 +201,50 @@ func alive(pid int) bool {
 		return s[i+2] != 'Z' && s[i+2] != 'X'
 	}
 	return true
+}
+
+// TestBridgeBackends: the workerd backend sends the bridge's secret (a
+// client without it is refused), and a Bridge of a test's own has an admin
+// bridge on the same databases and is gone, workerd included, when its test
+// ends.
+func TestBridgeBackends(t *testing.T) {
+	b := Workerd(t)
+	if len(b.Token) < 16 {
+		t.Fatalf("the workerd backend has no secret")
+	}
+	res := b.NewDatabase(t).PostHeader(t, "raw", http.Header{}, `{"sql":"SELECT 1"}`)
+	if res.Status != http.StatusUnauthorized {
+		t.Errorf("without the token: HTTP %d %s", res.Status, res.Body)
+	}
+	if testing.Short() {
+		t.Skip("starts a second workerd")
+	}
+	var pids []int
+	t.Run("own bridge", func(t *testing.T) {
+		own := Bridge(t, BridgeConfig{Mode: "ledger-only", Pool: 2})
+		db := own.NewDatabase(t)
+		if res := db.Post(t, "raw", `{"sql":"CREATE TABLE t (x)"}`); res.Status != http.StatusBadRequest {
+			t.Errorf("ledger-only bridge accepted DDL: HTTP %d %s", res.Status, res.Body)
+		}
+		if _, err := db.Admin(t).Client(t).Query(t.Context(), "CREATE TABLE t (x)"); err != nil {
+			t.Errorf("admin bridge: %v", err)
+		}
+		if _, err := own.Admin.Database(db.ID).Client(t).Query(t.Context(), "SELECT * FROM t"); err != nil {
+			t.Errorf("the admin bridge does not see its own table: %v", err)
+		}
+		p := own.proc
+		pids = append(pids, p.cmd.Process.Pid)
+		for _, f := range strings.Fields(childPIDs(p.cmd.Process.Pid)) {
+			n, _ := strconv.Atoi(f)
+			pids = append(pids, n)
+		}
+	})
+	if len(pids) < 2 {
+		t.Fatalf("no node and workerd PIDs recorded: %v", pids)
+	}
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("process %d outlived its test", pid)
+		}
+	}
 }

@@ -3,6 +3,8 @@ package d1test
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,8 +24,9 @@ import (
 const (
 	// EnvWorkerdURL points the workerd leg at a server.mjs already running
 	// (for debugging); nothing is started then, and every database is
-	// wiped before use.
-	EnvWorkerdURL = "D1TEST_WORKERD_URL"
+	// wiped before use. EnvWorkerdToken is its bridge's BRIDGE_SECRET.
+	EnvWorkerdURL   = "D1TEST_WORKERD_URL"
+	EnvWorkerdToken = "D1TEST_WORKERD_TOKEN"
 	// EnvNode names the node binary; the default is "node" from PATH.
 	EnvNode = "D1TEST_NODE"
 	// EnvConformanceDir overrides the directory holding server.mjs and its
@@ -34,9 +37,13 @@ const (
 // startTimeout bounds the wait for server.mjs's LISTENING line.
 const startTimeout = 20 * time.Second
 
-// workerdProc is the shared server.mjs process of the test binary.
+// workerdProc is one server.mjs process: the shared one of the test binary
+// (see Workerd), or a test's own (see Bridge).
 type workerdProc struct {
-	baseURL    string
+	entryURL   string // Miniflare's entry: the harness on /__spec/*, else the bridge
+	bridgeURL  string // the bridge's own socket
+	adminURL   string // a full-mode bridge on the same databases; "" if none
+	token      string // the bridges' BRIDGE_SECRET
 	pool       int
 	wipeAlways bool // an external server: databases may hold old data
 	hc         *http.Client
@@ -58,9 +65,12 @@ var workerd struct {
 	err  error  // the leg should run but could not start
 }
 
-// Workerd returns the backend for Cloudflare's real local D1: a single
-// `node conformance/server.mjs 0` shared by every test of the binary, started
-// on first use. It exits when the test binary does (its stdin reaches EOF).
+// Workerd returns the backend for Cloudflare's real local D1 behind the
+// bridge: the Worker of bridge/worker.js, run with workerd's real D1
+// bindings by a single `node conformance/server.mjs 0` shared by every test
+// of the binary, started on first use, with a random BRIDGE_SECRET that the
+// backend's clients send as their token. It exits when the test binary does
+// (its stdin reaches EOF).
 //
 // If Node or conformance/node_modules is missing, Workerd calls t.Skip, or
 // t.Fatal when the CI environment variable is non-empty. A server that fails
@@ -94,13 +104,28 @@ func workerdBackend(t testing.TB) (*Backend, string) {
 		t.Fatalf("d1test: the workerd server (conformance/server.mjs) has exited; its stderr:\n%s", p.stderr.String())
 	default:
 	}
-	return &Backend{
+	return p.backend(), ""
+}
+
+// backend returns a Backend on the process's bridge, with Admin set when
+// the process has an admin bridge.
+func (p *workerdProc) backend() *Backend {
+	b := &Backend{
 		Name:       NameWorkerd,
-		BaseURL:    p.baseURL,
+		BaseURL:    p.bridgeURL,
+		HarnessURL: p.entryURL,
 		AccountID:  AccountID,
+		Token:      p.token,
 		HTTPClient: p.hc,
 		newID:      p.allocate,
-	}, ""
+		proc:       p,
+	}
+	if p.adminURL != "" {
+		a := *b
+		a.BaseURL = p.adminURL
+		b.Admin = &a
+	}
+	return b
 }
 
 // RepoRoot returns the directory of the module's go.mod, found by walking up
@@ -125,37 +150,71 @@ func RepoRoot() (string, error) {
 func startWorkerd() {
 	hc := newHTTPClient()
 	if u := os.Getenv(EnvWorkerdURL); u != "" {
-		p := &workerdProc{baseURL: strings.TrimSuffix(u, "/"), wipeAlways: true, hc: hc, exited: make(chan struct{}), stderr: &tailBuffer{}}
+		u = strings.TrimSuffix(u, "/")
+		p := &workerdProc{entryURL: u, bridgeURL: u, token: os.Getenv(EnvWorkerdToken), wipeAlways: true,
+			hc: hc, exited: make(chan struct{}), stderr: &tailBuffer{}}
 		workerd.proc, workerd.err = p, p.health()
 		return
 	}
-	dir := os.Getenv(EnvConformanceDir)
+	node, dir, skip := toolchain()
+	if skip != "" {
+		workerd.skip = skip
+		return
+	}
+	secret := newSecret()
+	workerd.proc, workerd.err = launch(node, dir, hc, secret, []string{"BRIDGE_SECRET=" + secret})
+}
+
+// toolchain finds node and the conformance directory, or says why the
+// workerd leg cannot run.
+func toolchain() (node, dir, skip string) {
+	dir = os.Getenv(EnvConformanceDir)
 	if dir == "" {
 		root, err := RepoRoot()
 		if err != nil {
-			workerd.skip = err.Error()
-			return
+			return "", "", err.Error()
 		}
 		dir = filepath.Join(root, "conformance")
 	}
-	var err error
-	node := os.Getenv(EnvNode)
+	node = os.Getenv(EnvNode)
 	if node == "" {
 		node = "node"
 	}
-	if node, err = exec.LookPath(node); err != nil {
-		workerd.skip = "node not found in PATH"
-		return
+	node, err := exec.LookPath(node)
+	if err != nil {
+		return "", "", "node not found in PATH"
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "miniflare", "package.json")); err != nil {
-		workerd.skip = filepath.Join(dir, "node_modules") + " is missing"
-		return
+		return "", "", filepath.Join(dir, "node_modules") + " is missing"
 	}
-	workerd.proc, workerd.err = launch(node, dir, hc)
+	return node, dir, ""
 }
 
-// launch runs server.mjs and waits for its LISTENING line.
-func launch(node, dir string, hc *http.Client) (*workerdProc, error) {
+// newSecret returns a random bridge secret.
+func newSecret() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// serverEnv is the environment of a server.mjs: this process's, without
+// any setting of the bridge or the server, plus settings.
+func serverEnv(settings []string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "BRIDGE_") || k == "D1_POOL_SIZE" || k == "CONFORMANCE_IGNORE_STDIN" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, settings...)
+}
+
+// launch runs server.mjs with the given settings (environment variables,
+// see server.mjs) and waits for its LISTENING line. token is the bridges'
+// secret, sent by the backend's clients.
+func launch(node, dir string, hc *http.Client, token string, settings []string) (*workerdProc, error) {
 	// The child's stdin is a pipe whose write end only this process holds,
 	// in a package variable (so no finalizer closes it). When the test
 	// binary exits, for whatever reason, the kernel closes it, server.mjs
@@ -175,8 +234,8 @@ func launch(node, dir string, hc *http.Client) (*workerdProc, error) {
 	cmd := exec.Command(node, "server.mjs", "0")
 	cmd.Dir = dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	cmd.Env = append(os.Environ(), "CONFORMANCE_IGNORE_STDIN=")
-	p := &workerdProc{cmd: cmd, stdin: inW, stderr: &tailBuffer{}, exited: make(chan struct{}), hc: hc}
+	cmd.Env = serverEnv(settings)
+	p := &workerdProc{cmd: cmd, stdin: inW, stderr: &tailBuffer{}, exited: make(chan struct{}), hc: hc, token: token}
 	err = cmd.Start()
 	inR.Close()
 	outW.Close()
@@ -195,13 +254,17 @@ func launch(node, dir string, hc *http.Client) (*workerdProc, error) {
 		_ = cmd.Wait()
 		close(p.exited)
 	}()
-	listening := make(chan string, 1)
+	listening := make(chan map[string]string, 1) // "LISTENING", "BRIDGE", "ADMIN" -> URL
 	go func() {
 		sc := bufio.NewScanner(outR)
+		urls := map[string]string{}
 		for sc.Scan() {
-			if u, ok := strings.CutPrefix(sc.Text(), "LISTENING "); ok {
-				listening <- strings.TrimSpace(u)
-				break
+			if name, u, ok := strings.Cut(sc.Text(), " "); ok {
+				urls[name] = strings.TrimSpace(u)
+				if name == "LISTENING" {
+					listening <- urls
+					break
+				}
 			}
 		}
 		_, _ = io.Copy(io.Discard, outR) // keep draining: a full pipe would block the server
@@ -211,7 +274,10 @@ func launch(node, dir string, hc *http.Client) (*workerdProc, error) {
 	defer timer.Stop()
 	select {
 	case u := <-listening:
-		p.baseURL = u
+		p.entryURL, p.bridgeURL, p.adminURL = u["LISTENING"], u["BRIDGE"], u["ADMIN"]
+		if p.bridgeURL == "" {
+			p.bridgeURL = p.entryURL
+		}
 	case <-p.exited:
 		return nil, fmt.Errorf("server.mjs exited before listening (%s); stderr:\n%s", cmd.ProcessState, p.stderr.String())
 	case <-timer.C:
@@ -225,19 +291,18 @@ func launch(node, dir string, hc *http.Client) (*workerdProc, error) {
 	return p, nil
 }
 
-// health reads the pool size from GET /healthz.
+// health reads the pool size from the harness's GET /__spec/healthz.
 func (p *workerdProc) health() error {
-	res, err := do(p.hc, http.MethodGet, p.baseURL+"/healthz", nil, nil)
+	res, err := do(p.hc, http.MethodGet, p.entryURL+"/__spec/healthz", nil, nil)
 	if err != nil {
-		return fmt.Errorf("GET /healthz: %w", err)
+		return fmt.Errorf("GET /__spec/healthz: %w", err)
 	}
 	var h struct {
-		OK   bool   `json:"ok"`
-		Mode string `json:"mode"`
-		Pool int    `json:"pool"`
+		OK   bool `json:"ok"`
+		Pool int  `json:"pool"`
 	}
 	if err := json.Unmarshal(res.Body, &h); err != nil || !h.OK || h.Pool < 1 {
-		return fmt.Errorf("GET /healthz: HTTP %d %q", res.Status, res.Body)
+		return fmt.Errorf("GET /__spec/healthz: HTTP %d %q", res.Status, res.Body)
 	}
 	p.pool = h.Pool
 	return nil
@@ -280,12 +345,17 @@ func (p *workerdProc) allocate(t testing.TB) string {
 }
 
 // wipe drops every user table, view and trigger of a database (indexes go
-// with their tables) and empties sqlite_sequence, in one batch.
+// with their tables) and empties sqlite_sequence, in one batch, through the
+// admin bridge when there is one (a ledger-only bridge would refuse it).
 func (p *workerdProc) wipe(id string) error {
-	d := &Database{Backend: &Backend{BaseURL: p.baseURL, AccountID: AccountID, HTTPClient: p.hc}, ID: id}
+	base := p.bridgeURL
+	if p.adminURL != "" {
+		base = p.adminURL
+	}
+	d := &Database{Backend: &Backend{BaseURL: base, AccountID: AccountID, HTTPClient: p.hc}, ID: id}
 	post := func(body any) ([]json.RawMessage, error) {
 		data, _ := json.Marshal(body)
-		res, err := do(p.hc, http.MethodPost, d.URL("raw"), http.Header{"Content-Type": {"application/json"}}, data)
+		res, err := do(p.hc, http.MethodPost, d.URL("raw"), authHeader(p.token, http.Header{"Content-Type": {"application/json"}}), data)
 		if err != nil {
 			return nil, err
 		}
@@ -360,7 +430,7 @@ func (b *tailBuffer) String() string {
 }
 
 // SpecFingerprint asks the workerd server to compute the spec's
-// computeFingerprint (conformance/worker.js holds the spec's function) for a
+// computeFingerprint (conformance/harness.js holds the spec's function) for a
 // request with the given method, path and query (which must start with "/"),
 // headers and body. It returns the fingerprint and the path and query as the
 // Worker saw them (after WHATWG URL parsing). It uses the shared workerd
@@ -371,7 +441,7 @@ func SpecFingerprint(t testing.TB, method, pathAndQuery string, header http.Head
 		t.Fatalf("d1test: SpecFingerprint: path %q must start with /", pathAndQuery)
 	}
 	b := Workerd(t)
-	res, err := do(b.HTTPClient, method, b.BaseURL+"/__spec/fingerprint"+pathAndQuery, header, body)
+	res, err := do(b.HTTPClient, method, b.HarnessURL+"/__spec/fingerprint"+pathAndQuery, header, body)
 	if err != nil {
 		t.Fatalf("d1test: SpecFingerprint: %v", err)
 	}

@@ -1,0 +1,395 @@
+package bridge_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/d1idem/d1idem"
+	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/d1test"
+)
+
+// bizInsert is the business statement the operator lists in
+// BRIDGE_ALLOWED_STATEMENTS, as idem.Tx would send it.
+const bizInsert = "INSERT INTO business (principal, key, note) VALUES (?, ?, ?)"
+
+// ledgerOnly starts a ledger-only bridge that also accepts bizInsert.
+func ledgerOnly(t *testing.T) *d1test.Backend {
+	t.Helper()
+	return d1test.Bridge(t, d1test.BridgeConfig{Mode: "ledger-only", Allowed: []string{bizInsert}, Pool: 6})
+}
+
+// ledgerDB makes a fresh database of a ledger-only bridge ready for the
+// ledger: the schema and the business table, made through the admin bridge
+// (the ledger-only one refuses DDL), and a client on each bridge.
+func ledgerDB(t *testing.T, b *d1test.Backend) (db *d1test.Database, bridged, admin *d1client.Client) {
+	t.Helper()
+	db = b.NewDatabase(t)
+	admin = db.Admin(t).Client(t)
+	d1test.ApplySchema(t, admin)
+	if _, err := admin.Query(t.Context(), "CREATE TABLE business (principal TEXT NOT NULL, key TEXT NOT NULL, note TEXT)"); err != nil {
+		t.Fatal(err)
+	}
+	return db, db.Client(t), admin
+}
+
+// ledgerStatements reads the list the bridge ships (ledger-statements.js).
+func ledgerStatements(t testing.TB) []string {
+	t.Helper()
+	src, err := os.ReadFile("ledger-statements.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(src, []byte("export default ["))
+	if i < 0 {
+		t.Fatal("ledger-statements.js has no default export")
+	}
+	list := bytes.Replace(src[i+len("export default "):], []byte(",\n];"), []byte("\n]"), 1)
+	var out []string
+	if err := json.Unmarshal(list, &out); err != nil {
+		t.Fatalf("ledger-statements.js: %v", err)
+	}
+	return out
+}
+
+// ledgerSQL returns the shipped statement that contains every fragment.
+func ledgerSQL(t testing.TB, fragments ...string) string {
+	t.Helper()
+	for _, s := range ledgerStatements(t) {
+		ok := true
+		for _, f := range fragments {
+			ok = ok && strings.Contains(s, f)
+		}
+		if ok {
+			return s
+		}
+	}
+	t.Fatalf("no shipped ledger statement contains %q", fragments)
+	return ""
+}
+
+// testClock is an injected clock.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// TestLedgerOnlyLedgerWorks: through a ledger-only bridge the ledger does
+// all it does, on D1's clock and on an injected one: begin (claim, replay,
+// takeover), renew, complete, release, sweep, lookup, transactional
+// completion with an operator-listed statement, and the middleware end to
+// end. A transactional completion with a statement the operator did not
+// list is refused whole: the key stays pending, no business row is written.
+func TestLedgerOnlyLedgerWorks(t *testing.T) {
+	b := ledgerOnly(t)
+	for _, injected := range []bool{false, true} {
+		name := "D1 clock"
+		if injected {
+			name = "injected clock"
+		}
+		t.Run(name, func(t *testing.T) {
+			_, c, admin := ledgerDB(t, b)
+			clk := &testClock{now: time.Now()}
+			cfg := idem.Config{Heartbeat: -1}
+			if injected {
+				cfg.Clock = clk.Now
+			}
+			l, err := idem.New(c, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := t.Context()
+			begin := func(key string) idem.Decision {
+				t.Helper()
+				d, err := l.Begin(ctx, "acct", key, "fp-"+key)
+				if err != nil {
+					t.Fatalf("Begin(%s): %v", key, err)
+				}
+				return d
+			}
+			stored := idem.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"ok":true}`)}
+
+			// Claim, renew, complete, replay.
+			d := begin("k1")
+			if d.Outcome != idem.Execute || d.Reservation.Generation != 1 {
+				t.Fatalf("k1: %+v", d)
+			}
+			if ok, err := l.Renew(ctx, d.Reservation); err != nil || !ok {
+				t.Fatalf("Renew: %v %v", ok, err)
+			}
+			if cp, err := l.Complete(ctx, d.Reservation, stored); err != nil || !cp.Stored {
+				t.Fatalf("Complete: %+v %v", cp, err)
+			}
+			if d := begin("k1"); d.Outcome != idem.Replay || string(d.Response.Body) != `{"ok":true}` {
+				t.Fatalf("replay of k1: %+v", d)
+			}
+			if d, err := l.Lookup(ctx, "acct", "k1", "fp-k1"); err != nil || d.Outcome != idem.Replay {
+				t.Fatalf("Lookup: %+v %v", d, err)
+			}
+
+			// Release, then the next request takes the key over.
+			d = begin("k2")
+			if ok, err := l.Release(ctx, d.Reservation); err != nil || !ok {
+				t.Fatalf("Release: %v %v", ok, err)
+			}
+			d = begin("k2")
+			if d.Outcome != idem.Execute || !d.Reservation.Takeover || d.Reservation.Generation < 2 {
+				t.Fatalf("after the release: %+v", d)
+			}
+
+			// Transactional completion with the operator's statement.
+			biz := d1client.Statement{SQL: bizInsert, Params: []any{"acct", "k2", "from CompleteTx"}}
+			if cp, err := l.CompleteTx(ctx, d.Reservation, stored, []d1client.Statement{biz}); err != nil || !cp.Stored {
+				t.Fatalf("CompleteTx: %+v %v", cp, err)
+			}
+			if n := count(t, admin, "SELECT count(*) FROM business WHERE key = 'k2'"); n != 1 {
+				t.Fatalf("%d business rows for k2, want 1", n)
+			}
+
+			// ... and with one the operator did not list: refused whole.
+			d = begin("k3")
+			unlisted := d1client.Statement{SQL: "INSERT INTO business (principal, key) VALUES (?, ?)", Params: []any{"acct", "k3"}}
+			_, err = l.CompleteTx(ctx, d.Reservation, stored, []d1client.Statement{unlisted})
+			if e := refusedError(t, err); e == nil {
+				return
+			}
+			if n := count(t, admin, "SELECT count(*) FROM business WHERE key = 'k3'"); n != 0 {
+				t.Errorf("the refused batch wrote %d business rows", n)
+			}
+			if n := count(t, admin, "SELECT count(*) FROM idempotency_keys WHERE key = 'k3' AND status = 'pending'"); n != 1 {
+				t.Errorf("k3 is not pending after the refused completion")
+			}
+
+			// Sweep: a row past the retention goes.
+			old := time.Now().Add(-48 * time.Hour).UnixMilli()
+			if _, err := admin.Query(ctx, `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, created_at, updated_at)
+VALUES ('acct', 'old', 'fp', 'completed', 1, ?, ?)`, old, old); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := l.Sweep(ctx); err != nil || n != 1 {
+				t.Fatalf("Sweep: %d %v, want 1 row", n, err)
+			}
+			if n := count(t, admin, "SELECT count(*) FROM idempotency_keys WHERE key = 'old'"); n != 0 {
+				t.Errorf("the swept row is still there")
+			}
+			if injected {
+				clk.Advance(48 * time.Hour)
+				if n, err := l.Sweep(ctx); err != nil || n < 3 {
+					t.Fatalf("Sweep after 48 h: %d %v", n, err)
+				}
+			}
+
+			// The middleware end to end, the handler's write through idem.Tx.
+			mw, err := idem.NewMiddleware(l, idem.Options{Principal: func(r *http.Request) (string, error) {
+				if p := r.Header.Get("X-Principal"); p != "" {
+					return p, nil
+				}
+				return "", errors.New("no principal")
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs int
+			srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				runs++
+				tx, _ := idem.TxFromContext(r.Context())
+				tx.Add(d1client.Statement{SQL: bizInsert, Params: []any{r.Header.Get("X-Principal"), r.Header.Get(idem.HeaderKey), "from the middleware"}})
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusCreated)
+				fmt.Fprint(w, `{"order":"created"}`)
+			})))
+			defer srv.Close()
+			for i := range 2 {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/orders", strings.NewReader(`{"sku":"a"}`))
+				req.Header.Set("X-Principal", "acct")
+				req.Header.Set(idem.HeaderKey, "order-1")
+				req.Header.Set("Content-Type", "application/json")
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				replayed := res.Header.Get(idem.HeaderReplayed) == "true"
+				if res.StatusCode != http.StatusCreated || string(body) != `{"order":"created"}` || replayed != (i == 1) {
+					t.Fatalf("request %d: %d %q replayed=%v", i+1, res.StatusCode, body, replayed)
+				}
+			}
+			if runs != 1 || count(t, admin, "SELECT count(*) FROM business WHERE key = 'order-1'") != 1 {
+				t.Errorf("handler ran %d times; want once, with one business row", runs)
+			}
+		})
+	}
+}
+
+// refusedError asserts that err is the bridge's ledger-only refusal as
+// d1client reports it: a deterministic SQL error (HTTP 400, code 7500,
+// SQLITE_AUTH), not ambiguous, naming ledger-only mode.
+func refusedError(t testing.TB, err error) *d1client.Error {
+	t.Helper()
+	e := clientError(t, err, d1client.ErrSQL, http.StatusBadRequest)
+	if e.SQLiteCode != "SQLITE_AUTH" || e.Ambiguous || !strings.Contains(e.Message, "ledger-only mode") {
+		t.Errorf("refusal: code %q, ambiguous %v, message %q", e.SQLiteCode, e.Ambiguous, e.Message)
+	}
+	return e
+}
+
+// TestLedgerOnlyRefuses: a ledger-only bridge refuses, before anything
+// runs, every statement that is not exactly one of the ledger's texts or
+// the operator's: other reads and writes, DDL and DROP, the listed texts
+// with a byte changed (whitespace, case, a comment, a semicolon, a second
+// statement), the schema itself; and a batch holding one such statement is
+// refused whole. The answer is D1's own shape for an authorizer refusal,
+// 400 with code 7500 "not authorized: ...: SQLITE_AUTH", on /raw and
+// /query. The listed texts pass.
+func TestLedgerOnlyRefuses(t *testing.T) {
+	b := ledgerOnly(t)
+	db, c, admin := ledgerDB(t, b)
+	claim := ledgerSQL(t, "INSERT INTO idempotency_keys", "ON CONFLICT", "unixepoch")
+	lookup := ledgerSQL(t, "SELECT fingerprint, status")
+	claimParams := []any{"acct", "k", "fp", 30000}
+
+	single := []struct{ name, sql string }{
+		{"business read", "SELECT * FROM business"},
+		{"ledger read", "SELECT * FROM idempotency_keys"},
+		{"drop", "DROP TABLE business"},
+		{"drop ledger", "DROP TABLE idempotency_keys"},
+		{"unbounded delete", "DELETE FROM idempotency_keys"},
+		{"schema", d1idem.SchemaStatements()[0]},
+		{"empty", ""},
+		{"trailing space", claim + " "},
+		{"leading newline", "\n" + claim},
+		{"double space", strings.Replace(claim, " ", "  ", 1)},
+		{"lower case", strings.ToLower(claim)},
+		{"trailing comment", claim + " -- ok"},
+		{"leading comment", "/* ok */ " + claim},
+		{"semicolon", claim + ";"},
+		{"second statement", lookup + "; DROP TABLE business"},
+		{"listed business statement changed", strings.Replace(bizInsert, "VALUES", "values", 1)},
+	}
+	for _, tc := range single {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, ep := range []string{"raw", "query"} {
+				res := db.Post(t, ep, map[string]any{"sql": tc.sql})
+				wantError(t, res, http.StatusBadRequest, 7500, "not authorized: the bridge runs in ledger-only mode and the statement is neither", "nothing was executed: SQLITE_AUTH")
+			}
+			if tc.sql == "" {
+				return // d1client refuses empty SQL itself
+			}
+			_, err := c.Query(t.Context(), tc.sql)
+			refusedError(t, err)
+		})
+	}
+
+	t.Run("batch with one unlisted statement", func(t *testing.T) {
+		for i, batch := range [][]d1client.Statement{
+			{d1client.Statement{SQL: claim, Params: claimParams}, d1client.Statement{SQL: lookup, Params: []any{"acct", "k"}}, {SQL: "DELETE FROM business"}},
+			{{SQL: "SELECT 1"}, d1client.Statement{SQL: claim, Params: claimParams}},
+			{d1client.Statement{SQL: claim, Params: claimParams}, d1client.Statement{SQL: bizInsert + " ", Params: []any{"acct", "k", "x"}}},
+		} {
+			_, err := c.Exec(t.Context(), batch)
+			e := refusedError(t, err)
+			if want := fmt.Sprintf("statement %d of %d", []int{3, 1, 2}[i], len(batch)); !strings.Contains(e.Message, want) {
+				t.Errorf("batch %d: message %q does not name %q", i, e.Message, want)
+			}
+		}
+		if n := count(t, admin, "SELECT count(*) FROM idempotency_keys"); n != 0 {
+			t.Errorf("a refused batch claimed %d keys", n)
+		}
+		res := db.Post(t, "raw", map[string]any{"batch": []map[string]any{{"sql": claim, "params": claimParams}, {"sql": "DROP TABLE business"}}})
+		wantError(t, res, http.StatusBadRequest, 7500, "statement 2 of 2 is neither", ": SQLITE_AUTH")
+		if n := count(t, admin, "SELECT count(*) FROM sqlite_master WHERE name = 'business'"); n != 1 {
+			t.Errorf("the business table was dropped")
+		}
+	})
+
+	t.Run("schema through the ledger-only bridge", func(t *testing.T) {
+		var stmts []d1client.Statement
+		for _, s := range d1idem.SchemaStatements() {
+			stmts = append(stmts, d1client.Statement{SQL: s})
+		}
+		_, err := b.NewDatabase(t).Client(t).Exec(t.Context(), stmts)
+		refusedError(t, err)
+	})
+
+	t.Run("listed statements pass", func(t *testing.T) {
+		res, err := c.Exec(t.Context(), []d1client.Statement{
+			d1client.Statement{SQL: claim, Params: claimParams},
+			d1client.Statement{SQL: lookup, Params: []any{"acct", "k"}},
+			d1client.Statement{SQL: bizInsert, Params: []any{"acct", "k", "listed"}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res[0].Rows) != 1 || len(res[1].Rows) != 1 {
+			t.Errorf("claim and lookup: %d and %d rows", len(res[0].Rows), len(res[1].Rows))
+		}
+		wantOK(t, db.Post(t, "query", map[string]any{"sql": lookup, "params": []any{"acct", "k"}}), 1)
+		// Every shipped statement is accepted as it is (what it does with
+		// these parameters does not matter here, only that it runs).
+		for _, s := range ledgerStatements(t) {
+			params := []any{"p", "k2"}
+			for len(params) < maxParam(s) {
+				params = append(params, 1)
+			}
+			res := db.Post(t, "raw", map[string]any{"sql": s, "params": params[:maxParam(s)]})
+			if res.Status != http.StatusOK && strings.Contains(errorMessage(res), "ledger-only") {
+				t.Errorf("shipped statement refused:\n%s", s)
+			}
+		}
+	})
+
+	t.Run("the admin bridge is not restricted", func(t *testing.T) {
+		if n := count(t, admin, "SELECT count(*) FROM business"); n != 1 {
+			t.Errorf("business rows: %d, want 1", n)
+		}
+	})
+}
+
+// maxParam returns the highest ?N in s (the ledger's statements number
+// their parameters).
+func maxParam(s string) int {
+	n := 0
+	for i := 1; i <= 9; i++ {
+		if strings.Contains(s, fmt.Sprintf("?%d", i)) {
+			n = i
+		}
+	}
+	return n
+}
+
+// errorMessage returns the first error message of an envelope.
+func errorMessage(res *d1test.Response) string {
+	var env struct {
+		Errors []struct {
+			Message string `json:"message"`
+		} `json:"errors"`
+	}
+	if json.Unmarshal(res.Body, &env) != nil || len(env.Errors) == 0 {
+		return string(res.Body)
+	}
+	return env.Errors[0].Message
+}
