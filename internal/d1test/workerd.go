@@ -34,8 +34,9 @@ const (
 	EnvConformanceDir = "D1TEST_CONFORMANCE_DIR"
 )
 
-// startTimeout bounds the wait for server.mjs's LISTENING line.
-const startTimeout = 20 * time.Second
+// startTimeout bounds the wait for server.mjs's LISTENING line. workerd
+// starts in about a second on a quiet machine; a loaded one needs far more.
+const startTimeout = 90 * time.Second
 
 // workerdProc is one server.mjs process: the shared one of the test binary
 // (see Workerd), or a test's own (see Bridge).
