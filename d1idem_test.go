@@ -30,3 +30,24 @@ func TestSchemaIsTheSpecsVerbatim(t *testing.T) {
 		t.Error("SchemaStatements does not reassemble Schema")
 	}
 }
+
+// docs/contract.md shows schema.sql verbatim, in the first sql block of its
+// section 1.
+func TestContractShowsTheSchema(t *testing.T) {
+	md, err := os.ReadFile("docs/contract.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(md), "\n## 1. Schema\n")
+	if !ok {
+		t.Fatal(`docs/contract.md has no "## 1. Schema" section`)
+	}
+	_, block, ok := strings.Cut(section, "```sql\n")
+	if !ok {
+		t.Fatal("docs/contract.md section 1 has no sql block")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	if block != d1idem.Schema() {
+		t.Errorf("docs/contract.md section 1 is not schema.sql:\n%s", block)
+	}
+}
