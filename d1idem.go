@@ -1,6 +1,7 @@
-// Package d1idem holds what every part of d1idem shares: the ledger schema of
-// the spec ("Idempotency-Key Ledger on D1"), embedded from schema.sql so that
-// there is one source of truth for the SDK, the CLI and the tests.
+// Package d1idem holds what every part of d1idem shares: the ledger schema,
+// embedded from schema.sql so that the SDK, the CLI and the tests have one
+// source of truth. docs/contract.md#1-schema states what the schema is held
+// to.
 //
 // The packages beneath it carry the product:
 //
@@ -30,8 +31,9 @@ const Table = "idempotency_keys"
 // TTL check and the sweep rely on.
 const UpdatedAtIndex = "idx_idempotency_keys_updated_at"
 
-// Schema returns the ledger schema exactly as schema.sql holds it: the spec's
-// CREATE TABLE and CREATE INDEX, comments included.
+// Schema returns the ledger schema exactly as schema.sql holds it: the
+// CREATE TABLE and CREATE INDEX of docs/contract.md#1-schema, comments
+// included.
 func Schema() string { return schemaSQL }
 
 // SchemaStatements returns the schema split into its statements, each without

@@ -8,7 +8,9 @@ import (
 	"github.com/d1idem/d1idem"
 )
 
-// schema.sql holds the spec's table and index verbatim.
+// schema.sql holds the spec's table and index verbatim
+// (docs/contract.md#1-schema), checked against the spec's text when it is
+// beside the checkout.
 func TestSchemaIsTheSpecsVerbatim(t *testing.T) {
 	spec, err := os.ReadFile("../shared/spec/idempotency-key-ledger-on-d1.txt")
 	if err != nil {
