@@ -171,6 +171,7 @@ var Packages = map[string]string{
 	"idem":        "github.com/d1idem/d1idem/idem",
 	"schema":      "github.com/d1idem/d1idem/schema",
 	"chi":         "github.com/go-chi/chi/v5",
+	"d1test":      "github.com/d1idem/d1idem/internal/d1test",
 }
 
 // Prelude holds, by name, the declarations fragments may use without
