@@ -14,6 +14,12 @@
 //   - schema: applies and verifies this schema on a live database, recorded
 //     as a wrangler migration.
 //   - cli: the d1idem admin command line (cmd/d1idem is its thin main).
+//
+// # API stability
+//
+// Schema, SchemaStatements, Table and UpdatedAtIndex follow the module's
+// semantic versioning. The schema itself is the spec's, shared with Workers
+// that run the spec's code, and changes only with the spec.
 package d1idem
 
 import (
