@@ -1,7 +1,8 @@
 // Package doctest type-checks the Go code blocks of the repository's
-// Markdown files against the module's packages, and checks that their links
-// to headings resolve. Its test runs both over every Markdown file of the
-// module, so a README snippet that stops compiling fails `go test ./...`.
+// Markdown files against the module's packages, and checks that links to
+// headings, from Markdown files and Go comments, resolve. Its tests run both
+// over the whole module, so a README snippet that stops compiling fails
+// `go test ./...`.
 //
 // A ```go block is compiled in one of two ways:
 //
@@ -12,9 +13,9 @@
 //     statements becomes the body of a function returning error, so it may
 //     `return err`. All fragments of one Markdown file share one package,
 //     so a README's blocks can use each other's declarations, and share the
-//     names the Prelude declares (ctx, db, ledger, mux, ...), unless a
-//     block declares the same name. Imports are added for the packages a
-//     fragment names (see Packages).
+//     names a prelude declares (ctx, db, ledger, mux, ...), unless a block
+//     declares the same name. Imports are added for the standard and
+//     module packages a fragment names.
 //
 // In a fragment, a line holding only "..." stands for elided code and is
 // dropped. A block that must not be compiled is preceded by the comment
@@ -147,9 +148,9 @@ func dedent(line string, n int) string {
 	return line
 }
 
-// Packages maps the package names a fragment may use without importing
+// packages maps the package names a fragment may use without importing
 // them to their import paths.
-var Packages = map[string]string{
+var packages = map[string]string{
 	"context":     "context",
 	"errors":      "errors",
 	"fmt":         "fmt",
@@ -174,10 +175,10 @@ var Packages = map[string]string{
 	"d1test":      "github.com/d1idem/d1idem/internal/d1test",
 }
 
-// Prelude holds, by name, the declarations fragments may use without
+// prelude holds, by name, the declarations fragments may use without
 // declaring them: what a README assumes its reader has at hand. A Markdown
 // file's fragments get those of them they do not declare themselves.
-var Prelude = map[string]string{
+var prelude = map[string]string{
 	"ctx":                "var ctx context.Context // the request's, or main's",
 	"db":                 "var db *d1client.Client // from d1client.New",
 	"ledger":             "var ledger *idem.Ledger // from idem.New",
@@ -218,11 +219,11 @@ func Check(moduleDir string, blocks []Block) error {
 	pkgs := complete
 	for _, name := range files {
 		frags := byFile[name]
-		prelude, err := preludeFor(fset, name, frags)
+		pre, err := preludeFor(fset, name, frags)
 		if err != nil {
 			return err
 		}
-		pkgs = append(pkgs, append(frags, prelude))
+		pkgs = append(pkgs, append(frags, pre))
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
@@ -286,7 +287,7 @@ func parseBlock(fset *token.FileSet, b Block) (parsedBlock, error) {
 	// Import the packages the fragment names but does not declare.
 	var imports []string
 	for _, id := range f.Unresolved {
-		if path, ok := Packages[id.Name]; ok && !slices.Contains(imports, path) {
+		if path, ok := packages[id.Name]; ok && !slices.Contains(imports, path) {
 			imports = append(imports, path)
 		}
 	}
@@ -327,11 +328,11 @@ func elide(code string) string {
 	return strings.Join(lines, "\n")
 }
 
-// preludeFor returns the Prelude's declarations of the names the fragments
+// preludeFor returns the prelude's declarations of the names the fragments
 // of mdFile do not declare at top level, as a file of their package.
 func preludeFor(fset *token.FileSet, mdFile string, frags []*ast.File) (*ast.File, error) {
 	var names []string
-	for name := range Prelude {
+	for name := range prelude {
 		if !slices.ContainsFunc(frags, func(f *ast.File) bool { return f.Scope.Lookup(name) != nil }) {
 			names = append(names, name)
 		}
@@ -339,7 +340,7 @@ func preludeFor(fset *token.FileSet, mdFile string, frags []*ast.File) (*ast.Fil
 	slices.Sort(names)
 	var code strings.Builder
 	for _, name := range names {
-		code.WriteString(Prelude[name] + "\n")
+		code.WriteString(prelude[name] + "\n")
 	}
 	f, err := parseBlock(fset, Block{File: mdFile + " (doctest prelude)", Line: 1, Code: code.String()})
 	if err != nil {
