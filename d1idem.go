@@ -1,6 +1,7 @@
-// Package d1idem holds what every part of d1idem shares: the ledger schema of
-// the spec ("Idempotency-Key Ledger on D1"), embedded from schema.sql so that
-// there is one source of truth for the SDK, the CLI and the tests.
+// Package d1idem holds what every part of d1idem shares: the ledger schema,
+// embedded from schema.sql so that the SDK, the CLI and the tests have one
+// source of truth. docs/contract.md#1-schema states what the schema is held
+// to.
 //
 // The packages beneath it carry the product:
 //
@@ -13,6 +14,12 @@
 //   - schema: applies and verifies this schema on a live database, recorded
 //     as a wrangler migration.
 //   - cli: the d1idem admin command line (cmd/d1idem is its thin main).
+//
+// # API stability
+//
+// Schema, SchemaStatements, Table and UpdatedAtIndex follow the module's
+// semantic versioning. The schema itself is the spec's, shared with Workers
+// that run the spec's code, and changes only with the spec.
 package d1idem
 
 import (
@@ -30,8 +37,9 @@ const Table = "idempotency_keys"
 // TTL check and the sweep rely on.
 const UpdatedAtIndex = "idx_idempotency_keys_updated_at"
 
-// Schema returns the ledger schema exactly as schema.sql holds it: the spec's
-// CREATE TABLE and CREATE INDEX, comments included.
+// Schema returns the ledger schema exactly as schema.sql holds it: the
+// CREATE TABLE and CREATE INDEX of docs/contract.md#1-schema, comments
+// included.
 func Schema() string { return schemaSQL }
 
 // SchemaStatements returns the schema split into its statements, each without

@@ -8,7 +8,9 @@ import (
 	"github.com/d1idem/d1idem"
 )
 
-// schema.sql holds the spec's table and index verbatim.
+// schema.sql holds the spec's table and index verbatim
+// (docs/contract.md#1-schema), checked against the spec's text when it is
+// beside the checkout.
 func TestSchemaIsTheSpecsVerbatim(t *testing.T) {
 	spec, err := os.ReadFile("../shared/spec/idempotency-key-ledger-on-d1.txt")
 	if err != nil {
@@ -28,5 +30,26 @@ func TestSchemaIsTheSpecsVerbatim(t *testing.T) {
 	}
 	if d1idem.Schema() != strings.Join(stmts, ";\n\n")+";\n" {
 		t.Error("SchemaStatements does not reassemble Schema")
+	}
+}
+
+// docs/contract.md shows schema.sql verbatim, in the first sql block of its
+// section 1.
+func TestContractShowsTheSchema(t *testing.T) {
+	md, err := os.ReadFile("docs/contract.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(md), "\n## 1. Schema\n")
+	if !ok {
+		t.Fatal(`docs/contract.md has no "## 1. Schema" section`)
+	}
+	_, block, ok := strings.Cut(section, "```sql\n")
+	if !ok {
+		t.Fatal("docs/contract.md section 1 has no sql block")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	if block != d1idem.Schema() {
+		t.Errorf("docs/contract.md section 1 is not schema.sql:\n%s", block)
 	}
 }

@@ -12,6 +12,11 @@
 // speaks the D1 REST API (see package d1local), so code that takes a base
 // URL instead of a client can use URL, AccountID and DatabaseID, as it would
 // use Cloudflare's.
+//
+// # API stability
+//
+// New, Start, the options and Server follow the module's semantic
+// versioning; what the server answers is package d1local's.
 package d1localtest
 
 import (

@@ -251,7 +251,7 @@ func figures(results []result) []row {
 			"p99 < 1500 ms", ptr(ok && p99 < 1500)})
 	}
 
-	// The side-by-side with the spec's sequence.
+	// The side-by-side with the spec's sequence (internal/specseq).
 	for _, rtt := range []string{"20ms", "50ms"} {
 		names = names[:0]
 		for _, c := range concurrencies {

@@ -1,8 +1,9 @@
-// Package specseq runs the spec's request path statement by statement,
-// exactly as its handleIdempotentMutation does: the claim, then the lookup,
-// then the takeover, each its own D1 call, and the completion. It is the
-// reference that tests prove the ledger equivalent to and that benchmarks
-// compare the ledger with. It is not part of the SDK.
+// Package specseq runs the request path of the spec, Idempotency-Key Ledger
+// on D1, statement by statement, as its handleIdempotentMutation does: the
+// claim, then the lookup, then the takeover, each its own D1 call, and the
+// completion. It is the reference that tests prove the ledger equivalent to
+// and that benchmarks compare the ledger with (see
+// docs/contract.md#4-claim). It is not part of the SDK.
 package specseq
 
 import (
