@@ -9,6 +9,7 @@
 //   POST /accounts/:acc/d1/database/:db/raw     rows as {columns, rows}
 //        body {"sql": "...", "params": [...]} or {"batch": [{"sql","params"}, ...]}
 //   POST /__spec/fingerprint/<path...>          the spec's computeFingerprint
+//   ANY  /__spec/mutate/:db/<path...>           the spec's handleIdempotentMutation (spec.mjs)
 //   GET  /healthz                               {"ok":true,"mode":...,"pool":N}
 //
 // Databases. The worker has a pool of D1 bindings, DB_0 .. DB_<POOL_SIZE-1>,
@@ -77,6 +78,8 @@
 // as "POST /v1/orders?a=1". The answer is
 //   {"fingerprint":"<64 hex>","pathAndQuery":"/v1/orders?a=1","method":"POST"}
 // Any method is accepted (the method is part of the fingerprint).
+
+import { SPEC_MUTATE_PREFIX, handleSpecMutate } from "./spec.mjs";
 
 const FINGERPRINT_PREFIX = "/__spec/fingerprint";
 
@@ -354,10 +357,16 @@ async function handleFingerprint(request, url) {
   return json(200, { fingerprint, pathAndQuery, method: request.method });
 }
 
+// poolDB returns the binding of database ID "db-<i>", or undefined.
+function poolDB(env, dbID) {
+  const idx = /^db-(0|[1-9][0-9]*)$/.exec(dbID);
+  return idx && Number(idx[1]) < Number(env.POOL_SIZE) ? env[`DB_${idx[1]}`] : undefined;
+}
+
 const QUERY_ROUTE = /^(?:\/client\/v4)?\/accounts\/([^/]+)\/d1\/database\/([^/]+)\/(query|raw)\/?$/;
 
 export default {
-  async fetch(request, env) {
+  async fetch(request, env, ctx) {
     const url = new URL(request.url);
     const path = url.pathname;
     if (path === "/healthz") {
@@ -367,12 +376,17 @@ export default {
     if (path.startsWith(FINGERPRINT_PREFIX + "/")) {
       return handleFingerprint(request, url);
     }
+    if (path.startsWith(SPEC_MUTATE_PREFIX)) {
+      const [dbID, ...rest] = path.slice(SPEC_MUTATE_PREFIX.length).split("/");
+      const db = poolDB(env, dbID);
+      if (!db) return fail(404, 7404, `The database ${dbID} could not be found`);
+      return handleSpecMutate(request, db, "/" + rest.join("/"), ctx);
+    }
     const m = QUERY_ROUTE.exec(path);
     if (!m) return fail(404, 7000, "No route for that URI");
     if (request.method !== "POST") return fail(405, 10405, `Method ${request.method} not allowed`);
     const dbID = decodeURIComponent(m[2]);
-    const idx = /^db-(0|[1-9][0-9]*)$/.exec(dbID);
-    const db = idx && Number(idx[1]) < Number(env.POOL_SIZE) ? env[`DB_${idx[1]}`] : undefined;
+    const db = poolDB(env, dbID);
     if (!db) return fail(404, 7404, `The database ${dbID} could not be found`);
     return handleQuery(request, env, db, m[3] === "raw");
   },

@@ -33,7 +33,7 @@ func exampleDB() (*d1client.Client, func()) {
 
 // Wrap a mutating handler: the first request runs it, a retry with the same
 // Idempotency-Key replays the stored response.
-func ExampleMiddleware() {
+func ExampleNewMiddleware() {
 	db, cleanup := exampleDB()
 	defer cleanup()
 	ledger, _ := idem.New(db, idem.Config{})
@@ -43,10 +43,13 @@ func ExampleMiddleware() {
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, `{"order":"ord_1"}`)
 	})
-	protect := idem.Middleware(ledger, idem.Options{
+	protect, err := idem.NewMiddleware(ledger, idem.Options{
 		// Derive the principal from authentication, never from the client.
 		Principal: func(r *http.Request) (string, error) { return "acct_42", nil },
 	})
+	if err != nil {
+		panic(err)
+	}
 	api := httptest.NewServer(protect(createOrder))
 	defer api.Close()
 
