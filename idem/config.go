@@ -23,15 +23,17 @@ const (
 // sweep may delete the row: see Config.Retention.
 const RetentionMargin = time.Minute
 
-// Limits of the configuration.
+// MaxSweepBatch is the largest Config.SweepBatch.
+const MaxSweepBatch = 1000
+
+// Limits of the configuration, as Config documents them.
 const (
-	MinTTL           = 10 * time.Millisecond
-	MaxTTL           = 24 * time.Hour
-	MaxMaxLease      = 7 * 24 * time.Hour
-	MaxRetention     = 10 * 365 * 24 * time.Hour
-	MaxSweepInterval = 24 * time.Hour
-	MaxSweepBatch    = 1000
-	MaxMaxStoredBody = 1 << 20
+	minTTL           = 10 * time.Millisecond
+	maxTTL           = 24 * time.Hour
+	maxMaxLease      = 7 * 24 * time.Hour
+	maxRetention     = 10 * 365 * 24 * time.Hour
+	maxSweepInterval = 24 * time.Hour
+	maxStoredBody    = 1 << 20
 )
 
 const defaultRenewFraction = 3 // heartbeat every TTL/3
@@ -119,8 +121,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL
 	}
-	if c.TTL < MinTTL || c.TTL > MaxTTL {
-		return c, configErr("Config.TTL", c.TTL, "use %v to %v", MinTTL, MaxTTL)
+	if c.TTL < minTTL || c.TTL > maxTTL {
+		return c, configErr("Config.TTL", c.TTL, "use %v to %v", minTTL, maxTTL)
 	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = c.TTL / defaultRenewFraction
@@ -131,16 +133,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxLease == 0 {
 		c.MaxLease = max(DefaultMaxLease, c.TTL)
 	}
-	if c.MaxLease < c.TTL || c.MaxLease > MaxMaxLease {
-		return c, configErr("Config.MaxLease", c.MaxLease, "use the TTL (%v) to %v", c.TTL, MaxMaxLease)
+	if c.MaxLease < c.TTL || c.MaxLease > maxMaxLease {
+		return c, configErr("Config.MaxLease", c.MaxLease, "use the TTL (%v) to %v", c.TTL, maxMaxLease)
 	}
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention
 	}
-	if c.Retention < c.minRetention() || c.Retention > MaxRetention {
+	if c.Retention < c.minRetention() || c.Retention > maxRetention {
 		return c, configErr("Config.Retention", c.Retention,
 			"use MaxLease (%v) + TTL (%v) + %v = %v to %v, so that no row a live owner may still write is swept",
-			c.MaxLease, c.TTL, RetentionMargin, c.minRetention(), MaxRetention)
+			c.MaxLease, c.TTL, RetentionMargin, c.minRetention(), maxRetention)
 	}
 	if c.SweepBatch == 0 {
 		c.SweepBatch = DefaultSweepBatch
@@ -151,14 +153,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.SweepInterval == 0 {
 		c.SweepInterval = DefaultSweepInterval
 	}
-	if c.SweepInterval < 0 || c.SweepInterval > MaxSweepInterval {
-		return c, configErr("Config.SweepInterval", c.SweepInterval, "use a positive duration up to %v", MaxSweepInterval)
+	if c.SweepInterval < 0 || c.SweepInterval > maxSweepInterval {
+		return c, configErr("Config.SweepInterval", c.SweepInterval, "use a positive duration up to %v", maxSweepInterval)
 	}
 	if c.MaxStoredBody == 0 {
 		c.MaxStoredBody = DefaultMaxStoredBody
 	}
-	if c.MaxStoredBody < 1 || c.MaxStoredBody > MaxMaxStoredBody {
-		return c, configErr("Config.MaxStoredBody", c.MaxStoredBody, "use 1 to %d bytes", MaxMaxStoredBody)
+	if c.MaxStoredBody < 1 || c.MaxStoredBody > maxStoredBody {
+		return c, configErr("Config.MaxStoredBody", c.MaxStoredBody, "use 1 to %d bytes", maxStoredBody)
 	}
 	if c.FingerprintHeaders == nil {
 		c.FingerprintHeaders = DefaultFingerprintHeaders

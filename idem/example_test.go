@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1client"
@@ -91,4 +92,31 @@ func ExampleLedger() {
 	// execute 1
 	// stored: true
 	// replay 201 {"charge":"ch_1"}
+}
+
+// Inspect and release keys with the administrative API, which the d1idem
+// CLI is built on.
+func ExampleAdmin() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	now := time.UnixMilli(1_767_225_600_000)
+	ledger, _ := idem.New(db, idem.Config{Clock: func() time.Time { return now }})
+	ctx := context.Background()
+
+	// An owner claims a key and dies.
+	ledger.Begin(ctx, "acct_42", "order-7", "fp")
+	now = now.Add(time.Minute)
+
+	admin := ledger.Admin()
+	stuck, _ := admin.Stuck(ctx, 10)
+	k := stuck.Keys[0]
+	fmt.Println(stuck.Total, k.Key, k.Generation, k.SinceUpdate())
+
+	// Release it at the generation just read: the client's retry takes it
+	// over at once.
+	res, _ := admin.Release(ctx, k.Principal, k.Key, k.Generation, idem.ReleaseOptions{})
+	fmt.Println(res.Released, res.Before.Generation, "->", res.Generation)
+	// Output:
+	// 1 order-7 1 1m0s
+	// true 1 -> 2
 }

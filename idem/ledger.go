@@ -126,7 +126,9 @@ type Decision struct {
 }
 
 // Reservation is the right to execute one request's mutation: the
-// principal's key at one generation of the fencing token.
+// principal's key at one generation of the fencing token. Only Begin makes
+// one: it records when the claim was made, which bounds how long the owner
+// may still write (see ErrReservationExpired).
 type Reservation struct {
 	Principal   string
 	Key         string

@@ -211,10 +211,10 @@ func TestConfigValidation(t *testing.T) {
 	// The limits themselves are accepted, and a long TTL raises the default
 	// lease with it.
 	for _, cfg := range []idem.Config{
-		{TTL: idem.MinTTL, Heartbeat: -1},
+		{TTL: 10 * time.Millisecond, Heartbeat: -1},
 		{TTL: 5 * time.Hour},
 		{MaxLease: 30 * time.Second, Retention: 30*time.Second + 30*time.Second + idem.RetentionMargin},
-		{SweepBatch: idem.MaxSweepBatch, MaxStoredBody: idem.MaxMaxStoredBody, SweepInterval: time.Nanosecond},
+		{SweepBatch: idem.MaxSweepBatch, MaxStoredBody: 1 << 20, SweepInterval: time.Nanosecond},
 	} {
 		l, err := idem.New(db, cfg)
 		if err != nil {

@@ -45,12 +45,16 @@ const (
 
 const defaultUnavailableWait = time.Second
 
-// Defaults and limits of Options.
+// Defaults of Options.
 const (
 	DefaultMaxBodyBytes = 1 << 20 // 1 MiB
-	MaxMaxBodyBytes     = 1 << 30
 	DefaultTimeout      = 10 * time.Second
-	MaxTimeout          = 10 * time.Minute
+)
+
+// Limits of Options, as Options documents them.
+const (
+	maxBodyBytes = 1 << 30
+	maxTimeout   = 10 * time.Minute
 )
 
 // Options configures the middleware. The zero value of every field but
@@ -100,14 +104,14 @@ func (o Options) withDefaults() (Options, error) {
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	if o.MaxBodyBytes < 1 || o.MaxBodyBytes > MaxMaxBodyBytes {
-		return o, configErr("Options.MaxBodyBytes", o.MaxBodyBytes, "use 1 to %d bytes", int64(MaxMaxBodyBytes))
+	if o.MaxBodyBytes < 1 || o.MaxBodyBytes > maxBodyBytes {
+		return o, configErr("Options.MaxBodyBytes", o.MaxBodyBytes, "use 1 to %d bytes", int64(maxBodyBytes))
 	}
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout
 	}
-	if o.Timeout < time.Millisecond || o.Timeout > MaxTimeout {
-		return o, configErr("Options.Timeout", o.Timeout, "use 1ms to %v", MaxTimeout)
+	if o.Timeout < time.Millisecond || o.Timeout > maxTimeout {
+		return o, configErr("Options.Timeout", o.Timeout, "use 1ms to %v", maxTimeout)
 	}
 	switch o.ReuseStatus {
 	case 0:
@@ -260,11 +264,7 @@ func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, err err
 	case errors.Is(err, d1client.ErrBudget) || errors.Is(err, d1client.ErrRateLimited):
 		writeError(w, http.StatusServiceUnavailable, CodeBudgetExhausted, "The idempotency ledger's request budget is spent; retry later.", h)
 	default:
-		attrs := []slog.Attr{slog.String("error", err.Error())}
-		if fix := remedy(err); fix != "" {
-			attrs = append(attrs, slog.String("fix", fix))
-		}
-		m.log().LogAttrs(r.Context(), slog.LevelError, "idem: ledger unavailable; request refused", attrs...)
+		m.log().LogAttrs(r.Context(), slog.LevelError, "idem: ledger unavailable; request refused", errAttrs(err)...)
 		writeError(w, http.StatusServiceUnavailable, CodeLedgerUnavailable, "The idempotency ledger is unavailable; retry later.", h)
 	}
 }
@@ -277,6 +277,16 @@ func (m *middleware) principalInvalid(w http.ResponseWriter, r *http.Request, er
 		slog.String("error", err.Error()), slog.Int("principal_bytes", n))
 	writeError(w, http.StatusInternalServerError, CodePrincipalInvalid,
 		fmt.Sprintf("The server derived an invalid principal for this request (not UTF-8, or over %d bytes).", MaxPrincipalLength), nil)
+}
+
+// errAttrs are the log attributes of a ledger error: the error, and the fix
+// when it is known.
+func errAttrs(err error) []slog.Attr {
+	attrs := []slog.Attr{slog.String("error", err.Error())}
+	if fix := remedy(err); fix != "" {
+		attrs = append(attrs, slog.String("fix", fix))
+	}
+	return attrs
 }
 
 // remedy returns what an operator should do about a ledger error, when it is
@@ -354,7 +364,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	if err != nil {
 		if errors.Is(err, ErrTxNotCommitted) {
 			m.log().LogAttrs(r.Context(), slog.LevelError, "idem: the handler's statements were not committed; reservation released",
-				append(logAttrs(res), slog.String("error", err.Error()))...)
+				append(logAttrs(res), errAttrs(err)...)...)
 			resetHeader(w.Header(), nil) // the handler's headers describe what did not happen
 			if errors.Is(err, d1client.ErrSQL) {
 				// Deterministic: the handler's own statements failed.
@@ -367,7 +377,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			return
 		}
 		m.log().LogAttrs(r.Context(), slog.LevelError, "idem: completion not stored; the response is sent, and a retry after the TTL will run the mutation again",
-			append(logAttrs(res), slog.String("error", err.Error()))...)
+			append(logAttrs(res), errAttrs(err)...)...)
 	}
 	if err == nil && !done.Stored && len(stmts) > 0 {
 		// Fenced out under transactional completion: the handler's writes
