@@ -328,7 +328,7 @@ func BenchmarkMiddlewareOverhead(b *testing.B) {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte(`{"id":"ord_1","status":"created"}`))
 	})
-	guarded := idem.Middleware(ledger, idem.Options{Principal: func(*http.Request) (string, error) { return "acct", nil }})(handler)
+	guarded := idem.MustMiddleware(ledger, idem.Options{Principal: func(*http.Request) (string, error) { return "acct", nil }})(handler)
 	serve := func(b *testing.B, h http.Handler, key func(i int) string) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
@@ -399,7 +399,7 @@ SELECT 'p', 'k' || i, 'fp', 'completed', 1, 201, '{"id":1}', '{}', `+updated+`, 
 			next := rows + 1
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				n, err := e.ledger.Sweep(ctx)
+				n, err := e.ledger.Admin().Sweep(ctx)
 				if err != nil || n != idem.DefaultSweepBatch {
 					b.Fatalf("swept %d, %v", n, err)
 				}

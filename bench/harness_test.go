@@ -277,7 +277,7 @@ func newApp(baseURL, databaseID string) (*app, http.Handler, error) {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"id":%q,"status":"created"}`, r.Header.Get(idem.HeaderKey))
 	})
-	mw := idem.Middleware(l, idem.Options{Principal: func(r *http.Request) (string, error) {
+	mw := idem.MustMiddleware(l, idem.Options{Principal: func(r *http.Request) (string, error) {
 		return r.Header.Get("X-Principal"), nil
 	}})
 	mux := http.NewServeMux()

@@ -189,7 +189,7 @@ func TestLedgerOnlyLedgerWorks(t *testing.T) {
 VALUES ('acct', 'old', 'fp', 'completed', 1, ?, ?)`, old, old); err != nil {
 				t.Fatal(err)
 			}
-			if n, err := l.Sweep(ctx); err != nil || n != 1 {
+			if n, err := l.Admin().Sweep(ctx); err != nil || n != 1 {
 				t.Fatalf("Sweep: %d %v, want 1 row", n, err)
 			}
 			if n := count(t, admin, "SELECT count(*) FROM idempotency_keys WHERE key = 'old'"); n != 0 {
@@ -197,7 +197,7 @@ VALUES ('acct', 'old', 'fp', 'completed', 1, ?, ?)`, old, old); err != nil {
 			}
 			if injected {
 				clk.Advance(48 * time.Hour)
-				if n, err := l.Sweep(ctx); err != nil || n < 3 {
+				if n, err := l.Admin().Sweep(ctx); err != nil || n < 3 {
 					t.Fatalf("Sweep after 48 h: %d %v", n, err)
 				}
 			}

@@ -1,10 +1,6 @@
 package cli
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -14,17 +10,12 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
 )
 
-// Limits of keys list and keys stuck.
-const (
-	defaultListLimit = 50
-	maxListLimit     = 1000
-	previewBytes     = 200
-)
+// previewBytes is how much of a stored body keys get shows.
+const previewBytes = 200
 
 func keysCommand(o *options) *cli.Command {
 	return &cli.Command{
@@ -58,7 +49,7 @@ func ttlFlag() cli.Flag {
 }
 
 func limitFlag() cli.Flag {
-	return &cli.IntFlag{Name: "limit", Value: defaultListLimit, Usage: fmt.Sprintf("show at most `N` rows (1 to %d)", maxListLimit)}
+	return &cli.IntFlag{Name: "limit", Value: idem.DefaultListLimit, Usage: fmt.Sprintf("show at most `N` rows (1 to %d)", idem.MaxListLimit)}
 }
 
 // Flag readers that turn bad values into usage errors.
@@ -96,8 +87,8 @@ func positiveDuration(c *cli.Context, name string) (time.Duration, error) {
 
 func listLimit(c *cli.Context) (int, error) {
 	n := c.Int("limit")
-	if n < 1 || n > maxListLimit {
-		return 0, usagef("--limit %d is out of range: use 1 to %d", n, maxListLimit)
+	if n < 1 || n > idem.MaxListLimit {
+		return 0, usagef("--limit %d is out of range: use 1 to %d", n, idem.MaxListLimit)
 	}
 	return n, nil
 }
@@ -159,23 +150,19 @@ release the key if it is stuck. Exits 1 if there is no such key.
 }
 
 func keysGet(c *cli.Context, o *options, cn *conn, principal, key string, ttl time.Duration) error {
-	q := newQuery(o).add("SELECT "+summaryColumns+", ").now().
-		add(", fingerprint, response_headers, response_body FROM "+d1idem.Table+" WHERE principal = ? AND key = ?", principal, key)
-	res, err := cn.db.Exec(c.Context, []d1client.Statement{q.statement()})
+	a, err := keysAdmin(o, cn, ttl)
 	if err != nil {
-		return fmt.Errorf("keys get: %w", err)
+		return err
 	}
-	if len(res[0].Rows) == 0 {
-		return fmt.Errorf("no key %s for principal %s on %s (it was never claimed, was released, or was swept)",
+	k, err := a.Get(c.Context, principal, key)
+	if errors.Is(err, idem.ErrKeyNotFound) {
+		return fmt.Errorf("no key %s for principal %s on %s (it was never claimed, or was swept)",
 			strconv.Quote(key), strconv.Quote(principal), cn.where)
 	}
-	r := res[0].Rows[0]
-	var k keyRow
-	if err := r.Scan(&k.Principal, &k.Key, &k.Status, &k.Generation, &k.CreatedAt, &k.UpdatedAt, &k.ResponseStatus, &k.Now,
-		&k.Fingerprint, &k.ResponseHeaders, &k.ResponseBody); err != nil {
-		return fmt.Errorf("keys get: reading the row: %w", err)
+	if err != nil {
+		return ledgerErr("keys get", err)
 	}
-	headers, headersErr := k.headers()
+	headers, headersErr := k.StoredHeaders()
 	var bodyPreview *string
 	var bodyBytes *int
 	more := 0
@@ -187,7 +174,7 @@ func keysGet(c *cli.Context, o *options, cn *conn, principal, key string, ttl ti
 
 	if c.Bool(flagJSON) {
 		out := keyDetailJSON{
-			keySummaryJSON: k.summaryJSON(ttl), Fingerprint: k.Fingerprint,
+			keySummaryJSON: summaryJSON(&k), Fingerprint: k.Fingerprint,
 			ResponseHeaders: headers, ResponseHeadersRaw: k.ResponseHeaders,
 			ResponseBodyBytes: bodyBytes, ResponseBodyPreview: bodyPreview, TTLMS: ttl.Milliseconds(),
 		}
@@ -222,16 +209,16 @@ func keysGet(c *cli.Context, o *options, cn *conn, principal, key string, ttl ti
 		if more > 0 {
 			bodyText += fmt.Sprintf(" ... (%d more bytes)", more)
 		}
-	} else if k.Status == "completed" {
+	} else if k.Status == idem.StatusCompleted {
 		bodyText = "NULL (no body stored: an oversized response is stored as status 500 with no body)"
 	}
 	if err := printFields(w, [][2]string{
 		{"principal", display(k.Principal)},
 		{"key", display(k.Key)},
-		{"status", k.statusText(ttl)},
+		{"status", statusText(&k, ttl)},
 		{"generation", strconv.FormatInt(k.Generation, 10)},
-		{"created", fmt.Sprintf("%s  (%s)", formatAge(k.age()), formatUTC(k.CreatedAt))},
-		{"updated", fmt.Sprintf("%s  (%s)", formatAge(k.sinceUpdate()), formatUTC(k.UpdatedAt))},
+		{"created", fmt.Sprintf("%s  (%s)", formatAge(k.Age()), formatTime(k.CreatedAt))},
+		{"updated", fmt.Sprintf("%s  (%s)", formatAge(k.SinceUpdate()), formatTime(k.UpdatedAt))},
 		{"fingerprint", display(k.Fingerprint)},
 		{"response status", respStatus},
 		{"replay headers", headerText},
@@ -242,13 +229,13 @@ func keysGet(c *cli.Context, o *options, cn *conn, principal, key string, ttl ti
 	fmt.Fprintln(w)
 	release := releaseCommandLine(c, k.Principal, k.Key, k.Generation)
 	switch {
-	case k.stuck(ttl):
+	case k.Stuck:
 		fmt.Fprintf(w, "Its owner is presumed dead. The next retry of the same request takes the key over\n(generation %d) and executes it. To let it retry now, before the TTL has passed:\n  %s\n",
 			k.Generation+1, release)
-	case k.Status == "pending":
+	case k.Status == idem.StatusPending:
 		fmt.Fprintf(w, "Its owner is presumably still running (a live owner renews the row every TTL/3).\nRetries get 409 %s until it completes, or until %s without an update.\n",
 			idem.CodeKeyInProgress, formatDuration(ttl))
-	case k.Status == "completed":
+	case k.Status == idem.StatusCompleted:
 		fmt.Fprintf(w, "Retries with this key replay the stored response, without executing, until the sweep\ndeletes the row (%s after its last update with the default retention).\n",
 			formatDuration(idem.DefaultRetention))
 	}
@@ -287,9 +274,12 @@ next page. Pagination is stable while rows are added, updated or deleted.
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			status := c.String("status")
-			if status != "" && status != "pending" && status != "completed" {
-				return usagef("--status %s is not a status: use pending or completed", strconv.Quote(status))
+			var status idem.Status
+			if s := c.String("status"); s != "" {
+				var err error
+				if status, err = idem.ParseStatus(s); err != nil {
+					return usagef("--status %s is not a status: use %s or %s", strconv.Quote(s), idem.StatusPending, idem.StatusCompleted)
+				}
 			}
 			if c.IsSet("older-than") {
 				if _, err := positiveDuration(c, "older-than"); err != nil {
@@ -300,101 +290,66 @@ next page. Pagination is stable while rows are added, updated or deleted.
 			if err != nil {
 				return err
 			}
-			if _, err := positiveDuration(c, "ttl"); err != nil {
+			ttl, err := positiveDuration(c, "ttl")
+			if err != nil {
 				return err
 			}
-			var after *cursor
-			if tok := c.String("cursor"); tok != "" {
-				cur, err := decodeCursor(tok)
-				if err != nil {
-					return usageError{err}
-				}
-				after = &cur
-			}
+			opts := idem.ListOptions{Principal: c.String("principal"), Status: status, OlderThan: c.Duration("older-than"),
+				Limit: limit, Cursor: c.String("cursor")}
 			return withConn(c, o, func(cn *conn) error {
-				return keysList(c, o, cn, status, limit, after)
+				return keysList(c, o, cn, ttl, opts)
 			})
 		},
 	}
 }
 
-func keysList(c *cli.Context, o *options, cn *conn, status string, limit int, after *cursor) error {
-	q := newQuery(o).add("SELECT " + summaryColumns + ", ").now().add(" FROM " + d1idem.Table)
-	var where []func()
-	if p := c.String("principal"); p != "" {
-		where = append(where, func() { q.add("principal = ?", p) })
-	}
-	if status != "" {
-		where = append(where, func() { q.add("status = ?", status) })
-	}
-	if c.IsSet("older-than") {
-		d := c.Duration("older-than").Milliseconds()
-		where = append(where, func() { q.add("updated_at < ").now().add(" - ?", d) })
-	}
-	if after != nil {
-		where = append(where, func() {
-			q.add("(updated_at, principal, key) > (?, ?, ?)", after.UpdatedAt, after.Principal, after.Key)
-		})
-	}
-	for i, f := range where {
-		if i == 0 {
-			q.add(" WHERE ")
-		} else {
-			q.add(" AND ")
-		}
-		f()
-	}
-	q.add(" ORDER BY updated_at, principal, key LIMIT ?", limit+1)
-	res, err := cn.db.Exec(c.Context, []d1client.Statement{q.statement()})
+var errBadCursor = errors.New("--cursor is not a cursor this command printed (a \"next cursor\" token of 'd1idem keys list'); copy it whole, or start without --cursor")
+
+func keysList(c *cli.Context, o *options, cn *conn, ttl time.Duration, opts idem.ListOptions) error {
+	a, err := keysAdmin(o, cn, ttl)
 	if err != nil {
-		return fmt.Errorf("keys list: %w", err)
+		return err
 	}
-	var rows []keyRow
-	for _, r := range res[0].Rows {
-		k, err := scanSummary(r)
-		if err != nil {
-			return fmt.Errorf("keys list: reading a row: %w", err)
-		}
-		rows = append(rows, k)
+	page, err := a.List(c.Context, opts)
+	if errors.Is(err, idem.ErrBadCursor) {
+		return usageError{errBadCursor}
+	}
+	if err != nil {
+		return ledgerErr("keys list", err)
 	}
 	var next *string
-	if len(rows) > limit {
-		rows = rows[:limit]
-		last := rows[len(rows)-1]
-		tok := cursor{UpdatedAt: last.UpdatedAt, Principal: last.Principal, Key: last.Key}.encode()
-		next = &tok
+	if page.NextCursor != "" {
+		next = &page.NextCursor
 	}
 	if c.Bool(flagJSON) {
 		out := struct {
 			Keys       []keySummaryJSON `json:"keys"`
 			NextCursor *string          `json:"next_cursor"`
-		}{Keys: []keySummaryJSON{}, NextCursor: next}
-		for _, k := range rows {
-			out.Keys = append(out.Keys, k.summaryJSON(c.Duration("ttl")))
-		}
+		}{Keys: summariesJSON(page.Keys), NextCursor: next}
 		return printJSON(c.App.Writer, out)
 	}
 	w := c.App.Writer
-	if len(rows) == 0 {
-		if after != nil {
+	if len(page.Keys) == 0 {
+		if opts.Cursor != "" {
 			fmt.Fprintln(w, "No more keys after the cursor.")
 		} else {
 			fmt.Fprintln(w, "No keys match.")
 		}
 		return nil
 	}
-	table := make([][]string, 0, len(rows))
-	for _, k := range rows {
+	table := make([][]string, 0, len(page.Keys))
+	for i := range page.Keys {
+		k := &page.Keys[i]
 		resp := "-"
 		if k.ResponseStatus != nil {
 			resp = strconv.FormatInt(*k.ResponseStatus, 10)
 		}
-		status := display(k.Status)
-		if k.stuck(c.Duration("ttl")) {
+		status := display(string(k.Status))
+		if k.Stuck {
 			status += " (stuck)"
 		}
 		table = append(table, []string{display(k.Principal), display(k.Key), status, strconv.FormatInt(k.Generation, 10), resp,
-			formatAge(k.sinceUpdate()), formatUTC(k.UpdatedAt), formatAge(k.age())})
+			formatAge(k.SinceUpdate()), formatTime(k.UpdatedAt), formatAge(k.Age())})
 	}
 	if err := printTable(w, []string{"PRINCIPAL", "KEY", "STATUS", "GEN", "RESPONSE", "UPDATED", "UPDATED (UTC)", "CREATED"}, table); err != nil {
 		return err
@@ -403,55 +358,6 @@ func keysList(c *cli.Context, o *options, cn *conn, status string, limit int, af
 		fmt.Fprintf(w, "next cursor: %s\n", *next)
 	}
 	return nil
-}
-
-// cursor is a position in the order of keys list: after this row.
-type cursor struct {
-	UpdatedAt int64
-	Principal string
-	Key       string
-}
-
-// A cursor token is "v1." + base64url(JSON [updated_at, principal, key]) +
-// "." + the first 8 hex digits of the JSON's SHA-256. The digest catches a
-// token cut short or edited by hand, which would otherwise resume at a
-// wrong place without a word.
-const cursorVersion = "v1"
-
-func (cur cursor) encode() string {
-	payload, _ := json.Marshal([]any{cur.UpdatedAt, cur.Principal, cur.Key})
-	return cursorToken(payload)
-}
-
-func cursorToken(payload []byte) string {
-	sum := sha256.Sum256(payload)
-	return cursorVersion + "." + base64.RawURLEncoding.EncodeToString(payload) + "." + hex.EncodeToString(sum[:4])
-}
-
-var errBadCursor = errors.New("--cursor is not a cursor this command printed (a \"next cursor\" token of 'd1idem keys list'); copy it whole, or start without --cursor")
-
-func decodeCursor(tok string) (cursor, error) {
-	parts := strings.Split(tok, ".")
-	if len(parts) != 3 || parts[0] != cursorVersion {
-		return cursor{}, errBadCursor
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return cursor{}, errBadCursor
-	}
-	sum := sha256.Sum256(payload)
-	if hex.EncodeToString(sum[:4]) != parts[2] {
-		return cursor{}, errBadCursor
-	}
-	var fields []json.RawMessage
-	if err := json.Unmarshal(payload, &fields); err != nil || len(fields) != 3 {
-		return cursor{}, errBadCursor
-	}
-	var cur cursor
-	if json.Unmarshal(fields[0], &cur.UpdatedAt) != nil || json.Unmarshal(fields[1], &cur.Principal) != nil || json.Unmarshal(fields[2], &cur.Key) != nil {
-		return cursor{}, errBadCursor
-	}
-	return cur, nil
 }
 
 // ---- keys stuck ----
@@ -487,36 +393,21 @@ that the client may retry now.
 }
 
 func keysStuck(c *cli.Context, o *options, cn *conn, ttl time.Duration, limit int) error {
-	list := newQuery(o).add("SELECT "+summaryColumns+", ").now().
-		add(" FROM "+d1idem.Table+" WHERE status = 'pending' AND updated_at < ").now().add(" - ?", ttl.Milliseconds()).
-		add(" ORDER BY updated_at, principal, key LIMIT ?", limit)
-	count := newQuery(o).add("SELECT count(*) FROM "+d1idem.Table+" WHERE status = 'pending' AND updated_at < ").now().
-		add(" - ?", ttl.Milliseconds())
-	res, err := cn.db.Exec(c.Context, []d1client.Statement{list.statement(), count.statement()})
+	a, err := keysAdmin(o, cn, ttl)
 	if err != nil {
-		return fmt.Errorf("keys stuck: %w", err)
+		return err
 	}
-	var rows []keyRow
-	for _, r := range res[0].Rows {
-		k, err := scanSummary(r)
-		if err != nil {
-			return fmt.Errorf("keys stuck: reading a row: %w", err)
-		}
-		rows = append(rows, k)
+	stuck, err := a.Stuck(c.Context, limit)
+	if err != nil {
+		return ledgerErr("keys stuck", err)
 	}
-	var total int64
-	if err := res[1].Rows[0].Scan(&total); err != nil {
-		return fmt.Errorf("keys stuck: reading the count: %w", err)
-	}
+	rows, total := stuck.Keys, stuck.Total
 	if c.Bool(flagJSON) {
 		out := struct {
 			TTLMS int64            `json:"ttl_ms"`
 			Total int64            `json:"total"`
 			Keys  []keySummaryJSON `json:"keys"`
-		}{TTLMS: ttl.Milliseconds(), Total: total, Keys: []keySummaryJSON{}}
-		for _, k := range rows {
-			out.Keys = append(out.Keys, k.summaryJSON(ttl))
-		}
+		}{TTLMS: ttl.Milliseconds(), Total: total, Keys: summariesJSON(rows)}
 		return printJSON(c.App.Writer, out)
 	}
 	w := c.App.Writer
@@ -525,9 +416,10 @@ func keysStuck(c *cli.Context, o *options, cn *conn, ttl time.Duration, limit in
 		return nil
 	}
 	table := make([][]string, 0, len(rows))
-	for _, k := range rows {
+	for i := range rows {
+		k := &rows[i]
 		table = append(table, []string{display(k.Principal), display(k.Key), strconv.FormatInt(k.Generation, 10),
-			formatDuration(k.sinceUpdate()), formatUTC(k.UpdatedAt), formatAge(k.age())})
+			formatDuration(k.SinceUpdate()), formatTime(k.UpdatedAt), formatAge(k.Age())})
 	}
 	if err := printTable(w, []string{"PRINCIPAL", "KEY", "GEN", "STUCK FOR", "LAST UPDATE (UTC)", "CREATED"}, table); err != nil {
 		return err
@@ -550,15 +442,14 @@ func keysReleaseCommand(o *options) *cli.Command {
 	return &cli.Command{
 		Name:  "release",
 		Usage: "release a stuck pending key, fenced by its generation, so the client may retry now",
-		Description: `Releases one pending row, only at the generation given, in one statement:
-
-   UPDATE idempotency_keys SET generation = generation + 1, updated_at = <an hour ago>
-   WHERE principal = ? AND key = ? AND generation = ? AND status = 'pending' ...
-
-The generation moves past the old owner's, and the lease is made stale, so the
+		Description: `Releases one row, only at the generation given, in one fenced statement, with
+the ledger's one release rule (the one the application applies when a handler
+panics or streams): the row's generation moves one past the old owner's, and
+its last update is set one millisecond further back than the TTL, so the
 client's next request with the key takes it over at once (the same request, by
-its fingerprint) and executes. The row is not deleted: a fresh claim would start
-again at generation 1, which could be the old owner's own generation.
+its fingerprint) and executes. The row is never deleted: a fresh claim would
+start again at generation 1, which could be an old owner's own generation; the
+sweep removes it after the retention.
 
 If another owner has taken the key over (a newer generation) or completed it in
 the meantime, nothing changes and the command says what the row holds now.
@@ -569,22 +460,19 @@ the idem package learns at its next heartbeat that it lost its lease.
 
 Only the same request (by its fingerprint) takes a released key over; a client
 that changed its request gets 409 idempotency_key_reused, as the spec says (a new
-operation takes a new key). If a different request must be allowed to use the
-key, --delete deletes the pending row instead; do that only when the old owner
-is certainly gone: a fresh claim restarts at generation 1, so an old owner of
-generation 1 that is still running could complete the new request's row.
+operation takes a new key).
 
 A pending row updated within the TTL probably has a live owner: it is refused
-without --force. A completed row is refused without --force; with --force it is
-deleted, and the next retry executes the request again instead of replaying.
+without --force. A completed row is refused without --force; with --force its
+stored response is forgotten (the row is released like a pending one), and the
+next retry executes the request again instead of replaying.
 
    d1idem keys release --principal acct_42 --key order-7 --generation 1`,
 		Flags: append([]cli.Flag{
 			principalFlag("the `PRINCIPAL` the key belongs to"),
 			keyFlag(),
 			&cli.Int64Flag{Name: "generation", Usage: "the `GENERATION` to release, as 'keys get' or 'keys stuck' shows it (required: the fence)", DefaultText: "none, required"},
-			&cli.BoolFlag{Name: "force", Usage: "also release a pending row updated within the TTL, or delete a completed row", DisableDefaultText: true},
-			&cli.BoolFlag{Name: "delete", Usage: "delete the pending row instead of expiring it, so that a different request may use the key (see above)", DisableDefaultText: true},
+			&cli.BoolFlag{Name: "force", Usage: "also release a pending row updated within the TTL, or a completed row (forgetting its response)", DisableDefaultText: true},
 			ttlFlag(),
 			jsonFlag(),
 		}, connFlags()...),
@@ -608,7 +496,7 @@ deleted, and the next retry executes the request again instead of replaying.
 				return err
 			}
 			return withConn(c, o, func(cn *conn) error {
-				return keysRelease(c, o, cn, principal, key, gen, ttl, c.Bool("force"), c.Bool("delete"))
+				return keysRelease(c, o, cn, principal, key, gen, ttl, c.Bool("force"))
 			})
 		},
 	}
@@ -619,92 +507,68 @@ type releaseJSON struct {
 	Released   bool   `json:"released"`
 	Principal  string `json:"principal"`
 	Key        string `json:"key"`
-	Generation int64  `json:"generation"` // the generation released
-	// Action is "expired" (a pending row, now at generation+1 with a stale
-	// lease) or "deleted" (a completed row, with --force).
+	Generation int64  `json:"generation"` // the generation released (from_generation)
+	// FromGeneration and ToGeneration are the row's generation before and
+	// after the release.
+	FromGeneration int64 `json:"from_generation"`
+	ToGeneration   int64 `json:"to_generation"`
+	// Action is "expired" (a pending row, now at to_generation with a stale
+	// lease) or "reset" (a completed row, with --force: its response is
+	// forgotten, and it is pending at to_generation with a stale lease).
 	Action        string `json:"action"`
-	Status        string `json:"status"`
+	Status        string `json:"status"` // the status the row had
 	Forced        bool   `json:"forced"`
 	SinceUpdateMS int64  `json:"since_update_ms"`
 	AgeMS         int64  `json:"age_ms"`
 }
 
-// releaseBackdate is how far back a released row's updated_at is set: past
-// any realistic pending TTL, so the next retry takes the key over at once,
-// and well inside any realistic retention, so the sweep leaves the row (and
-// its generation) in place.
-func releaseBackdate(ttl time.Duration) time.Duration { return max(time.Hour, 2*ttl) }
-
-func keysRelease(c *cli.Context, o *options, cn *conn, principal, key string, gen int64, ttl time.Duration, force, del bool) error {
-	// The row as it was, in the same transaction, before any change.
-	before := newQuery(o).add("SELECT "+summaryColumns+", ").now().add(" FROM "+d1idem.Table+" WHERE principal = ? AND key = ?", principal, key)
-	expire := newQuery(o)
-	if del {
-		expire.add("DELETE FROM "+d1idem.Table+" WHERE principal = ? AND key = ? AND generation = ? AND status = 'pending'", principal, key, gen)
-	} else {
-		expire.add("UPDATE "+d1idem.Table+" SET generation = generation + 1, updated_at = ").now().
-			add(" - ? WHERE principal = ? AND key = ? AND generation = ? AND status = 'pending'", releaseBackdate(ttl).Milliseconds(), principal, key, gen)
-	}
-	if !force {
-		expire.add(" AND updated_at < ").now().add(" - ?", ttl.Milliseconds())
-	}
-	expire.add(" RETURNING generation")
-	stmts := []d1client.Statement{before.statement(), expire.statement()}
-	if force {
-		stmts = append(stmts, newQuery(o).add("DELETE FROM "+d1idem.Table+" WHERE principal = ? AND key = ? AND generation = ? AND status = 'completed' RETURNING generation", principal, key, gen).statement())
-	}
-	res, err := cn.db.Exec(c.Context, stmts)
+func keysRelease(c *cli.Context, o *options, cn *conn, principal, key string, gen int64, ttl time.Duration, force bool) error {
+	a, err := keysAdmin(o, cn, ttl)
 	if err != nil {
-		return fmt.Errorf("keys release: %w", err)
+		return err
 	}
 	who := fmt.Sprintf("key %s of principal %s", strconv.Quote(key), strconv.Quote(principal))
-	if len(res[0].Rows) == 0 {
+	res, err := a.Release(c.Context, principal, key, gen, idem.ReleaseOptions{Force: force})
+	if errors.Is(err, idem.ErrKeyNotFound) {
 		return fmt.Errorf("no %s on %s: nothing to release (it was never claimed, or was swept)", who, cn.where)
 	}
-	k, err := scanSummary(res[0].Rows[0])
 	if err != nil {
-		return fmt.Errorf("keys release: reading the row: %w", err)
+		return ledgerErr("keys release", err)
 	}
-	expired := len(res[1].Rows) == 1 && !del
-	deleted := len(res[1].Rows) == 1 && del || force && len(res[2].Rows) == 1
-	if !expired && !deleted {
+	k := &res.Before
+	if !res.Released {
 		switch {
 		case k.Generation != gen:
 			return fmt.Errorf("not released: %s is now at generation %d (%s, updated %s), not %d; look again with 'd1idem keys get'",
-				who, k.Generation, display(k.Status), formatAge(k.sinceUpdate()), gen)
-		case k.Status == "completed":
-			return fmt.Errorf("not released: %s is completed (response %s): retries replay it; --force deletes it, and the next retry executes the request again",
+				who, k.Generation, display(string(k.Status)), formatAge(k.SinceUpdate()), gen)
+		case k.Status == idem.StatusCompleted:
+			return fmt.Errorf("not released: %s is completed (response %s): retries replay it; --force forgets the response, and the next retry executes the request again",
 				who, statusOrDash(k.ResponseStatus))
-		case k.Status == "pending":
+		case k.Status == idem.StatusPending:
 			return fmt.Errorf("not released: %s was updated %s, within the %s TTL: its owner is probably alive and renewing it; wait, or use --force",
-				who, formatAge(k.sinceUpdate()), formatDuration(ttl))
+				who, formatAge(k.SinceUpdate()), formatDuration(ttl))
 		}
-		return fmt.Errorf("not released: %s has status %s; --force deletes it", who, display(k.Status))
+		return fmt.Errorf("not released: %s has status %s, which the ledger does not release", who, display(string(k.Status)))
 	}
+	reset := k.Status == idem.StatusCompleted
 	if c.Bool(flagJSON) {
 		action := "expired"
-		if deleted {
-			action = "deleted"
+		if reset {
+			action = "reset"
 		}
 		return printJSON(c.App.Writer, releaseJSON{Released: true, Principal: k.Principal, Key: k.Key, Generation: k.Generation,
-			Action: action, Status: k.Status, Forced: force, SinceUpdateMS: k.Now - k.UpdatedAt, AgeMS: k.Now - k.CreatedAt})
+			FromGeneration: k.Generation, ToGeneration: res.Generation,
+			Action: action, Status: string(k.Status), Forced: force, SinceUpdateMS: k.SinceUpdate().Milliseconds(), AgeMS: k.Age().Milliseconds()})
 	}
 	w := c.App.Writer
-	if deleted && k.Status == "pending" {
-		fmt.Fprintf(w, "Released %s: deleted its pending row at generation %d (no update for %s, created %s).\n",
-			who, k.Generation, formatDuration(k.sinceUpdate()), formatAge(k.age()))
-		fmt.Fprintln(w, "The client's next request with this key, any request, claims the key afresh (at generation 1) and executes.")
-		fmt.Fprintf(w, "Caution: should the old owner (generation %d) be alive after all, its completion could match the new claim's row.\n", k.Generation)
-		return nil
-	}
-	if deleted {
-		fmt.Fprintf(w, "Released %s: deleted its completed row at generation %d (response %s, completed %s).\n",
-			who, k.Generation, statusOrDash(k.ResponseStatus), formatAge(k.sinceUpdate()))
-		fmt.Fprintln(w, "The stored response is gone: the client's next request with this key executes again, as a new request.")
+	if reset {
+		fmt.Fprintf(w, "Released %s: its completed row (response %s, completed %s) moved from generation %d to %d, pending with a stale lease.\n",
+			who, statusOrDash(k.ResponseStatus), formatAge(k.SinceUpdate()), k.Generation, res.Generation)
+		fmt.Fprintln(w, "The stored response is forgotten: the client's next request with this key (the same request) executes again.")
 		return nil
 	}
 	fmt.Fprintf(w, "Released %s: its pending row moved from generation %d to %d with a stale lease (no update for %s, created %s).\n",
-		who, k.Generation, k.Generation+1, formatDuration(k.sinceUpdate()), formatAge(k.age()))
+		who, k.Generation, res.Generation, formatDuration(k.SinceUpdate()), formatAge(k.Age()))
 	fmt.Fprintln(w, "The client may retry now: its next request with this key (the same request) takes the key over and executes.")
 	fmt.Fprintf(w, "The old owner (generation %d), if it is still running, may still perform its mutation, but its\n", k.Generation)
 	fmt.Fprintf(w, "completion will be fenced out and not stored: the row is no longer at generation %d.\n", k.Generation)

@@ -1,94 +1,67 @@
 package cli
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/idem"
 )
 
-// nowSQL is the current time in Unix milliseconds: the injected clock's,
-// bound as its parameter, or D1's own when the parameter is NULL. D1's
-// clock is the one the ledger (package idem) uses by default, so ages and
-// TTL cutoffs here agree with the ledger's takeover decisions whatever this
-// machine's clock says.
-const nowSQL = "COALESCE(?, CAST(unixepoch('subsec') * 1000 AS INTEGER))"
-
-// nowParam is nowSQL's parameter.
-func (o *options) nowParam() any {
-	if o.now == nil {
-		return nil
+// admin returns the ledger's administrative API on the connection, with
+// the TTL and retention the application uses (the commands' --ttl and
+// --retention) and the CLI's clock: D1's own unless a test injects one. The
+// ledger, not the CLI, owns every statement, clock expression and status.
+func admin(o *options, cn *conn, cfg idem.Config) (*idem.Admin, error) {
+	cfg.Clock = o.now
+	l, err := idem.New(cn.db, cfg)
+	if err != nil {
+		return nil, configUsage(err)
 	}
-	return o.now().UnixMilli()
+	return l.Admin(), nil
 }
 
-// query builds one statement, keeping its anonymous parameters in the order
-// their "?" appear in the text.
-type query struct {
-	sql    strings.Builder
-	params []any
-	o      *options
-}
-
-func newQuery(o *options) *query { return &query{o: o} }
-
-// add appends SQL text and the parameters of its "?"s.
-func (q *query) add(sql string, params ...any) *query {
-	if n := strings.Count(sql, "?"); n != len(params) {
-		panic(fmt.Sprintf("cli: %d parameters for %d placeholders in %q", len(params), n, sql))
+// flagOf names the CLI flag of a ledger configuration field, or "".
+func flagOf(field string) string {
+	switch field {
+	case "Config.TTL":
+		return "--ttl"
+	case "Config.Retention":
+		return "--retention"
+	case "Config.SweepBatch":
+		return "--batch"
 	}
-	q.sql.WriteString(sql)
-	q.params = append(q.params, params...)
-	return q
+	return ""
 }
 
-// now appends nowSQL.
-func (q *query) now() *query { return q.add(nowSQL, q.o.nowParam()) }
-
-func (q *query) statement() d1client.Statement {
-	return d1client.Statement{SQL: q.sql.String(), Params: q.params}
+// configUsage turns an invalid ledger configuration from flags into a
+// usage error naming the flag.
+func configUsage(err error) error {
+	var ce *idem.ConfigError
+	if errors.As(err, &ce) {
+		if flag := flagOf(ce.Field); flag != "" {
+			return usagef("%s %s is out of range: %s", flag, ce.Value, ce.Want)
+		}
+	}
+	return err
 }
 
-// keyRow is one ledger row as the keys commands read it, with the clock's
-// time of the read.
-type keyRow struct {
-	Principal, Key, Status string
-	Generation             int64
-	CreatedAt, UpdatedAt   int64
-	ResponseStatus         *int64
-	Now                    int64
-
-	// Only keys get reads these.
-	Fingerprint     string
-	ResponseHeaders *string
-	ResponseBody    *string
+// keysAdmin is the administrative API for the keys commands, which read and
+// release but never sweep: only the TTL matters, so the lease and the
+// retention are set to what any TTL accepts.
+func keysAdmin(o *options, cn *conn, ttl time.Duration) (*idem.Admin, error) {
+	return admin(o, cn, idem.Config{TTL: ttl, MaxLease: ttl, Retention: max(idem.DefaultRetention, 2*ttl+idem.RetentionMargin)})
 }
 
-// summaryColumns are the columns scanSummary reads, ending with the clock.
-const summaryColumns = "principal, key, status, generation, created_at, updated_at, response_status"
-
-func scanSummary(r d1client.Row) (keyRow, error) {
-	var k keyRow
-	err := r.Scan(&k.Principal, &k.Key, &k.Status, &k.Generation, &k.CreatedAt, &k.UpdatedAt, &k.ResponseStatus, &k.Now)
-	return k, err
-}
-
-// sinceUpdate is how long ago the row was last updated (claimed, taken
-// over, renewed by a heartbeat or completed).
-func (k keyRow) sinceUpdate() time.Duration {
-	return time.Duration(k.Now-k.UpdatedAt) * time.Millisecond
-}
-
-func (k keyRow) age() time.Duration {
-	return time.Duration(k.Now-k.CreatedAt) * time.Millisecond
-}
-
-// stuck reports whether the row is pending and older than ttl: its owner
-// is presumed dead, and a retry of the same request would take it over.
-func (k keyRow) stuck(ttl time.Duration) bool {
-	return k.Status == "pending" && k.sinceUpdate() > ttl
+// ledgerErr prefixes an error of the administrative API with the command,
+// leaving out the ledger's own prefix before a D1 error.
+func ledgerErr(cmd string, err error) error {
+	var de *d1client.Error
+	if errors.As(err, &de) {
+		return fmt.Errorf("%s: %w", cmd, de)
+	}
+	return fmt.Errorf("%s: %w", cmd, err)
 }
 
 // keySummaryJSON is a row in keys list and keys stuck --json.
@@ -107,15 +80,23 @@ type keySummaryJSON struct {
 	Stuck          bool   `json:"stuck"`
 }
 
-func (k keyRow) summaryJSON(ttl time.Duration) keySummaryJSON {
+func summaryJSON(k *idem.KeyRecord) keySummaryJSON {
 	return keySummaryJSON{
-		Principal: k.Principal, Key: k.Key, Status: k.Status, Generation: k.Generation,
+		Principal: k.Principal, Key: k.Key, Status: string(k.Status), Generation: k.Generation,
 		ResponseStatus: k.ResponseStatus,
-		CreatedAt:      formatUTC(k.CreatedAt), CreatedAtMS: k.CreatedAt,
-		UpdatedAt: formatUTC(k.UpdatedAt), UpdatedAtMS: k.UpdatedAt,
-		AgeMS: k.Now - k.CreatedAt, SinceUpdateMS: k.Now - k.UpdatedAt,
-		Stuck: k.stuck(ttl),
+		CreatedAt:      formatTime(k.CreatedAt), CreatedAtMS: k.CreatedAt.UnixMilli(),
+		UpdatedAt: formatTime(k.UpdatedAt), UpdatedAtMS: k.UpdatedAt.UnixMilli(),
+		AgeMS: k.Age().Milliseconds(), SinceUpdateMS: k.SinceUpdate().Milliseconds(),
+		Stuck: k.Stuck,
 	}
+}
+
+func summariesJSON(keys []idem.KeyRecord) []keySummaryJSON {
+	out := make([]keySummaryJSON, 0, len(keys))
+	for i := range keys {
+		out = append(out, summaryJSON(&keys[i]))
+	}
+	return out
 }
 
 // keyDetailJSON is keys get --json.
@@ -129,27 +110,18 @@ type keyDetailJSON struct {
 	TTLMS               int64             `json:"ttl_ms"`
 }
 
-// headers decodes the stored replay headers (a JSON object of strings).
-func (k keyRow) headers() (map[string]string, error) {
-	if k.ResponseHeaders == nil {
-		return nil, nil
-	}
-	var h map[string]string
-	if err := json.Unmarshal([]byte(*k.ResponseHeaders), &h); err != nil {
-		return nil, err
-	}
-	return h, nil
-}
+// formatTime formats a ledger time in UTC.
+func formatTime(t time.Time) string { return formatUTC(t.UnixMilli()) }
 
 // statusText describes the status for people.
-func (k keyRow) statusText(ttl time.Duration) string {
+func statusText(k *idem.KeyRecord, ttl time.Duration) string {
 	switch {
-	case k.stuck(ttl):
-		return fmt.Sprintf("pending, stuck: no update for %s, longer than the %s TTL", formatDuration(k.sinceUpdate()), formatDuration(ttl))
-	case k.Status == "pending":
-		return fmt.Sprintf("pending: in flight, last updated %s (within the %s TTL)", formatAge(k.sinceUpdate()), formatDuration(ttl))
-	case k.Status == "completed":
+	case k.Stuck:
+		return fmt.Sprintf("pending, stuck: no update for %s, longer than the %s TTL", formatDuration(k.SinceUpdate()), formatDuration(ttl))
+	case k.Status == idem.StatusPending:
+		return fmt.Sprintf("pending: in flight, last updated %s (within the %s TTL)", formatAge(k.SinceUpdate()), formatDuration(ttl))
+	case k.Status == idem.StatusCompleted:
 		return "completed: retries replay the stored response"
 	}
-	return display(k.Status) + " (not a status of the spec)"
+	return display(string(k.Status)) + " (not a status of the spec)"
 }

@@ -2,13 +2,12 @@ package cli
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/d1idem/d1idem"
-	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
 )
 
@@ -61,51 +60,30 @@ type statsJSON struct {
 }
 
 func stats(c *cli.Context, o *options, cn *conn, ttl, retention time.Duration) error {
-	t := d1idem.Table
-	byStatus := newQuery(o).add("SELECT status, count(*) FROM " + t + " GROUP BY status ORDER BY status")
-	counts := newQuery(o).add("SELECT (SELECT count(*) FROM "+t+" WHERE status = 'pending' AND updated_at < ").now().add(" - ?)", ttl.Milliseconds()).
-		add(", (SELECT count(*) FROM "+t+" WHERE updated_at < ").now().add(" - ?)", retention.Milliseconds())
-	oldest := newQuery(o).add("SELECT " + summaryColumns + ", ").now().add(" FROM " + t + " ORDER BY updated_at, principal, key LIMIT 1")
-	oldestStuck := newQuery(o).add("SELECT "+summaryColumns+", ").now().
-		add(" FROM "+t+" WHERE status = 'pending' AND updated_at < ").now().add(" - ? ORDER BY updated_at, principal, key LIMIT 1", ttl.Milliseconds())
-	res, err := cn.db.Exec(c.Context, []d1client.Statement{byStatus.statement(), counts.statement(), oldest.statement(), oldestStuck.statement()})
+	a, err := admin(o, cn, idem.Config{TTL: ttl, MaxLease: ttl, Retention: retention})
 	if err != nil {
-		return fmt.Errorf("stats: %w", err)
+		return err
 	}
-	out := statsJSON{Database: cn.where, ByStatus: map[string]int64{"pending": 0, "completed": 0}, TTLMS: ttl.Milliseconds(),
-		RetentionMS: retention.Milliseconds(), SizeBytes: res[0].Meta.SizeAfter}
-	var statuses []string
-	for _, r := range res[0].Rows {
-		var status string
-		var n int64
-		if err := r.Scan(&status, &n); err != nil {
-			return fmt.Errorf("stats: reading the counts: %w", err)
-		}
-		if _, ok := out.ByStatus[status]; !ok {
-			statuses = append(statuses, status)
-		}
-		out.ByStatus[status] = n
-		out.Keys += n
+	st, err := a.Stats(c.Context)
+	if err != nil {
+		return ledgerErr("stats", err)
 	}
-	if err := res[1].Rows[0].Scan(&out.Stuck, &out.SweepBacklog); err != nil {
-		return fmt.Errorf("stats: reading the counts: %w", err)
-	}
-	var oldestRow, stuckRow *keyRow
-	for i, dst := range []**keyRow{&oldestRow, &stuckRow} {
-		if rows := res[2+i].Rows; len(rows) > 0 {
-			k, err := scanSummary(rows[0])
-			if err != nil {
-				return fmt.Errorf("stats: reading a row: %w", err)
-			}
-			*dst = &k
+	out := statsJSON{Database: cn.where, Keys: st.Keys, ByStatus: map[string]int64{}, TTLMS: ttl.Milliseconds(),
+		Stuck: st.Stuck, RetentionMS: retention.Milliseconds(), SweepBacklog: st.SweepBacklog, SizeBytes: st.SizeBytes}
+	var others []string
+	for status, n := range st.ByStatus {
+		out.ByStatus[string(status)] = n
+		if !status.Valid() {
+			others = append(others, string(status))
 		}
 	}
-	if oldestRow != nil {
-		j := oldestRow.summaryJSON(ttl)
+	sort.Strings(others)
+	if st.Oldest != nil {
+		j := summaryJSON(st.Oldest)
 		out.Oldest = &j
 	}
-	if stuckRow != nil {
-		j := stuckRow.summaryJSON(ttl)
+	if st.OldestStuck != nil {
+		j := summaryJSON(st.OldestStuck)
 		out.OldestStuck = &j
 	}
 	w := c.App.Writer
@@ -116,22 +94,22 @@ func stats(c *cli.Context, o *options, cn *conn, ttl, retention time.Duration) e
 	fields := [][2]string{
 		{"database", cn.where},
 		{"keys", strconv.FormatInt(out.Keys, 10)},
-		{"  pending", strconv.FormatInt(out.ByStatus["pending"], 10)},
-		{"  completed", strconv.FormatInt(out.ByStatus["completed"], 10)},
+		{"  " + string(idem.StatusPending), strconv.FormatInt(st.ByStatus[idem.StatusPending], 10)},
+		{"  " + string(idem.StatusCompleted), strconv.FormatInt(st.ByStatus[idem.StatusCompleted], 10)},
 	}
-	for _, s := range statuses {
+	for _, s := range others {
 		fields = append(fields, [2]string{"  " + display(s), strconv.FormatInt(out.ByStatus[s], 10) + " (not a status of the spec)"})
 	}
 	stuck := fmt.Sprintf("none without an update for longer than the %s TTL", formatDuration(ttl))
-	if stuckRow != nil {
+	if k := st.OldestStuck; k != nil {
 		stuck = fmt.Sprintf("%d without an update for longer than the %s TTL (the oldest: %s / %s, for %s); see 'd1idem keys stuck'",
-			out.Stuck, formatDuration(ttl), display(stuckRow.Principal), display(stuckRow.Key), formatDuration(stuckRow.sinceUpdate()))
+			out.Stuck, formatDuration(ttl), display(k.Principal), display(k.Key), formatDuration(k.SinceUpdate()))
 	}
 	fields = append(fields, [2]string{"stuck pending", stuck})
 	oldestText := "-"
-	if oldestRow != nil {
-		oldestText = fmt.Sprintf("%s / %s: %s, last updated %s (%s)", display(oldestRow.Principal), display(oldestRow.Key),
-			display(oldestRow.Status), formatAge(oldestRow.sinceUpdate()), formatUTC(oldestRow.UpdatedAt))
+	if k := st.Oldest; k != nil {
+		oldestText = fmt.Sprintf("%s / %s: %s, last updated %s (%s)", display(k.Principal), display(k.Key),
+			display(string(k.Status)), formatAge(k.SinceUpdate()), formatTime(k.UpdatedAt))
 	}
 	fields = append(fields, [2]string{"oldest row", oldestText})
 	backlog := fmt.Sprintf("none older than the %s retention", formatDuration(retention))

@@ -12,13 +12,11 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/urfave/cli/v2"
 
-	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
 )
 
 const (
-	maxSweepBatch   = 1000
 	defaultMaxCalls = 200
 	apiLimitWindow  = 5 * time.Minute
 )
@@ -43,8 +41,8 @@ On a terminal it shows progress; otherwise it prints one summary line.
    d1idem sweep --all
    d1idem sweep --all --batch 500 --max-calls 100`,
 		Flags: append([]cli.Flag{
-			&cli.DurationFlag{Name: "retention", Value: idem.DefaultRetention, Usage: "delete rows last updated more than `DURATION` ago; never less than the retention your API promises clients"},
-			&cli.IntFlag{Name: "batch", Value: idem.DefaultSweepBatch, Usage: fmt.Sprintf("delete at most `N` rows per DELETE (1 to %d)", maxSweepBatch)},
+			&cli.DurationFlag{Name: "retention", Value: idem.DefaultRetention, Usage: "delete rows last updated more than `DURATION` ago; never less than the retention your API promises clients (at least 11m30s: the default lease, plus the TTL, plus a minute)"},
+			&cli.IntFlag{Name: "batch", Value: idem.DefaultSweepBatch, Usage: fmt.Sprintf("delete at most `N` rows per DELETE (1 to %d)", idem.MaxSweepBatch)},
 			&cli.BoolFlag{Name: "all", Usage: "repeat until a batch comes back short (the backlog is clear)", DisableDefaultText: true},
 			&cli.BoolFlag{Name: "dry-run", Usage: "count the rows that would be deleted (one COUNT query); delete nothing", DisableDefaultText: true},
 			&cli.IntFlag{Name: "max-calls", Value: defaultMaxCalls, Usage: "at most `N` D1 calls per 5 minutes, leaving the rest of the account's 1200 to the application; 0 (unlimited) only with --local", DefaultText: "200, unlimited with --local"},
@@ -55,12 +53,9 @@ On a terminal it shows progress; otherwise it prints one summary line.
 				return err
 			}
 			retention := c.Duration("retention")
-			if retention <= idem.DefaultTTL {
-				return usagef("--retention %s is too short: it must exceed the pending TTL (%s), or the sweep would delete reservations still in flight", retention, idem.DefaultTTL)
-			}
 			batch := c.Int("batch")
-			if batch < 1 || batch > maxSweepBatch {
-				return usagef("--batch %d is out of range: use 1 to %d", batch, maxSweepBatch)
+			if batch < 1 || batch > idem.MaxSweepBatch {
+				return usagef("--batch %d is out of range: use 1 to %d", batch, idem.MaxSweepBatch)
 			}
 			maxCalls := c.Int("max-calls")
 			local := c.String(flagLocal) != ""
@@ -119,29 +114,21 @@ type sweepJSON struct {
 	ElapsedMS      int64  `json:"elapsed_ms"`
 }
 
-func (s *sweeper) countQuery() *query {
-	return newQuery(s.o).add("SELECT count(*) FROM "+d1idem.Table+" WHERE updated_at < ").now().add(" - ?", s.retention.Milliseconds())
-}
-
-func (s *sweeper) count(ctx context.Context, db *d1client.Client) (int64, error) {
-	res, err := db.Exec(ctx, []d1client.Statement{s.countQuery().statement()})
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	err = res[0].Rows[0].Scan(&n)
-	return n, err
-}
-
 func (s *sweeper) run(cn *conn) error {
 	c, w := s.c, s.c.App.Writer
 	ctx := c.Context
 	s.start = time.Now()
 	s.estimate = -1
+	// The application's TTL and lease are assumed to be the defaults: the
+	// retention must outlast them (see idem.Config.Retention).
+	a, err := admin(s.o, cn, idem.Config{Retention: s.retention, SweepBatch: s.batch})
+	if err != nil {
+		return err
+	}
 	if c.Bool("dry-run") {
-		n, err := s.count(ctx, cn.db)
+		n, err := a.SweepBacklog(ctx)
 		if err != nil {
-			return fmt.Errorf("sweep --dry-run: %w", err)
+			return ledgerErr("sweep --dry-run", err)
 		}
 		if c.Bool(flagJSON) {
 			return printJSON(w, sweepJSON{DryRun: true, RetentionMS: s.retention.Milliseconds(), BatchSize: s.batch, WouldDelete: &n,
@@ -153,14 +140,10 @@ func (s *sweeper) run(cn *conn) error {
 		return nil
 	}
 
-	ledger, err := idem.New(cn.db, idem.Config{Retention: s.retention, SweepBatch: s.batch, Clock: s.o.now})
-	if err != nil {
-		return err
-	}
 	s.tty = !c.Bool(flagJSON) && s.o.terminal(w)
 	if s.tty && c.Bool("all") {
-		if s.estimate, err = s.count(ctx, cn.db); err != nil {
-			return fmt.Errorf("sweep: counting the backlog: %w", err)
+		if s.estimate, err = a.SweepBacklog(ctx); err != nil {
+			return ledgerErr("sweep: counting the backlog", err)
 		}
 	}
 	complete := false
@@ -170,7 +153,7 @@ func (s *sweeper) run(cn *conn) error {
 			s.waits++
 			s.waited += d
 		}
-		n, err := ledger.Sweep(ctx)
+		n, err := a.Sweep(ctx)
 		if err != nil {
 			return s.interrupted(err)
 		}

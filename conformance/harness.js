@@ -1,9 +1,8 @@
 // harness.js: the test-only Worker that runs beside the bridge
 // (../bridge/worker.js) in server.mjs's workerd. It holds the spec's own
-// code ("Idempotency-Key Ledger on D1"), copied verbatim with the
-// TypeScript types removed (and handleIdempotentMutation's "export", which
-// workerd would read as an entrypoint), and a benchmark of raw D1 binding
-// calls. It is
+// code ("Idempotency-Key Ledger on D1", in spec.mjs: copied verbatim with
+// the TypeScript types removed), and a benchmark of raw D1 binding calls. It
+// is
 // bound to the same D1 databases as the bridge, so a Go backend talking to
 // the bridge and the spec's Worker share one ledger. Never deploy it.
 //
@@ -26,6 +25,10 @@
 //        (default 201) with Content-Type application/json, the Location in
 //        X-Spec-Location if any, and the body
 //        {"by":"spec-worker","request":"<the request body as text>"}.
+//   ANY  /__spec/mutate/<database-id>/<path...>
+//        the spec's handleIdempotentMutation on that pool database, as
+//        described in spec.mjs (the prefix is removed before the spec's code
+//        sees the URL).
 //   POST /__spec/bench/raw
 //        {"database":"db-<i>","sql":"...","params":[[...], ...],
 //         "concurrency":16,"batch":1} runs params.length statements straight
@@ -34,205 +37,7 @@
 //        statements per call. Answers {"statements":n}: the baseline the
 //        bridge's overhead is measured against.
 
-// --- The spec's computeFingerprint, verbatim but for the TypeScript types ---
-
-// Headers that can change what the mutation does. Anything not on this list
-// cannot affect the fingerprint -- keep it to headers your handler actually
-// branches on.
-const FINGERPRINT_HEADERS = ["content-type", "x-api-version"];
-
-async function computeFingerprint(
-  method,
-  pathAndQuery,
-  headers,
-  bodyBytes,
-) {
-  const headerPart = FINGERPRINT_HEADERS.map(
-    (name) => `${name}:${headers.get(name) ?? ""}`,
-  ).join("\n");
-  const prefix = new TextEncoder().encode(`${method.toUpperCase()}\n${pathAndQuery}\n${headerPart}\n`);
-  const combined = new Uint8Array(prefix.byteLength + bodyBytes.byteLength);
-  combined.set(prefix, 0);
-  combined.set(new Uint8Array(bodyBytes), prefix.byteLength);
-  const digest = await crypto.subtle.digest("SHA-256", combined);
-  return Array.from(new Uint8Array(digest))
-    .map((b) => b.toString(16).padStart(2, "0"))
-    .join("");
-}
-
-// --- The rest of the spec's Worker, verbatim but for the TypeScript types ---
-
-function jsonResponse(
-  status,
-  body,
-  headers = {},
-) {
-  return new Response(JSON.stringify(body), {
-    status,
-    headers: { "Content-Type": "application/json", ...headers },
-  });
-}
-
-const PENDING_TTL_MS = 30_000; // set well above the slowest realistic mutation
-
-const REPLAYABLE_HEADERS = ["content-type", "location"];
-
-const RESPONSE_BODY_MAX_BYTES = 16_384; // 16 KB
-
-function captureHeaders(headers) {
-  const captured = {};
-  for (const name of REPLAYABLE_HEADERS) {
-    const value = headers.get(name);
-    if (value !== null) captured[name] = value;
-  }
-  return JSON.stringify(captured);
-}
-
-const NULL_BODY_STATUSES = new Set([204, 205, 304]);
-
-function bodyForStatus(status, body) {
-  return NULL_BODY_STATUSES.has(status) ? null : body;
-}
-
-function replayResponse(row) {
-  const headers = JSON.parse(row.response_headers ?? "{}");
-  const status = row.response_status ?? 500;
-  return new Response(bodyForStatus(status, row.response_body), {
-    status,
-    headers,
-  });
-}
-
-const SWEEP_BATCH_SIZE = 20;
-const RETENTION_MS = 24 * 60 * 60 * 1000; // 24h
-
-async function sweepExpired(db, now) {
-  await db
-    .prepare(
-      `DELETE FROM idempotency_keys
-       WHERE rowid IN (
-         SELECT rowid FROM idempotency_keys
-         WHERE updated_at < ?
-         LIMIT ?
-       )`,
-    )
-    .bind(now - RETENTION_MS, SWEEP_BATCH_SIZE)
-    .run();
-}
-
-const IDEMPOTENCY_KEY_PATTERN = /^[\x20-\x7e]{1,255}$/; // printable ASCII, 1-255 chars
-
-async function handleIdempotentMutation(
-  request,
-  env,
-  ctx,
-  principal,
-  runMutation,
-) {
-  const idempotencyKey = request.headers.get("Idempotency-Key");
-  if (!idempotencyKey) {
-    return jsonResponse(400, { error: "idempotency_key_required" });
-  }
-  if (!IDEMPOTENCY_KEY_PATTERN.test(idempotencyKey)) {
-    return jsonResponse(400, {
-      error: "idempotency_key_invalid",
-      message: "Idempotency-Key must be 1-255 printable ASCII characters.",
-    });
-  }
-
-  const now = Date.now();
-  const url = new URL(request.url);
-  const bodyBytes = await request.arrayBuffer();
-  const fingerprint = await computeFingerprint(
-    request.method,
-    url.pathname + url.search,
-    request.headers,
-    bodyBytes,
-  );
-
-  let generation;
-
-  const claim = await env.DB.prepare(
-    `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, created_at, updated_at)
-     VALUES (?, ?, ?, 'pending', 1, ?, ?)
-     ON CONFLICT (principal, key) DO NOTHING
-     RETURNING key, generation`,
-  )
-    .bind(principal, idempotencyKey, fingerprint, now, now)
-    .first();
-
-  if (claim) {
-    generation = claim.generation;
-  } else {
-    const existing = await env.DB.prepare(
-      `SELECT fingerprint, status, generation, response_status, response_body, response_headers
-       FROM idempotency_keys WHERE principal = ? AND key = ?`,
-    )
-      .bind(principal, idempotencyKey)
-      .first();
-
-    if (!existing) {
-      return jsonResponse(409, { error: "idempotency_key_retry", message: "Retry the request." });
-    }
-    if (existing.fingerprint !== fingerprint) {
-      return jsonResponse(409, { error: "idempotency_key_reused" });
-    }
-    if (existing.status === "completed") {
-      return replayResponse(existing);
-    }
-
-    const takeover = await env.DB.prepare(
-      `UPDATE idempotency_keys
-       SET generation = generation + 1, updated_at = ?
-       WHERE principal = ? AND key = ? AND status = 'pending' AND updated_at < ?
-       RETURNING generation`,
-    )
-      .bind(now, principal, idempotencyKey, now - PENDING_TTL_MS)
-      .first();
-
-    if (!takeover) {
-      return jsonResponse(
-        409,
-        { error: "idempotency_key_in_progress", retry_after_ms: PENDING_TTL_MS },
-        { "Retry-After": String(Math.ceil(PENDING_TTL_MS / 1000)) },
-      );
-    }
-    generation = takeover.generation;
-  }
-
-  const result = await runMutation(bodyBytes);
-  let responseBody = result.body;
-  let responseStatus = result.status;
-
-  if (new TextEncoder().encode(result.body).byteLength > RESPONSE_BODY_MAX_BYTES) {
-    responseBody = null;
-    responseStatus = 500;
-  }
-
-  const headersJson = captureHeaders(result.headers);
-
-  const completed = await env.DB.prepare(
-    `UPDATE idempotency_keys
-     SET status = 'completed', response_status = ?, response_body = ?, response_headers = ?, updated_at = ?
-     WHERE principal = ? AND key = ? AND generation = ? AND status = 'pending'
-     RETURNING key`,
-  )
-    .bind(responseStatus, responseBody, headersJson, Date.now(), principal, idempotencyKey, generation)
-    .first();
-
-  if (!completed) {
-    console.error(
-      `[idempotency] fenced out for principal=${principal}, key=${idempotencyKey}, generation=${generation} superseded`,
-    );
-  }
-
-  ctx.waitUntil(sweepExpired(env.DB, now));
-
-  return new Response(bodyForStatus(responseStatus, responseBody), {
-    status: responseStatus,
-    headers: JSON.parse(headersJson),
-  });
-}
+import { computeFingerprint, handleIdempotentMutation, SPEC_MUTATE_PREFIX, handleSpecMutate } from "./spec.mjs";
 
 // --- The harness around it ---
 
@@ -298,6 +103,12 @@ export default {
     if (path === "/__spec/healthz") return json(200, { ok: true, pool: Number(env.POOL_SIZE) });
     if (path.startsWith(FINGERPRINT_PREFIX + "/")) return handleFingerprint(request, url);
     if (path.startsWith("/__spec/ledger/")) return handleLedger(request, env, ctx);
+    if (path.startsWith(SPEC_MUTATE_PREFIX)) {
+      const [id, ...rest] = path.slice(SPEC_MUTATE_PREFIX.length).split("/");
+      const db = binding(env, id);
+      if (!db) return json(404, { error: "no such pool database (db-<i>)" });
+      return handleSpecMutate(request, db, "/" + rest.join("/"), ctx);
+    }
     if (path === "/__spec/bench/raw" && request.method === "POST") return handleBenchRaw(request, env);
     return json(404, { error: "no such harness route" });
   },

@@ -630,7 +630,7 @@ func (w *world) newStackWrapped(cfg idem.Config, mk func(db *d1client.Client) ht
 		w.t.Fatal(err)
 	}
 	s.ledger = l
-	mw := idem.Middleware(l, idem.Options{Principal: bearer})
+	mw := idem.MustMiddleware(l, idem.Options{Principal: bearer})
 	var root http.Handler = mw(mk(s.db))
 	if outer != nil {
 		root = outer(root)

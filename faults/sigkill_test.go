@@ -87,7 +87,7 @@ func TestHelperProcess(t *testing.T) {
 		fail("%v", err)
 	}
 	say("ADDR http://%s", ln.Addr())
-	srv := &http.Server{Handler: idem.Middleware(l, idem.Options{Principal: bearer})(handler), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: idem.MustMiddleware(l, idem.Options{Principal: bearer})(handler), ReadHeaderTimeout: 10 * time.Second}
 	_ = srv.Serve(ln)
 	os.Exit(0)
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1client"
@@ -33,7 +34,7 @@ func exampleDB() (*d1client.Client, func()) {
 
 // Wrap a mutating handler: the first request runs it, a retry with the same
 // Idempotency-Key replays the stored response.
-func ExampleMiddleware() {
+func ExampleNewMiddleware() {
 	db, cleanup := exampleDB()
 	defer cleanup()
 	ledger, _ := idem.New(db, idem.Config{})
@@ -43,10 +44,13 @@ func ExampleMiddleware() {
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, `{"order":"ord_1"}`)
 	})
-	protect := idem.Middleware(ledger, idem.Options{
+	protect, err := idem.NewMiddleware(ledger, idem.Options{
 		// Derive the principal from authentication, never from the client.
 		Principal: func(r *http.Request) (string, error) { return "acct_42", nil },
 	})
+	if err != nil {
+		panic(err)
+	}
 	api := httptest.NewServer(protect(createOrder))
 	defer api.Close()
 
@@ -88,4 +92,31 @@ func ExampleLedger() {
 	// execute 1
 	// stored: true
 	// replay 201 {"charge":"ch_1"}
+}
+
+// Inspect and release keys with the administrative API, which the d1idem
+// CLI is built on.
+func ExampleAdmin() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	now := time.UnixMilli(1_767_225_600_000)
+	ledger, _ := idem.New(db, idem.Config{Clock: func() time.Time { return now }})
+	ctx := context.Background()
+
+	// An owner claims a key and dies.
+	ledger.Begin(ctx, "acct_42", "order-7", "fp")
+	now = now.Add(time.Minute)
+
+	admin := ledger.Admin()
+	stuck, _ := admin.Stuck(ctx, 10)
+	k := stuck.Keys[0]
+	fmt.Println(stuck.Total, k.Key, k.Generation, k.SinceUpdate())
+
+	// Release it at the generation just read: the client's retry takes it
+	// over at once.
+	res, _ := admin.Release(ctx, k.Principal, k.Key, k.Generation, idem.ReleaseOptions{})
+	fmt.Println(res.Released, res.Before.Generation, "->", res.Generation)
+	// Output:
+	// 1 order-7 1 1m0s
+	// true 1 -> 2
 }

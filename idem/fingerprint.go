@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxKeyLength is the longest Idempotency-Key the spec accepts.
@@ -25,10 +26,79 @@ func ValidKey(key string) bool {
 	return true
 }
 
-// HeaderValue returns what a Fetch Headers.get(name) returns for h: every
-// value of the field joined by ", ", or "" when it is absent.
+// HeaderValue returns what a Worker's Headers.get(name) returns for h: every
+// value of the field, stripped of leading and trailing HTTP whitespace as
+// Fetch normalizes it, joined by ", ", and decoded as UTF-8 the way workerd
+// decodes header bytes (each ill-formed sequence one U+FFFD, as the WHATWG
+// UTF-8 decoder does); "" when the field is absent.
 func HeaderValue(h http.Header, name string) string {
-	return strings.Join(h.Values(name), ", ")
+	values := h.Values(name)
+	if len(values) == 1 {
+		return decodeUTF8(strings.Trim(values[0], httpWhitespace))
+	}
+	parts := make([]string, len(values))
+	for i, v := range values {
+		parts[i] = strings.Trim(v, httpWhitespace)
+	}
+	return decodeUTF8(strings.Join(parts, ", "))
+}
+
+// httpWhitespace is Fetch's HTTP whitespace.
+const httpWhitespace = "\t\n\r "
+
+// decodeUTF8 decodes s as the WHATWG Encoding Standard's UTF-8 decoder does,
+// with replacement: valid UTF-8 is kept, and each maximal ill-formed
+// subsequence (a lead byte and the valid continuation bytes after it, or a
+// stray byte) becomes one U+FFFD.
+func decodeUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		if r, size := utf8.DecodeRuneInString(s[i:]); r != utf8.RuneError || size > 1 {
+			b.WriteString(s[i : i+size])
+			i += size
+			continue
+		}
+		b.WriteRune(utf8.RuneError)
+		i += illFormedLength(s[i:])
+	}
+	return b.String()
+}
+
+// illFormedLength is the length of the maximal ill-formed subsequence at the
+// start of s, which does not begin with a valid UTF-8 sequence.
+func illFormedLength(s string) int {
+	c := s[0]
+	var need int
+	lo, hi := byte(0x80), byte(0xbf) // the bounds of the first continuation byte
+	switch {
+	case c >= 0xc2 && c <= 0xdf:
+		need = 1
+	case c == 0xe0:
+		need, lo = 2, 0xa0
+	case c == 0xed:
+		need, hi = 2, 0x9f
+	case c >= 0xe1 && c <= 0xef:
+		need = 2
+	case c == 0xf0:
+		need, lo = 3, 0x90
+	case c == 0xf4:
+		need, hi = 3, 0x8f
+	case c >= 0xf1 && c <= 0xf3:
+		need = 3
+	default:
+		return 1
+	}
+	n := 1
+	for ; n <= need && n < len(s); n++ {
+		if s[n] < lo || s[n] > hi {
+			break
+		}
+		lo, hi = 0x80, 0xbf
+	}
+	return n
 }
 
 // Fingerprint computes the spec's computeFingerprint byte for byte: the

@@ -97,6 +97,8 @@ func TestFingerprintAgreesWithSpecWorker(t *testing.T) {
 		{"multi-valued header", "POST", "/m", []string{"X-Api-Version: 1", "X-Api-Version: 2"}, nil},
 		{"empty header value", "POST", "/e", []string{"X-Api-Version:"}, nil},
 		{"leading header whitespace", "POST", "/w", []string{"Content-Type:   text/plain ; charset=utf-8"}, nil},
+		{"header value in UTF-8", "POST", "/h", []string{"Content-Type: text/plain; name=caf\xc3\xa9"}, nil},
+		{"header value not UTF-8", "POST", "/h", []string{"Content-Type: text/plain; name=caf\xe9\xe9", "X-Api-Version: \xe2\x82 \xed\xa0\x80"}, nil},
 		{"unlisted headers", "POST", "/u", []string{"X-Trace: 1", "User-Agent: t"}, nil},
 	}
 	for _, tc := range cases {

@@ -50,8 +50,8 @@ func (l *Ledger) hold(parent context.Context, r *Reservation) *lease {
 }
 
 func (l *Ledger) heartbeat(ls *lease, r *Reservation) {
-	tick := time.NewTicker(l.cfg.Heartbeat)
-	defer tick.Stop()
+	tick, stopTick := l.ticker(l.cfg.Heartbeat)
+	defer stopTick()
 	maxLease := time.NewTimer(l.cfg.MaxLease - time.Since(r.acquired))
 	defer maxLease.Stop()
 	for {
@@ -61,34 +61,46 @@ func (l *Ledger) heartbeat(ls *lease, r *Reservation) {
 		case <-ls.ctx.Done():
 			return
 		case <-maxLease.C:
-			l.log.LogAttrs(ls.ctx, slog.LevelError, "idem: handler exceeded the maximum lease; its context is cancelled",
+			l.log().LogAttrs(ls.ctx, slog.LevelError, "idem: handler exceeded the maximum lease; its context is cancelled",
 				append(logAttrs(r), slog.Duration("max_lease", l.cfg.MaxLease))...)
 			ls.cancel(ErrMaxLease)
 			return
-		case <-tick.C:
+		case <-tick:
 		}
 		rctx, cancel := context.WithTimeout(ls.beat, l.cfg.Heartbeat)
 		ok, err := l.Renew(rctx, r)
 		cancel()
+		if l.hooks.afterBeat != nil {
+			l.hooks.afterBeat(r, ok, err)
+		}
 		switch {
 		case err == nil && ok:
 		case ls.beat.Err() != nil:
 			return // stopped while renewing
-		case err == nil:
-			l.log.LogAttrs(ls.ctx, slog.LevelError, "idem: lease lost: the reservation was taken over or released; the handler's context is cancelled",
+		case err == nil || errors.Is(err, ErrReservationExpired):
+			l.log().LogAttrs(ls.ctx, slog.LevelError, "idem: lease lost: the reservation was taken over, released or expired; the handler's context is cancelled",
 				logAttrs(r)...)
 			ls.cancel(ErrLeaseLost)
 			return
 		case time.Since(r.leaseStart()) >= l.cfg.TTL:
-			l.log.LogAttrs(ls.ctx, slog.LevelError, "idem: lease lost: no heartbeat reached D1 for a whole TTL; the handler's context is cancelled",
+			l.log().LogAttrs(ls.ctx, slog.LevelError, "idem: lease lost: no heartbeat reached D1 for a whole TTL; the handler's context is cancelled",
 				append(logAttrs(r), slog.String("error", err.Error()))...)
 			ls.cancel(ErrLeaseLost)
 			return
 		default:
-			l.log.LogAttrs(ls.ctx, slog.LevelWarn, "idem: heartbeat failed; retrying at the next beat",
+			l.log().LogAttrs(ls.ctx, slog.LevelWarn, "idem: heartbeat failed; retrying at the next beat",
 				append(logAttrs(r), slog.String("error", err.Error()))...)
 		}
 	}
+}
+
+// ticker returns the heartbeat's ticks and a function that stops them.
+func (l *Ledger) ticker(d time.Duration) (<-chan time.Time, func()) {
+	if l.hooks.newTicker != nil {
+		return l.hooks.newTicker(d)
+	}
+	t := time.NewTicker(d)
+	return t.C, t.Stop
 }
 
 // stop ends the heartbeat and waits for it, so no renewal races the

@@ -16,63 +16,116 @@ import (
 	"github.com/d1idem/d1idem/internal/d1test"
 )
 
-// A slow but live owner is never taken over: its heartbeats keep renewing
-// the lease, so retries long after the TTL still get InProgress.
+// manualBeats drives a ledger's heartbeats by hand: every lease's ticker is
+// a channel the test sends on, and every renewal is reported.
+type manualBeats struct {
+	tickers chan chan time.Time // one per heartbeat started
+	beats   chan beat           // one per renewal
+}
+
+type beat struct {
+	r       *idem.Reservation
+	renewed bool
+	err     error
+}
+
+func newManualBeats(l *idem.Ledger) *manualBeats {
+	m := &manualBeats{tickers: make(chan chan time.Time, 256), beats: make(chan beat, 256)}
+	idem.SetTestHooks(l, func(time.Duration) (<-chan time.Time, func()) {
+		c := make(chan time.Time)
+		m.tickers <- c
+		return c, func() {}
+	}, func(r *idem.Reservation, renewed bool, err error) {
+		m.beats <- beat{r, renewed, err}
+	})
+	return m
+}
+
+// ticker waits for the next heartbeat to start and returns its ticker.
+func (m *manualBeats) ticker(t *testing.T) chan time.Time {
+	t.Helper()
+	select {
+	case c := <-m.tickers:
+		return c
+	case <-time.After(time.Minute):
+		t.Fatal("no heartbeat started")
+		return nil
+	}
+}
+
+// beat ticks c and waits for the renewal it causes.
+func (m *manualBeats) beat(t *testing.T, c chan time.Time) beat {
+	t.Helper()
+	c <- time.Now()
+	select {
+	case b := <-m.beats:
+		return b
+	case <-time.After(time.Minute):
+		t.Fatal("the tick caused no renewal")
+		return beat{}
+	}
+}
+
+// A slow but live owner is never taken over: each heartbeat renews the
+// lease, so retries long after the TTL (by the ledger's clock) still get
+// InProgress; the same wait without a heartbeat is a takeover.
 func TestHeartbeatKeepsSlowOwner(t *testing.T) {
 	d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
-		l := newLedger(t, b.NewClientSchema(t), idem.Config{TTL: 600 * time.Millisecond, Heartbeat: 150 * time.Millisecond})
+		clk := newClock()
+		l := newLedger(t, b.NewClientSchema(t), idem.Config{Clock: clk.Now, TTL: 30 * time.Second})
+		beats := newManualBeats(l)
 		r := begin(t, l, "p", "slow", "fp").Reservation
-		var takeovers, inProgress atomic.Int64
 		err := l.Hold(bg, r, func(ctx context.Context) error {
-			deadline := time.Now().Add(1800 * time.Millisecond) // three TTLs
-			for time.Now().Before(deadline) {
-				switch d := begin(t, l, "p", "slow", "fp"); d.Outcome {
-				case idem.Execute:
-					takeovers.Add(1)
-				case idem.InProgress:
-					inProgress.Add(1)
+			tick := beats.ticker(t)
+			for i := 0; i < 6; i++ { // 6 x 25s: five TTLs
+				clk.Advance(25 * time.Second)
+				if d := begin(t, l, "p", "slow", "fp"); d.Outcome != idem.InProgress {
+					t.Fatalf("beat %d: %v after 25s without an update, want in progress", i, d.Outcome)
 				}
-				time.Sleep(100 * time.Millisecond)
+				if b := beats.beat(t, tick); !b.renewed || b.err != nil {
+					t.Fatalf("beat %d: renewed=%v err=%v", i, b.renewed, b.err)
+				}
 			}
 			return context.Cause(ctx)
 		})
-		if err != nil || takeovers.Load() != 0 || inProgress.Load() < 5 {
-			t.Fatalf("cause=%v takeovers=%d in_progress=%d", err, takeovers.Load(), inProgress.Load())
+		if err != nil {
+			t.Fatalf("cause = %v", err)
 		}
 		if c := complete(t, l, r, 201, "slow but alive"); !c.Stored {
 			t.Fatal("the live owner's completion was fenced out")
+		}
+		// Without a heartbeat the same wait past the TTL is a takeover.
+		begin(t, l, "p", "dead", "fp")
+		clk.Advance(31 * time.Second)
+		if d := begin(t, l, "p", "dead", "fp"); d.Outcome != idem.Execute || !d.Reservation.Takeover {
+			t.Fatalf("no heartbeat: %+v", d)
 		}
 	})
 }
 
 // When a heartbeat finds the reservation gone, the handler's context is
-// cancelled at once with ErrLeaseLost, and a log line says so.
+// cancelled with ErrLeaseLost, and a log line says so.
 func TestLeaseLostCancelsHandler(t *testing.T) {
 	var logs bytes.Buffer
 	var mu sync.Mutex
-	b := d1test.Local(t)
-	db := b.NewClientSchema(t)
-	l := newLedger(t, db, idem.Config{TTL: 300 * time.Millisecond, Heartbeat: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	db := d1test.Local(t).NewClientSchema(t)
+	l := newLedger(t, db, idem.Config{Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	beats := newManualBeats(l)
 	r := begin(t, l, "p", "stolen", "fp").Reservation
-	start := time.Now()
 	err := l.Hold(bg, r, func(ctx context.Context) error {
+		tick := beats.ticker(t)
 		// An operator releases the key (or a takeover happens) meanwhile.
 		if _, err := db.Query(bg, "UPDATE idempotency_keys SET generation = generation + 1 WHERE key = 'stolen'"); err != nil {
 			t.Error(err)
 		}
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-time.After(5 * time.Second):
-			return errors.New("never cancelled")
+		if b := beats.beat(t, tick); b.renewed || b.err != nil {
+			t.Errorf("renewal after the release: renewed=%v err=%v", b.renewed, b.err)
 		}
+		<-ctx.Done()
+		return context.Cause(ctx)
 	})
 	if !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("cause = %v", err)
-	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Errorf("cancelled after %v", took)
 	}
 	mu.Lock()
 	out := logs.String()
@@ -82,31 +135,37 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 	}
 }
 
-// A handler that runs past MaxLease is cancelled with ErrMaxLease.
+// A handler that runs past MaxLease is cancelled with ErrMaxLease, and its
+// reservation, no longer renewed, can then be taken over.
 func TestMaxLeaseBoundsRunawayHandlers(t *testing.T) {
-	l := newLedger(t, d1test.Local(t).NewClientSchema(t), idem.Config{TTL: 300 * time.Millisecond, Heartbeat: 50 * time.Millisecond, MaxLease: 400 * time.Millisecond})
+	l := newLedger(t, d1test.Local(t).NewClientSchema(t), idem.Config{TTL: 300 * time.Millisecond, MaxLease: 400 * time.Millisecond})
+	newManualBeats(l) // no ticks: nothing renews the lease
 	r := begin(t, l, "p", "runaway", "fp").Reservation
 	err := l.Hold(bg, r, func(ctx context.Context) error {
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-time.After(5 * time.Second):
-			return errors.New("never cancelled")
-		}
+		<-ctx.Done()
+		return context.Cause(ctx)
 	})
 	if !errors.Is(err, idem.ErrMaxLease) {
 		t.Fatalf("cause = %v", err)
 	}
-	// Without renewals the reservation then expires and can be taken over.
-	time.Sleep(350 * time.Millisecond)
+	// MaxLease (400ms) is past the TTL (300ms) since the claim, the row's
+	// last update.
 	if d := begin(t, l, "p", "runaway", "fp"); d.Outcome != idem.Execute || !d.Reservation.Takeover {
 		t.Fatalf("after max lease: %+v", d)
 	}
 }
 
-// Heartbeats of many concurrent reservations share D1 calls.
+// Heartbeats of many concurrent reservations share D1 calls: while one
+// renewal call is in flight, the others queue behind it and travel together
+// (d1client's group commit), so no two renewal calls are ever in flight at
+// once. The first call is held at D1 until every lease has taken its tick.
 func TestHeartbeatsAreCoalesced(t *testing.T) {
-	var renewCalls, renewals atomic.Int64
+	const leases = 40
+	var (
+		calls, renewals, inFlight, maxInFlight atomic.Int64
+		first                                  atomic.Bool
+	)
+	hold := make(chan struct{})
 	b := d1test.LocalConfig(t, d1local.Config{Faults: func(r d1local.Request) d1local.Fault {
 		n := 0
 		for _, s := range r.Statements {
@@ -114,29 +173,50 @@ func TestHeartbeatsAreCoalesced(t *testing.T) {
 				n++
 			}
 		}
-		if n > 0 {
-			renewCalls.Add(1)
-			renewals.Add(int64(n))
+		if n == 0 {
+			return d1local.Fault{}
 		}
-		return d1local.Fault{Latency: 5 * time.Millisecond}
+		calls.Add(1)
+		renewals.Add(int64(n))
+		now := inFlight.Add(1)
+		for m := maxInFlight.Load(); now > m && !maxInFlight.CompareAndSwap(m, now); m = maxInFlight.Load() {
+		}
+		if first.CompareAndSwap(false, true) {
+			<-hold
+		}
+		inFlight.Add(-1)
+		return d1local.Fault{}
 	}})
-	l := newLedger(t, b.NewClientSchema(t), idem.Config{TTL: 300 * time.Millisecond, Heartbeat: 50 * time.Millisecond})
+	l := newLedger(t, b.NewClientSchema(t), idem.Config{})
+	beats := newManualBeats(l)
+	release := make(chan struct{})
 	var wg sync.WaitGroup
-	for i := 0; i < 40; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := begin(t, l, "p", "hb-"+string(rune('A'+i)), "fp").Reservation
-			_ = l.Hold(bg, r, func(ctx context.Context) error { time.Sleep(400 * time.Millisecond); return nil })
-		}()
+	for i := 0; i < leases; i++ {
+		r := begin(t, l, "p", "hb-"+string(rune('A'+i)), "fp").Reservation
+		wg.Go(func() {
+			_ = l.Hold(bg, r, func(ctx context.Context) error { <-release; return nil })
+		})
 	}
+	var tickers []chan time.Time
+	for range leases {
+		tickers = append(tickers, beats.ticker(t))
+	}
+	for _, c := range tickers {
+		c <- time.Now()
+	}
+	close(hold)
+	for range leases {
+		if b := <-beats.beats; !b.renewed || b.err != nil {
+			t.Errorf("renewed=%v err=%v", b.renewed, b.err)
+		}
+	}
+	close(release)
 	wg.Wait()
-	// Each of the 40 leases beats several times in 400 ms (fewer on a busy
-	// machine); what matters is that the beats share calls.
-	if renewals.Load() < 40 || renewCalls.Load()*4 > renewals.Load() {
-		t.Fatalf("%d renewals in %d calls: not coalesced", renewals.Load(), renewCalls.Load())
+	if renewals.Load() != leases || maxInFlight.Load() != 1 {
+		t.Fatalf("%d renewals in %d calls, at most %d in flight at once: want %d renewals, never two calls in flight",
+			renewals.Load(), calls.Load(), maxInFlight.Load(), leases)
 	}
-	t.Logf("%d renewals in %d D1 calls", renewals.Load(), renewCalls.Load())
+	t.Logf("%d renewals in %d D1 calls", renewals.Load(), calls.Load())
 }
 
 type lockedWriter struct {

@@ -8,163 +8,20 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// Defaults, from the spec.
 const (
-	DefaultTTL           = 30 * time.Second // PENDING_TTL_MS
-	DefaultRetention     = 24 * time.Hour   // RETENTION_MS
-	DefaultSweepBatch    = 20               // SWEEP_BATCH_SIZE
-	DefaultMaxStoredBody = 16_384           // RESPONSE_BODY_MAX_BYTES
-	DefaultSweepInterval = time.Minute      // how often a completion carries a sweep
-	DefaultMaxLease      = 10 * time.Minute // longest a heartbeat keeps a reservation alive
-	defaultRenewFraction = 3                // heartbeat every TTL/3
-	releaseTimeout       = 5 * time.Second  // bound on a release made while unwinding
-	minCompletionWindow  = 2 * time.Second  // completion retries get at least this long
-	logKeyPrefix         = 16               // characters of a key shown in logs
-	hashPrefix           = 12               // hex digits of a SHA-256 shown in logs
-	statusPending        = "pending"        // status strings of the spec
-	statusCompleted      = "completed"      //
-	d1Now                = "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
+	releaseTimeout      = 5 * time.Second // bound on a release made while unwinding
+	minCompletionWindow = 2 * time.Second // completion retries get at least this long
+	logKeyPrefix        = 16              // characters of a key shown in logs
+	hashPrefix          = 12              // hex digits of a SHA-256 shown in logs
 )
-
-// DefaultFingerprintHeaders and DefaultReplayableHeaders are the spec's
-// FINGERPRINT_HEADERS and REPLAYABLE_HEADERS.
-var (
-	DefaultFingerprintHeaders = []string{"content-type", "x-api-version"}
-	DefaultReplayableHeaders  = []string{"content-type", "location"}
-)
-
-// Config configures a Ledger. The zero value of every field means the
-// spec's default.
-type Config struct {
-	// TTL is how long a pending reservation is presumed alive: after it, a
-	// retry with the same fingerprint takes the reservation over. Set it well
-	// above the slowest realistic mutation. Default 30 s.
-	TTL time.Duration
-	// Retention is how long any row is kept after its last update before the
-	// sweep deletes it. It is the retention promised to clients. Default 24 h.
-	Retention time.Duration
-	// SweepBatch bounds the rows one sweep deletes. Default 20.
-	SweepBatch int
-	// SweepInterval is how often a completion carries a sweep; a sweep that
-	// deletes a full batch keeps the next completion sweeping too, so a
-	// backlog clears. Default 1 minute.
-	SweepInterval time.Duration
-	// MaxStoredBody caps the stored response body in bytes. A larger body is
-	// stored as a null body with status 500, as the spec says. Default 16,384.
-	MaxStoredBody int
-	// FingerprintHeaders are the request headers that take part in the
-	// fingerprint, lower-case, in order. Default content-type, x-api-version.
-	FingerprintHeaders []string
-	// ReplayableHeaders are the response headers stored and replayed,
-	// lower-case, in order. Default content-type, location. set-cookie is
-	// refused.
-	ReplayableHeaders []string
-
-	// Clock, if set, supplies the timestamps of claims, takeovers,
-	// completions and sweeps, bound as parameters as the spec does with
-	// Date.now(). When nil (the default), D1's own clock supplies them:
-	// unixepoch('subsec')*1000 evaluated inside each statement. One clock for
-	// every instance means a fast local clock can never take a reservation
-	// over early, and a slow one never late. Inject a clock for tests, or to
-	// share a ledger with Workers that run the spec's code unmodified (their
-	// Date.now() is a local clock too).
-	Clock func() time.Time
-
-	// Heartbeat renews a reservation's lease while its handler runs (see
-	// Lease). Default TTL/3; negative disables heartbeats.
-	Heartbeat time.Duration
-	// MaxLease bounds how long heartbeats keep one reservation alive: a
-	// handler running longer loses its lease. Default 10 minutes.
-	MaxLease time.Duration
-
-	// Logger receives fenced-out completions, lost leases and sweep
-	// failures. Logs carry short SHA-256 digests of principals and a
-	// truncated key, never a full principal. nil discards.
-	Logger *slog.Logger
-}
-
-func (c Config) withDefaults() (Config, error) {
-	if c.TTL == 0 {
-		c.TTL = DefaultTTL
-	}
-	if c.Retention == 0 {
-		c.Retention = DefaultRetention
-	}
-	if c.SweepBatch == 0 {
-		c.SweepBatch = DefaultSweepBatch
-	}
-	if c.SweepInterval == 0 {
-		c.SweepInterval = DefaultSweepInterval
-	}
-	if c.MaxStoredBody == 0 {
-		c.MaxStoredBody = DefaultMaxStoredBody
-	}
-	if c.FingerprintHeaders == nil {
-		c.FingerprintHeaders = DefaultFingerprintHeaders
-	}
-	if c.ReplayableHeaders == nil {
-		c.ReplayableHeaders = DefaultReplayableHeaders
-	}
-	if c.Heartbeat == 0 {
-		c.Heartbeat = c.TTL / defaultRenewFraction
-	}
-	if c.MaxLease == 0 {
-		c.MaxLease = DefaultMaxLease
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	switch {
-	case c.TTL < time.Millisecond:
-		return c, fmt.Errorf("idem: TTL %v must be at least 1ms", c.TTL)
-	case c.Retention <= c.TTL:
-		return c, fmt.Errorf("idem: retention %v must exceed the TTL %v", c.Retention, c.TTL)
-	case c.SweepBatch < 0 || c.MaxStoredBody < 0 || c.SweepInterval < 0:
-		return c, errors.New("idem: sweep batch, sweep interval and stored body cap must not be negative")
-	case c.Heartbeat > 0 && c.Heartbeat >= c.TTL:
-		return c, fmt.Errorf("idem: heartbeat %v must be shorter than the TTL %v", c.Heartbeat, c.TTL)
-	}
-	var err error
-	if c.FingerprintHeaders, err = lowerNames(c.FingerprintHeaders); err != nil {
-		return c, err
-	}
-	if c.ReplayableHeaders, err = lowerNames(c.ReplayableHeaders); err != nil {
-		return c, err
-	}
-	for _, h := range c.ReplayableHeaders {
-		if neverReplayed[h] {
-			return c, fmt.Errorf("idem: header %q must never be replayed", h)
-		}
-	}
-	return c, nil
-}
-
-// neverReplayed are response headers that are connection-scoped, computed
-// per response, or unsafe to hand to another request.
-var neverReplayed = map[string]bool{
-	"set-cookie": true, "content-length": true, "transfer-encoding": true, "connection": true,
-	"keep-alive": true, "date": true, "trailer": true, "upgrade": true, "idempotent-replayed": true,
-}
-
-func lowerNames(names []string) ([]string, error) {
-	out := make([]string, len(names))
-	for i, n := range names {
-		n = strings.ToLower(strings.TrimSpace(n))
-		if n == "" || strings.ContainsAny(n, " :\t\r\n") {
-			return nil, fmt.Errorf("idem: %q is not a header name", names[i])
-		}
-		out[i] = n
-	}
-	return out, nil
-}
 
 // Ledger is the spec's claim-before-mutate idempotency ledger on D1. It is
 // safe for concurrent use by many goroutines, and many Ledgers (in many
@@ -175,14 +32,23 @@ func lowerNames(names []string) ([]string, error) {
 // (d1client.Coalesce), which the Ledger uses for every statement that cannot
 // fail by design, concurrent requests share those calls.
 type Ledger struct {
-	db  *d1client.Client
-	cfg Config
-	log *slog.Logger
-	sql ledgerSQL
+	db    *d1client.Client
+	cfg   Config
+	sql   ledgerSQL
+	hooks testHooks
 
 	mu        sync.Mutex
 	lastSweep time.Time // when the last sweep was sent (monotonic)
 	backlog   bool      // the last sweep deleted a full batch
+}
+
+// testHooks let tests drive the heartbeat deterministically; nil hooks are
+// the real thing.
+type testHooks struct {
+	// newTicker replaces time.NewTicker for heartbeats.
+	newTicker func(d time.Duration) (<-chan time.Time, func())
+	// afterBeat runs after each heartbeat's renewal.
+	afterBeat func(r *Reservation, renewed bool, err error)
 }
 
 // New returns a Ledger that keeps its rows in db. The table must exist: apply
@@ -195,7 +61,16 @@ func New(db *d1client.Client, cfg Config) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Ledger{db: db, cfg: cfg, log: cfg.Logger, sql: buildSQL(cfg.Clock != nil)}, nil
+	return &Ledger{db: db, cfg: cfg, sql: buildSQL(cfg.Clock != nil)}, nil
+}
+
+// log returns the configured logger, or slog.Default() at the time of the
+// call.
+func (l *Ledger) log() *slog.Logger {
+	if l.cfg.Logger != nil {
+		return l.cfg.Logger
+	}
+	return slog.Default()
 }
 
 // Config returns the ledger's configuration with defaults filled in.
@@ -251,7 +126,9 @@ type Decision struct {
 }
 
 // Reservation is the right to execute one request's mutation: the
-// principal's key at one generation of the fencing token.
+// principal's key at one generation of the fencing token. Only Begin makes
+// one: it records when the claim was made, which bounds how long the owner
+// may still write (see ErrReservationExpired).
 type Reservation struct {
 	Principal   string
 	Key         string
@@ -262,8 +139,9 @@ type Reservation struct {
 	// fresh claim.
 	Takeover bool
 
-	acquired time.Time     // local monotonic time of the claim
-	renewed  *atomic.Int64 // nanoseconds after acquired of the last renewal's start
+	acquired      time.Time     // local monotonic time just before the claim was sent
+	clockAcquired time.Time     // the injected clock's time of the claim; zero with D1's clock
+	renewed       *atomic.Int64 // nanoseconds after acquired of the last renewal's start
 }
 
 // leaseStart returns when the reservation's current lease began, by the
@@ -297,27 +175,63 @@ var ErrNoPrincipal = errors.New("idem: empty principal: derive it from the authe
 // ErrInvalidKey is returned for a key outside the spec's pattern.
 var ErrInvalidKey = errors.New("idem: Idempotency-Key must be 1-255 printable ASCII characters")
 
+// MaxPrincipalLength is the longest principal, in bytes, that the ledger
+// accepts.
+const MaxPrincipalLength = 1024
+
+// ErrInvalidPrincipal is returned for a principal that is not valid UTF-8 or
+// is longer than MaxPrincipalLength bytes. The principal comes from the
+// server's own authentication, so this is the server's bug, not the
+// client's; the error never includes the principal.
+var ErrInvalidPrincipal = errors.New("idem: invalid principal")
+
+// checkPrincipal validates a principal without ever quoting it.
+func checkPrincipal(p string) error {
+	switch {
+	case p == "":
+		return ErrNoPrincipal
+	case len(p) > MaxPrincipalLength:
+		return fmt.Errorf("%w: %d bytes, over the limit of %d", ErrInvalidPrincipal, len(p), MaxPrincipalLength)
+	case !utf8.ValidString(p):
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidPrincipal)
+	}
+	return nil
+}
+
+// ErrReservationExpired is returned when an owner's write (completion,
+// renewal, release) would land after the sweep may have deleted its row:
+// past its claim plus Retention - TTL - RetentionMargin/2. A key swept and
+// claimed again restarts at generation 1, so such a write could match
+// another owner's row; it is never sent.
+var ErrReservationExpired = errors.New("idem: reservation expired: its row may have been swept and the key claimed again")
+
 // Begin runs round trip 1 of the request path: one D1 batch (one
 // transaction) that claims the key, or takes over a stale pending
 // reservation with the same fingerprint, and reads the row. It is
 // equivalent to the spec's claim, lookup and takeover statements run in
 // sequence, without the interleavings three calls would allow.
 func (l *Ledger) Begin(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
+	if err := checkPrincipal(principal); err != nil {
+		return Decision{}, err
+	}
 	switch {
-	case principal == "":
-		return Decision{}, ErrNoPrincipal
 	case !ValidKey(key):
 		return Decision{}, ErrInvalidKey
 	case fingerprint == "":
 		return Decision{}, errors.New("idem: empty fingerprint")
 	}
-	stmts := l.sql.begin(principal, key, fingerprint, l.cfg.TTL, l.now())
+	now := l.now()
+	stmts := l.sql.begin(principal, key, fingerprint, l.cfg.TTL, now)
 	acquired := time.Now()
 	res, err := l.db.Exec(ctx, stmts, d1client.Coalesce())
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: claim: %w", err)
 	}
-	return l.decide(res, principal, key, fingerprint, acquired)
+	d, err := l.decide(res, principal, key, fingerprint, acquired)
+	if d.Reservation != nil {
+		d.Reservation.clockAcquired = now
+	}
+	return d, err
 }
 
 // decide maps round trip 1's results (upsert RETURNING generation, then the
@@ -343,7 +257,7 @@ func (l *Ledger) decide(res []d1client.Result, principal, key, fingerprint strin
 	switch {
 	case row.fingerprint != fingerprint:
 		return Decision{Outcome: Reused}, nil
-	case row.status == statusCompleted:
+	case row.status == StatusCompleted:
 		resp, err := row.response()
 		if err != nil {
 			return Decision{}, err
@@ -356,14 +270,14 @@ func (l *Ledger) decide(res []d1client.Result, principal, key, fingerprint strin
 
 // Completion reports what Complete did.
 type Completion struct {
-	// Stored is true when the row now holds this reservation's response.
-	// False means the reservation was fenced out: a takeover superseded it
-	// and another owner's response is (or will be) the canonical one.
+	// Stored reports whether this reservation's response is now the stored
+	// one. False means the reservation was fenced out: a takeover superseded
+	// it and another owner's response is (or will be) the canonical one.
 	Stored bool
 	// Response is what the spec gives this caller: the handler's response,
-	// or status 500 with no body when the body could not be stored (over the
-	// cap, or not valid UTF-8), with only the replayable headers in that
-	// case. A 204, 205 or 304 carries no body.
+	// or status 500 with no body when the response could not be stored (see
+	// Complete), with only the replayable headers in that case. A 204, 205 or
+	// 304 carries no body.
 	Response Response
 }
 
@@ -371,11 +285,17 @@ type Completion struct {
 // response only if the reservation's generation is still current and the row
 // still pending, plus a bounded sweep when one is due.
 //
+// A response is stored as the spec's sentinel, status 500 with no body,
+// when a replay could not reproduce it: a body over MaxStoredBody or not
+// valid UTF-8, or a status outside 200-599 (a Worker cannot construct such
+// a response). The caller gets the sentinel too.
+//
 // A completion that fails transiently is retried (it is safe: the write is
 // fenced by generation and status) until it lands or the lease would expire.
 // A fenced-out completion is logged and reported as Stored == false; it is
-// never an error. An error means the ledger could not be reached in time; the
-// caller should still send Completion.Response, which is always set.
+// never an error. An error means the ledger could not be reached in time, or
+// the reservation expired (ErrReservationExpired); the caller should still
+// send Completion.Response, which is always set.
 func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (Completion, error) {
 	w := l.prepare(r, resp)
 	return w.done, l.finish(ctx, r, []d1client.Statement{w.stmt}, 0, &w)
@@ -403,12 +323,16 @@ func (l *Ledger) prepare(r *Reservation, resp Response) completionWrite {
 // (after the guard and the caller's statements, if any), with a sweep
 // appended when one is due, and records the outcome in w.done.
 func (l *Ledger) finish(ctx context.Context, r *Reservation, stmts []d1client.Statement, userStmts int, w *completionWrite) error {
+	ctx, cancel, err := l.writeContext(ctx, r, l.completionDeadline(r))
+	if err != nil {
+		l.expired(ctx, r, "completion")
+		return fmt.Errorf("idem: completion: %w", err)
+	}
+	defer cancel()
 	sweep := l.sweepDue()
 	if sweep {
 		stmts = append(stmts, l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now()))
 	}
-	ctx, cancel := context.WithDeadline(ctx, l.completionDeadline(r))
-	defer cancel()
 	opts := []d1client.ExecOption{d1client.Idempotent(), d1client.RetryUntilDeadline()}
 	if userStmts == 0 {
 		opts = append(opts, d1client.Coalesce())
@@ -462,7 +386,7 @@ func (l *Ledger) holdsCompletion(ctx context.Context, r *Reservation, w *complet
 	if err := res[0].Rows[0].Scan(&status, &gen, &respStatus, &body, &headers); err != nil {
 		return false, err
 	}
-	return status == statusCompleted && gen == r.Generation &&
+	return Status(status) == StatusCompleted && gen == r.Generation &&
 		respStatus != nil && *respStatus == int64(w.status) &&
 		equalNullable(body, w.body) && headers != nil && *headers == w.headers, nil
 }
@@ -485,8 +409,52 @@ func (l *Ledger) completionDeadline(r *Reservation) time.Time {
 	return deadline
 }
 
+// writeDeadline is the last moment, by the local monotonic clock, at which
+// a write of r's owner may still be sent: its claim plus Retention - TTL -
+// RetentionMargin/2.
+//
+// Why this is safe: every write to a row sets updated_at to the time of the
+// write, or (a release) to at most TTL + 1ms before it. The claim is a write,
+// so the row's updated_at is never older than the claim minus the TTL + 1ms,
+// and the sweep (updated_at older than Retention) cannot delete it before
+// claim + Retention - TTL - 1ms. The owner's writes end RetentionMargin/2
+// earlier, leaving half a minute for a request still in flight. A key is
+// only ever claimed afresh (at generation 1) after its row was deleted, so
+// no write of r's owner can reach another owner's row of the same
+// generation. With an injected Clock, the clock's elapsed time counts too.
+func (l *Ledger) writeDeadline(r *Reservation) time.Time {
+	window := l.cfg.Retention - l.cfg.TTL - RetentionMargin/2
+	deadline := r.acquired.Add(window)
+	if l.cfg.Clock != nil && !r.clockAcquired.IsZero() {
+		left := r.clockAcquired.Add(window).Sub(l.cfg.Clock())
+		if d := time.Now().Add(left); d.Before(deadline) {
+			deadline = d
+		}
+	}
+	return deadline
+}
+
+// writeContext returns ctx bounded by deadline and by r's write deadline,
+// or ErrReservationExpired when the write deadline has passed.
+func (l *Ledger) writeContext(ctx context.Context, r *Reservation, deadline time.Time) (context.Context, context.CancelFunc, error) {
+	limit := l.writeDeadline(r)
+	if !time.Now().Before(limit) {
+		return ctx, func() {}, ErrReservationExpired
+	}
+	if deadline.IsZero() || limit.Before(deadline) {
+		deadline = limit
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	return ctx, cancel, nil
+}
+
+func (l *Ledger) expired(ctx context.Context, r *Reservation, what string) {
+	l.log().LogAttrs(ctx, slog.LevelError, "idem: reservation expired: its owner outlived the retention window, so its write was not sent (its row may have been swept and the key claimed again)",
+		append(logAttrs(r), slog.String("write", what), slog.Duration("retention", l.cfg.Retention))...)
+}
+
 func (l *Ledger) fencedOut(ctx context.Context, r *Reservation, what string) {
-	l.log.LogAttrs(ctx, slog.LevelError, "idem: fenced out: a takeover superseded this reservation; the mutation may have run twice unless it is repeatable (raise the TTL above the slowest mutation)",
+	l.log().LogAttrs(ctx, slog.LevelError, "idem: fenced out: a takeover superseded this reservation; the mutation may have run twice unless it is repeatable (raise the TTL above the slowest mutation)",
 		append(logAttrs(r), slog.String("write", what))...)
 }
 
@@ -514,18 +482,23 @@ func truncate(s string, n int) string {
 }
 
 // Release gives up a pending reservation, fenced by generation and status,
-// so the client may retry at once: the row moves one generation on and its
-// lease is made stale (updated_at one millisecond past the TTL), so the
-// client's retry of the same request takes it over immediately. It never
-// touches a newer owner's row or a completed one, and it reports whether it
-// released the row.
+// so the client may retry at once, and reports whether it released the row.
+// It applies the ledger's one release rule (Admin.Release applies it too):
+// the row moves one generation on and its updated_at is set one millisecond
+// past the TTL, so the client's retry of the same request takes it over at
+// once. It never touches a newer owner's row or a completed one.
 //
-// The row is not deleted. A fresh claim would restart at generation 1, and an
-// earlier owner superseded by a takeover may still hold generation 1: its
-// completion would then pass the fence over the new claim's row. Moving the
-// generation on keeps every generation of a key unique.
+// The row is not deleted: a fresh claim would restart at generation 1, a
+// generation an earlier owner superseded by a takeover may still hold.
 func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
-	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.release(r, l.cfg.TTL, l.now())}, d1client.Idempotent(), d1client.Coalesce())
+	ctx, cancel, err := l.writeContext(ctx, r, time.Time{})
+	if err != nil {
+		l.expired(ctx, r, "release")
+		return false, fmt.Errorf("idem: release: %w", err)
+	}
+	defer cancel()
+	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.release(r.Principal, r.Key, r.Generation, l.cfg.TTL, releaseOwner, l.now())},
+		d1client.Idempotent(), d1client.Coalesce())
 	if err != nil {
 		return false, fmt.Errorf("idem: release: %w", err)
 	}
@@ -547,8 +520,13 @@ func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string)
 
 // Renew extends a pending reservation's lease (updated_at = now), fenced by
 // generation and status. False means the lease is lost: the reservation was
-// taken over, released or swept.
+// taken over, released or swept, or it expired (ErrReservationExpired).
 func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
+	ctx, cancel, err := l.writeContext(ctx, r, time.Time{})
+	if err != nil {
+		return false, fmt.Errorf("idem: renew: %w", err)
+	}
+	defer cancel()
 	start := time.Now()
 	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.renew(r, l.now())}, d1client.Idempotent(), d1client.Coalesce())
 	if err != nil {
@@ -561,24 +539,9 @@ func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
 	return renewed, nil
 }
 
-// Sweep deletes up to SweepBatch rows last updated more than Retention ago,
-// through the spec's rowid subquery, and returns how many it deleted. The
-// request path sweeps on its own; call Sweep for maintenance (the CLI's
-// sweep command does).
-func (l *Ledger) Sweep(ctx context.Context) (int64, error) {
-	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now())}, d1client.Idempotent())
-	if err != nil {
-		return 0, fmt.Errorf("idem: sweep: %w", err)
-	}
-	return res[0].Meta.Changes, nil
-}
-
 // sweepDue reports whether the next completion should carry a sweep, and
 // if so records that one is on its way.
 func (l *Ledger) sweepDue() bool {
-	if l.cfg.SweepBatch == 0 {
-		return false
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.backlog && !l.lastSweep.IsZero() && time.Since(l.lastSweep) < l.cfg.SweepInterval {

@@ -3,6 +3,7 @@ package idem_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -35,8 +36,13 @@ func (c *clock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
+// newLedger returns a ledger on db; its logs are discarded unless cfg has a
+// Logger.
 func newLedger(t testing.TB, db *d1client.Client, cfg idem.Config) *idem.Ledger {
 	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	l, err := idem.New(db, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -164,14 +170,99 @@ func TestBeginRejectsBadInput(t *testing.T) {
 	if _, err := idem.New(nil, idem.Config{}); err == nil {
 		t.Error("nil client accepted")
 	}
-	for _, cfg := range []idem.Config{
-		{Retention: time.Second, TTL: 2 * time.Second},
-		{ReplayableHeaders: []string{"content-type", "Set-Cookie"}},
-		{FingerprintHeaders: []string{"bad header"}},
-		{Heartbeat: time.Minute},
+}
+
+// Every duration and size of Config is validated, and the error names the
+// field and the accepted range.
+func TestConfigValidation(t *testing.T) {
+	db := d1test.Local(t).NewClient(t)
+	for _, tc := range []struct {
+		cfg   idem.Config
+		field string
+		want  string
+	}{
+		{idem.Config{TTL: time.Millisecond}, "Config.TTL", "use 10ms to 24h0m0s"},
+		{idem.Config{TTL: -time.Second}, "Config.TTL", "use 10ms to 24h0m0s"},
+		{idem.Config{TTL: 25 * time.Hour}, "Config.TTL", "use 10ms to 24h0m0s"},
+		{idem.Config{Heartbeat: time.Minute}, "Config.Heartbeat", "up to (not including) the TTL (30s)"},
+		{idem.Config{Heartbeat: time.Nanosecond}, "Config.Heartbeat", "use 1ms up to"},
+		{idem.Config{MaxLease: -time.Minute}, "Config.MaxLease", "use the TTL (30s) to 168h0m0s"},
+		{idem.Config{MaxLease: time.Millisecond}, "Config.MaxLease", "use the TTL (30s) to 168h0m0s"},
+		{idem.Config{MaxLease: 8 * 24 * time.Hour}, "Config.MaxLease", "to 168h0m0s"},
+		{idem.Config{Retention: time.Second, TTL: 2 * time.Second}, "Config.Retention", "MaxLease (10m0s) + TTL (2s) + 1m0s = 11m2s"},
+		{idem.Config{Retention: 10 * time.Minute}, "Config.Retention", "= 11m30s to 87600h0m0s"},
+		{idem.Config{Retention: -time.Hour}, "Config.Retention", "= 11m30s"},
+		{idem.Config{MaxLease: 24 * time.Hour}, "Config.Retention", "MaxLease (24h0m0s)"},
+		{idem.Config{SweepBatch: -1}, "Config.SweepBatch", "use 1 to 1000"},
+		{idem.Config{SweepBatch: 1001}, "Config.SweepBatch", "use 1 to 1000"},
+		{idem.Config{SweepInterval: -time.Second}, "Config.SweepInterval", "a positive duration up to 24h0m0s"},
+		{idem.Config{SweepInterval: 48 * time.Hour}, "Config.SweepInterval", "up to 24h0m0s"},
+		{idem.Config{MaxStoredBody: -1}, "Config.MaxStoredBody", "use 1 to 1048576 bytes"},
+		{idem.Config{MaxStoredBody: 2 << 20}, "Config.MaxStoredBody", "use 1 to 1048576 bytes"},
+		{idem.Config{ReplayableHeaders: []string{"content-type", "Set-Cookie"}}, "Config.ReplayableHeaders[1]", "never be replayed"},
+		{idem.Config{FingerprintHeaders: []string{"bad header"}}, "Config.FingerprintHeaders[0]", "use a header name"},
 	} {
-		if _, err := idem.New(d1test.Local(t).NewClient(t), cfg); err == nil {
-			t.Errorf("config %+v accepted", cfg)
+		_, err := idem.New(db, tc.cfg)
+		var ce *idem.ConfigError
+		if !errors.As(err, &ce) || ce.Field != tc.field || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%+v: %v, want %s and %q", tc.cfg, err, tc.field, tc.want)
+		}
+	}
+	// The limits themselves are accepted, and a long TTL raises the default
+	// lease with it.
+	for _, cfg := range []idem.Config{
+		{TTL: 10 * time.Millisecond, Heartbeat: -1},
+		{TTL: 5 * time.Hour},
+		{MaxLease: 30 * time.Second, Retention: 30*time.Second + 30*time.Second + idem.RetentionMargin},
+		{SweepBatch: idem.MaxSweepBatch, MaxStoredBody: 1 << 20, SweepInterval: time.Nanosecond},
+	} {
+		l, err := idem.New(db, cfg)
+		if err != nil {
+			t.Errorf("%+v refused: %v", cfg, err)
+			continue
+		}
+		if c := l.Config(); c.MaxLease < c.TTL || c.Retention < c.MaxLease+c.TTL+idem.RetentionMargin {
+			t.Errorf("%+v: defaults %+v break the retention rule", cfg, c)
+		}
+	}
+}
+
+// Every option of the middleware is validated, naming the field.
+func TestOptionsValidation(t *testing.T) {
+	l := newLedger(t, d1test.Local(t).NewClient(t), idem.Config{})
+	p := func(*http.Request) (string, error) { return "p", nil }
+	for _, tc := range []struct {
+		opts idem.Options
+		want string
+	}{
+		{idem.Options{}, "Options.Principal is required"},
+		{idem.Options{Principal: p, ReuseStatus: 400}, "Options.ReuseStatus 400 is out of range: use 409 (the spec) or 422"},
+		{idem.Options{Principal: p, ReuseStatus: 418}, "Options.ReuseStatus 418"},
+		{idem.Options{Principal: p, MaxBodyBytes: -1}, "Options.MaxBodyBytes -1 is out of range: use 1 to 1073741824 bytes"},
+		{idem.Options{Principal: p, MaxBodyBytes: 2 << 30}, "Options.MaxBodyBytes"},
+		{idem.Options{Principal: p, Timeout: -time.Second}, "Options.Timeout -1s is out of range: use 1ms to 10m0s"},
+		{idem.Options{Principal: p, Timeout: time.Hour}, "Options.Timeout 1h0m0s"},
+		{idem.Options{Principal: p, Methods: []string{"POST", "BAD METHOD"}}, `Options.Methods[1] "BAD METHOD"`},
+		{idem.Options{Principal: p, Methods: []string{""}}, `Options.Methods[0] ""`},
+	} {
+		if _, err := idem.NewMiddleware(l, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.opts, err, tc.want)
+		}
+		func() {
+			defer func() {
+				if v := recover(); v == nil || !strings.Contains(fmt.Sprint(v), tc.want) {
+					t.Errorf("MustMiddleware(%+v) panicked with %v", tc.opts, v)
+				}
+			}()
+			idem.MustMiddleware(l, tc.opts)
+		}()
+	}
+	if _, err := idem.NewMiddleware(nil, idem.Options{Principal: p}); err == nil {
+		t.Error("nil ledger accepted")
+	}
+	for _, status := range []int{0, 409, 422} {
+		if _, err := idem.NewMiddleware(l, idem.Options{Principal: p, ReuseStatus: status}); err != nil {
+			t.Errorf("ReuseStatus %d: %v", status, err)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,12 +9,12 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1client"
 )
 
@@ -26,33 +25,47 @@ const (
 	HeaderReplayed = "Idempotent-Replayed"
 )
 
-// DefaultMaxBodyBytes caps the request body the middleware reads (1 MiB).
-const DefaultMaxBodyBytes = 1 << 20
-
 // Error codes of the JSON bodies the middleware answers with. The first
 // five are the spec's; the rest cover what the spec leaves open.
 const (
-	CodeKeyRequired        = "idempotency_key_required"
-	CodeKeyInvalid         = "idempotency_key_invalid"
-	CodeKeyReused          = "idempotency_key_reused"
-	CodeKeyInProgress      = "idempotency_key_in_progress"
-	CodeKeyRetry           = "idempotency_key_retry"
-	CodeUnauthenticated    = "unauthenticated"
-	CodeBodyTooLarge       = "request_body_too_large"
-	CodeBodyUnreadable     = "request_body_unreadable"
-	CodeLedgerUnavailable  = "idempotency_ledger_unavailable"
-	CodeBudgetExhausted    = "idempotency_budget_exhausted"
-	CodeRecordUnreadable   = "idempotency_record_unreadable"
-	CodeMutationAbandoned  = "idempotency_mutation_not_committed"
-	defaultUnavailableWait = time.Second
+	CodeKeyRequired       = "idempotency_key_required"
+	CodeKeyInvalid        = "idempotency_key_invalid"
+	CodeKeyReused         = "idempotency_key_reused"
+	CodeKeyInProgress     = "idempotency_key_in_progress"
+	CodeKeyRetry          = "idempotency_key_retry"
+	CodeUnauthenticated   = "unauthenticated"
+	CodePrincipalInvalid  = "idempotency_principal_invalid"
+	CodeBodyTooLarge      = "request_body_too_large"
+	CodeBodyUnreadable    = "request_body_unreadable"
+	CodeLedgerUnavailable = "idempotency_ledger_unavailable"
+	CodeBudgetExhausted   = "idempotency_budget_exhausted"
+	CodeRecordUnreadable  = "idempotency_record_unreadable"
+	CodeMutationAbandoned = "idempotency_mutation_not_committed"
 )
 
-// Options configures the middleware.
+const defaultUnavailableWait = time.Second
+
+// Defaults of Options.
+const (
+	DefaultMaxBodyBytes = 1 << 20 // 1 MiB
+	DefaultTimeout      = 10 * time.Second
+)
+
+// Limits of Options, as Options documents them.
+const (
+	maxBodyBytes = 1 << 30
+	maxTimeout   = 10 * time.Minute
+)
+
+// Options configures the middleware. The zero value of every field but
+// Principal means its default.
 type Options struct {
 	// Principal derives the authenticated caller from the request: an
 	// account ID, an API key's owner. It must come from authentication, never
 	// from anything the client chooses. An error, or an empty principal,
-	// answers 401 and the handler never runs. Required.
+	// answers 401 and the handler never runs; a principal that is not valid
+	// UTF-8 or is over MaxPrincipalLength bytes answers 500
+	// idempotency_principal_invalid. Required.
 	Principal func(*http.Request) (string, error)
 	// Methods are the methods guarded; others pass straight through.
 	// Default POST, PUT, PATCH, DELETE.
@@ -62,123 +75,103 @@ type Options struct {
 	// a client that expected protection must not get a silent mutation.
 	KeyOptional bool
 	// MaxBodyBytes caps the request body read for the fingerprint (413 over
-	// it). Default 1 MiB.
+	// it). 1 to 1 GiB; default 1 MiB.
 	MaxBodyBytes int64
-	// ReuseStatus is the status for a key reused with a different request.
-	// Default 409, as the spec says; 422 conforms to the IETF
-	// Idempotency-Key draft.
+	// ReuseStatus is the status for a key reused with a different request:
+	// 409 (the spec, the default) or 422 (the IETF Idempotency-Key draft).
 	ReuseStatus int
 	// Timeout bounds round trip 1, waiting for the D1 request budget
-	// included; past it the answer is 503 with Retry-After. Default 10 s.
+	// included; past it the answer is 503 with Retry-After. 1ms to 10
+	// minutes; default 10s.
 	Timeout time.Duration
 	// Logger receives released reservations, panics and ledger failures;
 	// nil uses the ledger's logger.
 	Logger *slog.Logger
 }
 
-// DefaultTimeout bounds round trip 1 in the middleware.
-const DefaultTimeout = 10 * time.Second
+func (o Options) withDefaults() (Options, error) {
+	if o.Principal == nil {
+		return o, errors.New("idem: Options.Principal is required: derive the principal from authentication")
+	}
+	if o.Methods == nil {
+		o.Methods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+	}
+	for i, meth := range o.Methods {
+		if !validToken(meth) {
+			return o, configErr(fmt.Sprintf("Options.Methods[%d]", i), fmt.Sprintf("%q", meth), "use an HTTP method")
+		}
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.MaxBodyBytes < 1 || o.MaxBodyBytes > maxBodyBytes {
+		return o, configErr("Options.MaxBodyBytes", o.MaxBodyBytes, "use 1 to %d bytes", int64(maxBodyBytes))
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Timeout < time.Millisecond || o.Timeout > maxTimeout {
+		return o, configErr("Options.Timeout", o.Timeout, "use 1ms to %v", maxTimeout)
+	}
+	switch o.ReuseStatus {
+	case 0:
+		o.ReuseStatus = http.StatusConflict
+	case http.StatusConflict, http.StatusUnprocessableEntity:
+	default:
+		return o, configErr("Options.ReuseStatus", o.ReuseStatus, "use 409 (the spec) or 422 (the IETF Idempotency-Key draft)")
+	}
+	return o, nil
+}
 
 type middleware struct {
 	l       *Ledger
 	o       Options
-	log     *slog.Logger
 	methods map[string]bool
 }
 
-// Middleware returns net/http middleware that guards unsafe methods with the
-// ledger: it works with net/http's ServeMux, chi and gorilla/mux alike. It
-// panics if opts are invalid (a nil Principal, an unknown ReuseStatus), as a
-// programming error found at start-up; use NewMiddleware to get an error.
+func (m *middleware) log() *slog.Logger {
+	if m.o.Logger != nil {
+		return m.o.Logger
+	}
+	return m.l.log()
+}
+
+// NewMiddleware returns net/http middleware that guards the unsafe methods
+// of the handlers it wraps with the ledger, or an error naming the invalid
+// option. It works with net/http's ServeMux, chi and gorilla/mux alike.
 //
-// For each guarded request it validates the key, reads the body once (the
-// handler can still read r.Body), fingerprints the request, and runs round
-// trip 1. A replay, a reuse, a request in progress and a ledger failure are
-// answered without running the handler. Otherwise the handler runs under a
-// context that is cancelled if the reservation's lease is lost (not when the
-// client goes away: a mutation that started is finished, and its response
-// stored for the retry); its response is captured, stored by round trip 2,
-// and then sent. When a transactional completion (Tx) is fenced out, the
-// handler's writes were aborted, so its response is not sent: the request
-// is answered with what the ledger holds (the other owner's stored response,
-// or 409 in progress).
-//
-// Responses the middleware itself produces:
-//
-//	400 idempotency_key_required   no Idempotency-Key (unless KeyOptional)
-//	400 idempotency_key_invalid    not 1-255 printable ASCII characters
-//	400 request_body_unreadable    the body could not be read
-//	401 unauthenticated            Principal failed or returned ""
-//	409 idempotency_key_reused     same key, different request (ReuseStatus: 409 or 422)
-//	409 idempotency_key_in_progress the first request is still running; Retry-After, retry_after_ms
-//	409 idempotency_key_retry      the row vanished mid-claim; retry
-//	413 request_body_too_large     the body exceeds MaxBodyBytes
-//	500 idempotency_record_unreadable the stored response cannot be decoded
-//	503 idempotency_ledger_unavailable D1 cannot be reached; Retry-After
-//	503 idempotency_budget_exhausted the D1 request budget is spent; Retry-After
-//	(replay)                       the stored status, headers, body, and Idempotent-Replayed: true
-//
-// Fails closed: when the ledger is unreachable the handler never runs.
-//
-// Streaming and hijacking: a handler that flushes (http.Flusher or
-// http.ResponseController) or hijacks the connection cannot have its
-// response stored and replayed. Its response goes out as it is written,
-// nothing is stored, and the reservation is released (see Ledger.Release:
-// fenced by generation, the generation moves on and the lease is made
-// stale; a log line says so), so a retry executes again.
-//
-// Panics: when the handler panics, the reservation is released at once
-// (fenced, so a newer owner's row is never touched) and the panic is
-// re-raised. A handler that must give up without a response (its lease was
-// lost, say) can panic with http.ErrAbortHandler. Leaving it for a TTL takeover, as the spec's Worker implicitly
-// does, would not prevent re-execution, only delay it: after the TTL any
-// retry runs the mutation again anyway. Releasing lets the client retry
-// without waiting for a lease that nobody holds. Mutations kept in D1 and
-// committed through the transactional completion (see Tx) cannot have
-// happened when the handler panicked, so for them a retry is exactly right.
-func Middleware(l *Ledger, opts Options) func(http.Handler) http.Handler {
+// A guarded request's body is read once (the handler can still read
+// r.Body) and fingerprinted; round trip 1 then decides. A replay, a reuse,
+// a request in progress and a ledger failure are answered without running
+// the handler; otherwise the handler runs under a context that is cancelled
+// if the reservation's lease is lost, and its response is captured, stored
+// by round trip 2, and then sent. It fails closed: when the ledger cannot be
+// reached the handler never runs. The README documents every answer the
+// middleware gives, and what happens when a handler streams, hijacks,
+// panics or uses Tx.
+func NewMiddleware(l *Ledger, opts Options) (func(http.Handler) http.Handler, error) {
+	if l == nil {
+		return nil, errors.New("idem: NewMiddleware needs a Ledger")
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m := &middleware{l: l, o: opts, methods: map[string]bool{}}
+	for _, meth := range opts.Methods {
+		m.methods[strings.ToUpper(meth)] = true
+	}
+	return m.wrap, nil
+}
+
+// MustMiddleware is like NewMiddleware but panics if the options are
+// invalid. It simplifies initialization of global middleware stacks.
+func MustMiddleware(l *Ledger, opts Options) func(http.Handler) http.Handler {
 	mw, err := NewMiddleware(l, opts)
 	if err != nil {
 		panic(err)
 	}
 	return mw
-}
-
-// NewMiddleware is Middleware returning invalid options as an error.
-func NewMiddleware(l *Ledger, opts Options) (func(http.Handler) http.Handler, error) {
-	if l == nil {
-		return nil, errors.New("idem: Middleware needs a Ledger")
-	}
-	if opts.Principal == nil {
-		return nil, errors.New("idem: Options.Principal is required: derive the principal from authentication")
-	}
-	if opts.Methods == nil {
-		opts.Methods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
-	}
-	if opts.MaxBodyBytes == 0 {
-		opts.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if opts.Timeout == 0 {
-		opts.Timeout = DefaultTimeout
-	}
-	if opts.MaxBodyBytes < 0 || opts.Timeout < 0 {
-		return nil, errors.New("idem: Options.MaxBodyBytes and Options.Timeout must not be negative")
-	}
-	switch opts.ReuseStatus {
-	case 0:
-		opts.ReuseStatus = http.StatusConflict
-	case http.StatusConflict, http.StatusUnprocessableEntity, http.StatusBadRequest:
-	default:
-		return nil, fmt.Errorf("idem: Options.ReuseStatus %d: use 409 (the spec) or 422 (the IETF draft)", opts.ReuseStatus)
-	}
-	m := &middleware{l: l, o: opts, log: opts.Logger, methods: map[string]bool{}}
-	if m.log == nil {
-		m.log = l.log
-	}
-	for _, meth := range opts.Methods {
-		m.methods[strings.ToUpper(meth)] = true
-	}
-	return m.wrap, nil
 }
 
 func (m *middleware) wrap(next http.Handler) http.Handler {
@@ -197,7 +190,20 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		writeError(w, http.StatusUnauthorized, CodeUnauthenticated, "The request could not be authenticated.", nil)
 		return
 	}
-	key := HeaderValue(r.Header, HeaderKey)
+	if err := checkPrincipal(principal); err != nil {
+		m.principalInvalid(w, r, err, len(principal))
+		return
+	}
+	keys := r.Header.Values(HeaderKey)
+	if len(keys) > 1 {
+		// Two fields are two keys: never merge them ("k1, k2") into one.
+		writeError(w, http.StatusBadRequest, CodeKeyInvalid, "Send exactly one Idempotency-Key header.", nil)
+		return
+	}
+	var key string
+	if len(keys) == 1 {
+		key = strings.Trim(keys[0], httpWhitespace)
+	}
 	if key == "" {
 		if m.o.KeyOptional {
 			next.ServeHTTP(w, r)
@@ -258,9 +264,45 @@ func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, err err
 	case errors.Is(err, d1client.ErrBudget) || errors.Is(err, d1client.ErrRateLimited):
 		writeError(w, http.StatusServiceUnavailable, CodeBudgetExhausted, "The idempotency ledger's request budget is spent; retry later.", h)
 	default:
-		m.log.LogAttrs(r.Context(), slog.LevelError, "idem: ledger unavailable; request refused", slog.String("error", err.Error()))
+		m.log().LogAttrs(r.Context(), slog.LevelError, "idem: ledger unavailable; request refused", errAttrs(err)...)
 		writeError(w, http.StatusServiceUnavailable, CodeLedgerUnavailable, "The idempotency ledger is unavailable; retry later.", h)
 	}
+}
+
+// principalInvalid answers a principal the ledger cannot hold: the server
+// derived it, so it is the server's bug, and a retry cannot help (no
+// Retry-After). The log never carries the principal.
+func (m *middleware) principalInvalid(w http.ResponseWriter, r *http.Request, err error, n int) {
+	m.log().LogAttrs(r.Context(), slog.LevelWarn, "idem: Options.Principal returned a principal the ledger cannot hold; request refused",
+		slog.String("error", err.Error()), slog.Int("principal_bytes", n))
+	writeError(w, http.StatusInternalServerError, CodePrincipalInvalid,
+		fmt.Sprintf("The server derived an invalid principal for this request (not UTF-8, or over %d bytes).", MaxPrincipalLength), nil)
+}
+
+// errAttrs are the log attributes of a ledger error: the error, and the fix
+// when it is known.
+func errAttrs(err error) []slog.Attr {
+	attrs := []slog.Attr{slog.String("error", err.Error())}
+	if fix := remedy(err); fix != "" {
+		attrs = append(attrs, slog.String("fix", fix))
+	}
+	return attrs
+}
+
+// remedy returns what an operator should do about a ledger error, when it is
+// known: a missing table, a table that does not match the schema, refused
+// credentials. It returns "" otherwise.
+func remedy(err error) string {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, d1client.ErrSQL) && strings.Contains(msg, "no such table: "+d1idem.Table):
+		return "the ledger table is missing: run `d1idem schema apply` (or apply d1idem.Schema) on this database"
+	case errors.Is(err, d1client.ErrSQL) && strings.Contains(msg, "no such column"):
+		return "the ledger table does not match the schema: run `d1idem schema verify`"
+	case errors.Is(err, d1client.ErrAuth):
+		return "D1 refused the request: check the API token (it needs D1 edit permission), the account ID and the database ID"
+	}
+	return ""
 }
 
 func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, res *Reservation) {
@@ -271,17 +313,22 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	defer lease.stop()
 	tx := &Tx{}
 	ctx := withTx(lease.ctx, tx)
-	cw := &captureWriter{w: w, max: m.l.cfg.MaxStoredBody}
+	cw := &captureWriter{w: w, tx: tx, max: m.l.cfg.MaxStoredBody}
 
+	released := false
 	defer func() {
 		if v := recover(); v != nil {
 			lease.stop()
-			m.release(r, res, "the handler panicked")
+			tx.finish()
+			if !released {
+				m.release(r, res, "the handler panicked")
+			}
 			panic(v)
 		}
 	}()
 	next.ServeHTTP(cw, r.WithContext(ctx))
 	lease.stop()
+	stmts, refused := tx.finish()
 
 	if cw.streamed || cw.hijacked {
 		why := "the handler streamed its response"
@@ -289,6 +336,15 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			why = "the handler hijacked the connection"
 		}
 		m.release(r, res, why)
+		released = true
+		if refused > 0 {
+			m.log().LogAttrs(r.Context(), slog.LevelError, "idem: the handler added Tx statements after "+strings.TrimPrefix(why, "the handler ")+"; they were not committed, and the response is aborted",
+				append(logAttrs(res), slog.Int("refused_adds", refused))...)
+			if cw.streamed {
+				// The client must not take this response for a success.
+				panic(http.ErrAbortHandler)
+			}
+		}
 		return
 	}
 	resp := Response{Status: cw.status, Header: w.Header(), Body: cw.body.Bytes()}
@@ -300,7 +356,6 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	cctx := context.WithoutCancel(r.Context())
 	var done Completion
 	var err error
-	stmts := tx.statements()
 	if len(stmts) > 0 {
 		done, err = m.l.CompleteTx(cctx, res, resp, stmts)
 	} else {
@@ -308,8 +363,9 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	}
 	if err != nil {
 		if errors.Is(err, ErrTxNotCommitted) {
-			m.log.LogAttrs(r.Context(), slog.LevelError, "idem: the handler's statements were not committed; reservation released",
-				append(logAttrs(res), slog.String("error", err.Error()))...)
+			m.log().LogAttrs(r.Context(), slog.LevelError, "idem: the handler's statements were not committed; reservation released",
+				append(logAttrs(res), errAttrs(err)...)...)
+			resetHeader(w.Header(), nil) // the handler's headers describe what did not happen
 			if errors.Is(err, d1client.ErrSQL) {
 				// Deterministic: the handler's own statements failed.
 				writeError(w, http.StatusInternalServerError, CodeMutationAbandoned,
@@ -320,8 +376,8 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 				"The mutation could not be committed; retry the request.", http.Header{"Retry-After": {"1"}})
 			return
 		}
-		m.log.LogAttrs(r.Context(), slog.LevelError, "idem: completion not stored; the response is sent, and a retry after the TTL will run the mutation again",
-			append(logAttrs(res), slog.String("error", err.Error()))...)
+		m.log().LogAttrs(r.Context(), slog.LevelError, "idem: completion not stored; the response is sent, and a retry after the TTL will run the mutation again",
+			append(logAttrs(res), errAttrs(err)...)...)
 	}
 	if err == nil && !done.Stored && len(stmts) > 0 {
 		// Fenced out under transactional completion: the handler's writes
@@ -331,9 +387,9 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	if done.Response.Status != resp.Status {
-		// The spec's sentinel: the body could not be stored, so this caller
-		// gets status 500 with the stored headers and no body, as a replay
-		// will.
+		// The spec's sentinel: the response could not be stored, so this
+		// caller gets status 500 with the stored headers and no body, as a
+		// replay will.
 		resetHeader(w.Header(), done.Response.Header)
 	}
 	writeResponse(w, &Response{Status: done.Response.Status, Body: done.Response.Body}, false)
@@ -377,7 +433,7 @@ func (m *middleware) release(r *http.Request, res *Reservation, why string) {
 	if err != nil {
 		attrs = append(attrs, slog.String("error", err.Error()))
 	}
-	m.log.LogAttrs(r.Context(), slog.LevelWarn, "idem: response not stored; reservation released so the client may retry", attrs...)
+	m.log().LogAttrs(r.Context(), slog.LevelWarn, "idem: response not stored; reservation released so the client may retry", attrs...)
 }
 
 // writeResponse sends a response: resp.Header's fields are added to those
@@ -427,90 +483,3 @@ func retryAfterSeconds(d time.Duration) string {
 	}
 	return strconv.FormatInt(s, 10)
 }
-
-// captureWriter records a handler's response instead of sending it, so it
-// can be stored before the client sees it. Once the handler flushes or
-// hijacks, it passes everything through and records nothing more.
-type captureWriter struct {
-	w        http.ResponseWriter
-	max      int
-	status   int
-	body     bytes.Buffer
-	streamed bool
-	hijacked bool
-}
-
-func (c *captureWriter) Header() http.Header { return c.w.Header() }
-
-func (c *captureWriter) WriteHeader(code int) {
-	if c.streamed {
-		c.w.WriteHeader(code)
-		return
-	}
-	if c.status != 0 || code < 200 {
-		return // informational responses are not captured
-	}
-	c.status = code
-}
-
-func (c *captureWriter) Write(p []byte) (int, error) {
-	if c.streamed {
-		return c.w.Write(p)
-	}
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
-	if nullBodyStatus(c.status) {
-		return 0, http.ErrBodyNotAllowed
-	}
-	// Keep at most max+1 bytes: enough to know the body is over the cap.
-	if room := c.max + 1 - c.body.Len(); room > 0 {
-		c.body.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-// Flush switches to streaming: what was captured is sent, and so is
-// everything after it. The response will not be stored.
-func (c *captureWriter) Flush() {
-	_ = c.FlushError()
-}
-
-// FlushError is Flush for http.ResponseController. A flush after the body
-// has outgrown the stored-body cap is ignored: what was written beyond the
-// cap is gone, and the response will be the spec's status 500 sentinel.
-func (c *captureWriter) FlushError() error {
-	if c.hijacked || c.body.Len() > c.max {
-		return nil
-	}
-	if !c.streamed {
-		c.streamed = true
-		if c.status != 0 {
-			c.w.WriteHeader(c.status)
-		}
-		if c.body.Len() > 0 {
-			if _, err := c.w.Write(c.body.Bytes()); err != nil {
-				return err
-			}
-		}
-	}
-	return http.NewResponseController(c.w).Flush()
-}
-
-// Hijack hands the connection to the handler; the response will not be
-// stored.
-func (c *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	hj, ok := c.w.(http.Hijacker)
-	if !ok {
-		return nil, nil, http.ErrNotSupported
-	}
-	conn, rw, err := hj.Hijack()
-	if err == nil {
-		c.hijacked = true
-	}
-	return conn, rw, err
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer for
-// deadlines.
-func (c *captureWriter) Unwrap() http.ResponseWriter { return c.w }

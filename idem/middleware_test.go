@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -81,7 +82,7 @@ func newStack(t *testing.T, so stackOpts) *stack {
 		s.runs.Add(1)
 		so.handler(w, r)
 	})
-	mw := idem.Middleware(s.ledger, so.opts)
+	mw := idem.MustMiddleware(s.ledger, so.opts)
 	var root http.Handler
 	if so.router != nil {
 		root = so.router(mw, h)
@@ -487,5 +488,207 @@ func TestMiddlewareWithRouters(t *testing.T) {
 				t.Fatalf("a=%+v b=%+v c=%+v g=%+v runs=%d", a, b, c, g, s.runs.Load())
 			}
 		})
+	}
+}
+
+// A status net/http refuses (outside 100-999) is refused the same way, a
+// panic, and nothing is stored: the reservation is released and a retry
+// executes. An informational status is sent at once and never stored; 101
+// streams, like a flush. A status a Worker cannot replay (600-999) is
+// stored as the spec's sentinel.
+func TestMiddlewareStatusCodes(t *testing.T) {
+	var code atomic.Int64
+	s := newStack(t, stackOpts{handler: func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/early-hints":
+			w.Header().Set("Link", "</style.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			w.WriteHeader(http.StatusCreated)
+			w.Write([]byte("final"))
+		case "/switching":
+			w.WriteHeader(http.StatusSwitchingProtocols)
+		default:
+			w.WriteHeader(int(code.Load()))
+			w.Write([]byte("body"))
+		}
+	}})
+	for _, bad := range []int{1000, 99, 0, -1} {
+		code.Store(int64(bad))
+		key := fmt.Sprint("bad-", bad)
+		for i := 0; i < 2; i++ {
+			if r := s.do("POST", "/bad", key, "tok", ""); r.err == nil {
+				t.Fatalf("WriteHeader(%d) answered: %+v", bad, r)
+			}
+		}
+		res, err := s.db.Query(bg, "SELECT count(*) FROM idempotency_keys WHERE key = ? AND status = 'completed'", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := res.Rows[0][0].Int64(); n != 0 {
+			t.Errorf("WriteHeader(%d) was stored", bad)
+		}
+	}
+	// 1xx: sent, not stored; the final status is.
+	r := s.do("POST", "/early-hints", "hints", "tok", "")
+	if r.status != 201 || r.body != "final" {
+		t.Fatalf("early hints: %+v", r)
+	}
+	if r = s.do("POST", "/early-hints", "hints", "tok", ""); r.status != 201 || r.body != "final" || r.header.Get(idem.HeaderReplayed) != "true" {
+		t.Fatalf("early hints replay: %+v", r)
+	}
+	// 600-999: answered and stored as the spec's sentinel, 500 with no body.
+	code.Store(799)
+	for i := 0; i < 2; i++ {
+		if r := s.do("POST", "/odd", "odd", "tok", ""); r.status != 500 || r.body != "" {
+			t.Fatalf("status 799, attempt %d: %+v", i, r)
+		}
+	}
+	// 101 streams: nothing stored, the reservation released.
+	s.do("POST", "/switching", "switch", "tok", "")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := s.db.Query(bg, "SELECT status, generation FROM idempotency_keys WHERE key = 'switch'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var status string
+		var gen int64
+		_ = res.Rows[0].Scan(&status, &gen)
+		if status == "pending" && gen == 2 {
+			break
+		}
+		if status == "completed" || time.Now().After(deadline) {
+			t.Fatalf("after 101: %s at generation %d", status, gen)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Through the ledger directly, a status outside 200-599 is stored as the
+// sentinel; a row holding one (written by anything else) is unreadable.
+func TestLedgerStatusOutsideReplayableRange(t *testing.T) {
+	db := d1test.Local(t).NewClientSchema(t)
+	l := newLedger(t, db, idem.Config{Heartbeat: -1})
+	for _, status := range []int{1000, 103, 101, 600, 999, -5} {
+		key := fmt.Sprint("s", status)
+		r := begin(t, l, "p", key, "fp").Reservation
+		c, err := l.Complete(bg, r, idem.Response{Status: status, Body: []byte("x")})
+		if err != nil || !c.Stored || c.Response.Status != 500 || c.Response.Body != nil {
+			t.Errorf("status %d: %+v %v", status, c, err)
+		}
+		if d := begin(t, l, "p", key, "fp"); d.Outcome != idem.Replay || d.Response.Status != 500 {
+			t.Errorf("status %d replay: %+v", status, d)
+		}
+	}
+	if _, err := db.Query(bg, `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, response_status, response_body, response_headers, created_at, updated_at)
+VALUES ('p', 'foreign', 'fp', 'completed', 1, 1000, 'x', '{}', 1, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Begin(bg, "p", "foreign", "fp"); !errors.Is(err, idem.ErrUnreadableRecord) {
+		t.Errorf("a row with status 1000: %v", err)
+	}
+}
+
+// A principal the ledger cannot hold (not UTF-8, or over 1,024 bytes) is the
+// server's bug: 500 idempotency_principal_invalid, without Retry-After, and
+// a WARN log that does not carry the principal. It is never reported as the
+// ledger being unavailable. Ledger.Begin returns ErrInvalidPrincipal.
+func TestMiddlewareInvalidPrincipal(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	s := newStack(t, stackOpts{cfg: idem.Config{Logger: slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil))},
+		opts: idem.Options{Principal: func(r *http.Request) (string, error) { return r.Header.Get("X-Principal"), nil }}})
+	long := strings.Repeat("p", idem.MaxPrincipalLength)
+	for _, p := range []string{"acct\xff", long + "q", "\xc3("} {
+		r := s.do("POST", "/x", "k", "", "{}", "X-Principal", p)
+		if r.status != 500 || r.errorCode(t) != idem.CodePrincipalInvalid || r.header.Get("Retry-After") != "" {
+			t.Errorf("principal %.20q: %+v", p, r)
+		}
+		if _, err := s.ledger.Begin(bg, p, "k", "fp"); !errors.Is(err, idem.ErrInvalidPrincipal) || strings.Contains(err.Error(), p) {
+			t.Errorf("Begin with principal %.20q: %v", p, err)
+		}
+	}
+	if r := s.do("POST", "/x", "k", "", "{}", "X-Principal", long); r.status != 201 {
+		t.Errorf("a principal of exactly %d bytes: %+v", idem.MaxPrincipalLength, r)
+	}
+	if n := s.runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times", n)
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if strings.Count(out, `"level":"WARN"`) != 3 || strings.Contains(out, "acct") || strings.Contains(out, long) ||
+		strings.Contains(out, "ERROR") || !strings.Contains(out, `"principal_bytes":1025`) {
+		t.Errorf("log:\n%s", out)
+	}
+}
+
+// Two Idempotency-Key fields are two keys: refused, never merged into one
+// "k1, k2" key. One field holding a comma is one key (the spec's pattern
+// allows it, and a Worker keys it the same).
+func TestMiddlewareDuplicateKeyHeaders(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	req, _ := http.NewRequest("POST", s.srv.URL+"/x", strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer tok")
+	req.Header.Add("Idempotency-Key", "k1")
+	req.Header.Add("Idempotency-Key", "k2")
+	res, err := s.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	r := reply{status: res.StatusCode, header: res.Header, body: string(body)}
+	if r.status != 400 || r.errorCode(t) != idem.CodeKeyInvalid {
+		t.Fatalf("two fields: %+v", r)
+	}
+	if n := s.runs.Load(); n != 0 {
+		t.Fatalf("handler ran %d times", n)
+	}
+	// One field with a comma: the whole value is the key.
+	if r := s.do("POST", "/x", "k1, k2", "tok", "{}"); r.status != 201 {
+		t.Fatalf("one field with a comma: %+v", r)
+	}
+	res2, err := s.db.Query(bg, "SELECT key FROM idempotency_keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, _ := res2.Rows[0][0].Text(); len(res2.Rows) != 1 || k != "k1, k2" {
+		t.Fatalf("keys: %v", res2.Rows)
+	}
+}
+
+// With no Logger, the middleware logs to slog.Default(), and a ledger
+// failure whose fix is known carries it: a missing table says to apply the
+// schema.
+func TestMiddlewareLogsToDefaultWithFix(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
+	db := d1test.Local(t).NewClient(t) // no schema
+	l, err := idem.New(db, idem.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := idem.MustMiddleware(l, idem.Options{Principal: bearer})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Error("the handler ran without a ledger")
+	}))
+	req := httptest.NewRequest("POST", "/x", strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer tok")
+	req.Header.Set("Idempotency-Key", "k")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), idem.CodeLedgerUnavailable) {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "ledger unavailable") ||
+		!strings.Contains(out, "no such table: idempotency_keys") || !strings.Contains(out, "run `d1idem schema apply`") {
+		t.Errorf("default log:\n%s", out)
 	}
 }

@@ -24,7 +24,7 @@ func nullBodyStatus(status int) bool {
 // storedRow is the lookup's view of a ledger row.
 type storedRow struct {
 	fingerprint     string
-	status          string
+	status          Status
 	generation      int64
 	responseStatus  *int64
 	responseBody    *string
@@ -32,16 +32,21 @@ type storedRow struct {
 }
 
 func (r *storedRow) scan(row d1client.Row) error {
-	return row.Scan(&r.fingerprint, &r.status, &r.generation, &r.responseStatus, &r.responseBody, &r.responseHeaders)
+	return row.Scan(&r.fingerprint, (*string)(&r.status), &r.generation, &r.responseStatus, &r.responseBody, &r.responseHeaders)
 }
 
 // response reconstructs a completed row's response the way the spec's
 // replayResponse does: status (500 when null), the stored headers (never
 // set-cookie or connection headers, whoever wrote the row), and the body
-// unless the status forbids one.
+// unless the status forbids one. A status outside 200-599 cannot come from
+// the spec's Worker (a Fetch Response cannot carry it) nor from this
+// package: the row is unreadable.
 func (r *storedRow) response() (*Response, error) {
 	status := http.StatusInternalServerError
 	if r.responseStatus != nil {
+		if !replayableStatus(*r.responseStatus) {
+			return nil, fmt.Errorf("%w: response_status %d is not a status a response can be replayed with", ErrUnreadableRecord, *r.responseStatus)
+		}
 		status = int(*r.responseStatus)
 	}
 	header, err := decodeHeaders(r.responseHeaders)
@@ -55,6 +60,13 @@ func (r *storedRow) response() (*Response, error) {
 	return resp, nil
 }
 
+// replayableStatus reports whether a response with this status can be
+// stored and replayed by both this package and the spec's Worker: a Fetch
+// Response is constructed with a status in 200-599 only.
+func replayableStatus[T int | int64](status T) bool { return status >= 200 && status <= 599 }
+
+// decodeHeaders turns a stored response_headers object into header fields.
+// Values come back as UTF-8, as workerd sends them (see captureHeaders).
 func decodeHeaders(s *string) (http.Header, error) {
 	h := http.Header{}
 	if s == nil || *s == "" {
@@ -80,13 +92,14 @@ func decodeHeaders(s *string) (http.Header, error) {
 // A body over MaxStoredBody bytes is not stored: the row records status 500
 // with a null body, and the caller gets that too, so a replay never serves a
 // truncated body. A body that is not valid UTF-8 cannot live in the TEXT
-// column without being altered, so it is treated the same way.
+// column without being altered, and a status outside 200-599 cannot be
+// replayed by a Worker, so both are treated the same way.
 func (l *Ledger) normalize(resp Response) (Response, string, *string) {
 	if resp.Status == 0 {
 		resp.Status = http.StatusOK
 	}
 	headersJSON := captureHeaders(resp.Header, l.cfg.ReplayableHeaders)
-	if len(resp.Body) > l.cfg.MaxStoredBody || !utf8.Valid(resp.Body) {
+	if len(resp.Body) > l.cfg.MaxStoredBody || !utf8.Valid(resp.Body) || !replayableStatus(resp.Status) {
 		h, _ := decodeHeaders(&headersJSON)
 		return Response{Status: http.StatusInternalServerError, Header: h}, headersJSON, nil
 	}
@@ -100,7 +113,16 @@ func (l *Ledger) normalize(resp Response) (Response, string, *string) {
 
 // captureHeaders is the spec's captureHeaders: a JSON object of the
 // replayable headers present on the response, in allowlist order, each value
-// as Fetch's Headers.get gives it, encoded as JSON.stringify encodes it.
+// as a Worker's Headers.get gives it (see HeaderValue), encoded as
+// JSON.stringify encodes it.
+//
+// Header bytes are text to a Worker: workerd decodes a header value as
+// UTF-8, each ill-formed sequence becoming one U+FFFD (the WHATWG decoder),
+// and sends a value as UTF-8. So a value that is valid UTF-8 (é as C3 A9, €,
+// emoji) is stored as those characters and replayed byte for byte by either
+// side, while a byte that is not UTF-8 (Latin-1 é, 0xE9) is stored as U+FFFD
+// by a Worker and by this package alike: a row replays identically whoever
+// wrote it and whoever replays it.
 func captureHeaders(h http.Header, names []string) string {
 	var b strings.Builder
 	b.WriteByte('{')
@@ -115,7 +137,7 @@ func captureHeaders(h http.Header, names []string) string {
 		first = false
 		writeJSString(&b, name)
 		b.WriteByte(':')
-		writeJSString(&b, strings.ToValidUTF8(HeaderValue(h, name), "\uFFFD"))
+		writeJSString(&b, HeaderValue(h, name))
 	}
 	b.WriteByte('}')
 	return b.String()

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -18,6 +19,9 @@ type ledgerSQL struct {
 
 	claim, lookup, completeSQL, completeLookup, sweepSQL, releaseSQL, renewSQL, guardSQL string
 }
+
+// d1Now is D1's clock in the spec's unit, milliseconds since the epoch.
+const d1Now = "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
 
 // buildSQL builds the statements for the D1 clock, or for an injected
 // clock bound as a parameter.
@@ -61,13 +65,20 @@ WHERE rowid IN (
   WHERE updated_at < ` + now("?3") + ` - ?1
   LIMIT ?2
 )`,
-		// A fenced release: the pending row of this generation only moves
-		// one generation on and its lease is made stale, so the next request
-		// with the same fingerprint takes it over at once. It is not deleted:
-		// a fresh claim would restart at generation 1, a generation an
-		// earlier, superseded owner may still hold.
-		releaseSQL: `UPDATE idempotency_keys SET generation = generation + 1, updated_at = ` + now("?5") + ` - ?4
-WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending'
+		// The one release rule (Ledger.Release, Admin.Release): the row of
+		// this generation moves one generation on, becomes (or stays)
+		// pending with no response, and its updated_at is set one
+		// millisecond past the TTL, so the next request with the same
+		// fingerprint takes it over at once. It is never deleted: a fresh
+		// claim would restart at generation 1, which an earlier, superseded
+		// owner may still hold. ?5 releases any pending row of the
+		// generation, else only a stale one (older than the TTL, ?6); ?7
+		// also releases a completed row (forgetting its response).
+		releaseSQL: `UPDATE idempotency_keys
+SET generation = generation + 1, status = 'pending', response_status = NULL, response_body = NULL, response_headers = NULL,
+    updated_at = ` + now("?8") + ` - ?4
+WHERE principal = ?1 AND key = ?2 AND generation = ?3
+  AND ((status = 'pending' AND (?5 OR updated_at < ` + now("?8") + ` - ?6)) OR (status = 'completed' AND ?7))
 RETURNING generation`,
 		// A fenced lease renewal (heartbeat).
 		renewSQL: `UPDATE idempotency_keys SET updated_at = ` + now("?4") + `
@@ -120,11 +131,25 @@ func (s ledgerSQL) sweep(retention time.Duration, batch int, now time.Time) d1cl
 	return d1client.Statement{SQL: s.sweepSQL, Params: s.withNow([]any{retention.Milliseconds(), batch}, now)}
 }
 
-func (s ledgerSQL) release(r *Reservation, ttl time.Duration, now time.Time) d1client.Statement {
+// releaseMode says which rows a release may touch.
+type releaseMode int
+
+const (
+	releaseOwner releaseMode = iota // the owner's own pending row, stale or not
+	releaseStuck                    // a pending row older than the TTL
+	releaseForce                    // any pending row, or a completed one
+)
+
+func (s ledgerSQL) release(principal, key string, generation int64, ttl time.Duration, mode releaseMode, now time.Time) d1client.Statement {
 	// One millisecond past the TTL: stale at once, and (retention exceeding
-	// the TTL) not yet old enough for the sweep.
+	// the TTL by far) not yet old enough for the sweep.
 	backdate := (ttl + time.Millisecond).Milliseconds()
-	return d1client.Statement{SQL: s.releaseSQL, Params: s.withNow([]any{r.Principal, r.Key, r.Generation, backdate}, now)}
+	anyPending, completed := mode != releaseStuck, mode == releaseForce
+	params := []any{principal, key, generation, backdate, anyPending, ttl.Milliseconds(), completed}
+	if s.injected {
+		params = append(params, ms(now))
+	}
+	return d1client.Statement{SQL: s.releaseSQL, Params: params}
 }
 
 func (s ledgerSQL) lookupRow(principal, key string) d1client.Statement {
@@ -141,7 +166,40 @@ func (s ledgerSQL) guard(r *Reservation) d1client.Statement {
 
 // isFenceViolation recognises the guard's abort.
 func isFenceViolation(err error) bool {
-	var e *d1client.Error
-	return errors.Is(err, d1client.ErrSQL) && errors.As(err, &e) &&
-		strings.Contains(e.Message, "NOT NULL constraint failed: idempotency_keys.fingerprint")
+	return errors.Is(err, d1client.ErrSQL) &&
+		strings.Contains(err.Error(), "NOT NULL constraint failed: idempotency_keys.fingerprint")
+}
+
+// query builds one statement of the administrative API, keeping its
+// anonymous parameters in the order their "?" appear.
+type query struct {
+	sql      strings.Builder
+	params   []any
+	injected bool
+	now      time.Time
+}
+
+func (s ledgerSQL) query(now time.Time) *query { return &query{injected: s.injected, now: now} }
+
+// add appends SQL text and the parameters of its "?"s.
+func (q *query) add(sql string, params ...any) *query {
+	if n := strings.Count(sql, "?"); n != len(params) {
+		panic(fmt.Sprintf("idem: %d parameters for %d placeholders in %q", len(params), n, sql))
+	}
+	q.sql.WriteString(sql)
+	q.params = append(q.params, params...)
+	return q
+}
+
+// clock appends the ledger's clock: D1's, or the injected time as a
+// parameter.
+func (q *query) clock() *query {
+	if q.injected {
+		return q.add("?", ms(q.now))
+	}
+	return q.add(d1Now)
+}
+
+func (q *query) statement() d1client.Statement {
+	return d1client.Statement{SQL: q.sql.String(), Params: q.params}
 }

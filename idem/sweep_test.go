@@ -133,7 +133,7 @@ func TestSweepPiggybacksAndKeepsUpWithBacklog(t *testing.T) {
 		t.Errorf("%d rows inside retention left, want 2", n)
 	}
 	// Manual Sweep reports deletions and respects retention too.
-	if n, err := l.Sweep(ctx); err != nil || n != 0 {
+	if n, err := l.Admin().Sweep(ctx); err != nil || n != 0 {
 		t.Errorf("Sweep = %d, %v", n, err)
 	}
 }

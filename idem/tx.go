@@ -22,22 +22,62 @@ import (
 // INSERT ... ON CONFLICT for natural keys): a batch that fails commits
 // nothing, and the request is answered with an error instead of the
 // handler's response.
+//
+// The handler's response is sent only after the batch commits, so a client
+// never receives a success for writes that did not commit. While statements
+// are queued, a flush is held (the response goes out after the commit) and
+// a hijack is refused. Once the response is streamed (a flush with nothing
+// queued) or the connection hijacked, or once the handler has returned, Add
+// fails with ErrTxClosed and commits nothing; the middleware then logs the
+// refusal at ERROR and, for a streamed response, aborts it (the client
+// sees a broken response, never a complete one). Queue statements before
+// the first flush.
 type Tx struct {
-	mu    sync.Mutex
-	stmts []d1client.Statement
+	mu      sync.Mutex
+	stmts   []d1client.Statement
+	closed  error // why Add fails; nil while open
+	refused int   // Adds refused after the Tx closed
 }
 
-// Add queues statements to commit with the completion, in order.
-func (t *Tx) Add(stmts ...d1client.Statement) {
-	t.mu.Lock()
-	t.stmts = append(t.stmts, stmts...)
-	t.mu.Unlock()
-}
+// ErrTxClosed is returned by Tx.Add once its statements can no longer
+// commit with the response.
+var ErrTxClosed = errors.New("idem: Tx closed: the statements will not be committed")
 
-func (t *Tx) statements() []d1client.Statement {
+var (
+	errTxStreamed = fmt.Errorf("%w: the response was already streamed (flushed before any statement was queued)", ErrTxClosed)
+	errTxHijacked = fmt.Errorf("%w: the connection was hijacked", ErrTxClosed)
+	errTxDone     = fmt.Errorf("%w: the handler has returned", ErrTxClosed)
+)
+
+// Add queues statements to commit with the completion, in order. It fails
+// with ErrTxClosed, queuing nothing, once the response has been streamed or
+// hijacked or the handler has returned.
+func (t *Tx) Add(stmts ...d1client.Statement) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return append([]d1client.Statement(nil), t.stmts...)
+	if t.closed != nil {
+		t.refused++
+		return t.closed
+	}
+	t.stmts = append(t.stmts, stmts...)
+	return nil
+}
+
+// closeLocked closes the Tx for why, unless it is closed already. t.mu is
+// held.
+func (t *Tx) closeLocked(why error) {
+	if t.closed == nil {
+		t.closed = why
+	}
+}
+
+// finish closes the Tx when the handler returns and hands over its
+// statements and the number of Adds it refused.
+func (t *Tx) finish() ([]d1client.Statement, int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closeLocked(errTxDone)
+	return t.stmts, t.refused
 }
 
 type txKey struct{}
@@ -72,6 +112,10 @@ func (l *Ledger) CompleteTx(ctx context.Context, r *Reservation, resp Response, 
 	err := l.finish(ctx, r, batch, len(stmts), &w)
 	if err == nil {
 		return w.done, nil
+	}
+	if errors.Is(err, ErrReservationExpired) {
+		// Nothing was sent; the row may not be ours any more.
+		return w.done, fmt.Errorf("%w: %w", ErrTxNotCommitted, err)
 	}
 	// Nothing, or (if the failure was ambiguous) everything, committed.
 	if landed, lerr := l.holdsCompletion(ctx, r, &w); lerr == nil && landed {

@@ -4,8 +4,11 @@
 // created exactly once per Idempotency-Key even across takeovers.
 //
 // The principal is the bearer token of "Authorization: Bearer <token>",
-// verbatim. That is a stand-in for real authentication: a real API derives
-// the principal (an account ID) from a verified credential.
+// verbatim, once its characters are checked (RFC 6750's b64token, at most
+// 256 of them): a request without a valid token is answered 401 by the API
+// itself, before the idempotency middleware. That is a stand-in for real
+// authentication: a real API derives the principal (an account ID) from a
+// verified credential.
 package ordersapi
 
 import (
@@ -46,8 +49,8 @@ type Config struct {
 	// ("2s") the handler sleeps before creating the order: the demo uses it
 	// to stage a slow request. Leave it empty in anything real.
 	DelayHeader string
-	// Options are passed to idem.Middleware; Principal defaults to the
-	// bearer token.
+	// Options are passed to idem.NewMiddleware; Principal defaults to the
+	// authenticated bearer token.
 	Options idem.Options
 }
 
@@ -70,14 +73,51 @@ func EnsureSchema(ctx context.Context, db *d1client.Client) error {
 	return err
 }
 
+// MaxTokenLength is the longest bearer token the API accepts.
+const MaxTokenLength = 256
+
 // BearerPrincipal returns the bearer token of the Authorization header,
-// verbatim: the example's stand-in for authentication.
+// verbatim, or an error when there is none or it is not an RFC 6750
+// b64token of at most MaxTokenLength characters: the example's stand-in for
+// authentication.
 func BearerPrincipal(r *http.Request) (string, error) {
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || strings.TrimSpace(token) == "" {
+	if !ok || token == "" {
 		return "", errors.New("missing bearer token")
 	}
+	if len(token) > MaxTokenLength || !b64token(token) {
+		return "", errors.New("malformed bearer token")
+	}
 	return token, nil
+}
+
+// b64token reports whether s matches RFC 6750's
+// 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=".
+func b64token(s string) bool {
+	body := strings.TrimRight(s, "=")
+	if body == "" {
+		return false
+	}
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~+/", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// authenticate answers 401 for a request without a valid bearer token, so
+// that only authenticated requests reach the idempotency middleware.
+func authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := BearerPrincipal(r); err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthenticated", "message": "send Authorization: Bearer <token>: " + err.Error()})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // New returns the API's handler: POST /v1/orders (idempotent) and
@@ -96,8 +136,8 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	a := &api{cfg: cfg}
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/orders", mw(http.HandlerFunc(a.create)))
-	mux.HandleFunc("GET /v1/orders/{id}", a.get)
+	mux.Handle("POST /v1/orders", authenticate(mw(http.HandlerFunc(a.create))))
+	mux.Handle("GET /v1/orders/{id}", authenticate(http.HandlerFunc(a.get)))
 	return mux, nil
 }
 
@@ -138,7 +178,10 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if tx, ok := idem.TxFromContext(r.Context()); ok {
 		// Committed with the ledger's completion, or not at all.
-		tx.Add(insert)
+		if err := tx.Add(insert); err != nil {
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal", "message": "the order could not be queued"})
+			return
+		}
 	} else if _, err := a.cfg.DB.Exec(r.Context(), []d1client.Statement{insert}); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "unavailable", "message": "the order could not be saved"})
 		return
@@ -148,11 +191,7 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) get(w http.ResponseWriter, r *http.Request) {
-	principal, err := BearerPrincipal(r)
-	if err != nil {
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthenticated", "message": "send Authorization: Bearer <token>"})
-		return
-	}
+	principal, _ := BearerPrincipal(r) // authenticate checked it
 	res, err := a.cfg.DB.Query(r.Context(), "SELECT id, sku, qty FROM orders WHERE id = ? AND principal = ?", r.PathValue("id"), principal)
 	if err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "unavailable", "message": "the order could not be read"})

@@ -61,6 +61,27 @@ func TestOrdersAPI(t *testing.T) {
 	if res.StatusCode != 401 {
 		t.Fatalf("no token: %d %s", res.StatusCode, body)
 	}
+	// A token that is not a b64token (a byte that is not UTF-8, a space) or
+	// is too long is refused by the API itself, 401, before the ledger:
+	// never reported as the ledger being unavailable.
+	for _, bad := range []string{"tok\xff", "tok en", "tok\u00e9", strings.Repeat("t", ordersapi.MaxTokenLength+1), "==="} {
+		for _, path := range []string{"/v1/orders", "/v1/orders/ord_1"} {
+			method := "POST"
+			if path != "/v1/orders" {
+				method = "GET"
+			}
+			res, body := do(method, path, bad, "k1", `{"sku":"tea","qty":2}`)
+			if res.StatusCode != 401 || !strings.Contains(body, `"unauthenticated"`) || res.Header.Get("Retry-After") != "" {
+				t.Errorf("%s %s with token %q: %d %s", method, path, bad, res.StatusCode, body)
+			}
+		}
+	}
+	if n := count("1"); n != 0 {
+		t.Fatalf("%d orders after refused tokens", n)
+	}
+	if _, err := ordersapi.BearerPrincipal(&http.Request{Header: http.Header{"Authorization": {"Bearer " + strings.Repeat("t", ordersapi.MaxTokenLength)}}}); err != nil {
+		t.Errorf("a token of %d characters: %v", ordersapi.MaxTokenLength, err)
+	}
 	res, body = do("POST", "/v1/orders", "tok_a", "k1", `{"sku":"tea","qty":2}`)
 	var o ordersapi.Order
 	if res.StatusCode != 201 || json.Unmarshal([]byte(body), &o) != nil || res.Header.Get("Location") != "/v1/orders/"+o.ID || o.SKU != "tea" || o.Qty != 2 {

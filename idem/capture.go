@@ -1,0 +1,138 @@
+package idem
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+)
+
+// captureWriter records a handler's response instead of sending it, so that
+// it can be stored (with the handler's Tx statements) before the client sees
+// it. Once the handler streams or hijacks, it passes everything through and
+// records nothing more; while Tx statements are queued it refuses both (see
+// Tx).
+type captureWriter struct {
+	w        http.ResponseWriter
+	tx       *Tx
+	max      int
+	status   int
+	body     bytes.Buffer
+	streamed bool
+	hijacked bool
+}
+
+func (c *captureWriter) Header() http.Header { return c.w.Header() }
+
+// WriteHeader records the status. Like net/http, it panics on a code
+// outside 100-999, sends an informational (1xx) response at once (it is
+// never stored), and ignores a status after the first. 101 Switching
+// Protocols cannot be replayed: with no Tx statements queued it is sent
+// and the response streams; with statements queued it is recorded, and
+// stored as the spec's sentinel (status 500).
+func (c *captureWriter) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
+	if c.streamed || c.hijacked {
+		c.w.WriteHeader(code)
+		return
+	}
+	if c.status != 0 {
+		return
+	}
+	if code < 200 && code != http.StatusSwitchingProtocols {
+		c.w.WriteHeader(code)
+		return
+	}
+	if code == http.StatusSwitchingProtocols && c.stream() {
+		c.w.WriteHeader(code)
+		return
+	}
+	c.status = code
+}
+
+func (c *captureWriter) Write(p []byte) (int, error) {
+	if c.streamed || c.hijacked {
+		return c.w.Write(p)
+	}
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	if nullBodyStatus(c.status) {
+		return 0, http.ErrBodyNotAllowed
+	}
+	// Keep at most max+1 bytes: enough to know the body is over the cap.
+	if room := c.max + 1 - c.body.Len(); room > 0 {
+		c.body.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// stream switches to passing the response through, unless Tx statements
+// are queued; from then on the Tx refuses statements.
+func (c *captureWriter) stream() bool {
+	c.tx.mu.Lock()
+	defer c.tx.mu.Unlock()
+	if len(c.tx.stmts) > 0 {
+		return false
+	}
+	c.streamed = true
+	c.tx.closeLocked(errTxStreamed)
+	return true
+}
+
+// Flush is FlushError without the error.
+func (c *captureWriter) Flush() {
+	_ = c.FlushError()
+}
+
+// FlushError switches to streaming: what was captured is sent, and so is
+// everything after it; the response will not be stored. While Tx
+// statements are queued the flush is held: the response is sent after they
+// commit. A flush after the body has outgrown the stored-body cap is
+// ignored too: what was written beyond the cap is gone, and the response
+// will be the spec's status 500 sentinel.
+func (c *captureWriter) FlushError() error {
+	if c.streamed || c.hijacked {
+		return http.NewResponseController(c.w).Flush()
+	}
+	if c.body.Len() > c.max || !c.stream() {
+		return nil
+	}
+	if c.status != 0 {
+		c.w.WriteHeader(c.status)
+	}
+	if c.body.Len() > 0 {
+		if _, err := c.w.Write(c.body.Bytes()); err != nil {
+			return err
+		}
+	}
+	return http.NewResponseController(c.w).Flush()
+}
+
+// Hijack hands the connection to the handler; the response will not be
+// stored. It is refused while Tx statements are queued: they commit with a
+// stored response, which a hijacked connection cannot have.
+func (c *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := c.w.(http.Hijacker)
+	if !ok {
+		return nil, nil, http.ErrNotSupported
+	}
+	c.tx.mu.Lock()
+	defer c.tx.mu.Unlock()
+	if len(c.tx.stmts) > 0 {
+		return nil, nil, fmt.Errorf("idem: hijack refused: idem.Tx statements are queued, and they commit only with a stored response: %w", http.ErrNotSupported)
+	}
+	conn, rw, err := hj.Hijack()
+	if err == nil {
+		c.hijacked = true
+		c.tx.closeLocked(errTxHijacked)
+	}
+	return conn, rw, err
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer for
+// deadlines.
+func (c *captureWriter) Unwrap() http.ResponseWriter { return c.w }

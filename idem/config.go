@@ -1,0 +1,218 @@
+package idem
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Defaults, from the spec where it has them.
+const (
+	DefaultTTL           = 30 * time.Second // PENDING_TTL_MS
+	DefaultRetention     = 24 * time.Hour   // RETENTION_MS
+	DefaultSweepBatch    = 20               // SWEEP_BATCH_SIZE
+	DefaultMaxStoredBody = 16_384           // RESPONSE_BODY_MAX_BYTES
+	DefaultSweepInterval = time.Minute      // how often a completion carries a sweep
+	DefaultMaxLease      = 10 * time.Minute // longest a heartbeat keeps a reservation alive
+)
+
+// RetentionMargin is how much longer than MaxLease plus the TTL the
+// retention must be. Within it an owner whose handler was cancelled at
+// MaxLease still completes, and a write still in flight lands, before the
+// sweep may delete the row: see Config.Retention.
+const RetentionMargin = time.Minute
+
+// MaxSweepBatch is the largest Config.SweepBatch.
+const MaxSweepBatch = 1000
+
+// Limits of the configuration, as Config documents them.
+const (
+	minTTL           = 10 * time.Millisecond
+	maxTTL           = 24 * time.Hour
+	maxMaxLease      = 7 * 24 * time.Hour
+	maxRetention     = 10 * 365 * 24 * time.Hour
+	maxSweepInterval = 24 * time.Hour
+	maxStoredBody    = 1 << 20
+)
+
+const defaultRenewFraction = 3 // heartbeat every TTL/3
+
+// DefaultFingerprintHeaders and DefaultReplayableHeaders are the spec's
+// FINGERPRINT_HEADERS and REPLAYABLE_HEADERS.
+var (
+	DefaultFingerprintHeaders = []string{"content-type", "x-api-version"}
+	DefaultReplayableHeaders  = []string{"content-type", "location"}
+)
+
+// Config configures a Ledger. The zero value of every field means its
+// default. Every Ledger sharing one table should use the same TTL and
+// Retention.
+type Config struct {
+	// TTL is how long a pending reservation is presumed alive: after it, a
+	// retry with the same fingerprint takes the reservation over. Set it well
+	// above the slowest realistic mutation. 10ms to 24h; default 30s.
+	TTL time.Duration
+	// Retention is how long any row is kept after its last update before the
+	// sweep deletes it: the retention promised to clients. It must be at
+	// least MaxLease + TTL + RetentionMargin, so that no row an owner may
+	// still write is ever swept (a fresh claim of a swept key restarts at
+	// generation 1, which a live owner may hold). Up to 10 years; default
+	// 24h.
+	Retention time.Duration
+	// SweepBatch bounds the rows one sweep deletes. 1 to 1000; default 20.
+	SweepBatch int
+	// SweepInterval is how often a completion carries a sweep; a sweep that
+	// deletes a full batch keeps the next completion sweeping too, so a
+	// backlog clears. Up to 24h; default 1 minute.
+	SweepInterval time.Duration
+	// MaxStoredBody caps the stored response body in bytes. A larger body is
+	// stored as a null body with status 500, as the spec says. 1 to 1 MiB;
+	// default 16,384.
+	MaxStoredBody int
+	// FingerprintHeaders are the request headers that take part in the
+	// fingerprint, in order. Default content-type, x-api-version.
+	FingerprintHeaders []string
+	// ReplayableHeaders are the response headers stored and replayed, in
+	// order. Default content-type, location. set-cookie is refused.
+	ReplayableHeaders []string
+
+	// Clock, if set, supplies the timestamps of claims, takeovers,
+	// completions, releases and sweeps, bound as parameters as the spec does
+	// with Date.now(). When nil (the default), D1's own clock supplies them,
+	// inside each statement: one clock for every instance.
+	Clock func() time.Time
+
+	// Heartbeat renews a reservation's lease while its handler runs (see
+	// Hold). 1ms up to the TTL; default TTL/3; negative disables
+	// heartbeats.
+	Heartbeat time.Duration
+	// MaxLease bounds how long heartbeats keep one reservation alive: a
+	// handler running longer has its context cancelled. The TTL to 7 days;
+	// default 10 minutes, or the TTL if that is longer.
+	MaxLease time.Duration
+
+	// Logger receives fenced-out completions, lost leases, released
+	// reservations and ledger failures. Logs carry short SHA-256 digests of
+	// principals and a truncated key, never a full principal. nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// ConfigError is an invalid field of Config or Options.
+type ConfigError struct {
+	Field string // "Config.TTL", "Options.Timeout", ...
+	Value string // the value given, formatted
+	Want  string // what is accepted
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("idem: %s %s is out of range: %s", e.Field, e.Value, e.Want)
+}
+
+func configErr(field string, value any, want string, args ...any) error {
+	return &ConfigError{Field: field, Value: fmt.Sprint(value), Want: fmt.Sprintf(want, args...)}
+}
+
+// minRetention is the shortest retention cfg accepts.
+func (c Config) minRetention() time.Duration { return c.MaxLease + c.TTL + RetentionMargin }
+
+func (c Config) withDefaults() (Config, error) {
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.TTL < minTTL || c.TTL > maxTTL {
+		return c, configErr("Config.TTL", c.TTL, "use %v to %v", minTTL, maxTTL)
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = c.TTL / defaultRenewFraction
+	}
+	if c.Heartbeat >= 0 && (c.Heartbeat < time.Millisecond || c.Heartbeat >= c.TTL) {
+		return c, configErr("Config.Heartbeat", c.Heartbeat, "use 1ms up to (not including) the TTL (%v), or a negative value to disable heartbeats", c.TTL)
+	}
+	if c.MaxLease == 0 {
+		c.MaxLease = max(DefaultMaxLease, c.TTL)
+	}
+	if c.MaxLease < c.TTL || c.MaxLease > maxMaxLease {
+		return c, configErr("Config.MaxLease", c.MaxLease, "use the TTL (%v) to %v", c.TTL, maxMaxLease)
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.Retention < c.minRetention() || c.Retention > maxRetention {
+		return c, configErr("Config.Retention", c.Retention,
+			"use MaxLease (%v) + TTL (%v) + %v = %v to %v, so that no row a live owner may still write is swept",
+			c.MaxLease, c.TTL, RetentionMargin, c.minRetention(), maxRetention)
+	}
+	if c.SweepBatch == 0 {
+		c.SweepBatch = DefaultSweepBatch
+	}
+	if c.SweepBatch < 1 || c.SweepBatch > MaxSweepBatch {
+		return c, configErr("Config.SweepBatch", c.SweepBatch, "use 1 to %d", MaxSweepBatch)
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.SweepInterval < 0 || c.SweepInterval > maxSweepInterval {
+		return c, configErr("Config.SweepInterval", c.SweepInterval, "use a positive duration up to %v", maxSweepInterval)
+	}
+	if c.MaxStoredBody == 0 {
+		c.MaxStoredBody = DefaultMaxStoredBody
+	}
+	if c.MaxStoredBody < 1 || c.MaxStoredBody > maxStoredBody {
+		return c, configErr("Config.MaxStoredBody", c.MaxStoredBody, "use 1 to %d bytes", maxStoredBody)
+	}
+	if c.FingerprintHeaders == nil {
+		c.FingerprintHeaders = DefaultFingerprintHeaders
+	}
+	if c.ReplayableHeaders == nil {
+		c.ReplayableHeaders = DefaultReplayableHeaders
+	}
+	var err error
+	if c.FingerprintHeaders, err = lowerNames("Config.FingerprintHeaders", c.FingerprintHeaders); err != nil {
+		return c, err
+	}
+	if c.ReplayableHeaders, err = lowerNames("Config.ReplayableHeaders", c.ReplayableHeaders); err != nil {
+		return c, err
+	}
+	for i, h := range c.ReplayableHeaders {
+		if neverReplayed[h] {
+			return c, configErr(fmt.Sprintf("Config.ReplayableHeaders[%d]", i), fmt.Sprintf("%q", h), "this header must never be replayed")
+		}
+	}
+	return c, nil
+}
+
+// neverReplayed are response headers that are connection-scoped, computed
+// per response, or unsafe to hand to another request.
+var neverReplayed = map[string]bool{
+	"set-cookie": true, "content-length": true, "transfer-encoding": true, "connection": true,
+	"keep-alive": true, "date": true, "trailer": true, "upgrade": true, "idempotent-replayed": true,
+}
+
+func lowerNames(field string, names []string) ([]string, error) {
+	out := make([]string, len(names))
+	for i, n := range names {
+		n = strings.ToLower(strings.TrimSpace(n))
+		if !validToken(n) {
+			return nil, configErr(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("%q", names[i]), "use a header name")
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// validToken reports whether s is an RFC 9110 token: a header name or a
+// method.
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
