@@ -55,7 +55,7 @@ func TestExamplesImportOnlyPublicPackages(t *testing.T) {
 		}
 		return out
 	}
-	if len(internal("./cli")) == 0 {
+	if len(internal("./internal/cli")) == 0 {
 		t.Fatal("the check is broken: cli imports internal packages")
 	}
 	if got := internal("./examples/..."); len(got) > 0 {
