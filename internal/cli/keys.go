@@ -1,32 +1,27 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
 )
-
-// previewBytes is how much of a stored body keys get shows.
-const previewBytes = 200
 
 func keysCommand(o *options) *cli.Command {
 	return &cli.Command{
 		Name:  "keys",
 		Usage: "inspect and release idempotency keys",
-		Description: `Shows the ledger's rows and releases stuck ones. Start with 'd1idem keys stuck':
-it lists the pending keys whose owner has gone quiet for longer than the TTL.
+		Description: `Shows the ledger's rows and releases keys whose owner died. Start with 'd1idem
+keys stuck': it lists the pending keys whose owner has gone quiet.
 
    d1idem keys stuck
    d1idem keys get --principal acct_42 --key order-7
-   d1idem keys release --principal acct_42 --key order-7 --generation 1`,
+   d1idem keys release --principal acct_42 --key order-7 --generation 1 --force`,
 		Subcommands: []*cli.Command{
 			keysGetCommand(o),
 			keysListCommand(o),
@@ -36,16 +31,24 @@ it lists the pending keys whose owner has gone quiet for longer than the TTL.
 	}
 }
 
+// Flags of the keys commands.
+
 func principalFlag(usage string) cli.Flag {
 	return &cli.StringFlag{Name: "principal", Usage: usage}
 }
 
+// requiredMark ends the usage of a flag the command cannot do without.
+// urfave/cli v2 neither marks Required flags in help nor reports them
+// missing in one line (it prints the whole help), so the commands check
+// them themselves (requiredString) and say so here.
+const requiredMark = " (required)"
+
 func keyFlag() cli.Flag {
-	return &cli.StringFlag{Name: "key", Usage: "the Idempotency-Key `KEY`, as the client sent it"}
+	return &cli.StringFlag{Name: "key", Usage: "the Idempotency-Key `KEY`, as the client sent it" + requiredMark}
 }
 
 func ttlFlag() cli.Flag {
-	return &cli.DurationFlag{Name: "ttl", Value: idem.DefaultTTL, Usage: "the pending `TTL` the application uses: a pending key without an update for longer is stuck"}
+	return &cli.DurationFlag{Name: "ttl", Value: idem.DefaultTTL, Usage: "the pending `TTL` the application uses: a pending key without an update for longer is taken over by the next retry"}
 }
 
 func limitFlag() cli.Flag {
@@ -100,16 +103,6 @@ func noArgs(c *cli.Context) error {
 	return nil
 }
 
-// withConn opens the connection, runs fn, and closes it.
-func withConn(c *cli.Context, o *options, fn func(*conn) error, mods ...func(*d1client.Config)) error {
-	cn, err := openConn(c, o, mods...)
-	if err != nil {
-		return err
-	}
-	defer cn.close()
-	return fn(cn)
-}
-
 // ---- keys get ----
 
 func keysGetCommand(o *options) *cli.Command {
@@ -120,131 +113,69 @@ func keysGetCommand(o *options) *cli.Command {
 created and last updated (ages, and UTC times), and what a retry would be
 answered with: the response status, the replay headers and the first 200 bytes
 of the stored body. It ends with what happens to the next retry, and how to
-release the key if it is stuck. Exits 1 if there is no such key.
+release the key if its owner died. Exits 1 if there is no such key.
 
    d1idem keys get --principal acct_42 --key order-7
    d1idem keys get --principal acct_42 --key order-7 --json`,
 		Flags: append([]cli.Flag{
-			principalFlag("the `PRINCIPAL` the key belongs to (the server-derived account or user ID)"),
-			keyFlag(),
-			ttlFlag(),
-			jsonFlag(),
+			principalFlag("the `PRINCIPAL` the key belongs to (the server-derived account or user ID)" + requiredMark),
+			keyFlag(), ttlFlag(), jsonFlag(),
 		}, connFlags()...),
-		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
-			principal, key, err := principalAndKey(c)
-			if err != nil {
-				return err
-			}
-			ttl, err := positiveDuration(c, "ttl")
-			if err != nil {
-				return err
-			}
-			return withConn(c, o, func(cn *conn) error {
-				return keysGet(c, o, cn, principal, key, ttl)
-			})
-		},
+		Action: o.keysGet,
 	}
 }
 
-func keysGet(c *cli.Context, o *options, cn *conn, principal, key string, ttl time.Duration) error {
-	a, err := keysAdmin(o, cn, ttl)
+func (o *options) keysGet(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	principal, key, err := principalAndKey(c)
 	if err != nil {
 		return err
 	}
-	k, err := a.Get(c.Context, principal, key)
+	ttl, err := positiveDuration(c, "ttl")
+	if err != nil {
+		return err
+	}
+	return withConn(c, o, existing, func(cn *conn) error {
+		k, err := getKey(c.Context, o, cn, principal, key, ttl)
+		if err != nil {
+			return err
+		}
+		if c.Bool(flagJSON) {
+			return printJSON(c.App.Writer, keyDetailOf(&k, ttl))
+		}
+		return renderKey(c.App.Writer, &k, ttl, releaseCommandLine(c, &k, ttl))
+	})
+}
+
+// getKey reads one row, or says which is missing where.
+func getKey(ctx context.Context, o *options, cn *conn, principal, key string, ttl time.Duration) (idem.KeyRecord, error) {
+	a, err := keysAdmin(o, cn, ttl)
+	if err != nil {
+		return idem.KeyRecord{}, err
+	}
+	k, err := a.Get(ctx, principal, key)
 	if errors.Is(err, idem.ErrKeyNotFound) {
-		return fmt.Errorf("no key %s for principal %s on %s (it was never claimed, or was swept)",
+		return k, fmt.Errorf("no key %s for principal %s on %s (it was never claimed, or was swept)",
 			strconv.Quote(key), strconv.Quote(principal), cn.where)
 	}
 	if err != nil {
-		return ledgerErr("keys get", err)
+		return k, ledgerErr("keys get", err)
 	}
-	headers, headersErr := k.StoredHeaders()
-	var bodyPreview *string
-	var bodyBytes *int
-	more := 0
-	if k.ResponseBody != nil {
-		p, m := preview(*k.ResponseBody, previewBytes)
-		n := len(*k.ResponseBody)
-		bodyPreview, bodyBytes, more = &p, &n, m
-	}
-
-	if c.Bool(flagJSON) {
-		out := keyDetailJSON{
-			keySummaryJSON: summaryJSON(&k), Fingerprint: k.Fingerprint,
-			ResponseHeaders: headers, ResponseHeadersRaw: k.ResponseHeaders,
-			ResponseBodyBytes: bodyBytes, ResponseBodyPreview: bodyPreview, TTLMS: ttl.Milliseconds(),
-		}
-		return printJSON(c.App.Writer, out)
-	}
-
-	w := c.App.Writer
-	dash := "-"
-	respStatus, headerText, bodyText := dash, dash, dash
-	if k.ResponseStatus != nil {
-		respStatus = strconv.FormatInt(*k.ResponseStatus, 10)
-	}
-	switch {
-	case headersErr != nil:
-		headerText = fmt.Sprintf("%s (not a JSON object of strings: %v)", strconv.Quote(*k.ResponseHeaders), headersErr)
-	case k.ResponseHeaders != nil && len(headers) == 0:
-		headerText = "(none)"
-	case len(headers) > 0:
-		names := make([]string, 0, len(headers))
-		for n := range headers {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		var lines []string
-		for _, n := range names {
-			lines = append(lines, display(n)+": "+display(headers[n]))
-		}
-		headerText = strings.Join(lines, "\n")
-	}
-	if bodyPreview != nil {
-		bodyText = fmt.Sprintf("%s, %s", plural(int64(*bodyBytes), "byte", "bytes"), strconv.Quote(*bodyPreview))
-		if more > 0 {
-			bodyText += fmt.Sprintf(" ... (%d more bytes)", more)
-		}
-	} else if k.Status == idem.StatusCompleted {
-		bodyText = "NULL (no body stored: an oversized response is stored as status 500 with no body)"
-	}
-	if err := printFields(w, [][2]string{
-		{"principal", display(k.Principal)},
-		{"key", display(k.Key)},
-		{"status", statusText(&k, ttl)},
-		{"generation", strconv.FormatInt(k.Generation, 10)},
-		{"created", fmt.Sprintf("%s  (%s)", formatAge(k.Age()), formatTime(k.CreatedAt))},
-		{"updated", fmt.Sprintf("%s  (%s)", formatAge(k.SinceUpdate()), formatTime(k.UpdatedAt))},
-		{"fingerprint", display(k.Fingerprint)},
-		{"response status", respStatus},
-		{"replay headers", headerText},
-		{"response body", bodyText},
-	}); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	release := releaseCommandLine(c, k.Principal, k.Key, k.Generation)
-	switch {
-	case k.Stuck:
-		fmt.Fprintf(w, "Its owner is presumed dead. The next retry of the same request takes the key over\n(generation %d) and executes it. To let it retry now, before the TTL has passed:\n  %s\n",
-			k.Generation+1, release)
-	case k.Status == idem.StatusPending:
-		fmt.Fprintf(w, "Its owner is presumably still running (a live owner renews the row every TTL/3).\nRetries get 409 %s until it completes, or until %s without an update.\n",
-			idem.CodeKeyInProgress, formatDuration(ttl))
-	case k.Status == idem.StatusCompleted:
-		fmt.Fprintf(w, "Retries with this key replay the stored response, without executing, until the sweep\ndeletes the row (%s after its last update with the default retention).\n",
-			formatDuration(idem.DefaultRetention))
-	}
-	return nil
+	return k, nil
 }
 
-func releaseCommandLine(c *cli.Context, principal, key string, generation int64) string {
-	return fmt.Sprintf("d1idem keys release --principal %s --key %s --generation %d%s",
-		shellQuote(principal), shellQuote(key), generation, connHint(c))
+// releaseCommandLine is the command that releases k at its generation:
+// with --force when the row is inside its TTL, which the ledger then
+// requires.
+func releaseCommandLine(c *cli.Context, k *idem.KeyRecord, ttl time.Duration) string {
+	force := ""
+	if stateOf(k, ttl) != stateAwaitingRetry {
+		force = " --force"
+	}
+	return fmt.Sprintf("d1idem keys release --principal %s --key %s --generation %d%s%s",
+		shellQuote(k.Principal), shellQuote(k.Key), k.Generation, force, connHint(c))
 }
 
 // ---- keys list ----
@@ -270,94 +201,57 @@ next page. Pagination is stable while rows are added, updated or deleted.
 			&cli.StringFlag{Name: "cursor", Usage: "continue after the page that printed this `TOKEN` as its next cursor"},
 			jsonFlag(),
 		}, connFlags()...),
-		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
-			var status idem.Status
-			if s := c.String("status"); s != "" {
-				var err error
-				if status, err = idem.ParseStatus(s); err != nil {
-					return usagef("--status %s is not a status: use %s or %s", strconv.Quote(s), idem.StatusPending, idem.StatusCompleted)
-				}
-			}
-			if c.IsSet("older-than") {
-				if _, err := positiveDuration(c, "older-than"); err != nil {
-					return err
-				}
-			}
-			limit, err := listLimit(c)
-			if err != nil {
-				return err
-			}
-			ttl, err := positiveDuration(c, "ttl")
-			if err != nil {
-				return err
-			}
-			opts := idem.ListOptions{Principal: c.String("principal"), Status: status, OlderThan: c.Duration("older-than"),
-				Limit: limit, Cursor: c.String("cursor")}
-			return withConn(c, o, func(cn *conn) error {
-				return keysList(c, o, cn, ttl, opts)
-			})
-		},
+		Action: o.keysList,
 	}
 }
 
-var errBadCursor = errors.New("--cursor is not a cursor this command printed (a \"next cursor\" token of 'd1idem keys list'); copy it whole, or start without --cursor")
+func (o *options) keysList(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	opts, err := listOptions(c)
+	if err != nil {
+		return err
+	}
+	ttl, err := positiveDuration(c, "ttl")
+	if err != nil {
+		return err
+	}
+	return withConn(c, o, existing, func(cn *conn) error {
+		a, err := keysAdmin(o, cn, ttl)
+		if err != nil {
+			return err
+		}
+		page, err := a.List(c.Context, opts)
+		if errors.Is(err, idem.ErrBadCursor) {
+			return usagef("--cursor is not a cursor this command printed (a \"next cursor\" token of 'd1idem keys list'); copy it whole, or start without --cursor")
+		} else if err != nil {
+			return ledgerErr("keys list", err)
+		}
+		if c.Bool(flagJSON) {
+			return printJSON(c.App.Writer, keyPageJSONOf(page, ttl))
+		}
+		return renderKeyPage(c.App.Writer, page, ttl, opts.Cursor != "")
+	})
+}
 
-func keysList(c *cli.Context, o *options, cn *conn, ttl time.Duration, opts idem.ListOptions) error {
-	a, err := keysAdmin(o, cn, ttl)
-	if err != nil {
-		return err
-	}
-	page, err := a.List(c.Context, opts)
-	if errors.Is(err, idem.ErrBadCursor) {
-		return usageError{errBadCursor}
-	}
-	if err != nil {
-		return ledgerErr("keys list", err)
-	}
-	var next *string
-	if page.NextCursor != "" {
-		next = &page.NextCursor
-	}
-	if c.Bool(flagJSON) {
-		out := struct {
-			Keys       []keySummaryJSON `json:"keys"`
-			NextCursor *string          `json:"next_cursor"`
-		}{Keys: summariesJSON(page.Keys), NextCursor: next}
-		return printJSON(c.App.Writer, out)
-	}
-	w := c.App.Writer
-	if len(page.Keys) == 0 {
-		if opts.Cursor != "" {
-			fmt.Fprintln(w, "No more keys after the cursor.")
-		} else {
-			fmt.Fprintln(w, "No keys match.")
+// listOptions reads the filters of keys list.
+func listOptions(c *cli.Context) (idem.ListOptions, error) {
+	opts := idem.ListOptions{Principal: c.String("principal"), OlderThan: c.Duration("older-than"), Cursor: c.String("cursor")}
+	if s := c.String("status"); s != "" {
+		var err error
+		if opts.Status, err = idem.ParseStatus(s); err != nil {
+			return opts, usagef("--status %s is not a status: use %s or %s", strconv.Quote(s), idem.StatusPending, idem.StatusCompleted)
 		}
-		return nil
 	}
-	table := make([][]string, 0, len(page.Keys))
-	for i := range page.Keys {
-		k := &page.Keys[i]
-		resp := "-"
-		if k.ResponseStatus != nil {
-			resp = strconv.FormatInt(*k.ResponseStatus, 10)
+	if c.IsSet("older-than") {
+		if _, err := positiveDuration(c, "older-than"); err != nil {
+			return opts, err
 		}
-		status := display(string(k.Status))
-		if k.Stuck {
-			status += " (stuck)"
-		}
-		table = append(table, []string{display(k.Principal), display(k.Key), status, strconv.FormatInt(k.Generation, 10), resp,
-			formatAge(k.SinceUpdate()), formatTime(k.UpdatedAt), formatAge(k.Age())})
 	}
-	if err := printTable(w, []string{"PRINCIPAL", "KEY", "STATUS", "GEN", "RESPONSE", "UPDATED", "UPDATED (UTC)", "CREATED"}, table); err != nil {
-		return err
-	}
-	if next != nil {
-		fmt.Fprintf(w, "next cursor: %s\n", *next)
-	}
-	return nil
+	var err error
+	opts.Limit, err = listLimit(c)
+	return opts, err
 }
 
 // ---- keys stuck ----
@@ -365,75 +259,95 @@ func keysList(c *cli.Context, o *options, cn *conn, ttl time.Duration, opts idem
 func keysStuckCommand(o *options) *cli.Command {
 	return &cli.Command{
 		Name:  "stuck",
-		Usage: "list pending keys older than the TTL, oldest first: the first thing to look at",
-		Description: `Lists the pending keys that have had no update for longer than the TTL, oldest
-first, with how long each has been stuck and its generation. Such a key's owner
-is presumed dead (a live owner renews its row every TTL/3): the next retry of the
-same request takes it over by itself. The last line shows how to release one, so
-that the client may retry now.
+		Usage: "list pending keys whose owner has gone quiet: the first thing to look at",
+		Description: `Lists the pending keys whose owner has stopped renewing them (a live owner
+renews its row every third of the TTL), in two groups:
+
+  owner quiet     no update for more than 2/3 of the TTL, but still inside it:
+                  retries get 409 until the TTL has passed. Releasing the key
+                  lets the client retry now; the last line shows how.
+  awaiting retry  past the TTL: the next retry of the same request takes the
+                  key over and executes. Nothing needs releasing; a key just
+                  released is one of these.
 
    d1idem keys stuck
    d1idem keys stuck --ttl 2m --json`,
-		Flags: append([]cli.Flag{ttlFlag(), limitFlag(), jsonFlag()}, connFlags()...),
-		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
-			ttl, err := positiveDuration(c, "ttl")
-			if err != nil {
-				return err
-			}
-			limit, err := listLimit(c)
-			if err != nil {
-				return err
-			}
-			return withConn(c, o, func(cn *conn) error { return keysStuck(c, o, cn, ttl, limit) })
-		},
+		Flags:  append([]cli.Flag{ttlFlag(), limitFlag(), jsonFlag()}, connFlags()...),
+		Action: o.keysStuck,
 	}
 }
 
-func keysStuck(c *cli.Context, o *options, cn *conn, ttl time.Duration, limit int) error {
-	a, err := keysAdmin(o, cn, ttl)
+func (o *options) keysStuck(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	ttl, err := positiveDuration(c, "ttl")
 	if err != nil {
 		return err
 	}
-	stuck, err := a.Stuck(c.Context, limit)
+	limit, err := listLimit(c)
 	if err != nil {
-		return ledgerErr("keys stuck", err)
-	}
-	rows, total := stuck.Keys, stuck.Total
-	if c.Bool(flagJSON) {
-		out := struct {
-			TTLMS int64            `json:"ttl_ms"`
-			Total int64            `json:"total"`
-			Keys  []keySummaryJSON `json:"keys"`
-		}{TTLMS: ttl.Milliseconds(), Total: total, Keys: summariesJSON(rows)}
-		return printJSON(c.App.Writer, out)
-	}
-	w := c.App.Writer
-	if len(rows) == 0 {
-		fmt.Fprintf(w, "No stuck keys: no pending key has gone without an update for longer than the %s TTL.\n", formatDuration(ttl))
-		return nil
-	}
-	table := make([][]string, 0, len(rows))
-	for i := range rows {
-		k := &rows[i]
-		table = append(table, []string{display(k.Principal), display(k.Key), strconv.FormatInt(k.Generation, 10),
-			formatDuration(k.SinceUpdate()), formatTime(k.UpdatedAt), formatAge(k.Age())})
-	}
-	if err := printTable(w, []string{"PRINCIPAL", "KEY", "GEN", "STUCK FOR", "LAST UPDATE (UTC)", "CREATED"}, table); err != nil {
 		return err
 	}
-	fmt.Fprintln(w)
-	shown := ""
-	if total > int64(len(rows)) {
-		shown = fmt.Sprintf(" (showing the %d oldest; raise --limit for more)", len(rows))
+	return withConn(c, o, existing, func(cn *conn) error {
+		a, err := keysAdmin(o, cn, ttl)
+		if err != nil {
+			return err
+		}
+		q, err := quietKeys(c.Context, a, ttl, limit)
+		if err != nil {
+			return ledgerErr("keys stuck", err)
+		}
+		if c.Bool(flagJSON) {
+			return printJSON(c.App.Writer, quietJSONOf(q))
+		}
+		release := ""
+		if len(q.quiet) > 0 {
+			release = releaseCommandLine(c, &q.quiet[0], ttl)
+		}
+		return renderQuiet(c.App.Writer, q, release)
+	})
+}
+
+// quiet is what keys stuck found: the pending rows whose owner has gone
+// quiet, split by whether they are still inside the TTL.
+type quiet struct {
+	ttl          time.Duration
+	quiet        []idem.KeyRecord // inside the TTL, oldest first
+	awaiting     []idem.KeyRecord // past the TTL, oldest first
+	nQuiet, nAll int64            // how many there are of each, shown or not
+	nAwaiting    int64
+}
+
+// maxQuietPages bounds the pages quietKeys reads: 20 D1 calls, 20,000 rows.
+const maxQuietPages = 20
+
+// quietKeys pages through the pending rows with no update for longer than
+// quietAfter(ttl), oldest first, keeping at most limit of each group.
+func quietKeys(ctx context.Context, a *idem.Admin, ttl time.Duration, limit int) (quiet, error) {
+	q := quiet{ttl: ttl}
+	opts := idem.ListOptions{Status: idem.StatusPending, OlderThan: quietAfter(ttl), Limit: idem.MaxListLimit}
+	for range maxQuietPages {
+		page, err := a.List(ctx, opts)
+		if err != nil {
+			return q, err
+		}
+		for _, k := range page.Keys {
+			group, n := &q.quiet, &q.nQuiet
+			if stateOf(&k, ttl) == stateAwaitingRetry {
+				group, n = &q.awaiting, &q.nAwaiting
+			}
+			*n++
+			if len(*group) < limit {
+				*group = append(*group, k)
+			}
+		}
+		if opts.Cursor = page.NextCursor; opts.Cursor == "" {
+			break
+		}
 	}
-	fmt.Fprintf(w, "%s pending for longer than the %s TTL, oldest first%s.\n", plural(total, "key", "keys"), formatDuration(ttl), shown)
-	fmt.Fprintln(w, "A retry of the same request takes a stuck key over by itself, at the next generation.")
-	fmt.Fprintln(w, "To let the client retry now, release the key (fenced by its generation):")
-	fmt.Fprintf(w, "  %s\n", releaseCommandLine(c, rows[0].Principal, rows[0].Key, rows[0].Generation))
-	return nil
+	q.nAll = q.nQuiet + q.nAwaiting
+	return q, nil
 }
 
 // ---- keys release ----
@@ -441,15 +355,15 @@ func keysStuck(c *cli.Context, o *options, cn *conn, ttl time.Duration, limit in
 func keysReleaseCommand(o *options) *cli.Command {
 	return &cli.Command{
 		Name:  "release",
-		Usage: "release a stuck pending key, fenced by its generation, so the client may retry now",
+		Usage: "release a pending key whose owner died, fenced by its generation, so the client may retry now",
 		Description: `Releases one row, only at the generation given, in one fenced statement, with
 the ledger's one release rule (the one the application applies when a handler
 panics or streams): the row's generation moves one past the old owner's, and
-its last update is set one millisecond further back than the TTL, so the
-client's next request with the key takes it over at once (the same request, by
-its fingerprint) and executes. The row is never deleted: a fresh claim would
-start again at generation 1, which could be an old owner's own generation; the
-sweep removes it after the retention.
+its last update is set one millisecond further back than the TTL, so the row is
+released, awaiting retry: the client's next request with the key (the same
+request, by its fingerprint) takes it over at once and executes. The row is
+never deleted: a fresh claim would start again at generation 1, which could be
+an old owner's own generation; the sweep removes it after the retention.
 
 If another owner has taken the key over (a newer generation) or completed it in
 the meantime, nothing changes and the command says what the row holds now.
@@ -459,121 +373,100 @@ completion is fenced by its generation and will not be stored. An owner using
 the idem package learns at its next heartbeat that it lost its lease.
 
 Only the same request (by its fingerprint) takes a released key over; a client
-that changed its request gets 409 idempotency_key_reused, as the spec says (a new
-operation takes a new key).
+that changed its request gets 409 idempotency_key_reused (a new operation takes
+a new key).
 
-A pending row updated within the TTL probably has a live owner: it is refused
-without --force. A completed row is refused without --force; with --force its
-stored response is forgotten (the row is released like a pending one), and the
-next retry executes the request again instead of replaying.
+A pending row inside the TTL is refused without --force: the ledger cannot
+prove its owner dead ('keys stuck' shows which owners have missed their
+heartbeats). A row past the TTL needs no release (the next retry takes it
+over), but a release fences its old owner out at once. A completed row is
+refused without --force; with --force its stored response is forgotten (the
+row is released like a pending one), and the next retry executes the request
+again.
 
-   d1idem keys release --principal acct_42 --key order-7 --generation 1`,
+   d1idem keys release --principal acct_42 --key order-7 --generation 1 --force`,
 		Flags: append([]cli.Flag{
-			principalFlag("the `PRINCIPAL` the key belongs to"),
+			principalFlag("the `PRINCIPAL` the key belongs to" + requiredMark),
 			keyFlag(),
-			&cli.Int64Flag{Name: "generation", Usage: "the `GENERATION` to release, as 'keys get' or 'keys stuck' shows it (required: the fence)", DefaultText: "none, required"},
-			&cli.BoolFlag{Name: "force", Usage: "also release a pending row updated within the TTL, or a completed row (forgetting its response)", DisableDefaultText: true},
+			&cli.Int64Flag{Name: "generation", Usage: "the `GENERATION` to release, as 'keys get' or 'keys stuck' shows it: the fence" + requiredMark, DefaultText: "none"},
+			&cli.BoolFlag{Name: "force", Usage: "also release a pending row inside the TTL, or a completed row (forgetting its response)", DisableDefaultText: true},
 			ttlFlag(),
 			jsonFlag(),
 		}, connFlags()...),
-		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
-			principal, key, err := principalAndKey(c)
-			if err != nil {
-				return err
-			}
-			if !c.IsSet("generation") {
-				return usagef("--generation is required: it fences the release to the row you looked at (see 'd1idem keys get')")
-			}
-			gen := c.Int64("generation")
-			if gen < 1 {
-				return usagef("--generation %d must be 1 or more", gen)
-			}
-			ttl, err := positiveDuration(c, "ttl")
-			if err != nil {
-				return err
-			}
-			return withConn(c, o, func(cn *conn) error {
-				return keysRelease(c, o, cn, principal, key, gen, ttl, c.Bool("force"))
-			})
-		},
+		Action: o.keysRelease,
 	}
 }
 
-// releaseJSON is keys release --json.
-type releaseJSON struct {
-	Released   bool   `json:"released"`
-	Principal  string `json:"principal"`
-	Key        string `json:"key"`
-	Generation int64  `json:"generation"` // the generation released (from_generation)
-	// FromGeneration and ToGeneration are the row's generation before and
-	// after the release.
-	FromGeneration int64 `json:"from_generation"`
-	ToGeneration   int64 `json:"to_generation"`
-	// Action is "expired" (a pending row, now at to_generation with a stale
-	// lease) or "reset" (a completed row, with --force: its response is
-	// forgotten, and it is pending at to_generation with a stale lease).
-	Action        string `json:"action"`
-	Status        string `json:"status"` // the status the row had
-	Forced        bool   `json:"forced"`
-	SinceUpdateMS int64  `json:"since_update_ms"`
-	AgeMS         int64  `json:"age_ms"`
-}
-
-func keysRelease(c *cli.Context, o *options, cn *conn, principal, key string, gen int64, ttl time.Duration, force bool) error {
-	a, err := keysAdmin(o, cn, ttl)
+func (o *options) keysRelease(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	principal, key, err := principalAndKey(c)
 	if err != nil {
 		return err
 	}
-	who := fmt.Sprintf("key %s of principal %s", strconv.Quote(key), strconv.Quote(principal))
-	res, err := a.Release(c.Context, principal, key, gen, idem.ReleaseOptions{Force: force})
-	if errors.Is(err, idem.ErrKeyNotFound) {
-		return fmt.Errorf("no %s on %s: nothing to release (it was never claimed, or was swept)", who, cn.where)
-	}
+	gen, err := releaseGeneration(c)
 	if err != nil {
-		return ledgerErr("keys release", err)
+		return err
 	}
-	k := &res.Before
-	if !res.Released {
-		switch {
-		case k.Generation != gen:
-			return fmt.Errorf("not released: %s is now at generation %d (%s, updated %s), not %d; look again with 'd1idem keys get'",
-				who, k.Generation, display(string(k.Status)), formatAge(k.SinceUpdate()), gen)
-		case k.Status == idem.StatusCompleted:
-			return fmt.Errorf("not released: %s is completed (response %s): retries replay it; --force forgets the response, and the next retry executes the request again",
-				who, statusOrDash(k.ResponseStatus))
-		case k.Status == idem.StatusPending:
-			return fmt.Errorf("not released: %s was updated %s, within the %s TTL: its owner is probably alive and renewing it; wait, or use --force",
-				who, formatAge(k.SinceUpdate()), formatDuration(ttl))
+	ttl, err := positiveDuration(c, "ttl")
+	if err != nil {
+		return err
+	}
+	return withConn(c, o, existing, func(cn *conn) error {
+		a, err := keysAdmin(o, cn, ttl)
+		if err != nil {
+			return err
 		}
-		return fmt.Errorf("not released: %s has status %s, which the ledger does not release", who, display(string(k.Status)))
-	}
-	reset := k.Status == idem.StatusCompleted
-	if c.Bool(flagJSON) {
-		action := "expired"
-		if reset {
-			action = "reset"
+		res, err := a.Release(c.Context, principal, key, gen, idem.ReleaseOptions{Force: c.Bool("force")})
+		if errors.Is(err, idem.ErrKeyNotFound) {
+			return fmt.Errorf("no %s on %s: nothing to release (it was never claimed, or was swept)", keyName(principal, key), cn.where)
+		} else if err != nil {
+			return ledgerErr("keys release", err)
 		}
-		return printJSON(c.App.Writer, releaseJSON{Released: true, Principal: k.Principal, Key: k.Key, Generation: k.Generation,
-			FromGeneration: k.Generation, ToGeneration: res.Generation,
-			Action: action, Status: string(k.Status), Forced: force, SinceUpdateMS: k.SinceUpdate().Milliseconds(), AgeMS: k.Age().Milliseconds()})
+		if !res.Released {
+			return notReleased(&res.Before, gen, ttl)
+		}
+		if c.Bool(flagJSON) {
+			return printJSON(c.App.Writer, releaseJSONOf(res, c.Bool("force")))
+		}
+		return renderRelease(c.App.Writer, res, connHint(c))
+	})
+}
+
+func releaseGeneration(c *cli.Context) (int64, error) {
+	if !c.IsSet("generation") {
+		return 0, usagef("--generation is required: it fences the release to the row you looked at (see 'd1idem keys get')")
 	}
-	w := c.App.Writer
-	if reset {
-		fmt.Fprintf(w, "Released %s: its completed row (response %s, completed %s) moved from generation %d to %d, pending with a stale lease.\n",
-			who, statusOrDash(k.ResponseStatus), formatAge(k.SinceUpdate()), k.Generation, res.Generation)
-		fmt.Fprintln(w, "The stored response is forgotten: the client's next request with this key (the same request) executes again.")
-		return nil
+	gen := c.Int64("generation")
+	if gen < 1 {
+		return 0, usagef("--generation %d must be 1 or more", gen)
 	}
-	fmt.Fprintf(w, "Released %s: its pending row moved from generation %d to %d with a stale lease (no update for %s, created %s).\n",
-		who, k.Generation, res.Generation, formatDuration(k.SinceUpdate()), formatAge(k.Age()))
-	fmt.Fprintln(w, "The client may retry now: its next request with this key (the same request) takes the key over and executes.")
-	fmt.Fprintf(w, "The old owner (generation %d), if it is still running, may still perform its mutation, but its\n", k.Generation)
-	fmt.Fprintf(w, "completion will be fenced out and not stored: the row is no longer at generation %d.\n", k.Generation)
-	fmt.Fprintln(w, "An owner using the idem package learns at its next heartbeat that it has lost its lease.")
-	return nil
+	return gen, nil
+}
+
+func keyName(principal, key string) string {
+	return fmt.Sprintf("key %s of principal %s", strconv.Quote(key), strconv.Quote(principal))
+}
+
+// notReleased says why the ledger left the row k alone.
+func notReleased(k *idem.KeyRecord, gen int64, ttl time.Duration) error {
+	who := keyName(k.Principal, k.Key)
+	switch state := stateOf(k, ttl); {
+	case k.Generation != gen:
+		return fmt.Errorf("not released: %s is now at generation %d (%s, updated %s), not %d; look again with 'd1idem keys get'",
+			who, k.Generation, state.words(), formatAge(k.SinceUpdate()), gen)
+	case state == stateCompleted:
+		return fmt.Errorf("not released: %s is completed (response %s): retries replay it; --force forgets the response, and the next retry executes the request again",
+			who, statusOrDash(k.ResponseStatus))
+	case state == stateOwnerQuiet:
+		return fmt.Errorf("not released: %s was updated %s, inside the %s TTL, and its owner has missed its heartbeats: if you know it is dead, release it with --force",
+			who, formatAge(k.SinceUpdate()), formatDuration(ttl))
+	case state == stateInFlight:
+		return fmt.Errorf("not released: %s was updated %s, inside the %s TTL: its owner is alive and renewing it; wait, or use --force",
+			who, formatAge(k.SinceUpdate()), formatDuration(ttl))
+	}
+	return fmt.Errorf("not released: %s has status %s, which the ledger does not release", who, display(string(k.Status)))
 }
 
 func statusOrDash(s *int64) string {

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/d1idem/d1idem/d1client"
@@ -20,6 +21,13 @@ func admin(o *options, cn *conn, cfg idem.Config) (*idem.Admin, error) {
 		return nil, configUsage(err)
 	}
 	return l.Admin(), nil
+}
+
+// keysAdmin is the administrative API for the keys commands, which read and
+// release but never sweep: only the TTL matters, so the lease and the
+// retention are set to what any TTL accepts.
+func keysAdmin(o *options, cn *conn, ttl time.Duration) (*idem.Admin, error) {
+	return admin(o, cn, idem.Config{TTL: ttl, MaxLease: ttl, Retention: max(idem.DefaultRetention, 2*ttl+idem.RetentionMargin)})
 }
 
 // flagOf names the CLI flag of a ledger configuration field, or "".
@@ -47,13 +55,6 @@ func configUsage(err error) error {
 	return err
 }
 
-// keysAdmin is the administrative API for the keys commands, which read and
-// release but never sweep: only the TTL matters, so the lease and the
-// retention are set to what any TTL accepts.
-func keysAdmin(o *options, cn *conn, ttl time.Duration) (*idem.Admin, error) {
-	return admin(o, cn, idem.Config{TTL: ttl, MaxLease: ttl, Retention: max(idem.DefaultRetention, 2*ttl+idem.RetentionMargin)})
-}
-
 // ledgerErr prefixes an error of the administrative API with the command,
 // leaving out the ledger's own prefix before a D1 error.
 func ledgerErr(cmd string, err error) error {
@@ -64,11 +65,53 @@ func ledgerErr(cmd string, err error) error {
 	return fmt.Errorf("%s: %w", cmd, err)
 }
 
+// keyState is what a row means for the client's next retry. The ledger
+// cannot tell a released row from one whose owner stopped renewing it: both
+// are pending past the TTL, awaiting the retry that takes them over.
+type keyState string
+
+const (
+	stateInFlight      keyState = "in_flight"      // pending, renewed recently: its owner is running
+	stateOwnerQuiet    keyState = "owner_quiet"    // pending, missed its heartbeats, inside the TTL
+	stateAwaitingRetry keyState = "awaiting_retry" // pending past the TTL: the next retry takes it over
+	stateCompleted     keyState = "completed"      // retries replay the stored response
+	stateUnknown       keyState = "unknown"        // a status the ledger does not write
+)
+
+// quietAfter is how long a pending row may go without an update before its
+// owner is presumed dead: two thirds of the TTL, since a live owner renews
+// its row every third of it (idem.Config.Heartbeat's default).
+func quietAfter(ttl time.Duration) time.Duration { return ttl * 2 / 3 }
+
+// stateOf classifies a row read with the given TTL.
+func stateOf(k *idem.KeyRecord, ttl time.Duration) keyState {
+	switch {
+	case k.Status == idem.StatusCompleted:
+		return stateCompleted
+	case k.Status != idem.StatusPending:
+		return stateUnknown
+	case k.Stuck:
+		return stateAwaitingRetry
+	case k.SinceUpdate() > quietAfter(ttl):
+		return stateOwnerQuiet
+	}
+	return stateInFlight
+}
+
+// words names the state in tables: "awaiting retry".
+func (s keyState) words() string {
+	if s == stateUnknown {
+		return "unknown status"
+	}
+	return strings.ReplaceAll(string(s), "_", " ")
+}
+
 // keySummaryJSON is a row in keys list and keys stuck --json.
 type keySummaryJSON struct {
 	Principal      string `json:"principal"`
 	Key            string `json:"key"`
 	Status         string `json:"status"`
+	State          string `json:"state"`
 	Generation     int64  `json:"generation"`
 	ResponseStatus *int64 `json:"response_status"`
 	CreatedAt      string `json:"created_at"`
@@ -80,9 +123,9 @@ type keySummaryJSON struct {
 	Stuck          bool   `json:"stuck"`
 }
 
-func summaryJSON(k *idem.KeyRecord) keySummaryJSON {
+func summaryJSON(k *idem.KeyRecord, ttl time.Duration) keySummaryJSON {
 	return keySummaryJSON{
-		Principal: k.Principal, Key: k.Key, Status: string(k.Status), Generation: k.Generation,
+		Principal: k.Principal, Key: k.Key, Status: string(k.Status), State: string(stateOf(k, ttl)), Generation: k.Generation,
 		ResponseStatus: k.ResponseStatus,
 		CreatedAt:      formatTime(k.CreatedAt), CreatedAtMS: k.CreatedAt.UnixMilli(),
 		UpdatedAt: formatTime(k.UpdatedAt), UpdatedAtMS: k.UpdatedAt.UnixMilli(),
@@ -91,37 +134,13 @@ func summaryJSON(k *idem.KeyRecord) keySummaryJSON {
 	}
 }
 
-func summariesJSON(keys []idem.KeyRecord) []keySummaryJSON {
+func summariesJSON(keys []idem.KeyRecord, ttl time.Duration) []keySummaryJSON {
 	out := make([]keySummaryJSON, 0, len(keys))
 	for i := range keys {
-		out = append(out, summaryJSON(&keys[i]))
+		out = append(out, summaryJSON(&keys[i], ttl))
 	}
 	return out
 }
 
-// keyDetailJSON is keys get --json.
-type keyDetailJSON struct {
-	keySummaryJSON
-	Fingerprint         string            `json:"fingerprint"`
-	ResponseHeaders     map[string]string `json:"response_headers"`
-	ResponseHeadersRaw  *string           `json:"response_headers_raw"`
-	ResponseBodyBytes   *int              `json:"response_body_bytes"`
-	ResponseBodyPreview *string           `json:"response_body_preview"`
-	TTLMS               int64             `json:"ttl_ms"`
-}
-
 // formatTime formats a ledger time in UTC.
 func formatTime(t time.Time) string { return formatUTC(t.UnixMilli()) }
-
-// statusText describes the status for people.
-func statusText(k *idem.KeyRecord, ttl time.Duration) string {
-	switch {
-	case k.Stuck:
-		return fmt.Sprintf("pending, stuck: no update for %s, longer than the %s TTL", formatDuration(k.SinceUpdate()), formatDuration(ttl))
-	case k.Status == idem.StatusPending:
-		return fmt.Sprintf("pending: in flight, last updated %s (within the %s TTL)", formatAge(k.SinceUpdate()), formatDuration(ttl))
-	case k.Status == idem.StatusCompleted:
-		return "completed: retries replay the stored response"
-	}
-	return display(string(k.Status)) + " (not a status of the spec)"
-}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"time"
@@ -14,12 +15,13 @@ import (
 func statsCommand(o *options) *cli.Command {
 	return &cli.Command{
 		Name:  "stats",
-		Usage: "counts by status, stuck keys, the oldest row, the sweep backlog and the database size",
+		Usage: "counts by status, keys awaiting retry, the oldest row, the sweep backlog and the database size",
 		Description: `Summarises the ledger in one D1 call (a read-only batch): how many keys are
-pending and completed, how many pending keys are stuck (no update for longer
-than --ttl), the oldest row, the sweep backlog (rows last updated more than
---retention ago) and the database size D1 reports. Counting reads the whole
-table, which D1 bills as rows read.
+pending and completed, how many pending keys are past --ttl, awaiting the retry
+that takes them over (their owner died, or they were released), the oldest row,
+the sweep backlog (rows last updated more than --retention ago) and the
+database size D1 reports. Counting reads the whole table, which D1 bills as
+rows read.
 
    d1idem stats
    d1idem stats --ttl 1m --retention 48h --json`,
@@ -28,21 +30,37 @@ table, which D1 bills as rows read.
 			&cli.DurationFlag{Name: "retention", Value: idem.DefaultRetention, Usage: "the retention the sweep uses: rows last updated more than `DURATION` ago are its backlog"},
 			jsonFlag(),
 		}, connFlags()...),
-		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
-			ttl, err := positiveDuration(c, "ttl")
-			if err != nil {
-				return err
-			}
-			retention, err := positiveDuration(c, "retention")
-			if err != nil {
-				return err
-			}
-			return withConn(c, o, func(cn *conn) error { return stats(c, o, cn, ttl, retention) })
-		},
+		Action: o.stats,
 	}
+}
+
+func (o *options) stats(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	ttl, err := positiveDuration(c, "ttl")
+	if err != nil {
+		return err
+	}
+	retention, err := positiveDuration(c, "retention")
+	if err != nil {
+		return err
+	}
+	return withConn(c, o, existing, func(cn *conn) error {
+		a, err := admin(o, cn, idem.Config{TTL: ttl, MaxLease: ttl, Retention: retention})
+		if err != nil {
+			return err
+		}
+		st, err := a.Stats(c.Context)
+		if err != nil {
+			return ledgerErr("stats", err)
+		}
+		out := statsJSONOf(st, cn.where, ttl, retention)
+		if c.Bool(flagJSON) {
+			return printJSON(c.App.Writer, out)
+		}
+		return renderStats(c.App.Writer, st, out)
+	})
 }
 
 // statsJSON is stats --json.
@@ -59,68 +77,73 @@ type statsJSON struct {
 	SizeBytes    int64            `json:"size_bytes"`
 }
 
-func stats(c *cli.Context, o *options, cn *conn, ttl, retention time.Duration) error {
-	a, err := admin(o, cn, idem.Config{TTL: ttl, MaxLease: ttl, Retention: retention})
-	if err != nil {
-		return err
-	}
-	st, err := a.Stats(c.Context)
-	if err != nil {
-		return ledgerErr("stats", err)
-	}
-	out := statsJSON{Database: cn.where, Keys: st.Keys, ByStatus: map[string]int64{}, TTLMS: ttl.Milliseconds(),
+func statsJSONOf(st idem.Stats, where string, ttl, retention time.Duration) statsJSON {
+	out := statsJSON{Database: where, Keys: st.Keys, ByStatus: map[string]int64{}, TTLMS: ttl.Milliseconds(),
 		Stuck: st.Stuck, RetentionMS: retention.Milliseconds(), SweepBacklog: st.SweepBacklog, SizeBytes: st.SizeBytes}
-	var others []string
 	for status, n := range st.ByStatus {
 		out.ByStatus[string(status)] = n
+	}
+	if st.Oldest != nil {
+		j := summaryJSON(st.Oldest, ttl)
+		out.Oldest = &j
+	}
+	if st.OldestStuck != nil {
+		j := summaryJSON(st.OldestStuck, ttl)
+		out.OldestStuck = &j
+	}
+	return out
+}
+
+// renderStats writes stats for people, from the ledger's stats and their
+// JSON form (which carries the database, TTL and retention).
+func renderStats(w io.Writer, st idem.Stats, out statsJSON) error {
+	ttl, retention := time.Duration(out.TTLMS)*time.Millisecond, time.Duration(out.RetentionMS)*time.Millisecond
+	fields := [][2]string{
+		{"database", out.Database},
+		{"keys", strconv.FormatInt(out.Keys, 10)},
+		{"  " + string(idem.StatusPending), strconv.FormatInt(st.ByStatus[idem.StatusPending], 10)},
+		{"  " + string(idem.StatusCompleted), strconv.FormatInt(st.ByStatus[idem.StatusCompleted], 10)},
+	}
+	var others []string
+	for status := range st.ByStatus {
 		if !status.Valid() {
 			others = append(others, string(status))
 		}
 	}
 	sort.Strings(others)
-	if st.Oldest != nil {
-		j := summaryJSON(st.Oldest)
-		out.Oldest = &j
-	}
-	if st.OldestStuck != nil {
-		j := summaryJSON(st.OldestStuck)
-		out.OldestStuck = &j
-	}
-	w := c.App.Writer
-	if c.Bool(flagJSON) {
-		return printJSON(w, out)
-	}
-
-	fields := [][2]string{
-		{"database", cn.where},
-		{"keys", strconv.FormatInt(out.Keys, 10)},
-		{"  " + string(idem.StatusPending), strconv.FormatInt(st.ByStatus[idem.StatusPending], 10)},
-		{"  " + string(idem.StatusCompleted), strconv.FormatInt(st.ByStatus[idem.StatusCompleted], 10)},
-	}
 	for _, s := range others {
-		fields = append(fields, [2]string{"  " + display(s), strconv.FormatInt(out.ByStatus[s], 10) + " (not a status of the spec)"})
+		fields = append(fields, [2]string{"  " + display(s), strconv.FormatInt(out.ByStatus[s], 10) + " (not a status the ledger writes)"})
 	}
-	stuck := fmt.Sprintf("none without an update for longer than the %s TTL", formatDuration(ttl))
-	if k := st.OldestStuck; k != nil {
-		stuck = fmt.Sprintf("%d without an update for longer than the %s TTL (the oldest: %s / %s, for %s); see 'd1idem keys stuck'",
-			out.Stuck, formatDuration(ttl), display(k.Principal), display(k.Key), formatDuration(k.SinceUpdate()))
-	}
-	fields = append(fields, [2]string{"stuck pending", stuck})
-	oldestText := "-"
-	if k := st.Oldest; k != nil {
-		oldestText = fmt.Sprintf("%s / %s: %s, last updated %s (%s)", display(k.Principal), display(k.Key),
-			display(string(k.Status)), formatAge(k.SinceUpdate()), formatTime(k.UpdatedAt))
-	}
-	fields = append(fields, [2]string{"oldest row", oldestText})
-	backlog := fmt.Sprintf("none older than the %s retention", formatDuration(retention))
-	if out.SweepBacklog > 0 {
-		them := "them"
-		if out.SweepBacklog == 1 {
-			them = "it"
-		}
-		backlog = fmt.Sprintf("%s older than the %s retention: 'd1idem sweep --all' deletes %s",
-			plural(out.SweepBacklog, "row", "rows"), formatDuration(retention), them)
-	}
-	fields = append(fields, [2]string{"sweep backlog", backlog}, [2]string{"database size", formatBytes(out.SizeBytes)})
+	fields = append(fields, [2]string{"awaiting retry", awaitingText(st, ttl)}, [2]string{"oldest row", oldestText(st.Oldest)},
+		[2]string{"sweep backlog", backlogText(out.SweepBacklog, retention)}, [2]string{"database size", formatBytes(out.SizeBytes)})
 	return printFields(w, fields)
+}
+
+// awaitingText describes the pending rows past the TTL.
+func awaitingText(st idem.Stats, ttl time.Duration) string {
+	k := st.OldestStuck
+	if k == nil {
+		return fmt.Sprintf("none: no pending key is past the %s TTL", formatDuration(ttl))
+	}
+	return fmt.Sprintf("%d pending past the %s TTL, taken over by their next retry (the oldest: %s / %s, updated %s); see 'd1idem keys stuck'",
+		st.Stuck, formatDuration(ttl), display(k.Principal), display(k.Key), formatAge(k.SinceUpdate()))
+}
+
+func oldestText(k *idem.KeyRecord) string {
+	if k == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%s / %s: %s, last updated %s (%s)", display(k.Principal), display(k.Key),
+		display(string(k.Status)), formatAge(k.SinceUpdate()), formatTime(k.UpdatedAt))
+}
+
+func backlogText(n int64, retention time.Duration) string {
+	if n == 0 {
+		return fmt.Sprintf("none older than the %s retention", formatDuration(retention))
+	}
+	them := "them"
+	if n == 1 {
+		them = "it"
+	}
+	return fmt.Sprintf("%s older than the %s retention: 'd1idem sweep --all' deletes %s", plural(n, "row", "rows"), formatDuration(retention), them)
 }
