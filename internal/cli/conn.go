@@ -138,8 +138,11 @@ func openConn(c *cli.Context, o *options, acc access, mods ...func(*d1client.Con
 		m(&cfg)
 	}
 	db, err := d1client.New(cfg)
-	if errors.Is(err, d1client.ErrInvalid) {
-		return nil, usageError{err}
+	var de *d1client.Error
+	if errors.As(err, &de) {
+		// A setting d1client refuses, such as two base-URL variables that
+		// disagree: the caller's to fix.
+		return nil, usagef("cannot reach D1: %s", de.Message)
 	} else if err != nil {
 		return nil, err
 	}

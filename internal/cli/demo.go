@@ -46,7 +46,7 @@ Cloudflare account is needed.
 			if c.Duration("ttl") < 500*time.Millisecond {
 				return usagef("--ttl %v is too short for the story; use at least 500ms", c.Duration("ttl"))
 			}
-			return runDemo(c.Context, c.App.Writer, c.Duration("ttl"), c.String("dir"))
+			return runDemo(c.Context, c.App.Writer, c.Duration("ttl"), c.String("dir"), demoAPI)
 		},
 	}
 }
@@ -64,20 +64,20 @@ type demoEnv struct {
 
 // startDemo starts d1local (in memory, or under dir), applies the ledger
 // schema and the demo's table, and serves the demo API.
-func startDemo(ctx context.Context, ttl time.Duration, dir string) (*demoEnv, error) {
+func startDemo(ctx context.Context, ttl time.Duration, dir string, api demoAPIFunc) (*demoEnv, error) {
 	srv, err := embedded.Start(d1local.Config{Dir: dir}, "")
 	if err != nil {
 		return nil, err
 	}
 	e := &demoEnv{d1: srv, dir: dir}
-	if err := e.start(ctx, ttl); err != nil {
+	if err := e.start(ctx, ttl, api); err != nil {
 		e.close()
 		return nil, err
 	}
 	return e, nil
 }
 
-func (e *demoEnv) start(ctx context.Context, ttl time.Duration) error {
+func (e *demoEnv) start(ctx context.Context, ttl time.Duration, newAPI demoAPIFunc) error {
 	var err error
 	if e.db, err = e.d1.Client(d1local.LocalDatabaseID); err != nil {
 		return err
@@ -93,7 +93,7 @@ func (e *demoEnv) start(ctx context.Context, ttl time.Duration) error {
 	if e.ledger, err = idem.New(e.db, idem.Config{TTL: ttl, Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		return err
 	}
-	api, err := demoAPI(e.ledger)
+	api, err := newAPI(e.ledger)
 	if err != nil {
 		return err
 	}
@@ -114,10 +114,14 @@ func (e *demoEnv) close() {
 	_ = e.d1.Close()
 }
 
-// runDemo plays the story and writes it to out; an invariant that did not
-// hold is an error.
-func runDemo(ctx context.Context, out io.Writer, ttl time.Duration, dir string) error {
-	e, err := startDemo(ctx, ttl, dir)
+// demoAPIFunc makes the API the demo plays against (demoAPI; a test gives
+// a broken one).
+type demoAPIFunc func(*idem.Ledger) (http.Handler, error)
+
+// runDemo plays the story against api and writes it to out; a promise that
+// did not hold is an error.
+func runDemo(ctx context.Context, out io.Writer, ttl time.Duration, dir string, api demoAPIFunc) error {
+	e, err := startDemo(ctx, ttl, dir, api)
 	if err != nil {
 		return err
 	}

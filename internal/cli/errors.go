@@ -64,12 +64,12 @@ type errorJSON struct {
 
 // d1JSON is the D1 failure behind an error.
 type d1JSON struct {
-	HTTPStatus   int    `json:"http_status"`
-	Codes        []int  `json:"codes"`
-	Message      string `json:"message"`
-	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
-	MayHaveCommitted bool `json:"may_have_committed"`
-	Attempts     int    `json:"attempts"`
+	HTTPStatus       int    `json:"http_status"`
+	Codes            []int  `json:"codes"`
+	Message          string `json:"message"`
+	RetryAfterMS     int64  `json:"retry_after_ms,omitempty"`
+	MayHaveCommitted bool   `json:"may_have_committed"`
+	Attempts         int    `json:"attempts"`
 }
 
 func errorJSONOf(err error, msg string, code int) errorJSON {
