@@ -60,9 +60,18 @@ readme-figures:
 bridge-statements:
 	$(GO) test ./idem -run TestBridgeStatements -update
 
+# staticcheck is pinned in tools/go.mod (a tool directive of its own module,
+# so that its dependencies stay out of the product's go.mod and of the
+# demo's first build).
+STATICCHECK ?= $(GO) tool -modfile=tools/go.mod staticcheck
+
+# vet, gofmt, staticcheck, and the layering and size rules of
+# CONTRIBUTING.md (the TestLint tests of deps_test.go).
 lint:
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(STATICCHECK) $(PKGS)
+	$(GO) test -count=1 -run '^TestLint' .
 
 demo:
 	$(GO) run ./cmd/d1idem demo
