@@ -196,20 +196,14 @@ func cloudflareTarget(c *cli.Context) (target, error) {
 // openLocal starts the embedded d1local on dir. Unless acc is create, it
 // creates nothing: the directory and the database must exist.
 func openLocal(c *cli.Context, dir string, acc access, mods ...func(*d1client.Config)) (*conn, error) {
-	id := c.String(flagDatabaseID)
-	if id == "" {
-		id = c.String(flagDatabase)
-	}
-	if id == "" {
-		id = d1local.LocalDatabaseID
-	}
+	id := localDatabaseID(c)
 	where := fmt.Sprintf("local database %q under %s", id, dir)
 	if acc == create {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("--local %s: %w", dir, err)
 		}
 	} else if _, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("no directory %s: nothing has kept a database there yet (the demo with --dir, the example API with --local, or 'd1idem schema apply --local %s' do)", dir, shellQuote(dir))
+		return nil, &noDirectoryError{dir: dir}
 	}
 	srv, err := embedded.Start(d1local.Config{Dir: dir, NoAutoCreate: acc != create}, "")
 	if err != nil {
@@ -228,6 +222,25 @@ func openLocal(c *cli.Context, dir string, acc access, mods ...func(*d1client.Co
 		return nil, err
 	}
 	return cn, nil
+}
+
+// localDatabaseID is the database --local names: --database-id (or
+// --database), else the one the demo and the example API use.
+func localDatabaseID(c *cli.Context) string {
+	for _, id := range []string{c.String(flagDatabaseID), c.String(flagDatabase)} {
+		if id != "" {
+			return id
+		}
+	}
+	return d1local.LocalDatabaseID
+}
+
+// noDirectoryError is a --local directory that does not exist.
+type noDirectoryError struct{ dir string }
+
+func (e *noDirectoryError) Error() string {
+	return fmt.Sprintf("no directory %s: nothing has kept a database there yet (the demo with --dir, the example API with --local, or 'd1idem schema apply --local %s' do)",
+		e.dir, shellQuote(e.dir))
 }
 
 // mustExist returns a noDatabaseError unless the local database id exists.

@@ -51,6 +51,24 @@ func ttlFlag() cli.Flag {
 	return &cli.DurationFlag{Name: "ttl", Value: idem.DefaultTTL, Usage: "the pending `TTL` the application uses: a pending key without an update for longer is taken over by the next retry"}
 }
 
+func heartbeatFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "heartbeat", Usage: "how often the application renews a running request's key (idem.Config.Heartbeat): a pending key without an update for two heartbeats has an owner presumed dead",
+		DefaultText: "a third of --ttl"}
+}
+
+// leaseFlags reads --ttl and --heartbeat.
+func leaseFlags(c *cli.Context) (lease, error) {
+	ttl, err := positiveDuration(c, "ttl")
+	if err != nil {
+		return lease{}, err
+	}
+	hb := c.Duration("heartbeat")
+	if c.IsSet("heartbeat") && (hb <= 0 || hb > ttl) {
+		return lease{}, usagef("--heartbeat %s is out of range: more than 0, at most --ttl (%s)", hb, ttl)
+	}
+	return leaseOf(ttl, hb), nil
+}
+
 func limitFlag() cli.Flag {
 	return &cli.IntFlag{Name: "limit", Value: idem.DefaultListLimit, Usage: fmt.Sprintf("show at most `N` rows (1 to %d)", idem.MaxListLimit)}
 }
@@ -119,7 +137,7 @@ release the key if its owner died. Exits 1 if there is no such key.
    d1idem keys get --principal acct_42 --key order-7 --json`,
 		Flags: append([]cli.Flag{
 			principalFlag("the `PRINCIPAL` the key belongs to (the server-derived account or user ID)" + requiredMark),
-			keyFlag(), ttlFlag(), jsonFlag(),
+			keyFlag(), ttlFlag(), heartbeatFlag(), jsonFlag(),
 		}, connFlags()...),
 		Action: o.keysGet,
 	}
@@ -133,25 +151,25 @@ func (o *options) keysGet(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	ttl, err := positiveDuration(c, "ttl")
+	ls, err := leaseFlags(c)
 	if err != nil {
 		return err
 	}
 	return withConn(c, o, existing, func(cn *conn) error {
-		k, err := getKey(c.Context, o, cn, principal, key, ttl)
+		k, err := getKey(c.Context, o, cn, principal, key, ls)
 		if err != nil {
 			return err
 		}
 		if c.Bool(flagJSON) {
-			return printJSON(c.App.Writer, keyDetailOf(&k, ttl))
+			return printJSON(c.App.Writer, keyDetailOf(&k, ls))
 		}
-		return renderKey(c.App.Writer, &k, ttl, releaseCommandLine(c, &k, ttl))
+		return renderKey(c.App.Writer, &k, ls, releaseCommandLine(c, &k, ls))
 	})
 }
 
 // getKey reads one row, or says which is missing where.
-func getKey(ctx context.Context, o *options, cn *conn, principal, key string, ttl time.Duration) (idem.KeyRecord, error) {
-	a, err := keysAdmin(o, cn, ttl)
+func getKey(ctx context.Context, o *options, cn *conn, principal, key string, ls lease) (idem.KeyRecord, error) {
+	a, err := keysAdmin(o, cn, ls.ttl)
 	if err != nil {
 		return idem.KeyRecord{}, err
 	}
@@ -169,10 +187,18 @@ func getKey(ctx context.Context, o *options, cn *conn, principal, key string, tt
 // releaseCommandLine is the command that releases k at its generation:
 // with --force when the row is inside its TTL, which the ledger then
 // requires.
-func releaseCommandLine(c *cli.Context, k *idem.KeyRecord, ttl time.Duration) string {
+func releaseCommandLine(c *cli.Context, k *idem.KeyRecord, ls lease) string {
 	force := ""
-	if stateOf(k, ttl) != stateAwaitingRetry {
+	if stateOf(k, ls) != stateAwaitingRetry {
 		force = " --force"
+	}
+	if c.IsSet("ttl") {
+		// The release backdates the row by the TTL: it must be the
+		// application's.
+		force += " --ttl " + formatDuration(ls.ttl)
+	}
+	if c.IsSet("heartbeat") {
+		force += " --heartbeat " + formatDuration(ls.heartbeat)
 	}
 	return fmt.Sprintf("d1idem keys release --principal %s --key %s --generation %d%s%s",
 		shellQuote(k.Principal), shellQuote(k.Key), k.Generation, force, connHint(c))
@@ -198,6 +224,7 @@ next page. Pagination is stable while rows are added, updated or deleted.
 			&cli.DurationFlag{Name: "older-than", Usage: "only keys whose last update is older than `DURATION` (e.g. 10m, 24h)", DefaultText: "any age"},
 			limitFlag(),
 			ttlFlag(),
+			heartbeatFlag(),
 			&cli.StringFlag{Name: "cursor", Usage: "continue after the page that printed this `TOKEN` as its next cursor"},
 			jsonFlag(),
 		}, connFlags()...),
@@ -213,12 +240,12 @@ func (o *options) keysList(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	ttl, err := positiveDuration(c, "ttl")
+	ls, err := leaseFlags(c)
 	if err != nil {
 		return err
 	}
 	return withConn(c, o, existing, func(cn *conn) error {
-		a, err := keysAdmin(o, cn, ttl)
+		a, err := keysAdmin(o, cn, ls.ttl)
 		if err != nil {
 			return err
 		}
@@ -229,9 +256,9 @@ func (o *options) keysList(c *cli.Context) error {
 			return ledgerErr("keys list", err)
 		}
 		if c.Bool(flagJSON) {
-			return printJSON(c.App.Writer, keyPageJSONOf(page, ttl))
+			return printJSON(c.App.Writer, keyPageJSONOf(page, ls))
 		}
-		return renderKeyPage(c.App.Writer, page, ttl, opts.Cursor != "")
+		return renderKeyPage(c.App.Writer, page, ls, opts.Cursor != "")
 	})
 }
 
@@ -271,8 +298,8 @@ renews its row every third of the TTL), in two groups:
                   released is one of these.
 
    d1idem keys stuck
-   d1idem keys stuck --ttl 2m --json`,
-		Flags:  append([]cli.Flag{ttlFlag(), limitFlag(), jsonFlag()}, connFlags()...),
+   d1idem keys stuck --ls 2m --json`,
+		Flags:  append([]cli.Flag{ttlFlag(), heartbeatFlag(), limitFlag(), jsonFlag()}, connFlags()...),
 		Action: o.keysStuck,
 	}
 }
@@ -281,7 +308,7 @@ func (o *options) keysStuck(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
-	ttl, err := positiveDuration(c, "ttl")
+	ls, err := leaseFlags(c)
 	if err != nil {
 		return err
 	}
@@ -290,11 +317,11 @@ func (o *options) keysStuck(c *cli.Context) error {
 		return err
 	}
 	return withConn(c, o, existing, func(cn *conn) error {
-		a, err := keysAdmin(o, cn, ttl)
+		a, err := keysAdmin(o, cn, ls.ttl)
 		if err != nil {
 			return err
 		}
-		q, err := quietKeys(c.Context, a, ttl, limit)
+		q, err := quietKeys(c.Context, a, ls, limit)
 		if err != nil {
 			return ledgerErr("keys stuck", err)
 		}
@@ -303,7 +330,7 @@ func (o *options) keysStuck(c *cli.Context) error {
 		}
 		release := ""
 		if len(q.quiet) > 0 {
-			release = releaseCommandLine(c, &q.quiet[0], ttl)
+			release = releaseCommandLine(c, &q.quiet[0], ls)
 		}
 		return renderQuiet(c.App.Writer, q, release)
 	})
@@ -312,7 +339,7 @@ func (o *options) keysStuck(c *cli.Context) error {
 // quiet is what keys stuck found: the pending rows whose owner has gone
 // quiet, split by whether they are still inside the TTL.
 type quiet struct {
-	ttl          time.Duration
+	lease        lease
 	quiet        []idem.KeyRecord // inside the TTL, oldest first
 	awaiting     []idem.KeyRecord // past the TTL, oldest first
 	nQuiet, nAll int64            // how many there are of each, shown or not
@@ -323,10 +350,10 @@ type quiet struct {
 const maxQuietPages = 20
 
 // quietKeys pages through the pending rows with no update for longer than
-// quietAfter(ttl), oldest first, keeping at most limit of each group.
-func quietKeys(ctx context.Context, a *idem.Admin, ttl time.Duration, limit int) (quiet, error) {
-	q := quiet{ttl: ttl}
-	opts := idem.ListOptions{Status: idem.StatusPending, OlderThan: quietAfter(ttl), Limit: idem.MaxListLimit}
+// ls.quietAfter(), oldest first, keeping at most limit of each group.
+func quietKeys(ctx context.Context, a *idem.Admin, ls lease, limit int) (quiet, error) {
+	q := quiet{lease: ls}
+	opts := idem.ListOptions{Status: idem.StatusPending, OlderThan: ls.quietAfter(), Limit: idem.MaxListLimit}
 	for range maxQuietPages {
 		page, err := a.List(ctx, opts)
 		if err != nil {
@@ -334,7 +361,7 @@ func quietKeys(ctx context.Context, a *idem.Admin, ttl time.Duration, limit int)
 		}
 		for _, k := range page.Keys {
 			group, n := &q.quiet, &q.nQuiet
-			if stateOf(&k, ttl) == stateAwaitingRetry {
+			if stateOf(&k, ls) == stateAwaitingRetry {
 				group, n = &q.awaiting, &q.nAwaiting
 			}
 			*n++
@@ -391,6 +418,7 @@ again.
 			&cli.Int64Flag{Name: "generation", Usage: "the `GENERATION` to release, as 'keys get' or 'keys stuck' shows it: the fence" + requiredMark, DefaultText: "none"},
 			&cli.BoolFlag{Name: "force", Usage: "also release a pending row inside the TTL, or a completed row (forgetting its response)", DisableDefaultText: true},
 			ttlFlag(),
+			heartbeatFlag(),
 			jsonFlag(),
 		}, connFlags()...),
 		Action: o.keysRelease,
@@ -409,12 +437,12 @@ func (o *options) keysRelease(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	ttl, err := positiveDuration(c, "ttl")
+	ls, err := leaseFlags(c)
 	if err != nil {
 		return err
 	}
 	return withConn(c, o, existing, func(cn *conn) error {
-		a, err := keysAdmin(o, cn, ttl)
+		a, err := keysAdmin(o, cn, ls.ttl)
 		if err != nil {
 			return err
 		}
@@ -425,7 +453,7 @@ func (o *options) keysRelease(c *cli.Context) error {
 			return ledgerErr("keys release", err)
 		}
 		if !res.Released {
-			return notReleased(&res.Before, gen, ttl)
+			return notReleased(&res.Before, gen, ls)
 		}
 		if c.Bool(flagJSON) {
 			return printJSON(c.App.Writer, releaseJSONOf(res, c.Bool("force")))
@@ -450,9 +478,9 @@ func keyName(principal, key string) string {
 }
 
 // notReleased says why the ledger left the row k alone.
-func notReleased(k *idem.KeyRecord, gen int64, ttl time.Duration) error {
+func notReleased(k *idem.KeyRecord, gen int64, ls lease) error {
 	who := keyName(k.Principal, k.Key)
-	switch state := stateOf(k, ttl); {
+	switch state := stateOf(k, ls); {
 	case k.Generation != gen:
 		return fmt.Errorf("not released: %s is now at generation %d (%s, updated %s), not %d; look again with 'd1idem keys get'",
 			who, k.Generation, state.words(), formatAge(k.SinceUpdate()), gen)
@@ -461,10 +489,10 @@ func notReleased(k *idem.KeyRecord, gen int64, ttl time.Duration) error {
 			who, statusOrDash(k.ResponseStatus))
 	case state == stateOwnerQuiet:
 		return fmt.Errorf("not released: %s was updated %s, inside the %s TTL, and its owner has missed its heartbeats: if you know it is dead, release it with --force",
-			who, formatAge(k.SinceUpdate()), formatDuration(ttl))
+			who, formatAge(k.SinceUpdate()), formatDuration(ls.ttl))
 	case state == stateInFlight:
 		return fmt.Errorf("not released: %s was updated %s, inside the %s TTL: its owner is alive and renewing it; wait, or use --force",
-			who, formatAge(k.SinceUpdate()), formatDuration(ttl))
+			who, formatAge(k.SinceUpdate()), formatDuration(ls.ttl))
 	}
 	return fmt.Errorf("not released: %s has status %s, which the ledger does not release", who, display(string(k.Status)))
 }

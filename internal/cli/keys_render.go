@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/d1idem/d1idem/idem"
 )
@@ -25,10 +24,10 @@ type keyDetailJSON struct {
 	TTLMS               int64             `json:"ttl_ms"`
 }
 
-func keyDetailOf(k *idem.KeyRecord, ttl time.Duration) keyDetailJSON {
+func keyDetailOf(k *idem.KeyRecord, ls lease) keyDetailJSON {
 	headers, _ := k.StoredHeaders()
-	out := keyDetailJSON{keySummaryJSON: summaryJSON(k, ttl), Fingerprint: k.Fingerprint,
-		ResponseHeaders: headers, ResponseHeadersRaw: k.ResponseHeaders, TTLMS: ttl.Milliseconds()}
+	out := keyDetailJSON{keySummaryJSON: summaryJSON(k, ls), Fingerprint: k.Fingerprint,
+		ResponseHeaders: headers, ResponseHeadersRaw: k.ResponseHeaders, TTLMS: ls.ttl.Milliseconds()}
 	if k.ResponseBody != nil {
 		p, _ := preview(*k.ResponseBody, previewBytes)
 		n := len(*k.ResponseBody)
@@ -39,11 +38,11 @@ func keyDetailOf(k *idem.KeyRecord, ttl time.Duration) keyDetailJSON {
 
 // renderKey writes keys get for people: the row's fields, then what the
 // next retry gets and, where it helps, the command that releases the key.
-func renderKey(w io.Writer, k *idem.KeyRecord, ttl time.Duration, release string) error {
+func renderKey(w io.Writer, k *idem.KeyRecord, ls lease, release string) error {
 	if err := printFields(w, [][2]string{
 		{"principal", display(k.Principal)},
 		{"key", display(k.Key)},
-		{"status", statusText(k, ttl)},
+		{"status", statusText(k, ls)},
 		{"generation", strconv.FormatInt(k.Generation, 10)},
 		{"created", fmt.Sprintf("%s  (%s)", formatAge(k.Age()), formatTime(k.CreatedAt))},
 		{"updated", fmt.Sprintf("%s  (%s)", formatAge(k.SinceUpdate()), formatTime(k.UpdatedAt))},
@@ -55,20 +54,20 @@ func renderKey(w io.Writer, k *idem.KeyRecord, ttl time.Duration, release string
 		return err
 	}
 	fmt.Fprintln(w)
-	_, err := fmt.Fprint(w, nextRetry(k, ttl, release))
+	_, err := fmt.Fprint(w, nextRetry(k, ls, release))
 	return err
 }
 
 // statusText describes the row's status for people.
-func statusText(k *idem.KeyRecord, ttl time.Duration) string {
-	switch stateOf(k, ttl) {
+func statusText(k *idem.KeyRecord, ls lease) string {
+	switch stateOf(k, ls) {
 	case stateAwaitingRetry:
-		return fmt.Sprintf("pending, awaiting retry: past the %s TTL (released, or its owner stopped renewing it)", formatDuration(ttl))
+		return fmt.Sprintf("pending, awaiting retry: past the %s TTL (released, or its owner stopped renewing it)", formatDuration(ls.ttl))
 	case stateOwnerQuiet:
 		return fmt.Sprintf("pending, owner quiet: no update for %s (a live owner renews every %s), inside the %s TTL",
-			formatDuration(k.SinceUpdate()), formatDuration(ttl/3), formatDuration(ttl))
+			formatDuration(k.SinceUpdate()), formatDuration(ls.heartbeat), formatDuration(ls.ttl))
 	case stateInFlight:
-		return fmt.Sprintf("pending: in flight, last updated %s (within the %s TTL)", formatAge(k.SinceUpdate()), formatDuration(ttl))
+		return fmt.Sprintf("pending: in flight, last updated %s (within the %s TTL)", formatAge(k.SinceUpdate()), formatDuration(ls.ttl))
 	case stateCompleted:
 		return "completed: retries replay the stored response"
 	}
@@ -76,17 +75,17 @@ func statusText(k *idem.KeyRecord, ttl time.Duration) string {
 }
 
 // nextRetry says what the client's next retry gets.
-func nextRetry(k *idem.KeyRecord, ttl time.Duration, release string) string {
-	switch stateOf(k, ttl) {
+func nextRetry(k *idem.KeyRecord, ls lease, release string) string {
+	switch stateOf(k, ls) {
 	case stateAwaitingRetry:
 		return fmt.Sprintf("The next retry of the same request takes the key over (generation %d) and executes it.\nNothing needs releasing.\n",
 			k.Generation+1)
 	case stateOwnerQuiet:
 		return fmt.Sprintf("Its owner has missed its heartbeats and is presumed dead. Retries get 409 %s until\nthe TTL has passed (in %s); to let the client retry now, release the key:\n  %s\n",
-			idem.CodeKeyInProgress, formatDuration(ttl-k.SinceUpdate()), release)
+			idem.CodeKeyInProgress, formatDuration(ls.ttl-k.SinceUpdate()), release)
 	case stateInFlight:
 		return fmt.Sprintf("Its owner is presumably still running (a live owner renews the row every %s).\nRetries get 409 %s until it completes, or until %s without an update.\n",
-			formatDuration(ttl/3), idem.CodeKeyInProgress, formatDuration(ttl))
+			formatDuration(ls.heartbeat), idem.CodeKeyInProgress, formatDuration(ls.ttl))
 	case stateCompleted:
 		return fmt.Sprintf("Retries with this key replay the stored response, without executing, until the sweep\ndeletes the row (%s after its last update with the default retention).\n",
 			formatDuration(idem.DefaultRetention))
@@ -139,8 +138,8 @@ type keyPageJSON struct {
 	NextCursor *string          `json:"next_cursor"`
 }
 
-func keyPageJSONOf(page idem.KeyPage, ttl time.Duration) keyPageJSON {
-	out := keyPageJSON{Keys: summariesJSON(page.Keys, ttl)}
+func keyPageJSONOf(page idem.KeyPage, ls lease) keyPageJSON {
+	out := keyPageJSON{Keys: summariesJSON(page.Keys, ls)}
 	if page.NextCursor != "" {
 		out.NextCursor = &page.NextCursor
 	}
@@ -149,7 +148,7 @@ func keyPageJSONOf(page idem.KeyPage, ttl time.Duration) keyPageJSON {
 
 // renderKeyPage writes keys list for people: a table, then the next
 // cursor if there are more rows.
-func renderKeyPage(w io.Writer, page idem.KeyPage, ttl time.Duration, continued bool) error {
+func renderKeyPage(w io.Writer, page idem.KeyPage, ls lease, continued bool) error {
 	if len(page.Keys) == 0 {
 		if continued {
 			_, err := fmt.Fprintln(w, "No more keys after the cursor.")
@@ -162,7 +161,7 @@ func renderKeyPage(w io.Writer, page idem.KeyPage, ttl time.Duration, continued 
 	for i := range page.Keys {
 		k := &page.Keys[i]
 		status := display(string(k.Status))
-		if s := stateOf(k, ttl); s != stateCompleted && s != stateUnknown {
+		if s := stateOf(k, ls); s != stateCompleted && s != stateUnknown {
 			status += " (" + s.words() + ")"
 		}
 		table = append(table, []string{display(k.Principal), display(k.Key), status, strconv.FormatInt(k.Generation, 10),
@@ -189,31 +188,31 @@ type quietJSON struct {
 }
 
 func quietJSONOf(q quiet) quietJSON {
-	return quietJSON{TTLMS: q.ttl.Milliseconds(), QuietAfterMS: quietAfter(q.ttl).Milliseconds(), Total: q.nAll,
+	return quietJSON{TTLMS: q.lease.ttl.Milliseconds(), QuietAfterMS: q.lease.quietAfter().Milliseconds(), Total: q.nAll,
 		OwnerQuiet: q.nQuiet, AwaitingRetry: q.nAwaiting,
-		Keys: append(summariesJSON(q.quiet, q.ttl), summariesJSON(q.awaiting, q.ttl)...)}
+		Keys: append(summariesJSON(q.quiet, q.lease), summariesJSON(q.awaiting, q.lease)...)}
 }
 
 // renderQuiet writes keys stuck for people: the owner-quiet keys, then
 // those awaiting retry, and what to do about each group.
 func renderQuiet(w io.Writer, q quiet, release string) error {
-	ttl := formatDuration(q.ttl)
+	ttl := formatDuration(q.lease.ttl)
 	if q.nAll == 0 {
 		_, err := fmt.Fprintf(w, "No stuck keys: every pending key was updated within the last %s (a live owner renews every %s).\n",
-			formatDuration(quietAfter(q.ttl)), formatDuration(q.ttl/3))
+			formatDuration(q.lease.quietAfter()), formatDuration(q.lease.heartbeat))
 		return err
 	}
 	var table [][]string
 	for _, k := range append(append([]idem.KeyRecord{}, q.quiet...), q.awaiting...) {
 		table = append(table, []string{display(k.Principal), display(k.Key), strconv.FormatInt(k.Generation, 10),
-			stateOf(&k, q.ttl).words(), formatAge(k.SinceUpdate()), formatTime(k.UpdatedAt), formatAge(k.Age())})
+			stateOf(&k, q.lease).words(), formatAge(k.SinceUpdate()), formatTime(k.UpdatedAt), formatAge(k.Age())})
 	}
 	if err := printTable(w, []string{"PRINCIPAL", "KEY", "GEN", "STATE", "UPDATED", "UPDATED (UTC)", "CREATED"}, table); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
 	if q.nAwaiting > 0 {
-		fmt.Fprintf(w, "%s past the %s TTL, awaiting retry%s: the next retry of the same request takes each over,\nat the next generation, and executes it. Nothing needs releasing (a key just released is one of these).\n",
+		fmt.Fprintf(w, "%s past the %s TTL, awaiting retry%s: the next retry of the same request takes each over,\nat the next generation, and executes it. Nothing needs releasing: a release sets a key's last update\none TTL back, so a key just released is one of these.\n",
 			plural(q.nAwaiting, "key", "keys"), ttl, shownOf(q.nAwaiting, len(q.awaiting)))
 	}
 	if q.nQuiet > 0 {

@@ -78,13 +78,27 @@ const (
 	stateUnknown       keyState = "unknown"        // a status the ledger does not write
 )
 
-// quietAfter is how long a pending row may go without an update before its
-// owner is presumed dead: two thirds of the TTL, since a live owner renews
-// its row every third of it (idem.Config.Heartbeat's default).
-func quietAfter(ttl time.Duration) time.Duration { return ttl * 2 / 3 }
+// lease is how the application holds its keys: the TTL after which the next
+// retry takes a pending key over, and how often a running request renews
+// its key (idem.Config.TTL and Heartbeat).
+type lease struct{ ttl, heartbeat time.Duration }
 
-// stateOf classifies a row read with the given TTL.
-func stateOf(k *idem.KeyRecord, ttl time.Duration) keyState {
+// leaseOf is the lease of a TTL and a heartbeat; heartbeat 0 means the
+// ledger's default, a third of the TTL.
+func leaseOf(ttl, heartbeat time.Duration) lease {
+	if heartbeat <= 0 {
+		heartbeat = ttl / 3
+	}
+	return lease{ttl: ttl, heartbeat: heartbeat}
+}
+
+// quietAfter is how long a pending row may go without an update before its
+// owner is presumed dead: two heartbeats (two thirds of the TTL by
+// default).
+func (l lease) quietAfter() time.Duration { return min(2*l.heartbeat, l.ttl) }
+
+// stateOf classifies a row under the application's lease.
+func stateOf(k *idem.KeyRecord, l lease) keyState {
 	switch {
 	case k.Status == idem.StatusCompleted:
 		return stateCompleted
@@ -92,7 +106,7 @@ func stateOf(k *idem.KeyRecord, ttl time.Duration) keyState {
 		return stateUnknown
 	case k.Stuck:
 		return stateAwaitingRetry
-	case k.SinceUpdate() > quietAfter(ttl):
+	case k.SinceUpdate() > l.quietAfter():
 		return stateOwnerQuiet
 	}
 	return stateInFlight
@@ -123,9 +137,9 @@ type keySummaryJSON struct {
 	Stuck          bool   `json:"stuck"`
 }
 
-func summaryJSON(k *idem.KeyRecord, ttl time.Duration) keySummaryJSON {
+func summaryJSON(k *idem.KeyRecord, l lease) keySummaryJSON {
 	return keySummaryJSON{
-		Principal: k.Principal, Key: k.Key, Status: string(k.Status), State: string(stateOf(k, ttl)), Generation: k.Generation,
+		Principal: k.Principal, Key: k.Key, Status: string(k.Status), State: string(stateOf(k, l)), Generation: k.Generation,
 		ResponseStatus: k.ResponseStatus,
 		CreatedAt:      formatTime(k.CreatedAt), CreatedAtMS: k.CreatedAt.UnixMilli(),
 		UpdatedAt: formatTime(k.UpdatedAt), UpdatedAtMS: k.UpdatedAt.UnixMilli(),
@@ -134,10 +148,10 @@ func summaryJSON(k *idem.KeyRecord, ttl time.Duration) keySummaryJSON {
 	}
 }
 
-func summariesJSON(keys []idem.KeyRecord, ttl time.Duration) []keySummaryJSON {
+func summariesJSON(keys []idem.KeyRecord, l lease) []keySummaryJSON {
 	out := make([]keySummaryJSON, 0, len(keys))
 	for i := range keys {
-		out = append(out, summaryJSON(&keys[i], ttl))
+		out = append(out, summaryJSON(&keys[i], l))
 	}
 	return out
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem"
+	"github.com/d1idem/d1idem/d1local"
+	"github.com/d1idem/d1idem/internal/embedded"
 	"github.com/d1idem/d1idem/internal/wrangler"
 	"github.com/d1idem/d1idem/schema"
 )
@@ -141,13 +143,41 @@ or --migrations-dir.
 			migrationsDirFlag(),
 			jsonFlag(),
 		}, connFlags()...),
-		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
-			return withConn(c, o, create, func(cn *conn) error { return schemaApply(c, cn) })
-		},
+		Action: o.schemaApply,
 	}
+}
+
+// schemaApply is schema apply's action. With --dry-run it creates nothing;
+// on a local database that does not exist yet, it shows what apply would
+// do on the empty database apply would create.
+func (o *options) schemaApply(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	if !c.Bool("dry-run") {
+		return withConn(c, o, create, func(cn *conn) error { return schemaApply(c, cn) })
+	}
+	err := withConn(c, o, existing, func(cn *conn) error { return schemaApply(c, cn) })
+	if dir := c.String(flagLocal); dir != "" && (errors.As(err, new(*noDatabaseError)) || errors.As(err, new(*noDirectoryError))) {
+		return dryRunFresh(c, dir)
+	}
+	return err
+}
+
+// dryRunFresh is schema apply --dry-run for a local database that does not
+// exist yet: on an empty one, in memory.
+func dryRunFresh(c *cli.Context, dir string) error {
+	srv, err := embedded.Start(d1local.Config{}, "")
+	if err != nil {
+		return err
+	}
+	cn := &conn{local: srv, databaseID: localDatabaseID(c)}
+	defer cn.close()
+	if cn.db, err = srv.Client(cn.databaseID); err != nil {
+		return err
+	}
+	cn.where = fmt.Sprintf("local database %q under %s (not there yet: apply creates it)", cn.databaseID, dir)
+	return schemaApply(c, cn)
 }
 
 func schemaApply(c *cli.Context, cn *conn) error {

@@ -84,11 +84,11 @@ func statsJSONOf(st idem.Stats, where string, ttl, retention time.Duration) stat
 		out.ByStatus[string(status)] = n
 	}
 	if st.Oldest != nil {
-		j := summaryJSON(st.Oldest, ttl)
+		j := summaryJSON(st.Oldest, leaseOf(ttl, 0))
 		out.Oldest = &j
 	}
 	if st.OldestStuck != nil {
-		j := summaryJSON(st.OldestStuck, ttl)
+		j := summaryJSON(st.OldestStuck, leaseOf(ttl, 0))
 		out.OldestStuck = &j
 	}
 	return out
