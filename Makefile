@@ -13,9 +13,19 @@ build:
 # The whole suite, under the race detector. The workerd conformance leg needs
 # Node and the pinned npm packages in conformance/; they are installed here
 # when npm is present. In CI (CI set) a missing Node fails the suite.
+# After the tests it says whether the workerd leg ran: each test binary that
+# asks for it leaves a word in a marker directory (internal/d1test,
+# D1TEST_WORKERD_MARKER).
 test: conformance-deps
 	$(GO) vet $(PKGS)
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	@marker=$$(mktemp -d); \
+	D1TEST_WORKERD_MARKER=$$marker $(GO) test -race -count=1 -timeout 20m $(PKGS); status=$$?; \
+	ran=$$(grep -l '^ran' $$marker/* 2>/dev/null | xargs -r -n1 basename | sed 's/\.test\..*//' | sort -u | paste -sd, - | sed 's/,/, /g'); \
+	other=$$(grep -hv '^ran' $$marker/* 2>/dev/null | sort -u | head -n 1); \
+	if [ -n "$$ran" ]; then echo "workerd leg: ran, on real workerd D1 (in $$ran)"; \
+	elif [ -n "$$other" ]; then echo "workerd leg: NOT run: $$other"; \
+	else echo "workerd leg: NOT run: no test asked for it"; fi; \
+	rm -rf "$$marker"; exit $$status
 
 test-short:
 	$(GO) test -count=1 -short $(PKGS)
