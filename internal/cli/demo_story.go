@@ -135,6 +135,16 @@ func (s *story) post(ctx context.Context, key, body string, extra http.Header) (
 	return s.send(req)
 }
 
+// attempt sends a POST and counts the key's orders after its answer.
+func (s *story) attempt(ctx context.Context, key, body string) (reply, int64, error) {
+	r, err := s.post(ctx, key, body, nil)
+	if err != nil {
+		return r, 0, err
+	}
+	n, err := s.orders(ctx, key)
+	return r, n, err
+}
+
 // orders counts the orders the demo API created for a key.
 func (s *story) orders(ctx context.Context, key string) (int64, error) {
 	res, err := s.env.db.Query(ctx, "SELECT count(*) FROM demo_orders WHERE idempotency_key = ?", key)
@@ -252,11 +262,7 @@ func (s *story) concurrentCopies(ctx context.Context) error {
 // reusedKey sends another request under a key already used: refused.
 func (s *story) reusedKey(ctx context.Context) error {
 	key := s.key("order-1")
-	r, err := s.post(ctx, key, `{"sku":"tea","qty":3}`, nil)
-	if err != nil {
-		return err
-	}
-	n, err := s.orders(ctx, key)
+	r, n, err := s.attempt(ctx, key, `{"sku":"tea","qty":3}`)
 	if err != nil {
 		return err
 	}
@@ -350,11 +356,7 @@ func (s *story) crashedServer(ctx context.Context) error {
 // takeOver retries a key whose server died, after the TTL: the retry takes
 // the key over, one generation on, and creates the one order.
 func (s *story) takeOver(ctx context.Context, key, body string) error {
-	r, err := s.post(ctx, key, body, nil)
-	if err != nil {
-		return err
-	}
-	n, err := s.orders(ctx, key)
+	r, n, err := s.attempt(ctx, key, body)
 	if err != nil {
 		return err
 	}

@@ -121,6 +121,25 @@ func noArgs(c *cli.Context) error {
 	return nil
 }
 
+// withKeys runs a keys command: it refuses arguments, reads --ttl and
+// --heartbeat, opens the database and hands fn the administrative API.
+func (o *options) withKeys(c *cli.Context, fn func(a *idem.Admin, cn *conn, ls lease) error) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	ls, err := leaseFlags(c)
+	if err != nil {
+		return err
+	}
+	return withConn(c, o, existing, func(cn *conn) error {
+		a, err := keysAdmin(o, cn, ls.ttl)
+		if err != nil {
+			return err
+		}
+		return fn(a, cn, ls)
+	})
+}
+
 // ---- keys get ----
 
 func keysGetCommand(o *options) *cli.Command {
@@ -144,44 +163,23 @@ release the key if its owner died. Exits 1 if there is no such key.
 }
 
 func (o *options) keysGet(c *cli.Context) error {
-	if err := noArgs(c); err != nil {
-		return err
-	}
 	principal, key, err := principalAndKey(c)
 	if err != nil {
 		return err
 	}
-	ls, err := leaseFlags(c)
-	if err != nil {
-		return err
-	}
-	return withConn(c, o, existing, func(cn *conn) error {
-		k, err := getKey(c.Context, o, cn, principal, key, ls)
-		if err != nil {
-			return err
+	return o.withKeys(c, func(a *idem.Admin, cn *conn, ls lease) error {
+		k, err := a.Get(c.Context, principal, key)
+		if errors.Is(err, idem.ErrKeyNotFound) {
+			return fmt.Errorf("no key %s for principal %s on %s (it was never claimed, or was swept)",
+				strconv.Quote(key), strconv.Quote(principal), cn.where)
+		} else if err != nil {
+			return ledgerErr("keys get", err)
 		}
 		if c.Bool(flagJSON) {
 			return printJSON(c.App.Writer, keyDetailOf(&k, ls))
 		}
 		return renderKey(c.App.Writer, &k, ls, releaseCommandLine(c, &k, ls))
 	})
-}
-
-// getKey reads one row, or says which is missing where.
-func getKey(ctx context.Context, o *options, cn *conn, principal, key string, ls lease) (idem.KeyRecord, error) {
-	a, err := keysAdmin(o, cn, ls.ttl)
-	if err != nil {
-		return idem.KeyRecord{}, err
-	}
-	k, err := a.Get(ctx, principal, key)
-	if errors.Is(err, idem.ErrKeyNotFound) {
-		return k, fmt.Errorf("no key %s for principal %s on %s (it was never claimed, or was swept)",
-			strconv.Quote(key), strconv.Quote(principal), cn.where)
-	}
-	if err != nil {
-		return k, ledgerErr("keys get", err)
-	}
-	return k, nil
 }
 
 // releaseCommandLine is the command that releases k at its generation:
@@ -233,22 +231,11 @@ next page. Pagination is stable while rows are added, updated or deleted.
 }
 
 func (o *options) keysList(c *cli.Context) error {
-	if err := noArgs(c); err != nil {
-		return err
-	}
 	opts, err := listOptions(c)
 	if err != nil {
 		return err
 	}
-	ls, err := leaseFlags(c)
-	if err != nil {
-		return err
-	}
-	return withConn(c, o, existing, func(cn *conn) error {
-		a, err := keysAdmin(o, cn, ls.ttl)
-		if err != nil {
-			return err
-		}
+	return o.withKeys(c, func(a *idem.Admin, _ *conn, ls lease) error {
 		page, err := a.List(c.Context, opts)
 		if errors.Is(err, idem.ErrBadCursor) {
 			return usagef("--cursor is not a cursor this command printed (a \"next cursor\" token of 'd1idem keys list'); copy it whole, or start without --cursor")
@@ -298,29 +285,18 @@ renews its row every third of the TTL), in two groups:
                   released is one of these.
 
    d1idem keys stuck
-   d1idem keys stuck --ls 2m --json`,
+   d1idem keys stuck --ttl 2m --json`,
 		Flags:  append([]cli.Flag{ttlFlag(), heartbeatFlag(), limitFlag(), jsonFlag()}, connFlags()...),
 		Action: o.keysStuck,
 	}
 }
 
 func (o *options) keysStuck(c *cli.Context) error {
-	if err := noArgs(c); err != nil {
-		return err
-	}
-	ls, err := leaseFlags(c)
-	if err != nil {
-		return err
-	}
 	limit, err := listLimit(c)
 	if err != nil {
 		return err
 	}
-	return withConn(c, o, existing, func(cn *conn) error {
-		a, err := keysAdmin(o, cn, ls.ttl)
-		if err != nil {
-			return err
-		}
+	return o.withKeys(c, func(a *idem.Admin, _ *conn, ls lease) error {
 		q, err := quietKeys(c.Context, a, ls, limit)
 		if err != nil {
 			return ledgerErr("keys stuck", err)
@@ -426,9 +402,6 @@ again.
 }
 
 func (o *options) keysRelease(c *cli.Context) error {
-	if err := noArgs(c); err != nil {
-		return err
-	}
 	principal, key, err := principalAndKey(c)
 	if err != nil {
 		return err
@@ -437,15 +410,7 @@ func (o *options) keysRelease(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	ls, err := leaseFlags(c)
-	if err != nil {
-		return err
-	}
-	return withConn(c, o, existing, func(cn *conn) error {
-		a, err := keysAdmin(o, cn, ls.ttl)
-		if err != nil {
-			return err
-		}
+	return o.withKeys(c, func(a *idem.Admin, cn *conn, ls lease) error {
 		res, err := a.Release(c.Context, principal, key, gen, idem.ReleaseOptions{Force: c.Bool("force")})
 		if errors.Is(err, idem.ErrKeyNotFound) {
 			return fmt.Errorf("no %s on %s: nothing to release (it was never claimed, or was swept)", keyName(principal, key), cn.where)
