@@ -89,6 +89,10 @@ func TestLintLayering(t *testing.T) {
 	forbid(programs, "the CLI imports neither an example nor a test helper", func(dep string) bool {
 		return under(dep, module+"/examples") || slices.Contains(testHelpers, dep)
 	})
+	// The first `go run ./cmd/d1idem demo` compiles all of it: keep it lean.
+	forbid(programs, "the CLI links no telemetry SDK or exporter", func(dep string) bool {
+		return under(dep, "go.opentelemetry.io/otel/sdk") || under(dep, "go.opentelemetry.io/otel/exporters")
+	})
 }
 
 // TestLintNoSQLiteInLibraries: what a production binary imports never pulls

@@ -129,7 +129,9 @@ func TestVersion(t *testing.T) {
 		{debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
 			{Key: "vcs.revision", Value: "98428c9a1b2c3d4e5f60718293a4b5c6d7e8f901"}, {Key: "vcs.modified", Value: "true"}}}, "devel (98428c9a1b2c, modified)"},
 		{debug.BuildInfo{Main: debug.Module{Version: "v0.0.0-20261202120000-98428c9a1b2c"}, Settings: []debug.BuildSetting{
-			{Key: "vcs.revision", Value: "98428c9a1b2c3d4e5f60718293a4b5c6d7e8f901"}, {Key: "vcs.modified", Value: "false"}}}, "v0.0.0-20261202120000-98428c9a1b2c (98428c9a1b2c)"},
+			{Key: "vcs.revision", Value: "98428c9a1b2c3d4e5f60718293a4b5c6d7e8f901"}, {Key: "vcs.modified", Value: "false"}}}, "v0.0.0-20261202120000-98428c9a1b2c"},
+		{debug.BuildInfo{Main: debug.Module{Version: "v0.4.0"}, Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "98428c9a1b2c3d4e5f60718293a4b5c6d7e8f901"}}}, "v0.4.0 (98428c9a1b2c)"},
 	} {
 		if got := versionOf(&tc.info); got != tc.want {
 			t.Errorf("versionOf(%+v) = %q, want %q", tc.info.Main, got, tc.want)

@@ -197,14 +197,18 @@ func versionOf(info *debug.BuildInfo) string {
 			modified = s.Value
 		}
 	}
-	if rev == "" {
-		return v
-	}
 	if len(rev) > 12 {
 		rev = rev[:12]
 	}
-	if modified == "true" {
-		rev += ", modified"
+	switch {
+	case rev == "":
+		return v
+	case strings.Contains(v, rev):
+		// A pseudo-version names the revision already ("+dirty" when
+		// modified).
+		return v
+	case modified == "true":
+		return v + " (" + rev + ", modified)"
 	}
 	return v + " (" + rev + ")"
 }
