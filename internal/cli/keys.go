@@ -320,6 +320,9 @@ type quiet struct {
 	awaiting     []idem.KeyRecord // past the TTL, oldest first
 	nQuiet, nAll int64            // how many there are of each, shown or not
 	nAwaiting    int64
+	// partial reports that more pending rows remain than were read
+	// (maxQuietPages pages): the counts are of the oldest.
+	partial bool
 }
 
 // maxQuietPages bounds the pages quietKeys reads: 20 D1 calls, 20,000 rows.
@@ -345,10 +348,12 @@ func quietKeys(ctx context.Context, a *idem.Admin, ls lease, limit int) (quiet, 
 				*group = append(*group, k)
 			}
 		}
-		if opts.Cursor = page.NextCursor; opts.Cursor == "" {
+		opts.Cursor = page.NextCursor
+		if opts.Cursor == "" {
 			break
 		}
 	}
+	q.partial = opts.Cursor != ""
 	q.nAll = q.nQuiet + q.nAwaiting
 	return q, nil
 }

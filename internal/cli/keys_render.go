@@ -184,12 +184,13 @@ type quietJSON struct {
 	Total         int64            `json:"total"`
 	OwnerQuiet    int64            `json:"owner_quiet"`
 	AwaitingRetry int64            `json:"awaiting_retry"`
+	Partial       bool             `json:"partial"` // more rows than were read: the counts are of the oldest
 	Keys          []keySummaryJSON `json:"keys"`
 }
 
 func quietJSONOf(q quiet) quietJSON {
 	return quietJSON{TTLMS: q.lease.ttl.Milliseconds(), QuietAfterMS: q.lease.quietAfter().Milliseconds(), Total: q.nAll,
-		OwnerQuiet: q.nQuiet, AwaitingRetry: q.nAwaiting,
+		OwnerQuiet: q.nQuiet, AwaitingRetry: q.nAwaiting, Partial: q.partial,
 		Keys: append(summariesJSON(q.quiet, q.lease), summariesJSON(q.awaiting, q.lease)...)}
 }
 
@@ -211,6 +212,9 @@ func renderQuiet(w io.Writer, q quiet, release string) error {
 		return err
 	}
 	fmt.Fprintln(w)
+	if q.partial {
+		fmt.Fprintf(w, "There are more than %d pending keys without a recent update; the counts below are of the oldest %[1]d.\n", q.nAll)
+	}
 	if q.nAwaiting > 0 {
 		fmt.Fprintf(w, "%s past the %s TTL, awaiting retry%s: the next retry of the same request takes each over,\nat the next generation, and executes it. Nothing needs releasing: a release sets a key's last update\none TTL back, so a key just released is one of these.\n",
 			plural(q.nAwaiting, "key", "keys"), ttl, shownOf(q.nAwaiting, len(q.awaiting)))
