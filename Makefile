@@ -13,9 +13,19 @@ build:
 # The whole suite, under the race detector. The workerd conformance leg needs
 # Node and the pinned npm packages in conformance/; they are installed here
 # when npm is present. In CI (CI set) a missing Node fails the suite.
+# After the tests it says whether the workerd leg ran: each test binary that
+# asks for it leaves a word in a marker directory (internal/d1test,
+# D1TEST_WORKERD_MARKER).
 test: conformance-deps
 	$(GO) vet $(PKGS)
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	@marker=$$(mktemp -d); \
+	D1TEST_WORKERD_MARKER=$$marker $(GO) test -race -count=1 -timeout 20m $(PKGS); status=$$?; \
+	ran=$$(grep -l '^ran' $$marker/* 2>/dev/null | xargs -r -n1 basename | sed 's/\.test\..*//' | sort -u | paste -sd, - | sed 's/,/, /g'); \
+	other=$$(grep -hv '^ran' $$marker/* 2>/dev/null | sort -u | head -n 1); \
+	if [ -n "$$ran" ]; then echo "workerd leg: ran, on real workerd D1 (in $$ran)"; \
+	elif [ -n "$$other" ]; then echo "workerd leg: NOT run: $$other"; \
+	else echo "workerd leg: NOT run: no test asked for it"; fi; \
+	rm -rf "$$marker"; exit $$status
 
 test-short:
 	$(GO) test -count=1 -short $(PKGS)
@@ -60,9 +70,18 @@ readme-figures:
 bridge-statements:
 	$(GO) test ./idem -run TestBridgeStatements -update
 
+# staticcheck is pinned in tools/go.mod (a tool directive of its own module,
+# so that its dependencies stay out of the product's go.mod and of the
+# demo's first build).
+STATICCHECK ?= $(GO) tool -modfile=tools/go.mod staticcheck
+
+# vet, gofmt, staticcheck, and the layering and size rules of
+# CONTRIBUTING.md (the TestLint tests of deps_test.go).
 lint:
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(STATICCHECK) $(PKGS)
+	$(GO) test -count=1 -run '^TestLint' .
 
 demo:
 	$(GO) run ./cmd/d1idem demo

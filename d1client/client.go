@@ -624,3 +624,8 @@ func (c *Client) AccountID() string { return c.cfg.AccountID }
 
 // DatabaseID returns the configured database ID.
 func (c *Client) DatabaseID() string { return c.cfg.DatabaseID }
+
+// BaseURL returns the API base URL the client sends to, with a trailing
+// slash: Config.BaseURL, or the one the environment names, or
+// DefaultBaseURL.
+func (c *Client) BaseURL() string { return c.cfg.BaseURL }

@@ -170,7 +170,7 @@ func TestContextDeadlineWins(t *testing.T) {
 	// A cancelled context is never sent.
 	ctx, cancel = context.WithCancel(context.Background())
 	cancel()
-	c, tr = mockClient(t, ok1(t))
+	c, _ = mockClient(t, ok1(t))
 	_, err = c.Exec(ctx, readStmt)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("err = %v, want context.Canceled", err)

@@ -24,6 +24,16 @@ import (
 // when Config.AccountID is empty.
 const DefaultAccountID = "d10ca1d10ca1d10ca1d10ca1d10ca1d1"
 
+// LocalDir and LocalDatabaseID are where d1idem's programs keep a local
+// ledger unless told otherwise: the demo (d1idem demo --dir), the example
+// API (examples/orders --local) and the CLI (--local) all use the database
+// LocalDatabaseID, so that what one writes the others read. They are
+// conventions of those programs, not defaults of Config.
+const (
+	LocalDir        = ".d1idem"
+	LocalDatabaseID = "d1idem"
+)
+
 // Config configures a Server.
 type Config struct {
 	// Dir holds one SQLite file per database ID ("<id>.sqlite", in WAL

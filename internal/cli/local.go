@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -88,6 +89,8 @@ func serveLocal(c *cli.Context) error {
 		where = "memory"
 	}
 	fmt.Fprintf(c.App.Writer, "d1local serving http://%s (databases in %s); API base URL http://%s/client/v4\n", ln.Addr(), where, ln.Addr())
+	fmt.Fprintf(c.App.Writer, "look at a ledger here: d1idem keys list --base-url http://%s/client/v4 --account-id local --api-token %s --database-id ID\n",
+		ln.Addr(), cmp.Or(tokenHint(c.String("token")), "local"))
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
 	select {
@@ -100,4 +103,12 @@ func serveLocal(c *cli.Context) error {
 		return err
 	}
 	return nil
+}
+
+// tokenHint stands for a required token in a hint, which never shows it.
+func tokenHint(token string) string {
+	if token == "" {
+		return ""
+	}
+	return "$D1LOCAL_TOKEN"
 }

@@ -167,7 +167,7 @@ func golden(t *testing.T, name, got string) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run go test ./cli -run %s -update to create it)", err, t.Name())
+		t.Fatalf("%v (run go test ./internal/cli -run %s -update to create it)", err, t.Name())
 	}
 	if string(want) != got {
 		t.Errorf("%s differs from the golden file (run with -update to accept):\n--- got:\n%s--- want:\n%s", path, got, want)
@@ -180,13 +180,26 @@ const (
 	mockAccount  = "0123456789abcdef0123456789abcdef"
 	mockDatabase = "6b4c8e3e-0000-4000-8000-000000000000"
 	mockBaseURL  = "https://api.cloudflare.test/client/v4"
-	mockRawURL   = mockBaseURL + "/accounts/" + mockAccount + "/d1/database/" + mockDatabase + "/raw"
+	mockListURL  = mockBaseURL + "/accounts/" + mockAccount + "/d1/database"
+	mockRawURL   = mockListURL + "/" + mockDatabase + "/raw"
 )
+
+// listResponder answers Cloudflare's database list, in the documented
+// envelope: one database on the first page, none after it.
+func listResponder(req *http.Request) (*http.Response, error) {
+	result := `[]`
+	if p := req.URL.Query().Get("page"); p == "" || p == "1" {
+		result = `[{"uuid":"0c7d1f52-93b8-4e6a-a1d4-5b2e8f9c3a71","name":"orders-db","created_at":"2026-01-05T10:00:00.000Z","version":"production"}]`
+	}
+	res := httpmock.NewStringResponse(http.StatusOK, `{"result":`+result+`,"result_info":{"page":1,"per_page":100,"count":1,"total_count":1},"success":true,"errors":[],"messages":[]}`)
+	res.Header.Set("Content-Type", "application/json")
+	return res, nil
+}
 
 // replay answers with the recorded response testdata/d1/<name>.http of
 // the repository, parsed afresh for each request.
 func replay(t testing.TB, name string) httpmock.Responder {
-	raw, err := os.ReadFile(filepath.Join("..", "testdata", "d1", name+".http"))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "testdata", "d1", name+".http"))
 	if err != nil {
 		t.Fatalf("fixture %s: %v", name, err)
 	}
@@ -210,6 +223,7 @@ func replay(t testing.TB, name string) httpmock.Responder {
 func mocked(t testing.TB, fixture string) (*options, *httpmock.MockTransport) {
 	tr := httpmock.NewMockTransport()
 	tr.RegisterResponder(http.MethodPost, mockRawURL, replay(t, fixture))
+	tr.RegisterResponder(http.MethodGet, mockListURL, listResponder)
 	o := fixedClock()
 	o.clientMods = []func(*d1client.Config){func(c *d1client.Config) {
 		c.HTTPClient = &http.Client{Transport: tr}
@@ -220,4 +234,10 @@ func mocked(t testing.TB, fixture string) (*options, *httpmock.MockTransport) {
 
 func mockFlags() []string {
 	return []string{"--base-url", mockBaseURL, "--account-id", mockAccount, "--database-id", mockDatabase, "--api-token", "tok_mock"}
+}
+
+// firstLine is the first line of s, with its newline.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line + "\n"
 }

@@ -43,13 +43,14 @@ func TestSchemaApplyVerifyCI(t *testing.T) {
 	}
 
 	r := runCLI(t, nil, l.args("schema", "verify")...)
-	if r.code != ExitError || !strings.Contains(r.stdout, "- table idempotency_keys (missing)") ||
+	if r.code != exitError || !strings.Contains(r.stdout, "- table idempotency_keys (missing)") ||
 		r.stderr != "d1idem: schema drift: idempotency_keys does not exist on database ci; run 'd1idem schema apply'\n" {
 		t.Errorf("verify before apply: %s", r)
 	}
 
 	r = mustRun(t, nil, l.args("schema", "apply")...)
-	if r.stdout != "Created idempotency_keys and idx_idempotency_keys_updated_at, and recorded "+schema.MigrationName+" in d1_migrations, on database ci.\n" {
+	if r.stdout != "Created idempotency_keys and idx_idempotency_keys_updated_at, and recorded "+schema.MigrationName+" in d1_migrations, on database ci.\n"+
+		"Check the live shape with 'd1idem schema verify'.\n" {
 		t.Errorf("apply: %q", r.stdout)
 	}
 	r = mustRun(t, nil, l.args("schema", "apply")...)
@@ -91,7 +92,7 @@ func TestSchemaApplyRecordsExistingTable(t *testing.T) {
 		t.Errorf("dry run: %s", r.stdout)
 	}
 	r = mustRun(t, nil, l.args("schema", "apply")...)
-	if r.stdout != "idempotency_keys already had the expected shape; recorded "+schema.MigrationName+" in d1_migrations, on database ci.\n" {
+	if firstLine(r.stdout) != "idempotency_keys already had the expected shape; recorded "+schema.MigrationName+" in d1_migrations, on database ci.\n" {
 		t.Errorf("apply: %q", r.stdout)
 	}
 }
@@ -109,17 +110,17 @@ func TestSchemaDrift(t *testing.T) {
 
 	r := runCLI(t, nil, l.args("schema", "verify")...)
 	golden(t, "schema_verify_drift", r.stdout)
-	if r.code != ExitError || r.stderr != "d1idem: schema drift: idempotency_keys on database ci differs from schema.sql (4 differences, shown on stdout)\n" {
+	if r.code != exitError || r.stderr != "d1idem: schema drift: idempotency_keys on database ci differs from schema.sql (4 differences, shown on stdout)\n" {
 		t.Errorf("verify: %s", r)
 	}
 	r = runCLI(t, nil, l.args("schema", "verify", "--json")...)
 	var vj verifyJSON
-	if err := json.Unmarshal([]byte(r.stdout), &vj); err != nil || vj.Matches || len(vj.Diff) != 4 || r.code != ExitError {
+	if err := json.Unmarshal([]byte(r.stdout), &vj); err != nil || vj.Matches || len(vj.Diff) != 4 || r.code != exitError {
 		t.Errorf("verify --json: %v %s", err, r)
 	}
 
 	r = runCLI(t, nil, l.args("schema", "apply")...)
-	if r.code != ExitError || !strings.Contains(r.stdout, "- index idx_idempotency_keys_updated_at") ||
+	if r.code != exitError || !strings.Contains(r.stdout, "- index idx_idempotency_keys_updated_at") ||
 		r.stderr != "d1idem: idempotency_keys differs from schema.sql (4 differences, shown on stdout): not recording the migration; fix the table by hand or restore it, then apply again\n" {
 		t.Errorf("apply on drift: %s", r)
 	}
@@ -175,7 +176,7 @@ migrations_table = "custom_migrations"
 	}
 
 	r := runCLI(t, nil, "schema", "verify", "--database", "nope", "--config", filepath.Join(dir, "wrangler.toml"), "--api-token", "tok")
-	if r.code != ExitUsage || !strings.Contains(r.stderr, `no database named "nope" in the d1_databases of`) || !strings.Contains(r.stderr, "(it has: orders-db)") {
+	if r.code != exitUsage || !strings.Contains(r.stderr, `no database named "nope" in the d1_databases of`) || !strings.Contains(r.stderr, "(it has: orders-db)") {
 		t.Errorf("unknown --database: %s", r)
 	}
 }
@@ -184,16 +185,17 @@ migrations_table = "custom_migrations"
 func TestSchemaLocal(t *testing.T) {
 	dir := t.TempDir()
 	r := mustRun(t, nil, "schema", "apply", "--local", dir)
-	if !strings.HasPrefix(r.stdout, "Created idempotency_keys") || !strings.Contains(r.stdout, `, on local database "local" under `+dir+".") {
+	if !strings.HasPrefix(r.stdout, "Created idempotency_keys") || !strings.Contains(r.stdout, `, on local database "d1idem" under `+dir+".") {
 		t.Errorf("apply --local: %s", r)
 	}
 	r = mustRun(t, nil, "schema", "verify", "--local", dir)
-	if !strings.HasPrefix(r.stdout, `idempotency_keys on local database "local" under `+dir+" matches schema.sql") {
+	if !strings.HasPrefix(r.stdout, `idempotency_keys on local database "d1idem" under `+dir+" matches schema.sql") {
 		t.Errorf("verify --local: %s", r)
 	}
-	// Another database under the same directory is another database.
+	// Another database under the same directory is another database, and
+	// verify does not create it.
 	r = runCLI(t, nil, "schema", "verify", "--local", dir, "--database-id", "other")
-	if r.code != ExitError || !strings.Contains(r.stderr, `does not exist on local database "other"`) {
+	if r.code != exitError || r.stderr != `d1idem: no database "other" under `+dir+" (have: d1idem)\n" {
 		t.Errorf("verify --local other: %s", r)
 	}
 }

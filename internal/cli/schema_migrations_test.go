@@ -78,7 +78,7 @@ name = "no databases here"
 	r := mustRun(t, nil, append([]string{"schema", "apply"}, conn("wrangler.toml", "--env", "staging")...)...)
 	want := "Created idempotency_keys and idx_idempotency_keys_updated_at, and recorded " + schema.MigrationName + " in staging_migrations, on orders-staging (" +
 		staging.id + ", env staging, from " + filepath.Join(dir, "wrangler.toml") + ").\n"
-	if r.stdout != want {
+	if firstLine(r.stdout) != want {
 		t.Errorf("apply --env staging:\n%s\nwant %q", r, want)
 	}
 	t.Setenv("CLOUDFLARE_ENV", "staging")
@@ -106,7 +106,7 @@ name = "no databases here"
 		{[]string{"--local", t.TempDir(), "--env", "staging"}, "d1idem: --env selects a wrangler environment for --database; pass --database NAME too\n"},
 	} {
 		r := runCLI(t, nil, append([]string{"schema", "verify"}, tc.args...)...)
-		if r.code != ExitUsage || r.stderr != tc.want {
+		if r.code != exitUsage || r.stderr != tc.want {
 			t.Errorf("%v:\n%s\nwant %q", tc.args, r, tc.want)
 		}
 	}
@@ -150,7 +150,7 @@ migrations_dir = "db/migrations"
 	}
 	// By database ID: the same entry of the config wrangler would find.
 	r = mustRun(t, nil, l.args("schema", "apply")...)
-	if r.stdout != "Created idempotency_keys and idx_idempotency_keys_updated_at, and recorded 0002_idempotency.sql in d1_migrations, on database "+l.id+".\n" {
+	if firstLine(r.stdout) != "Created idempotency_keys and idx_idempotency_keys_updated_at, and recorded 0002_idempotency.sql in d1_migrations, on database "+l.id+".\n" {
 		t.Errorf("apply by ID: %s", r)
 	}
 	r = mustRun(t, nil, "schema", "apply", "--database", "orders-db", "--base-url", l.b.BaseURL, "--api-token", "tok")
@@ -159,7 +159,7 @@ migrations_dir = "db/migrations"
 	}
 	// --migrations-dir names another directory.
 	r = mustRun(t, nil, l.args("schema", "apply", "--migrations-dir", "elsewhere")...)
-	if r.stdout != "idempotency_keys already had the expected shape; recorded 0007_ledger_by_another.sql in d1_migrations, on database "+l.id+".\n" {
+	if firstLine(r.stdout) != "idempotency_keys already had the expected shape; recorded 0007_ledger_by_another.sql in d1_migrations, on database "+l.id+".\n" {
 		t.Errorf("apply --migrations-dir: %s", r)
 	}
 	if got := l.recorded(t, "d1_migrations"); !reflect.DeepEqual(got, []string{"0002_idempotency.sql", "0007_ledger_by_another.sql"}) {
@@ -174,7 +174,7 @@ migrations_dir = "db/migrations"
 	// A broken config named explicitly is an error.
 	writeFiles(t, project, map[string]string{"broken.toml": "d1_databases = 3"})
 	r = runCLI(t, nil, other.args("schema", "apply", "--config", "broken.toml")...)
-	if r.code != ExitError || !strings.Contains(r.stderr, "parsing broken.toml") {
+	if r.code != exitError || !strings.Contains(r.stderr, "parsing broken.toml") {
 		t.Errorf("broken --config: %s", r)
 	}
 }
@@ -226,7 +226,7 @@ func TestSchemaPrintMigration(t *testing.T) {
 	// Several databases and none named: a usage error, unless the
 	// directory is given.
 	r = runCLI(t, nil, "schema", "print", "--migration", "--env", "staging")
-	if r.code != ExitUsage || r.stderr != "d1idem: env.staging of wrangler.jsonc has several d1_databases (it has: orders-staging, AUDIT); name one; pass --database NAME or --migrations-dir DIR\n" {
+	if r.code != exitUsage || r.stderr != "d1idem: env.staging of wrangler.jsonc has several d1_databases (it has: orders-staging, AUDIT); name one; pass --database NAME or --migrations-dir DIR\n" {
 		t.Errorf("several databases: %s", r)
 	}
 	r = mustRun(t, nil, "schema", "print", "--migration", "--env", "staging", "--migrations-dir", "audit")
@@ -241,7 +241,7 @@ func TestSchemaPrintMigration(t *testing.T) {
 		t.Errorf("without a config: %s", r)
 	}
 	r = runCLI(t, nil, "schema", "print", "--migration", "--database", "orders-db")
-	if r.code != ExitUsage || !strings.Contains(r.stderr, "--database needs a wrangler config") {
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--database needs a wrangler config") {
 		t.Errorf("--database without a config: %s", r)
 	}
 }

@@ -22,7 +22,9 @@ func TestAPIErrors(t *testing.T) {
 		{"auth_10000", []string{"schema", "apply"},
 			"d1idem: schema: reading the database: D1 refused the credentials (HTTP 403, code 10000): Authentication error;", 1},
 		{"account_7403", []string{"stats"}, "d1idem: stats: D1 refused the credentials (HTTP 403, code 7403)", 1},
-		{"database_7404", []string{"stats"}, "d1idem: stats: D1 has no such database (HTTP 404, code 7404): The database 6b4c8e3e-0000-4000-8000-000000000000 could not be found; check the database ID\n", 1},
+		// A missing database is named, with the account's databases: the
+		// query, then two pages of the list.
+		{"database_7404", []string{"stats"}, "d1idem: stats: no database \"6b4c8e3e-0000-4000-8000-000000000000\" (have: orders-db (0c7d1f52-93b8-4e6a-a1d4-5b2e8f9c3a71))\n", 3},
 		{"rate_limit_971", []string{"sweep", "--all"},
 			"d1idem: sweep: Cloudflare's API rate limit is reached (HTTP 429, code 971): every API call of the account, the application's included, is blocked for up to 5 minutes; try again in 4m47s; use a lower --max-calls\n", 1},
 		{"rate_limit_971", []string{"keys", "stuck"}, "d1idem: keys stuck: Cloudflare's API rate limit is reached (HTTP 429, code 971)", 1},
@@ -38,7 +40,7 @@ func TestAPIErrors(t *testing.T) {
 		t.Run(tc.fixture+"/"+strings.Join(tc.args[:min(2, len(tc.args))], "_"), func(t *testing.T) {
 			o, tr := mocked(t, tc.fixture)
 			r := runCLI(t, o, append(tc.args, mockFlags()...)...)
-			if r.code != ExitError || r.stdout != "" || strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, strings.TrimSuffix(tc.want, "\n")) && !strings.Contains(r.stderr, tc.want) {
+			if r.code != exitError || r.stdout != "" || strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, strings.TrimSuffix(tc.want, "\n")) && !strings.Contains(r.stderr, tc.want) {
 				t.Errorf("want exit 1 and %q; %s", tc.want, r)
 			}
 			if strings.HasSuffix(tc.want, "\n") && r.stderr != tc.want {
@@ -56,7 +58,7 @@ func TestAPIErrors(t *testing.T) {
 
 func TestTransportError(t *testing.T) {
 	r := runCLI(t, fixedClock(), "keys", "stuck", "--base-url", "http://127.0.0.1:1", "--account-id", "a", "--api-token", "tok_transport", "--database-id", "d")
-	if r.code != ExitError || !strings.HasPrefix(r.stderr, "d1idem: keys stuck: cannot reach D1: ") || strings.Count(r.stderr, "\n") != 1 {
+	if r.code != exitError || !strings.HasPrefix(r.stderr, "d1idem: keys stuck: cannot reach D1: ") || strings.Count(r.stderr, "\n") != 1 {
 		t.Errorf("%s", r)
 	}
 }
@@ -79,7 +81,7 @@ func TestMissingConnection(t *testing.T) {
 		{[]string{"sweep", "--database", "orders-db", "--api-token", "x"}, "d1idem: --database needs a wrangler config: there is no wrangler.json, wrangler.jsonc or wrangler.toml in this directory or above; pass --config FILE\n"},
 	} {
 		r := runCLI(t, nil, tc.args...)
-		if r.code != ExitUsage || r.stderr != tc.want || r.stdout != "" {
+		if r.code != exitUsage || r.stderr != tc.want || r.stdout != "" {
 			t.Errorf("%v:\n%s\nwant stderr %q", tc.args, r, tc.want)
 		}
 	}
@@ -90,7 +92,7 @@ func TestMissingConnection(t *testing.T) {
 	t.Setenv("D1_DATABASE_ID", "env")
 	t.Setenv("CLOUDFLARE_BASE_URL", l.b.BaseURL)
 	r := mustRun(t, nil, "stats")
-	if !strings.HasPrefix(r.stdout, "database       database env\n") {
+	if !strings.HasPrefix(r.stdout, "database        database env\n") {
 		t.Errorf("stats from the environment: %s", r)
 	}
 }
@@ -105,14 +107,14 @@ func TestSweepInterrupted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	r := runCLIContext(t, ctx, o, l.args("sweep", "--all", "--batch", "10", "--max-calls", "1")...)
-	if r.code != ExitError || !strings.Contains(r.stderr, "waiting 1h for the request budget (1 D1 call per 1h, --max-calls) after 10 rows") ||
+	if r.code != exitError || !strings.Contains(r.stderr, "waiting 1h for the request budget (1 D1 call per 1h, --max-calls) after 10 rows") ||
 		!strings.Contains(r.stderr, "d1idem: sweep stopped after deleting 10 rows in 1 batch: the request budget is spent") {
 		t.Errorf("%s", r)
 	}
 	cctx, ccancel := context.WithCancel(context.Background())
 	ccancel()
 	r = runCLIContext(t, cctx, o, l.args("sweep", "--all", "--batch", "10")...)
-	if r.code != ExitError || !strings.Contains(r.stderr, "d1idem: sweep interrupted after deleting 0 rows in 0 batches") {
+	if r.code != exitError || !strings.Contains(r.stderr, "d1idem: sweep interrupted after deleting 0 rows in 0 batches") {
 		t.Errorf("cancelled: %s", r)
 	}
 }

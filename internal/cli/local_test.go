@@ -69,7 +69,7 @@ func serve(t *testing.T, args ...string) string {
 func TestLocalServeNeedsATokenOffLoopback(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:0", ":0"} {
 		r := runCLI(t, nil, "local", "serve", "--addr", addr)
-		if r.code != ExitUsage || !strings.Contains(r.stderr, "is not a loopback address") || !strings.Contains(r.stderr, "--token") {
+		if r.code != exitUsage || !strings.Contains(r.stderr, "is not a loopback address") || !strings.Contains(r.stderr, "--token") {
 			t.Errorf("--addr %s without a token: %s", addr, r)
 		}
 	}
@@ -110,7 +110,7 @@ func TestLocalServeBudget(t *testing.T) {
 		t.Errorf("Ratelimit = %q", got)
 	}
 	for _, bad := range []string{"10", "x/60s", "10/0s"} {
-		if r := runCLI(t, nil, "local", "serve", "--budget", bad); r.code != ExitUsage || !strings.Contains(r.stderr, "--budget") {
+		if r := runCLI(t, nil, "local", "serve", "--budget", bad); r.code != exitUsage || !strings.Contains(r.stderr, "--budget") {
 			t.Errorf("--budget %s: %s", bad, r)
 		}
 	}

@@ -8,8 +8,8 @@ import (
 	"github.com/d1idem/d1idem/internal/d1test"
 )
 
-// commands are every command path of the CLI.
-var commands = [][]string{
+// commandPaths are every command path of the CLI.
+var commandPaths = [][]string{
 	{"schema"}, {"schema", "apply"}, {"schema", "verify"}, {"schema", "print"},
 	{"keys"}, {"keys", "get"}, {"keys", "list"}, {"keys", "stuck"}, {"keys", "release"},
 	{"sweep"}, {"stats"}, {"local"}, {"local", "serve"}, {"demo"},
@@ -19,10 +19,11 @@ func TestHelp(t *testing.T) {
 	r := mustRun(t, nil, "--help")
 	golden(t, "help", r.stdout)
 	for _, want := range []string{
-		"schema   apply, verify and print the ledger schema",
-		"keys     inspect and release idempotency keys",
-		"sweep    delete rows past the retention window",
-		"stats    counts by status, stuck keys",
+		"schema  apply, verify and print the ledger schema",
+		"keys    inspect and release idempotency keys",
+		"sweep   delete rows past the retention window",
+		"stats   counts by status, keys awaiting retry",
+		"--version, -v  print the version",
 		"--account-id, --api-token and\n   --database-id (or CLOUDFLARE_ACCOUNT_ID, CLOUDFLARE_API_TOKEN, D1_DATABASE_ID)",
 	} {
 		if !strings.Contains(r.stdout, want) {
@@ -35,7 +36,7 @@ func TestHelp(t *testing.T) {
 
 	for _, args := range [][]string{{"bogus"}, {"keys", "bogus"}, {"help", "bogus"}, {"keys", "help", "bogus"}, {"--bogus"}} {
 		r := runCLI(t, nil, args...)
-		if r.code != ExitUsage || strings.Count(r.stderr, "\n") != 1 || r.stdout != "" {
+		if r.code != exitUsage || strings.Count(r.stderr, "\n") != 1 || r.stdout != "" {
 			t.Errorf("d1idem %v: want exit 2 and one line; %s", args, r)
 		}
 	}
@@ -45,7 +46,7 @@ func TestHelp(t *testing.T) {
 
 	// Every command has a usage line, a description with an example, and
 	// every flag a usage text.
-	for _, path := range commands {
+	for _, path := range commandPaths {
 		r := mustRun(t, nil, append(path, "--help")...)
 		name := "d1idem " + strings.Join(path, " ")
 		if !strings.Contains(r.stdout, "NAME:\n   "+name+" - ") {
@@ -77,8 +78,8 @@ func TestHelp(t *testing.T) {
 	}{
 		{[]string{"keys", "get"}, []string{"--principal PRINCIPAL", "--key KEY", "--ttl TTL", "(default: 30s)", "--json", "Exits 1 if there is no such key"}},
 		{[]string{"keys", "list"}, []string{"--status STATUS", "pending or completed", "--older-than DURATION", "--limit N", "(default: 50)", "--cursor TOKEN", "next cursor: TOKEN"}},
-		{[]string{"keys", "stuck"}, []string{"oldest\n   first", "--ttl TTL"}},
-		{[]string{"keys", "release"}, []string{"--generation GENERATION", "--force", "its\n   completion is fenced by its generation and will not be stored", "next retry executes the request again"}},
+		{[]string{"keys", "stuck"}, []string{"owner quiet", "awaiting retry", "--ttl TTL"}},
+		{[]string{"keys", "release"}, []string{"--generation GENERATION", "--force", "its\n   completion is fenced by its generation and will not be stored", "next retry executes the request\n   again"}},
 		{[]string{"schema", "apply"}, []string{"--dry-run", "d1_migrations", "wrangler d1 migrations apply", "idempotent", "--migrations-dir DIR"}},
 		{[]string{"schema", "verify"}, []string{"table_info and index_list", "exit 1 with a diff"}},
 		{[]string{"sweep"}, []string{"--retention DURATION", "(default: 24h0m0s)", "--batch N", "(default: 20)", "--all", "--dry-run", "--max-calls N", "(default: 200, unlimited with --local)", "1200 API calls per 5 minutes"}},
@@ -124,7 +125,7 @@ func TestTokenNeverPrinted(t *testing.T) {
 	}
 	var runs [][]string
 	runs = append(runs, []string{"--help"}, []string{"help"}, []string{})
-	for _, path := range commands {
+	for _, path := range commandPaths {
 		runs = append(runs, append(path, "--help"), append([]string{"help"}, path...))
 	}
 	runs = append(runs,
@@ -156,7 +157,7 @@ func TestTokenNeverPrinted(t *testing.T) {
 		for _, args := range [][]string{{"stats"}, {"keys", "release", "--principal", "p", "--key", "k", "--generation", "1"}, {"sweep", "--all"}} {
 			args = append(args, "--base-url", mockBaseURL, "--account-id", mockAccount, "--database-id", mockDatabase)
 			r := runCLI(t, o, args...)
-			if r.code != ExitError {
+			if r.code != exitError {
 				t.Errorf("%s %v: %s", fixture, args, r)
 			}
 			check(fixture+": d1idem "+strings.Join(args, " "), r)
@@ -166,7 +167,7 @@ func TestTokenNeverPrinted(t *testing.T) {
 	// A d1local that wants another token answers 403 with code 10000.
 	strict := d1test.LocalConfig(t, d1local.Config{Token: "tok_the_right_one"})
 	r := runCLI(t, fixedClock(), "stats", "--base-url", strict.BaseURL)
-	if r.code != ExitError || !strings.Contains(r.stderr, "D1 refused the credentials (HTTP 403, code 10000)") {
+	if r.code != exitError || !strings.Contains(r.stderr, "D1 refused the credentials (HTTP 403, code 10000)") {
 		t.Errorf("wrong token: %s", r)
 	}
 	check("wrong token", r)

@@ -48,38 +48,49 @@ On a terminal it shows progress; otherwise it prints one summary line.
 			&cli.IntFlag{Name: "max-calls", Value: defaultMaxCalls, Usage: "at most `N` D1 calls per 5 minutes, leaving the rest of the account's 1200 to the application; 0 (unlimited) only with --local", DefaultText: "200, unlimited with --local"},
 			jsonFlag(),
 		}, connFlags()...),
-		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
-			retention := c.Duration("retention")
-			batch := c.Int("batch")
-			if batch < 1 || batch > idem.MaxSweepBatch {
-				return usagef("--batch %d is out of range: use 1 to %d", batch, idem.MaxSweepBatch)
-			}
-			maxCalls := c.Int("max-calls")
-			local := c.String(flagLocal) != ""
-			switch {
-			case maxCalls < 0:
-				return usagef("--max-calls %d must not be negative", maxCalls)
-			case maxCalls == 0 && !local:
-				return usagef("--max-calls 0 (unlimited) is only allowed with --local: against Cloudflare, leave the application room within the account's 1200 calls per 5 minutes")
-			case local && !c.IsSet("max-calls"):
-				maxCalls = 0 // d1local has no API limit
-			}
-			window := o.budgetWindow
-			if window == 0 {
-				window = apiLimitWindow
-			}
-			s := &sweeper{c: c, o: o, retention: retention, batch: batch, budget: d1client.UnlimitedBudget()}
-			var mods []func(*d1client.Config)
-			if maxCalls > 0 {
-				s.budget = d1client.NewBudget(maxCalls, window)
-				mods = append(mods, func(cfg *d1client.Config) { cfg.Budget = s.budget })
-			}
-			return withConn(c, o, s.run, mods...)
-		},
+		Action: o.sweep,
 	}
+}
+
+func (o *options) sweep(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	batch := c.Int("batch")
+	if batch < 1 || batch > idem.MaxSweepBatch {
+		return usagef("--batch %d is out of range: use 1 to %d", batch, idem.MaxSweepBatch)
+	}
+	maxCalls, err := maxCalls(c)
+	if err != nil {
+		return err
+	}
+	s := &sweeper{c: c, o: o, retention: c.Duration("retention"), batch: batch, budget: d1client.UnlimitedBudget()}
+	var mods []func(*d1client.Config)
+	if maxCalls > 0 {
+		window := o.budgetWindow
+		if window == 0 {
+			window = apiLimitWindow
+		}
+		s.budget = d1client.NewBudget(maxCalls, window)
+		mods = append(mods, func(cfg *d1client.Config) { cfg.Budget = s.budget })
+	}
+	return withConn(c, o, existing, s.run, mods...)
+}
+
+// maxCalls reads --max-calls: 0 (unlimited) only with --local, where it is
+// the default.
+func maxCalls(c *cli.Context) (int, error) {
+	n := c.Int("max-calls")
+	local := c.String(flagLocal) != ""
+	switch {
+	case n < 0:
+		return 0, usagef("--max-calls %d must not be negative", n)
+	case n == 0 && !local:
+		return 0, usagef("--max-calls 0 (unlimited) is only allowed with --local: against Cloudflare, leave the application room within the account's 1200 calls per 5 minutes")
+	case local && !c.IsSet("max-calls"):
+		return 0, nil // d1local has no API limit
+	}
+	return n, nil
 }
 
 // sweeper runs one sweep command.
@@ -115,47 +126,67 @@ type sweepJSON struct {
 }
 
 func (s *sweeper) run(cn *conn) error {
-	c, w := s.c, s.c.App.Writer
-	ctx := c.Context
-	s.start = time.Now()
-	s.estimate = -1
+	s.start, s.estimate = time.Now(), -1
 	// The application's TTL and lease are assumed to be the defaults: the
 	// retention must outlast them (see idem.Config.Retention).
 	a, err := admin(s.o, cn, idem.Config{Retention: s.retention, SweepBatch: s.batch})
 	if err != nil {
 		return err
 	}
-	if c.Bool("dry-run") {
-		n, err := a.SweepBacklog(ctx)
-		if err != nil {
-			return ledgerErr("sweep --dry-run", err)
-		}
-		if c.Bool(flagJSON) {
-			return printJSON(w, sweepJSON{DryRun: true, RetentionMS: s.retention.Milliseconds(), BatchSize: s.batch, WouldDelete: &n,
-				D1Calls: cn.db.Stats().Calls, ElapsedMS: time.Since(s.start).Milliseconds()})
-		}
-		batches := (n + int64(s.batch) - 1) / int64(s.batch)
-		fmt.Fprintf(w, "Dry run: %s last updated more than %s ago would be deleted (%s of %d with --all; one sweep without --all deletes %d). Nothing was deleted.\n",
-			plural(n, "row", "rows"), formatDuration(s.retention), plural(batches, "batch", "batches"), s.batch, min(n, int64(s.batch)))
-		return nil
+	if s.c.Bool("dry-run") {
+		return s.dryRun(cn, a)
 	}
+	complete, err := s.loop(cn, a)
+	if err != nil {
+		return err
+	}
+	w := s.c.App.Writer
+	if s.c.Bool(flagJSON) {
+		return printJSON(w, sweepJSON{RetentionMS: s.retention.Milliseconds(), BatchSize: s.batch, Deleted: s.deleted, Batches: s.batches,
+			Complete: complete, D1Calls: cn.db.Stats().Calls, BudgetWaits: s.waits, BudgetWaitedMS: s.waited.Milliseconds(),
+			ElapsedMS: time.Since(s.start).Milliseconds()})
+	}
+	_, err = fmt.Fprintln(w, s.summary(complete, cn.db.Stats().Calls))
+	return err
+}
 
-	s.tty = !c.Bool(flagJSON) && s.o.terminal(w)
+// dryRun counts the backlog and deletes nothing.
+func (s *sweeper) dryRun(cn *conn, a *idem.Admin) error {
+	n, err := a.SweepBacklog(s.c.Context)
+	if err != nil {
+		return ledgerErr("sweep --dry-run", err)
+	}
+	w := s.c.App.Writer
+	if s.c.Bool(flagJSON) {
+		return printJSON(w, sweepJSON{DryRun: true, RetentionMS: s.retention.Milliseconds(), BatchSize: s.batch, WouldDelete: &n,
+			D1Calls: cn.db.Stats().Calls, ElapsedMS: time.Since(s.start).Milliseconds()})
+	}
+	batches := (n + int64(s.batch) - 1) / int64(s.batch)
+	_, err = fmt.Fprintf(w, "Dry run: %s last updated more than %s ago would be deleted (%s of %d with --all; one sweep without --all deletes %d). Nothing was deleted.\n",
+		plural(n, "row", "rows"), formatDuration(s.retention), plural(batches, "batch", "batches"), s.batch, min(n, int64(s.batch)))
+	return err
+}
+
+// loop sweeps one batch, or with --all until a batch comes back short,
+// announcing budget waits and drawing progress on a terminal. complete
+// reports a short batch: the backlog is clear.
+func (s *sweeper) loop(cn *conn, a *idem.Admin) (complete bool, err error) {
+	c := s.c
+	s.tty = !c.Bool(flagJSON) && s.o.terminal(c.App.Writer)
 	if s.tty && c.Bool("all") {
-		if s.estimate, err = a.SweepBacklog(ctx); err != nil {
-			return ledgerErr("sweep: counting the backlog", err)
+		if s.estimate, err = a.SweepBacklog(c.Context); err != nil {
+			return false, ledgerErr("sweep: counting the backlog", err)
 		}
 	}
-	complete := false
 	for {
 		if d := cn.db.BudgetWait(); d > 0 {
 			s.reportWait(d)
 			s.waits++
 			s.waited += d
 		}
-		n, err := a.Sweep(ctx)
+		n, err := a.Sweep(c.Context)
 		if err != nil {
-			return s.interrupted(err)
+			return false, s.interrupted(err)
 		}
 		s.deleted += n
 		s.batches++
@@ -168,15 +199,9 @@ func (s *sweeper) run(cn *conn) error {
 		}
 	}
 	if s.tty {
-		fmt.Fprintln(w)
+		fmt.Fprintln(c.App.Writer)
 	}
-	if c.Bool(flagJSON) {
-		return printJSON(w, sweepJSON{RetentionMS: s.retention.Milliseconds(), BatchSize: s.batch, Deleted: s.deleted, Batches: s.batches,
-			Complete: complete, D1Calls: cn.db.Stats().Calls, BudgetWaits: s.waits, BudgetWaitedMS: s.waited.Milliseconds(),
-			ElapsedMS: time.Since(s.start).Milliseconds()})
-	}
-	fmt.Fprintln(w, s.summary(complete, cn.db.Stats().Calls))
-	return nil
+	return complete, nil
 }
 
 func (s *sweeper) summary(complete bool, calls int64) string {

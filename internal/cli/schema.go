@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem"
+	"github.com/d1idem/d1idem/d1local"
+	"github.com/d1idem/d1idem/internal/embedded"
 	"github.com/d1idem/d1idem/internal/wrangler"
 	"github.com/d1idem/d1idem/schema"
 )
@@ -140,13 +143,41 @@ or --migrations-dir.
 			migrationsDirFlag(),
 			jsonFlag(),
 		}, connFlags()...),
-		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
-			return withConn(c, o, func(cn *conn) error { return schemaApply(c, cn) })
-		},
+		Action: o.schemaApply,
 	}
+}
+
+// schemaApply is schema apply's action. With --dry-run it creates nothing;
+// on a local database that does not exist yet, it shows what apply would
+// do on the empty database apply would create.
+func (o *options) schemaApply(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	if !c.Bool("dry-run") {
+		return withConn(c, o, create, func(cn *conn) error { return schemaApply(c, cn) })
+	}
+	err := withConn(c, o, existing, func(cn *conn) error { return schemaApply(c, cn) })
+	if dir := c.String(flagLocal); dir != "" && (errors.As(err, new(*noDatabaseError)) || errors.As(err, new(*noDirectoryError))) {
+		return dryRunFresh(c, dir)
+	}
+	return err
+}
+
+// dryRunFresh is schema apply --dry-run for a local database that does not
+// exist yet: on an empty one, in memory.
+func dryRunFresh(c *cli.Context, dir string) error {
+	srv, err := embedded.Start(d1local.Config{}, "")
+	if err != nil {
+		return err
+	}
+	cn := &conn{local: srv, databaseID: localDatabaseID(c)}
+	defer cn.close()
+	if cn.db, err = srv.Client(cn.databaseID); err != nil {
+		return err
+	}
+	cn.where = fmt.Sprintf("local database %q under %s (not there yet: apply creates it)", cn.databaseID, dir)
+	return schemaApply(c, cn)
 }
 
 func schemaApply(c *cli.Context, cn *conn) error {
@@ -159,57 +190,62 @@ func schemaApply(c *cli.Context, cn *conn) error {
 		opts.Migrations = os.DirFS(dir)
 	}
 	res, err := schema.Apply(c.Context, cn.db, opts)
-	if err != nil {
-		var drift *schema.DriftError
-		if errors.As(err, &drift) {
-			return driftError(c, drift)
-		}
+	var drift *schema.DriftError
+	if errors.As(err, &drift) {
+		return driftError(c, drift)
+	} else if err != nil {
 		return err
 	}
-	w := c.App.Writer
-	names := strings.Join(res.Migrations, ", ")
 	if c.Bool(flagJSON) {
-		return printJSON(w, applyJSON{Action: actionName(res.Action), Description: res.Action.String(), DryRun: opts.DryRun,
+		return printJSON(c.App.Writer, applyJSON{Action: actionName(res.Action), Description: res.Action.String(), DryRun: opts.DryRun,
 			Migration: res.Migrations[0], Migrations: res.Migrations, MigrationsTable: table, MigrationsDir: dir, Database: cn.where, SQL: res.SQL()})
 	}
-	if opts.DryRun {
-		if res.Action == schema.Nothing {
-			fmt.Fprintf(w, "-- nothing to do on %s: %s is already recorded in %s\n", cn.where, names, table)
-			return nil
-		}
-		fmt.Fprintf(w, "-- schema apply on %s would %s, in one transaction:\n", cn.where, res.Action)
-		fmt.Fprint(w, res.SQL())
-		return nil
-	}
-	switch res.Action {
-	case schema.CreateAndRecord:
-		fmt.Fprintf(w, "Created %s and %s, and recorded %s in %s, on %s.\n", d1idem.Table, d1idem.UpdatedAtIndex, names, table, cn.where)
-	case schema.RecordOnly:
-		fmt.Fprintf(w, "%s already had the expected shape; recorded %s in %s, on %s.\n", d1idem.Table, names, table, cn.where)
+	return renderApply(c.App.Writer, res, opts.DryRun, table, cn.where, connHint(c))
+}
+
+// renderApply writes what schema apply did, or would do with --dry-run,
+// and the command that checks the result.
+func renderApply(w io.Writer, res schema.Result, dryRun bool, table, where, hint string) error {
+	names := strings.Join(res.Migrations, ", ")
+	switch {
+	case dryRun && res.Action == schema.Nothing:
+		_, err := fmt.Fprintf(w, "-- nothing to do on %s: %s is already recorded in %s\n", where, names, table)
+		return err
+	case dryRun:
+		fmt.Fprintf(w, "-- schema apply on %s would %s, in one transaction:\n", where, res.Action)
+		_, err := fmt.Fprint(w, res.SQL())
+		return err
+	case res.Action == schema.CreateAndRecord:
+		fmt.Fprintf(w, "Created %s and %s, and recorded %s in %s, on %s.\n", d1idem.Table, d1idem.UpdatedAtIndex, names, table, where)
+	case res.Action == schema.RecordOnly:
+		fmt.Fprintf(w, "%s already had the expected shape; recorded %s in %s, on %s.\n", d1idem.Table, names, table, where)
 	default:
-		fmt.Fprintf(w, "Nothing to do on %s: %s is already recorded in %s. 'd1idem schema verify' checks the live shape.\n", cn.where, names, table)
+		fmt.Fprintf(w, "Nothing to do on %s: %s is already recorded in %s.\n", where, names, table)
 	}
-	return nil
+	_, err := fmt.Fprintf(w, "Check the live shape with 'd1idem schema verify%s'.\n", hint)
+	return err
 }
 
 // driftError prints the differences on stdout and returns the one-line
 // error of apply.
 func driftError(c *cli.Context, drift *schema.DriftError) error {
 	if c.Bool(flagJSON) {
-		_ = printJSON(c.App.Writer, verifyJSON{Matches: false, Diff: drift.Diff})
+		_ = printJSON(c.App.Writer, verifyJSONOf(drift))
 	} else {
-		printDiff(c, drift.Diff)
+		_ = printDiff(c.App.Writer, drift.Diff)
 	}
 	return fmt.Errorf("%s differs from schema.sql (%s, shown on stdout): not recording the migration; fix the table by hand or restore it, then apply again",
 		d1idem.Table, plural(int64(len(drift.Diff)), "difference", "differences"))
 }
 
-func printDiff(c *cli.Context, lines []string) {
-	w := c.App.Writer
+func printDiff(w io.Writer, lines []string) error {
 	fmt.Fprintf(w, "%s differs from schema.sql (- schema.sql, + live table):\n", d1idem.Table)
 	for _, l := range lines {
-		fmt.Fprintf(w, "  %s\n", l)
+		if _, err := fmt.Fprintf(w, "  %s\n", l); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // verifyJSON is schema verify --json.
@@ -235,7 +271,7 @@ has instead) when they differ or the table is missing.
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			return withConn(c, o, func(cn *conn) error { return schemaVerify(c, cn) })
+			return withConn(c, o, existing, func(cn *conn) error { return schemaVerify(c, cn) })
 		},
 	}
 }
@@ -246,32 +282,38 @@ func schemaVerify(c *cli.Context, cn *conn) error {
 	if err != nil && !errors.As(err, &drift) {
 		return err
 	}
-	w := c.App.Writer
-	want := schema.Expected()
 	if c.Bool(flagJSON) {
-		out := verifyJSON{Matches: drift == nil, Diff: []string{}}
-		if drift != nil {
-			out.Diff = drift.Diff
-		} else {
-			out.Columns, out.Indexes = len(want.Columns), len(want.Indexes)
-		}
-		if err := printJSON(w, out); err != nil {
-			return err
-		}
-	} else if drift == nil {
-		fmt.Fprintf(w, "%s on %s matches schema.sql: %s, %s.\n", d1idem.Table, cn.where,
-			plural(int64(len(want.Columns)), "column", "columns"), plural(int64(len(want.Indexes)), "index", "indexes"))
+		err = printJSON(c.App.Writer, verifyJSONOf(drift))
 	} else {
-		printDiff(c, drift.Diff)
+		err = renderVerify(c.App.Writer, drift, cn.where)
 	}
 	switch {
-	case drift == nil:
-		return nil
+	case err != nil || drift == nil:
+		return err
 	case drift.Missing:
-		return fmt.Errorf("schema drift: %s does not exist on %s; run 'd1idem schema apply'", d1idem.Table, cn.where)
+		return fmt.Errorf("schema drift: %s does not exist on %s; run 'd1idem schema apply%s'", d1idem.Table, cn.where, connHint(c))
 	}
 	return fmt.Errorf("schema drift: %s on %s differs from schema.sql (%s, shown on stdout)",
 		d1idem.Table, cn.where, plural(int64(len(drift.Diff)), "difference", "differences"))
+}
+
+func verifyJSONOf(drift *schema.DriftError) verifyJSON {
+	if drift != nil {
+		return verifyJSON{Matches: false, Diff: drift.Diff}
+	}
+	want := schema.Expected()
+	return verifyJSON{Matches: true, Diff: []string{}, Columns: len(want.Columns), Indexes: len(want.Indexes)}
+}
+
+// renderVerify writes that the table matches, or the differences.
+func renderVerify(w io.Writer, drift *schema.DriftError, where string) error {
+	if drift != nil {
+		return printDiff(w, drift.Diff)
+	}
+	want := schema.Expected()
+	_, err := fmt.Fprintf(w, "%s on %s matches schema.sql: %s, %s.\n", d1idem.Table, where,
+		plural(int64(len(want.Columns)), "column", "columns"), plural(int64(len(want.Indexes)), "index", "indexes"))
+	return err
 }
 
 func schemaPrintCommand() *cli.Command {

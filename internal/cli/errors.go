@@ -1,14 +1,94 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
+
+	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1client"
 )
+
+// usageError marks an error as the caller's misuse of the command line:
+// exit status 2. It is set where the misuse is detected, urfave/cli's own
+// flag errors included (through OnUsageError).
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// exitCode is the exit status for a command's error.
+func exitCode(err error) int {
+	var exit cli.ExitCoder
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, new(usageError)):
+		return exitUsage
+	case errors.As(err, &exit):
+		return exit.ExitCode()
+	}
+	return exitError
+}
+
+// report writes err on stderr: one line "d1idem: ...", or under --json one
+// line {"error": {...}}.
+func report(stderr io.Writer, err error, code int, asJSON bool) {
+	msg := describe(err)
+	if !asJSON {
+		fmt.Fprintln(stderr, "d1idem: "+msg)
+		return
+	}
+	b, _ := json.Marshal(struct {
+		Error errorJSON `json:"error"`
+	}{errorJSONOf(err, msg, code)})
+	fmt.Fprintf(stderr, "%s\n", b)
+}
+
+// errorJSON is an error under --json.
+type errorJSON struct {
+	Message  string   `json:"message"`
+	ExitCode int      `json:"exit_code"`
+	Usage    bool     `json:"usage"`
+	D1       *d1JSON  `json:"d1,omitempty"`
+	Missing  *string  `json:"missing_database,omitempty"`
+	Have     []string `json:"have,omitempty"`
+}
+
+// d1JSON is the D1 failure behind an error.
+type d1JSON struct {
+	HTTPStatus       int    `json:"http_status"`
+	Codes            []int  `json:"codes"`
+	Message          string `json:"message"`
+	RetryAfterMS     int64  `json:"retry_after_ms,omitempty"`
+	MayHaveCommitted bool   `json:"may_have_committed"`
+	Attempts         int    `json:"attempts"`
+}
+
+func errorJSONOf(err error, msg string, code int) errorJSON {
+	out := errorJSON{Message: msg, ExitCode: code, Usage: code == exitUsage}
+	var de *d1client.Error
+	if errors.As(err, &de) {
+		codes := de.Codes
+		if codes == nil {
+			codes = []int{}
+		}
+		out.D1 = &d1JSON{HTTPStatus: de.StatusCode, Codes: codes, Message: de.Message, RetryAfterMS: de.RetryAfter.Milliseconds(),
+			MayHaveCommitted: de.Ambiguous && writes(de.Statements), Attempts: de.Attempts}
+	}
+	var nd *noDatabaseError
+	if errors.As(err, &nd) {
+		out.Missing, out.Have = &nd.id, nd.have
+	}
+	return out
+}
 
 // describe turns an error into the one line an operator reads on stderr.
 // D1 failures get a plain statement of what happened and what to do; their
@@ -16,7 +96,7 @@ import (
 // spans lines and says nothing the operator can act on.
 func describe(err error) string {
 	var de *d1client.Error
-	if !errors.As(err, &de) {
+	if !errors.As(err, &de) || errors.As(err, new(*noDatabaseError)) {
 		return collapse(err.Error())
 	}
 	// The context the command added ("keys get: ..."), without the D1 error.

@@ -15,19 +15,25 @@ import (
 	"github.com/d1idem/d1idem/idem"
 )
 
+// quietRow is a pending row whose owner has missed its heartbeats but is
+// still inside the default 30s TTL.
+var quietRow = row{principal: "acct_7", key: "pay-2", status: "pending", generation: 1, created: 25 * time.Second, updated: 25 * time.Second}
+
 func TestKeysStuckGolden(t *testing.T) {
 	l := newSchemaDB(t, "ops")
-	l.insert(t, testNow, scenario...)
+	l.insert(t, testNow, append(scenario, quietRow)...)
 	r := mustRun(t, fixedClock(), l.args("keys", "stuck")...)
 	golden(t, "keys_stuck", r.stdout)
 
 	var out struct {
-		TTLMS int64 `json:"ttl_ms"`
-		Total int64 `json:"total"`
-		Keys  []struct {
-			Principal     string `json:"principal"`
+		TTLMS         int64 `json:"ttl_ms"`
+		QuietAfterMS  int64 `json:"quiet_after_ms"`
+		Total         int64 `json:"total"`
+		OwnerQuiet    int64 `json:"owner_quiet"`
+		AwaitingRetry int64 `json:"awaiting_retry"`
+		Keys          []struct {
 			Key           string `json:"key"`
-			Generation    int64  `json:"generation"`
+			State         string `json:"state"`
 			SinceUpdateMS int64  `json:"since_update_ms"`
 			Stuck         bool   `json:"stuck"`
 		} `json:"keys"`
@@ -36,24 +42,54 @@ func TestKeysStuckGolden(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
 		t.Fatalf("%v\n%s", err, r.stdout)
 	}
-	// Oldest first: old-2 (30h), order-7 (12m3s); order-8 (5m) is left out by
-	// --limit 2 but counted; pay-1 (5s) is in flight.
-	if out.Total != 3 || len(out.Keys) != 2 || out.Keys[0].Key != "old-2" || out.Keys[1].Key != "order-7" ||
-		out.Keys[1].SinceUpdateMS != (12*time.Minute+3*time.Second).Milliseconds() || !out.Keys[1].Stuck || out.TTLMS != 30000 {
-		t.Errorf("keys stuck --json: %+v", out)
+	// The owner-quiet key first (it is the one to act on), then those
+	// awaiting retry, oldest first: old-2 (30h), order-7 (12m3s); order-8
+	// (5m) is left out by --limit 2 but counted; pay-1 (5s) is in flight.
+	got := ""
+	for _, k := range out.Keys {
+		got += k.Key + "=" + k.State + " "
+	}
+	if out.Total != 4 || out.OwnerQuiet != 1 || out.AwaitingRetry != 3 || out.TTLMS != 30000 || out.QuietAfterMS != 20000 ||
+		got != "pay-2=owner_quiet old-2=awaiting_retry order-7=awaiting_retry " || out.Keys[2].SinceUpdateMS != (12*time.Minute+3*time.Second).Milliseconds() {
+		t.Errorf("keys stuck --json: %s\n%+v", got, out)
 	}
 
 	// A longer TTL leaves only the 30-hour-old key.
 	r = mustRun(t, fixedClock(), l.args("keys", "stuck", "--ttl", "1h")...)
-	if !strings.Contains(r.stdout, "old-2") || strings.Contains(r.stdout, "order-7") || !strings.Contains(r.stdout, "1 key pending for longer than the 1h TTL") {
+	if !strings.Contains(r.stdout, "old-2") || strings.Contains(r.stdout, "order-7") || !strings.Contains(r.stdout, "1 key past the 1h TTL, awaiting retry") ||
+		strings.Contains(r.stdout, "keys release") {
 		t.Errorf("keys stuck --ttl 1h:\n%s", r.stdout)
+	}
+}
+
+// TestKeysStuckAfterRelease: a key just released is awaiting retry, and
+// keys stuck neither calls it stuck for long nor suggests releasing it
+// again.
+func TestKeysStuckAfterRelease(t *testing.T) {
+	l := newSchemaDB(t, "ops")
+	l.insert(t, testNow, quietRow)
+	before := mustRun(t, fixedClock(), l.args("keys", "stuck")...)
+	if !strings.Contains(before.stdout, "d1idem keys release --principal acct_7 --key pay-2 --generation 1 --force") {
+		t.Fatalf("keys stuck does not suggest releasing the owner-quiet key:\n%s", before.stdout)
+	}
+	mustRun(t, fixedClock(), l.args("keys", "release", "--principal", "acct_7", "--key", "pay-2", "--generation", "1", "--force")...)
+	r := mustRun(t, fixedClock(), l.args("keys", "stuck")...)
+	if !regexp.MustCompile(`acct_7 +pay-2 +2 +awaiting retry +30s ago`).MatchString(r.stdout) || strings.Contains(r.stdout, "keys release") ||
+		!strings.Contains(r.stdout, "so a key just released is one of these") {
+		t.Errorf("keys stuck after the release:\n%s", r.stdout)
+	}
+	r = mustRun(t, fixedClock(), l.args("keys", "get", "--principal", "acct_7", "--key", "pay-2")...)
+	if !strings.Contains(r.stdout, "pending, awaiting retry: past the 30s TTL (released, or its owner stopped renewing it)") ||
+		!strings.Contains(r.stdout, "takes the key over (generation 3)") || strings.Contains(r.stdout, "keys release") {
+		t.Errorf("keys get after the release:\n%s", r.stdout)
 	}
 }
 
 func TestKeysStuckNone(t *testing.T) {
 	l := newSchemaDB(t, "ops")
+	l.insert(t, testNow, scenario[2]) // in flight: updated 5s ago
 	r := mustRun(t, fixedClock(), l.args("keys", "stuck")...)
-	if r.stdout != "No stuck keys: no pending key has gone without an update for longer than the 30s TTL.\n" {
+	if r.stdout != "No stuck keys: every pending key was updated within the last 20s (a live owner renews every 10s).\n" {
 		t.Errorf("got %q", r.stdout)
 	}
 	r = mustRun(t, fixedClock(), l.args("keys", "stuck", "--json")...)
@@ -64,13 +100,15 @@ func TestKeysStuckNone(t *testing.T) {
 
 func TestKeysGetGolden(t *testing.T) {
 	l := newSchemaDB(t, "ops")
-	l.insert(t, testNow, scenario...)
+	l.insert(t, testNow, append(scenario, quietRow)...)
 	stuck := mustRun(t, fixedClock(), l.args("keys", "get", "--principal", "acct_42", "--key", "order-7")...)
+	quiet := mustRun(t, fixedClock(), l.args("keys", "get", "--principal", "acct_7", "--key", "pay-2")...)
 	completed := mustRun(t, fixedClock(), l.args("keys", "get", "--principal", "acct_42", "--key", "order-1")...)
 	inFlight := mustRun(t, fixedClock(), l.args("keys", "get", "--principal", "acct_7", "--key", "pay-1")...)
 	golden(t, "keys_get", "$ d1idem keys get --principal acct_42 --key order-7\n"+stuck.stdout+
 		"\n$ d1idem keys get --principal acct_42 --key order-1\n"+completed.stdout+
-		"\n$ d1idem keys get --principal acct_7 --key pay-1\n"+inFlight.stdout)
+		"\n$ d1idem keys get --principal acct_7 --key pay-1\n"+inFlight.stdout+
+		"\n$ d1idem keys get --principal acct_7 --key pay-2\n"+quiet.stdout)
 
 	r := mustRun(t, fixedClock(), l.args("keys", "get", "--principal", "acct_42", "--key", "order-1", "--json")...)
 	var got map[string]any
@@ -98,7 +136,7 @@ func TestKeysGetGolden(t *testing.T) {
 func TestKeysGetNotFoundAndUsage(t *testing.T) {
 	l := newSchemaDB(t, "ops")
 	r := runCLI(t, fixedClock(), l.args("keys", "get", "--principal", "acct_42", "--key", "nope")...)
-	if r.code != ExitError || r.stdout != "" ||
+	if r.code != exitError || r.stdout != "" ||
 		r.stderr != "d1idem: no key \"nope\" for principal \"acct_42\" on database ops (it was never claimed, or was swept)\n" {
 		t.Errorf("not found: %s", r)
 	}
@@ -114,7 +152,7 @@ func TestKeysGetNotFoundAndUsage(t *testing.T) {
 		{[]string{"keys", "get", "--principal", "p", "--key", "k", "--ttl", "soon"}, "keys get: invalid value \"soon\" for flag -ttl"},
 	} {
 		r := runCLI(t, fixedClock(), l.args(tc.args...)...)
-		if r.code != ExitUsage || !strings.Contains(r.stderr, tc.want) || strings.Count(r.stderr, "\n") != 1 || r.stdout != "" {
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) || strings.Count(r.stderr, "\n") != 1 || r.stdout != "" {
 			t.Errorf("%v: want exit 2 and one line with %q; %s", tc.args, tc.want, r)
 		}
 	}
@@ -273,7 +311,7 @@ func TestKeysListUsageErrors(t *testing.T) {
 		{[]string{"--limit", "ten"}, `keys list: invalid value "ten" for flag -limit`},
 	} {
 		r := runCLI(t, fixedClock(), l.args(append([]string{"keys", "list"}, tc.args...)...)...)
-		if r.code != ExitUsage || !strings.Contains(r.stderr, tc.want) || strings.Count(r.stderr, "\n") != 1 {
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) || strings.Count(r.stderr, "\n") != 1 {
 			t.Errorf("%v: want exit 2 with %q; %s", tc.args, tc.want, r)
 		}
 	}
@@ -295,7 +333,7 @@ func TestKeysRelease(t *testing.T) {
 	}
 	// Again at generation 1: the fence refuses it.
 	r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-7", "--generation", "1")...)
-	if r.code != ExitError || !strings.Contains(r.stderr, `not released: key "order-7" of principal "acct_42" is now at generation 2`) {
+	if r.code != exitError || !strings.Contains(r.stderr, `not released: key "order-7" of principal "acct_42" is now at generation 2`) {
 		t.Errorf("second release: %s", r)
 	}
 	// A released row is stuck at once: released again, it moves on again.
@@ -305,46 +343,52 @@ func TestKeysRelease(t *testing.T) {
 		t.Errorf("second release --json: %+v %v", again, err)
 	}
 	// No release deletes a row: a fresh claim would restart at generation 1.
-	if r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-7", "--generation", "3", "--delete")...); r.code != ExitUsage {
+	if r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-7", "--generation", "3", "--delete")...); r.code != exitUsage {
 		t.Errorf("--delete is accepted: %s", r)
 	}
 	// A key that does not exist: nothing to release.
 	r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "nope", "--generation", "1")...)
-	if r.code != ExitError || !strings.Contains(r.stderr, `no key "nope" of principal "acct_42" on database ops: nothing to release`) {
+	if r.code != exitError || !strings.Contains(r.stderr, `no key "nope" of principal "acct_42" on database ops: nothing to release`) {
 		t.Errorf("missing key: %s", r)
 	}
 
 	// A wrong generation says the current one, and deletes nothing.
 	r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-8", "--generation", "1")...)
-	if r.code != ExitError || r.stderr != "d1idem: not released: key \"order-8\" of principal \"acct_42\" is now at generation 2 (pending, updated 5m ago), not 1; look again with 'd1idem keys get'\n" {
+	if r.code != exitError || r.stderr != "d1idem: not released: key \"order-8\" of principal \"acct_42\" is now at generation 2 (awaiting retry, updated 5m ago), not 1; look again with 'd1idem keys get'\n" {
 		t.Errorf("wrong generation: %s", r)
 	}
 	r = mustRun(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-8", "--generation", "2", "--json")...)
 	var rel releaseJSON
-	if err := json.Unmarshal([]byte(r.stdout), &rel); err != nil || !rel.Released || rel.Generation != 2 || rel.Status != "pending" ||
+	if err := json.Unmarshal([]byte(r.stdout), &rel); err != nil || !rel.Released || rel.FromGeneration != 2 || rel.ToGeneration != 3 || rel.FromStatus != "pending" || rel.State != "awaiting_retry" ||
 		rel.SinceUpdateMS != 300000 || rel.Forced {
 		t.Errorf("release --json: %+v %v\n%s", rel, err, r.stdout)
 	}
 
 	// A completed row is refused without --force, and deleted with it.
 	r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-1", "--generation", "1")...)
-	if r.code != ExitError || !strings.Contains(r.stderr, "is completed (response 201): retries replay it; --force forgets the response, and the next retry executes the request again") {
+	if r.code != exitError || !strings.Contains(r.stderr, "is completed (response 201): retries replay it; --force forgets the response, and the next retry executes the request again") {
 		t.Errorf("completed without --force: %s", r)
 	}
 	if l.count(t, "key = 'order-1' AND status = 'completed'") != 1 {
 		t.Fatal("a completed row was released without --force")
 	}
 	r = mustRun(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-1", "--generation", "1", "--force")...)
-	if !strings.Contains(r.stdout, "its completed row (response 201, completed 2h ago) moved from generation 1 to 2, pending with a stale lease") ||
+	if !strings.Contains(r.stdout, "its completed row (response 201, completed 2h ago) moved from generation 1 to 2:\nreleased, awaiting retry.") ||
 		!strings.Contains(r.stdout, "next request with this key (the same request) executes again") ||
 		l.count(t, "key = 'order-1' AND status = 'pending' AND generation = 2 AND response_status IS NULL AND response_body IS NULL") != 1 {
 		t.Errorf("completed with --force: %s", r)
 	}
 
-	// A pending row within the TTL probably has a live owner.
+	// A pending row inside the TTL: refused without --force, saying
+	// whether its owner is renewing it.
 	r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_7", "--key", "pay-1", "--generation", "1")...)
-	if r.code != ExitError || !strings.Contains(r.stderr, "was updated 5s ago, within the 30s TTL: its owner is probably alive and renewing it; wait, or use --force") {
+	if r.code != exitError || !strings.Contains(r.stderr, "was updated 5s ago, inside the 30s TTL: its owner is alive and renewing it; wait, or use --force") {
 		t.Errorf("fresh pending: %s", r)
+	}
+	l.insert(t, testNow, quietRow)
+	r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_7", "--key", "pay-2", "--generation", "1")...)
+	if r.code != exitError || !strings.Contains(r.stderr, "was updated 25s ago, inside the 30s TTL, and its owner has missed its heartbeats: if you know it is dead, release it with --force") {
+		t.Errorf("owner-quiet pending: %s", r)
 	}
 	r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_7", "--key", "pay-1", "--generation", "1", "--ttl", "2s")...)
 	if r.code != 0 || l.count(t, "key = 'pay-1' AND generation = 2") != 1 {
@@ -362,7 +406,7 @@ func TestKeysRelease(t *testing.T) {
 		{[]string{"--principal", "p", "--key", "k", "--generation", "one"}, `invalid value "one" for flag -generation`},
 	} {
 		r := runCLI(t, o, l.args(append([]string{"keys", "release"}, tc.args...)...)...)
-		if r.code != ExitUsage || !strings.Contains(r.stderr, tc.want) {
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("%v: want exit 2 with %q; %s", tc.args, tc.want, r)
 		}
 	}
@@ -390,7 +434,7 @@ func TestReleaseThenRetry(t *testing.T) {
 	}
 	o := fixedClock()
 	r := mustRun(t, o, l.args("keys", "stuck")...)
-	if !strings.Contains(r.stdout, "acct_42    order-9  1    10m ") {
+	if !regexp.MustCompile(`acct_42 +order-9 +1 +awaiting retry +10m ago`).MatchString(r.stdout) {
 		t.Errorf("keys stuck:\n%s", r.stdout)
 	}
 	mustRun(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-9", "--generation", "1")...)
@@ -429,7 +473,7 @@ func TestKeysD1Clock(t *testing.T) {
 	l.insert(t, now, row{principal: "p", key: "stuck", status: "pending", generation: 1, created: 10 * time.Minute, updated: 10 * time.Minute},
 		row{principal: "p", key: "fresh", status: "pending", generation: 1, created: time.Second, updated: time.Second})
 	r := mustRun(t, nil, l.args("keys", "stuck")...)
-	if !regexp.MustCompile(`p +stuck +1 +10m([0-9]s)? `).MatchString(r.stdout) || strings.Contains(r.stdout, "fresh") {
+	if !regexp.MustCompile(`p +stuck +1 +awaiting retry +10m([0-9]s)? ago`).MatchString(r.stdout) || strings.Contains(r.stdout, "fresh") {
 		t.Errorf("keys stuck on D1's clock:\n%s", r.stdout)
 	}
 	r = mustRun(t, nil, l.args("keys", "get", "--principal", "p", "--key", "fresh")...)

@@ -16,11 +16,11 @@ func TestStatsGolden(t *testing.T) {
 	r := mustRun(t, fixedClock(), l.args("stats")...)
 	// The database size depends on SQLite's page layout; its shape is
 	// checked here, and normalised in the golden file.
-	size := regexp.MustCompile(`(?m)^database size  (\d+) bytes \(\d+\.\d KiB\)$`)
+	size := regexp.MustCompile(`(?m)^database size   (\d+) bytes \(\d+\.\d KiB\)$`)
 	if !size.MatchString(r.stdout) {
 		t.Errorf("no database size line:\n%s", r.stdout)
 	}
-	golden(t, "stats", size.ReplaceAllString(r.stdout, "database size  <N> bytes"))
+	golden(t, "stats", size.ReplaceAllString(r.stdout, "database size   <N> bytes"))
 
 	r = mustRun(t, fixedClock(), l.args("stats", "--json")...)
 	var s statsJSON
@@ -39,7 +39,8 @@ func TestStatsGolden(t *testing.T) {
 	}
 
 	r = mustRun(t, fixedClock(), l.args("stats", "--ttl", "1h", "--retention", "72h")...)
-	if !strings.Contains(r.stdout, "stuck pending  1 without an update for longer than the 1h TTL (the oldest: acct_9 / old-2, for 30h)") || !strings.Contains(r.stdout, "sweep backlog  1 row older than the 3d retention: 'd1idem sweep --all' deletes it\n") {
+	if !strings.Contains(r.stdout, "awaiting retry  1 pending past the 1h TTL, taken over by their next retry (the oldest: acct_9 / old-2, updated 30h ago)") ||
+		!strings.Contains(r.stdout, "sweep backlog   1 row older than the 3d retention: 'd1idem sweep --all' deletes it\n") {
 		t.Errorf("stats --ttl 1h --retention 72h:\n%s", r.stdout)
 	}
 }
@@ -47,7 +48,7 @@ func TestStatsGolden(t *testing.T) {
 func TestStatsEmpty(t *testing.T) {
 	l := newSchemaDB(t, "ops")
 	r := mustRun(t, fixedClock(), l.args("stats")...)
-	for _, want := range []string{"keys           0\n", "stuck pending  none without an update for longer than the 30s TTL\n", "oldest row     -\n", "sweep backlog  none older than the 24h retention\n"} {
+	for _, want := range []string{"keys            0\n", "awaiting retry  none: no pending key is past the 30s TTL\n", "oldest row      -\n", "sweep backlog   none older than the 24h retention\n"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("missing %q in\n%s", want, r.stdout)
 		}
@@ -61,7 +62,7 @@ func TestStatsEmpty(t *testing.T) {
 func TestStatsMissingTable(t *testing.T) {
 	l := newLedgerDB(t, "ops")
 	r := runCLI(t, fixedClock(), l.args("stats")...)
-	if r.code != ExitError || strings.Count(r.stderr, "\n") != 1 ||
+	if r.code != exitError || strings.Count(r.stderr, "\n") != 1 ||
 		!strings.Contains(r.stderr, "no such table: idempotency_keys") || !strings.Contains(r.stderr, "run 'd1idem schema apply'") {
 		t.Errorf("stats without the table: %s", r)
 	}
@@ -132,7 +133,7 @@ func TestSweepUsageErrors(t *testing.T) {
 		{[]string{"--retention", "a day"}, `sweep: invalid value "a day" for flag -retention`},
 	} {
 		r := runCLI(t, fixedClock(), l.args(append([]string{"sweep"}, tc.args...)...)...)
-		if r.code != ExitUsage || !strings.Contains(r.stderr, tc.want) || strings.Count(r.stderr, "\n") != 1 {
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) || strings.Count(r.stderr, "\n") != 1 {
 			t.Errorf("%v: want exit 2 with %q; %s", tc.args, tc.want, r)
 		}
 	}
