@@ -32,8 +32,8 @@ test-short:
 
 conformance-deps:
 	@if command -v $(NPM) >/dev/null 2>&1; then \
-		if [ ! -d conformance/node_modules/miniflare ]; then \
-			echo "installing pinned Miniflare for the workerd conformance leg (npm ci)"; \
+		if [ ! -d conformance/node_modules/miniflare ] || [ ! -d conformance/node_modules/wrangler ]; then \
+			echo "installing pinned Miniflare and wrangler for the workerd and wrangler legs (npm ci)"; \
 			cd conformance && $(NPM) ci --no-audit --no-fund --loglevel=error; \
 		fi; \
 	else \

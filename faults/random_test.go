@@ -470,8 +470,6 @@ func (run *randomRun) may971() bool {
 	return true
 }
 
-var errPlannedPanic = errors.New("faults: planned panic")
-
 // randHandler is the randomized run's handler: it follows the execution's
 // plan (delay, panic), commits one business row through idem.Tx (or, in the
 // Direct variant, with its own D1 call), and answers 201 naming this
