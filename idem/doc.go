@@ -50,11 +50,10 @@
 // nothing. Rows are never deleted except by the sweep (and on a sharded
 // ledger by the move of a stale reservation to its principal's new
 // database, after which the old database never holds the key again), and
-// the retention
-// (at least MaxLease + TTL + RetentionMargin) outlasts every owner's writes,
-// which stop at Retention - TTL - RetentionMargin/2 after its claim
-// (ErrReservationExpired): a generation is never reused while its owner may
-// still write.
+// the retention (at least MaxLease + TTL + RetentionMargin) outlasts every
+// owner's writes, which stop at Retention - TTL - RetentionMargin/2 after
+// its claim (ErrReservationExpired): a generation is never reused while its
+// owner may still write.
 //
 // # Many databases
 //
