@@ -222,9 +222,13 @@ func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, 
 			}
 		}
 	}
+	dsts := make([]*HomeRing, len(rest))
+	for i, id := range rest {
+		dsts[i] = st.home(id)
+	}
 	var wg sync.WaitGroup
-	for _, id := range rest {
-		wg.Go(func() { *st.home(id) = a.writeRing(ctx, s.homes[id], r) })
+	for i, id := range rest {
+		wg.Go(func() { *dsts[i] = a.writeRing(ctx, s.homes[id], r) })
 	}
 	wg.Wait()
 	st.Ring = r

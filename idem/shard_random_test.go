@@ -286,9 +286,10 @@ func (r *shardRun) settle(rng *rand.Rand, principal, key string, attempts int, a
 	return false
 }
 
-// round runs clients over fresh keys while op changes the ring, then turns
-// the faults off and settles every key.
-func (r *shardRun) round(name string, plan shardPlan, faults *shardFaults, op func(stop <-chan struct{})) []string {
+// round runs clients over fresh keys while op changes the ring (fresh keys
+// keep coming until op is done), then turns the faults off and settles
+// every key.
+func (r *shardRun) round(name string, plan shardPlan, faults *shardFaults, op func()) []string {
 	var keys []string
 	var wg sync.WaitGroup
 	work := make(chan [2]string)
@@ -308,14 +309,19 @@ func (r *shardRun) round(name string, plan shardPlan, faults *shardFaults, op fu
 			}
 		})
 	}
+	faults.on.Store(true)
+	opDone := make(chan struct{})
+	go func() {
+		defer close(opDone)
+		op()
+	}()
 	stop := make(chan struct{})
-	var opDone sync.WaitGroup
-	opDone.Go(func() { op(stop) })
+	var refreshers sync.WaitGroup
 	// Replicas learn new rings at random moments besides the refusals
 	// that teach them; replica 0 only ever learns from refusals.
 	for i := 1; i < len(r.ledgers); i++ {
 		seed := r.rng.Uint64()
-		opDone.Go(func() {
+		refreshers.Go(func() {
 			rng := rand.New(rand.NewPCG(seed, 2))
 			for {
 				select {
@@ -327,8 +333,15 @@ func (r *shardRun) round(name string, plan shardPlan, faults *shardFaults, op fu
 			}
 		})
 	}
-	faults.on.Store(true)
-	for i := range plan.keys {
+	opRunning := func() bool {
+		select {
+		case <-opDone:
+			return false
+		default:
+			return true
+		}
+	}
+	for i := 0; i < plan.keys || opRunning(); i++ {
 		pk := [2]string{r.principals[r.rng.IntN(len(r.principals))], fmt.Sprintf("%s-k%d", name, i)}
 		keys = append(keys, pk[0]+"/"+pk[1])
 		work <- pk
@@ -336,7 +349,7 @@ func (r *shardRun) round(name string, plan shardPlan, faults *shardFaults, op fu
 	close(work)
 	wg.Wait()
 	close(stop)
-	opDone.Wait()
+	refreshers.Wait()
 	faults.on.Store(false)
 	r.inflight.Wait()
 	// Every key settles once the faults are off.
@@ -351,34 +364,33 @@ func (r *shardRun) round(name string, plan shardPlan, faults *shardFaults, op fu
 	return keys
 }
 
-// operate runs an operator action until it succeeds, or the round stops:
-// a failed Grow that recorded the change somewhere is finished by
-// AdvanceRing, as the procedure says.
-func (r *shardRun) operate(stop <-chan struct{}, what string, fn func() (idem.RingStatus, error), done func(idem.RingStatus) bool) {
-	for {
-		st, err := fn()
+// operate runs an operator action until it succeeds: a failed Grow that
+// recorded the change somewhere is finished by AdvanceRing, as the
+// procedure says.
+func (r *shardRun) operate(what string, fn func() (idem.RingStatus, error), done func(idem.RingStatus) bool) {
+	deadline := time.Now().Add(time.Minute)
+	log := func(st idem.RingStatus, err error) {
 		r.mu.Lock()
 		r.opLog = append(r.opLog, fmt.Sprintf("%s: %s, %v", what, st.Ring, err))
 		r.mu.Unlock()
+	}
+	for time.Now().Before(deadline) {
+		st, err := fn()
+		log(st, err)
 		if err == nil || done(st) {
-			for {
+			for time.Now().Before(deadline) {
 				st, err := r.op.Admin().AdvanceRing(bg)
 				if err == nil || (errors.Is(err, idem.ErrDropNotDue) && allRecorded(st)) {
 					return
 				}
-				select {
-				case <-stop:
-					return
-				case <-time.After(20 * time.Millisecond):
-				}
+				log(st, err)
+				time.Sleep(20 * time.Millisecond)
 			}
+			break
 		}
-		select {
-		case <-stop:
-			return
-		case <-time.After(20 * time.Millisecond):
-		}
+		time.Sleep(20 * time.Millisecond)
 	}
+	r.t.Errorf("%s did not succeed within a minute", what)
 }
 
 func allRecorded(st idem.RingStatus) bool {
@@ -393,10 +405,10 @@ func allRecorded(st idem.RingStatus) bool {
 }
 
 // grow is the operator adding databases at a random moment of the round.
-func (r *shardRun) grow(delay time.Duration, ids ...string) func(stop <-chan struct{}) {
-	return func(stop <-chan struct{}) {
+func (r *shardRun) grow(delay time.Duration, ids ...string) func() {
+	return func() {
 		time.Sleep(delay)
-		r.operate(stop, "grow", func() (idem.RingStatus, error) { return r.op.Admin().Grow(bg, ids...) },
+		r.operate("grow", func() (idem.RingStatus, error) { return r.op.Admin().Grow(bg, ids...) },
 			func(st idem.RingStatus) bool {
 				return st.Ring.Phase == idem.RingMoving && slices.Contains(st.Ring.Homes, ids[0])
 			})
@@ -404,10 +416,10 @@ func (r *shardRun) grow(delay time.Duration, ids ...string) func(stop <-chan str
 }
 
 // drop is the operator ending a change (its DropAt passed before the round).
-func (r *shardRun) drop(delay time.Duration) func(stop <-chan struct{}) {
-	return func(stop <-chan struct{}) {
+func (r *shardRun) drop(delay time.Duration) func() {
+	return func() {
 		time.Sleep(delay)
-		r.operate(stop, "drop", func() (idem.RingStatus, error) { return r.op.Admin().AdvanceRing(bg) },
+		r.operate("drop", func() (idem.RingStatus, error) { return r.op.Admin().AdvanceRing(bg) },
 			func(st idem.RingStatus) bool { return st.Ring.Phase == idem.RingStable })
 	}
 }
@@ -538,9 +550,9 @@ func runShardGrowth(t *testing.T, b *d1test.Backend, faults *shardFaults, seed u
 	r.clk.Jump(jump)
 	// Round 2: the change to 3 ends, then 3 grow to 5.
 	d1, d2 := delay(), delay()
-	check(r.round("r2", plan, faults, func(stop <-chan struct{}) {
-		r.drop(d1)(stop)
-		r.grow(d2, ids[3], ids[4])(stop)
+	check(r.round("r2", plan, faults, func() {
+		r.drop(d1)()
+		r.grow(d2, ids[3], ids[4])()
 	}))
 	r.clk.Jump(jump)
 	// Round 3: the change to 5 ends.
