@@ -782,3 +782,58 @@ func TestShardedCallsPerRequest(t *testing.T) {
 		}
 	})
 }
+
+// The ring operations refuse what would break routing, and a replica
+// without a Home for a database of the ring refuses only the principals
+// routed there.
+func TestRingOperationsRefuse(t *testing.T) {
+	b := d1test.Local(t)
+	c := newCluster(t, b, 3)
+	noSchema := b.NewClient(t)
+	clk := newClock()
+	cfg := idem.Config{Heartbeat: -1, Clock: clk.Now}
+
+	// Several databases holding keys cannot start a ring.
+	for _, id := range c.ids[:2] {
+		l := newLedger(t, c.dbs[id], cfg)
+		complete(t, l, begin(t, l, "p-"+id, "k", "fp").Reservation, 200, "")
+	}
+	if _, err := c.ledger(t, cfg, c.ids[0], c.ids[1]).Admin().InitRing(bg); err == nil || !strings.Contains(err.Error(), "holds keys") {
+		t.Errorf("InitRing over databases with keys: %v", err)
+	}
+	v1 := c.initRing(t, cfg, c.ids[0]) // one database with keys: fine
+	c.dbs[noSchema.DatabaseID()] = noSchema
+	op := c.ledger(t, cfg, append(slices.Clone(c.ids), noSchema.DatabaseID())...)
+	for _, tc := range []struct {
+		id, want string
+	}{
+		{c.ids[1], "holds keys"},
+		{noSchema.DatabaseID(), "no such table"},
+		{c.ids[0], "already in the ring"},
+		{"elsewhere", "no Home"},
+	} {
+		if _, err := op.Admin().Grow(bg, tc.id); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Grow(%s): %v, want %q", tc.id, err, tc.want)
+		}
+	}
+	if _, err := op.Admin().Grow(bg); err == nil {
+		t.Error("Grow of nothing")
+	}
+	if st, err := op.Admin().AdvanceRing(bg); err != nil || st.Ring.String() != v1.String() {
+		t.Errorf("AdvanceRing on a stable ring: %s %v", st.Ring, err)
+	}
+	if _, err := op.Admin().Grow(bg, c.ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	// A replica that was not given the new database.
+	partial := c.ledger(t, cfg, c.ids[0])
+	r := mustRing(t, partial)
+	moving := principal(t, func(p string) bool { return r.Home(p) == c.ids[2] })
+	staying := principal(t, func(p string) bool { return r.Home(p) == c.ids[0] })
+	if _, err := partial.Begin(bg, moving, "k", "fp"); !errors.Is(err, idem.ErrUnknownHome) {
+		t.Errorf("a principal routed to a database the replica lacks: %v", err)
+	}
+	if d := begin(t, partial, staying, "k", "fp"); d.Outcome != idem.Execute {
+		t.Errorf("a principal routed to a database it has: %v", d.Outcome)
+	}
+}
