@@ -284,7 +284,7 @@ func (l *Ledger) beginSharded(ctx context.Context, principal, key, fingerprint s
 	for attempt := 1; ; attempt++ {
 		r, err := l.shards.current(ctx, l)
 		if err != nil {
-			return Decision{}, fmt.Errorf("idem: claim: %w", err)
+			return Decision{}, err
 		}
 		d, err := l.beginRouted(ctx, r, principal, key, fingerprint)
 		if !errors.Is(err, errReroute) {
@@ -317,7 +317,7 @@ func (l *Ledger) beginSharded(ctx context.Context, principal, key, fingerprint s
 func (l *Ledger) beginRouted(ctx context.Context, r Ring, principal, key, fingerprint string) (Decision, error) {
 	nh, err := l.shards.home(r.Home(principal))
 	if err != nil {
-		return Decision{}, fmt.Errorf("idem: claim: %w", err)
+		return Decision{}, err
 	}
 	if l.hooks.ignoreRing {
 		return l.claimAt(ctx, nh, nil, principal, key, fingerprint)
@@ -328,7 +328,7 @@ func (l *Ledger) beginRouted(ctx context.Context, r Ring, principal, key, finger
 	}
 	oh, err := l.shards.home(oldID)
 	if err != nil {
-		return Decision{}, fmt.Errorf("idem: claim: %w", err)
+		return Decision{}, err
 	}
 	res, err := oh.db.Exec(ctx, []d1client.Statement{l.sql.ringEpoch(), l.sql.movedLookup(principal, key, l.cfg.TTL, l.now())}, d1client.Coalesce())
 	if err != nil {
@@ -336,12 +336,12 @@ func (l *Ledger) beginRouted(ctx context.Context, r Ring, principal, key, finger
 	}
 	epoch, err := scanEpoch(res[0])
 	if err != nil {
-		return Decision{}, fmt.Errorf("idem: claim: %w", err)
+		return Decision{}, fmt.Errorf("idem: claim: reading the old home: %w", err)
 	}
 	switch {
 	case epoch > r.Epoch():
 		if err := l.shards.refresh(ctx, l, oh); err != nil {
-			return Decision{}, fmt.Errorf("idem: claim: %w", err)
+			return Decision{}, err
 		}
 		return Decision{}, errReroute
 	case epoch < r.Epoch():
@@ -365,7 +365,7 @@ func (l *Ledger) beginRouted(ctx context.Context, r Ring, principal, key, finger
 	switch {
 	case isRingViolation(err):
 		if err := l.shards.refresh(ctx, l, oh); err != nil {
-			return Decision{}, fmt.Errorf("idem: claim: %w", err)
+			return Decision{}, err
 		}
 		return Decision{}, errReroute
 	case err != nil:
@@ -384,7 +384,7 @@ func (l *Ledger) claimGuarded(ctx context.Context, h *home, threshold int64, pri
 	d, err := l.claimAt(ctx, h, &g, principal, key, fingerprint)
 	if isRingViolation(err) {
 		if err := l.shards.refresh(ctx, l, h); err != nil {
-			return Decision{}, fmt.Errorf("idem: claim: %w", err)
+			return Decision{}, err
 		}
 		return Decision{}, errReroute
 	}

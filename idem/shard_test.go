@@ -1,6 +1,7 @@
 package idem_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -835,5 +836,41 @@ func TestRingOperationsRefuse(t *testing.T) {
 	}
 	if d := begin(t, partial, staying, "k", "fp"); d.Outcome != idem.Execute {
 		t.Errorf("a principal routed to a database it has: %v", d.Outcome)
+	}
+}
+
+// A sharded ledger without a ring, or without a Home for a database of
+// it, fails closed (503), and the log says what to do.
+func TestShardedMiddlewareSaysWhatToFix(t *testing.T) {
+	b := d1test.Local(t)
+	c := newCluster(t, b, 2)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	cfg := idem.Config{Heartbeat: -1, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))}
+	serve := func(l *idem.Ledger, principal string) int {
+		h := idem.MustMiddleware(l, idem.Options{Principal: bearer})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+		req := httptest.NewRequest("POST", "/x", strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer "+principal)
+		req.Header.Set(idem.HeaderKey, "k")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if code := serve(c.ledger(t, cfg), "p"); code != 503 {
+		t.Errorf("no ring: %d", code)
+	}
+	r := c.initRing(t, cfg)
+	lacking := c.ledger(t, cfg, c.ids[0])
+	p := principal(t, func(p string) bool { return r.Home(p) == c.ids[1] })
+	if code := serve(lacking, p); code != 503 {
+		t.Errorf("a principal of a database the replica lacks: %d", code)
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	for _, want := range []string{"record one with Admin.InitRing", "give every replica every database of the ring", "no Home for"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log does not say %q:\n%s", want, out)
+		}
 	}
 }
