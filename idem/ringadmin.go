@@ -204,9 +204,9 @@ WHERE generation < excluded.generation`, int64(ringFarFuture))
 	return hr
 }
 
-// record writes r at the coordinator (the first of coordinator's IDs,
-// which decides between operators racing to record two different rings of
-// one epoch) and, once it holds r, at every other database of r.
+// record writes r first at coordinator, the database that decides between
+// operators racing to record different rings of one epoch, and, once it
+// holds r, at every other database of r that lacks it. It updates st.
 func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, r Ring) error {
 	s := a.l.shards
 	first := a.writeRing(ctx, s.homes[coordinator], r)
