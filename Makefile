@@ -41,7 +41,7 @@ conformance-deps:
 	fi
 
 # Every benchmark, printed as one table with the machine noted and each
-# figure an issue sets a target for beside its target (about 5 minutes). The
+# figure an issue sets a target for beside its target (about 6 minutes). The
 # raw output is kept in bench.out, for readme-figures.
 bench: conformance-deps
 	@{ $(GO) test -run '^$$' -bench . -benchtime 200x ./idem/ ./d1local/ && \

@@ -340,7 +340,7 @@ func serveCall(s *Server, c *call) int {
 		return writeFault(w, fault)
 	}
 
-	results, err := s.execute(r, dbID, queries)
+	results, err := s.execute(r, dbID, queries, fault.Busy)
 	if fault.LoseResponse {
 		dropConnection(w)
 		return 0
@@ -385,8 +385,9 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	return body, nil
 }
 
-// execute compiles and runs the queries on database dbID.
-func (s *Server) execute(r *http.Request, dbID string, queries []parsedQuery) ([]result, error) {
+// execute compiles and runs the queries on database dbID, holding it for
+// busy first.
+func (s *Server) execute(r *http.Request, dbID string, queries []parsedQuery, busy time.Duration) ([]result, error) {
 	d, err := s.database(dbID, !s.cfg.NoAutoCreate)
 	if err != nil {
 		return nil, err
@@ -395,7 +396,7 @@ func (s *Server) execute(r *http.Request, dbID string, queries []parsedQuery) ([
 	if err != nil {
 		return nil, err
 	}
-	return d.run(r.Context(), stmts)
+	return d.run(r.Context(), stmts, busy)
 }
 
 // authenticate checks the bearer token, if one is configured. A missing

@@ -346,6 +346,39 @@ func figures(results []result) []row {
 			fmt.Sprintf("%s / %s stmts/s; %s / %s stmts/s", count(v[0]), count(v[1]), count(v[2]), count(v[3])), "", nil})
 	}
 
+	// Sharding (issue 17): first executions per second with 1 to 8
+	// databases, one writer each, and the cost of a change of the ring.
+	for _, be := range []struct{ name, what string }{
+		{"d1local", "d1local, 1 ms per statement per database"},
+		{"workerd_busy", "workerd, 1 ms per statement per database held by a proxy"},
+		{"workerd", "workerd as it is (microseconds per statement: the cores are the limit)"},
+	} {
+		var names []string
+		for _, n := range []string{"1", "2", "4", "8"} {
+			names = append(names, "ShardScaling/"+be.name+"/dbs="+n)
+		}
+		if v, ok := series("first-exec/s", names...); ok && v[0] > 0 {
+			x := v[2] / v[0]
+			r := row{"idempotent first executions/s with 1 / 2 / 4 / 8 databases, " + be.what + ": rate (1 → 4 databases)",
+				fmt.Sprintf("%s (%s×)", join(v, count), format(x)), "", nil}
+			if be.name != "workerd" {
+				r.target, r.ok = "≥ 3× from 1 to 4", ptr(x >= 3)
+			}
+			rows = append(rows, r)
+		}
+	}
+	if r, ok := find("ShardTransitionCalls"); ok {
+		units := []string{"unmoved-first-exec", "unmoved-replay", "moved-first-exec", "moved-replay", "moved-replay-old-home", "after-first-exec"}
+		var v []float64
+		for _, u := range units {
+			v = append(v, r.value("extra-calls/"+u))
+		}
+		met := v[0] == 0 && v[1] == 0 && v[2] <= 1 && v[3] <= 1 && v[4] == 0 && v[5] == 0
+		rows = append(rows, row{"extra D1 calls per request while the ring grows (2 → 3 databases, two retention windows): unmoved first execution / replay; moved first execution / replay / replay from the old home; after the change",
+			fmt.Sprintf("%s / %s; %s / %s / %s; %s", format(v[0]), format(v[1]), format(v[2]), format(v[3]), format(v[4]), format(v[5])),
+			"unmoved 0; moved ≤ 1; after 0", &met})
+	}
+
 	for _, v := range []string{"write/single", "write/batch16", "read/single", "read/batch16"} {
 		if r, ok := find("BridgeOverhead/" + v); ok {
 			pct := r.value("bridge-%-of-raw")

@@ -9,6 +9,8 @@ import (
 
 const sample = `goos: linux
 goarch: amd64
+pkg: github.com/d1idem/d1idem/idem
+BenchmarkShardTransitionCalls-2 	200	6661092 ns/op	0 extra-calls/after-first-exec	1.000 extra-calls/moved-first-exec	1.000 extra-calls/moved-replay	0 extra-calls/moved-replay-old-home	0 extra-calls/unmoved-first-exec	0 extra-calls/unmoved-replay
 pkg: github.com/d1idem/d1idem/bench
 cpu: AMD EPYC
 BenchmarkOpenLoop/default_budget/rate=150-2 	       1	60043998043 ns/op	      4108 answered	      4892 budget-503	        20.00 d1-calls/s	        27.39 first-budget-503-s	         6.000 lost-completions	       150.0 offered-req/s	         0 other-errors	        81.53 p50-ms	       110.3 p99-ms	      1200 peak-calls/300s	        60.00 run-s
@@ -19,6 +21,14 @@ BenchmarkVsSpec/rtt=20ms/c=64-2 	2	1 ns/op	0.06250 d1-calls/req	2.000 naive-d1-c
 BenchmarkVsSpec/rtt=20ms/c=256-2 	2	1 ns/op	0.03174 d1-calls/req	2.000 naive-d1-calls/req	106.9 naive-p50-ms	200.1 naive-p99-ms	88.97 p50-ms	0.8325 p50-ratio	124.1 p99-ms	0.6204 p99-ratio
 BenchmarkClientExec/client_only/one_statement-2         	   21354	     73336 ns/op	   13840 B/op	     80 allocs/op
 BenchmarkClientExec/client_only/batch_of_2-2            	   13370	     95006 ns/op	   20612 B/op	     100 allocs/op
+BenchmarkShardScaling/d1local/dbs=1-2 	1	4386315417 ns/op	0.03965 d1-calls/req	227.0 first-exec/s
+BenchmarkShardScaling/d1local/dbs=2-2 	1	4466240942 ns/op	0.06285 d1-calls/req	477.3 first-exec/s	2.103 x-vs-1-db
+BenchmarkShardScaling/d1local/dbs=4-2 	1	4226910500 ns/op	0.07563 d1-calls/req	912.3 first-exec/s	4.019 x-vs-1-db
+BenchmarkShardScaling/d1local/dbs=8-2 	1	4203383518 ns/op	0.1758 d1-calls/req	1659 first-exec/s	7.308 x-vs-1-db
+BenchmarkShardScaling/workerd/dbs=1-2 	1	5444393999 ns/op	0.03509 d1-calls/req	3344 first-exec/s
+BenchmarkShardScaling/workerd/dbs=2-2 	1	4133673207 ns/op	0.05516 d1-calls/req	2357 first-exec/s	0.7047 x-vs-1-db
+BenchmarkShardScaling/workerd/dbs=4-2 	1	4129376143 ns/op	0.05989 d1-calls/req	2271 first-exec/s	0.6790 x-vs-1-db
+BenchmarkShardScaling/workerd/dbs=8-2 	1	4193679489 ns/op	0.1168 d1-calls/req	1823 first-exec/s	0.5453 x-vs-1-db
 BenchmarkReplicas/n=4/rate=150-2 	1	1 ns/op	0 account-budget	0 971-answers	4 replicas-served	9000 answered	0 budget-503	0 other-errors	0 lost-completions	4800 peak-calls/300s	600 run-s
 PASS
 `
@@ -66,6 +76,9 @@ func TestFigures(t *testing.T) {
 		{"D1 calls per first execution vs the spec's sequence, 20 ms per call",
 			"2 / 0.51 / 0.0625 / 0.0317 (naive 2 / 2 / 2 / 2)", "met"},
 		{"client allocations per D1 call", "80 / 100", "met"},
+		{"idempotent first executions/s with 1 / 2 / 4 / 8 databases, d1local", "227 / 477 / 912 / 1,659 (4.02×)", "met"},
+		{"idempotent first executions/s with 1 / 2 / 4 / 8 databases, workerd as", "3,344 / 2,357 / 2,271 / 1,823 (0.679×)", ""},
+		{"extra D1 calls per request while the ring grows", "0 / 0; 1 / 1 / 0; 0", "met"},
 		{"4 replica processes", "0; 4 of 4 (9,000 answered / 0 budget 503s / 0 other; completions lost: 0; peak 4,800 calls in 300 s); d1local without the account budget, so no 971 was possible", ""},
 	} {
 		r := find(t, rows, tc.prefix)
