@@ -115,13 +115,11 @@ func newBatcher(c *Client, cfg CoalesceConfig) *batcher {
 	return &batcher{c: c, cfg: cfg}
 }
 
+// groupSize is the statements' exact share of a batch body.
 func groupSize(wire []wireStatement) int {
 	n := 0
 	for _, w := range wire {
-		n += len(w.SQL) + 16
-		for _, p := range w.Params {
-			n += len(p) + 1
-		}
+		n += len(w) + 1
 	}
 	return n
 }
@@ -253,11 +251,7 @@ func (b *batcher) send(groups []*pendingGroup, stmts int) (deliver func()) {
 	for _, g := range groups {
 		wire = append(wire, g.wire...)
 	}
-	body, err := encodeBody(wire)
-	if err != nil {
-		return func() { b.fail(groups, &Error{kind: kindInvalid, Message: "encoding the request", Err: err}) }
-	}
-	results, e := b.c.send(context.Background(), body, len(wire))
+	results, e := b.c.send(context.Background(), encodeBody(wire), len(wire))
 	if e != nil {
 		if e.kind == kindSQL && len(groups) > 1 {
 			// Nothing committed, and the error does not say whose statement

@@ -2,11 +2,14 @@
 // things: what D1 accepts, what D1 returns, and which failures are safe to
 // retry.
 //
-// It is built on github.com/cloudflare/cloudflare-go/v7 (its d1 and option
-// packages only), with cloudflare-go's own retries turned off: cloudflare-go
-// retries POSTs, and so writes, by default, and honours Retry-After with no
-// cap. Every call goes to the /raw endpoint, whose ordered columns keep
-// duplicate names and column order.
+// Every call is one POST to D1's /raw endpoint, whose ordered columns keep
+// duplicate names and column order, made with net/http (Config.HTTPClient).
+// The package used to send it through cloudflare-go's d1 package; it no
+// longer does, because that request path cost more than half of a call's
+// allocations while this package captured the raw response and classified
+// every shape itself anyway (and had cloudflare-go's retries, which repeat
+// writes, turned off). Request bodies are JSON without HTML escaping, and a
+// response is decoded in one pass, its rows straight into Values.
 //
 // # Statements and batches
 //

@@ -1,6 +1,7 @@
 package d1client
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jarcoal/httpmock"
 )
@@ -301,4 +303,51 @@ func TestBaseURLFromEnvironment(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Strings travel as encoding/json writes them with SetEscapeHTML(false):
+// '<', '>' and '&' as themselves.
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range []string{"", "plain", `<a href="x">&amp;</a>`, "\x00\x01\x1f\x7f\b\f\n\r\t\\\"", "é\u2028\u2029\u2027\u202a€😀", "\xe2\x80"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return
+		}
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		if got := appendJSONString(nil, s); string(got) != strings.TrimSuffix(want.String(), "\n") {
+			t.Fatalf("appendJSONString(%q) = %s, encoding/json: %s", s, got, want.String())
+		}
+	})
+}
+
+// A 16 KB HTML response stored as a parameter travels as about 16 KB, not
+// six times that, and arrives unchanged.
+func TestHTMLParameterIsNotEscaped(t *testing.T) {
+	html := strings.Repeat(`<p class=x>a &amp; b</p>`+"\n", 16384/24)
+	var sent []byte
+	c, _ := mockClient(t, func(req *http.Request) (*http.Response, error) {
+		sent, _ = io.ReadAll(req.Body)
+		return httpmock.NewStringResponse(200, okResults(1)), nil
+	})
+	if _, err := c.Exec(context.Background(), []Statement{{SQL: "UPDATE t SET body = ? WHERE k = 1", Params: []any{html}}}); err != nil {
+		t.Fatal(err)
+	}
+	// Only the newlines are escaped, one byte each.
+	want := len(`{"sql":"UPDATE t SET body = ? WHERE k = 1","params":[""]}`) + len(html) + strings.Count(html, "\n")
+	if len(sent) != want {
+		t.Errorf("body is %d bytes, want %d", len(sent), want)
+	}
+	var got struct{ Params []string }
+	if err := json.Unmarshal(sent, &got); err != nil || len(got.Params) != 1 || got.Params[0] != html {
+		t.Errorf("the parameter did not arrive unchanged (%v)", err)
+	}
+	legacy, _ := json.Marshal(html)
+	t.Logf("16 KB of HTML: %d bytes on the wire; json.Marshal would send %d", len(sent), len(legacy))
 }
