@@ -79,7 +79,8 @@ On a terminal it shows progress; otherwise it prints one summary line.
 			s := &sweeper{c: c, o: o, retention: retention, batch: batch, budget: d1client.UnlimitedBudget()}
 			var mods []func(*d1client.Config)
 			if maxCalls > 0 {
-				s.budget = d1client.NewBudget(maxCalls, window)
+				// No reserve: a sweep has no completions to keep calls for.
+				s.budget = d1client.NewBudget(maxCalls, window).WithReserve(0)
 				mods = append(mods, func(cfg *d1client.Config) { cfg.Budget = s.budget })
 			}
 			return withConn(c, o, s.run, mods...)

@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -57,9 +56,15 @@ type Config struct {
 	// AttemptTimeout bounds each HTTP attempt: 10 ms to 10 min. Zero means
 	// DefaultAttemptTimeout.
 	AttemptTimeout time.Duration
-	// Budget is the client-side request budget; the zero value is
-	// Cloudflare's limit of 1200 calls per 300 s.
+	// Budget is how the client spends the API budget; the zero value is
+	// Cloudflare's limit of 1200 calls per 300 s, with the default burst and
+	// reserve. Leave it zero when Account is set.
 	Budget Budget
+	// Account, if set, is the budget this client shares with every other
+	// Client given the same Account: set it for clients of several
+	// databases, or several Configs, on one Cloudflare account. Nil gives
+	// the client an Account of its own, made from Budget.
+	Account *Account
 	// Coalesce configures group commit for calls made with Coalesce().
 	Coalesce CoalesceConfig
 	// Logger receives retry and rate-limit events; nil discards them.
@@ -80,12 +85,9 @@ type Client struct {
 	rawURL  string
 	log     *slog.Logger
 	retry   RetryPolicy
-	budget  *budgetLimiter
+	account *Account
 	batch   *batcher
 	classes *classCache
-
-	mu           sync.Mutex
-	blockedUntil time.Time // a 971 block: nothing is sent before it
 
 	sleep func(ctx context.Context, d time.Duration) error // between retries; replaced in tests
 
@@ -126,6 +128,13 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.Budget.validate(); err != nil {
 		return nil, err
 	}
+	account := cfg.Account
+	switch {
+	case account == nil:
+		account = newAccount(cfg.Budget, realClock{})
+	case cfg.Budget != Budget{}:
+		return nil, invalidf("Config.Budget and Config.Account are both set: give the Budget to NewAccount")
+	}
 	coalesce, err := cfg.Coalesce.withDefaults()
 	if err != nil {
 		return nil, err
@@ -152,11 +161,11 @@ func New(cfg Config) (*Client, error) {
 		rawURL:  cfg.BaseURL + "accounts/" + cfg.AccountID + "/d1/database/" + cfg.DatabaseID + "/raw",
 		log:     log,
 		retry:   retry,
-		budget:  newBudgetLimiter(cfg.Budget),
+		account: account,
 		classes: &classCache{},
 		sleep:   sleepCtx,
 	}
-	c.batch = newBatcher(c, coalesce)
+	c.batch = newBatcher(c, coalesce, account.clk)
 	return c, nil
 }
 
@@ -192,6 +201,7 @@ type execOptions struct {
 	idempotent    bool
 	untilDeadline bool
 	coalesce      bool
+	priority      bool
 }
 
 // Idempotent marks the call safe to send again even when an earlier attempt
@@ -210,6 +220,13 @@ func RetryUntilDeadline() ExecOption { return func(o *execOptions) { o.untilDead
 // because a batch is one transaction: one failing statement aborts every
 // caller's statements in it. See CoalesceConfig for what happens then.
 func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
+
+// Priority marks the call as round-trip-2 work: it completes, renews or
+// releases what an earlier call started (an idempotency ledger's completion,
+// heartbeat or release). When calls are scarce it goes before other work,
+// it may use the Budget's reserve, and it waits for the next call up to the
+// context's deadline. Work without it is turned away (ErrBudget) first.
+func Priority() ExecOption { return func(o *execOptions) { o.priority = true } }
 
 // Exec runs the statements as one D1 call, one transaction, and returns one
 // Result per statement. Each Statement must hold exactly one SQL statement;
@@ -244,6 +261,10 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 	}
 	safe = safe || o.idempotent
 	solo := !o.coalesce
+	cl := normal
+	if o.priority {
+		cl = priority
+	}
 
 	var last *Error // the previous attempt's failure
 	for attempt := 1; ; attempt++ {
@@ -252,9 +273,9 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 			err     *Error
 		)
 		if solo {
-			results, err = c.call(ctx, wire)
+			results, err = c.call(ctx, wire, cl)
 		} else {
-			results, err = c.batch.submit(ctx, wire)
+			results, err = c.batch.submit(ctx, wire, cl)
 			if err != nil && err.siblingAbort {
 				// A statement of another caller aborted the shared batch;
 				// nothing committed. Send ours alone, without counting it.
@@ -335,23 +356,21 @@ func appendBatch(dst []byte, wire []wireStatement) []byte {
 	return append(dst, "]}"...)
 }
 
-// call makes one HTTP attempt for the statements: it honours a 971 block,
-// takes a call from the budget, sends, and decodes.
-func (c *Client) call(ctx context.Context, wire []wireStatement) ([]Result, *Error) {
+// call makes one HTTP attempt for the statements: it takes a call of class
+// cl from the budget (honouring a 971 block), sends, and decodes.
+func (c *Client) call(ctx context.Context, wire []wireStatement, cl class) ([]Result, *Error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error()}
 	}
-	if e := c.checkBlocked(); e != nil {
-		return nil, e
-	}
-	if e := c.budget.wait(ctx); e != nil {
+	if e := c.account.wait(ctx, cl); e != nil {
 		return nil, e
 	}
 	return c.send(ctx, encodeBody(wire), len(wire))
 }
 
-// send makes one HTTP attempt: it POSTs body to the /raw endpoint and
-// classifies the answer.
+// send makes one HTTP attempt, for which a call was taken from the budget:
+// it POSTs body to the /raw endpoint, hands the answer's rate-limit headers
+// to the Account, and classifies the answer.
 //
 // The request is built here rather than by cloudflare-go's d1 package: its
 // request path (option merging, URL resolution, header copies, retry
@@ -363,6 +382,7 @@ func (c *Client) send(ctx context.Context, body []byte, n int) ([]Result, *Error
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.rawURL, bytes.NewReader(body))
 	if err != nil {
+		c.account.answered(nil)
 		return nil, &Error{kind: kindInvalid, Message: "building the request", Err: err}
 	}
 	req.Header = http.Header{
@@ -377,8 +397,10 @@ func (c *Client) send(ctx context.Context, body []byte, n int) ([]Result, *Error
 	c.stats.statements.Add(int64(n))
 	res, err := c.http.Do(req)
 	if err != nil {
+		c.account.answered(nil)
 		return nil, c.transportError(err)
 	}
+	c.account.answered(res.Header)
 	raw, err := readBody(res)
 	if err != nil {
 		return nil, c.transportError(err)
@@ -591,25 +613,9 @@ func orUnknown(ct string) string {
 	return ct
 }
 
-// checkBlocked refuses to send while a 971 block lasts.
-func (c *Client) checkBlocked() *Error {
-	c.mu.Lock()
-	until := c.blockedUntil
-	c.mu.Unlock()
-	if wait := time.Until(until); wait > 0 {
-		return &Error{kind: kindRateLimited, StatusCode: http.StatusTooManyRequests, Codes: []int{971},
-			RetryAfter: wait, BlockedUntil: until,
-			Message: "not sent: Cloudflare's global API rate limit blocks this account until " + until.UTC().Format(time.RFC3339)}
-	}
-	return nil
-}
-
+// block stops every call of the account until until, after a 971.
 func (c *Client) block(until time.Time) {
-	c.mu.Lock()
-	if until.After(c.blockedUntil) {
-		c.blockedUntil = until
-	}
-	c.mu.Unlock()
+	c.account.block(until)
 	c.log.Error("d1client: Cloudflare API rate limit reached (code 971); calls are blocked",
 		slog.Time("until", until))
 }
@@ -635,6 +641,10 @@ func (c *Client) Stats() Stats {
 		Execs: c.stats.execs.Load(), Retries: c.stats.retries.Load(), Failures: c.stats.failures.Load(),
 	}
 }
+
+// Account returns the Account whose budget the client spends: its State is
+// the budget the client last saw.
+func (c *Client) Account() *Account { return c.account }
 
 // AccountID returns the configured account ID.
 func (c *Client) AccountID() string { return c.cfg.AccountID }

@@ -173,7 +173,9 @@ func lowerNames(names []string) ([]string, error) {
 // A first execution costs 2 D1 calls (Begin, Complete); a replay, a reuse or
 // an in-progress answer costs 1 (Begin). With d1client's group commit
 // (d1client.Coalesce), which the Ledger uses for every statement that cannot
-// fail by design, concurrent requests share those calls.
+// fail by design, concurrent requests share those calls. Completions,
+// heartbeats and releases are d1client.Priority work: they go first when
+// the API budget is scarce, on a reserve that new claims never take.
 type Ledger struct {
 	db  *d1client.Client
 	cfg Config
@@ -409,7 +411,7 @@ func (l *Ledger) finish(ctx context.Context, r *Reservation, stmts []d1client.St
 	}
 	ctx, cancel := context.WithDeadline(ctx, l.completionDeadline(r))
 	defer cancel()
-	opts := []d1client.ExecOption{d1client.Idempotent(), d1client.RetryUntilDeadline()}
+	opts := []d1client.ExecOption{d1client.Idempotent(), d1client.RetryUntilDeadline(), d1client.Priority()}
 	if userStmts == 0 {
 		opts = append(opts, d1client.Coalesce())
 	}
@@ -451,7 +453,7 @@ func (l *Ledger) finish(ctx context.Context, r *Reservation, stmts []d1client.St
 // holdsCompletion reports whether the row is completed at r's generation
 // with exactly w's response.
 func (l *Ledger) holdsCompletion(ctx context.Context, r *Reservation, w *completionWrite) (bool, error) {
-	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.lookupCompletion(r)}, d1client.Coalesce())
+	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.lookupCompletion(r)}, d1client.Coalesce(), d1client.Priority())
 	if err != nil || len(res[0].Rows) == 0 {
 		return false, err
 	}
@@ -525,7 +527,7 @@ func truncate(s string, n int) string {
 // completion would then pass the fence over the new claim's row. Moving the
 // generation on keeps every generation of a key unique.
 func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
-	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.release(r, l.cfg.TTL, l.now())}, d1client.Idempotent(), d1client.Coalesce())
+	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.release(r, l.cfg.TTL, l.now())}, d1client.Idempotent(), d1client.Coalesce(), d1client.Priority())
 	if err != nil {
 		return false, fmt.Errorf("idem: release: %w", err)
 	}
@@ -550,7 +552,7 @@ func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string)
 // taken over, released or swept.
 func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
 	start := time.Now()
-	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.renew(r, l.now())}, d1client.Idempotent(), d1client.Coalesce())
+	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.renew(r, l.now())}, d1client.Idempotent(), d1client.Coalesce(), d1client.Priority())
 	if err != nil {
 		return false, fmt.Errorf("idem: renew: %w", err)
 	}
