@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -88,6 +89,29 @@ func BenchmarkExecAllocsLoopback(b *testing.B) {
 	for b.Loop() {
 		if _, err := c.Exec(ctx, benchStatements, Idempotent()); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeBatch decodes the answer to a coalesced call of 120
+// statements: 60 claims and 60 lookups.
+func BenchmarkDecodeBatch(b *testing.B) {
+	claim := `{"results":{"columns":["generation"],"rows":[[1]]},"success":true,"meta":{"served_by":"d1local","duration":0.05,"changes":1,"last_row_id":12,"changed_db":true,"size_after":20480,"rows_read":1,"rows_written":2}}`
+	lookup := `{"results":{"columns":["fingerprint","status","generation","response_status","response_body","response_headers","updated_at"],"rows":[["fp","completed",1,201,"{\"id\":\"ord_1\"}","{\"content-type\":\"application/json\"}",1700000000000]]},"success":true,"meta":{"served_by":"d1local","duration":0.02,"changes":0,"last_row_id":12,"changed_db":false,"size_after":20480,"rows_read":1,"rows_written":0}}`
+	parts := make([]string, 0, 120)
+	for range 60 {
+		parts = append(parts, claim, lookup)
+	}
+	body := []byte(`{"success":true,"errors":[],"messages":[],"result":[` + strings.Join(parts, ",") + `]}`)
+	c, err := New(Config{AccountID: "acct", DatabaseID: "db", BaseURL: "http://d1.test/", Budget: UnlimitedBudget()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, e := c.classify(200, http.Header{}, body, len(parts)); e != nil {
+			b.Fatal(e)
 		}
 	}
 }

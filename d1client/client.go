@@ -474,7 +474,7 @@ func (c *Client) redact(e *Error) {
 // envelope is Cloudflare's v4 response envelope. Its result decodes in the
 // same pass, straight into the statements' results.
 type envelope struct {
-	Success *bool         `json:"success"`
+	Success optBool       `json:"success"`
 	Errors  []ErrorDetail `json:"errors"`
 	Result  resultList    `json:"result"`
 }
@@ -494,9 +494,11 @@ const codeNoDatabase = 7404
 
 func (c *Client) classify(status int, header http.Header, body []byte, n int) ([]Result, *Error) {
 	var env envelope
-	if err := json.Unmarshal(body, &env); err != nil || env.Success == nil && !env.Result.present && env.Errors == nil {
-		return nil, &Error{kind: kindNonJSON, StatusCode: status, Ambiguous: true,
-			Message: bodySnippet(header, body), Err: err}
+	if !fastEnvelope(body, n, &env) {
+		if err := json.Unmarshal(body, &env); err != nil || env.Success == unset && !env.Result.present && env.Errors == nil {
+			return nil, &Error{kind: kindNonJSON, StatusCode: status, Ambiguous: true,
+				Message: bodySnippet(header, body), Err: err}
+		}
 	}
 	e := &Error{StatusCode: status, Details: env.Errors}
 	for _, d := range env.Errors {
@@ -536,7 +538,7 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 		}
 		return nil, e
 	}
-	if env.Success == nil || !*env.Success {
+	if env.Success != isTrue {
 		e.kind = kindEnvelope
 		e.Ambiguous = true
 		if e.Message == "" {
@@ -559,7 +561,7 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 	results := make([]Result, n)
 	for i := range raws.items {
 		r := &raws.items[i]
-		if r.Success != nil && !*r.Success {
+		if r.Success == isFalse {
 			return nil, &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true,
 				Message: fmt.Sprintf("statement %d reported success:false", i+1)}
 		}

@@ -216,6 +216,8 @@ func FuzzDecoderMatchesReference(f *testing.F) {
 }
 
 var decoderSeeds = []string{
+	`{"success":true,"errors":[],"messages":[],"result":[{"results":{"columns":["generation"],"rows":[[1]]},"success":true,"meta":{"served_by":"d1local","duration":0.05,"changes":1,"last_row_id":12,"changed_db":true,"size_after":20480,"rows_read":1,"rows_written":2}},{"results":{"columns":["fingerprint","status","response_body"],"rows":[["fp","completed","{\"id\":\"ord_1\"}\u00e9\/"]]},"success":true,"meta":{"served_by":"d1local","served_by_primary":null,"changed_db":false}}]}`,
+	`{"success":true,"result":[{"results":{"columns":["a","a"],"rows":[[1,2],[3,4]]},"meta":{"served_by":"x"}},{"results":{"columns":["a"],"rows":[]},"meta":{"served_by":"x\"y"}}]}`,
 	`{"result":[{"results":{"columns":["a","a","b"],"rows":[[1,-0,"x\u00e9\"\\"],[null,1.5,[1,2,255]],[true,false,{"k":1}],[9223372036854775808,1e3,""]]},"success":true,"meta":{"changes":1.0,"duration":0.25,"last_row_id":"7","rows_read":null}}],"success":true,"errors":[]}`,
 	`{"result":[{"results":[{"a":1,"b":"x"},{"a":3,"b":null}],"success":true,"meta":null}],"success":true}`,
 	`{"result":[{"results":[{"a":1},{"b":3}]}],"success":true}`,

@@ -380,6 +380,14 @@ type metaWire struct {
 	TotalAttempts   metaNumber `json:"total_attempts"`
 }
 
+// UnmarshalJSON decodes meta afresh, so that of a repeated key the last
+// one counts, as it does for every other value.
+func (w *metaWire) UnmarshalJSON(data []byte) error {
+	type plain metaWire // without this method
+	*w = metaWire{}
+	return json.Unmarshal(data, (*plain)(w))
+}
+
 func (w *metaWire) meta() Meta {
 	return Meta{
 		Changes: w.Changes.int(), LastRowID: w.LastRowID.int(), ChangedDB: w.ChangedDB,
@@ -494,9 +502,32 @@ type resultList struct {
 }
 
 func (l *resultList) UnmarshalJSON(data []byte) error {
-	l.present = true
+	*l = resultList{present: true} // a repeated key: the last one counts
 	if err := json.Unmarshal(data, &l.items); err != nil {
 		l.items, l.err = nil, err
+	}
+	return nil
+}
+
+// optBool is a JSON boolean that may be absent or null.
+type optBool uint8
+
+const (
+	unset optBool = iota // absent, or null
+	isFalse
+	isTrue
+)
+
+func (b *optBool) UnmarshalJSON(data []byte) error {
+	switch string(bytes.TrimSpace(data)) {
+	case "true":
+		*b = isTrue
+	case "false":
+		*b = isFalse
+	case "null":
+		*b = unset
+	default:
+		return fmt.Errorf("%q is not a boolean", data)
 	}
 	return nil
 }
@@ -504,7 +535,7 @@ func (l *resultList) UnmarshalJSON(data []byte) error {
 // rawResult is one entry of the envelope's result array in /raw form.
 type rawResult struct {
 	Results rawTable `json:"results"`
-	Success *bool    `json:"success"`
+	Success optBool  `json:"success"`
 	Meta    metaWire `json:"meta"`
 }
 
@@ -519,6 +550,7 @@ type rawTable struct {
 }
 
 func (t *rawTable) UnmarshalJSON(data []byte) error {
+	*t = rawTable{} // a repeated key: the last one counts
 	body := bytes.TrimSpace(data)
 	if len(body) == 0 || bytes.Equal(body, []byte("null")) || bytes.Equal(body, []byte("[]")) {
 		return nil
