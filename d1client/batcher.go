@@ -15,10 +15,12 @@ import (
 //   - When no coalesced call is in flight, a caller's statements are sent at
 //     once: the batcher never waits when idle.
 //   - While a call is in flight, arriving statements queue. When it returns,
-//     the next call waits for the callers it answered to come back with
-//     their next statements (a claim's completion, say), so that they ride
-//     in it too: until as many statements arrived as it answered, the call
-//     is full, or Window has passed.
+//     the next call waits while the callers it answered keep coming back
+//     with their next statements (a claim's completion, say), so that they
+//     ride in it too: until they are all back, the call is full, none has
+//     come back for longer than waiting is worth (the missing callers would
+//     each lose a round trip, the queued ones lose the wait), or Window has
+//     passed.
 //   - A further call starts in parallel (up to MaxInFlight) as soon as
 //     waiting would cost more than a round trip: the queue holds more than
 //     the next call carries, or the queued callers' waits for the call in
@@ -46,8 +48,8 @@ import (
 //     writes return the error.
 type CoalesceConfig struct {
 	// Window is the longest a call waits, after the previous one returned,
-	// for the callers that one answered: up to 1 s. Default 2 ms; negative
-	// means never wait.
+	// for the callers that one answered: up to 1 s. Default (0): the time a
+	// call takes; negative: never wait.
 	Window time.Duration
 	// MaxStatements bounds the statements in one call: 1 to 10,000.
 	// Default 512.
@@ -63,7 +65,7 @@ type CoalesceConfig struct {
 // withDefaults validates c and fills its zero fields with the defaults.
 func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 	if c.Window > time.Second {
-		return c, invalidf("Config.Coalesce.Window is %s; accepted: negative (never wait), 0 (the default, 2ms) or up to 1s", c.Window)
+		return c, invalidf("Config.Coalesce.Window is %s; accepted: negative (never wait), 0 (the default: a round trip) or up to 1s", c.Window)
 	}
 	sizes := []struct {
 		field     string
@@ -79,11 +81,8 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 			return c, invalidf("Config.Coalesce.%s is %d; accepted: 0 (the default, %s) or %d to %d", s.field, s.v, s.def, s.lo, s.hi)
 		}
 	}
-	if c.Window == 0 {
-		c.Window = 2 * time.Millisecond
-	}
 	if c.Window < 0 {
-		c.Window = 0
+		c.Window = -1
 	}
 	if c.MaxStatements == 0 {
 		c.MaxStatements = 512
@@ -103,9 +102,8 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 // A runner is a goroutine that holds one of the MaxInFlight call slots. It
 // departs (drains the queue into a call and sends it) when the budget has a
 // call for the queue's first class, and, after a call of its own returned,
-// once the callers it answered had a chance to join: as many groups as it
-// answered have arrived since, or Window has passed, or the next call is
-// full. A runner with nothing to carry gives up its slot.
+// once the callers it answered had a chance to join (see lingering). A
+// runner with nothing to carry gives up its slot.
 type batcher struct {
 	c   *Client
 	cfg CoalesceConfig
@@ -122,6 +120,7 @@ type batcher struct {
 	lastArrival time.Time          // when the last group was queued
 	kick        chan struct{}      // closed, and replaced, when the queue changes
 	rtt         time.Duration      // smoothed duration of a call; 0 until one returned
+	returns     float64            // smoothed share of answered callers that come back
 	cost        costModel          // a call's duration by its statements
 }
 
@@ -140,7 +139,7 @@ type pendingGroup struct {
 }
 
 func newBatcher(c *Client, cfg CoalesceConfig, clk clock) *batcher {
-	return &batcher{c: c, cfg: cfg, clk: clk, kick: make(chan struct{})}
+	return &batcher{c: c, cfg: cfg, clk: clk, kick: make(chan struct{}), returns: 1}
 }
 
 // groupSize is the statements' exact share of a batch body: their encoding
@@ -365,26 +364,52 @@ func (b *batcher) full() bool {
 }
 
 // linger is how a runner whose call returned waits for the callers it
-// answered to come back: while they keep arriving, until as many groups
-// arrived as it answered, the call is full, no group arrived for Window, or
-// a round trip has passed.
+// answered to come back with their next statements.
 type linger struct {
-	on     bool
-	target uint64    // arrivals at which all of them could be back
-	until  time.Time // the longest it waits: a round trip
+	on       bool
+	start    time.Time // when the call returned
+	arrivals uint64    // arrivals then
+	answered int       // groups the call answered
+	until    time.Time // the longest it waits
 }
 
 // lingering reports whether a runner lingering as lg still waits, and
-// until when it waits for the next arrival.
+// until when, unless another group arrives first. It waits while callers
+// it answered are missing, the call has room, and they are still coming
+// back: the last of them arrived less than a while ago. The while is the
+// longer of lingerGap and what waiting may cost the statements already
+// queued before it costs more than leaving would cost the missing callers
+// (each would wait about a round trip for this call to return, if it comes
+// back at all: returns is the share that usually does).
 func (b *batcher) lingering(lg *linger, now time.Time) (bool, time.Time) {
-	if !lg.on || b.arrivals >= lg.target || b.full() {
+	back := int(b.arrivals - lg.arrivals)
+	missing := lg.answered - back
+	if !lg.on || missing <= 0 || b.full() || !now.Before(lg.until) {
 		return false, now
 	}
-	wake := b.lastArrival.Add(b.cfg.Window)
+	queued := len(b.queue[normal]) + len(b.queue[priority])
+	if queued == 0 {
+		return true, lg.until // nobody waits yet
+	}
+	worth := time.Duration(b.returns * float64(missing) * float64(b.rtt) / float64(queued))
+	wake := maxTime(lg.start, b.lastArrival).Add(max(worth, lingerGap))
 	if lg.until.Before(wake) {
 		wake = lg.until
 	}
 	return now.Before(wake), wake
+}
+
+// lingerGap is the least a linger waits for the next caller to come back.
+const lingerGap = 2 * time.Millisecond
+
+// lingered records what share of the callers a call answered came back
+// while its runner waited.
+func (b *batcher) lingered(lg *linger) {
+	if !lg.on || lg.answered == 0 {
+		return
+	}
+	share := min(float64(b.arrivals-lg.arrivals)/float64(lg.answered), 1)
+	b.returns += (share - b.returns) / 8
 }
 
 // run is a runner. It holds b.mu except while waiting and sending.
@@ -393,6 +418,7 @@ func (b *batcher) run() {
 	b.mu.Lock()
 	for {
 		ok := b.awaitDeparture(&lg)
+		b.lingered(&lg)
 		b.departing--
 		if !ok {
 			b.runners--
@@ -430,8 +456,11 @@ func (b *batcher) run() {
 			b.rtt += (d - b.rtt) / 4
 		}
 		b.cost.add(stmts, d)
-		b.lastArrival = now // the linger's quiet spell starts with the answer
-		lg = linger{on: b.cfg.Window > 0, target: b.arrivals + uint64(len(groups)), until: now.Add(max(b.cfg.Window, b.rtt))}
+		wait := b.cfg.Window
+		if wait == 0 {
+			wait = b.rtt // the default: up to a round trip
+		}
+		lg = linger{on: wait > 0, start: now, arrivals: b.arrivals, answered: len(groups), until: now.Add(wait)}
 		b.departing++ // before the callers wake: whoever comes back rides with this runner
 		b.mu.Unlock()
 		deliver()

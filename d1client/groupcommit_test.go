@@ -117,8 +117,8 @@ func stmt(sql string) []Statement { return []Statement{{SQL: sql}} }
 // The callers a call answers can join the next call before it leaves:
 // each of them comes straight back with its next statement (a claim, then
 // its completion), and the next call carries them all, not only those that
-// queued while the first was in flight. No time passes: the runner departs
-// as soon as as many groups arrived as it answered.
+// queued while the first was in flight. No time passes while they come
+// back: the runner departs as soon as all it answered are back.
 //
 // Caller 0 goes first, alone, and makes three calls; the five others queue
 // behind it and make two: every call but the first carries all six.
@@ -144,11 +144,13 @@ func TestWokenCallersJoinTheNextCall(t *testing.T) {
 			}
 		})
 		if i == 0 {
-			// The first caller's call is in flight before the others queue.
+			// The first caller's call is in flight before the others queue;
+			// it takes 20 ms.
 			call := g.waitCalls(t, 1)
 			if len(call.sqls) != 1 {
 				t.Fatalf("first call carries %v", call.sqls)
 			}
+			clk.Advance(20 * time.Millisecond)
 			close(first)
 		}
 	}
@@ -179,50 +181,91 @@ func TestWokenCallersJoinTheNextCall(t *testing.T) {
 	if n := len(g.sent()); n != 3 {
 		t.Errorf("%d calls, want 3", n)
 	}
-	if clk.Now().Sub(start) != time.Second {
-		t.Errorf("%v passed: only the last linger should wait", clk.Now().Sub(start))
+	if d := clk.Now().Sub(start); d != time.Second+20*time.Millisecond {
+		t.Errorf("%v passed: only the first call and the last linger take time", d)
 	}
 }
 
-// Statements that queued while a call was in flight wait at most Window
-// for the callers that call answered; any arrival counts towards them.
-func TestLingerEndsAtWindow(t *testing.T) {
-	c, g, clk := groupClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 1, Window: 50 * time.Millisecond})
-	start := clk.Now()
+// A returned call waits for the callers it answered as long as that costs
+// the statements already queued less than leaving would cost the missing
+// callers (a round trip each), at most Window; any arrival counts towards
+// them.
+func TestLingerWeighsTheWait(t *testing.T) {
+	c, g, clk := groupClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 1, Window: time.Second})
 	exec := func(sql string) chan error {
 		done := make(chan error, 1)
 		go func() { _, err := c.Exec(context.Background(), stmt(sql), Coalesce()); done <- err }()
 		return done
 	}
+	wait := func(d chan error) {
+		t.Helper()
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a's call takes 40 ms; b queues behind it.
 	a := exec("SELECT 'a'")
 	g.waitCalls(t, 1)
 	b := exec("SELECT 'b'")
 	eventually(t, "b to queue", func() bool { return c.batch.queued() == 1 })
+	clk.Advance(40 * time.Millisecond)
+	returned := clk.Now()
 	g.sent()[0].answer <- nil
-	if err := <-a; err != nil {
-		t.Fatal(err)
-	}
-	// a does not come back: b waits for it until Window.
-	eventually(t, "the linger timer", func() bool { return clk.Timers() == 1 })
+	wait(a)
+	// a does not come back. One missing caller would lose a round trip
+	// (40 ms); one queued statement loses what the linger takes: b waits
+	// 40 ms for a.
+	eventually(t, "the linger timer", func() bool {
+		at, ok := clk.Next()
+		return ok && at.Sub(returned) == 40*time.Millisecond
+	})
 	if len(g.sent()) != 1 {
 		t.Fatal("b left before the linger ended")
 	}
-	clk.Advance(50 * time.Millisecond)
-	g.waitCalls(t, 2).answer <- nil
-	if err := <-b; err != nil {
-		t.Fatal(err)
+	clk.Advance(40 * time.Millisecond)
+	call := g.waitCalls(t, 2)
+
+	// Four queued behind b's call: each waits a quarter of a round trip
+	// for b, and the runner learnt that answered callers do not always
+	// come back.
+	var more []chan error
+	for i := range 4 {
+		more = append(more, exec(fmt.Sprint("SELECT ", i)))
+		eventually(t, "the statement to queue", func() bool { return c.batch.queued() == i+1 })
 	}
-	// b does not come back either, but a newcomer takes its place and
-	// leaves at once.
-	eventually(t, "the linger timer", func() bool { return clk.Timers() == 1 })
-	d := exec("SELECT 'newcomer'")
-	g.waitCalls(t, 3).answer <- nil
-	if err := <-d; err != nil {
-		t.Fatal(err)
+	clk.Advance(40 * time.Millisecond)
+	returned = clk.Now()
+	call.answer <- nil
+	wait(b)
+	c.batch.mu.Lock()
+	rtt, returns := c.batch.rtt, c.batch.returns
+	c.batch.mu.Unlock()
+	if returns >= 1 {
+		t.Errorf("returns = %v after a caller did not come back", returns)
 	}
-	if clk.Now().Sub(start) != 50*time.Millisecond {
-		t.Errorf("%v passed", clk.Now().Sub(start))
+	want := time.Duration(returns * float64(rtt) / 4)
+	eventually(t, "the shorter linger", func() bool {
+		at, ok := clk.Next()
+		return ok && at.Sub(returned) == want
+	})
+	clk.Set(returned.Add(want))
+	call = g.waitCalls(t, 3)
+	if len(call.sqls) != 4 {
+		t.Fatalf("call carries %v", call.sqls)
 	}
+	call.answer <- nil
+	for _, d := range more {
+		wait(d)
+	}
+	// Nobody queued: the runner waits for its four up to Window, then gives
+	// up its slot.
+	returned = clk.Now()
+	eventually(t, "the linger timer", func() bool {
+		at, ok := clk.Next()
+		return ok && at.Sub(returned) == time.Second
+	})
+	clk.Advance(time.Second)
+	eventually(t, "the runner to stop", func() bool { r, _, _ := c.batch.state(); return r == 0 })
 }
 
 // A parallel call starts as soon as waiting for the call in flight would
