@@ -89,7 +89,7 @@ demo:
 # Each fuzz target for FUZZTIME (default 10s). Their seed corpora
 # (testdata/fuzz) also run as plain tests in `make test`.
 FUZZTIME ?= 10s
-FUZZ_TARGETS := idem:FuzzValidKey idem:FuzzFingerprintInput d1local:FuzzRequestDecoder d1client:FuzzResponseDecoder d1client:FuzzClassifySQL
+FUZZ_TARGETS := idem:FuzzValidKey idem:FuzzFingerprintInput d1local:FuzzRequestDecoder d1client:FuzzResponseDecoder d1client:FuzzDecoderMatchesReference d1client:FuzzAppendJSONString d1client:FuzzParseRateLimitHeaders d1client:FuzzClassifySQL
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \

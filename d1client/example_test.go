@@ -46,3 +46,32 @@ func ExampleClient_Exec() {
 	// 1 a@example.com 9007199254740993 1
 	// true true
 }
+
+// Clients of several databases on one Cloudflare account share its API
+// budget through one Account: they pace their calls together, from the
+// account's own Ratelimit headers, which d1local sends when it plays the
+// account's budget.
+func ExampleNewAccount() {
+	local, _ := d1local.New(d1local.Config{Budget: d1local.CloudflareBudget()})
+	defer local.Close()
+	srv := httptest.NewServer(local)
+	defer srv.Close()
+
+	account, err := d1client.NewAccount(d1client.Budget{}) // Cloudflare's limit, default burst and reserve
+	if err != nil {
+		panic(err)
+	}
+	orders, _ := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: "orders", Account: account})
+	users, _ := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: "users", Account: account})
+	ctx := context.Background()
+	if _, err := orders.Query(ctx, "SELECT 1"); err != nil {
+		panic(err)
+	}
+	if _, err := users.Query(ctx, "SELECT 1"); err != nil {
+		panic(err)
+	}
+	st := users.Account().State()
+	fmt.Println(st.Quota, st.Window, st.Remaining)
+	// Output:
+	// 1200 5m0s 1198
+}

@@ -40,6 +40,7 @@ type configView struct {
 	Retry          RetryPolicy
 	AttemptTimeout time.Duration
 	Budget         Budget
+	Account        *Account
 	Coalesce       CoalesceConfig
 	Logger         *slog.Logger
 }
@@ -48,7 +49,7 @@ func (c Config) view() configView {
 	return configView{
 		BaseURL: c.BaseURL, APIToken: c.APIToken != "", AccountID: c.AccountID, DatabaseID: c.DatabaseID,
 		HTTPClient: c.HTTPClient, Retry: c.Retry, AttemptTimeout: c.AttemptTimeout, Budget: c.Budget,
-		Coalesce: c.Coalesce, Logger: c.Logger,
+		Account: c.Account, Coalesce: c.Coalesce, Logger: c.Logger,
 	}
 }
 

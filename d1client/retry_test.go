@@ -212,9 +212,9 @@ func TestRateLimitBlockIsNeverRetriedBeforeItEnds(t *testing.T) {
 		t.Fatalf("%d calls sent during the block, want 1", n)
 	}
 	// Once the block has passed, calls flow again.
-	c.mu.Lock()
-	c.blockedUntil = time.Now().Add(-time.Second)
-	c.mu.Unlock()
+	c.account.mu.Lock()
+	c.account.blockedUntil = time.Now().Add(-time.Second)
+	c.account.mu.Unlock()
 	if _, err := c.Exec(context.Background(), readStmt); err != nil {
 		t.Fatal(err)
 	}

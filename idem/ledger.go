@@ -30,7 +30,9 @@ const (
 // A first execution costs 2 D1 calls (Begin, Complete); a replay, a reuse or
 // an in-progress answer costs 1 (Begin). With d1client's group commit
 // (d1client.Coalesce), which the Ledger uses for every statement that cannot
-// fail by design, concurrent requests share those calls.
+// fail by design, concurrent requests share those calls. Completions,
+// heartbeats and releases are d1client.Priority work: they go first when
+// the API budget is scarce, on a reserve that new claims never take.
 type Ledger struct {
 	cfg   Config
 	sql   ledgerSQL
@@ -386,7 +388,7 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 	if sweep {
 		stmts = append(stmts, l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now()))
 	}
-	opts := []d1client.ExecOption{d1client.Idempotent(), d1client.RetryUntilDeadline()}
+	opts := []d1client.ExecOption{d1client.Idempotent(), d1client.RetryUntilDeadline(), d1client.Priority()}
 	if userStmts == 0 {
 		opts = append(opts, d1client.Coalesce())
 	}
@@ -428,7 +430,7 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 // holdsCompletion reports whether the row is completed at r's generation
 // with exactly w's response.
 func (l *Ledger) holdsCompletion(ctx context.Context, h *home, r *Reservation, w *completionWrite) (bool, error) {
-	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.lookupCompletion(r)}, d1client.Coalesce())
+	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.lookupCompletion(r)}, d1client.Coalesce(), d1client.Priority())
 	if err != nil || len(res[0].Rows) == 0 {
 		return false, err
 	}
@@ -555,7 +557,7 @@ func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
 	}
 	defer cancel()
 	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.release(r.Principal, r.Key, r.Generation, l.cfg.TTL, releaseOwner, l.now())},
-		d1client.Idempotent(), d1client.Coalesce())
+		d1client.Idempotent(), d1client.Coalesce(), d1client.Priority())
 	if err != nil {
 		return false, fmt.Errorf("idem: release: %w", err)
 	}
@@ -591,7 +593,7 @@ func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
 	}
 	defer cancel()
 	start := time.Now()
-	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.renew(r, l.now())}, d1client.Idempotent(), d1client.Coalesce())
+	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.renew(r, l.now())}, d1client.Idempotent(), d1client.Coalesce(), d1client.Priority())
 	if err != nil {
 		return false, fmt.Errorf("idem: renew: %w", err)
 	}

@@ -2,16 +2,17 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
-	"github.com/cloudflare/cloudflare-go/v7/d1"
-	"github.com/cloudflare/cloudflare-go/v7/option"
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/d1client"
@@ -303,33 +304,69 @@ func (c *conn) missing(ctx context.Context, err error) error {
 const maxListed = 50
 
 // listCloudflare lists the account's D1 databases, "name (uuid)" each, with
-// the client's base URL and the token: Cloudflare's database list, or a
-// d1local server's (where a database's name is its ID).
+// the client's base URL and the token: Cloudflare's database list
+// (GET accounts/{account}/d1/database, paged), or a d1local server's (where a
+// database's name is its ID).
 func listCloudflare(ctx context.Context, db *d1client.Client, hc *http.Client, token string) ([]string, error) {
-	opts := []option.RequestOption{option.WithBaseURL(db.BaseURL()), option.WithMaxRetries(0), option.WithAPIToken(token)}
-	if hc != nil {
-		opts = append(opts, option.WithHTTPClient(hc))
+	if hc == nil {
+		hc = http.DefaultClient
 	}
-	var params d1.DatabaseListParams
-	params.AccountID.Value, params.AccountID.Present = db.AccountID(), true
-	params.PerPage.Value, params.PerPage.Present = 100, true
-	iter := d1.NewDatabaseService(opts...).ListAutoPaging(ctx, params)
-	var out []string
-	for iter.Next() && len(out) < maxListed {
-		d := iter.Current()
-		if d.Name == d.UUID || d.UUID == "" {
-			out = append(out, d.Name)
-		} else {
-			out = append(out, d.Name+" ("+d.UUID+")")
+	out := []string{}
+	for page := 1; len(out) < maxListed; page++ {
+		dbs, more, err := listPage(ctx, hc, db.BaseURL(), db.AccountID(), token, page)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range dbs {
+			if d.Name == d.UUID || d.UUID == "" {
+				out = append(out, d.Name)
+			} else {
+				out = append(out, d.Name+" ("+d.UUID+")")
+			}
+		}
+		if !more || len(dbs) == 0 {
+			break
 		}
 	}
-	if err := iter.Err(); err != nil {
-		return nil, err
+	return out[:min(len(out), maxListed)], nil
+}
+
+// listedDatabase is one entry of Cloudflare's database list.
+type listedDatabase struct {
+	UUID string `json:"uuid"`
+	Name string `json:"name"`
+}
+
+// listPage fetches one page of the database list and reports whether more
+// pages follow.
+func listPage(ctx context.Context, hc *http.Client, base, account, token string, page int) ([]listedDatabase, bool, error) {
+	const perPage = 100
+	u := fmt.Sprintf("%saccounts/%s/d1/database?per_page=%d&page=%d", base, url.PathEscape(account), perPage, page)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, false, err
 	}
-	if out == nil {
-		out = []string{}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	return out, nil
+	res, err := hc.Do(req)
+	if err != nil {
+		return nil, false, fmt.Errorf("listing the databases: %w", err)
+	}
+	defer res.Body.Close()
+	var env struct {
+		Success    bool             `json:"success"`
+		Result     []listedDatabase `json:"result"`
+		ResultInfo struct {
+			Page       int `json:"page"`
+			TotalCount int `json:"total_count"`
+		} `json:"result_info"`
+	}
+	if err := json.NewDecoder(io.LimitReader(res.Body, 8<<20)).Decode(&env); err != nil || !env.Success {
+		return nil, false, fmt.Errorf("listing the databases: HTTP %d", res.StatusCode)
+	}
+	more := len(env.Result) == perPage && page*perPage < env.ResultInfo.TotalCount
+	return env.Result, more, nil
 }
 
 // loadWrangler reads the wrangler config: --config, or the file wrangler

@@ -23,8 +23,8 @@ func TestAPIErrors(t *testing.T) {
 			"d1idem: schema: reading the database: D1 refused the credentials (HTTP 403, code 10000): Authentication error;", 1},
 		{"account_7403", []string{"stats"}, "d1idem: stats: D1 refused the credentials (HTTP 403, code 7403)", 1},
 		// A missing database is named, with the account's databases: the
-		// query, then two pages of the list.
-		{"database_7404", []string{"stats"}, "d1idem: stats: no database \"6b4c8e3e-0000-4000-8000-000000000000\" (have: orders-db (0c7d1f52-93b8-4e6a-a1d4-5b2e8f9c3a71))\n", 3},
+		// query, then the list's one page (a short page is the last).
+		{"database_7404", []string{"stats"}, "d1idem: stats: no database \"6b4c8e3e-0000-4000-8000-000000000000\" (have: orders-db (0c7d1f52-93b8-4e6a-a1d4-5b2e8f9c3a71))\n", 2},
 		{"rate_limit_971", []string{"sweep", "--all"},
 			"d1idem: sweep: Cloudflare's API rate limit is reached (HTTP 429, code 971): every API call of the account, the application's included, is blocked for up to 5 minutes; try again in 4m47s; use a lower --max-calls\n", 1},
 		{"rate_limit_971", []string{"keys", "stuck"}, "d1idem: keys stuck: Cloudflare's API rate limit is reached (HTTP 429, code 971)", 1},

@@ -71,7 +71,7 @@ func (o *options) sweep(c *cli.Context) error {
 		if window == 0 {
 			window = apiLimitWindow
 		}
-		s.budget = d1client.NewBudget(maxCalls, window)
+		s.budget = d1client.NewBudget(maxCalls, window).WithReserve(0) // the sweep is all the work there is: no reserve
 		mods = append(mods, func(cfg *d1client.Config) { cfg.Budget = s.budget })
 	}
 	return withConn(c, o, existing, s.run, mods...)
