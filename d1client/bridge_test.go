@@ -61,7 +61,7 @@ func TestBridgeURL(t *testing.T) {
 			if strings.Contains(fmt.Sprintf("%v %+v %#v", c, c, c), bridgeSecretValue) {
 				t.Fatalf("the client shows the secret")
 			}
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
 			for i := range 1201 {
 				if _, err := c.Exec(ctx, readStmt); err != nil {
@@ -80,7 +80,7 @@ func TestBridgeURL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
 		for i := range 1200 {
 			if _, err := c.Exec(ctx, readStmt); err != nil {
@@ -98,7 +98,7 @@ func TestBridgeURL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
 		for range 2 {
 			if _, err := c.Exec(ctx, readStmt); err != nil {
