@@ -1,0 +1,462 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1local"
+	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/embedded"
+	"github.com/d1idem/d1idem/internal/wrangler"
+)
+
+// flagDatabasesPrefix chooses every database of the wrangler config (or,
+// with --local, under DIR) whose name begins with a prefix.
+const flagDatabasesPrefix = "databases-prefix"
+
+// multiValue is the value of a connection flag that may be given several
+// times (--database, --database-id). Its String joins the values with
+// commas, so that c.String reads a flag given once as it reads a string
+// flag.
+type multiValue struct {
+	vals []string
+	// fromEnv reports values from the environment: a value on the command
+	// line replaces them, as it replaces a string flag's.
+	fromEnv bool
+}
+
+func (m *multiValue) Set(v string) error {
+	if m.fromEnv {
+		m.vals, m.fromEnv = nil, false
+	}
+	m.vals = append(m.vals, v)
+	return nil
+}
+
+func (m *multiValue) String() string {
+	if m == nil {
+		return ""
+	}
+	return strings.Join(m.vals, ",")
+}
+
+// multiFlag is a string flag that may be repeated.
+type multiFlag struct{ cli.GenericFlag }
+
+// newMultiFlag returns a repeatable connection flag.
+func newMultiFlag(name, usage string, envVars ...string) *multiFlag {
+	return &multiFlag{cli.GenericFlag{Name: name, Usage: usage, EnvVars: envVars, Category: "Connection:", Value: &multiValue{}}}
+}
+
+// Apply registers the flag, and marks values taken from the environment.
+func (f *multiFlag) Apply(set *flag.FlagSet) error {
+	if err := f.GenericFlag.Apply(set); err != nil {
+		return err
+	}
+	if v, ok := f.Value.(*multiValue); ok && len(v.vals) > 0 {
+		v.fromEnv = true
+	}
+	return nil
+}
+
+// multiValues returns the values of a repeatable flag, and whether they
+// came from the environment.
+func multiValues(c *cli.Context, name string) ([]string, bool) {
+	if v, ok := c.Generic(name).(*multiValue); ok && v != nil {
+		return slices.Clone(v.vals), v.fromEnv
+	}
+	return nil, false
+}
+
+// severalDatabases reports whether the flags may name more than one
+// database: --databases-prefix, or --database or --database-id given more
+// than once. Otherwise a command runs on one database, as it always has.
+func severalDatabases(c *cli.Context) bool {
+	names, _ := multiValues(c, flagDatabase)
+	ids, _ := multiValues(c, flagDatabaseID)
+	return c.String(flagDatabasesPrefix) != "" || len(names) > 1 || len(ids) > 1
+}
+
+// dbSet is the databases the connection flags name, open: one, or the
+// several of a sharded ledger, in the order the flags name them.
+type dbSet struct {
+	conns []*conn
+	// local is the embedded d1local serving every database of a --local
+	// set of several.
+	local *embedded.Server
+}
+
+func (s *dbSet) close() {
+	for _, cn := range s.conns {
+		cn.close()
+	}
+	if s.local != nil {
+		_ = s.local.Close()
+	}
+}
+
+// label names a database for people: its name in the wrangler config, or
+// its ID.
+func (c *conn) label() string {
+	if c.wrangler != nil {
+		return c.wrangler.Name()
+	}
+	return c.databaseID
+}
+
+// label names the database with this ID (a home of the ring) for people.
+func (s *dbSet) label(id string) string {
+	for _, cn := range s.conns {
+		if cn.databaseID == id {
+			return cn.label()
+		}
+	}
+	return id
+}
+
+// labels names the databases with these IDs, comma-separated.
+func (s *dbSet) labels(ids []string) string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = s.label(id)
+	}
+	return strings.Join(out, ", ")
+}
+
+// where describes the set for people: "3 databases (a, b, c)".
+func (s *dbSet) where() string {
+	if len(s.conns) == 1 {
+		return s.conns[0].where
+	}
+	ids := make([]string, len(s.conns))
+	for i, cn := range s.conns {
+		ids[i] = cn.databaseID
+	}
+	return fmt.Sprintf("%d databases (%s)", len(s.conns), s.labels(ids))
+}
+
+// calls is the D1 calls the set's clients have made.
+func (s *dbSet) calls() int64 {
+	var n int64
+	for _, cn := range s.conns {
+		n += cn.db.Stats().Calls
+	}
+	return n
+}
+
+// shardedLedger is a sharded ledger whose homes are the set's databases,
+// each under its database ID (the ID idem.Home gives a database by
+// default, as the application's ledger does), with the CLI's clock.
+func shardedLedger(o *options, s *dbSet, cfg idem.Config) (*idem.Ledger, error) {
+	homes := make([]idem.Home, len(s.conns))
+	for i, cn := range s.conns {
+		homes[i] = idem.Home{DB: cn.db}
+	}
+	cfg.Clock = o.now
+	// The ledger logs the rings it adopts; the commands say what matters.
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	l, err := idem.NewSharded(homes, cfg)
+	if err != nil {
+		return nil, configUsage(err)
+	}
+	return l, nil
+}
+
+// withDatabases runs one on the database the flags name, as every command
+// always has, or many on the several they name (a set that turns out to
+// hold one database runs one).
+func withDatabases(c *cli.Context, o *options, acc access, one func(*conn) error, many func(*dbSet) error, mods ...func(*d1client.Config)) error {
+	if !severalDatabases(c) {
+		return withConn(c, o, acc, one, mods...)
+	}
+	return withSet(c, o, acc, func(s *dbSet) error {
+		if len(s.conns) == 1 {
+			return s.conns[0].named(c, one(s.conns[0]))
+		}
+		return many(s)
+	}, mods...)
+}
+
+// withSet opens the databases the flags name, runs fn, and closes them.
+func withSet(c *cli.Context, o *options, acc access, fn func(*dbSet) error, mods ...func(*d1client.Config)) error {
+	s, err := openSet(c, o, acc, mods...)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if len(s.conns) == 1 {
+		return s.conns[0].named(c, fn(s))
+	}
+	return fn(s)
+}
+
+// named turns D1's "no such database" in err into an error naming the
+// connection's database with those there are.
+func (cn *conn) named(c *cli.Context, err error) error {
+	if errors.Is(err, d1client.ErrNoDatabase) {
+		return cn.missing(c.Context, err)
+	}
+	return err
+}
+
+// openSet connects to the databases the flags name. All Cloudflare clients
+// share one d1client.Account (the account's API budget, --max-calls's
+// included), and so do all local ones.
+func openSet(c *cli.Context, o *options, acc access, mods ...func(*d1client.Config)) (*dbSet, error) {
+	if !severalDatabases(c) {
+		cn, err := openConn(c, o, acc, mods...)
+		if err != nil {
+			return nil, err
+		}
+		return &dbSet{conns: []*conn{cn}}, nil
+	}
+	if err := envWithoutDatabase(c); err != nil {
+		return nil, err
+	}
+	if err := noEnvDatabaseID(c); err != nil {
+		return nil, err
+	}
+	if dir := c.String(flagLocal); dir != "" {
+		return openLocalSet(c, dir, acc, mods...)
+	}
+	return openCloudflareSet(c, o, mods...)
+}
+
+// noEnvDatabaseID refuses D1_DATABASE_ID beside a command line that names
+// several databases: it would add a database nobody named there.
+func noEnvDatabaseID(c *cli.Context) error {
+	if ids, env := multiValues(c, flagDatabaseID); env && len(ids) > 0 {
+		return usagef("D1_DATABASE_ID is set (%s) while the command line names several databases: unset it, or pass it as --%s too", strings.Join(ids, ","), flagDatabaseID)
+	}
+	return nil
+}
+
+// sharedAccount returns the Account every client of a set spends, made
+// from the budget that mods give a configuration starting with budget,
+// and the adjustment that gives a client's configuration that Account.
+func sharedAccount(budget d1client.Budget, mods []func(*d1client.Config)) (func(*d1client.Config), error) {
+	scratch := d1client.Config{Budget: budget}
+	for _, m := range mods {
+		m(&scratch)
+	}
+	account, err := d1client.NewAccount(scratch.Budget)
+	if err != nil {
+		return nil, clientError(err)
+	}
+	return func(cfg *d1client.Config) { cfg.Budget, cfg.Account = d1client.Budget{}, account }, nil
+}
+
+// clientError is an error of d1client.New: a setting it refuses (two
+// base-URL variables that disagree, say) is the caller's to fix.
+func clientError(err error) error {
+	var de *d1client.Error
+	if errors.As(err, &de) {
+		return usagef("cannot reach D1: %s", de.Message)
+	}
+	return err
+}
+
+// openCloudflareSet connects to several Cloudflare databases of one
+// account.
+func openCloudflareSet(c *cli.Context, o *options, mods ...func(*d1client.Config)) (*dbSet, error) {
+	ts, err := cloudflareTargets(c)
+	if err != nil {
+		return nil, err
+	}
+	all := append(slices.Clone(mods), o.clientMods...)
+	share, err := sharedAccount(d1client.Budget{}, all)
+	if err != nil {
+		return nil, err
+	}
+	s := &dbSet{}
+	for _, t := range ts {
+		cfg := d1client.Config{BaseURL: c.String(flagBaseURL), APIToken: t.token, AccountID: t.accountID, DatabaseID: t.databaseID}
+		for _, m := range append(all, share) {
+			m(&cfg)
+		}
+		cn, err := cloudflareConn(cfg, t)
+		if err != nil {
+			return nil, err
+		}
+		s.conns = append(s.conns, cn)
+	}
+	return s, nil
+}
+
+// cloudflareTargets resolves the databases of --database (each given
+// name), --database-id (each ID) and --databases-prefix, in that order and
+// without repeats, and the account and token to reach them.
+func cloudflareTargets(c *cli.Context) ([]target, error) {
+	accountID, token := c.String(flagAccountID), c.String(flagAPIToken)
+	entries, err := wranglerEntries(c)
+	if err != nil {
+		return nil, err
+	}
+	var ts []target
+	for _, d := range entries {
+		id, where, err := entryTarget(c, d)
+		if err != nil {
+			return nil, err
+		}
+		ts = append(ts, target{databaseID: id, where: where, wrangler: d})
+		if accountID == "" {
+			accountID = d.AccountID
+		}
+	}
+	ids, _ := multiValues(c, flagDatabaseID)
+	for _, id := range ids {
+		ts = append(ts, target{databaseID: id, where: "database " + id})
+	}
+	if err := missingSettings(accountID, token, len(ts) > 0); err != nil {
+		return nil, err
+	}
+	out := ts[:0]
+	for _, t := range ts {
+		if !slices.ContainsFunc(out, func(u target) bool { return u.databaseID == t.databaseID }) {
+			t.accountID, t.token = accountID, token
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// wranglerEntries returns the wrangler config's entries that --database
+// (each given) and --databases-prefix name, in the environment --env
+// names; none without those flags.
+func wranglerEntries(c *cli.Context) ([]*wrangler.Database, error) {
+	names, _ := multiValues(c, flagDatabase)
+	prefix := c.String(flagDatabasesPrefix)
+	if len(names) == 0 && prefix == "" {
+		return nil, nil
+	}
+	flagName := flagDatabase
+	if len(names) == 0 {
+		flagName = flagDatabasesPrefix
+	}
+	cfg, err := loadWranglerFor(c, flagName)
+	if err != nil {
+		return nil, err
+	}
+	var out []*wrangler.Database
+	for _, name := range names {
+		d, err := cfg.Database(c.String(flagEnv), name)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		out = append(out, &d)
+	}
+	if prefix == "" {
+		return out, nil
+	}
+	dbs, err := cfg.Databases(c.String(flagEnv))
+	if err != nil {
+		return nil, usageError{err}
+	}
+	var have []string
+	matched := 0
+	for _, d := range dbs {
+		have = append(have, d.Name())
+		if strings.HasPrefix(d.Name(), prefix) || strings.HasPrefix(d.Binding, prefix) {
+			out, matched = append(out, &d), matched+1
+		}
+	}
+	if matched == 0 {
+		return nil, usagef("--%s %s names no database of the d1_databases of %s (have: %s)", flagDatabasesPrefix, prefix, cfg.Path, orNone(have))
+	}
+	return out, nil
+}
+
+// orNone joins names, or says there is none.
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+// openLocalSet starts the embedded d1local on dir with the databases
+// --database-id, --database and --databases-prefix name. Unless acc is
+// create, it creates nothing: the directory and the databases must exist.
+func openLocalSet(c *cli.Context, dir string, acc access, mods ...func(*d1client.Config)) (*dbSet, error) {
+	if acc == create {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("--local %s: %w", dir, err)
+		}
+	} else if _, err := os.Stat(dir); err != nil {
+		return nil, &noDirectoryError{dir: dir}
+	}
+	srv, err := embedded.Start(d1local.Config{Dir: dir, NoAutoCreate: acc != create}, "")
+	if err != nil {
+		return nil, err
+	}
+	s := &dbSet{local: srv}
+	if err := s.addLocal(c, dir, acc, mods); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// addLocal opens a client on each local database the flags name.
+func (s *dbSet) addLocal(c *cli.Context, dir string, acc access, mods []func(*d1client.Config)) error {
+	have, err := s.local.D1.Databases()
+	if err != nil {
+		return err
+	}
+	ids, err := localIDs(c, dir, have)
+	if err != nil {
+		return err
+	}
+	share, err := sharedAccount(d1client.UnlimitedBudget(), mods)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if acc != create && !slices.Contains(have, id) {
+			return &noDatabaseError{id: id, where: "under " + dir, have: slices.Clone(have)}
+		}
+		db, err := s.local.Client(id, append(slices.Clone(mods), share)...)
+		if err != nil {
+			return clientError(err)
+		}
+		s.conns = append(s.conns, &conn{db: db, where: fmt.Sprintf("local database %q under %s", id, dir), databaseID: id, scope: "under " + dir,
+			list: func(context.Context) ([]string, error) { return s.local.D1.Databases() }})
+	}
+	return nil
+}
+
+// localIDs are the local databases the flags name: each --database-id, each
+// --database, then those under dir (have) that begin with
+// --databases-prefix, without repeats.
+func localIDs(c *cli.Context, dir string, have []string) ([]string, error) {
+	ids, _ := multiValues(c, flagDatabaseID)
+	names, _ := multiValues(c, flagDatabase)
+	ids = append(ids, names...)
+	if prefix := c.String(flagDatabasesPrefix); prefix != "" {
+		matched := 0
+		for _, id := range have {
+			if strings.HasPrefix(id, prefix) {
+				ids, matched = append(ids, id), matched+1
+			}
+		}
+		if matched == 0 {
+			return nil, &noDatabaseError{id: prefix + "*", where: "under " + dir, have: slices.Clone(have)}
+		}
+	}
+	out := ids[:0]
+	for _, id := range ids {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
