@@ -93,10 +93,22 @@ func (rc *ringCtx) hint() string {
 	h := connHint(rc.c)
 	for _, name := range []string{"retention", "ttl"} {
 		if rc.c.IsSet(name) {
-			h += " --" + name + " " + formatDuration(rc.c.Duration(name))
+			h += " --" + name + " " + durationArg(rc.c.Duration(name))
 		}
 	}
 	return h
+}
+
+// durationArg is a duration as a flag takes it back: "72h", "1m30s".
+func durationArg(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // show prints a status: JSON under --json, else a line saying what was
@@ -258,11 +270,13 @@ func ringFix(c *cli.Context, err error) error {
 // after is what err's message says after the sentinel's text: the details
 // idem adds.
 func after(err, sentinel error) string {
-	msg, s := err.Error(), sentinel.Error()
-	if i := strings.Index(msg, s); i >= 0 {
-		return strings.TrimLeft(msg[i+len(s):], ": ")
+	s := sentinel.Error()
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if msg := e.Error(); strings.Contains(msg, s) {
+			return strings.TrimLeft(msg[strings.Index(msg, s)+len(s):], ": ")
+		}
 	}
-	return msg
+	return err.Error()
 }
 
 // ringShare says how many of the principals a change moves: those the

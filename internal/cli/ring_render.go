@@ -118,7 +118,7 @@ func (rc *ringCtx) homeRow(st idem.RingStatus, h idem.HomeRing) []string {
 	inRing := slices.Contains(st.Ring.Homes, h.ID)
 	switch {
 	case h.Err != nil:
-		return []string{label, "unreadable: " + describe(h.Err), "-", "-"}
+		return []string{label, "error: " + describe(h.Err), "-", "-"}
 	case h.Ring == nil && inRing:
 		return []string{label, fmt.Sprintf("none, but version %d names it: 'd1idem ring advance' records it", st.Ring.Version), "-", yesNo(h.HasKeys)}
 	case h.Ring == nil && st.Ring.Version > 0:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,9 +43,9 @@ type shardEnv struct {
 	b   *d1test.Backend
 	ids []string
 	clk *fakeClock
-	// down makes every call to the database with this ID fail (d1local
-	// only; see newLocalShardEnv).
-	down atomic.Pointer[string]
+	// fault, if set, chooses the faults of the calls (d1local only; see
+	// newLocalShardEnv).
+	fault atomic.Pointer[d1local.FaultFunc]
 }
 
 // newShardEnv returns n empty databases of b: on d1local named ledger-a,
@@ -61,18 +62,31 @@ func newShardEnv(t testing.TB, b *d1test.Backend, n int) *shardEnv {
 	return e
 }
 
-// newLocalShardEnv is newShardEnv on a d1local of its own, whose
-// databases fail while e.down names them.
+// newLocalShardEnv is newShardEnv on a d1local of its own, whose calls
+// e.fault may fail.
 func newLocalShardEnv(t testing.TB, n int) *shardEnv {
 	var e *shardEnv
 	b := d1test.LocalConfig(t, d1local.Config{Faults: func(r d1local.Request) d1local.Fault {
-		if down := e.down.Load(); down != nil && *down == r.DatabaseID {
-			return d1local.Fault{Internal: true}
+		if f := e.fault.Load(); f != nil {
+			return (*f)(r)
 		}
 		return d1local.Fault{}
 	}})
 	e = newShardEnv(t, b, n)
 	return e
+}
+
+// failing makes the calls to database id fail (500), all of them or, with
+// writes, those that write; nothing fails after heal.
+func (e *shardEnv) failing(id string, writes bool) (heal func()) {
+	f := d1local.FaultFunc(func(r d1local.Request) d1local.Fault {
+		if r.DatabaseID == id && (!writes || strings.HasPrefix(strings.Join(r.Statements, ";"), "INSERT")) {
+			return d1local.Fault{Internal: true}
+		}
+		return d1local.Fault{}
+	})
+	e.fault.Store(&f)
+	return func() { e.fault.Store(nil) }
 }
 
 // opts are the CLI's options: the fake clock, and few fast retries.
