@@ -260,26 +260,36 @@ func sharedAccount(budget d1client.Budget, mods []func(*d1client.Config)) (func(
 func clientError(err error) error {
 	var de *d1client.Error
 	if errors.As(err, &de) {
-		return usagef("cannot reach D1: %s", de.Message)
+		return usagef("cannot reach D1: %s", strings.ReplaceAll(de.Message, "Config.BridgeURL", "--"+flagBridgeURL))
 	}
 	return err
 }
 
 // openCloudflareSet connects to several Cloudflare databases of one
-// account.
+// account, directly or all through one bridge (--bridge-url or
+// $D1IDEM_BRIDGE_URL): the bridge serves each database it binds under its
+// ID, as the REST API does, and is not metered by the API budget.
 func openCloudflareSet(c *cli.Context, o *options, mods ...func(*d1client.Config)) (*dbSet, error) {
-	ts, err := cloudflareTargets(c)
+	bridgeURL, bridge, err := bridgeURL(c)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := cloudflareTargets(c, bridge)
 	if err != nil {
 		return nil, err
 	}
 	all := append(slices.Clone(mods), o.clientMods...)
-	share, err := sharedAccount(d1client.Budget{}, all)
+	budget := d1client.Budget{} // Cloudflare's API limit
+	if bridge {
+		budget = d1client.UnlimitedBudget()
+	}
+	share, err := sharedAccount(budget, all)
 	if err != nil {
 		return nil, err
 	}
 	s := &dbSet{}
 	for _, t := range ts {
-		cfg := d1client.Config{BaseURL: c.String(flagBaseURL), APIToken: t.token, AccountID: t.accountID, DatabaseID: t.databaseID}
+		cfg := d1client.Config{BaseURL: c.String(flagBaseURL), BridgeURL: bridgeURL, APIToken: t.token, AccountID: t.accountID, DatabaseID: t.databaseID}
 		for _, m := range append(all, share) {
 			m(&cfg)
 		}
@@ -294,8 +304,9 @@ func openCloudflareSet(c *cli.Context, o *options, mods ...func(*d1client.Config
 
 // cloudflareTargets resolves the databases of --database (each given
 // name), --database-id (each ID) and --databases-prefix, in that order and
-// without repeats, and the account and token to reach them.
-func cloudflareTargets(c *cli.Context) ([]target, error) {
+// without repeats, and the account and token to reach them (none is needed
+// through a bridge).
+func cloudflareTargets(c *cli.Context, bridge bool) ([]target, error) {
 	accountID, token := c.String(flagAccountID), c.String(flagAPIToken)
 	entries, err := wranglerEntries(c)
 	if err != nil {
@@ -316,7 +327,7 @@ func cloudflareTargets(c *cli.Context) ([]target, error) {
 	for _, id := range ids {
 		ts = append(ts, target{databaseID: id, where: "database " + id})
 	}
-	if err := missingSettings(accountID, token, len(ts) > 0); err != nil {
+	if err := missingSettings(accountID, token != "" || bridge, len(ts) > 0); err != nil {
 		return nil, err
 	}
 	out := ts[:0]
