@@ -303,12 +303,12 @@ func openCloudflareSet(c *cli.Context, o *options, mods ...func(*d1client.Config
 }
 
 // cloudflareTargets resolves the databases of --database (each given
-// name), --database-id (each ID) and --databases-prefix, in that order and
-// without repeats, and the account and token to reach them (none is needed
-// through a bridge).
+// name), --database-id (each ID) and --databases-prefix, in that order, and
+// the account and token to reach them (none is needed through a bridge).
+// A database named twice is refused.
 func cloudflareTargets(c *cli.Context, bridge bool) ([]target, error) {
 	accountID, token := c.String(flagAccountID), c.String(flagAPIToken)
-	entries, err := wranglerEntries(c)
+	entries, how, err := wranglerEntries(c)
 	if err != nil {
 		return nil, err
 	}
@@ -326,28 +326,46 @@ func cloudflareTargets(c *cli.Context, bridge bool) ([]target, error) {
 	ids, _ := multiValues(c, flagDatabaseID)
 	for _, id := range ids {
 		ts = append(ts, target{databaseID: id, where: "database " + id})
+		how = append(how, "--"+flagDatabaseID+" "+id)
 	}
 	if err := missingSettings(accountID, token != "" || bridge, len(ts) > 0); err != nil {
 		return nil, err
 	}
-	out := ts[:0]
-	for _, t := range ts {
-		if !slices.ContainsFunc(out, func(u target) bool { return u.databaseID == t.databaseID }) {
-			t.accountID, t.token = accountID, token
-			out = append(out, t)
+	named := make([]string, len(ts))
+	for i := range ts {
+		ts[i].accountID, ts[i].token = accountID, token
+		named[i] = ts[i].databaseID
+	}
+	if err := namedOnce(named, how); err != nil {
+		return nil, err
+	}
+	return ts, nil
+}
+
+// namedOnce refuses a set of databases (their IDs) that names one twice:
+// each database is one home of the ring, and a repeat is most likely a
+// slip for another. how says how the flags named each.
+func namedOnce(ids, how []string) error {
+	for i, id := range ids {
+		if j := slices.Index(ids[:i], id); j >= 0 {
+			same := how[j] + " and " + how[i]
+			if how[j] == how[i] {
+				same = how[i] + " twice"
+			}
+			return usagef("database %s is named twice (%s): name each database of the ledger once", id, same)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // wranglerEntries returns the wrangler config's entries that --database
 // (each given) and --databases-prefix name, in the environment --env
-// names; none without those flags.
-func wranglerEntries(c *cli.Context) ([]*wrangler.Database, error) {
+// names, and the flag that named each; none without those flags.
+func wranglerEntries(c *cli.Context) ([]*wrangler.Database, []string, error) {
 	names, _ := multiValues(c, flagDatabase)
 	prefix := c.String(flagDatabasesPrefix)
 	if len(names) == 0 && prefix == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	flagName := flagDatabase
 	if len(names) == 0 {
@@ -355,35 +373,35 @@ func wranglerEntries(c *cli.Context) ([]*wrangler.Database, error) {
 	}
 	cfg, err := loadWranglerFor(c, flagName)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []*wrangler.Database
+	var how []string
 	for _, name := range names {
 		d, err := cfg.Database(c.String(flagEnv), name)
 		if err != nil {
-			return nil, usageError{err}
+			return nil, nil, usageError{err}
 		}
-		out = append(out, &d)
+		out, how = append(out, &d), append(how, "--"+flagDatabase+" "+name)
 	}
 	if prefix == "" {
-		return out, nil
+		return out, how, nil
 	}
 	dbs, err := cfg.Databases(c.String(flagEnv))
 	if err != nil {
-		return nil, usageError{err}
+		return nil, nil, usageError{err}
 	}
 	var have []string
-	matched := 0
 	for _, d := range dbs {
 		have = append(have, d.Name())
 		if strings.HasPrefix(d.Name(), prefix) || strings.HasPrefix(d.Binding, prefix) {
-			out, matched = append(out, &d), matched+1
+			out, how = append(out, &d), append(how, "--"+flagDatabasesPrefix+" "+prefix)
 		}
 	}
-	if matched == 0 {
-		return nil, usagef("--%s %s names no database of the d1_databases of %s (have: %s)", flagDatabasesPrefix, prefix, cfg.Path, orNone(have))
+	if len(how) == len(names) {
+		return nil, nil, usagef("--%s %s names no database of the d1_databases of %s (have: %s)", flagDatabasesPrefix, prefix, cfg.Path, orNone(have))
 	}
-	return out, nil
+	return out, how, nil
 }
 
 // orNone joins names, or says there is none.
@@ -447,27 +465,28 @@ func (s *dbSet) addLocal(c *cli.Context, dir string, acc access, mods []func(*d1
 
 // localIDs are the local databases the flags name: each --database-id, each
 // --database, then those under dir (have) that begin with
-// --databases-prefix, without repeats.
+// --databases-prefix. A database named twice is refused.
 func localIDs(c *cli.Context, dir string, have []string) ([]string, error) {
-	ids, _ := multiValues(c, flagDatabaseID)
-	names, _ := multiValues(c, flagDatabase)
-	ids = append(ids, names...)
+	var ids, how []string
+	for _, name := range []string{flagDatabaseID, flagDatabase} {
+		vals, _ := multiValues(c, name)
+		for _, v := range vals {
+			ids, how = append(ids, v), append(how, "--"+name+" "+v)
+		}
+	}
 	if prefix := c.String(flagDatabasesPrefix); prefix != "" {
-		matched := 0
+		named := len(ids)
 		for _, id := range have {
 			if strings.HasPrefix(id, prefix) {
-				ids, matched = append(ids, id), matched+1
+				ids, how = append(ids, id), append(how, "--"+flagDatabasesPrefix+" "+prefix)
 			}
 		}
-		if matched == 0 {
-			return nil, &noDatabaseError{id: prefix + "*", where: "under " + dir, have: slices.Clone(have)}
+		if len(ids) == named {
+			return nil, usagef("--%s %s names no database under %s (have: %s)", flagDatabasesPrefix, prefix, dir, orNone(have))
 		}
 	}
-	out := ids[:0]
-	for _, id := range ids {
-		if !slices.Contains(out, id) {
-			out = append(out, id)
-		}
+	if err := namedOnce(ids, how); err != nil {
+		return nil, err
 	}
-	return out, nil
+	return ids, nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/internal/d1test"
 )
@@ -96,7 +97,12 @@ func TestShardedFlow(t *testing.T) {
 // routes to it.
 func checkStatsSplit(t *testing.T, e *shardEnv, n int, want int64) {
 	t.Helper()
-	r := e.must(t, n, "stats", "--json")
+	checkStatsJSON(t, e, n, want, e.must(t, n, "stats", "--json"))
+}
+
+// checkStatsJSON is checkStatsSplit on the output r of stats --json.
+func checkStatsJSON(t *testing.T, e *shardEnv, n int, want int64, r result) {
+	t.Helper()
 	var s statsManyJSON
 	if err := json.Unmarshal([]byte(r.stdout), &s); err != nil {
 		t.Fatal(err)
@@ -131,5 +137,42 @@ func checkMoving(t *testing.T, e *shardEnv) {
 		if d.Ring == nil || d.Ring.Version != 2 || d.Error != nil {
 			t.Errorf("ring status --json: %s: %+v", d.ID, d)
 		}
+	}
+}
+
+// TestShardedThroughBridge: several databases through one bridge, named by
+// --bridge-url or D1IDEM_BRIDGE_URL: each is reached under its ID, as
+// through the REST API, with no API token; the secret is never shown, and
+// the budget the databases share is not metered (sweep's --max-calls is
+// unlimited by default, and never waits).
+func TestShardedThroughBridge(t *testing.T) {
+	b := d1test.Workerd(t)
+	for _, v := range []string{"CLOUDFLARE_API_TOKEN", "CLOUDFLARE_API_BASE_URL", "CLOUDFLARE_BASE_URL", "D1_DATABASE_ID", d1client.BridgeURLEnv} {
+		t.Setenv(v, "")
+	}
+	e := newShardEnv(t, b, 2)
+	conn := []string{"--account-id", b.AccountID, "--database-id", e.ids[0], "--database-id", e.ids[1]}
+	run := func(args ...string) result {
+		t.Helper()
+		r := runCLI(t, e.opts(), append(args, conn...)...)
+		if r.code != 0 || strings.Contains(r.stdout+r.stderr, b.Token) {
+			t.Fatalf("d1idem %s (the bridge URL not shown): exit %d, or the secret shown: %s", strings.Join(args[:2], " "), r.code, r)
+		}
+		return r
+	}
+	r := run("schema", "apply", "--bridge-url", b.BridgeURL())
+	if strings.Count(r.stdout, "Created idempotency_keys") != 2 || !strings.Contains(r.stdout, "through the bridge at "+b.BaseURL) {
+		t.Errorf("schema apply through the bridge: %s", r)
+	}
+	run("ring", "init", "--bridge-url", b.BridgeURL())
+	e.serve(t, e.ledger(t), "order-1", time.Second, principals(10)...)
+
+	t.Setenv(d1client.BridgeURLEnv, b.BridgeURL())
+	checkStatsJSON(t, e, 2, 10, run("stats", "--json"))
+	e.clk.Advance(48 * time.Hour)
+	r = run("sweep", "--all", "--batch", "1", "--json")
+	var sj sweepJSON
+	if err := json.Unmarshal([]byte(r.stdout), &sj); err != nil || sj.Deleted != 10 || !sj.Complete || sj.BudgetWaits != 0 || len(sj.Databases) != 2 {
+		t.Errorf("sweep through the bridge: %v %s", err, r)
 	}
 }
