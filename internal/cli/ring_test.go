@@ -19,12 +19,18 @@ type transcript struct {
 	t testing.TB
 	e *shardEnv
 	b strings.Builder
+	// mask, if set, replaces what differs from run to run in an output.
+	mask func(string) string
 }
 
 func (tr *transcript) run(n int, args ...string) result {
 	tr.t.Helper()
 	r := tr.e.run(tr.t, n, args...)
-	fmt.Fprintf(&tr.b, "$ d1idem %s  # on %d databases\n%s%s", strings.Join(args, " "), n, r.stdout, r.stderr)
+	out := r.stdout + r.stderr
+	if tr.mask != nil {
+		out = tr.mask(out)
+	}
+	fmt.Fprintf(&tr.b, "$ d1idem %s  # on %d databases\n%s", strings.Join(args, " "), n, out)
 	if r.code != 0 {
 		fmt.Fprintf(&tr.b, "[exit %d]\n", r.code)
 	}

@@ -176,9 +176,16 @@ func principals(n int) []string {
 // databases and one of all of them route to different homes.
 func (e *shardEnv) moved(t testing.TB, n int) string {
 	t.Helper()
+	return e.movedBetween(t, n, len(e.ids))
+}
+
+// movedBetween returns the first principal acct_<i> that a ring of the
+// first n databases and one of the first m route to different homes.
+func (e *shardEnv) movedBetween(t testing.TB, n, m int) string {
+	t.Helper()
 	for i := 1; i < 10000; i++ {
 		p := fmt.Sprintf("acct_%d", i)
-		if idem.Rendezvous(p, e.ids[:n]) != idem.Rendezvous(p, e.ids) {
+		if idem.Rendezvous(p, e.ids[:n]) != idem.Rendezvous(p, e.ids[:m]) {
 			return p
 		}
 	}
