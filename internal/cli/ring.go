@@ -132,7 +132,7 @@ func ringStatusCommand(o *options) *cli.Command {
 		Description: `Reads the ring row of every database named (one D1 call each) and shows the
 newest ring, its phase, what moves while it is moving, when the old route can be
 dropped (DropAt), and what each database has recorded, and when. Exits 1 when a
-database cannot be read.
+database cannot be read, or when the ring names one that was not given.
 
    d1idem ring status --databases-prefix ledger-
    d1idem ring status --database ledger-a --database ledger-b --json`,
@@ -146,10 +146,30 @@ database cannot be read.
 				if err := rc.show("status", "", st); err != nil {
 					return err
 				}
-				return unreadable(st, rc.set)
+				if err := unreadable(st, rc.set); err != nil {
+					return err
+				}
+				if missing := notNamed(st); len(missing) > 0 {
+					return fmt.Errorf("ring status: version %d names %s not given here (%s): name every database of the ring, as the application's replicas have them",
+						st.Ring.Version, pick(len(missing) == 1, "a database", "databases"), strings.Join(missing, ", "))
+				}
+				return nil
 			})
 		},
 	}
+}
+
+// notNamed are the databases of the newest ring (and, while it moves, of
+// the one before) that the command was not given: their IDs.
+func notNamed(st idem.RingStatus) []string {
+	var out []string
+	for _, id := range append(slices.Clone(st.Ring.Previous), st.Ring.Homes...) {
+		given := slices.ContainsFunc(st.Homes, func(h idem.HomeRing) bool { return h.ID == id })
+		if !given && !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // unreadable is an error naming the databases whose ring could not be read.

@@ -216,7 +216,7 @@ func (rc *ringCtx) dropText(st idem.RingStatus) string {
 // (a, b) to 3 (a, b, c)".
 func (s *dbSet) describeRing(r idem.Ring) string {
 	if r.Phase == idem.RingMoving {
-		return fmt.Sprintf("version %d, moving from %d databases (%s) to %d (%s)", r.Version, len(r.Previous), s.labels(r.Previous), len(r.Homes), s.labels(r.Homes))
+		return fmt.Sprintf("version %d, moving from %s (%s) to %d (%s)", r.Version, plural(int64(len(r.Previous)), "database", "databases"), s.labels(r.Previous), len(r.Homes), s.labels(r.Homes))
 	}
 	return fmt.Sprintf("version %d, %s, over %s (%s)", r.Version, r.Phase, plural(int64(len(r.Homes)), "database", "databases"), s.labels(r.Homes))
 }

@@ -82,8 +82,16 @@ func (rc *ringCtx) statusJSON(st idem.RingStatus) ringStatusJSON {
 		}
 		out.Databases = append(out.Databases, j)
 	}
+	for _, id := range notNamed(st) {
+		msg := notNamedText
+		out.Databases = append(out.Databases, homeRingJSON{Database: id, ID: id, Error: &msg})
+	}
 	return out
 }
+
+// notNamedText is the status of a database of the ring that the command
+// was not given.
+const notNamedText = "not given here: name it too"
 
 // render writes a ring status for people: the newest ring, what moves and
 // when the old route can be dropped, then what each database has recorded.
@@ -108,6 +116,9 @@ func (rc *ringCtx) render(w io.Writer, st idem.RingStatus) error {
 	rows := make([][]string, 0, len(st.Homes))
 	for _, h := range st.Homes {
 		rows = append(rows, rc.homeRow(st, h))
+	}
+	for _, id := range notNamed(st) {
+		rows = append(rows, []string{id, notNamedText, "-", "-"})
 	}
 	return printTable(w, []string{"DATABASE", "RECORDED", "SINCE", "KEYS"}, rows)
 }

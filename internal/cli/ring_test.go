@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -173,5 +174,38 @@ func TestRingFix(t *testing.T) {
 	}
 	if ringFix(nil, nil) != nil {
 		t.Error("ringFix(nil) is not nil")
+	}
+}
+
+// TestRingOfOne: ring commands on one database make a ring of one (an
+// existing ledger, ready to grow) and grow it; given only some of a ring's
+// databases, ring status lists the others as not given and exits 1 with
+// one line.
+func TestRingOfOne(t *testing.T) {
+	e := newShardEnv(t, d1test.Local(t), 2)
+	e.must(t, 2, "schema", "apply")
+	if r := e.must(t, 1, "ring", "init"); !strings.HasPrefix(r.stdout, "Recorded version 1 of the ring, stable, over 1 database: ledger-a.\n") {
+		t.Errorf("ring init on one database: %s", r)
+	}
+	if r := e.run(t, 1, "ring", "grow", "--add", "ledger-b"); r.code != exitUsage ||
+		r.stderr != "d1idem: ring grow: --add ledger-b is not one of the databases named (ledger-a): name it with --database or --database-id too\n" {
+		t.Errorf("ring grow naming only the ring: %s", r)
+	}
+	if r := e.must(t, 2, "ring", "grow", "--add", "ledger-b"); !strings.Contains(r.stdout, "ring    version 2, moving from 1 database (ledger-a) to 2 (ledger-a, ledger-b)\n") {
+		t.Errorf("ring grow from one database: %s", r)
+	}
+	r := e.run(t, 1, "ring", "status")
+	if r.code != exitError || !strings.Contains(r.stdout, "ledger-b  not given here: name it too") ||
+		r.stderr != "d1idem: ring status: version 2 names a database not given here (ledger-b): name every database of the ring, as the application's replicas have them\n" {
+		t.Errorf("ring status on one database of two: %s", r)
+	}
+	r = e.run(t, 1, "ring", "status", "--json")
+	var st ringStatusJSON
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st.Databases) != 2 || st.Databases[1].ID != "ledger-b" || st.Databases[1].Error == nil {
+		t.Errorf("ring status --json on one database of two: %v %s", err, r)
+	}
+	expect := e.run(t, 1, "ring", "advance")
+	if expect.code != exitError || !strings.Contains(expect.stderr, `ring advance: the ring names a database not given here ("ledger-b")`) {
+		t.Errorf("ring advance on one database of two: %s", expect)
 	}
 }
