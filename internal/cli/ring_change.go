@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -219,9 +218,4 @@ func (s *dbSet) describeRing(r idem.Ring) string {
 		return fmt.Sprintf("version %d, moving from %s (%s) to %d (%s)", r.Version, plural(int64(len(r.Previous)), "database", "databases"), s.labels(r.Previous), len(r.Homes), s.labels(r.Homes))
 	}
 	return fmt.Sprintf("version %d, %s, over %s (%s)", r.Version, r.Phase, plural(int64(len(r.Homes)), "database", "databases"), s.labels(r.Homes))
-}
-
-// joinLines joins non-empty lines.
-func joinLines(lines ...string) string {
-	return strings.Join(slices.DeleteFunc(lines, func(s string) bool { return s == "" }), "\n")
 }
