@@ -31,8 +31,9 @@ func validSecret(s string) bool {
 // applyBridge resolves the bridge URL, Config.BridgeURL or else $D1IDEM_BRIDGE_URL,
 // and when there is one makes cfg talk to it: its address without the
 // secret becomes BaseURL, the secret replaces APIToken, and the zero Budget
-// becomes UnlimitedBudget. It reports whether cfg now names a bridge.
-// BridgeURL is cleared, so that the secret is kept only as the token.
+// becomes UnlimitedBudget (with an Account, the Account's budget counts).
+// It reports whether cfg now names a bridge. BridgeURL is cleared, so that
+// the secret is kept only as the token.
 func (cfg *Config) applyBridge() (bool, error) {
 	raw, name := cfg.BridgeURL, "Config.BridgeURL"
 	cfg.BridgeURL = ""
@@ -57,7 +58,7 @@ func (cfg *Config) applyBridge() (bool, error) {
 		return false, err
 	}
 	cfg.BaseURL, cfg.APIToken = base, secret
-	if cfg.Budget == (Budget{}) {
+	if cfg.Budget == (Budget{}) && cfg.Account == nil {
 		cfg.Budget = UnlimitedBudget()
 	}
 	return true, nil

@@ -104,6 +104,13 @@ func TestBridgeURL(t *testing.T) {
 	t.Run("an explicit budget is kept", func(t *testing.T) {
 		paced(t, Config{BridgeURL: "https://:" + bridgeSecretValue + "@bridge.example.com", Budget: NewBudget(2, time.Hour)})
 	})
+	t.Run("an Account's budget is kept", func(t *testing.T) {
+		account, err := NewAccount(NewBudget(2, time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		paced(t, Config{BridgeURL: "https://:" + bridgeSecretValue + "@bridge.example.com", Account: account})
+	})
 }
 
 // D1IDEM_BRIDGE_URL is the bridge URL when the Config names no address; a

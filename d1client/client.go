@@ -47,8 +47,8 @@ type Config struct {
 	// BridgeURL is the address of a d1idem bridge (bridge/README.md) with
 	// its secret, https://:SECRET@HOST. It replaces BaseURL and APIToken
 	// (the API token is then never sent), and makes the zero Budget mean
-	// no budget: calls through the bridge are not metered by Cloudflare's
-	// API limit. Empty means $D1IDEM_BRIDGE_URL, read only when BaseURL is
+	// no budget (an Account's budget still counts): calls through the
+	// bridge are not metered by Cloudflare's API limit. Empty means $D1IDEM_BRIDGE_URL, read only when BaseURL is
 	// empty too. BridgeURL with BaseURL, or the variable with a base-URL
 	// variable, is an error; http:// is accepted for this machine only.
 	BridgeURL string

@@ -446,6 +446,13 @@ type Stats struct {
 	// SizeBytes is the database size D1 reports (its meta size_after); 0
 	// when D1 does not report it.
 	SizeBytes int64
+	// Created counts the rows created within the last Retention, and
+	// FirstCreated is when the oldest row was created (zero if there is
+	// none): with AsOf, the ledger clock's time of the read, they measure
+	// the rate at which rows are written.
+	Created      int64
+	FirstCreated time.Time
+	AsOf         time.Time
 }
 
 // Stats summarises the ledger in one read-only D1 call (one per database
@@ -466,6 +473,13 @@ func (a *Admin) Stats(ctx context.Context) (Stats, error) {
 		out.Stuck += s.Stuck
 		out.SweepBacklog += s.SweepBacklog
 		out.SizeBytes += s.SizeBytes
+		out.Created += s.Created
+		if !s.FirstCreated.IsZero() && (out.FirstCreated.IsZero() || s.FirstCreated.Before(out.FirstCreated)) {
+			out.FirstCreated = s.FirstCreated
+		}
+		if s.AsOf.After(out.AsOf) {
+			out.AsOf = s.AsOf
+		}
 		for st, n := range s.ByStatus {
 			out.ByStatus[st] += n
 		}
@@ -514,7 +528,8 @@ func (a *Admin) statsAt(ctx context.Context, h *home) (Stats, error) {
 	byStatus := l.sql.query(l.now()).add("SELECT status, count(*) FROM " + t + " WHERE principal <> '' GROUP BY status ORDER BY status")
 	counts := l.sql.query(l.now()).add("SELECT (SELECT count(*) FROM "+t+" WHERE status = ? AND ", string(StatusPending))
 	stale(counts, l.cfg.TTL).add("), (SELECT count(*) FROM " + t + " WHERE ")
-	stale(counts, l.cfg.Retention).add(")")
+	stale(counts, l.cfg.Retention).add("), (SELECT count(*) FROM "+t+" WHERE principal <> '' AND created_at >= ").clock().
+		add(" - ?), (SELECT min(created_at) FROM "+t+" WHERE principal <> ''), ", l.cfg.Retention.Milliseconds()).clock()
 	oldest := a.selectRows(false).add(" WHERE principal <> ''" + orderByUpdate + " LIMIT 1")
 	oldestStuck := stale(a.selectRows(false).add(" WHERE status = ? AND ", string(StatusPending)), l.cfg.TTL).add(orderByUpdate + " LIMIT 1")
 	res, err := h.db.Exec(ctx, []d1client.Statement{byStatus.statement(), counts.statement(), oldest.statement(), oldestStuck.statement()})
@@ -531,8 +546,14 @@ func (a *Admin) statsAt(ctx context.Context, h *home) (Stats, error) {
 		out.ByStatus[Status(status)] = n
 		out.Keys += n
 	}
-	if err := res[1].Rows[0].Scan(&out.Stuck, &out.SweepBacklog); err != nil {
+	var first *int64
+	var now int64
+	if err := res[1].Rows[0].Scan(&out.Stuck, &out.SweepBacklog, &out.Created, &first, &now); err != nil {
 		return Stats{}, fmt.Errorf("reading the counts: %w", err)
+	}
+	out.AsOf = time.UnixMilli(now).UTC()
+	if first != nil {
+		out.FirstCreated = time.UnixMilli(*first).UTC()
 	}
 	for i, dst := range []**KeyRecord{&out.Oldest, &out.OldestStuck} {
 		if rows := res[2+i].Rows; len(rows) > 0 {

@@ -118,6 +118,11 @@ func TestAdminReads(t *testing.T) {
 			st.SweepBacklog != 2 || st.Oldest == nil || st.Oldest.Key != "old-1" || st.OldestStuck == nil || st.OldestStuck.Key != "old-2" {
 			t.Errorf("Stats: %+v", st)
 		}
+		// Created within the 24h retention: order-7, order-8, pay-1 and
+		// order-1 (created twice their age ago); the oldest, old-1, 146h ago.
+		if st.Created != 4 || !st.FirstCreated.Equal(now.Add(-146*time.Hour).Truncate(time.Millisecond)) || !st.AsOf.Equal(now) {
+			t.Errorf("Stats: Created %d, FirstCreated %v, AsOf %v", st.Created, st.FirstCreated, st.AsOf)
+		}
 		if b.Name == d1test.NameLocal && st.SizeBytes <= 0 {
 			t.Errorf("Stats.SizeBytes = %d", st.SizeBytes)
 		}

@@ -171,7 +171,7 @@ func TestShardedLedgerRoutesPrincipals(t *testing.T) {
 		}
 		a := l.Admin()
 		stats, err := a.Stats(bg)
-		if err != nil || stats.Keys != n || stats.ByStatus[idem.StatusCompleted] != n || stats.Oldest == nil {
+		if err != nil || stats.Keys != n || stats.ByStatus[idem.StatusCompleted] != n || stats.Oldest == nil || stats.Created != n || stats.FirstCreated.IsZero() {
 			t.Fatalf("Stats: %+v, %v", stats, err)
 		}
 		hs, err := a.HomeStats(bg)

@@ -83,6 +83,12 @@ then. Connection
 flags go before or after the command: 'd1idem --local .d1idem stats' and
 'd1idem stats --local .d1idem' are the same.
 
+A ledger across several databases (idem.NewSharded) is named whole: --database
+or --database-id repeated, or --databases-prefix PREFIX for every database of
+the wrangler config (or under --local DIR) whose name begins with it. The schema,
+keys, stats and sweep commands then work across them all, and 'd1idem ring'
+shows and grows the set.
+
 'd1idem help COMMAND' or 'd1idem COMMAND --help' explains a command.`
 
 // commands are the command groups, in the order help lists them. A new
@@ -93,6 +99,7 @@ func commands(o *options) []*cli.Command {
 		keysCommand(o),
 		sweepCommand(o),
 		statsCommand(o),
+		ringCommand(o),
 		localCommand(),
 		bridgeCommand(),
 		demoCommand(),

@@ -45,9 +45,10 @@ func connFlags() []cli.Flag {
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: flagAccountID, Usage: "Cloudflare account `ID`", EnvVars: []string{"CLOUDFLARE_ACCOUNT_ID"}, Category: "Connection:"},
 		&cli.StringFlag{Name: flagAPIToken, Usage: "API `TOKEN` with D1 edit permission (never printed)", EnvVars: []string{"CLOUDFLARE_API_TOKEN"}, Category: "Connection:"},
-		&cli.StringFlag{Name: flagDatabaseID, Usage: "D1 database `ID` (a UUID); with --local, the database under DIR", EnvVars: []string{"D1_DATABASE_ID"}, Category: "Connection:",
-			DefaultText: "with --local, " + d1local.LocalDatabaseID},
+		&multiFlag{cli.GenericFlag{Name: flagDatabaseID, Usage: "D1 database `ID` (a UUID); with --local, the database under DIR; repeat it for a ledger across several databases",
+			EnvVars: []string{"D1_DATABASE_ID"}, Category: "Connection:", Value: &multiValue{}, DefaultText: "with --local, " + d1local.LocalDatabaseID}},
 	}, append(wranglerFlags(),
+		&cli.StringFlag{Name: flagDatabasesPrefix, Usage: "every database of the wrangler config's d1_databases whose name or binding begins with `PREFIX` (with --local, every database under DIR whose name does): a ledger across several databases", Category: "Connection:"},
 		&cli.BoolFlag{Name: flagPreview, Usage: "with --database, use its preview_database_id", DisableDefaultText: true, Category: "Connection:"},
 		&cli.StringFlag{Name: flagBaseURL, Usage: "Cloudflare API base `URL`; without it, $" + d1client.APIBaseURLEnv + " or $" + d1client.BaseURLEnv +
 			" (refused when both are set and differ), else " + d1client.DefaultBaseURL, Category: "Connection:"},
@@ -60,7 +61,7 @@ func connFlags() []cli.Flag {
 // wranglerFlags choose a database of a wrangler config.
 func wranglerFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: flagDatabase, Usage: "D1 database `NAME` (or binding) from the d1_databases of the wrangler config", Category: "Connection:"},
+		newMultiFlag(flagDatabase, "D1 database `NAME` (or binding) from the d1_databases of the wrangler config; repeat it for a ledger across several databases"),
 		&cli.StringFlag{Name: flagConfig, Usage: "wrangler config `FILE` (default: the one wrangler uses: wrangler.json, wrangler.jsonc or wrangler.toml here or in a parent directory)", Category: "Connection:"},
 		&cli.StringFlag{Name: flagEnv, Usage: "wrangler environment `NAME` ([env.NAME] of the config) to take --database from", EnvVars: []string{wrangler.EnvVar}, Category: "Connection:"},
 	}
@@ -129,6 +130,9 @@ func openConn(c *cli.Context, o *options, acc access, mods ...func(*d1client.Con
 	if err := envWithoutDatabase(c); err != nil {
 		return nil, err
 	}
+	if severalDatabases(c) {
+		return nil, usagef("%s works on one database: name one with --%s or --%s", commandPath(c), flagDatabase, flagDatabaseID)
+	}
 	if dir := c.String(flagLocal); dir != "" {
 		return openLocal(c, dir, acc, mods...)
 	}
@@ -142,14 +146,14 @@ func openConn(c *cli.Context, o *options, acc access, mods ...func(*d1client.Con
 	for _, m := range append(mods, o.clientMods...) {
 		m(&cfg)
 	}
+	return cloudflareConn(cfg, t)
+}
+
+// cloudflareConn makes the client of cfg for the target t.
+func cloudflareConn(cfg d1client.Config, t target) (*conn, error) {
 	db, err := d1client.New(cfg)
-	var de *d1client.Error
-	if errors.As(err, &de) {
-		// A setting d1client refuses, such as two base-URL variables that
-		// disagree: the caller's to fix.
-		return nil, usagef("cannot reach D1: %s", strings.ReplaceAll(de.Message, "Config.BridgeURL", "--"+flagBridgeURL))
-	} else if err != nil {
-		return nil, err
+	if err != nil {
+		return nil, clientError(err)
 	}
 	cn := &conn{db: db, where: t.where, databaseID: t.databaseID, wrangler: t.wrangler}
 	if t.wrangler != nil {
@@ -213,23 +217,33 @@ func cloudflareTarget(c *cli.Context) (target, error) {
 			t.accountID = t.wrangler.AccountID
 		}
 	}
-	var missing []string
-	if t.accountID == "" {
-		missing = append(missing, "the account ID (--account-id or CLOUDFLARE_ACCOUNT_ID)")
-	}
-	if t.token == "" && !bridge {
-		missing = append(missing, "an API token (--api-token or CLOUDFLARE_API_TOKEN)")
-	}
-	if t.databaseID == "" {
-		missing = append(missing, "the database (--database-id, D1_DATABASE_ID, or --database NAME with a wrangler config)")
-	}
-	if len(missing) > 0 {
-		return t, usagef("cannot reach D1: missing %s; or pass --local DIR to use the embedded d1local", strings.Join(missing, ", "))
+	if err := missingSettings(t.accountID, t.token != "" || bridge, t.databaseID != ""); err != nil {
+		return t, err
 	}
 	if t.where == "" {
 		t.where = "database " + t.databaseID
 	}
 	return t, nil
+}
+
+// missingSettings lists, as a usage error, what Cloudflare needs and the
+// flags lack: the account ID, an API token (token: there is one, or a
+// bridge that stands for it) and a database.
+func missingSettings(accountID string, token, database bool) error {
+	var missing []string
+	if accountID == "" {
+		missing = append(missing, "the account ID (--account-id or CLOUDFLARE_ACCOUNT_ID)")
+	}
+	if !token {
+		missing = append(missing, "an API token (--api-token or CLOUDFLARE_API_TOKEN)")
+	}
+	if !database {
+		missing = append(missing, "the database (--database-id, D1_DATABASE_ID, or --database NAME with a wrangler config)")
+	}
+	if len(missing) > 0 {
+		return usagef("cannot reach D1: missing %s; or pass --local DIR to use the embedded d1local", strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // openLocal starts the embedded d1local on dir. Unless acc is create, it
@@ -409,12 +423,15 @@ func listPage(ctx context.Context, hc *http.Client, base, account, token string,
 
 // loadWrangler reads the wrangler config: --config, or the file wrangler
 // would use from the current directory.
-func loadWrangler(c *cli.Context) (*wrangler.Config, error) {
+func loadWrangler(c *cli.Context) (*wrangler.Config, error) { return loadWranglerFor(c, flagDatabase) }
+
+// loadWranglerFor is loadWrangler for the flag that needs the config.
+func loadWranglerFor(c *cli.Context, flagName string) (*wrangler.Config, error) {
 	path := c.String(flagConfig)
 	if path == "" {
 		var err error
 		if path, err = wrangler.Find("."); errors.Is(err, wrangler.ErrNoConfig) {
-			return nil, usagef("--%s needs a wrangler config: there is %v; pass --%s FILE", flagDatabase, err, flagConfig)
+			return nil, usagef("--%s needs a wrangler config: there is %v; pass --%s FILE", flagName, err, flagConfig)
 		} else if err != nil {
 			return nil, err
 		}
@@ -442,7 +459,7 @@ func wranglerDatabase(c *cli.Context) (*wrangler.Database, error) {
 // CLOUDFLARE_ENV alone is not an error: wrangler users may set it for every
 // command.
 func envWithoutDatabase(c *cli.Context) error {
-	if c.String(flagDatabase) != "" {
+	if c.String(flagDatabase) != "" || c.String(flagDatabasesPrefix) != "" {
 		return nil
 	}
 	if env := c.String(flagEnv); env != "" && env != os.Getenv(wrangler.EnvVar) {
@@ -461,11 +478,20 @@ func wranglerTarget(c *cli.Context, databaseID string) (d *wrangler.Database, id
 	if d, err = wranglerDatabase(c); err != nil {
 		return nil, "", "", err
 	}
-	if id, err = d.ID(c.Bool(flagPreview)); err != nil {
-		return nil, "", "", usagef("%v in %s", err, d.ConfigPath)
+	if id, where, err = entryTarget(c, d); err != nil {
+		return nil, "", "", err
 	}
 	if databaseID != "" && databaseID != id {
 		return nil, "", "", usagef("--database %s is %s in %s, but --database-id says %s", c.String(flagDatabase), id, d.ConfigPath, databaseID)
+	}
+	return d, id, where, nil
+}
+
+// entryTarget returns the database ID of a wrangler config's entry (its
+// preview_database_id with --preview) and a description for people.
+func entryTarget(c *cli.Context, d *wrangler.Database) (id, where string, err error) {
+	if id, err = d.ID(c.Bool(flagPreview)); err != nil {
+		return "", "", usagef("%v in %s", err, d.ConfigPath)
 	}
 	var notes []string
 	if d.Env != "" {
@@ -475,7 +501,7 @@ func wranglerTarget(c *cli.Context, databaseID string) (d *wrangler.Database, id
 		notes = append(notes, "preview")
 	}
 	notes = append(notes, "from "+d.ConfigPath)
-	return d, id, fmt.Sprintf("%s (%s, %s)", d.Name(), id, strings.Join(notes, ", ")), nil
+	return id, fmt.Sprintf("%s (%s, %s)", d.Name(), id, strings.Join(notes, ", ")), nil
 }
 
 // relPath returns p relative to the current directory when it is inside
@@ -496,13 +522,27 @@ func relPath(p string) string {
 // it never includes the API token.
 func connHint(c *cli.Context) string {
 	var b strings.Builder
-	for _, name := range []string{flagLocal, flagDatabase, flagConfig, flagEnv} {
-		if c.IsSet(name) && c.String(name) != "" {
-			b.WriteString(" --" + name + " " + shellQuote(c.String(name)))
+	for _, name := range []string{flagLocal, flagDatabase, flagDatabasesPrefix, flagConfig, flagEnv} {
+		for _, v := range hintValues(c, name) {
+			b.WriteString(" --" + name + " " + shellQuote(v))
 		}
 	}
-	if c.String(flagLocal) != "" && c.IsSet(flagDatabaseID) {
-		b.WriteString(" --" + flagDatabaseID + " " + shellQuote(c.String(flagDatabaseID)))
+	if c.String(flagLocal) != "" || severalDatabases(c) {
+		for _, v := range hintValues(c, flagDatabaseID) {
+			b.WriteString(" --" + flagDatabaseID + " " + shellQuote(v))
+		}
 	}
 	return b.String()
+}
+
+// hintValues are the values of a flag that is set: each of a repeatable
+// one.
+func hintValues(c *cli.Context, name string) []string {
+	if !c.IsSet(name) || c.String(name) == "" {
+		return nil
+	}
+	if vals, _ := multiValues(c, name); vals != nil {
+		return vals
+	}
+	return []string{c.String(name)}
 }

@@ -12,7 +12,8 @@ import (
 var commandPaths = [][]string{
 	{"schema"}, {"schema", "apply"}, {"schema", "verify"}, {"schema", "print"},
 	{"keys"}, {"keys", "get"}, {"keys", "list"}, {"keys", "stuck"}, {"keys", "release"},
-	{"sweep"}, {"stats"}, {"local"}, {"local", "serve"}, {"demo"},
+	{"sweep"}, {"stats"}, {"ring"}, {"ring", "status"}, {"ring", "init"}, {"ring", "grow"}, {"ring", "advance"},
+	{"local"}, {"local", "serve"}, {"demo"},
 }
 
 func TestHelp(t *testing.T) {

@@ -21,7 +21,13 @@ keys stuck': it lists the pending keys whose owner has gone quiet.
 
    d1idem keys stuck
    d1idem keys get --principal acct_42 --key order-7
-   d1idem keys release --principal acct_42 --key order-7 --generation 1 --force`,
+   d1idem keys release --principal acct_42 --key order-7 --generation 1 --force
+
+On a ledger across several databases (--database or --database-id repeated, or
+--databases-prefix), get and release go to the key's database, found by the
+ring recorded in them (see 'd1idem ring'), and list and stuck merge them all.
+
+   d1idem keys stuck --databases-prefix ledger-`,
 		Subcommands: []*cli.Command{
 			keysGetCommand(o),
 			keysListCommand(o),
@@ -123,7 +129,9 @@ func noArgs(c *cli.Context) error {
 
 // withKeys runs a keys command: it refuses arguments, reads --ttl and
 // --heartbeat, opens the database and hands fn the administrative API.
-func (o *options) withKeys(c *cli.Context, fn func(a *idem.Admin, cn *conn, ls lease) error) error {
+// With several databases, the administrative API is a sharded ledger's:
+// it finds each principal's database by the ring recorded in them.
+func (o *options) withKeys(c *cli.Context, fn func(ks *keysScope, ls lease) error) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
@@ -131,12 +139,18 @@ func (o *options) withKeys(c *cli.Context, fn func(a *idem.Admin, cn *conn, ls l
 	if err != nil {
 		return err
 	}
-	return withConn(c, o, existing, func(cn *conn) error {
+	return withDatabases(c, o, existing, func(cn *conn) error {
 		a, err := keysAdmin(o, cn, ls.ttl)
 		if err != nil {
 			return err
 		}
-		return fn(a, cn, ls)
+		return fn(&keysScope{a: a, where: cn.where}, ls)
+	}, func(s *dbSet) error {
+		ks, err := shardedKeys(o, s, ls.ttl)
+		if err != nil {
+			return err
+		}
+		return ringFix(c, fn(ks, ls))
 	})
 }
 
@@ -167,18 +181,24 @@ func (o *options) keysGet(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	return o.withKeys(c, func(a *idem.Admin, cn *conn, ls lease) error {
-		k, err := a.Get(c.Context, principal, key)
+	return o.withKeys(c, func(ks *keysScope, ls lease) error {
+		k, err := ks.a.Get(c.Context, principal, key)
 		if errors.Is(err, idem.ErrKeyNotFound) {
 			return fmt.Errorf("no key %s for principal %s on %s (it was never claimed, or was swept)",
-				strconv.Quote(key), strconv.Quote(principal), cn.where)
+				strconv.Quote(key), strconv.Quote(principal), ks.where)
 		} else if err != nil {
 			return ledgerErr("keys get", err)
 		}
-		if c.Bool(flagJSON) {
-			return printJSON(c.App.Writer, keyDetailOf(&k, ls))
+		home, homeText, err := ks.home(c.Context, principal, key)
+		if err != nil {
+			return ledgerErr("keys get", err)
 		}
-		return renderKey(c.App.Writer, &k, ls, releaseCommandLine(c, &k, ls))
+		if c.Bool(flagJSON) {
+			d := keyDetailOf(&k, ls)
+			d.Database = home
+			return printJSON(c.App.Writer, d)
+		}
+		return renderKey(c.App.Writer, &k, ls, releaseCommandLine(c, &k, ls), homeText)
 	})
 }
 
@@ -235,8 +255,8 @@ func (o *options) keysList(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	return o.withKeys(c, func(a *idem.Admin, _ *conn, ls lease) error {
-		page, err := a.List(c.Context, opts)
+	return o.withKeys(c, func(ks *keysScope, ls lease) error {
+		page, err := ks.a.List(c.Context, opts)
 		if errors.Is(err, idem.ErrBadCursor) {
 			return usagef("--cursor is not a cursor this command printed (a \"next cursor\" token of 'd1idem keys list'); copy it whole, or start without --cursor")
 		} else if err != nil {
@@ -296,8 +316,8 @@ func (o *options) keysStuck(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	return o.withKeys(c, func(a *idem.Admin, _ *conn, ls lease) error {
-		q, err := quietKeys(c.Context, a, ls, limit)
+	return o.withKeys(c, func(ks *keysScope, ls lease) error {
+		q, err := quietKeys(c.Context, ks.a, ls, limit)
 		if err != nil {
 			return ledgerErr("keys stuck", err)
 		}
@@ -415,10 +435,10 @@ func (o *options) keysRelease(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	return o.withKeys(c, func(a *idem.Admin, cn *conn, ls lease) error {
-		res, err := a.Release(c.Context, principal, key, gen, idem.ReleaseOptions{Force: c.Bool("force")})
+	return o.withKeys(c, func(ks *keysScope, ls lease) error {
+		res, err := ks.a.Release(c.Context, principal, key, gen, idem.ReleaseOptions{Force: c.Bool("force")})
 		if errors.Is(err, idem.ErrKeyNotFound) {
-			return fmt.Errorf("no %s on %s: nothing to release (it was never claimed, or was swept)", keyName(principal, key), cn.where)
+			return fmt.Errorf("no %s on %s: nothing to release (it was never claimed, or was swept)", keyName(principal, key), ks.where)
 		} else if err != nil {
 			return ledgerErr("keys release", err)
 		}

@@ -22,6 +22,9 @@ type keyDetailJSON struct {
 	ResponseBodyBytes   *int              `json:"response_body_bytes"`
 	ResponseBodyPreview *string           `json:"response_body_preview"`
 	TTLMS               int64             `json:"ttl_ms"`
+	// Database names the database that holds the key, on a ledger across
+	// several databases.
+	Database string `json:"database,omitempty"`
 }
 
 func keyDetailOf(k *idem.KeyRecord, ls lease) keyDetailJSON {
@@ -38,8 +41,13 @@ func keyDetailOf(k *idem.KeyRecord, ls lease) keyDetailJSON {
 
 // renderKey writes keys get for people: the row's fields, then what the
 // next retry gets and, where it helps, the command that releases the key.
-func renderKey(w io.Writer, k *idem.KeyRecord, ls lease, release string) error {
-	if err := printFields(w, [][2]string{
+// home, on a ledger across several databases, says which holds the key.
+func renderKey(w io.Writer, k *idem.KeyRecord, ls lease, release, home string) error {
+	var fields [][2]string
+	if home != "" {
+		fields = append(fields, [2]string{"database", home})
+	}
+	if err := printFields(w, append(fields, [][2]string{
 		{"principal", display(k.Principal)},
 		{"key", display(k.Key)},
 		{"status", statusText(k, ls)},
@@ -50,7 +58,7 @@ func renderKey(w io.Writer, k *idem.KeyRecord, ls lease, release string) error {
 		{"response status", statusOrDash(k.ResponseStatus)},
 		{"replay headers", headersText(k)},
 		{"response body", bodyText(k)},
-	}); err != nil {
+	}...)); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)

@@ -27,7 +27,12 @@ func admin(o *options, cn *conn, cfg idem.Config) (*idem.Admin, error) {
 // release but never sweep: only the TTL matters, so the lease and the
 // retention are set to what any TTL accepts.
 func keysAdmin(o *options, cn *conn, ttl time.Duration) (*idem.Admin, error) {
-	return admin(o, cn, idem.Config{TTL: ttl, MaxLease: ttl, Retention: max(idem.DefaultRetention, 2*ttl+idem.RetentionMargin)})
+	return admin(o, cn, keysConfig(ttl))
+}
+
+// keysConfig is the ledger configuration of the keys commands.
+func keysConfig(ttl time.Duration) idem.Config {
+	return idem.Config{TTL: ttl, MaxLease: ttl, Retention: max(idem.DefaultRetention, 2*ttl+idem.RetentionMargin)}
 }
 
 // flagOf names the CLI flag of a ledger configuration field, or "".

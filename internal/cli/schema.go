@@ -25,7 +25,13 @@ func schemaCommand(o *options) *cli.Command {
 apply then verify before a deploy; both exit non-zero on failure:
 
    d1idem schema apply --database my-db
-   d1idem schema verify --database my-db`,
+   d1idem schema verify --database my-db
+
+With several databases (--database or --database-id repeated, or
+--databases-prefix), apply and verify run on each, report each, and exit
+non-zero if any failed.
+
+   d1idem schema apply --databases-prefix ledger-`,
 		Subcommands: []*cli.Command{
 			schemaApplyCommand(o),
 			schemaVerifyCommand(o),
@@ -154,10 +160,15 @@ func (o *options) schemaApply(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
+	one := func(cn *conn) error { return schemaApply(c, cn) }
+	many := func(s *dbSet) error { return schemaApplyMany(c, s) }
 	if !c.Bool("dry-run") {
-		return withConn(c, o, create, func(cn *conn) error { return schemaApply(c, cn) })
+		return withDatabases(c, o, create, one, many)
 	}
-	err := withConn(c, o, existing, func(cn *conn) error { return schemaApply(c, cn) })
+	if severalDatabases(c) {
+		return withDatabases(c, o, existing, one, many)
+	}
+	err := withConn(c, o, existing, one)
 	if dir := c.String(flagLocal); dir != "" && (errors.As(err, new(*noDatabaseError)) || errors.As(err, new(*noDirectoryError))) {
 		return dryRunFresh(c, dir)
 	}
@@ -181,15 +192,7 @@ func dryRunFresh(c *cli.Context, dir string) error {
 }
 
 func schemaApply(c *cli.Context, cn *conn) error {
-	table, dir, err := migrationsFor(c, cn)
-	if err != nil {
-		return err
-	}
-	opts := schema.Options{MigrationsTable: table, DryRun: c.Bool("dry-run")}
-	if dir != "" {
-		opts.Migrations = os.DirFS(dir)
-	}
-	res, err := schema.Apply(c.Context, cn.db, opts)
+	out, res, err := applyOne(c, cn)
 	var drift *schema.DriftError
 	if errors.As(err, &drift) {
 		return driftError(c, drift)
@@ -197,15 +200,41 @@ func schemaApply(c *cli.Context, cn *conn) error {
 		return err
 	}
 	if c.Bool(flagJSON) {
-		return printJSON(c.App.Writer, applyJSON{Action: actionName(res.Action), Description: res.Action.String(), DryRun: opts.DryRun,
-			Migration: res.Migrations[0], Migrations: res.Migrations, MigrationsTable: table, MigrationsDir: dir, Database: cn.where, SQL: res.SQL()})
+		return printJSON(c.App.Writer, out)
 	}
-	return renderApply(c.App.Writer, res, opts.DryRun, table, cn.where, connHint(c))
+	if err := renderApply(c.App.Writer, res, out.DryRun, out.MigrationsTable, cn.where); err != nil || out.DryRun {
+		return err
+	}
+	return checkLine(c)
 }
 
-// renderApply writes what schema apply did, or would do with --dry-run,
-// and the command that checks the result.
-func renderApply(w io.Writer, res schema.Result, dryRun bool, table, where, hint string) error {
+// applyOne applies the schema to one database (or with --dry-run, says
+// what it would do); a table of another shape is a *schema.DriftError.
+func applyOne(c *cli.Context, cn *conn) (applyJSON, schema.Result, error) {
+	table, dir, err := migrationsFor(c, cn)
+	if err != nil {
+		return applyJSON{}, schema.Result{}, err
+	}
+	opts := schema.Options{MigrationsTable: table, DryRun: c.Bool("dry-run")}
+	if dir != "" {
+		opts.Migrations = os.DirFS(dir)
+	}
+	res, err := schema.Apply(c.Context, cn.db, opts)
+	if err != nil {
+		return applyJSON{}, res, err
+	}
+	return applyJSON{Action: actionName(res.Action), Description: res.Action.String(), DryRun: opts.DryRun, Migration: res.Migrations[0],
+		Migrations: res.Migrations, MigrationsTable: table, MigrationsDir: dir, Database: cn.where, SQL: res.SQL()}, res, nil
+}
+
+// checkLine writes the command that checks the result of schema apply.
+func checkLine(c *cli.Context) error {
+	_, err := fmt.Fprintf(c.App.Writer, "Check the live shape with 'd1idem schema verify%s'.\n", connHint(c))
+	return err
+}
+
+// renderApply writes what schema apply did, or would do with --dry-run.
+func renderApply(w io.Writer, res schema.Result, dryRun bool, table, where string) error {
 	names := strings.Join(res.Migrations, ", ")
 	switch {
 	case dryRun && res.Action == schema.Nothing:
@@ -222,8 +251,7 @@ func renderApply(w io.Writer, res schema.Result, dryRun bool, table, where, hint
 	default:
 		fmt.Fprintf(w, "Nothing to do on %s: %s is already recorded in %s.\n", where, names, table)
 	}
-	_, err := fmt.Fprintf(w, "Check the live shape with 'd1idem schema verify%s'.\n", hint)
-	return err
+	return nil
 }
 
 // driftError prints the differences on stdout and returns the one-line
@@ -271,7 +299,7 @@ has instead) when they differ or the table is missing.
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			return withConn(c, o, existing, func(cn *conn) error { return schemaVerify(c, cn) })
+			return withDatabases(c, o, existing, func(cn *conn) error { return schemaVerify(c, cn) }, func(s *dbSet) error { return schemaVerifyMany(c, s) })
 		},
 	}
 }

@@ -15,16 +15,32 @@ import (
 func statsCommand(o *options) *cli.Command {
 	return &cli.Command{
 		Name:  "stats",
-		Usage: "counts by status, keys awaiting retry, the oldest row, the sweep backlog and the database size",
-		Description: `Summarises the ledger in one D1 call (a read-only batch): how many keys are
-pending and completed, how many pending keys are past --ttl, awaiting the retry
-that takes them over (their owner died, or they were released), the oldest row,
-the sweep backlog (rows last updated more than --retention ago) and the
-database size D1 reports. Counting reads the whole table, which D1 bills as
-rows read.
+		Usage: "counts by status, keys awaiting retry, the oldest row, the sweep backlog, the database size and when it reaches 10 GB",
+		Description: `Summarises the ledger in one D1 call per database (a read-only batch): how many
+keys are pending and completed, how many pending keys are past --ttl, awaiting
+the retry that takes them over (their owner died, or they were released), the
+oldest row, the sweep backlog (rows last updated more than --retention ago), the
+database size D1 reports, and when the database would reach D1's limit of 10 GB
+a database. Counting reads the whole table, which D1 bills as rows read.
+
+The 10 GB projection is an estimate at the current write rate. Rows per day are
+the rows created within the retention, over the time they span (less than the
+retention while the oldest row is younger); bytes per row are the database size
+over its rows (an overestimate: the size includes SQLite's own pages and any
+other table). Rows stay for the retention after their last update, so at that
+rate the database levels off at rows per day x retention x bytes per row, and
+until then grows by rows per day x bytes per row a day: if it levels off above
+10 GB, the days to the limit are what is left of it over that growth; if below,
+it does not reach the limit at this rate. Under 100 rows or an hour of writes it
+says there is not enough data. Pass the application's --retention.
+
+With several databases (--database or --database-id repeated, or
+--databases-prefix) it shows each database, the totals, and each database's
+projection: the limit is per database.
 
    d1idem stats
-   d1idem stats --ttl 1m --retention 48h --json`,
+   d1idem stats --ttl 1m --retention 48h --json
+   d1idem stats --databases-prefix ledger-`,
 		Flags: append([]cli.Flag{
 			ttlFlag(),
 			&cli.DurationFlag{Name: "retention", Value: idem.DefaultRetention, Usage: "the retention the sweep uses: rows last updated more than `DURATION` ago are its backlog"},
@@ -46,7 +62,7 @@ func (o *options) stats(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	return withConn(c, o, existing, func(cn *conn) error {
+	return withDatabases(c, o, existing, func(cn *conn) error {
 		a, err := admin(o, cn, idem.Config{TTL: ttl, MaxLease: ttl, Retention: retention})
 		if err != nil {
 			return err
@@ -60,8 +76,11 @@ func (o *options) stats(c *cli.Context) error {
 			return printJSON(c.App.Writer, out)
 		}
 		return renderStats(c.App.Writer, st, out)
-	})
+	}, func(s *dbSet) error { return o.statsMany(c, s, ttl, retention) })
 }
+
+// ptr returns a pointer to a copy of v.
+func ptr[T any](v T) *T { return &v }
 
 // statsJSON is stats --json.
 type statsJSON struct {
@@ -75,11 +94,14 @@ type statsJSON struct {
 	RetentionMS  int64            `json:"retention_ms"`
 	SweepBacklog int64            `json:"sweep_backlog"`
 	SizeBytes    int64            `json:"size_bytes"`
+	// SizeLimit projects when the database reaches D1's 10 GB limit.
+	SizeLimit *projectionJSON `json:"size_limit,omitempty"`
 }
 
 func statsJSONOf(st idem.Stats, where string, ttl, retention time.Duration) statsJSON {
 	out := statsJSON{Database: where, Keys: st.Keys, ByStatus: map[string]int64{}, TTLMS: ttl.Milliseconds(),
-		Stuck: st.Stuck, RetentionMS: retention.Milliseconds(), SweepBacklog: st.SweepBacklog, SizeBytes: st.SizeBytes}
+		Stuck: st.Stuck, RetentionMS: retention.Milliseconds(), SweepBacklog: st.SweepBacklog, SizeBytes: st.SizeBytes,
+		SizeLimit: ptr(project(st, retention).json())}
 	for status, n := range st.ByStatus {
 		out.ByStatus[string(status)] = n
 	}
@@ -115,7 +137,8 @@ func renderStats(w io.Writer, st idem.Stats, out statsJSON) error {
 		fields = append(fields, [2]string{"  " + display(s), strconv.FormatInt(out.ByStatus[s], 10) + " (not a status the ledger writes)"})
 	}
 	fields = append(fields, [2]string{"awaiting retry", awaitingText(st, ttl)}, [2]string{"oldest row", oldestText(st.Oldest)},
-		[2]string{"sweep backlog", backlogText(out.SweepBacklog, retention)}, [2]string{"database size", formatBytes(out.SizeBytes)})
+		[2]string{"sweep backlog", backlogText(out.SweepBacklog, retention)}, [2]string{"database size", formatBytes(out.SizeBytes)},
+		[2]string{"10 GB limit", project(st, retention).text(retention)})
 	return printFields(w, fields)
 }
 

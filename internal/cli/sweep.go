@@ -37,9 +37,15 @@ over blocks every call, the application's included, for 5 minutes.
 
 On a terminal it shows progress; otherwise it prints one summary line.
 
+With several databases (--database or --database-id repeated, or
+--databases-prefix) it sweeps a batch of each in turn, all within the one
+--max-calls budget (databases on one account share its API limit), and says how
+many rows each gave.
+
    d1idem sweep --dry-run          # count what would be deleted; delete nothing
    d1idem sweep --all
-   d1idem sweep --all --batch 500 --max-calls 100`,
+   d1idem sweep --all --batch 500 --max-calls 100
+   d1idem sweep --all --databases-prefix ledger-`,
 		Flags: append([]cli.Flag{
 			&cli.DurationFlag{Name: "retention", Value: idem.DefaultRetention, Usage: "delete rows last updated more than `DURATION` ago; never less than the retention your API promises clients (at least 11m30s: the default lease, plus the TTL, plus a minute)"},
 			&cli.IntFlag{Name: "batch", Value: idem.DefaultSweepBatch, Usage: fmt.Sprintf("delete at most `N` rows per DELETE (1 to %d)", idem.MaxSweepBatch)},
@@ -74,7 +80,7 @@ func (o *options) sweep(c *cli.Context) error {
 		s.budget = d1client.NewBudget(maxCalls, window).WithReserve(0) // the sweep is all the work there is: no reserve
 		mods = append(mods, func(cfg *d1client.Config) { cfg.Budget = s.budget })
 	}
-	return withConn(c, o, existing, s.run, mods...)
+	return withDatabases(c, o, existing, s.run, s.runSet, mods...)
 }
 
 // maxCalls reads --max-calls: 0 (unlimited) only with --local or through
@@ -109,6 +115,9 @@ type sweeper struct {
 	start            time.Time
 	estimate         int64 // rows to delete, counted first on a terminal; -1 unknown
 	tty              bool
+
+	set     *dbSet
+	targets []*sweepTarget
 }
 
 // sweepJSON is sweep --json.
@@ -124,76 +133,115 @@ type sweepJSON struct {
 	BudgetWaits    int    `json:"budget_waits"`
 	BudgetWaitedMS int64  `json:"budget_waited_ms"`
 	ElapsedMS      int64  `json:"elapsed_ms"`
+	// Databases are each database's share, with several.
+	Databases []sweptJSON `json:"databases,omitempty"`
 }
 
-func (s *sweeper) run(cn *conn) error {
-	s.start, s.estimate = time.Now(), -1
-	// The application's TTL and lease are assumed to be the defaults: the
-	// retention must outlast them (see idem.Config.Retention).
-	a, err := admin(s.o, cn, idem.Config{Retention: s.retention, SweepBatch: s.batch})
-	if err != nil {
-		return err
+func (s *sweeper) run(cn *conn) error { return s.runSet(&dbSet{conns: []*conn{cn}}) }
+
+// sweepTarget is one database being swept.
+type sweepTarget struct {
+	cn               *conn
+	a                *idem.Admin
+	deleted, batches int64
+	done             bool // its last batch came back short
+	backlog          int64
+}
+
+// runSet sweeps the databases of set, one batch of each in turn, all
+// within the one budget of their shared account.
+func (s *sweeper) runSet(set *dbSet) error {
+	s.start, s.estimate, s.set = time.Now(), -1, set
+	for _, cn := range set.conns {
+		// The application's TTL and lease are assumed to be the defaults:
+		// the retention must outlast them (see idem.Config.Retention).
+		a, err := admin(s.o, cn, idem.Config{Retention: s.retention, SweepBatch: s.batch})
+		if err != nil {
+			return err
+		}
+		s.targets = append(s.targets, &sweepTarget{cn: cn, a: a})
 	}
 	if s.c.Bool("dry-run") {
-		return s.dryRun(cn, a)
+		return s.dryRun()
 	}
-	complete, err := s.loop(cn, a)
+	complete, err := s.loop()
 	if err != nil {
 		return err
 	}
 	w := s.c.App.Writer
 	if s.c.Bool(flagJSON) {
 		return printJSON(w, sweepJSON{RetentionMS: s.retention.Milliseconds(), BatchSize: s.batch, Deleted: s.deleted, Batches: s.batches,
-			Complete: complete, D1Calls: cn.db.Stats().Calls, BudgetWaits: s.waits, BudgetWaitedMS: s.waited.Milliseconds(),
-			ElapsedMS: time.Since(s.start).Milliseconds()})
+			Complete: complete, D1Calls: set.calls(), BudgetWaits: s.waits, BudgetWaitedMS: s.waited.Milliseconds(),
+			ElapsedMS: time.Since(s.start).Milliseconds(), Databases: s.perDatabase(false)})
 	}
-	_, err = fmt.Fprintln(w, s.summary(complete, cn.db.Stats().Calls))
+	_, err = fmt.Fprintln(w, s.summary(complete, set.calls()))
 	return err
 }
 
 // dryRun counts the backlog and deletes nothing.
-func (s *sweeper) dryRun(cn *conn, a *idem.Admin) error {
-	n, err := a.SweepBacklog(s.c.Context)
+func (s *sweeper) dryRun() error {
+	n, err := s.backlog()
 	if err != nil {
 		return ledgerErr("sweep --dry-run", err)
 	}
 	w := s.c.App.Writer
 	if s.c.Bool(flagJSON) {
 		return printJSON(w, sweepJSON{DryRun: true, RetentionMS: s.retention.Milliseconds(), BatchSize: s.batch, WouldDelete: &n,
-			D1Calls: cn.db.Stats().Calls, ElapsedMS: time.Since(s.start).Milliseconds()})
+			D1Calls: s.set.calls(), ElapsedMS: time.Since(s.start).Milliseconds(), Databases: s.perDatabase(true)})
 	}
 	batches := (n + int64(s.batch) - 1) / int64(s.batch)
+	if len(s.targets) > 1 {
+		_, err = fmt.Fprintf(w, "Dry run: %s last updated more than %s ago would be deleted from %d databases (%s), in batches of %d. Nothing was deleted.\n",
+			plural(n, "row", "rows"), formatDuration(s.retention), len(s.targets), s.split(true), s.batch)
+		return err
+	}
 	_, err = fmt.Fprintf(w, "Dry run: %s last updated more than %s ago would be deleted (%s of %d with --all; one sweep without --all deletes %d). Nothing was deleted.\n",
 		plural(n, "row", "rows"), formatDuration(s.retention), plural(batches, "batch", "batches"), s.batch, min(n, int64(s.batch)))
 	return err
 }
 
-// loop sweeps one batch, or with --all until a batch comes back short,
-// announcing budget waits and drawing progress on a terminal. complete
-// reports a short batch: the backlog is clear.
-func (s *sweeper) loop(cn *conn, a *idem.Admin) (complete bool, err error) {
+// backlog counts the rows to delete in every database.
+func (s *sweeper) backlog() (int64, error) {
+	var total int64
+	for _, t := range s.targets {
+		n, err := t.a.SweepBacklog(s.c.Context)
+		if err != nil {
+			return 0, s.named(t, err)
+		}
+		t.backlog, total = n, total+n
+	}
+	return total, nil
+}
+
+// named prefixes err with the database, when there are several.
+func (s *sweeper) named(t *sweepTarget, err error) error {
+	if len(s.targets) > 1 {
+		return fmt.Errorf("%s: %w", t.cn.label(), err)
+	}
+	return err
+}
+
+// loop sweeps one batch of each database, or with --all until each one's
+// batch comes back short, announcing budget waits and drawing progress on
+// a terminal. complete reports that every backlog is clear.
+func (s *sweeper) loop() (complete bool, err error) {
 	c := s.c
 	s.tty = !c.Bool(flagJSON) && s.o.terminal(c.App.Writer)
 	if s.tty && c.Bool("all") {
-		if s.estimate, err = a.SweepBacklog(c.Context); err != nil {
+		if s.estimate, err = s.backlog(); err != nil {
 			return false, ledgerErr("sweep: counting the backlog", err)
 		}
 	}
 	for {
-		if d := cn.db.BudgetWait(); d > 0 {
-			s.reportWait(d)
-			s.waits++
-			s.waited += d
-		}
-		n, err := a.Sweep(c.Context)
-		if err != nil {
-			return false, s.interrupted(err)
-		}
-		s.deleted += n
-		s.batches++
-		complete = n < int64(s.batch)
-		if s.tty {
-			s.progress()
+		complete = true
+		for _, t := range s.targets {
+			if t.done {
+				continue
+			}
+			if err := s.sweepOne(t); err != nil {
+				return false, s.interrupted(s.named(t, err))
+			}
+			complete = complete && t.done
 		}
 		if complete || !c.Bool("all") {
 			break
@@ -205,9 +253,71 @@ func (s *sweeper) loop(cn *conn, a *idem.Admin) (complete bool, err error) {
 	return complete, nil
 }
 
+// sweepOne sweeps one batch of one database.
+func (s *sweeper) sweepOne(t *sweepTarget) error {
+	if d := t.cn.db.BudgetWait(); d > 0 {
+		s.reportWait(d)
+		s.waits++
+		s.waited += d
+	}
+	n, err := t.a.Sweep(s.c.Context)
+	if err != nil {
+		return err
+	}
+	s.deleted, s.batches, t.deleted, t.batches = s.deleted+n, s.batches+1, t.deleted+n, t.batches+1
+	t.done = n < int64(s.batch)
+	if s.tty {
+		s.progress()
+	}
+	return nil
+}
+
+// sweptJSON is one database of sweep --json over several.
+type sweptJSON struct {
+	Database    string `json:"database"`
+	ID          string `json:"id"`
+	WouldDelete *int64 `json:"would_delete,omitempty"`
+	Deleted     int64  `json:"deleted"`
+	Batches     int64  `json:"batches"`
+	Complete    bool   `json:"complete"`
+}
+
+// perDatabase is each database's share, when there are several.
+func (s *sweeper) perDatabase(dryRun bool) []sweptJSON {
+	if len(s.targets) < 2 {
+		return nil
+	}
+	out := make([]sweptJSON, 0, len(s.targets))
+	for _, t := range s.targets {
+		j := sweptJSON{Database: t.cn.label(), ID: t.cn.databaseID, Deleted: t.deleted, Batches: t.batches, Complete: t.done}
+		if dryRun {
+			j.WouldDelete = &t.backlog
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+// split says how many rows each database had, or gave: "a 20, b 25".
+func (s *sweeper) split(backlog bool) string {
+	parts := make([]string, len(s.targets))
+	for i, t := range s.targets {
+		n := t.deleted
+		if backlog {
+			n = t.backlog
+		}
+		parts[i] = fmt.Sprintf("%s %d", t.cn.label(), n)
+	}
+	return strings.Join(parts, ", ")
+}
+
 func (s *sweeper) summary(complete bool, calls int64) string {
-	line := fmt.Sprintf("Swept %s last updated more than %s ago in %s of at most %d (%s, %s)",
-		plural(s.deleted, "row", "rows"), formatDuration(s.retention), plural(s.batches, "batch", "batches"), s.batch,
+	from := ""
+	if len(s.targets) > 1 {
+		from = fmt.Sprintf(" from %d databases (%s)", len(s.targets), s.split(false))
+	}
+	line := fmt.Sprintf("Swept %s last updated more than %s ago%s in %s of at most %d (%s, %s)",
+		plural(s.deleted, "row", "rows"), formatDuration(s.retention), from, plural(s.batches, "batch", "batches"), s.batch,
 		plural(calls, "D1 call", "D1 calls"), formatDuration(time.Since(s.start)))
 	if s.waits > 0 {
 		line += fmt.Sprintf("; waited %s for the request budget", formatDuration(s.waited))
