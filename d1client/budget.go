@@ -10,7 +10,8 @@ import (
 )
 
 // Budget is how a client spends Cloudflare's API budget: a local limit of
-// Calls calls in any window of length Per, the Burst of calls that may go
+// Calls calls in any window of length Per (kept with a margin of Per/300,
+// since Cloudflare counts calls as they arrive), the Burst of calls that may go
 // at once ahead of the even pace, and the Reserve kept for Priority work.
 // Cloudflare allows 1200 API calls per 5 minutes per user, counted across
 // every token, tool and the dashboard, and going over blocks every API call
