@@ -27,7 +27,7 @@ var (
 	// example: core, and the local D1 with its test server.
 	libraries = append(slices.Clone(core), module+"/d1local", module+"/d1local/d1localtest")
 	// testHelpers are imported by tests only.
-	testHelpers = []string{module + "/internal/d1test", module + "/internal/specseq", module + "/internal/doctest"}
+	testHelpers = []string{module + "/internal/d1test", module + "/internal/specseq", module + "/internal/doctest", module + "/internal/oteltest"}
 )
 
 // goList runs `go list` with args in the module's root and returns its
