@@ -23,13 +23,19 @@ the sweep backlog (rows last updated more than --retention ago) and the
 database size D1 reports. Counting reads the whole table, which D1 bills as
 rows read.
 
+With --watch it refreshes every --interval until Ctrl-C, redrawn in place on a
+terminal, one block per interval elsewhere, and with --json one JSON object per
+line; each refresh adds the Cloudflare account's API budget as the last
+response's Ratelimit headers gave it.
+
    d1idem stats
-   d1idem stats --ttl 1m --retention 48h --json`,
+   d1idem stats --ttl 1m --retention 48h --json
+   d1idem stats --watch --interval 10s`,
 		Flags: append([]cli.Flag{
 			ttlFlag(),
 			&cli.DurationFlag{Name: "retention", Value: idem.DefaultRetention, Usage: "the retention the sweep uses: rows last updated more than `DURATION` ago are its backlog"},
 			jsonFlag(),
-		}, connFlags()...),
+		}, append(watchFlags(), connFlags()...)...),
 		Action: o.stats,
 	}
 }
@@ -46,10 +52,17 @@ func (o *options) stats(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	interval, err := watchInterval(c)
+	if err != nil {
+		return err
+	}
 	return withConn(c, o, existing, func(cn *conn) error {
 		a, err := admin(o, cn, idem.Config{TTL: ttl, MaxLease: ttl, Retention: retention})
 		if err != nil {
 			return err
+		}
+		if c.Bool(flagWatch) {
+			return o.watchStats(c, a, cn, statsJSONOf(idem.Stats{}, cn.where, ttl, retention), interval)
 		}
 		st, err := a.Stats(c.Context)
 		if err != nil {
@@ -97,6 +110,11 @@ func statsJSONOf(st idem.Stats, where string, ttl, retention time.Duration) stat
 // renderStats writes stats for people, from the ledger's stats and their
 // JSON form (which carries the database, TTL and retention).
 func renderStats(w io.Writer, st idem.Stats, out statsJSON) error {
+	return printFields(w, statsFields(st, out))
+}
+
+// statsFields are the lines of the stats view, as printFields takes them.
+func statsFields(st idem.Stats, out statsJSON) [][2]string {
 	ttl, retention := time.Duration(out.TTLMS)*time.Millisecond, time.Duration(out.RetentionMS)*time.Millisecond
 	fields := [][2]string{
 		{"database", out.Database},
@@ -116,7 +134,7 @@ func renderStats(w io.Writer, st idem.Stats, out statsJSON) error {
 	}
 	fields = append(fields, [2]string{"awaiting retry", awaitingText(st, ttl)}, [2]string{"oldest row", oldestText(st.Oldest)},
 		[2]string{"sweep backlog", backlogText(out.SweepBacklog, retention)}, [2]string{"database size", formatBytes(out.SizeBytes)})
-	return printFields(w, fields)
+	return fields
 }
 
 // awaitingText describes the pending rows past the TTL.
