@@ -41,7 +41,7 @@ conformance-deps:
 	fi
 
 # Every benchmark, printed as one table with the machine noted and each
-# figure an issue sets a target for beside its target (about 6 minutes). The
+# figure an issue sets a target for beside its target (about 7 minutes). The
 # raw output is kept in bench.out, for readme-figures.
 bench: conformance-deps
 	@{ $(GO) test -run '^$$' -bench . -benchtime 200x ./idem/ ./d1local/ && \
@@ -59,11 +59,12 @@ bench-budget:
 		-bench.long -bench.duration $(BENCH_DURATION) 2>&1 | tee bench-budget.out | $(GO) run ./internal/benchtable
 
 # Rewrite the README's figures table (between <!-- bench:begin --> and
-# <!-- bench:end -->) from the output of the last make bench, and of the last
-# make bench-budget if there is one.
+# <!-- bench:end -->), and docs/bridge.md's (the bridge's rows), from the
+# output of the last make bench, and of the last make bench-budget if there
+# is one.
 readme-figures:
 	@test -f bench.out || { echo "no bench.out: run make bench first"; exit 1; }
-	@$(GO) run ./internal/benchtable -readme README.md bench.out $(wildcard bench-budget.out) >/dev/null
+	@$(GO) run ./internal/benchtable -readme README.md -bridge docs/bridge.md bench.out $(wildcard bench-budget.out) >/dev/null
 
 # Regenerate bridge/ledger-statements.js after changing the idem package's
 # statements (go test ./idem fails while it is stale).

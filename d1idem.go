@@ -18,8 +18,8 @@
 // # API stability
 //
 // Schema, SchemaStatements, Table and UpdatedAtIndex follow the module's
-// semantic versioning. The schema itself is the spec's, shared with Workers
-// that run the spec's code, and changes only with the spec.
+// semantic versioning. The schema itself (docs/contract.md#1-schema) is
+// shared with Workers that run the spec's code, and changes only with it.
 package d1idem
 
 import (

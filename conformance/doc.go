@@ -10,7 +10,8 @@
 //     (../bridge/worker.js, the product's Worker that serves the D1 REST
 //     API's shapes on D1 bindings), with its secret checked on every call,
 //     started from Node by server.mjs with the npm packages pinned in
-//     package.json. harness.js runs beside it: the spec's own Worker code.
+//     package.json. harness.js runs beside it: the spec's
+//     Worker code, copied verbatim into spec.mjs.
 //
 // Every test runs the same assertions on both, so d1local is held to what
 // the real thing does. Where the two legitimately differ, the test asserts

@@ -41,12 +41,20 @@ const DefaultAttemptTimeout = 45 * time.Second
 const maxResponseBytes = 64 << 20
 
 // Config configures a Client. Its String, GoString, Format and LogValue
-// methods never show the API token.
+// methods never show the API token or the secret of BridgeURL.
 type Config struct {
 	// BaseURL of the Cloudflare API. Empty means $CLOUDFLARE_API_BASE_URL
 	// or $CLOUDFLARE_BASE_URL, and then DefaultBaseURL. Point it at a
 	// d1local server for local work.
 	BaseURL string
+	// BridgeURL is the address of a d1idem bridge (bridge/README.md) with
+	// its secret, https://:SECRET@HOST. It replaces BaseURL and APIToken
+	// (the API token is then never sent), and makes the zero Budget mean
+	// no budget: calls through the bridge are not metered by Cloudflare's
+	// API limit. Empty means $D1IDEM_BRIDGE_URL, read only when BaseURL is
+	// empty too. BridgeURL with BaseURL, or the variable with a base-URL
+	// variable, is an error; http:// is accepted for this machine only.
+	BridgeURL string
 	// APIToken is sent as a bearer token.
 	APIToken string
 	// AccountID and DatabaseID name the D1 database. Both are required.
@@ -97,6 +105,7 @@ type Client struct {
 	batch   *batcher
 	classes *classCache
 	tel     *telemetry
+	bridge  bool // cfg came from a bridge URL: see Config.BridgeURL
 
 	sleep func(ctx context.Context, d time.Duration) error // between retries; replaced in tests
 
@@ -107,6 +116,10 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // New validates cfg and returns a Client. It makes no network call.
 func New(cfg Config) (*Client, error) {
+	bridge, err := cfg.applyBridge()
+	if err != nil {
+		return nil, err
+	}
 	base, err := resolveBaseURL(cfg.BaseURL)
 	if err != nil {
 		return nil, err
@@ -174,6 +187,7 @@ func New(cfg Config) (*Client, error) {
 		classes: &classCache{},
 		tel:     newTelemetry(cfg.MeterProvider, cfg.TracerProvider, cfg.DatabaseID),
 		sleep:   sleepCtx,
+		bridge:  bridge,
 	}
 	c.batch = newBatcher(c, coalesce, account.clk)
 	observeBudget(c, cfg.MeterProvider)

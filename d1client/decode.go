@@ -231,37 +231,39 @@ func (d *fastDecoder) number() ([]byte, bool) {
 	case j < len(b) && b[j] == '0':
 		j++
 	case j < len(b) && b[j] >= '1' && b[j] <= '9':
-		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
-			j++
-		}
+		j = digits(b, j)
 	default:
 		return nil, false
 	}
 	if j < len(b) && b[j] == '.' {
-		j++
-		k := j
-		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
-			j++
-		}
-		if j == k {
+		k := digits(b, j+1)
+		if k == j+1 {
 			return nil, false
 		}
+		j = k
 	}
 	if j < len(b) && (b[j] == 'e' || b[j] == 'E') {
 		j++
 		if j < len(b) && (b[j] == '+' || b[j] == '-') {
 			j++
 		}
-		k := j
-		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
-			j++
-		}
-		if j == k {
+		k := digits(b, j)
+		if k == j {
 			return nil, false
 		}
+		j = k
 	}
 	d.i = j
 	return b[start:j], true
+}
+
+// digits returns the index of the first byte at or after j in b that is not
+// an ASCII digit.
+func digits(b []byte, j int) int {
+	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+		j++
+	}
+	return j
 }
 
 // skip reads any value and drops it.

@@ -109,6 +109,17 @@
 // more than a round trip, and when calls are scarce each carries more,
 // priority statements first. See CoalesceConfig.
 //
+// # The bridge
+//
+// A d1idem bridge (bridge/ in this module, docs/bridge.md) is a Worker that
+// serves the same REST endpoints on the database's D1 binding, past the
+// account's API budget. Config.BridgeURL, or the environment variable
+// D1IDEM_BRIDGE_URL, names one with its secret, https://:SECRET@HOST: it
+// stands for the base URL and the API token (which is then never sent),
+// and the zero Budget then means no budget; group commit works as before.
+// Client.Bridge reports it. Nothing else changes: a deployment moves from
+// the API to the bridge by setting that one variable.
+//
 // # API stability
 //
 // The exported API (every exported name and its documented behaviour:

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/d1idem/d1idem/internal/jsonstr"
 )
 
 // Limits D1 enforces per statement, checked before anything is sent.
@@ -176,22 +178,7 @@ func appendJSONString(dst []byte, s string) []byte {
 			continue
 		}
 		dst = append(dst, s[start:i]...)
-		switch b {
-		case '"', '\\':
-			dst = append(dst, '\\', b)
-		case '\b':
-			dst = append(dst, '\\', 'b')
-		case '\f':
-			dst = append(dst, '\\', 'f')
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		default:
-			dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
-		}
+		dst = jsonstr.AppendEscaped(dst, b)
 		start = i + 1
 	}
 	dst = append(dst, s[start:]...)

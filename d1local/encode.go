@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/d1idem/d1idem/internal/jsonstr"
 )
 
 // This file writes results the way D1, a JavaScript service, serializes
@@ -17,7 +19,6 @@ import (
 // escapes). Invalid UTF-8 becomes U+FFFD, as it does when SQLite text
 // becomes a JavaScript string.
 func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -39,22 +40,7 @@ func appendJSONString(b []byte, s string) []byte {
 			continue
 		}
 		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\b':
-			b = append(b, '\\', 'b')
-		case '\f':
-			b = append(b, '\\', 'f')
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
+		b = jsonstr.AppendEscaped(b, c)
 		i++
 		start = i
 	}

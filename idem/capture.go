@@ -30,7 +30,7 @@ func (c *captureWriter) Header() http.Header { return c.w.Header() }
 // never stored), and ignores a status after the first. 101 Switching
 // Protocols cannot be replayed: with no Tx statements queued it is sent
 // and the response streams; with statements queued it is recorded, and
-// stored as the spec's sentinel (status 500).
+// stored as the sentinel, status 500 (docs/contract.md#6-responses).
 func (c *captureWriter) WriteHeader(code int) {
 	if code < 100 || code > 999 {
 		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
@@ -93,7 +93,7 @@ func (c *captureWriter) Flush() {
 // statements are queued the flush is held: the response is sent after they
 // commit. A flush after the body has outgrown the stored-body cap is
 // ignored too: what was written beyond the cap is gone, and the response
-// will be the spec's status 500 sentinel.
+// will be the status 500 sentinel (docs/contract.md#6-responses).
 func (c *captureWriter) FlushError() error {
 	if c.streamed || c.hijacked {
 		return http.NewResponseController(c.w).Flush()

@@ -1,5 +1,5 @@
-// Package idem implements the spec's Idempotency-Key ledger on D1
-// ("Idempotency-Key Ledger on D1": claim before mutate, precise
+// Package idem implements an Idempotency-Key ledger on D1
+// (docs/contract.md states the contract it keeps: claim before mutate, precise
 // fingerprinting, fenced takeover of stale reservations, bounded sweep), the
 // net/http middleware that puts it in front of a handler, and the
 // administrative API that the d1idem CLI is built on.
@@ -8,7 +8,7 @@
 // share one ledger table: the fingerprint bytes (Fingerprint, PathAndQuery,
 // HeaderValue), the row encoding (status strings, generation, the
 // response_headers JSON object) and the time unit (milliseconds since the
-// epoch) are the spec's, and header values are stored as a Worker stores
+// epoch) are the contract's, and header values are stored as a Worker stores
 // them.
 //
 // # The request path
@@ -39,7 +39,7 @@
 //
 // By default every timestamp comes from D1's clock, evaluated inside the
 // statement that writes it, so all instances share one clock. Config.Clock
-// injects a clock instead, bound as a parameter as the spec does. Deadlines
+// injects a clock instead, bound as a parameter (docs/contract.md#8-time). Deadlines
 // and heartbeat periods use the local monotonic clock, which only measures
 // durations.
 //
@@ -88,6 +88,6 @@
 //
 // Until d1idem's first tagged release the exported API may change; after
 // it, the exported names of this package follow semantic versioning. The
-// stored row format (the spec's) and the middleware's error codes are a
+// stored row format (docs/contract.md#1-schema) and the middleware's error codes are a
 // contract with other ledger users and change only with the spec.
 package idem

@@ -9,11 +9,12 @@ import (
 	"unicode/utf8"
 )
 
-// MaxKeyLength is the longest Idempotency-Key the spec accepts.
+// MaxKeyLength is the longest Idempotency-Key accepted
+// (docs/contract.md#2-key).
 const MaxKeyLength = 255
 
-// ValidKey reports whether key matches the spec's pattern
-// ^[\x20-\x7e]{1,255}$: 1 to 255 printable ASCII characters.
+// ValidKey reports whether key is 1 to 255 printable ASCII characters,
+// ^[\x20-\x7e]{1,255}$ (docs/contract.md#2-key).
 func ValidKey(key string) bool {
 	if len(key) == 0 || len(key) > MaxKeyLength {
 		return false
@@ -101,7 +102,8 @@ func illFormedLength(s string) int {
 	return n
 }
 
-// Fingerprint computes the spec's computeFingerprint byte for byte: the
+// Fingerprint computes a request's fingerprint (docs/contract.md#3-fingerprint),
+// byte for byte as a Worker running the spec computes it: the
 // lowercase hex SHA-256 of
 //
 //	METHOD "\n" pathAndQuery "\n" name1 ":" value1 "\n" ... nameN ":" valueN "\n" body

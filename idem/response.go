@@ -16,7 +16,8 @@ import (
 // The request must fail rather than re-execute or replay something else.
 var ErrUnreadableRecord = errors.New("idem: stored response is unreadable")
 
-// nullBodyStatuses never carry a body (the spec's NULL_BODY_STATUSES).
+// nullBodyStatus reports whether status never carries a body
+// (docs/contract.md#6-responses).
 func nullBodyStatus(status int) bool {
 	return status == http.StatusNoContent || status == http.StatusResetContent || status == http.StatusNotModified
 }
@@ -35,11 +36,11 @@ func (r *storedRow) scan(row d1client.Row) error {
 	return row.Scan(&r.fingerprint, (*string)(&r.status), &r.generation, &r.responseStatus, &r.responseBody, &r.responseHeaders)
 }
 
-// response reconstructs a completed row's response the way the spec's
-// replayResponse does: status (500 when null), the stored headers (never
+// response reconstructs a completed row's response as a Worker replays it
+// (docs/contract.md#6-responses): status (500 when null), the stored headers (never
 // set-cookie or connection headers, whoever wrote the row), and the body
 // unless the status forbids one. A status outside 200-599 cannot come from
-// the spec's Worker (a Fetch Response cannot carry it) nor from this
+// a Worker (a Fetch Response cannot carry it) nor from this
 // package: the row is unreadable.
 func (r *storedRow) response() (*Response, error) {
 	status := http.StatusInternalServerError
@@ -61,7 +62,7 @@ func (r *storedRow) response() (*Response, error) {
 }
 
 // replayableStatus reports whether a response with this status can be
-// stored and replayed by both this package and the spec's Worker: a Fetch
+// stored and replayed by both this package and a Worker: a Fetch
 // Response is constructed with a status in 200-599 only.
 func replayableStatus[T int | int64](status T) bool { return status >= 200 && status <= 599 }
 
@@ -85,7 +86,8 @@ func decodeHeaders(s *string) (http.Header, error) {
 	return h, nil
 }
 
-// normalize applies the spec's completion rules to a handler's response. It
+// normalize applies the completion rules (docs/contract.md#6-responses) to
+// a handler's response. It
 // returns what this caller gets, the response_headers JSON, and the body to
 // store (nil for SQL NULL).
 //
@@ -111,7 +113,8 @@ func (l *Ledger) normalize(resp Response) (Response, string, *string) {
 	return out, headersJSON, &body
 }
 
-// captureHeaders is the spec's captureHeaders: a JSON object of the
+// captureHeaders encodes response_headers (docs/contract.md#6-responses): a
+// JSON object of the
 // replayable headers present on the response, in allowlist order, each value
 // as a Worker's Headers.get gives it (see HeaderValue), encoded as
 // JSON.stringify encodes it.

@@ -9,8 +9,8 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// ledgerSQL builds the ledger's statements. Every statement is the spec's,
-// with one change where the D1 clock is used: the timestamp the spec binds
+// ledgerSQL holds the ledger's statements (docs/contract.md#4-claim,
+// #5-fencing, #7-sweep). Each is the spec's, with one change where the D1 clock is used: the timestamp the spec binds
 // from Date.now() is computed in SQL instead (d1Now), so every instance reads
 // one clock. With an injected clock the timestamp is bound as a parameter,
 // exactly as in the spec.
@@ -23,7 +23,8 @@ type ledgerSQL struct {
 	ringGuardSQL, ringEpochSQL, ringReadSQL, movedLookupSQL, movedDeleteSQL string
 }
 
-// d1Now is D1's clock in the spec's unit, milliseconds since the epoch.
+// d1Now is D1's clock in milliseconds since the epoch
+// (docs/contract.md#8-time).
 const d1Now = "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
 
 // buildSQL builds the statements for the D1 clock, or for an injected
@@ -37,7 +38,7 @@ func buildSQL(injectedClock bool) ledgerSQL {
 	}
 	return ledgerSQL{
 		injected: injectedClock,
-		// Round trip 1, statement 1: the spec's claim, with the spec's
+		// Round trip 1, statement 1: the claim, with the
 		// takeover folded into its conflict branch. A fresh key inserts
 		// generation 1; an existing pending row with the same fingerprint and
 		// updated_at older than the TTL is taken over (generation + 1,
@@ -47,10 +48,10 @@ VALUES (?1, ?2, ?3, 'pending', 1, ` + now("?5") + `, ` + now("?5") + `)
 ON CONFLICT (principal, key) DO UPDATE SET generation = generation + 1, updated_at = excluded.updated_at
 WHERE status = 'pending' AND fingerprint = excluded.fingerprint AND updated_at < excluded.updated_at - ?4
 RETURNING generation`,
-		// Round trip 1, statement 2: the spec's lookup.
+		// Round trip 1, statement 2: the lookup.
 		lookup: `SELECT fingerprint, status, generation, response_status, response_body, response_headers
 FROM idempotency_keys WHERE principal = ?1 AND key = ?2`,
-		// Round trip 2: the spec's fenced completion ...
+		// Round trip 2: the fenced completion ...
 		completeSQL: `UPDATE idempotency_keys
 SET status = 'completed', response_status = ?1, response_body = ?2, response_headers = ?3, updated_at = ` + now("?7") + `
 WHERE principal = ?4 AND key = ?5 AND generation = ?6 AND status = 'pending'

@@ -1,10 +1,11 @@
 // Package cli is the d1idem command line: schema management for CI, key
 // inspection and release for operators, sweeping and stats, a standalone
-// d1local server, and the demo. cmd/d1idem is its thin main; the command
+// d1local server, the bridge (a Worker serving D1's REST API past the API
+// budget: written, deployed and run locally), and the demo. cmd/d1idem is its thin main; the command
 // line, not this package, is the interface.
 //
 // Each command group has its file (schema.go, keys.go, sweep.go, stats.go,
-// local.go, demo.go), and each command a constructor returning its
+// local.go, bridge.go, demo.go), and each command a constructor returning its
 // *cli.Command and a function doing its work. The work comes from idem's
 // administrative API, package schema or d1local; renderers take plain values
 // and write an aligned table for people or, with --json, JSON with stable
@@ -72,13 +73,16 @@ type options struct {
 const appDescription = `d1idem keeps Stripe-style Idempotency-Key records in a D1 table,
 idempotency_keys. This tool applies and verifies that table's schema, shows and
 releases keys, sweeps expired rows, reports stats, serves a local D1 (d1local),
-and plays a demo.
+writes, deploys and runs the bridge (D1's REST API past the API budget), and
+plays a demo.
 
 Connect to D1 the way wrangler does, with --account-id, --api-token and
 --database-id (or CLOUDFLARE_ACCOUNT_ID, CLOUDFLARE_API_TOKEN, D1_DATABASE_ID),
 or --database NAME from the wrangler config (wrangler.json, wrangler.jsonc or
-wrangler.toml; --env NAME for one of its environments). Use --local DIR for the
-embedded d1local instead; no Cloudflare account is needed then. Connection
+wrangler.toml; --env NAME for one of its environments). Through a bridge,
+D1IDEM_BRIDGE_URL (or --bridge-url) stands for the API token and base URL. Use
+--local DIR for the embedded d1local instead; no Cloudflare account is needed
+then. Connection
 flags go before or after the command: 'd1idem --local .d1idem stats' and
 'd1idem stats --local .d1idem' are the same.
 
@@ -93,6 +97,7 @@ func commands(o *options) []*cli.Command {
 		sweepCommand(o),
 		statsCommand(o),
 		localCommand(),
+		bridgeCommand(),
 		demoCommand(),
 	}
 }

@@ -84,6 +84,9 @@ func TestRewriteArgs(t *testing.T) {
 		{"--json kyes", "kyes --json"},
 		{"--version", "--version"},
 		{"stats -- --local D", "stats -- --local D"},
+		{"bridge init DIR --database a --database=b --force", "bridge init --database a --database=b --force DIR"},
+		{"--json bridge init DIR --database a -- --x", "bridge init --json --database a DIR -- --x"},
+		{"stats extra --json", "stats --json extra"},
 	} {
 		got := strings.Join(rewriteArgs(app, append([]string{"d1idem"}, strings.Fields(tc.in)...))[1:], " ")
 		if got != tc.want {

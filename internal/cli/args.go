@@ -11,9 +11,11 @@ import (
 // rewriteArgs returns args as urfave/cli should parse them. urfave/cli reads
 // a flag only at the level that defines it, so flags given before the
 // command ("d1idem --local DIR stats") move to just after the command path
-// ("d1idem stats --local DIR"), and "help PATH" becomes "PATH --help". A
-// word that is not a command stops the walk; the command above it then
-// reports it.
+// ("d1idem stats --local DIR"), and "help PATH" becomes "PATH --help". It
+// stops reading flags at the first argument, so a command's arguments move
+// after its flags ("bridge init DIR --database X" is "bridge init
+// --database X DIR"). A word that is not a command stops the walk; the
+// command above it then reports it.
 func rewriteArgs(app *cli.App, args []string) []string {
 	if len(args) < 2 {
 		return args
@@ -49,7 +51,23 @@ func rewriteArgs(app *cli.App, args []string) []string {
 	if help {
 		out = append(out, "--help")
 	}
-	return append(out, rest...)
+	return append(out, flagsFirst(rest, kinds)...)
+}
+
+// flagsFirst returns a command's arguments with its flags (and their
+// values) first, in their order, then the other arguments; from "--" on,
+// everything is left as it is.
+func flagsFirst(rest []string, kinds map[string]bool) []string {
+	var flags, others []string
+	for len(rest) > 0 && rest[0] != "--" {
+		if !isFlag(rest[0]) {
+			others, rest = append(others, rest[0]), rest[1:]
+			continue
+		}
+		n := flagWidth(rest[0], rest, kinds)
+		flags, rest = append(flags, rest[:n]...), rest[n:]
+	}
+	return append(append(flags, others...), rest...)
 }
 
 // isFlag reports whether an argument is a flag ("-x", "--name", "--name=v").

@@ -31,6 +31,7 @@ const (
 	flagEnv        = "env"
 	flagPreview    = "preview"
 	flagBaseURL    = "base-url"
+	flagBridgeURL  = "bridge-url"
 	flagLocal      = "local"
 	flagJSON       = "json"
 )
@@ -38,7 +39,8 @@ const (
 // connFlags are the flags of every command that talks to D1. They are the
 // flags and environment variables wrangler users already know. The base
 // URL's variables (CLOUDFLARE_API_BASE_URL, CLOUDFLARE_BASE_URL) are read by
-// d1client, which refuses them when they differ.
+// d1client, which refuses them when they differ, and so is the bridge's
+// (D1IDEM_BRIDGE_URL) unless --bridge-url is given.
 func connFlags() []cli.Flag {
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: flagAccountID, Usage: "Cloudflare account `ID`", EnvVars: []string{"CLOUDFLARE_ACCOUNT_ID"}, Category: "Connection:"},
@@ -49,6 +51,8 @@ func connFlags() []cli.Flag {
 		&cli.BoolFlag{Name: flagPreview, Usage: "with --database, use its preview_database_id", DisableDefaultText: true, Category: "Connection:"},
 		&cli.StringFlag{Name: flagBaseURL, Usage: "Cloudflare API base `URL`; without it, $" + d1client.APIBaseURLEnv + " or $" + d1client.BaseURLEnv +
 			" (refused when both are set and differ), else " + d1client.DefaultBaseURL, Category: "Connection:"},
+		&cli.StringFlag{Name: flagBridgeURL, Usage: "reach D1 through a d1idem bridge: its `URL` with its secret, https://:SECRET@HOST (never printed); it stands for --base-url and --api-token, and lifts the API budget (see 'd1idem bridge --help')",
+			EnvVars: []string{d1client.BridgeURLEnv}, Category: "Connection:"},
 		&cli.StringFlag{Name: flagLocal, Usage: "use the embedded d1local with its databases under `DIR` (" + d1local.LocalDir + " for the demo and the example API) instead of Cloudflare", Category: "Connection:"},
 	)...)
 }
@@ -132,7 +136,7 @@ func openConn(c *cli.Context, o *options, acc access, mods ...func(*d1client.Con
 	if err != nil {
 		return nil, err
 	}
-	cfg := d1client.Config{BaseURL: c.String(flagBaseURL), APIToken: t.token, AccountID: t.accountID, DatabaseID: t.databaseID}
+	cfg := d1client.Config{BaseURL: c.String(flagBaseURL), BridgeURL: t.bridgeURL, APIToken: t.token, AccountID: t.accountID, DatabaseID: t.databaseID}
 	// No logger: retries and rate-limit blocks reach the operator in the
 	// one error line of a failed call (see describe), not as log lines.
 	for _, m := range append(mods, o.clientMods...) {
@@ -143,7 +147,7 @@ func openConn(c *cli.Context, o *options, acc access, mods ...func(*d1client.Con
 	if errors.As(err, &de) {
 		// A setting d1client refuses, such as two base-URL variables that
 		// disagree: the caller's to fix.
-		return nil, usagef("cannot reach D1: %s", de.Message)
+		return nil, usagef("cannot reach D1: %s", strings.ReplaceAll(de.Message, "Config.BridgeURL", "--"+flagBridgeURL))
 	} else if err != nil {
 		return nil, err
 	}
@@ -152,12 +156,42 @@ func openConn(c *cli.Context, o *options, acc access, mods ...func(*d1client.Con
 		cn.scope = "(--database " + t.wrangler.Name() + " of " + t.wrangler.ConfigPath + ")"
 	}
 	cn.list = func(ctx context.Context) ([]string, error) { return listCloudflare(ctx, db, cfg.HTTPClient, t.token) }
+	if db.Bridge() {
+		cn.where += " through the bridge at " + strings.TrimSuffix(db.BaseURL(), "/")
+		cn.list = func(context.Context) ([]string, error) {
+			return nil, errors.New("a bridge serves the databases its wrangler.toml binds, and lists none")
+		}
+	}
 	return cn, nil
+}
+
+// bridgeURL returns the bridge URL of the connection flags, for
+// d1client.Config.BridgeURL, and whether a bridge is to be used at all.
+// --bridge-url is returned as given; $D1IDEM_BRIDGE_URL is left to d1client
+// to read (the URL is then ""), which refuses it beside a base-URL
+// variable. A --base-url on the command line wins over the variable, as
+// flags win over the environment; with --bridge-url it is a usage error.
+func bridgeURL(c *cli.Context) (url string, bridge bool, err error) {
+	u := c.String(flagBridgeURL)
+	if u == "" {
+		return "", false, nil
+	}
+	fromEnv := u == os.Getenv(d1client.BridgeURLEnv)
+	switch {
+	case c.String(flagBaseURL) == "" && fromEnv:
+		return "", true, nil
+	case c.String(flagBaseURL) == "":
+		return u, true, nil
+	case fromEnv:
+		return "", false, nil
+	}
+	return "", false, usagef("--%s and --%s both say where D1 is; pass one (a bridge URL is its base URL with its secret)", flagBridgeURL, flagBaseURL)
 }
 
 // target is a Cloudflare database and the credentials to reach it.
 type target struct {
 	accountID, token, databaseID string
+	bridgeURL                    string // for d1client.Config.BridgeURL; see bridgeURL
 	where                        string
 	wrangler                     *wrangler.Database
 }
@@ -166,8 +200,12 @@ type target struct {
 // wrangler config included, and lists what is missing.
 func cloudflareTarget(c *cli.Context) (target, error) {
 	t := target{accountID: c.String(flagAccountID), token: c.String(flagAPIToken), databaseID: c.String(flagDatabaseID)}
+	bridgeURL, bridge, err := bridgeURL(c)
+	if err != nil {
+		return t, err
+	}
+	t.bridgeURL = bridgeURL
 	if c.String(flagDatabase) != "" {
-		var err error
 		if t.wrangler, t.databaseID, t.where, err = wranglerTarget(c, t.databaseID); err != nil {
 			return t, err
 		}
@@ -179,7 +217,7 @@ func cloudflareTarget(c *cli.Context) (target, error) {
 	if t.accountID == "" {
 		missing = append(missing, "the account ID (--account-id or CLOUDFLARE_ACCOUNT_ID)")
 	}
-	if t.token == "" {
+	if t.token == "" && !bridge {
 		missing = append(missing, "an API token (--api-token or CLOUDFLARE_API_TOKEN)")
 	}
 	if t.databaseID == "" {

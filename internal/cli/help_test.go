@@ -82,7 +82,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"keys", "release"}, []string{"--generation GENERATION", "--force", "its\n   completion is fenced by its generation and will not be stored", "next retry executes the request\n   again"}},
 		{[]string{"schema", "apply"}, []string{"--dry-run", "d1_migrations", "wrangler d1 migrations apply", "idempotent", "--migrations-dir DIR"}},
 		{[]string{"schema", "verify"}, []string{"table_info and index_list", "exit 1 with a diff"}},
-		{[]string{"sweep"}, []string{"--retention DURATION", "(default: 24h0m0s)", "--batch N", "(default: 20)", "--all", "--dry-run", "--max-calls N", "(default: 200, unlimited with --local)", "1200 API calls per 5 minutes"}},
+		{[]string{"sweep"}, []string{"--retention DURATION", "(default: 24h0m0s)", "--batch N", "(default: 20)", "--all", "--dry-run", "--max-calls N", "(default: 200, unlimited with --local or a bridge)", "1200 API calls per 5 minutes"}},
 		{[]string{"stats"}, []string{"--ttl TTL", "--retention DURATION", "database size"}},
 	} {
 		r := mustRun(t, nil, append(tc.path, "--help")...)

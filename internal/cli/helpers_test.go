@@ -152,12 +152,16 @@ var scenario = []row{
 	{principal: "acct_9", key: "old-2", status: "pending", generation: 3, created: 31 * time.Hour, updated: 30 * time.Hour},
 }
 
+// packageDir is this package's directory, the tests' working directory
+// before any of them changes it.
+var packageDir, _ = os.Getwd()
+
 // golden compares got with testdata/name.golden, or rewrites it with -update.
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
+	path := filepath.Join(packageDir, "testdata", name+".golden")
 	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {

@@ -45,7 +45,7 @@ On a terminal it shows progress; otherwise it prints one summary line.
 			&cli.IntFlag{Name: "batch", Value: idem.DefaultSweepBatch, Usage: fmt.Sprintf("delete at most `N` rows per DELETE (1 to %d)", idem.MaxSweepBatch)},
 			&cli.BoolFlag{Name: "all", Usage: "repeat until a batch comes back short (the backlog is clear)", DisableDefaultText: true},
 			&cli.BoolFlag{Name: "dry-run", Usage: "count the rows that would be deleted (one COUNT query); delete nothing", DisableDefaultText: true},
-			&cli.IntFlag{Name: "max-calls", Value: defaultMaxCalls, Usage: "at most `N` D1 calls per 5 minutes, leaving the rest of the account's 1200 to the application; 0 (unlimited) only with --local", DefaultText: "200, unlimited with --local"},
+			&cli.IntFlag{Name: "max-calls", Value: defaultMaxCalls, Usage: "at most `N` D1 calls per 5 minutes, leaving the rest of the account's 1200 to the application; 0 (unlimited) only with --local or a bridge", DefaultText: "200, unlimited with --local or a bridge"},
 			jsonFlag(),
 		}, connFlags()...),
 		Action: o.sweep,
@@ -77,18 +77,19 @@ func (o *options) sweep(c *cli.Context) error {
 	return withConn(c, o, existing, s.run, mods...)
 }
 
-// maxCalls reads --max-calls: 0 (unlimited) only with --local, where it is
-// the default.
+// maxCalls reads --max-calls: 0 (unlimited) only with --local or through
+// a bridge, where it is the default.
 func maxCalls(c *cli.Context) (int, error) {
 	n := c.Int("max-calls")
-	local := c.String(flagLocal) != ""
+	_, bridge, _ := bridgeURL(c) // a bad combination is reported by openConn
+	unmetered := c.String(flagLocal) != "" || bridge
 	switch {
 	case n < 0:
 		return 0, usagef("--max-calls %d must not be negative", n)
-	case n == 0 && !local:
-		return 0, usagef("--max-calls 0 (unlimited) is only allowed with --local: against Cloudflare, leave the application room within the account's 1200 calls per 5 minutes")
-	case local && !c.IsSet("max-calls"):
-		return 0, nil // d1local has no API limit
+	case n == 0 && !unmetered:
+		return 0, usagef("--max-calls 0 (unlimited) is only allowed with --local or a bridge: against Cloudflare's API, leave the application room within the account's 1200 calls per 5 minutes")
+	case unmetered && !c.IsSet("max-calls"):
+		return 0, nil // neither d1local nor a bridge is metered by the API limit
 	}
 	return n, nil
 }

@@ -61,7 +61,8 @@ type Backend struct {
 	// workerd it is the bridge's own socket.
 	BaseURL string
 	// HarnessURL, on workerd, is the base URL of the test harness Worker
-	// (conformance/harness.js: the spec's own Worker code, on the same
+	// (conformance/harness.js, serving conformance/spec.mjs, the spec's Worker
+	// code verbatim, on the same
 	// databases) under /__spec/; "" on d1local.
 	HarnessURL string
 	// AccountID is the account ID used in URLs (see the constant AccountID).

@@ -455,7 +455,7 @@ func (b *tailBuffer) String() string {
 }
 
 // SpecFingerprint asks the workerd server to compute the spec's
-// computeFingerprint (conformance/harness.js holds the spec's function) for a
+// computeFingerprint (conformance/spec.mjs holds it verbatim) for a
 // request with the given method, path and query (which must start with "/"),
 // headers and body. It returns the fingerprint and the path and query as the
 // Worker saw them (after WHATWG URL parsing). It uses the shared workerd
