@@ -308,13 +308,13 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 			err     *Error
 			shared  int // statements of the shared call that carried ours
 		)
-		actx, span := c.tel.startAttempt(ctx, op, len(stmts), attempt)
+		actx, span := c.tel.startAttempt(ctx, op)
 		if solo {
 			results, err = c.call(actx, wire, cl)
 		} else {
 			results, shared, err = c.batch.submit(actx, wire, cl)
 		}
-		c.tel.endAttempt(span, !solo, len(stmts), shared, err)
+		c.tel.endAttempt(span, op, attempt, !solo, len(stmts), shared, err)
 		if err != nil && err.siblingAbort {
 			// A statement of another caller aborted the shared batch;
 			// nothing committed. Send ours alone, without counting it.

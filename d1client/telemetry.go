@@ -209,20 +209,21 @@ func (t *telemetry) call(coalesced bool, n int, k kind, d time.Duration) {
 }
 
 // startAttempt starts the span of one attempt of an Exec call. It returns
-// ctx unchanged when the span does not record.
-func (t *telemetry) startAttempt(ctx context.Context, o *opTelemetry, stmts, attempt int) (context.Context, trace.Span) {
+// ctx unchanged when the span does not record. The span's attributes are
+// set when it ends, in one call: cheaper than at its start and then again.
+func (t *telemetry) startAttempt(ctx context.Context, o *opTelemetry) (context.Context, trace.Span) {
 	sctx, span := t.tracer.Start(ctx, o.span)
 	if !span.IsRecording() {
 		return ctx, span
 	}
-	span.SetAttributes(o.attr, t.db, attrStatements.Int(stmts), attrAttempt.Int(attempt))
 	return sctx, span
 }
 
-// endAttempt ends an attempt's span with its result: the kind of call
-// that carried the caller's stmts statements and, when it was a shared
-// one, its statements in all, and a failure's class and HTTP status.
-func (t *telemetry) endAttempt(span trace.Span, coalesced bool, stmts, shared int, err *Error) {
+// endAttempt ends the span of an attempt, the attempt-th, of operation o
+// with its result: the caller's stmts statements, the kind of call that
+// carried them and, when it was a shared one, its statements in all, and a
+// failure's class and HTTP status.
+func (t *telemetry) endAttempt(span trace.Span, o *opTelemetry, attempt int, coalesced bool, stmts, shared int, err *Error) {
 	if !span.IsRecording() {
 		span.End()
 		return
@@ -238,14 +239,17 @@ func (t *telemetry) endAttempt(span trace.Span, coalesced bool, stmts, shared in
 	case stmts > 1:
 		ck = callKindBatch
 	}
-	span.SetAttributes(attrResult.String(k.class()), attrCallKind.String(callKindNames[ck]))
+	attrs := make([]attribute.KeyValue, 0, 8)
+	attrs = append(attrs, o.attr, t.db, attrStatements.Int(stmts), attrAttempt.Int(attempt),
+		attrResult.String(k.class()), attrCallKind.String(callKindNames[ck]))
 	if shared > 0 {
-		span.SetAttributes(attrCallStmts.Int(shared))
+		attrs = append(attrs, attrCallStmts.Int(shared))
 	}
+	if err != nil && err.StatusCode != 0 {
+		attrs = append(attrs, attrHTTPStatus.Int(err.StatusCode))
+	}
+	span.SetAttributes(attrs...)
 	if err != nil {
-		if err.StatusCode != 0 {
-			span.SetAttributes(attrHTTPStatus.Int(err.StatusCode))
-		}
 		// The class only: an error's message may quote SQL, which is not
 		// the span's business.
 		span.SetStatus(codes.Error, k.class())

@@ -53,6 +53,9 @@ func TestTelemetryRecordsEachFailureKind(t *testing.T) {
 		{"html_502", replay(t, "html_502"), stmts, "non_json", 502, true},
 		{"success_false_200", replay(t, "success_false_200"), stmts, "envelope", 200, true},
 		{"result_count_mismatch", replay(t, "result_count_mismatch"), stmts, "result_count", 200, true},
+		// Any other 4xx, in the API's error envelope.
+		{"other_4xx", httpmock.NewStringResponder(http.StatusRequestEntityTooLarge,
+			`{"result":null,"success":false,"errors":[{"code":7009,"message":"request too large"}],"messages":[]}`), stmts, "rejected", 413, true},
 		{"connection refused", dialRefused, stmts, "transport", 0, true},
 		{"too many parameters", ok1(t), []Statement{{SQL: "SELECT " + strings.Repeat("?,", MaxParams) + "?", Params: make([]any, MaxParams+1)}}, "invalid", 0, false},
 	}

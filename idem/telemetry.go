@@ -205,18 +205,20 @@ func (t *telemetry) endRequest(span trace.Span, rt *requestTrace, start time.Tim
 		span.End()
 		return
 	}
+	attrs := make([]attribute.KeyValue, 0, 5)
 	if rt.outcome != outNone {
-		span.SetAttributes(attrOutcome.String(outcomeNames[rt.outcome]))
+		attrs = append(attrs, attrOutcome.String(outcomeNames[rt.outcome]))
 	}
 	if rt.principal != "" {
-		span.SetAttributes(attrPrincipalSHA256.String(shortHash(rt.principal)))
+		attrs = append(attrs, attrPrincipalSHA256.String(shortHash(rt.principal)))
 	}
 	if r := rt.res; r != nil {
-		span.SetAttributes(attrGeneration.Int64(r.Generation), attrTakeover.Bool(r.Takeover))
+		attrs = append(attrs, attrGeneration.Int64(r.Generation), attrTakeover.Bool(r.Takeover))
 	}
 	if rt.completion != "" {
-		span.SetAttributes(attrCompletionResult.String(rt.completion))
+		attrs = append(attrs, attrCompletionResult.String(rt.completion))
 	}
+	span.SetAttributes(attrs...)
 	if rt.outcome.failed() {
 		span.SetStatus(codes.Error, outcomeNames[rt.outcome])
 	}

@@ -1,9 +1,11 @@
 package idem_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -41,20 +43,28 @@ type telEnv struct {
 
 func newTelEnv(t *testing.T, cfg idem.Config, faults ...d1local.FaultFunc) *telEnv {
 	t.Helper()
-	rec := oteltest.New()
 	var lc d1local.Config
 	if len(faults) > 0 {
 		lc.Faults = faults[0]
 	}
+	return newTelEnvWith(t, cfg, lc)
+}
+
+// newTelEnvWith is newTelEnv on a d1local configured by lc, its client's
+// configuration adjusted by mods.
+func newTelEnvWith(t *testing.T, cfg idem.Config, lc d1local.Config, mods ...func(*d1client.Config)) *telEnv {
+	t.Helper()
+	rec := oteltest.New()
 	b := d1test.LocalConfig(t, lc)
-	db := b.NewClientSchema(t, func(c *d1client.Config) {
+	db := b.NewClientSchema(t, append([]func(*d1client.Config){func(c *d1client.Config) {
 		c.MeterProvider, c.TracerProvider = rec.MeterProvider, rec.TracerProvider
 		c.Retry = d1client.NoRetry()
-	})
+	}}, mods...)...)
 	cfg.MeterProvider, cfg.TracerProvider = rec.MeterProvider, rec.TracerProvider
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = -1
 	}
+	rec.Spans.Reset() // the schema's
 	return &telEnv{rec: rec, b: b, db: db, ledger: newLedger(t, db, cfg)}
 }
 
@@ -203,7 +213,7 @@ func checkRequestSpan(t *testing.T, rec *oteltest.Recorder, outcome string) {
 	if (outcome == "execute") != ok || ok && gen.AsInt64() != 1 {
 		t.Errorf("%s: generation %v (%v)", outcome, gen.AsInt64(), ok)
 	}
-	failed := outcome == "ledger_unavailable" || outcome == "budget_shed" || outcome == "principal_invalid"
+	failed := outcome == "ledger_unavailable" || outcome == "budget_shed" || outcome == "principal_invalid" || outcome == "record_unreadable"
 	if (s.Status().Code == codes.Error) != failed {
 		t.Errorf("%s: span status %+v", outcome, s.Status())
 	}
@@ -431,4 +441,105 @@ func TestTelemetryD1FaultsThroughTheMiddleware(t *testing.T) {
 			e.rec.NoSecrets(t, m, telPrincipal, telToken, "key-secret-1")
 		})
 	}
+}
+
+// vanishingClaim is a transport that answers the next claim, when told to,
+// as D1 would were the row gone between the claim and its lookup (the
+// rare Retry outcome): every statement succeeds with no row. Every other
+// call goes to the real d1local.
+type vanishingClaim struct {
+	base http.RoundTripper
+	next atomic.Bool
+}
+
+func (v *vanishingClaim) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !v.next.Load() {
+		return v.base.RoundTrip(req)
+	}
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return nil, err
+	}
+	var batch struct {
+		Batch []json.RawMessage `json:"batch"`
+	}
+	if err := json.Unmarshal(body, &batch); err != nil || !strings.Contains(string(body), "INSERT INTO idempotency_keys") || !v.next.CompareAndSwap(true, false) {
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		return v.base.RoundTrip(req)
+	}
+	results := strings.Repeat(`{"results":{"columns":[],"rows":[]},"success":true,"meta":{}},`, len(batch.Batch))
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}}, Request: req,
+		Body: io.NopCloser(strings.NewReader(`{"result":[` + strings.TrimSuffix(results, ",") + `],"success":true,"errors":[],"messages":[]}`))}, nil
+}
+
+// The rarer outcomes: a claim whose row vanished (retry), a stored
+// response that cannot be read (record_unreadable), and a claim the local
+// API budget cannot carry before its deadline (budget_shed, with the
+// client's shed counted).
+func TestTelemetryRareOutcomes(t *testing.T) {
+	t.Run("retry", func(t *testing.T) {
+		vanish := &vanishingClaim{}
+		e := newTelEnvWith(t, idem.Config{}, d1local.Config{}, func(c *d1client.Config) {
+			vanish.base = c.HTTPClient.Transport
+			if vanish.base == nil {
+				vanish.base = http.DefaultTransport
+			}
+			c.HTTPClient = &http.Client{Transport: vanish}
+		})
+		vanish.next.Store(true)
+		if res := post(e.handler(t, idem.Options{}), "key-secret-1", `{}`); res.Code != http.StatusConflict || !strings.Contains(res.Body.String(), idem.CodeKeyRetry) {
+			t.Fatalf("status %d: %s", res.Code, res.Body)
+		}
+		checkRequestSpan(t, e.rec, "retry")
+		m := e.rec.Collect(t)
+		if n := m.Count("d1idem.request.duration", attribute.String("d1idem.outcome", "retry")); n != 1 {
+			t.Errorf("retries = %d:\n%s", n, m)
+		}
+		e.rec.NoSecrets(t, m, telPrincipal, telToken, "key-secret-1")
+	})
+	t.Run("record_unreadable", func(t *testing.T) {
+		e := newTelEnv(t, idem.Config{})
+		h := e.handler(t, idem.Options{})
+		if res := post(h, "key-secret-1", `{}`); res.Code != http.StatusCreated {
+			t.Fatal(res.Code)
+		}
+		if _, err := e.db.Exec(context.Background(), []d1client.Statement{{SQL: "UPDATE idempotency_keys SET response_headers = 'garbage'"}}); err != nil {
+			t.Fatal(err)
+		}
+		e.rec.Spans.Reset()
+		if res := post(h, "key-secret-1", `{}`); res.Code != http.StatusInternalServerError {
+			t.Fatalf("status %d: %s", res.Code, res.Body)
+		}
+		checkRequestSpan(t, e.rec, "record_unreadable")
+		m := e.rec.Collect(t)
+		if n := m.Count("d1idem.request.duration", attribute.String("d1idem.outcome", "record_unreadable")); n != 1 {
+			t.Errorf("unreadable = %d:\n%s", n, m)
+		}
+		e.rec.NoSecrets(t, m, telPrincipal, telToken, "key-secret-1")
+	})
+	t.Run("budget_shed", func(t *testing.T) {
+		e := newTelEnvWith(t, idem.Config{}, d1local.Config{}, func(c *d1client.Config) {
+			c.Budget = d1client.NewBudget(1, time.Hour).WithReserve(0)
+		})
+		// The schema took the hour's one call.
+		if res := post(e.handler(t, idem.Options{}), "key-secret-1", `{}`); res.Code != http.StatusServiceUnavailable ||
+			!strings.Contains(res.Body.String(), "budget") {
+			t.Fatalf("status %d: %s", res.Code, res.Body)
+		}
+		checkRequestSpan(t, e.rec, "budget_shed")
+		m := e.rec.Collect(t)
+		if n := m.Count("d1idem.request.duration", attribute.String("d1idem.outcome", "budget_shed")); n != 1 {
+			t.Errorf("sheds = %d:\n%s", n, m)
+		}
+		if n := m.Value("d1idem.d1.budget.sheds", attribute.Bool("d1idem.d1.priority", false)); n != 1 {
+			t.Errorf("client sheds = %g:\n%s", n, m)
+		}
+		if n := m.Count("d1idem.d1.operation.duration", attribute.String("d1idem.d1.operation", "claim"), attribute.String("d1idem.d1.result", "budget")); n != 1 {
+			t.Errorf("claims shed = %d:\n%s", n, m)
+		}
+		if n := m.Count("d1idem.d1.call.duration", attribute.String("d1idem.d1.result", "budget")); n != 0 {
+			t.Errorf("a shed claim was counted as a call: %d", n)
+		}
+		e.rec.NoSecrets(t, m, telPrincipal, telToken, "key-secret-1")
+	})
 }
