@@ -125,7 +125,6 @@ type telemetry struct {
 
 	outcomeSets [numOutcomes][]metric.RecordOption
 	sets        map[attribute.KeyValue][]metric.AddOption // of the counters, by their one attribute
-	none        []metric.AddOption
 }
 
 // newTelemetry makes the ledger's instruments from the providers (nil:

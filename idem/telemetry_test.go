@@ -353,7 +353,7 @@ func TestTelemetryLedgerWrites(t *testing.T) {
 			got = m.Value(tc.metric, tc.kv)
 		}
 		if got != tc.want {
-			t.Errorf("%s{%s=%s} = %g, want %g", tc.metric, tc.kv.Key, tc.kv.Value.Emit(), got, tc.want)
+			t.Errorf("%s{%s=%s} = %g, want %g", tc.metric, tc.kv.Key, tc.kv.Value.String(), got, tc.want)
 		}
 	}
 	if n := m.Count("d1idem.d1.operation.duration", attribute.String("d1idem.d1.operation", "renew")); n != 2 {

@@ -55,7 +55,7 @@ func (t *tally) record(name string, attrs attribute.Set, v float64, count int64)
 	}
 	add(tallyKey{metric: name})
 	for _, kv := range attrs.ToSlice() {
-		add(tallyKey{name, string(kv.Key), kv.Value.Emit()})
+		add(tallyKey{name, string(kv.Key), kv.Value.String()})
 	}
 }
 

@@ -198,7 +198,7 @@ func (r *Recorder) NoSecrets(t testing.TB, ms Metrics, secrets ...string) {
 	attrs := func(where string, kvs []attribute.KeyValue) {
 		t.Helper()
 		for _, kv := range kvs {
-			check(where, string(kv.Key)+"="+kv.Value.Emit())
+			check(where, string(kv.Key)+"="+kv.Value.String())
 		}
 	}
 	for _, s := range r.Spans.Ended() {
