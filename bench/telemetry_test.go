@@ -25,7 +25,7 @@ import (
 )
 
 // telemetryBlock is how many requests each side serves in turn.
-const telemetryBlock = 50
+const telemetryBlock = 10
 
 // guardedService is the middleware around a small handler, on its own
 // d1local reached in process, reporting to the providers (nil: otel's
