@@ -27,7 +27,7 @@ var (
 	// example: core, and the local D1 with its test server.
 	libraries = append(slices.Clone(core), module+"/d1local", module+"/d1local/d1localtest")
 	// testHelpers are imported by tests only.
-	testHelpers = []string{module + "/internal/d1test", module + "/internal/specseq", module + "/internal/doctest"}
+	testHelpers = []string{module + "/internal/d1test", module + "/internal/specseq", module + "/internal/doctest", module + "/internal/oteltest"}
 )
 
 // goList runs `go list` with args in the module's root and returns its
@@ -85,14 +85,26 @@ func TestLintLayering(t *testing.T) {
 	forbid(core, "a core library does not import the local D1 (d1local, d1localtest)", func(dep string) bool {
 		return under(dep, module+"/d1local")
 	})
+	// A library uses OpenTelemetry's API only; the application picks the
+	// SDK and the exporter (docs/observability.md).
+	forbid(core, "a core library links no telemetry SDK, exporter or Prometheus client", telemetrySDK)
+	if !slices.Contains(all[module+"/examples/orders"], "go.opentelemetry.io/otel/exporters/prometheus") {
+		t.Fatal("the check is broken: examples/orders should link the Prometheus exporter")
+	}
 	programs := []string{module + "/internal/cli", module + "/cmd/d1idem"}
 	forbid(programs, "the CLI imports neither an example nor a test helper", func(dep string) bool {
 		return under(dep, module+"/examples") || slices.Contains(testHelpers, dep)
 	})
 	// The first `go run ./cmd/d1idem demo` compiles all of it: keep it lean.
-	forbid(programs, "the CLI links no telemetry SDK or exporter", func(dep string) bool {
-		return under(dep, "go.opentelemetry.io/otel/sdk") || under(dep, "go.opentelemetry.io/otel/exporters")
-	})
+	forbid(programs, "the CLI links no telemetry SDK or exporter", telemetrySDK)
+}
+
+// telemetrySDK reports whether a package is an OpenTelemetry SDK or
+// exporter, or Prometheus's client: what an application, never a library,
+// chooses.
+func telemetrySDK(dep string) bool {
+	return under(dep, "go.opentelemetry.io/otel/sdk") || under(dep, "go.opentelemetry.io/otel/exporters") ||
+		under(dep, "github.com/prometheus")
 }
 
 // TestLintNoSQLiteInLibraries: what a production binary imports never pulls

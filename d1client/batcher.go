@@ -136,6 +136,7 @@ type pendingGroup struct {
 	done    chan struct{}
 	results []Result
 	err     *Error
+	shared  int // statements of the call that carried it
 }
 
 func newBatcher(c *Client, cfg CoalesceConfig, clk clock) *batcher {
@@ -156,13 +157,14 @@ func groupSize(wire []wireStatement) int {
 const batchOverhead = len(`{"batch":[]}`) - 1
 
 // submit queues the statements for the next shared call and waits for their
-// results.
-func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl class) ([]Result, *Error) {
+// results, and the number of statements of the call that carried them (0
+// when none did).
+func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl class) ([]Result, int, *Error) {
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error()}
+		return nil, 0, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error()}
 	}
 	if e := b.c.account.blocked(); e != nil {
-		return nil, e
+		return nil, 0, e
 	}
 	g := &pendingGroup{wire: wire, class: cl, size: groupSize(wire), done: make(chan struct{})}
 	b.mu.Lock()
@@ -173,9 +175,9 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl class) ([
 			if wait := at.Sub(b.clk.Now()); time.Until(dl) < wait {
 				b.mu.Unlock()
 				if why == waitBlock {
-					return nil, blockedError(at, wait)
+					return nil, 0, blockedError(at, wait)
 				}
-				return nil, b.c.account.exhausted(wait)
+				return nil, 0, b.c.account.exhausted(wait)
 			}
 		}
 	}
@@ -194,14 +196,14 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl class) ([
 
 	select {
 	case <-g.done:
-		return g.results, g.err
+		return g.results, g.shared, g.err
 	case <-ctx.Done():
 	}
 	b.mu.Lock()
 	select {
 	case <-g.done: // the answer arrived together with the cancellation
 		b.mu.Unlock()
-		return g.results, g.err
+		return g.results, g.shared, g.err
 	default:
 	}
 	taken := g.taken
@@ -210,14 +212,14 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl class) ([
 	}
 	b.mu.Unlock()
 	if taken {
-		return nil, &Error{kind: kindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
+		return nil, 0, &Error{kind: kindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
 	}
 	if at, why := b.c.account.nextSlot(cl); why == waitBudget {
 		e := b.c.account.exhausted(at.Sub(b.clk.Now()))
 		e.Err = ctx.Err()
-		return nil, e
+		return nil, 0, e
 	}
-	return nil, &Error{kind: kindTransport, Err: ctx.Err(), Message: "not sent: " + ctx.Err().Error() + " while queued for group commit"}
+	return nil, 0, &Error{kind: kindTransport, Err: ctx.Err(), Message: "not sent: " + ctx.Err().Error() + " while queued for group commit"}
 }
 
 // departure estimates when the call carrying g would leave, were it queued
@@ -472,6 +474,7 @@ func (b *batcher) run() {
 // takes the call from the budget. It returns false when there is nothing
 // to carry.
 func (b *batcher) awaitDeparture(lg *linger) bool {
+	var budgetSince time.Time // when the budget first had no call for it
 	for {
 		now := b.clk.Now()
 		lingering, wake := b.lingering(lg, now)
@@ -484,7 +487,12 @@ func (b *batcher) awaitDeparture(lg *linger) bool {
 			ok, at, why, ch := b.c.account.tryTake(cl)
 			switch {
 			case ok:
+				if !budgetSince.IsZero() {
+					b.c.tel.waited(cl, b.clk.Now().Sub(budgetSince))
+				}
 				return true
+			case why == waitBudget && budgetSince.IsZero():
+				budgetSince = now
 			case why == waitBlock:
 				// A 971 arrived while these waited: nothing is sent.
 				groups, _ := b.drainAll()
@@ -564,7 +572,10 @@ func (b *batcher) send(groups []*pendingGroup, stmts int) (deliver func()) {
 	for _, g := range groups {
 		wire = append(wire, g.wire...)
 	}
-	results, e := b.c.send(context.Background(), encodeBody(wire), len(wire))
+	results, e := b.c.send(context.Background(), encodeBody(wire), len(wire), true)
+	for _, g := range groups {
+		g.shared = len(wire)
+	}
 	if e != nil {
 		if e.kind == kindSQL && len(groups) > 1 {
 			// Nothing committed, and the error does not say whose statement

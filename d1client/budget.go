@@ -591,17 +591,32 @@ func (a *Account) tryTake(c class) (ok bool, at time.Time, why waitReason, chang
 // call may go, when it is clear the context's deadline comes first; during
 // a 971 block it gives up at once with ErrRateLimited.
 func (a *Account) wait(ctx context.Context, c class) *Error {
+	_, e := a.acquire(ctx, c)
+	return e
+}
+
+// acquire is wait, and also returns how long it waited before it took the
+// call: zero when it took one at once or took none.
+func (a *Account) acquire(ctx context.Context, c class) (time.Duration, *Error) {
+	var since time.Time // when it started waiting
 	for {
 		ok, at, why, changed := a.tryTake(c)
 		if ok {
-			return nil
+			if since.IsZero() {
+				return 0, nil
+			}
+			return a.clk.Now().Sub(since), nil
 		}
-		wait := at.Sub(a.clk.Now())
+		now := a.clk.Now()
+		wait := at.Sub(now)
 		if why == waitBlock {
-			return blockedError(at, wait)
+			return 0, blockedError(at, wait)
 		}
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-			return a.exhausted(wait)
+			return 0, a.exhausted(wait)
+		}
+		if since.IsZero() {
+			since = now
 		}
 		timer, stop := a.clk.After(wait)
 		select {
@@ -609,7 +624,7 @@ func (a *Account) wait(ctx context.Context, c class) *Error {
 			stop()
 			e := a.exhausted(wait)
 			e.Err = ctx.Err()
-			return e
+			return 0, e
 		case <-timer:
 		case <-changed:
 			stop()

@@ -17,6 +17,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultBaseURL is Cloudflare's API base URL.
@@ -77,6 +80,11 @@ type Config struct {
 	Coalesce CoalesceConfig
 	// Logger receives retry and rate-limit events; nil discards them.
 	Logger *slog.Logger
+	// MeterProvider and TracerProvider receive the client's metrics and
+	// spans (docs/observability.md); nil means otel's global providers,
+	// which do nothing until the application sets them.
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
 }
 
 // Client is a D1 REST client. It is safe for concurrent use. Its String,
@@ -96,6 +104,7 @@ type Client struct {
 	account *Account
 	batch   *batcher
 	classes *classCache
+	tel     *telemetry
 	bridge  bool // cfg came from a bridge URL: see Config.BridgeURL
 
 	sleep func(ctx context.Context, d time.Duration) error // between retries; replaced in tests
@@ -176,10 +185,12 @@ func New(cfg Config) (*Client, error) {
 		retry:   retry,
 		account: account,
 		classes: &classCache{},
+		tel:     newTelemetry(cfg.MeterProvider, cfg.TracerProvider, cfg.DatabaseID),
 		sleep:   sleepCtx,
 		bridge:  bridge,
 	}
 	c.batch = newBatcher(c, coalesce, account.clk)
+	observeBudget(c, cfg.MeterProvider)
 	return c, nil
 }
 
@@ -216,6 +227,7 @@ type execOptions struct {
 	untilDeadline bool
 	coalesce      bool
 	priority      bool
+	operation     string
 }
 
 // Idempotent marks the call safe to send again even when an earlier attempt
@@ -242,6 +254,11 @@ func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 // context's deadline. Work without it is turned away (ErrBudget) first.
 func Priority() ExecOption { return func(o *execOptions) { o.priority = true } }
 
+// Operation names the call in the client's metrics and spans (the
+// d1idem.d1.operation attribute; docs/observability.md): "claim",
+// "complete", ... Use a small fixed set of names; the default is "exec".
+func Operation(name string) ExecOption { return func(o *execOptions) { o.operation = name } }
+
 // Exec runs the statements as one D1 call, one transaction, and returns one
 // Result per statement. Each Statement must hold exactly one SQL statement;
 // SQL holding several is refused with ErrInvalid before anything is sent.
@@ -254,7 +271,10 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 	for _, opt := range opts {
 		opt(&o)
 	}
+	op := c.tel.op(cmp.Or(o.operation, defaultOperation))
+	start := time.Now()
 	if len(stmts) == 0 {
+		c.tel.operation(op, kindInvalid, time.Since(start))
 		return nil, invalidf("no statements")
 	}
 	wire := make([]wireStatement, len(stmts))
@@ -269,6 +289,7 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 		if err != nil {
 			e := invalidf("%v", err)
 			e.Statements = redactAll(stmts)
+			c.tel.operation(op, kindInvalid, time.Since(start))
 			return nil, e
 		}
 		wire[i] = w
@@ -285,27 +306,35 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 		var (
 			results []Result
 			err     *Error
+			shared  int // statements of the shared call that carried ours
 		)
+		actx, span := c.tel.startAttempt(ctx, op)
 		if solo {
-			results, err = c.call(ctx, wire, cl)
+			results, err = c.call(actx, wire, cl)
 		} else {
-			results, err = c.batch.submit(ctx, wire, cl)
-			if err != nil && err.siblingAbort {
-				// A statement of another caller aborted the shared batch;
-				// nothing committed. Send ours alone, without counting it.
-				solo = true
-				attempt--
-				continue
-			}
+			results, shared, err = c.batch.submit(actx, wire, cl)
+		}
+		c.tel.endAttempt(span, op, attempt, !solo, len(stmts), shared, err)
+		if err != nil && err.siblingAbort {
+			// A statement of another caller aborted the shared batch;
+			// nothing committed. Send ours alone, without counting it.
+			solo = true
+			attempt--
+			continue
 		}
 		if err == nil {
 			c.stats.execs.Add(1)
+			c.tel.operation(op, 0, time.Since(start))
 			return results, nil
+		}
+		if err.kind == kindBudget {
+			c.tel.shed(cl)
 		}
 		if last != nil && ctx.Err() != nil && !err.Ambiguous {
 			// The deadline ended the retries before this attempt was sent:
 			// the previous attempt's failure is the one worth reporting.
 			c.stats.failures.Add(1)
+			c.tel.operation(op, last.kind, time.Since(start))
 			return nil, last
 		}
 		err.Statements = redactAll(stmts)
@@ -313,14 +342,17 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 		delay, retry := c.retryDelay(ctx, err, attempt, safe, o.untilDeadline)
 		if !retry {
 			c.stats.failures.Add(1)
+			c.tel.operation(op, err.kind, time.Since(start))
 			return nil, err
 		}
 		c.stats.retries.Add(1)
+		c.tel.retry(op, err.kind)
 		c.log.LogAttrs(ctx, slog.LevelWarn, "d1client: retrying",
 			slog.String("kind", err.kind.String()), slog.Int("status", err.StatusCode),
 			slog.Int("attempt", attempt), slog.Duration("delay", delay))
 		if c.sleep(ctx, delay) != nil {
 			c.stats.failures.Add(1)
+			c.tel.operation(op, err.kind, time.Since(start))
 			return nil, err
 		}
 		last = err
@@ -376,10 +408,14 @@ func (c *Client) call(ctx context.Context, wire []wireStatement, cl class) ([]Re
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error()}
 	}
-	if e := c.account.wait(ctx, cl); e != nil {
+	waited, e := c.account.acquire(ctx, cl)
+	if waited > 0 {
+		c.tel.waited(cl, waited)
+	}
+	if e != nil {
 		return nil, e
 	}
-	return c.send(ctx, encodeBody(wire), len(wire))
+	return c.send(ctx, encodeBody(wire), len(wire), false)
 }
 
 // send makes one HTTP attempt, for which a call was taken from the budget:
@@ -391,7 +427,15 @@ func (c *Client) call(ctx context.Context, wire []wireStatement, cl class) ([]Re
 // bookkeeping, decoding into its own types that this package never reads)
 // cost most of a call's allocations, while this package had to capture the
 // raw response and classify every shape itself anyway.
-func (c *Client) send(ctx context.Context, body []byte, n int) ([]Result, *Error) {
+func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (results []Result, e *Error) {
+	start := time.Now()
+	defer func() {
+		var k kind
+		if e != nil {
+			k = e.kind
+		}
+		c.tel.call(coalesced, n, k, time.Since(start))
+	}()
 	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.rawURL, bytes.NewReader(body))
@@ -423,7 +467,7 @@ func (c *Client) send(ctx context.Context, body []byte, n int) ([]Result, *Error
 		return nil, &Error{kind: kindEnvelope, StatusCode: res.StatusCode, Ambiguous: true,
 			Message: fmt.Sprintf("response body exceeds %d bytes", maxResponseBytes)}
 	}
-	results, e := c.classify(res.StatusCode, res.Header, raw, n)
+	results, e = c.classify(res.StatusCode, res.Header, raw, n)
 	if e != nil {
 		c.redact(e)
 	}

@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // redactedToken stands for the API token wherever a Config is printed.
@@ -44,6 +47,8 @@ type configView struct {
 	Account        *Account
 	Coalesce       CoalesceConfig
 	Logger         *slog.Logger
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) view() configView {
@@ -52,6 +57,7 @@ func (c Config) view() configView {
 		APIToken: c.APIToken != "", AccountID: c.AccountID, DatabaseID: c.DatabaseID,
 		HTTPClient: c.HTTPClient, Retry: c.Retry, AttemptTimeout: c.AttemptTimeout, Budget: c.Budget,
 		Account: c.Account, Coalesce: c.Coalesce, Logger: c.Logger,
+		MeterProvider: c.MeterProvider, TracerProvider: c.TracerProvider,
 	}
 }
 

@@ -404,6 +404,9 @@ func (a *Admin) Sweep(ctx context.Context) (int64, error) {
 		}
 		return res, err
 	})
+	if n > 0 {
+		l.tel.add(l.tel.swept, n, attrSweepSource.String("admin"))
+	}
 	if err != nil {
 		return n, fmt.Errorf("idem: sweep: %w", err)
 	}
@@ -458,6 +461,10 @@ type Stats struct {
 // Stats summarises the ledger in one read-only D1 call (one per database
 // of a sharded ledger, whose figures are the totals: see HomeStats for each
 // database's). Counting reads the whole table, which D1 bills as rows read.
+// Stats and HomeStats record each database's counts in the gauges
+// d1idem.keys, d1idem.keys.stuck and d1idem.sweep.backlog
+// (docs/observability.md): an application that alerts on stuck keys calls
+// Stats periodically, from one replica.
 func (a *Admin) Stats(ctx context.Context) (Stats, error) {
 	per, err := a.HomeStats(ctx)
 	if err != nil {
@@ -518,6 +525,9 @@ func (a *Admin) HomeStats(ctx context.Context) ([]HomeStats, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("idem: stats: %w", err)
+	}
+	for _, s := range out {
+		a.l.tel.stats(ctx, s.Home, s.Stats)
 	}
 	return out, nil
 }

@@ -5,6 +5,9 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults, from the spec where it has them.
@@ -97,6 +100,14 @@ type Config struct {
 	// principals and a truncated key, never a full principal. nil means
 	// slog.Default().
 	Logger *slog.Logger
+
+	// MeterProvider and TracerProvider receive the ledger's and the
+	// middleware's metrics and spans (docs/observability.md); nil means
+	// otel's global providers, which do nothing until the application
+	// sets them. The D1 clients' own metrics and spans come from their
+	// d1client.Config.
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
 }
 
 // ConfigError is an invalid field of Config or Options.

@@ -63,6 +63,7 @@ func (l *Ledger) heartbeat(ls *lease, r *Reservation) {
 		case <-maxLease.C:
 			l.log().LogAttrs(ls.ctx, slog.LevelError, "idem: handler exceeded the maximum lease; its context is cancelled",
 				append(logAttrs(r), slog.Duration("max_lease", l.cfg.MaxLease))...)
+			l.tel.add(l.tel.lost, 1, attrLeaseCause.String(causeMaxLease))
 			ls.cancel(ErrMaxLease)
 			return
 		case <-tick:
@@ -80,11 +81,17 @@ func (l *Ledger) heartbeat(ls *lease, r *Reservation) {
 		case err == nil || errors.Is(err, ErrReservationExpired):
 			l.log().LogAttrs(ls.ctx, slog.LevelError, "idem: lease lost: the reservation was taken over, released or expired; the handler's context is cancelled",
 				logAttrs(r)...)
+			cause := causeSuperseded
+			if err != nil {
+				cause = causeExpired
+			}
+			l.tel.add(l.tel.lost, 1, attrLeaseCause.String(cause))
 			ls.cancel(ErrLeaseLost)
 			return
 		case time.Since(r.leaseStart()) >= l.cfg.TTL:
 			l.log().LogAttrs(ls.ctx, slog.LevelError, "idem: lease lost: no heartbeat reached D1 for a whole TTL; the handler's context is cancelled",
 				append(logAttrs(r), slog.String("error", err.Error()))...)
+			l.tel.add(l.tel.lost, 1, attrLeaseCause.String(causeUnreachable))
 			ls.cancel(ErrLeaseLost)
 			return
 		default:

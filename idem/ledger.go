@@ -37,6 +37,7 @@ type Ledger struct {
 	cfg   Config
 	sql   ledgerSQL
 	hooks testHooks
+	tel   *telemetry
 
 	// single is the one database of a ledger made by New; nil for a
 	// sharded one, whose databases are in shards.
@@ -76,7 +77,8 @@ func New(db *d1client.Client, cfg Config) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Ledger{cfg: cfg, sql: buildSQL(cfg.Clock != nil), single: &home{id: db.DatabaseID(), db: db}}, nil
+	return &Ledger{cfg: cfg, sql: buildSQL(cfg.Clock != nil), single: &home{id: db.DatabaseID(), db: db},
+		tel: newTelemetry(cfg.MeterProvider, cfg.TracerProvider)}, nil
 }
 
 // log returns the configured logger, or slog.Default() at the time of the
@@ -265,7 +267,7 @@ func (l *Ledger) claimAt(ctx context.Context, h *home, guard *d1client.Statement
 		stmts = append([]d1client.Statement{*guard}, stmts...)
 	}
 	acquired := time.Now()
-	res, err := h.db.Exec(ctx, stmts, d1client.Coalesce())
+	res, err := h.db.Exec(ctx, stmts, d1client.Coalesce(), opClaim)
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: claim: %w", err)
 	}
@@ -276,6 +278,9 @@ func (l *Ledger) claimAt(ctx context.Context, h *home, guard *d1client.Statement
 	if d.Reservation != nil {
 		d.Reservation.clockAcquired = now
 		d.Reservation.home = h
+		if d.Reservation.Takeover {
+			l.tel.takeovers.Add(ctx, 1)
+		}
 	}
 	return d, err
 }
@@ -347,13 +352,19 @@ type Completion struct {
 // never an error. An error means the ledger could not be reached in time, or
 // the reservation expired (ErrReservationExpired); the caller should still
 // send Completion.Response, which is always set.
-func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (Completion, error) {
+func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (done Completion, err error) {
+	defer l.completed(&done, &err)
 	w := l.prepare(r, resp)
 	h, err := l.homeOf(r)
 	if err != nil {
 		return w.done, fmt.Errorf("idem: completion: %w", err)
 	}
 	return w.done, l.finish(ctx, h, r, []d1client.Statement{w.stmt}, 0, &w)
+}
+
+// completed counts a completion by its result.
+func (l *Ledger) completed(done *Completion, err *error) {
+	l.tel.add(l.tel.completions, 1, attrCompletionResult.String(completionResult(*done, *err)))
 }
 
 // completionWrite is one completion: the fenced UPDATE and what it stores.
@@ -388,7 +399,7 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 	if sweep {
 		stmts = append(stmts, l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now()))
 	}
-	opts := []d1client.ExecOption{d1client.Idempotent(), d1client.RetryUntilDeadline(), d1client.Priority()}
+	opts := []d1client.ExecOption{d1client.Idempotent(), d1client.RetryUntilDeadline(), d1client.Priority(), opComplete}
 	if userStmts == 0 {
 		opts = append(opts, d1client.Coalesce())
 	}
@@ -405,7 +416,11 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 		// landed before its answer was lost (and the retry's guard tripped).
 	} else {
 		if sweep {
-			h.sweepDone(res[len(res)-1].Meta.Changes, l.cfg.SweepBatch)
+			deleted := res[len(res)-1].Meta.Changes
+			h.sweepDone(deleted, l.cfg.SweepBatch)
+			if deleted > 0 {
+				l.tel.add(l.tel.swept, deleted, attrSweepSource.String("completion"))
+			}
 			res = res[:len(res)-1]
 		}
 		if len(res[len(res)-1].Rows) == 1 {
@@ -430,7 +445,7 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 // holdsCompletion reports whether the row is completed at r's generation
 // with exactly w's response.
 func (l *Ledger) holdsCompletion(ctx context.Context, h *home, r *Reservation, w *completionWrite) (bool, error) {
-	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.lookupCompletion(r)}, d1client.Coalesce(), d1client.Priority())
+	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.lookupCompletion(r)}, d1client.Coalesce(), d1client.Priority(), opCheckCompletion)
 	if err != nil || len(res[0].Rows) == 0 {
 		return false, err
 	}
@@ -546,6 +561,12 @@ func truncate(s string, n int) string {
 // The row is not deleted: a fresh claim would restart at generation 1, a
 // generation an earlier owner superseded by a takeover may still hold.
 func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
+	ok, err := l.release(ctx, r)
+	l.tel.add(l.tel.releases, 1, attrReleaseResult.String(writeResult(ok, err, resReleased)))
+	return ok, err
+}
+
+func (l *Ledger) release(ctx context.Context, r *Reservation) (bool, error) {
 	h, err := l.homeOf(r)
 	if err != nil {
 		return false, fmt.Errorf("idem: release: %w", err)
@@ -557,7 +578,7 @@ func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
 	}
 	defer cancel()
 	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.release(r.Principal, r.Key, r.Generation, l.cfg.TTL, releaseOwner, l.now())},
-		d1client.Idempotent(), d1client.Coalesce(), d1client.Priority())
+		d1client.Idempotent(), d1client.Coalesce(), d1client.Priority(), opRelease)
 	if err != nil {
 		return false, fmt.Errorf("idem: release: %w", err)
 	}
@@ -572,7 +593,7 @@ func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
 func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
 	_, res, err := l.findRow(ctx, principal, func(*home) []d1client.Statement {
 		return []d1client.Statement{l.sql.lookupRow(principal, key)}
-	}, d1client.Coalesce())
+	}, d1client.Coalesce(), opLookup)
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: lookup: %w", err)
 	}
@@ -583,6 +604,12 @@ func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string)
 // generation and status. False means the lease is lost: the reservation was
 // taken over, released or swept, or it expired (ErrReservationExpired).
 func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
+	ok, err := l.renew(ctx, r)
+	l.tel.add(l.tel.renewals, 1, attrRenewalResult.String(writeResult(ok, err, resRenewed)))
+	return ok, err
+}
+
+func (l *Ledger) renew(ctx context.Context, r *Reservation) (bool, error) {
 	h, err := l.homeOf(r)
 	if err != nil {
 		return false, fmt.Errorf("idem: renew: %w", err)
@@ -593,7 +620,7 @@ func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
 	}
 	defer cancel()
 	start := time.Now()
-	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.renew(r, l.now())}, d1client.Idempotent(), d1client.Coalesce(), d1client.Priority())
+	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.renew(r, l.now())}, d1client.Idempotent(), d1client.Coalesce(), d1client.Priority(), opRenew)
 	if err != nil {
 		return false, fmt.Errorf("idem: renew: %w", err)
 	}

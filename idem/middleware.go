@@ -184,21 +184,37 @@ func (m *middleware) wrap(next http.Handler) http.Handler {
 	})
 }
 
+// serve guards one request, in a span of its own (a child of the caller's
+// span in r's context), and records its outcome.
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	start := time.Now()
+	ctx, span := m.l.tel.tracer.Start(r.Context(), requestSpan)
+	if span.IsRecording() {
+		r = r.WithContext(ctx)
+	}
+	var rt requestTrace
+	defer m.l.tel.endRequest(span, &rt, start)
+	rt.outcome = m.guard(w, r, next, &rt)
+}
+
+// guard is the middleware's work for one request; it returns how the
+// request was answered.
+func (m *middleware) guard(w http.ResponseWriter, r *http.Request, next http.Handler, rt *requestTrace) outcome {
 	principal, err := m.o.Principal(r)
 	if err != nil || principal == "" {
 		writeError(w, http.StatusUnauthorized, CodeUnauthenticated, "The request could not be authenticated.", nil)
-		return
+		return outUnauthenticated
 	}
 	if err := checkPrincipal(principal); err != nil {
 		m.principalInvalid(w, r, err, len(principal))
-		return
+		return outPrincipalInvalid
 	}
+	rt.principal = principal
 	keys := r.Header.Values(HeaderKey)
 	if len(keys) > 1 {
 		// Two fields are two keys: never merge them ("k1, k2") into one.
 		writeError(w, http.StatusBadRequest, CodeKeyInvalid, "Send exactly one Idempotency-Key header.", nil)
-		return
+		return outKeyInvalid
 	}
 	var key string
 	if len(keys) == 1 {
@@ -207,24 +223,24 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if key == "" {
 		if m.o.KeyOptional {
 			next.ServeHTTP(w, r)
-			return
+			return outUnprotected
 		}
 		writeError(w, http.StatusBadRequest, CodeKeyRequired, "This endpoint requires an Idempotency-Key header.", nil)
-		return
+		return outKeyMissing
 	}
 	if !ValidKey(key) {
 		writeError(w, http.StatusBadRequest, CodeKeyInvalid, "Idempotency-Key must be 1-255 printable ASCII characters.", nil)
-		return
+		return outKeyInvalid
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, m.o.MaxBodyBytes+1))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, CodeBodyUnreadable, "The request body could not be read.", nil)
-		return
+		return outBodyUnreadable
 	}
 	if int64(len(body)) > m.o.MaxBodyBytes {
 		writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
 			fmt.Sprintf("The request body exceeds %d bytes.", m.o.MaxBodyBytes), nil)
-		return
+		return outTooLarge
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	fp := fingerprintBytes(r.Method, PathAndQuery(r), r.Header, m.l.cfg.FingerprintHeaders, body)
@@ -233,25 +249,30 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	dec, err := m.l.Begin(bctx, principal, key, fp)
 	cancel()
 	if err != nil {
-		m.unavailable(w, r, err)
-		return
+		return m.unavailable(w, r, err)
 	}
 	switch dec.Outcome {
 	case Replay:
 		writeResponse(w, dec.Response, true)
+		return outReplay
 	case Reused:
 		writeError(w, m.o.ReuseStatus, CodeKeyReused, "This Idempotency-Key was already used for a different request.", nil)
+		return outReused
 	case InProgress:
 		writeInProgress(w, dec.RetryAfter)
+		return outInProgress
 	case Retry:
 		writeError(w, http.StatusConflict, CodeKeyRetry, "Retry the request.", nil)
-	case Execute:
-		m.execute(w, r, next, dec.Reservation)
+		return outRetry
 	}
+	rt.outcome, rt.res = outExecute, dec.Reservation // set now: the handler may panic
+	m.execute(w, r, next, rt)
+	return outExecute
 }
 
-// unavailable answers a failed round trip 1: fail closed, with a Retry-After.
-func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, err error) {
+// unavailable answers a failed round trip 1: fail closed, with a
+// Retry-After. It returns the outcome.
+func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, err error) outcome {
 	var de *d1client.Error
 	wait := defaultUnavailableWait
 	if errors.As(err, &de) && de.RetryAfter > 0 {
@@ -261,12 +282,14 @@ func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, err err
 	switch {
 	case errors.Is(err, ErrUnreadableRecord):
 		writeError(w, http.StatusInternalServerError, CodeRecordUnreadable, "The stored response for this Idempotency-Key cannot be read.", nil)
+		return outRecordUnreadable
 	case errors.Is(err, d1client.ErrBudget) || errors.Is(err, d1client.ErrRateLimited):
 		writeError(w, http.StatusServiceUnavailable, CodeBudgetExhausted, "The idempotency ledger's request budget is spent; retry later.", h)
-	default:
-		m.log().LogAttrs(r.Context(), slog.LevelError, "idem: ledger unavailable; request refused", errAttrs(err)...)
-		writeError(w, http.StatusServiceUnavailable, CodeLedgerUnavailable, "The idempotency ledger is unavailable; retry later.", h)
+		return outBudgetShed
 	}
+	m.log().LogAttrs(r.Context(), slog.LevelError, "idem: ledger unavailable; request refused", errAttrs(err)...)
+	writeError(w, http.StatusServiceUnavailable, CodeLedgerUnavailable, "The idempotency ledger is unavailable; retry later.", h)
+	return outLedgerUnavailable
 }
 
 // principalInvalid answers a principal the ledger cannot hold: the server
@@ -309,7 +332,8 @@ func remedy(err error) string {
 	return ""
 }
 
-func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, res *Reservation) {
+func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, rt *requestTrace) {
+	res := rt.res
 	// The handler's context ends when the lease is lost or the handler
 	// returns, not when the client goes away: a mutation that has started is
 	// finished and its response stored, for the client's retry to replay.
@@ -327,6 +351,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			if !released {
 				m.release(r, res, "the handler panicked")
 			}
+			rt.completion = resReleased
 			panic(v)
 		}
 	}()
@@ -341,6 +366,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		}
 		m.release(r, res, why)
 		released = true
+		rt.completion = resReleased
 		if refused > 0 {
 			m.log().LogAttrs(r.Context(), slog.LevelError, "idem: the handler added Tx statements after "+strings.TrimPrefix(why, "the handler ")+"; they were not committed, and the response is aborted",
 				append(logAttrs(res), slog.Int("refused_adds", refused))...)
@@ -365,6 +391,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	} else {
 		done, err = m.l.Complete(cctx, res, resp)
 	}
+	rt.completion = completionResult(done, err)
 	if err != nil {
 		if errors.Is(err, ErrTxNotCommitted) {
 			m.log().LogAttrs(r.Context(), slog.LevelError, "idem: the handler's statements were not committed; reservation released",

@@ -98,7 +98,7 @@ func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
 		s.ids = append(s.ids, id)
 	}
 	slices.Sort(s.ids)
-	return &Ledger{cfg: cfg, sql: buildSQL(cfg.Clock != nil), shards: s}, nil
+	return &Ledger{cfg: cfg, sql: buildSQL(cfg.Clock != nil), shards: s, tel: newTelemetry(cfg.MeterProvider, cfg.TracerProvider)}, nil
 }
 
 // Homes returns the ledger's databases: the one of New (its ID is the
@@ -219,7 +219,7 @@ func (s *shards) load(ctx context.Context, l *Ledger) (Ring, error) {
 
 // readRing reads the ring recorded at h: nil and epoch 0 when none.
 func (l *Ledger) readRing(ctx context.Context, h *home) (*Ring, int64, error) {
-	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.ringRead()}, d1client.Coalesce())
+	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.ringRead()}, d1client.Coalesce(), opRing)
 	if err != nil {
 		return nil, 0, fmt.Errorf("home %s: %w", h.id, err)
 	}
@@ -330,7 +330,7 @@ func (l *Ledger) beginRouted(ctx context.Context, r Ring, principal, key, finger
 	if err != nil {
 		return Decision{}, err
 	}
-	res, err := oh.db.Exec(ctx, []d1client.Statement{l.sql.ringEpoch(), l.sql.movedLookup(principal, key, l.cfg.TTL, l.now())}, d1client.Coalesce())
+	res, err := oh.db.Exec(ctx, []d1client.Statement{l.sql.ringEpoch(), l.sql.movedLookup(principal, key, l.cfg.TTL, l.now())}, d1client.Coalesce(), opClaim)
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: claim: reading the old home: %w", err)
 	}
@@ -361,7 +361,7 @@ func (l *Ledger) beginRouted(ctx context.Context, r Ring, principal, key, finger
 	// A stale reservation of this request at the old home: delete it there,
 	// as a takeover would supersede it, and claim the key at the new home.
 	res, err = oh.db.Exec(ctx, []d1client.Statement{l.sql.ringGuard(r.Epoch()),
-		l.sql.movedDelete(principal, key, row.generation, fingerprint, l.cfg.TTL, l.now())}, d1client.Idempotent())
+		l.sql.movedDelete(principal, key, row.generation, fingerprint, l.cfg.TTL, l.now())}, d1client.Idempotent(), opClaim)
 	switch {
 	case isRingViolation(err):
 		if err := l.shards.refresh(ctx, l, oh); err != nil {

@@ -329,6 +329,19 @@ func figures(results []result) []row {
 		}
 		rows = append(rows, row{"middleware CPU, 1 KB body, d1local in process: bare / first execution / replay", strings.Join(parts, " / "), "", nil})
 	}
+	telemetry := []string{"MiddlewareTelemetry/first_execution", "MiddlewareTelemetry/replay"}
+	if pct, ok := series("overhead-%", telemetry...); ok {
+		off, _ := series("off-cpu-µs/req", telemetry...)
+		on, _ := series("on-cpu-µs/req", telemetry...)
+		var parts []string
+		met := true
+		for i := range pct {
+			parts = append(parts, fmt.Sprintf("%s %% (%s vs %s µs)", format(pct[i]), format(on[i]), format(off[i])))
+			met = met && pct[i] < 10
+		}
+		rows = append(rows, row{"middleware CPU per request, instrumentation on (OpenTelemetry SDK, in-memory reader, every span recorded) vs off, d1local in process: first execution / replay: overhead (on vs off)",
+			strings.Join(parts, " / "), "< 10 %", &met})
+	}
 	if a, ok := find("Fingerprint/idem.Fingerprint"); ok {
 		if b, ok := find("Fingerprint/crypto/sha256"); ok {
 			x, y := a.value("MB/s"), b.value("MB/s")

@@ -65,6 +65,9 @@ type options struct {
 	// budgetWindow is the window of --max-calls; 0 means 5 minutes, the
 	// window of Cloudflare's API limit.
 	budgetWindow time.Duration
+	// ticker, if set, replaces time.NewTicker for stats --watch: it returns
+	// the ticks and a function that stops them.
+	ticker func(d time.Duration) (<-chan time.Time, func())
 }
 
 const appDescription = `d1idem keeps Stripe-style Idempotency-Key records in a D1 table,

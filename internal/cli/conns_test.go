@@ -38,8 +38,8 @@ func refused(t *testing.T, want string, args ...string) {
 
 // TestSeveralDatabasesLocal: --database-id (repeated) and
 // --databases-prefix with --local name the databases under DIR; a prefix
-// that matches none, a database named twice and D1_DATABASE_ID beside a
-// set are refused in one line.
+// that matches none, a database named twice, stats --watch over several and
+// D1_DATABASE_ID beside a set are refused in one line.
 func TestSeveralDatabasesLocal(t *testing.T) {
 	t.Setenv("D1_DATABASE_ID", "")
 	dir := t.TempDir()
@@ -59,6 +59,8 @@ func TestSeveralDatabasesLocal(t *testing.T) {
 		local("stats", "--database-id", "ledger-a", "--database-id", "ledger-a")...)
 	refused(t, "database ledger-b is named twice (--database-id ledger-b and --databases-prefix ledger-): name each database of the ledger once",
 		local("keys", "list", "--database-id", "ledger-b", "--databases-prefix", "ledger-")...)
+	refused(t, "--watch watches one database; name one, or leave --watch out to see all 2",
+		local("stats", "--watch", "--databases-prefix", "ledger-")...)
 	t.Setenv("D1_DATABASE_ID", "other")
 	refused(t, "D1_DATABASE_ID is set (other) while the command line names several databases: unset it, or pass it as --database-id too",
 		local("stats", "--databases-prefix", "ledger-")...)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
@@ -34,10 +35,12 @@ the ledger promises. It ends with the ledger's rows and the next steps. No
 Cloudflare account is needed.
 
    d1idem demo
-   d1idem demo --dir .d1idem     # keep the database, to look at it afterwards`,
+   d1idem demo --dir .d1idem     # keep the database, to look at it afterwards
+   d1idem demo --metrics         # and sum up the OpenTelemetry metrics the story produced`,
 		Flags: []cli.Flag{
 			&cli.DurationFlag{Name: "ttl", Value: 2 * time.Second, Usage: "how long a pending key is held without an update, shortened for the demo (30s in production)"},
 			&cli.StringFlag{Name: "dir", Usage: "keep the demo's database under `DIR` (" + d1local.LocalDir + " is where the example API and the CLI's --local look); default: in memory"},
+			&cli.BoolFlag{Name: "metrics", Usage: "end with a summary of the OpenTelemetry metrics the story produced: requests by outcome, D1 calls, completions, leases", DisableDefaultText: true},
 		},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
@@ -46,7 +49,7 @@ Cloudflare account is needed.
 			if c.Duration("ttl") < 500*time.Millisecond {
 				return usagef("--ttl %v is too short for the story; use at least 500ms", c.Duration("ttl"))
 			}
-			return runDemo(c.Context, c.App.Writer, c.Duration("ttl"), c.String("dir"), demoAPI)
+			return runDemo(c.Context, c.App.Writer, demoOptions{ttl: c.Duration("ttl"), dir: c.String("dir"), metrics: c.Bool("metrics")}, demoAPI)
 		},
 	}
 }
@@ -62,24 +65,32 @@ type demoEnv struct {
 	dir    string // where the database is kept; "" in memory
 }
 
+// demoOptions are the demo's flags.
+type demoOptions struct {
+	ttl     time.Duration
+	dir     string // keep the database here; "" in memory
+	metrics bool   // sum up the story's metrics
+}
+
 // startDemo starts d1local (in memory, or under dir), applies the ledger
-// schema and the demo's table, and serves the demo API.
-func startDemo(ctx context.Context, ttl time.Duration, dir string, api demoAPIFunc) (*demoEnv, error) {
-	srv, err := embedded.Start(d1local.Config{Dir: dir}, "")
+// schema and the demo's table, and serves the demo API. The ledger and its
+// client report their metrics to mp (nil: otel's global provider).
+func startDemo(ctx context.Context, opts demoOptions, mp metric.MeterProvider, api demoAPIFunc) (*demoEnv, error) {
+	srv, err := embedded.Start(d1local.Config{Dir: opts.dir}, "")
 	if err != nil {
 		return nil, err
 	}
-	e := &demoEnv{d1: srv, dir: dir}
-	if err := e.start(ctx, ttl, api); err != nil {
+	e := &demoEnv{d1: srv, dir: opts.dir}
+	if err := e.start(ctx, opts.ttl, mp, api); err != nil {
 		e.close()
 		return nil, err
 	}
 	return e, nil
 }
 
-func (e *demoEnv) start(ctx context.Context, ttl time.Duration, newAPI demoAPIFunc) error {
+func (e *demoEnv) start(ctx context.Context, ttl time.Duration, mp metric.MeterProvider, newAPI demoAPIFunc) error {
 	var err error
-	if e.db, err = e.d1.Client(d1local.LocalDatabaseID); err != nil {
+	if e.db, err = e.d1.Client(d1local.LocalDatabaseID, func(c *d1client.Config) { c.MeterProvider = mp }); err != nil {
 		return err
 	}
 	if _, err := schema.Apply(ctx, e.db, schema.Options{}); err != nil {
@@ -90,7 +101,7 @@ func (e *demoEnv) start(ctx context.Context, ttl time.Duration, newAPI demoAPIFu
 	}
 	// The demo stages a crashed server and a refused late answer on
 	// purpose; the ledger's log lines about them would only clutter it.
-	if e.ledger, err = idem.New(e.db, idem.Config{TTL: ttl, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+	if e.ledger, err = idem.New(e.db, idem.Config{TTL: ttl, Logger: slog.New(slog.DiscardHandler), MeterProvider: mp}); err != nil {
 		return err
 	}
 	api, err := newAPI(e.ledger)
@@ -120,12 +131,19 @@ type demoAPIFunc func(*idem.Ledger) (http.Handler, error)
 
 // runDemo plays the story against api and writes it to out; a promise that
 // did not hold is an error.
-func runDemo(ctx context.Context, out io.Writer, ttl time.Duration, dir string, api demoAPIFunc) error {
-	e, err := startDemo(ctx, ttl, dir, api)
+func runDemo(ctx context.Context, out io.Writer, opts demoOptions, api demoAPIFunc) error {
+	var t *tally
+	var mp metric.MeterProvider
+	if opts.metrics {
+		t = newTally()
+		mp = t.provider()
+	}
+	e, err := startDemo(ctx, opts, mp, api)
 	if err != nil {
 		return err
 	}
 	defer e.close()
+	ttl := opts.ttl
 	s := newStory(e, out, ttl)
 	fmt.Fprintf(out, "d1idem demo: what Idempotency-Key protection does, on a small orders API at %s.\n", e.base)
 	fmt.Fprintf(out, "Its ledger, the idempotency_keys table, is in D1: here the embedded d1local, %s.\n", e.where())
@@ -135,6 +153,11 @@ func runDemo(ctx context.Context, out io.Writer, ttl time.Duration, dir string, 
 	}
 	if err := s.report(ctx); err != nil {
 		return err
+	}
+	if t != nil {
+		if err := renderDemoMetrics(out, t); err != nil {
+			return err
+		}
 	}
 	if len(s.broken) > 0 {
 		return fmt.Errorf("%s broken: %s", plural(int64(len(s.broken)), "promise", "promises"), strings.Join(s.broken, "; "))

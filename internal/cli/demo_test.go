@@ -20,9 +20,10 @@ import (
 const demoTTL = "1s"
 
 // TestDemo plays the whole story: every promise holds, the first exchange
-// is shown as it travels, and the last screen gives the next steps.
+// is shown as it travels, the metrics the story produced are summed up
+// (--metrics), and the last screen gives the next steps.
 func TestDemo(t *testing.T) {
-	r := mustRun(t, nil, "demo", "--ttl", demoTTL)
+	r := mustRun(t, nil, "demo", "--ttl", demoTTL, "--metrics")
 	for _, want := range []string{
 		"> POST /v1/orders HTTP/1.1\n", "> Idempotency-Key: order-1.", "> {\"sku\":\"tea\",\"qty\":2}\n",
 		"< HTTP/1.1 201 Created\n", "< Location: /v1/orders/ord_",
@@ -38,6 +39,7 @@ func TestDemo(t *testing.T) {
 	if n := strings.Count(r.stdout, "\n      ok: "); n != 11 || strings.Contains(r.stdout, "BROKEN") {
 		t.Errorf("%d promises held, want 11:\n%s", n, r.stdout)
 	}
+	checkDemoMetrics(t, r.stdout)
 	for _, internal := range []string{"stored=", "instance B", "{\"content-type\""} {
 		if strings.Contains(r.stdout, internal) {
 			t.Errorf("the demo's output uses internal words: %q", internal)
@@ -51,6 +53,9 @@ func TestDemoKeepsItsDatabase(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "kept")
 	for range 2 {
 		r := mustRun(t, nil, "demo", "--ttl", demoTTL, "--dir", dir)
+		if strings.Contains(r.stdout, "OpenTelemetry metrics") {
+			t.Error("the demo sums up its metrics without --metrics")
+		}
 		if !strings.Contains(r.stdout, `database "d1idem" kept under `+dir) ||
 			!strings.Contains(r.stdout, "The demo's database is kept under "+dir+". Look at its rows:\n  go run ./cmd/d1idem keys list --local "+dir) {
 			t.Errorf("the demo does not say where it kept its database:\n%s", r.stdout)
@@ -78,9 +83,41 @@ func TestDemoFailsLoudly(t *testing.T) {
 		}), nil
 	}
 	var out bytes.Buffer
-	err := runDemo(context.Background(), &out, time.Second, "", unprotected)
+	err := runDemo(context.Background(), &out, demoOptions{ttl: time.Second}, unprotected)
 	if err == nil || !regexp.MustCompile(`^\d+ promises broken: `).MatchString(err.Error()) || !strings.Contains(out.String(), "BROKEN: ") ||
 		strings.Contains(out.String(), "Every promise held") {
 		t.Errorf("err = %v\n%s", err, out.String())
+	}
+}
+
+// checkDemoMetrics checks the --metrics summary against what the story
+// does: four executions (one a takeover), one reuse, one request without a
+// key, one late completion fenced out, and as many D1 calls as the client
+// counted.
+func checkDemoMetrics(t *testing.T, out string) {
+	t.Helper()
+	_, summary, ok := strings.Cut(out, "What the story's OpenTelemetry metrics say")
+	if !ok {
+		t.Fatalf("no metrics summary:\n%s", out)
+	}
+	for _, want := range []*regexp.Regexp{
+		// Largest first: how many polls the story's waits take varies.
+		regexp.MustCompile(`requests, by outcome +[^\n]*\bexecute 4\b`),
+		regexp.MustCompile(`requests, by outcome +[^\n]*\breplay [1-9]\d*\b`),
+		regexp.MustCompile(`requests, by outcome +[^\n]*\bkey_missing 1\b`),
+		regexp.MustCompile(`requests, by outcome +[^\n]*\breused 1\b`),
+		regexp.MustCompile(`completions +stored 4, fenced_out 1\n`),
+		regexp.MustCompile(`takeovers +1\n`),
+		regexp.MustCompile(`lease renewals +renewed \d+\n`),
+		regexp.MustCompile(`leases lost +none\n`),
+		regexp.MustCompile(`D1 calls, by result +ok \d+\n`),
+	} {
+		if !want.MatchString(summary) {
+			t.Errorf("the metrics summary does not match %s:\n%s", want, summary)
+		}
+	}
+	calls := regexp.MustCompile(`, (\d+) D1 calls\.\n`).FindStringSubmatch(out)
+	if calls == nil || !regexp.MustCompile(`D1 calls +`+calls[1]+`, `).MatchString(summary) {
+		t.Errorf("the summary's D1 calls differ from the client's count (%v):\n%s", calls, summary)
 	}
 }

@@ -38,14 +38,20 @@ With several databases (--database or --database-id repeated, or
 --databases-prefix) it shows each database, the totals, and each database's
 projection: the limit is per database.
 
+With --watch it refreshes every --interval until Ctrl-C, redrawn in place on a
+terminal, one block per interval elsewhere, and with --json one JSON object per
+line; each refresh adds the Cloudflare account's API budget as the last
+response's Ratelimit headers gave it. It watches one database.
+
    d1idem stats
    d1idem stats --ttl 1m --retention 48h --json
-   d1idem stats --databases-prefix ledger-`,
+   d1idem stats --databases-prefix ledger-
+   d1idem stats --watch --interval 10s`,
 		Flags: append([]cli.Flag{
 			ttlFlag(),
 			&cli.DurationFlag{Name: "retention", Value: idem.DefaultRetention, Usage: "the retention the sweep uses: rows last updated more than `DURATION` ago are its backlog"},
 			jsonFlag(),
-		}, connFlags()...),
+		}, append(watchFlags(), connFlags()...)...),
 		Action: o.stats,
 	}
 }
@@ -62,10 +68,17 @@ func (o *options) stats(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	interval, err := watchInterval(c)
+	if err != nil {
+		return err
+	}
 	return withDatabases(c, o, existing, func(cn *conn) error {
 		a, err := admin(o, cn, idem.Config{TTL: ttl, MaxLease: ttl, Retention: retention})
 		if err != nil {
 			return err
+		}
+		if c.Bool(flagWatch) {
+			return o.watchStats(c, a, cn, statsJSONOf(idem.Stats{}, cn.where, ttl, retention), interval)
 		}
 		st, err := a.Stats(c.Context)
 		if err != nil {
@@ -76,7 +89,12 @@ func (o *options) stats(c *cli.Context) error {
 			return printJSON(c.App.Writer, out)
 		}
 		return renderStats(c.App.Writer, st, out)
-	}, func(s *dbSet) error { return o.statsMany(c, s, ttl, retention) })
+	}, func(s *dbSet) error {
+		if c.Bool(flagWatch) {
+			return usagef("--watch watches one database; name one, or leave --watch out to see all %d", len(s.conns))
+		}
+		return o.statsMany(c, s, ttl, retention)
+	})
 }
 
 // ptr returns a pointer to a copy of v.
@@ -119,6 +137,11 @@ func statsJSONOf(st idem.Stats, where string, ttl, retention time.Duration) stat
 // renderStats writes stats for people, from the ledger's stats and their
 // JSON form (which carries the database, TTL and retention).
 func renderStats(w io.Writer, st idem.Stats, out statsJSON) error {
+	return printFields(w, statsFields(st, out))
+}
+
+// statsFields are the lines of the stats view, as printFields takes them.
+func statsFields(st idem.Stats, out statsJSON) [][2]string {
 	ttl, retention := time.Duration(out.TTLMS)*time.Millisecond, time.Duration(out.RetentionMS)*time.Millisecond
 	fields := [][2]string{
 		{"database", out.Database},
@@ -139,7 +162,7 @@ func renderStats(w io.Writer, st idem.Stats, out statsJSON) error {
 	fields = append(fields, [2]string{"awaiting retry", awaitingText(st, ttl)}, [2]string{"oldest row", oldestText(st.Oldest)},
 		[2]string{"sweep backlog", backlogText(out.SweepBacklog, retention)}, [2]string{"database size", formatBytes(out.SizeBytes)},
 		[2]string{"10 GB limit", project(st, retention).text(retention)})
-	return printFields(w, fields)
+	return fields
 }
 
 // awaitingText describes the pending rows past the TTL.

@@ -1,0 +1,314 @@
+package d1client
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the instrumentation scope of the client's metrics and spans.
+const ScopeName = "github.com/d1idem/d1idem/d1client"
+
+// Attribute keys of the client's metrics and spans (docs/observability.md).
+// None ever carries a parameter value, a principal, a key or a token.
+const (
+	attrOperation     = attribute.Key("d1idem.d1.operation")
+	attrResult        = attribute.Key("d1idem.d1.result")
+	attrCallKind      = attribute.Key("d1idem.d1.call.kind")
+	attrStatements    = attribute.Key("d1idem.d1.statements")
+	attrCallStmts     = attribute.Key("d1idem.d1.call.statements")
+	attrAttempt       = attribute.Key("d1idem.d1.attempt")
+	attrPriority      = attribute.Key("d1idem.d1.priority")
+	attrDatabase      = attribute.Key("db.namespace")
+	attrAccount       = attribute.Key("cloud.account.id")
+	attrHTTPStatus    = attribute.Key("http.response.status_code")
+	defaultOperation  = "exec"
+	resultOK          = "ok"
+	numResults        = int(kindBudget) + 1 // ok, then each kind
+	secondsPerNano    = 1e-9
+	spanNamePrefix    = "d1idem.d1."
+	callKindSingle    = 0 // one statement, sent alone
+	callKindBatch     = 1 // several statements of one caller
+	callKindCoalesced = 2 // a group-commit call
+	numCallKinds      = 3
+)
+
+var callKindNames = [numCallKinds]string{"single", "batch", "coalesced"}
+
+// durationBuckets are the bucket boundaries, in seconds, of the duration
+// histograms: OpenTelemetry's advice for http.server.request.duration.
+var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
+
+// statementBuckets are those of the statements-per-call histogram.
+var statementBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+
+// class is the name of a kind of failure in metrics and spans, "ok" for
+// none.
+func (k kind) class() string {
+	switch k {
+	case 0:
+		return resultOK
+	case kindSQL:
+		return "sql"
+	case kindAuth:
+		return "auth"
+	case kindNoDatabase:
+		return "no_database"
+	case kindRateLimited:
+		return "rate_limited"
+	case kindOverloaded:
+		return "overloaded"
+	case kindTransient:
+		return "transient"
+	case kindNonJSON:
+		return "non_json"
+	case kindEnvelope:
+		return "envelope"
+	case kindResultCount:
+		return "result_count"
+	case kindTransport:
+		return "transport"
+	case kindInvalid:
+		return "invalid"
+	case kindRejected:
+		return "rejected"
+	case kindBudget:
+		return "budget"
+	}
+	return "unknown"
+}
+
+// telemetry is a Client's instrumentation through the OpenTelemetry API.
+// With the global providers left unset, every instrument and the tracer
+// are no-ops; the measurement options are built once, so that recording
+// allocates nothing.
+type telemetry struct {
+	tracer         trace.Tracer
+	callDuration   metric.Float64Histogram
+	callStatements metric.Int64Histogram
+	opDuration     metric.Float64Histogram
+	retries        metric.Int64Counter
+	budgetWait     metric.Float64Histogram
+	sheds          metric.Int64Counter
+
+	db       attribute.KeyValue
+	callSets [numCallKinds][numResults][]metric.RecordOption
+	stmtSets [numCallKinds][]metric.RecordOption
+	waitSets [2][]metric.RecordOption // by class
+	shedSets [2][]metric.AddOption
+	mu       sync.RWMutex
+	ops      map[string]*opTelemetry
+}
+
+// opTelemetry are the measurement options of one operation name.
+type opTelemetry struct {
+	span   string
+	attr   attribute.KeyValue
+	record [numResults][]metric.RecordOption
+	add    [numResults][]metric.AddOption
+}
+
+func recordWith(kvs ...attribute.KeyValue) []metric.RecordOption {
+	return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(kvs...))}
+}
+
+func addWith(kvs ...attribute.KeyValue) []metric.AddOption {
+	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kvs...))}
+}
+
+// newTelemetry makes the instruments of a client of database db from the
+// providers (nil: otel's global ones). An instrument the provider refuses
+// is replaced by its no-op, as the API's contract allows.
+func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, db string) *telemetry {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	m := mp.Meter(ScopeName)
+	t := &telemetry{tracer: tp.Tracer(ScopeName), db: attrDatabase.String(db), ops: map[string]*opTelemetry{}}
+	t.callDuration, _ = m.Float64Histogram("d1idem.d1.call.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of HTTP calls to D1's API (what the API budget counts), by kind and result."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	t.callStatements, _ = m.Int64Histogram("d1idem.d1.call.statements", metric.WithUnit("{statement}"),
+		metric.WithDescription("Statements carried by each HTTP call to D1's API."),
+		metric.WithExplicitBucketBoundaries(statementBuckets...))
+	t.opDuration, _ = m.Float64Histogram("d1idem.d1.operation.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of Exec calls as their callers see them (group commit, budget waits and retries included), by operation and result."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	t.retries, _ = m.Int64Counter("d1idem.d1.retries", metric.WithUnit("{retry}"),
+		metric.WithDescription("Attempts repeated after a failure, by operation and the failure's class."))
+	t.budgetWait, _ = m.Float64Histogram("d1idem.d1.budget.wait.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time calls waited for the API budget before they were sent (only calls that waited)."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	t.sheds, _ = m.Int64Counter("d1idem.d1.budget.sheds", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls refused, unsent, because the API budget had no call for them before their deadline (ErrBudget)."))
+	t.fillSets()
+	return t
+}
+
+func (t *telemetry) fillSets() {
+	for ck := range numCallKinds {
+		kindAttr := attrCallKind.String(callKindNames[ck])
+		t.stmtSets[ck] = recordWith(t.db, kindAttr)
+		for r := range numResults {
+			t.callSets[ck][r] = recordWith(t.db, kindAttr, attrResult.String(kind(r).class()))
+		}
+	}
+	for cl := range 2 {
+		p := attrPriority.Bool(class(cl) == priority)
+		t.waitSets[cl] = recordWith(t.db, p)
+		t.shedSets[cl] = addWith(t.db, p)
+	}
+}
+
+// op returns the options of an operation name, made on first use.
+func (t *telemetry) op(name string) *opTelemetry {
+	t.mu.RLock()
+	o := t.ops[name]
+	t.mu.RUnlock()
+	if o != nil {
+		return o
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if o = t.ops[name]; o != nil {
+		return o
+	}
+	o = &opTelemetry{span: spanNamePrefix + name, attr: attrOperation.String(name)}
+	for r := range numResults {
+		res := attrResult.String(kind(r).class())
+		o.record[r] = recordWith(t.db, o.attr, res)
+		o.add[r] = addWith(t.db, o.attr, res)
+	}
+	t.ops[name] = o
+	return o
+}
+
+// call records one HTTP call to D1: its kind, result, duration and
+// statements.
+func (t *telemetry) call(coalesced bool, n int, k kind, d time.Duration) {
+	ck := callKindSingle
+	switch {
+	case coalesced:
+		ck = callKindCoalesced
+	case n > 1:
+		ck = callKindBatch
+	}
+	ctx := context.Background()
+	t.callDuration.Record(ctx, float64(d)*secondsPerNano, t.callSets[ck][k]...)
+	t.callStatements.Record(ctx, int64(n), t.stmtSets[ck]...)
+}
+
+// startAttempt starts the span of one attempt of an Exec call. It returns
+// ctx unchanged when the span does not record. The span's attributes are
+// set when it ends, in one call: cheaper than at its start and then again.
+func (t *telemetry) startAttempt(ctx context.Context, o *opTelemetry) (context.Context, trace.Span) {
+	sctx, span := t.tracer.Start(ctx, o.span)
+	if !span.IsRecording() {
+		return ctx, span
+	}
+	return sctx, span
+}
+
+// endAttempt ends the span of an attempt, the attempt-th, of operation o
+// with its result: the caller's stmts statements, the kind of call that
+// carried them and, when it was a shared one, its statements in all, and a
+// failure's class and HTTP status.
+func (t *telemetry) endAttempt(span trace.Span, o *opTelemetry, attempt int, coalesced bool, stmts, shared int, err *Error) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
+	var k kind
+	if err != nil {
+		k = err.kind
+	}
+	ck := callKindSingle
+	switch {
+	case coalesced:
+		ck = callKindCoalesced
+	case stmts > 1:
+		ck = callKindBatch
+	}
+	attrs := make([]attribute.KeyValue, 0, 8)
+	attrs = append(attrs, o.attr, t.db, attrStatements.Int(stmts), attrAttempt.Int(attempt),
+		attrResult.String(k.class()), attrCallKind.String(callKindNames[ck]))
+	if shared > 0 {
+		attrs = append(attrs, attrCallStmts.Int(shared))
+	}
+	if err != nil && err.StatusCode != 0 {
+		attrs = append(attrs, attrHTTPStatus.Int(err.StatusCode))
+	}
+	span.SetAttributes(attrs...)
+	if err != nil {
+		// The class only: an error's message may quote SQL, which is not
+		// the span's business.
+		span.SetStatus(codes.Error, k.class())
+	}
+	span.End()
+}
+
+// operation records an Exec call as its caller saw it.
+func (t *telemetry) operation(o *opTelemetry, k kind, d time.Duration) {
+	t.opDuration.Record(context.Background(), float64(d)*secondsPerNano, o.record[k]...)
+}
+
+// retry records an attempt repeated after a failure of kind k.
+func (t *telemetry) retry(o *opTelemetry, k kind) {
+	t.retries.Add(context.Background(), 1, o.add[k]...)
+}
+
+// waited records a call of class cl that waited d for the budget.
+func (t *telemetry) waited(cl class, d time.Duration) {
+	t.budgetWait.Record(context.Background(), float64(d)*secondsPerNano, t.waitSets[cl]...)
+}
+
+// shed records a call of class cl refused for the budget.
+func (t *telemetry) shed(cl class) {
+	t.sheds.Add(context.Background(), 1, t.shedSets[cl]...)
+}
+
+// observeBudget registers the observable gauges of the account's budget
+// as the client sees it. The registration ends when the client becomes
+// unreachable: the callback holds the Account, never the Client.
+func observeBudget(c *Client, mp metric.MeterProvider) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(ScopeName)
+	remaining, _ := m.Int64ObservableGauge("d1idem.d1.budget.remaining", metric.WithUnit("{call}"),
+		metric.WithDescription("API calls left to the Cloudflare account in the current window, as the last response's Ratelimit header said."))
+	limit, _ := m.Int64ObservableGauge("d1idem.d1.budget.limit", metric.WithUnit("{call}"),
+		metric.WithDescription("API calls allowed per window: the Ratelimit-Policy's quota, or the local Budget's calls."))
+	reset, _ := m.Float64ObservableGauge("d1idem.d1.budget.reset", metric.WithUnit("s"),
+		metric.WithDescription("Seconds until the API budget's window resets, as the last response's Ratelimit header said."))
+	acct := c.account
+	opt := []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(attrAccount.String(c.cfg.AccountID)))}
+	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := acct.State()
+		switch {
+		case st.Quota > 0:
+			o.ObserveInt64(limit, int64(st.Quota), opt...)
+		case !acct.budget.unlimited:
+			o.ObserveInt64(limit, int64(acct.budget.Calls()), opt...)
+		}
+		if st.Estimate >= 0 { // headers of the current window
+			o.ObserveInt64(remaining, int64(st.Remaining), opt...)
+			o.ObserveFloat64(reset, max(0, st.Reset.Sub(acct.clk.Now()).Seconds()), opt...)
+		}
+		return nil
+	}, remaining, limit, reset)
+	if err != nil || reg == nil {
+		return
+	}
+	runtime.AddCleanup(c, func(r metric.Registration) { _ = r.Unregister() }, reg)
+}

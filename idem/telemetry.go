@@ -1,0 +1,263 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/d1idem/d1idem/d1client"
+)
+
+// ScopeName is the instrumentation scope of the ledger's and the
+// middleware's metrics and spans.
+const ScopeName = "github.com/d1idem/d1idem/idem"
+
+// Attribute keys of the ledger's metrics and spans (docs/observability.md).
+// None ever carries a principal, a key or a token: spans carry the
+// principal's short SHA-256 digest, as the logs do; metrics not even that.
+const (
+	attrOutcome          = attribute.Key("d1idem.outcome")
+	attrPrincipalSHA256  = attribute.Key("d1idem.principal.sha256")
+	attrGeneration       = attribute.Key("d1idem.generation")
+	attrTakeover         = attribute.Key("d1idem.takeover")
+	attrCompletionResult = attribute.Key("d1idem.completion.result")
+	attrRenewalResult    = attribute.Key("d1idem.renewal.result")
+	attrLeaseCause       = attribute.Key("d1idem.lease.cause")
+	attrReleaseResult    = attribute.Key("d1idem.release.result")
+	attrSweepSource      = attribute.Key("d1idem.sweep.source")
+	attrKeyStatus        = attribute.Key("d1idem.key.status")
+	attrDatabase         = attribute.Key("db.namespace")
+)
+
+// requestSpan is the name of the middleware's span.
+const requestSpan = "d1idem.request"
+
+// The names of the ledger's D1 calls in d1client's metrics and spans (its
+// d1idem.d1.operation attribute).
+var (
+	opClaim           = d1client.Operation("claim")
+	opComplete        = d1client.Operation("complete")
+	opCheckCompletion = d1client.Operation("check_completion")
+	opRenew           = d1client.Operation("renew")
+	opRelease         = d1client.Operation("release")
+	opLookup          = d1client.Operation("lookup")
+	opRing            = d1client.Operation("ring")
+)
+
+// outcome is how the middleware answered a guarded request.
+type outcome uint8
+
+const (
+	outNone outcome = iota // not decided: the request panicked before
+	outExecute
+	outReplay
+	outInProgress
+	outReused
+	outRetry
+	outKeyMissing
+	outKeyInvalid
+	outUnauthenticated
+	outPrincipalInvalid
+	outTooLarge
+	outBodyUnreadable
+	outLedgerUnavailable
+	outBudgetShed
+	outRecordUnreadable
+	outUnprotected
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"", "execute", "replay", "in_progress", "reused", "retry", "key_missing", "key_invalid",
+	"unauthenticated", "principal_invalid", "too_large", "body_unreadable", "ledger_unavailable", "budget_shed",
+	"record_unreadable", "unprotected"}
+
+// failed reports whether the outcome is the server's failure (a 5xx).
+func (o outcome) failed() bool {
+	return o == outPrincipalInvalid || o == outLedgerUnavailable || o == outBudgetShed || o == outRecordUnreadable
+}
+
+// Results of the ledger's writes, the values of their attributes.
+const (
+	resStored    = "stored"     // completion: the response is the stored one
+	resFencedOut = "fenced_out" // completion: a takeover superseded it
+	resFailed    = "failed"     // D1 could not be reached in time
+	resExpired   = "expired"    // never sent: ErrReservationExpired
+	resRenewed   = "renewed"    // renewal: the lease is extended
+	resReleased  = "released"   // release: the row moved a generation on
+	resNotHeld   = "not_held"   // renewal or release: the row is no longer ours
+)
+
+// Causes of a lost lease.
+const (
+	causeSuperseded  = "superseded"  // a renewal found the row no longer ours
+	causeUnreachable = "unreachable" // no renewal reached D1 for a whole TTL
+	causeExpired     = "expired"     // the reservation outlived its write window
+	causeMaxLease    = "max_lease"   // the handler ran past Config.MaxLease
+)
+
+// durationBuckets are the bucket boundaries, in seconds, of the request
+// duration histogram: OpenTelemetry's advice for
+// http.server.request.duration.
+var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
+
+// telemetry is a Ledger's instrumentation through the OpenTelemetry API.
+// With the global providers left unset, every instrument and the tracer
+// are no-ops; the measurement options of the request path are built once,
+// so that recording allocates nothing.
+type telemetry struct {
+	tracer      trace.Tracer
+	requests    metric.Float64Histogram
+	takeovers   metric.Int64Counter
+	completions metric.Int64Counter
+	renewals    metric.Int64Counter
+	lost        metric.Int64Counter
+	releases    metric.Int64Counter
+	swept       metric.Int64Counter
+	keys        metric.Int64Gauge
+	stuck       metric.Int64Gauge
+	backlog     metric.Int64Gauge
+
+	outcomeSets [numOutcomes][]metric.RecordOption
+	sets        map[attribute.KeyValue][]metric.AddOption // of the counters, by their one attribute
+}
+
+// newTelemetry makes the ledger's instruments from the providers (nil:
+// otel's global ones). An instrument the provider refuses is replaced by
+// its no-op, as the API's contract allows.
+func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *telemetry {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	m := mp.Meter(ScopeName)
+	t := &telemetry{tracer: tp.Tracer(ScopeName), sets: map[attribute.KeyValue][]metric.AddOption{}}
+	t.requests, _ = m.Float64Histogram("d1idem.request.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of the requests the middleware guarded, by outcome."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, _ := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		return c
+	}
+	gauge := func(name, unit, desc string) metric.Int64Gauge {
+		g, _ := m.Int64Gauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		return g
+	}
+	t.takeovers = counter("d1idem.takeovers", "{reservation}", "Stale pending reservations taken over by a retry (their owner died or went quiet for a TTL).")
+	t.completions = counter("d1idem.completions", "{completion}", "Completions (round trip 2), by result: stored, fenced_out, failed, expired.")
+	t.renewals = counter("d1idem.lease.renewals", "{renewal}", "Lease renewals (heartbeats), by result: renewed, not_held, failed, expired.")
+	t.lost = counter("d1idem.lease.lost", "{lease}", "Leases lost while their handler ran, by cause: superseded, unreachable, expired, max_lease.")
+	t.releases = counter("d1idem.releases", "{release}", "Reservations given up so that the client may retry, by result: released, not_held, failed, expired.")
+	t.swept = counter("d1idem.sweep.deleted", "{row}", "Rows deleted by the sweep, by source: completion, admin.")
+	t.keys = gauge("d1idem.keys", "{key}", "Rows of the ledger by status, as Admin.Stats last counted them.")
+	t.stuck = gauge("d1idem.keys.stuck", "{key}", "Pending rows with no update for longer than the TTL, as Admin.Stats last counted them.")
+	t.backlog = gauge("d1idem.sweep.backlog", "{row}", "Rows older than the retention, awaiting the sweep, as Admin.Stats last counted them.")
+	for o := outExecute; o < numOutcomes; o++ {
+		t.outcomeSets[o] = []metric.RecordOption{metric.WithAttributes(attrOutcome.String(outcomeNames[o]))}
+	}
+	for _, kv := range []attribute.KeyValue{
+		attrCompletionResult.String(resStored), attrCompletionResult.String(resFencedOut),
+		attrCompletionResult.String(resFailed), attrCompletionResult.String(resExpired),
+		attrRenewalResult.String(resRenewed), attrRenewalResult.String(resNotHeld),
+		attrRenewalResult.String(resFailed), attrRenewalResult.String(resExpired),
+		attrLeaseCause.String(causeSuperseded), attrLeaseCause.String(causeUnreachable),
+		attrLeaseCause.String(causeExpired), attrLeaseCause.String(causeMaxLease),
+		attrReleaseResult.String(resReleased), attrReleaseResult.String(resNotHeld),
+		attrReleaseResult.String(resFailed), attrReleaseResult.String(resExpired),
+		attrSweepSource.String("completion"), attrSweepSource.String("admin"),
+	} {
+		t.sets[kv] = []metric.AddOption{metric.WithAttributes(kv)}
+	}
+	return t
+}
+
+// add adds n to c with the one attribute kv, one of those newTelemetry
+// prepared.
+func (t *telemetry) add(c metric.Int64Counter, n int64, kv attribute.KeyValue) {
+	c.Add(context.Background(), n, t.sets[kv]...)
+}
+
+// requestTrace is what the middleware learnt of a request, for its span
+// and metrics.
+type requestTrace struct {
+	outcome    outcome
+	principal  string
+	res        *Reservation
+	completion string // what became of an executed request's response
+}
+
+// endRequest records a guarded request: its outcome and duration, and its
+// span's attributes. The principal goes to the span only as its short
+// SHA-256 digest, as in the logs.
+func (t *telemetry) endRequest(span trace.Span, rt *requestTrace, start time.Time) {
+	if rt.outcome != outNone {
+		t.requests.Record(context.Background(), time.Since(start).Seconds(), t.outcomeSets[rt.outcome]...)
+	}
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
+	attrs := make([]attribute.KeyValue, 0, 5)
+	if rt.outcome != outNone {
+		attrs = append(attrs, attrOutcome.String(outcomeNames[rt.outcome]))
+	}
+	if rt.principal != "" {
+		attrs = append(attrs, attrPrincipalSHA256.String(shortHash(rt.principal)))
+	}
+	if r := rt.res; r != nil {
+		attrs = append(attrs, attrGeneration.Int64(r.Generation), attrTakeover.Bool(r.Takeover))
+	}
+	if rt.completion != "" {
+		attrs = append(attrs, attrCompletionResult.String(rt.completion))
+	}
+	span.SetAttributes(attrs...)
+	if rt.outcome.failed() {
+		span.SetStatus(codes.Error, outcomeNames[rt.outcome])
+	}
+	span.End()
+}
+
+// completionResult is the result of a completion that returned done and
+// err.
+func completionResult(done Completion, err error) string {
+	switch {
+	case errors.Is(err, ErrReservationExpired):
+		return resExpired
+	case err != nil:
+		return resFailed
+	case done.Stored:
+		return resStored
+	}
+	return resFencedOut
+}
+
+// writeResult is the result of a renewal or a release that returned ok
+// and err.
+func writeResult(ok bool, err error, success string) string {
+	switch {
+	case errors.Is(err, ErrReservationExpired):
+		return resExpired
+	case err != nil:
+		return resFailed
+	case ok:
+		return success
+	}
+	return resNotHeld
+}
+
+// stats records what Admin.Stats counted in database db.
+func (t *telemetry) stats(ctx context.Context, db string, st Stats) {
+	dbAttr := attrDatabase.String(db)
+	for status, n := range st.ByStatus {
+		t.keys.Record(ctx, n, metric.WithAttributes(dbAttr, attrKeyStatus.String(string(status))))
+	}
+	t.stuck.Record(ctx, st.Stuck, metric.WithAttributes(dbAttr))
+	t.backlog.Record(ctx, st.SweepBacklog, metric.WithAttributes(dbAttr))
+}
