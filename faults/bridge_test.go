@@ -188,11 +188,12 @@ func proxyError(w http.ResponseWriter, status, code int, message string) {
 // with the same coverage demanded as on d1local. It is smaller than the
 // d1local run, the Node and workerd processes sharing the machine.
 func TestRandomizedFaultsBridge(t *testing.T) {
+	t.Parallel()
 	s := seed(t)
 	t.Logf("seed %d (rerun with -faults.seed=%d or FAULTS_SEED=%d)", s, s, s)
-	cfg := runConfig{Seed: s, Clients: 12, Keys: 16, TTL: 600 * time.Millisecond, OnBridge: true}
+	cfg := runConfig{Seed: s, Clients: 12, Keys: 16, TTL: 600 * time.Millisecond, OnBridge: true}.withAll()
 	start := time.Now()
 	o, run := runRandomized(t, cfg)
 	st, _ := verify(t, cfg, o, run, time.Since(start))
-	requireCoverage(t, run, st)
+	requireCoverage(t, cfg, st)
 }
