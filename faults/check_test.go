@@ -546,7 +546,9 @@ func TestCheckerCatchesEachViolation(t *testing.T) {
 	body2 := `{"exec":"k#2B","key":"k"}`
 	hdrs := `{"content-type":"application/json","location":"/v1/things/k#1A"}`
 	hdrs2 := `{"content-type":"application/json","location":"/v1/things/k#2B"}`
-	ev := func(kind string, gen, at int64) event { return event{Kind: kind, P: "acct", K: "k", Generation: i64(gen), At: at} }
+	ev := func(kind string, gen, at int64) event {
+		return event{Kind: kind, P: "acct", K: "k", Generation: i64(gen), At: at}
+	}
 	good := func() *observations {
 		return &observations{
 			Keys: []pk{k},
