@@ -887,7 +887,9 @@ func (run *randomRun) stats(o *observations, res checkResult) runStats {
 		}
 	}
 	if st := run.insts[instStarved]; st != nil {
-		for _, l := range st.logs.find("were not committed") {
+		// A transactional completion that was not committed, or a plain
+		// one that was not stored, for want of budget.
+		for _, l := range append(st.logs.find("were not committed"), st.logs.find("completion not stored")...) {
 			if e := l.Attrs["error"]; strings.Contains(e, "budget") || strings.Contains(e, "rate limit") {
 				s.Starved++
 			}
