@@ -219,30 +219,38 @@ var sideShapes = []string{
 	"REPLACE INTO side_writes (token) VALUES (?) /*%s%s*/",
 }
 
-// sideTraffic runs the side callers: every 10-40 ms a burst of 1-6
-// concurrent calls on instance A's or B's D1 client, the one its ledger
-// uses: echo reads (coalesced with the ledger's statements) that must get
-// their own value back, writes (coalesced or not) that must run once, and
-// multi-statement SQL sent for coalescing, which d1client must refuse
-// before anything is sent.
+// sideTraffic runs the side callers: three workers, each sending a burst
+// of 1-3 concurrent calls every 10-40 ms on instance A's or B's D1 client,
+// the one its ledger uses, and waiting for them (so a slow machine gets
+// fewer calls, not a pile of them): echo reads (coalesced with the
+// ledger's statements) that must get their own value back, writes
+// (coalesced or not) that must run once, and multi-statement SQL sent for
+// coalescing, which d1client must refuse before anything is sent.
 func (run *randomRun) sideTraffic(done <-chan struct{}) {
-	rng := rngFor(run.cfg.Seed, "side")
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for i := 0; ; i++ {
-		select {
-		case <-done:
-			return
-		case <-time.After(time.Duration(10+rng.IntN(30)) * time.Millisecond):
-		}
-		burst := 1 + rng.IntN(6)
-		for j := 0; j < burst; j++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				run.sideCall(rngFor(run.cfg.Seed, "sidecall", i, j), fmt.Sprintf("s%d.%d", i, j))
-			}()
-		}
+	for worker := 0; worker < 3; worker++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rngFor(run.cfg.Seed, "side", worker)
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				case <-time.After(time.Duration(10+rng.IntN(30)) * time.Millisecond):
+				}
+				var burst sync.WaitGroup
+				for j := 0; j < 1+rng.IntN(3); j++ {
+					burst.Add(1)
+					go func() {
+						defer burst.Done()
+						run.sideCall(rngFor(run.cfg.Seed, "sidecall", worker, i, j), fmt.Sprintf("s%d.%d.%d", worker, i, j))
+					}()
+				}
+				burst.Wait()
+			}
+		}()
 	}
 }
 

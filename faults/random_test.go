@@ -205,11 +205,12 @@ const (
 	instStarved     = "C" // heartbeats off, a tiny D1 budget and 971 blocks
 )
 
-// The starved instance's D1 budget, and how long its middleware waits for
-// it on round trip 1.
+// The starved instance's D1 budget: one call in 5 s, so the completion of
+// a claim that got it finds the budget empty. Its middleware waits at most
+// starvedTimeout for round trip 1.
 var (
-	starvedBudget  = d1client.NewBudget(2, 5*time.Second)
-	starvedTimeout = 300 * time.Millisecond
+	starvedBudget  = d1client.NewBudget(1, 5*time.Second)
+	starvedTimeout = time.Second
 )
 
 // runRandomized runs the workload and returns its observations.
@@ -378,7 +379,7 @@ func (run *randomRun) plan(round, c, j int) *keyPlan {
 		}
 		switch c {
 		case 0, 1, 2:
-			forced(execPlan{Delay: run.cfg.TTL * 4})
+			forced(execPlan{Delay: run.cfg.TTL * 6})
 			p.FirstInst = instNoHeartbeat
 			if c == 0 {
 				// The client waits for the slow owner while a duplicate
@@ -396,9 +397,9 @@ func (run *randomRun) plan(round, c, j int) *keyPlan {
 			}
 		case 9:
 			p.TwoKeys = run.cfg.TwoKeys
-		case 10, 11:
-			// The starved instance's budget, two calls in 5 s, goes to
-			// these two claims: their completions find it empty.
+		case 10:
+			// The starved instance's budget goes to this claim (or to
+			// another at the same moment): its completion finds it empty.
 			if run.cfg.Starved {
 				forced(execPlan{})
 				p.FirstInst = instStarved
@@ -517,9 +518,10 @@ func (run *randomRun) backoff(r reqRec, rng *rand.Rand) {
 	time.Sleep(time.Duration(d) * time.Millisecond)
 }
 
-// send makes one request, with a client timeout of 1.5 TTL (a handler
-// slower than that is given up on and retried, as a real client would;
-// duplicates wait longer). Role "twokeys" sends the key twice, as k and
+// send makes one request, with a client timeout of 2 TTLs + 300 ms (a
+// handler slower than that is given up on and retried, as a real client
+// would; a loaded machine's slow round trips fit in the 300 ms);
+// duplicates wait longer. Role "twokeys" sends the key twice, as k and
 // k~2, in two Idempotency-Key fields.
 func (run *randomRun) send(p *keyPlan, role string, attempt int, rng *rand.Rand) reqRec {
 	inst := instNoHeartbeat
@@ -532,11 +534,11 @@ func (run *randomRun) send(p *keyPlan, role string, attempt int, rng *rand.Rand)
 	if role == "op" && attempt == 1 && p.FirstInst != "" {
 		inst = p.FirstInst
 	}
-	timeout := run.cfg.TTL * 3 / 2
+	timeout := run.cfg.TTL*2 + 300*time.Millisecond
 	if role == "dup" || role == "op" && attempt == 1 && p.Patient {
 		// Duplicates are patient: they wait out even a slow owner, so
 		// answers of superseded owners reach some client.
-		timeout = run.cfg.TTL*4 + 2*time.Second
+		timeout = run.cfg.TTL*6 + 2*time.Second
 	}
 	ctx, cancel := context.WithTimeout(bg, timeout)
 	defer cancel()
