@@ -274,7 +274,7 @@ func newWorldFor(t testing.TB, onBridge bool) *world {
 	t.Helper()
 	w := &world{t: t, injected: map[string]int{}, faulted: map[string]bool{}, multiSQL: map[string]bool{}}
 	if onBridge {
-		w.b = bridgeWithFaults(t, w.hook)
+		w.b = bridgeWithFaults(t, w.hook, w.forwardFailed)
 	} else {
 		w.b = d1test.LocalConfig(t, d1local.Config{Faults: w.hook})
 	}
@@ -337,6 +337,18 @@ func (w *world) hook(req d1local.Request) d1local.Fault {
 		w.mu.Unlock()
 	}
 	return f
+}
+
+// forwardFailed records a call the bridge's fault proxy could not forward:
+// a fault its client saw, as "proxy_error@<round trip>".
+func (w *world) forwardFailed(req d1local.Request) {
+	c := classify(req.Statements)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.injected["proxy_error@"+c.roundTrip()]++
+	for _, tok := range c.tokens {
+		w.faulted[tok] = true
+	}
 }
 
 // faultName names a fault's kind for the counts.

@@ -470,10 +470,13 @@ func (run *randomRun) execPlanFor(k pk, n int) execPlan {
 }
 
 // doOp drives one key: the client's attempts until a final answer (unless
-// it abandons), a concurrent duplicate if planned, and replay checks.
+// it abandons), a concurrent duplicate if planned, and replay checks. Like
+// a real client, it doubles its timeout (up to 16 times) after each attempt
+// that timed out, so a loaded machine slows the run down instead of
+// starving every attempt.
 func (run *randomRun) doOp(p *keyPlan) {
 	if p.TwoKeys {
-		run.send(p, "twokeys", 1, p.rng)
+		run.send(p, "twokeys", 1, p.rng, 1)
 	}
 	var wg sync.WaitGroup
 	if p.Dup {
@@ -481,13 +484,19 @@ func (run *randomRun) doOp(p *keyPlan) {
 		go func() {
 			defer wg.Done()
 			time.Sleep(p.DupDelay)
-			run.send(p, "dup", 1, p.dupRng)
+			run.send(p, "dup", 1, p.dupRng, 1)
 		}()
 	}
-	opDeadline := time.Now().Add(30 * time.Second)
+	scale := 1
+	next := func(r reqRec) {
+		if strings.Contains(r.Err, "deadline exceeded") {
+			scale = min(2*scale, 16)
+		}
+	}
+	opDeadline := time.Now().Add(60 * time.Second)
 	settled := false
 	for attempt := 1; time.Now().Before(opDeadline); attempt++ {
-		r := run.send(p, "op", attempt, p.rng)
+		r := run.send(p, "op", attempt, p.rng, scale)
 		if r.final() {
 			settled = true
 			break
@@ -495,15 +504,17 @@ func (run *randomRun) doOp(p *keyPlan) {
 		if p.Abandon {
 			break
 		}
+		next(r)
 		run.backoff(r, p.rng)
 	}
 	for i := 0; settled && i < p.Replays; i++ {
 		time.Sleep(time.Duration(p.rng.IntN(150)) * time.Millisecond)
 		for attempt := 1; time.Now().Before(opDeadline.Add(30 * time.Second)); attempt++ {
-			r := run.send(p, "replay", attempt, p.rng)
+			r := run.send(p, "replay", attempt, p.rng, scale)
 			if r.final() {
 				break
 			}
+			next(r)
 			run.backoff(r, p.rng)
 		}
 	}
@@ -518,12 +529,11 @@ func (run *randomRun) backoff(r reqRec, rng *rand.Rand) {
 	time.Sleep(time.Duration(d) * time.Millisecond)
 }
 
-// send makes one request, with a client timeout of 2 TTLs + 300 ms (a
-// handler slower than that is given up on and retried, as a real client
-// would; a loaded machine's slow round trips fit in the 300 ms);
-// duplicates wait longer. Role "twokeys" sends the key twice, as k and
-// k~2, in two Idempotency-Key fields.
-func (run *randomRun) send(p *keyPlan, role string, attempt int, rng *rand.Rand) reqRec {
+// send makes one request, with a client timeout of scale times 2 TTLs +
+// 300 ms (a handler slower than that is given up on and retried, as a real
+// client would); duplicates wait longer. Role "twokeys" sends the key
+// twice, as k and k~2, in two Idempotency-Key fields.
+func (run *randomRun) send(p *keyPlan, role string, attempt int, rng *rand.Rand, scale int) reqRec {
 	inst := instNoHeartbeat
 	switch n := rng.IntN(20); {
 	case n >= 18 && run.cfg.Starved:
@@ -534,7 +544,7 @@ func (run *randomRun) send(p *keyPlan, role string, attempt int, rng *rand.Rand)
 	if role == "op" && attempt == 1 && p.FirstInst != "" {
 		inst = p.FirstInst
 	}
-	timeout := run.cfg.TTL*2 + 300*time.Millisecond
+	timeout := time.Duration(scale) * (run.cfg.TTL*2 + 300*time.Millisecond)
 	if role == "dup" || role == "op" && attempt == 1 && p.Patient {
 		// Duplicates are patient: they wait out even a slow owner, so
 		// answers of superseded owners reach some client.
