@@ -85,6 +85,7 @@ type observations struct {
 	Events      []event
 	Logs        []logRec
 	Start       int64 // D1 time of the run's start, ms
+	Skew        int64 // how far Start may be off, ms
 	// Transactional is true when the handler's business write goes through
 	// idem.Tx: a non-replayed 201 from an owner whose completion was not
 	// stored then describes a write that never happened, and is a violation.
@@ -134,10 +135,11 @@ type checkResult struct {
 	Replays    int // replays compared
 }
 
-// stolenMargin absorbs the difference between the handler's clock and D1's
-// (the same wall clock here) when ordering an execution's start against the
-// audited claim it ran under; replayMargin does the same for a replay
-// against the completion it replayed.
+// stolenMargin absorbs the rounding of D1's clock to milliseconds (and on
+// the bridge, with Skew, the measured difference between the clocks) when
+// ordering an execution's start against the audited claim it ran under;
+// replayMargin does the same for a replay against the completion it
+// replayed.
 const (
 	stolenMargin = 100 // ms
 	replayMargin = 250 // ms
@@ -288,7 +290,7 @@ func check(o *observations) checkResult {
 				granted = e.At
 			}
 		}
-		if granted >= 0 && granted-o.Start > start.Milliseconds()+stolenMargin {
+		if granted >= 0 && granted-o.Start > start.Milliseconds()+stolenMargin+o.Skew {
 			bad(k, invGeneration, "the completion at generation %d was stored by %s, which started %d ms before that generation was granted", c.Generation, exec, granted-o.Start-start.Milliseconds())
 		}
 	}
@@ -366,7 +368,8 @@ func check(o *observations) checkResult {
 				matched, last := false, ""
 				for _, c := range cs {
 					endAt, ended := ends[genKey(k, c.Generation)]
-					if len(cs) > 1 && (c.At-o.Start > q.End.Milliseconds()+replayMargin || ended && endAt-o.Start < q.Start.Milliseconds()-replayMargin) {
+					margin := replayMargin + o.Skew
+					if len(cs) > 1 && (c.At-o.Start > q.End.Milliseconds()+margin || ended && endAt-o.Start < q.Start.Milliseconds()-margin) {
 						continue
 					}
 					last = c.canonical()

@@ -249,7 +249,12 @@ func runRandomized(t *testing.T, cfg runConfig) (*observations, *randomRun) {
 	}
 	run.start = time.Now()
 	run.lastC971 = run.start // the starved instance's first claims meet its budget, not a 971
-	d1Start := w.d1Offset(run.start)
+	// D1's time of the run's start: d1local reads this process's clock; the
+	// bridge's is measured, within half the best round trip.
+	d1Start, skew := run.start.UnixMilli(), int64(0)
+	if cfg.OnBridge {
+		d1Start, skew = w.d1Offset(run.start)
+	}
 	switch {
 	case cfg.SideFaults:
 		w.setPolicy(sideWriteFaults())
@@ -279,7 +284,7 @@ func runRandomized(t *testing.T, cfg runConfig) (*observations, *randomRun) {
 	w.setPolicy(nil)
 	stopMonitor()
 
-	o := &observations{Seed: cfg.Seed, Abandoned: map[pk]bool{}, Start: d1Start, Transactional: !cfg.Direct,
+	o := &observations{Seed: cfg.Seed, Abandoned: map[pk]bool{}, Start: d1Start, Skew: skew, Transactional: !cfg.Direct,
 		Window: cfg.retention().Milliseconds(), Retention: cfg.retention().Milliseconds()}
 	run.mu.Lock()
 	o.Keys = append(o.Keys, run.keys...)
@@ -307,21 +312,22 @@ func runRandomized(t *testing.T, cfg runConfig) (*observations, *randomRun) {
 	return o, run
 }
 
-// d1Offset returns D1's clock at the local time at: the read with the
-// shortest round trip of three, taken at its midpoint.
-func (w *world) d1Offset(at time.Time) int64 {
+// d1Offset returns D1's clock at the local time at, and its uncertainty in
+// ms: the read with the shortest round trip of three, taken at its
+// midpoint.
+func (w *world) d1Offset(at time.Time) (ms, skew int64) {
 	w.t.Helper()
-	best, off := time.Duration(1<<62), int64(0)
+	best := time.Duration(1 << 62)
 	for i := 0; i < 3; i++ {
 		t0 := time.Now()
 		d := w.d1Now()
 		rt := time.Since(t0)
 		if rt < best {
 			mid := t0.Add(rt / 2)
-			best, off = rt, d-mid.Sub(at).Milliseconds()
+			best, ms = rt, d-mid.Sub(at).Milliseconds()
 		}
 	}
-	return off
+	return ms, best.Milliseconds()/2 + 1
 }
 
 // monitor checks the audit for violations while the run goes on: a
