@@ -126,20 +126,22 @@ func rngFor(seed int64, label ...any) *rand.Rand {
 
 // keyPlan is what one client does with one key.
 type keyPlan struct {
-	Client     int
-	Key        pk
-	Body       string
-	Invalid    bool // the handler answers 422 (stored and replayed, no business write)
-	Abandon    bool // the client sends once and never retries
-	Dup        bool // a concurrent duplicate is sent too
-	DupDelay   time.Duration
-	Replays    int
-	FirstInst  string // instance of the first attempt ("" random)
-	Patient    bool   // the first attempt waits out even a slow owner
-	TwoKeys    bool   // a request with two Idempotency-Key fields goes first
-	rng        *rand.Rand
-	dupRng     *rand.Rand
-	forcedExec *execPlan // the first execution's plan, when forced
+	Client   int
+	Key      pk
+	Body     string
+	Invalid  bool // the handler answers 422 (stored and replayed, no business write)
+	Abandon  bool // the client sends once and never retries
+	Dup      bool // a concurrent duplicate is sent too
+	DupDelay time.Duration
+	// DupAfterClaim counts DupDelay from the key's claim, not the start.
+	DupAfterClaim bool
+	Replays       int
+	FirstInst     string // instance of the first attempt ("" random)
+	Patient       bool   // the first attempt waits out even a slow owner
+	TwoKeys       bool   // a request with two Idempotency-Key fields goes first
+	rng           *rand.Rand
+	dupRng        *rand.Rand
+	forcedExec    *execPlan // the first execution's plan, when forced
 }
 
 // The ways an execution answers (execPlan.Mode). Each queues its business
@@ -153,14 +155,21 @@ const (
 
 // execPlan is what one execution of the handler does.
 type execPlan struct {
-	Delay  time.Duration
-	Panic  string // "", "early" (before queueing the write) or "late" (after)
-	Mode   string
-	Latin1 bool // the Location of its 201 holds a byte that is not UTF-8
+	Delay time.Duration
+	// Outlive makes the execution work until its key is taken over (at
+	// most 15 s), instead of for Delay: the slow owner of a takeover,
+	// however fast the machine.
+	Outlive bool
+	Panic   string // "", "early" (before queueing the write) or "late" (after)
+	Mode    string
+	Latin1  bool // the Location of its 201 holds a byte that is not UTF-8
 }
 
 func (p execPlan) String() string {
 	s := p.Delay.Round(time.Millisecond).String()
+	if p.Outlive {
+		s = "until_taken_over"
+	}
 	if p.Panic != "" {
 		s += "+panic_" + p.Panic
 	}
@@ -185,18 +194,19 @@ type randomRun struct {
 	start time.Time
 	insts map[string]*stack
 
-	mu        sync.Mutex
-	plans     map[pk]*keyPlan
-	keys      []pk
-	execN     map[pk]int
-	requests  []reqRec
-	execs     []execRec
-	ops       []opRec   // the operator's actions
-	side      []sideRec // the side callers' calls
-	last971   time.Time
-	lastC971  time.Time
-	inflight  atomic.Int64
-	monitored atomic.Int64 // violations seen by the monitor during the run
+	mu            sync.Mutex
+	plans         map[pk]*keyPlan
+	keys          []pk
+	execN         map[pk]int
+	requests      []reqRec
+	execs         []execRec
+	ops           []opRec   // the operator's actions
+	side          []sideRec // the side callers' calls
+	last971       time.Time
+	lastC971      time.Time
+	inflight      atomic.Int64
+	starvedClaims atomic.Int64 // claim calls of the starved instance
+	monitored     atomic.Int64 // violations seen by the monitor during the run
 }
 
 const (
@@ -205,13 +215,9 @@ const (
 	instStarved     = "C" // heartbeats off, a tiny D1 budget and 971 blocks
 )
 
-// The starved instance's D1 budget: one call in 5 s, so the completion of
-// a claim that got it finds the budget empty. Its middleware waits at most
-// starvedTimeout for round trip 1.
-var (
-	starvedBudget  = d1client.NewBudget(1, 5*time.Second)
-	starvedTimeout = time.Second
-)
+// The starved instance's D1 budget: one call in 4 s, so the completion of
+// a claim that got it (sent at most 2 s later) finds the budget empty.
+var starvedBudget = d1client.NewBudget(1, 4*time.Second)
 
 // runRandomized runs the workload and returns its observations.
 func runRandomized(t *testing.T, cfg runConfig) (*observations, *randomRun) {
@@ -236,7 +242,6 @@ func runRandomized(t *testing.T, cfg runConfig) (*observations, *randomRun) {
 		sp := stackSpec{cfg: cfg.ledgerConfig(hb), outer: run.outer, inner: run.inner,
 			mk: func(db *d1client.Client) http.Handler { return &randHandler{run: run, inst: name, db: db} }}
 		if name == instStarved {
-			sp.opts.Timeout = starvedTimeout
 			sp.mods = append(sp.mods, func(c *d1client.Config) { c.Budget, c.AccountID = starvedBudget, starvedAccount })
 		}
 		if cfg.Mutant == mutantMultiStatementSent {
@@ -265,6 +270,10 @@ func runRandomized(t *testing.T, cfg runConfig) (*observations, *randomRun) {
 	stopExtras := run.startExtras()
 
 	var wg sync.WaitGroup
+	if cfg.Starved {
+		wg.Add(1)
+		go func() { defer wg.Done(); run.doOp(run.plan(0, -1, 0)) }()
+	}
 	deadline := run.start.Add(cfg.Duration)
 	for c := 0; c < cfg.Clients; c++ {
 		wg.Add(1)
@@ -358,9 +367,10 @@ WHERE kind = 'completed_row_updated' OR (kind IN ('completed_row_deleted', 'pend
 	return func() { close(done); wg.Wait() }
 }
 
-// plan makes (once) the plan of client c's j-th key of a round.
+// plan makes (once) the plan of client c's j-th key of a round. Client -1
+// is the starved instance's: one key, in round 0.
 func (run *randomRun) plan(round, c, j int) *keyPlan {
-	k := pk{fmt.Sprintf("acct%d", c%4), fmt.Sprintf("r%d-c%02d-k%02d", round, c, j)}
+	k := pk{fmt.Sprintf("acct%d", (c+4)%4), fmt.Sprintf("r%d-c%02d-k%02d", round, c, j)}
 	rng := rngFor(run.cfg.Seed, "key", k.P, k.K)
 	p := &keyPlan{Client: c, Key: k, rng: rng, dupRng: rngFor(run.cfg.Seed, "dup", k.P, k.K)}
 	p.Body = fmt.Sprintf(`{"sku":"s%d","qty":%d}`, rng.IntN(1000), 1+rng.IntN(9))
@@ -385,12 +395,13 @@ func (run *randomRun) plan(round, c, j int) *keyPlan {
 		}
 		switch c {
 		case 0, 1, 2:
-			forced(execPlan{Delay: run.cfg.TTL * 6})
+			forced(execPlan{Outlive: true})
 			p.FirstInst = instNoHeartbeat
 			if c == 0 {
-				// The client waits for the slow owner while a duplicate
-				// takes the key over: the old owner's answer reaches it.
-				p.Patient, p.Dup, p.DupDelay = true, true, run.cfg.TTL*3/2
+				// The client waits for the slow owner while a duplicate,
+				// sent 1.5 TTL after the claim, takes the key over: the
+				// old owner's answer reaches it.
+				p.Patient, p.Dup, p.DupAfterClaim, p.DupDelay = true, true, true, run.cfg.TTL*3/2
 			}
 		case 3:
 			forced(execPlan{Panic: "late"})
@@ -403,14 +414,15 @@ func (run *randomRun) plan(round, c, j int) *keyPlan {
 			}
 		case 9:
 			p.TwoKeys = run.cfg.TwoKeys
-		case 10:
-			// The starved instance's budget goes to this claim (or to
-			// another at the same moment): its completion finds it empty.
-			if run.cfg.Starved {
-				forced(execPlan{})
-				p.FirstInst = instStarved
-			}
 		}
+	}
+	if c < 0 {
+		// The starved instance's first claim takes its one call (this one,
+		// or another made at the same moment, which then waits for the
+		// next): its completion finds the budget empty.
+		p.Invalid, p.Abandon, p.Dup, p.TwoKeys = false, false, false, false
+		p.forcedExec = &execPlan{Mode: run.defaultMode()}
+		p.FirstInst, p.Patient = instStarved, true
 	}
 	run.mu.Lock()
 	run.plans[k] = p
@@ -489,6 +501,9 @@ func (run *randomRun) doOp(p *keyPlan) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			for end := time.Now().Add(30 * time.Second); p.DupAfterClaim && run.generationOf(p.Key) == 0 && time.Now().Before(end); {
+				time.Sleep(10 * time.Millisecond)
+			}
 			time.Sleep(p.DupDelay)
 			run.send(p, "dup", 1, p.dupRng, 1)
 		}()
@@ -541,9 +556,9 @@ func (run *randomRun) backoff(r reqRec, rng *rand.Rand) {
 // twice, as k and k~2, in two Idempotency-Key fields.
 func (run *randomRun) send(p *keyPlan, role string, attempt int, rng *rand.Rand, scale int) reqRec {
 	inst := instNoHeartbeat
-	switch n := rng.IntN(20); {
-	case n >= 18 && run.cfg.Starved:
-		inst = instStarved
+	switch n := rng.IntN(40); {
+	case n == 39 && run.cfg.Starved:
+		inst = instStarved // rarely: its claims wait up to 4 s for its budget
 	case n%2 == 1:
 		inst = instHeartbeat
 	}
@@ -554,7 +569,7 @@ func (run *randomRun) send(p *keyPlan, role string, attempt int, rng *rand.Rand,
 	if role == "dup" || role == "op" && attempt == 1 && p.Patient {
 		// Duplicates are patient: they wait out even a slow owner, so
 		// answers of superseded owners reach some client.
-		timeout = run.cfg.TTL*6 + 2*time.Second
+		timeout = 30 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(bg, timeout)
 	defer cancel()
@@ -611,6 +626,9 @@ func (run *randomRun) fault(req d1local.Request, c calls) d1local.Fault {
 		return d1local.Fault{}
 	}
 	starved := req.AccountID == starvedAccount
+	if starved && c.claim && run.starvedClaims.Add(1) == 1 {
+		return d1local.Fault{} // the forced plan's claim, whose completion must starve
+	}
 	if starved && c.claim && run.mayC971() {
 		return d1local.Fault{RateLimit: true, RetryAfter: 1500 * time.Millisecond}
 	}
@@ -745,7 +763,7 @@ func (h *randHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if plan.Mode == modeLateAdd && !run.cfg.Direct {
 		// The response streams before the write is queued: the Add is
 		// refused, and the middleware aborts the response.
-		run.work(r.Context(), plan.Delay, &rec)
+		run.work(r.Context(), k, plan, &rec)
 		setCreatedHeaders(w.Header(), exec, suffix)
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write(created[:len(created)/2])
@@ -765,7 +783,7 @@ func (h *randHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			panic(http.ErrAbortHandler)
 		}
 	}
-	run.work(r.Context(), plan.Delay, &rec)
+	run.work(r.Context(), k, plan, &rec)
 	if plan.Panic == "late" {
 		panic(http.ErrAbortHandler)
 	}
@@ -811,22 +829,47 @@ func (h *randHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// work is the handler's work: it waits d. A lost lease (the key was taken
-// over, released or unreachable for a TTL) aborts it: the panic makes the
-// middleware release the reservation (fenced) instead of storing a
-// response. A handler cancelled at MaxLease finishes its work.
-func (run *randomRun) work(ctx context.Context, d time.Duration, rec *execRec) {
+// work is the handler's work: it waits for the plan's delay, or, for an
+// Outlive plan, until the key's generation moves on. A lost lease (the key
+// was taken over, released or unreachable for a TTL) aborts it: the panic
+// makes the middleware release the reservation (fenced) instead of storing
+// a response. A handler cancelled at MaxLease finishes its work.
+func (run *randomRun) work(ctx context.Context, k pk, plan execPlan, rec *execRec) {
+	d, gen := plan.Delay, int64(0)
+	if plan.Outlive {
+		d, gen = 15*time.Second, run.generationOf(k)
+	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
-	select {
-	case <-timer.C:
-	case <-ctx.Done():
-		if errors.Is(context.Cause(ctx), idem.ErrLeaseLost) {
-			rec.Outcome = "lease_lost"
-			panic(http.ErrAbortHandler)
+	done := ctx.Done()
+	for {
+		select {
+		case <-timer.C:
+			return
+		case <-done:
+			if errors.Is(context.Cause(ctx), idem.ErrLeaseLost) {
+				rec.Outcome = "lease_lost"
+				panic(http.ErrAbortHandler)
+			}
+			done = nil
+		case <-time.After(20 * time.Millisecond):
+			if plan.Outlive && run.generationOf(k) != gen {
+				return
+			}
 		}
-		<-timer.C
 	}
+}
+
+// generationOf reads the generation of k's row (0 when it cannot).
+func (run *randomRun) generationOf(k pk) int64 {
+	ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	defer cancel()
+	res, err := run.w.admin.Exec(ctx, []d1client.Statement{{SQL: adminMark + `SELECT generation FROM idempotency_keys WHERE principal = ? AND key = ?`, Params: []any{k.P, k.K}}})
+	if err != nil || len(res[0].Rows) == 0 {
+		return 0
+	}
+	g, _ := res[0].Rows[0][0].Int64()
+	return g
 }
 
 func (run *randomRun) recordExec(e execRec) {
@@ -1089,7 +1132,6 @@ func requireCoverage(t *testing.T, cfg runConfig, s runStats) {
 		{"side calls faulted", s.Faults["internal500@side"] + s.Faults["internal500+after_commit@side"] + s.Faults["lost_response@side"] +
 			s.Faults["badgateway502@side"] + s.Faults["badgateway502+after_commit@side"] + s.Faults["overloaded429@side"] +
 			s.Faults["overloaded429+after_commit@side"], cfg.Side && !cfg.NoFaults},
-		{"claims refused for the starved instance's budget", s.Answers["C:503_"+idem.CodeBudgetExhausted], cfg.Starved},
 		{"completions starved of budget", s.Starved, cfg.Starved && !cfg.NoFaults},
 	}
 	for _, c := range checks {
