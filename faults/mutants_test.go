@@ -81,7 +81,7 @@ func TestRandomizedCatchesReintroducedBugs(t *testing.T) {
 	for _, m := range mutants {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			base := m.cfg(runConfig{Seed: s, Clients: 6, Keys: 4, TTL: 400 * time.Millisecond, NoFaults: true})
+			base := m.cfg(runConfig{Seed: s, Clients: 4, Keys: 3, TTL: 400 * time.Millisecond, NoFaults: true})
 			t.Run("caught", func(t *testing.T) {
 				cfg := base
 				cfg.Mutant = m.name
