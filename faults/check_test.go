@@ -402,12 +402,13 @@ func check(o *observations) checkResult {
 	}
 
 	// The side callers: each gets its own result, or an error only when its
-	// own call was faulted or it was never sent (a 971 block, the budget);
+	// own call was faulted, never sent (a 971 block, the budget) or not
+	// answered by its own deadline (a loaded machine);
 	// multi-statement SQL is refused before it is sent; a write runs once
 	// (none when its error says nothing was committed).
 	for _, sc := range o.Side {
 		k := pk{"side", sc.Token}
-		excused := sc.ErrKind == "rate_limited" || sc.ErrKind == "budget" || o.Faulted[sc.Token]
+		excused := sc.ErrKind == "rate_limited" || sc.ErrKind == "budget" || sc.Timeout || o.Faulted[sc.Token]
 		if o.MultiSQL[sc.Token] {
 			bad(k, invInnocent, "multi-statement SQL reached D1: %s", sc.SQL)
 		}

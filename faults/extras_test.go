@@ -206,6 +206,7 @@ type sideRec struct {
 	Err       string
 	ErrKind   string // the d1client sentinel the error matches (see errKind)
 	Ambiguous bool   // the error says the call may have committed
+	Timeout   bool   // the error is the call's own deadline (30 s) passing
 	Result    string // what an echo read returned
 }
 
@@ -287,12 +288,12 @@ func (run *randomRun) sideCall(rng *rand.Rand, tok string) {
 		}
 	}
 	rec.SQL = stmt.SQL
-	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
 	defer cancel()
 	res, err := run.insts[inst].db.Exec(ctx, []d1client.Statement{stmt}, opts...)
 	switch {
 	case err != nil:
-		rec.Err, rec.ErrKind = err.Error(), errKind(err)
+		rec.Err, rec.ErrKind, rec.Timeout = err.Error(), errKind(err), errors.Is(err, context.DeadlineExceeded)
 		var de *d1client.Error
 		if errors.As(err, &de) {
 			rec.Ambiguous = de.Ambiguous
