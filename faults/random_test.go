@@ -194,19 +194,20 @@ type randomRun struct {
 	start time.Time
 	insts map[string]*stack
 
-	mu            sync.Mutex
-	plans         map[pk]*keyPlan
-	keys          []pk
-	execN         map[pk]int
-	requests      []reqRec
-	execs         []execRec
-	ops           []opRec   // the operator's actions
-	side          []sideRec // the side callers' calls
-	last971       time.Time
-	lastC971      time.Time
-	inflight      atomic.Int64
-	starvedClaims atomic.Int64 // claim calls of the starved instance
-	monitored     atomic.Int64 // violations seen by the monitor during the run
+	mu                 sync.Mutex
+	plans              map[pk]*keyPlan
+	keys               []pk
+	execN              map[pk]int
+	requests           []reqRec
+	execs              []execRec
+	ops                []opRec   // the operator's actions
+	side               []sideRec // the side callers' calls
+	last971            time.Time
+	lastC971           time.Time
+	inflight           atomic.Int64
+	starvedClaims      atomic.Int64 // claim calls of the starved instance
+	starvedCompletions atomic.Int64 // its completion calls
+	monitored          atomic.Int64 // violations seen by the monitor during the run
 }
 
 const (
@@ -628,6 +629,11 @@ func (run *randomRun) fault(req d1local.Request, c calls) d1local.Fault {
 	starved := req.AccountID == starvedAccount
 	if starved && c.claim && run.starvedClaims.Add(1) == 1 {
 		return d1local.Fault{} // the forced plan's claim, whose completion must starve
+	}
+	if starved && (c.complete || c.guard) && run.starvedCompletions.Add(1) == 1 {
+		// A completion that its budget let through (a loaded machine took
+		// over the budget's window) meets the account's 971 instead.
+		return d1local.Fault{RateLimit: true, RetryAfter: 1500 * time.Millisecond}
 	}
 	if starved && c.claim && run.mayC971() {
 		return d1local.Fault{RateLimit: true, RetryAfter: 1500 * time.Millisecond}
