@@ -64,8 +64,10 @@ func (run *randomRun) recordOp(op opRec) {
 // recent key (Admin.Get) and releases it: a pending one with or without
 // Force ("release_force", "release"), a completed one with Force, which
 // forgets its response ("forget"), or without, which must be refused
-// ("release_completed"). Its calls are never faulted. Its first look at a
-// pending key and at a completed key always forces, so every run has both.
+// ("release_completed"). Every release that lands is followed by a sweep,
+// the interleaving that made issue 11's finding 2. Its calls are never
+// faulted. Its first look at a pending key and at a completed key always
+// forces, so every run has both.
 func (run *randomRun) operate(done <-chan struct{}) {
 	db := run.w.client(func(c *d1client.Config) { c.AccountID = operatorAccount })
 	l, err := idem.New(db, run.cfg.ledgerConfig(-1))
@@ -143,7 +145,7 @@ func (run *randomRun) recentKey(rng *rand.Rand) (pk, bool) {
 
 // release releases k at gen through the admin API (or, in the
 // mutantCLIRelease run, a pending key with the CLI's own statement of
-// before the fix) and records it.
+// before the fix) and records it; after a release it sweeps.
 func (run *randomRun) release(ctx context.Context, admin *idem.Admin, db *d1client.Client, kind string, k pk, gen int64, force bool) bool {
 	op := opRec{Kind: kind, Key: k, Gen: gen}
 	if run.cfg.Mutant == mutantCLIRelease && kind != "forget" && kind != "release_completed" {
@@ -155,6 +157,12 @@ func (run *randomRun) release(ctx context.Context, admin *idem.Admin, db *d1clie
 		op.Released, op.Before, op.Err = res.Released, res.Before.Status, errString(err)
 	}
 	run.recordOp(op)
+	if op.Released {
+		// Sweep at once: a released row that a sweep may delete is deleted
+		// before its client comes back.
+		n, err := admin.Sweep(ctx)
+		run.recordOp(opRec{Kind: "sweep", Deleted: n, Err: errString(err)})
+	}
 	return op.Released
 }
 
