@@ -1,15 +1,37 @@
 package d1idem_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 )
 
-// goList runs `go list` with args in the module's root and returns the
-// package paths it prints.
+// The TestLint tests hold the tree to the layering rules of CONTRIBUTING.md
+// and to its size limits; `make lint` runs them (go test -run '^TestLint' .),
+// and so does `make test`.
+
+const module = "github.com/d1idem/d1idem"
+
+// Package sets of the layering rules.
+var (
+	// core are the library packages a user's production binary imports.
+	core = []string{module, module + "/d1client", module + "/idem", module + "/schema"}
+	// libraries are every public package that is not a program or an
+	// example: core, and the local D1 with its test server.
+	libraries = append(slices.Clone(core), module+"/d1local", module+"/d1local/d1localtest")
+	// testHelpers are imported by tests only.
+	testHelpers = []string{module + "/internal/d1test", module + "/internal/specseq", module + "/internal/doctest"}
+)
+
+// goList runs `go list` with args in the module's root and returns its
+// output's lines.
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()
 	goBin, err := exec.LookPath("go")
@@ -23,42 +45,128 @@ func goList(t *testing.T, args ...string) []string {
 	if err != nil {
 		t.Fatalf("go list %s: %v", strings.Join(args, " "), err)
 	}
-	return strings.Fields(string(out))
+	return strings.Split(strings.TrimSpace(string(out)), "\n")
 }
 
-// TestLibrariesDoNotLinkSQLite: what a production binary imports never pulls
+// deps maps every package of the module to its dependencies (not those of
+// its tests).
+func deps(t *testing.T) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, line := range goList(t, "-f", `{{.ImportPath}} {{join .Deps " "}}`, "./...") {
+		f := strings.Fields(line)
+		out[f[0]] = f[1:]
+	}
+	return out
+}
+
+// under reports whether pkg is prefix or a package below it.
+func under(pkg, prefix string) bool { return pkg == prefix || strings.HasPrefix(pkg, prefix+"/") }
+
+// TestLintLayering: the arrows of CONTRIBUTING.md point one way.
+func TestLintLayering(t *testing.T) {
+	all := deps(t)
+	if !slices.Contains(all[module+"/cmd/d1idem"], module+"/internal/cli") {
+		t.Fatal("the check is broken: cmd/d1idem should depend on internal/cli")
+	}
+	forbid := func(pkgs []string, why string, bad func(dep string) bool) {
+		t.Helper()
+		for _, pkg := range pkgs {
+			for _, dep := range all[pkg] {
+				if bad(dep) {
+					t.Errorf("%s imports %s: %s; find the import with `go list -deps -f '{{.ImportPath}}: {{.Imports}}' %s`", pkg, dep, why, pkg)
+				}
+			}
+		}
+	}
+	forbid(libraries, "a library imports neither the CLI, nor an example, nor a test helper", func(dep string) bool {
+		return under(dep, module+"/internal/cli") || under(dep, module+"/examples") || slices.Contains(testHelpers, dep)
+	})
+	forbid(core, "a core library does not import the local D1 (d1local, d1localtest)", func(dep string) bool {
+		return under(dep, module+"/d1local")
+	})
+	programs := []string{module + "/internal/cli", module + "/cmd/d1idem"}
+	forbid(programs, "the CLI imports neither an example nor a test helper", func(dep string) bool {
+		return under(dep, module+"/examples") || slices.Contains(testHelpers, dep)
+	})
+	// The first `go run ./cmd/d1idem demo` compiles all of it: keep it lean.
+	forbid(programs, "the CLI links no telemetry SDK or exporter", func(dep string) bool {
+		return under(dep, "go.opentelemetry.io/otel/sdk") || under(dep, "go.opentelemetry.io/otel/exporters")
+	})
+}
+
+// TestLintNoSQLiteInLibraries: what a production binary imports never pulls
 // in SQLite. Only d1local links it (and so the CLI, tests and the example's
 // --local mode).
-func TestLibrariesDoNotLinkSQLite(t *testing.T) {
+func TestLintNoSQLiteInLibraries(t *testing.T) {
+	all := deps(t)
 	links := func(pkg string) bool {
-		return slices.ContainsFunc(goList(t, "-deps", pkg), func(p string) bool { return strings.HasPrefix(p, "modernc.org/sqlite") })
+		return slices.ContainsFunc(all[pkg], func(p string) bool { return under(p, "modernc.org/sqlite") })
 	}
-	if !links("./d1local") {
+	if !links(module + "/d1local") {
 		t.Fatal("the check is broken: d1local should link modernc.org/sqlite")
 	}
-	for _, pkg := range []string{".", "./d1client", "./idem", "./schema", "./examples/orders/ordersapi"} {
+	for _, pkg := range append(slices.Clone(core), module+"/examples/orders/ordersapi") {
 		if links(pkg) {
 			t.Errorf("%s links modernc.org/sqlite; find the import with `go list -deps -f '{{.ImportPath}}: {{.Imports}}' %s`", pkg, pkg)
 		}
 	}
 }
 
-// TestExamplesImportOnlyPublicPackages: a user can copy examples/ out of the
-// module, tests included.
-func TestExamplesImportOnlyPublicPackages(t *testing.T) {
-	internal := func(pkg string) []string {
+// TestLintExamplesPublicOnly: a user can copy examples/ out of the module,
+// tests included.
+func TestLintExamplesPublicOnly(t *testing.T) {
+	internal := func(pattern string) []string {
 		var out []string
-		for _, p := range goList(t, "-deps", "-test", pkg) {
-			if strings.HasPrefix(p, "github.com/d1idem/d1idem/") && strings.Contains(p+"/", "/internal/") {
+		for _, p := range goList(t, "-deps", "-test", pattern) {
+			if under(p, module) && strings.Contains(p+"/", "/internal/") {
 				out = append(out, p)
 			}
 		}
 		return out
 	}
-	if len(internal("./cli")) == 0 {
-		t.Fatal("the check is broken: cli imports internal packages")
+	if len(internal("./internal/cli")) == 0 {
+		t.Fatal("the check is broken: internal/cli imports internal packages")
 	}
 	if got := internal("./examples/..."); len(got) > 0 {
 		t.Errorf("examples/ import internal packages: %s", strings.Join(got, ", "))
+	}
+}
+
+// maxFuncLines bounds the functions of the CLI: one function per command,
+// each doing one thing.
+const maxFuncLines = 60
+
+// TestLintShortFunctions: no function of internal/cli (tests aside) is
+// longer than maxFuncLines lines, from its func keyword to its closing
+// brace.
+func TestLintShortFunctions(t *testing.T) {
+	fset := token.NewFileSet()
+	checked := 0
+	err := filepath.WalkDir(filepath.Join("internal", "cli"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		for _, decl := range f.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok {
+				continue
+			}
+			checked++
+			if n := fset.Position(fn.End()).Line - fset.Position(fn.Pos()).Line + 1; n > maxFuncLines {
+				t.Errorf("%s: %s is %d lines long; split it (at most %d)", fset.Position(fn.Pos()), fn.Name.Name, n, maxFuncLines)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 50 {
+		t.Fatalf("the check is broken: only %d functions found under internal/cli", checked)
 	}
 }

@@ -47,6 +47,19 @@
 //     d1local's answer replayed (the client's own) and with d1local in
 //     process.
 //
+// And those of issue 15 (the bridge):
+//
+//   - BenchmarkBridgeVsREST: the full middleware under closed-loop load
+//     (first executions, 1 KB bodies, 1, 64 and 256 clients), side by side
+//     in one run, through the bridge on local workerd (its client configured
+//     by its bridge URL alone: no budget) and through the REST shape
+//     (d1local, 20 ms per call) at the default budget's rate with its
+//     window scaled 60×: requests per second, p50/p99, D1 calls per
+//     request, and at concurrency 1 the latency the middleware adds against
+//     a bare bridge call. TestBridgeVsRESTSmoke runs it briefly in go test.
+//     (BenchmarkBridgeOverhead, in conformance/, measures the bridge's own
+//     cost against raw binding calls.)
+//
 // Flags: -bench.long runs the long forms, and -bench.duration sets the
 // length of each open-loop run (60 s, or 600 s with -bench.long).
 //

@@ -115,7 +115,7 @@ func TestSecretComparedInConstantTime(t *testing.T) {
 	code := stripComments(string(src))
 
 	auth := functionBody(t, code, "async function authenticate(")
-	for _, want := range []string{`crypto.subtle.sign("HMAC", config.macKey`, "timingSafeEqual(mac, config.secretMac)"} {
+	for _, want := range []string{`crypto.subtle.sign("HMAC", config.macKey`, "timingSafeEqual(mac, config.secretMac)", "timingSafeEqual(mac, config.previousMac)"} {
 		if !strings.Contains(auth, want) {
 			t.Errorf("authenticate does not contain %q:\n%s", want, auth)
 		}
@@ -124,6 +124,7 @@ func TestSecretComparedInConstantTime(t *testing.T) {
 	for _, want := range []string{
 		`crypto.subtle.generateKey({ name: "HMAC", hash: "SHA-256" }, false, ["sign"])`,
 		`crypto.subtle.sign("HMAC", macKey, new TextEncoder().encode(secret))`,
+		`crypto.subtle.sign("HMAC", macKey, new TextEncoder().encode(previous))`,
 	} {
 		if !strings.Contains(build, want) {
 			t.Errorf("buildConfig does not contain %q", want)
@@ -138,11 +139,12 @@ func TestSecretComparedInConstantTime(t *testing.T) {
 		t.Errorf("the fallback loop may exit early:\n%s", loop)
 	}
 
-	// BRIDGE_SECRET is read in one place, and neither the secret nor a
-	// token is ever an operand of ==, ===, != or !== except against the
-	// literals of an unset setting.
-	if n := strings.Count(code, "BRIDGE_SECRET;"); n != 1 || strings.Count(code, "env.BRIDGE_SECRET") != 1 {
-		t.Errorf("env.BRIDGE_SECRET is read %d times, want once (in buildConfig)", strings.Count(code, "env.BRIDGE_SECRET"))
+	// BRIDGE_SECRET and BRIDGE_SECRET_PREVIOUS are each read in one place,
+	// and neither a secret nor a token is ever an operand of ==, ===, != or
+	// !== except against the literals of an unset setting.
+	previous := strings.Count(code, "env.BRIDGE_SECRET_PREVIOUS")
+	if n := strings.Count(code, "env.BRIDGE_SECRET") - previous; n != 1 || strings.Count(code, "BRIDGE_SECRET;") != 1 || previous != 1 {
+		t.Errorf("env.BRIDGE_SECRET is read %d times and env.BRIDGE_SECRET_PREVIOUS %d times, want once each (in buildConfig)", n, previous)
 	}
 	cmp := regexp.MustCompile(`([\w.\[\]"']+)\s*(?:===|!==|==|!=)\s*([\w.\[\]"']+)`)
 	literal := regexp.MustCompile(`^(undefined|null|""|''|\d+|"[^"]*"|'[^']*')$`)
@@ -222,4 +224,34 @@ func TestNoSecretRefusesEverything(t *testing.T) {
 			clientError(t, err, d1client.ErrAuth, http.StatusInternalServerError)
 		})
 	}
+}
+
+// TestPreviousSecret: with BRIDGE_SECRET_PREVIOUS set, the bridge accepts it
+// as well as BRIDGE_SECRET (rotation without downtime), and nothing else;
+// an unusable one is a misconfiguration named only to the secret's holder.
+func TestPreviousSecret(t *testing.T) {
+	const current, previous = "current-secret-0123456789abcdef", "previous-secret-0123456789abcdef"
+	b := d1test.Bridge(t, d1test.BridgeConfig{Secret: current, Pool: 1, Env: []string{"BRIDGE_SECRET_PREVIOUS=" + previous}})
+	db := b.Database("db-0")
+	for _, token := range []string{current, previous} {
+		wantOK(t, db.PostHeader(t, "raw", bearer(token), `{"sql":"SELECT 1"}`), 1)
+	}
+	for _, token := range []string{current + previous, previous[:len(previous)-1], "other-secret-0123456789abcdef"} {
+		wantError(t, db.PostHeader(t, "raw", bearer(token), `{"sql":"SELECT 1"}`), http.StatusUnauthorized, 10000)
+	}
+	// A client configured by a bridge URL with the previous secret works.
+	c, err := d1client.New(d1client.Config{BridgeURL: "http://:" + previous + "@" + strings.TrimPrefix(b.BaseURL, "http://"),
+		AccountID: d1test.AccountID, DatabaseID: "db-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, c, "SELECT 1"); n != 1 {
+		t.Fatalf("SELECT 1 = %d", n)
+	}
+
+	bad := d1test.Bridge(t, d1test.BridgeConfig{Secret: current, Pool: 1, Env: []string{"BRIDGE_SECRET_PREVIOUS=short"}})
+	res := bad.Database("db-0").PostHeader(t, "raw", bearer(current), `{"sql":"SELECT 1"}`)
+	wantError(t, res, http.StatusInternalServerError, 10001, "bridge misconfigured: BRIDGE_SECRET_PREVIOUS must be 16 to 4096")
+	res = bad.Database("db-0").PostHeader(t, "raw", bearer("short"), `{"sql":"SELECT 1"}`)
+	wantError(t, res, http.StatusUnauthorized, 10000)
 }

@@ -1,7 +1,10 @@
 // Package bridge holds the d1idem bridge, a Cloudflare Worker (worker.js,
 // JavaScript) that serves the D1 REST API's query endpoints on the D1
 // bindings it is deployed with, behind a bearer secret, with an optional
-// ledger-only mode; see README.md in this directory. This package has no Go
-// API: its tests run the Worker in workerd (through internal/d1test) and
-// check its authentication, routing, database mapping and ledger-only mode.
+// ledger-only mode; see README.md in this directory and docs/bridge.md.
+//
+// Its Go API is the Worker's files, embedded, for `d1idem bridge init` to
+// write out: WorkerFiles, WranglerExample and CompatibilityDate. Its tests
+// run the Worker in workerd (through internal/d1test) and check its
+// authentication, routing, database mapping and ledger-only mode.
 package bridge

@@ -4,12 +4,19 @@
 // clock. The bridge's ledger-only mode (BRIDGE_MODE=ledger-only) accepts
 // exactly these and the operator's BRIDGE_ALLOWED_STATEMENTS.
 export default [
+  "DELETE FROM idempotency_keys\nWHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending' AND fingerprint = ?4\n  AND updated_at < ?6 - ?5\nRETURNING generation",
+  "DELETE FROM idempotency_keys\nWHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending' AND fingerprint = ?4\n  AND updated_at < CAST(unixepoch('subsec') * 1000 AS INTEGER) - ?5\nRETURNING generation",
   "DELETE FROM idempotency_keys\nWHERE rowid IN (\n  SELECT rowid FROM idempotency_keys\n  WHERE updated_at < ?3 - ?1\n  LIMIT ?2\n)",
   "DELETE FROM idempotency_keys\nWHERE rowid IN (\n  SELECT rowid FROM idempotency_keys\n  WHERE updated_at < CAST(unixepoch('subsec') * 1000 AS INTEGER) - ?1\n  LIMIT ?2\n)",
   "INSERT INTO idempotency_keys (principal, key, fingerprint, created_at, updated_at)\nSELECT ?1, ?2, NULL, 0, 0\nWHERE NOT EXISTS (\n  SELECT 1 FROM idempotency_keys\n  WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending'\n)",
+  "INSERT INTO idempotency_keys (principal, key, fingerprint, created_at, updated_at)\nSELECT NULL, 'd1idem:ring', 'd1idem:ring', 0, 0\nWHERE EXISTS (\n  SELECT 1 FROM idempotency_keys\n  WHERE principal = '' AND key = 'd1idem:ring' AND generation > ?1\n)",
   "INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, created_at, updated_at)\nVALUES (?1, ?2, ?3, 'pending', 1, ?5, ?5)\nON CONFLICT (principal, key) DO UPDATE SET generation = generation + 1, updated_at = excluded.updated_at\nWHERE status = 'pending' AND fingerprint = excluded.fingerprint AND updated_at < excluded.updated_at - ?4\nRETURNING generation",
   "INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, created_at, updated_at)\nVALUES (?1, ?2, ?3, 'pending', 1, CAST(unixepoch('subsec') * 1000 AS INTEGER), CAST(unixepoch('subsec') * 1000 AS INTEGER))\nON CONFLICT (principal, key) DO UPDATE SET generation = generation + 1, updated_at = excluded.updated_at\nWHERE status = 'pending' AND fingerprint = excluded.fingerprint AND updated_at < excluded.updated_at - ?4\nRETURNING generation",
   "SELECT fingerprint, status, generation, response_status, response_body, response_headers\nFROM idempotency_keys WHERE principal = ?1 AND key = ?2",
+  "SELECT fingerprint, status, generation, response_status, response_body, response_headers, updated_at < ?4 - ?3\nFROM idempotency_keys WHERE principal = ?1 AND key = ?2",
+  "SELECT fingerprint, status, generation, response_status, response_body, response_headers, updated_at < CAST(unixepoch('subsec') * 1000 AS INTEGER) - ?3\nFROM idempotency_keys WHERE principal = ?1 AND key = ?2",
+  "SELECT generation FROM idempotency_keys WHERE principal = '' AND key = 'd1idem:ring'",
+  "SELECT generation, response_body FROM idempotency_keys WHERE principal = '' AND key = 'd1idem:ring'",
   "SELECT status, generation, response_status, response_body, response_headers\nFROM idempotency_keys WHERE principal = ?1 AND key = ?2",
   "UPDATE idempotency_keys\nSET generation = generation + 1, status = 'pending', response_status = NULL, response_body = NULL, response_headers = NULL,\n    updated_at = ?8 - ?4\nWHERE principal = ?1 AND key = ?2 AND generation = ?3\n  AND ((status = 'pending' AND (?5 OR updated_at < ?8 - ?6)) OR (status = 'completed' AND ?7))\nRETURNING generation",
   "UPDATE idempotency_keys\nSET generation = generation + 1, status = 'pending', response_status = NULL, response_body = NULL, response_headers = NULL,\n    updated_at = CAST(unixepoch('subsec') * 1000 AS INTEGER) - ?4\nWHERE principal = ?1 AND key = ?2 AND generation = ?3\n  AND ((status = 'pending' AND (?5 OR updated_at < CAST(unixepoch('subsec') * 1000 AS INTEGER) - ?6)) OR (status = 'completed' AND ?7))\nRETURNING generation",

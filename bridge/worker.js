@@ -44,6 +44,15 @@
 //                      per-isolate key and the digests compared with
 //                      crypto.subtle.timingSafeEqual, so neither the length
 //                      nor any prefix of the secret shows in the timing.
+//   BRIDGE_SECRET_PREVIOUS
+//                      optional, a secret too: a second secret accepted as
+//                      well, for rotation without downtime. Rotate by
+//                      moving the secret here and setting a new
+//                      BRIDGE_SECRET (`d1idem bridge deploy --rotate-secret`
+//                      does both), update the clients, then delete this one
+//                      (`wrangler secret delete BRIDGE_SECRET_PREVIOUS`).
+//                      An unusable value is a misconfiguration (500 10001,
+//                      to requests that carry BRIDGE_SECRET).
 //   BRIDGE_DATABASES   which database IDs and names reach which D1 binding: a
 //                      JSON object (a [vars.BRIDGE_DATABASES] table, or a
 //                      string holding JSON), {"<id or name>": "<binding>"}.
@@ -212,15 +221,26 @@ async function buildConfig(env) {
   if (typeof secret !== "string" || !SECRET_PATTERN.test(secret)) {
     throw new ConfigError("BRIDGE_SECRET must be 16 to 4096 visible ASCII characters, no spaces or commas");
   }
-  // The secret is kept only as an HMAC under a key made here, never
+  // The secrets are kept only as HMACs under a key made here, never
   // exported; see authenticate.
   const macKey = await crypto.subtle.generateKey({ name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
   const secretMac = new Uint8Array(await crypto.subtle.sign("HMAC", macKey, new TextEncoder().encode(secret)));
+  const previous = env.BRIDGE_SECRET_PREVIOUS;
+  let previousMac = null;
+  let previousError = null;
+  if (previous !== undefined && previous !== null && previous !== "") {
+    if (typeof previous === "string" && SECRET_PATTERN.test(previous)) {
+      previousMac = new Uint8Array(await crypto.subtle.sign("HMAC", macKey, new TextEncoder().encode(previous)));
+    } else {
+      previousError = "BRIDGE_SECRET_PREVIOUS must be 16 to 4096 visible ASCII characters, no spaces or commas";
+    }
+  }
   try {
-    return { macKey, secretMac, settingsError: null, ...settings(env) };
+    if (previousError !== null) throw new ConfigError(previousError);
+    return { macKey, secretMac, previousMac, settingsError: null, ...settings(env) };
   } catch (e) {
     if (!(e instanceof ConfigError)) throw e;
-    return { macKey, secretMac, settingsError: e.message };
+    return { macKey, secretMac, previousMac, settingsError: e.message };
   }
 }
 
@@ -260,9 +280,10 @@ function timingSafeEqual(a, b) {
 const BEARER = /^Bearer +([^\s,]+) *$/i;
 
 // authenticate answers the request's rejection, or null when it carries the
-// secret. The token is HMAC'd with the same key as the secret and the two
-// 32-byte digests compared in constant time: the work does not depend on
-// where, or whether, the token and the secret differ, nor on their lengths.
+// secret (or BRIDGE_SECRET_PREVIOUS). The token is HMAC'd with the same key
+// as the secrets and the 32-byte digests compared in constant time, each of
+// them: the work does not depend on where, or whether, the token and a
+// secret differ, nor on their lengths.
 async function authenticate(request, config) {
   const header = request.headers.get("Authorization");
   if (header === null) return unauthorized();
@@ -273,7 +294,9 @@ async function authenticate(request, config) {
     });
   }
   const mac = new Uint8Array(await crypto.subtle.sign("HMAC", config.macKey, new TextEncoder().encode(m[1])));
-  return timingSafeEqual(mac, config.secretMac) ? null : unauthorized();
+  const current = timingSafeEqual(mac, config.secretMac);
+  const previous = config.previousMac !== null && timingSafeEqual(mac, config.previousMac);
+  return current || previous ? null : unauthorized();
 }
 
 function unauthorized() {

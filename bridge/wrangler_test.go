@@ -143,13 +143,19 @@ func wranglerDev(t *testing.T, wrangler, toml, secret string) string {
 			t.Fatalf("wrangler dev exited:\n%s", out.String())
 		default:
 		}
+		// Ready once the Worker itself answers (its envelope for an unknown
+		// route): wrangler's proxy listens, and may answer an empty 404,
+		// before the Worker is loaded.
 		res, err := http.Post(base+"/", "application/json", nil)
 		if err == nil {
+			body, _ := io.ReadAll(res.Body)
 			res.Body.Close()
-			return base
+			if strings.Contains(string(body), `"success":false`) {
+				return base
+			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("wrangler dev did not answer within 60 s:\n%s", out.String())
+			t.Fatalf("the Worker under wrangler dev did not answer within 60 s:\n%s", out.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

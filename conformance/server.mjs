@@ -40,7 +40,8 @@
 //                  is a small Worker of its own inside workerd (Miniflare's
 //                  object-entry worker), costing about 4 ms of start-up and
 //                  1 MB of memory.
-//   BRIDGE_SECRET, BRIDGE_MODE, BRIDGE_ALLOWED_STATEMENTS, BRIDGE_RAW_MODE
+//   BRIDGE_SECRET, BRIDGE_SECRET_PREVIOUS, BRIDGE_MODE,
+//   BRIDGE_ALLOWED_STATEMENTS, BRIDGE_RAW_MODE
 //                  passed to the bridge as they are (see ../bridge/worker.js);
 //                  unset ones are left out. Without BRIDGE_SECRET the bridge
 //                  refuses every request, as it must.
@@ -79,7 +80,7 @@ for (let i = 0; i < poolSize; i++) {
 }
 
 const bridgeBindings = {};
-for (const name of ["BRIDGE_SECRET", "BRIDGE_MODE", "BRIDGE_ALLOWED_STATEMENTS", "BRIDGE_RAW_MODE"]) {
+for (const name of ["BRIDGE_SECRET", "BRIDGE_SECRET_PREVIOUS", "BRIDGE_MODE", "BRIDGE_ALLOWED_STATEMENTS", "BRIDGE_RAW_MODE"]) {
   if (process.env[name] !== undefined) bridgeBindings[name] = process.env[name];
 }
 const databases = process.env.BRIDGE_DATABASES;

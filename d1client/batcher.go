@@ -2,6 +2,7 @@ package d1client
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 )
@@ -13,18 +14,25 @@ import (
 //
 //   - When no coalesced call is in flight, a caller's statements are sent at
 //     once: the batcher never waits when idle.
-//   - While a call is in flight, arriving statements queue, and leave
-//     together as soon as it returns. A further call starts in parallel (up
-//     to MaxInFlight) only once half a batch (MaxStatements/2) has piled up;
-//     such a call first waits at most Window for more company. Every call is
-//     bounded by MaxStatements and MaxBytes.
-//   - Waiting for the request budget happens before the queue is drained,
-//     so under budget pressure each call carries more.
-//   - Each caller gets exactly the results of its own statements.
-//
-// So a statement waits for at most one call in flight (one D1 round trip)
-// plus Window before it is sent, budget permitting, and under concurrency the
-// calls per request fall towards 1/(requests per batch).
+//   - While a call is in flight, arriving statements queue. When it returns,
+//     the next call waits while the callers it answered keep coming back
+//     with their next statements (a claim's completion, say), so that they
+//     ride in it too: until they are all back, the call is full, none has
+//     come back for longer than waiting is worth (the missing callers would
+//     each lose a round trip, the queued ones lose the wait), or Window has
+//     passed.
+//   - A further call starts in parallel (up to MaxInFlight) as soon as
+//     waiting would cost more than a round trip: the queue holds more than
+//     the next call carries, or the queued callers' waits for the call in
+//     flight add up to more than the time of a call.
+//   - When calls are scarce, the next call waits for the request budget's
+//     next slot while more statements join it, so each call carries more.
+//     Priority statements leave first; the others ride along where there is
+//     room. A caller whose deadline comes before the slot its statements
+//     would get is told at once (ErrBudget, with Retry-After).
+//   - Every call is bounded by MaxStatements and MaxBytes (the statements'
+//     exact encoded size), and each caller gets exactly the results of its
+//     own statements.
 //
 // A batch is one transaction, so when a shared call fails, no caller may be
 // handed a wrong answer:
@@ -39,12 +47,12 @@ import (
 //     policy then applies: Idempotent and read-only calls are retried, other
 //     writes return the error.
 type CoalesceConfig struct {
-	// Window is the longest an additional parallel call waits for more
-	// statements before it is sent: up to 1 s. Default 2 ms; negative means
-	// never wait.
+	// Window is the longest a call waits, after the previous one returned,
+	// for the callers that one answered: up to 1 s. Default (0): the time a
+	// call takes; negative: never wait.
 	Window time.Duration
 	// MaxStatements bounds the statements in one call: 1 to 10,000.
-	// Default 256.
+	// Default 512.
 	MaxStatements int
 	// MaxBytes bounds the encoded statements of one call: 1 KiB to 50 MiB.
 	// Default 512 KiB.
@@ -57,14 +65,14 @@ type CoalesceConfig struct {
 // withDefaults validates c and fills its zero fields with the defaults.
 func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 	if c.Window > time.Second {
-		return c, invalidf("Config.Coalesce.Window is %s; accepted: negative (never wait), 0 (the default, 2ms) or up to 1s", c.Window)
+		return c, invalidf("Config.Coalesce.Window is %s; accepted: negative (never wait), 0 (the default: a round trip) or up to 1s", c.Window)
 	}
 	sizes := []struct {
 		field     string
 		v, lo, hi int
 		def       string
 	}{
-		{"MaxStatements", c.MaxStatements, 1, 10_000, "256"},
+		{"MaxStatements", c.MaxStatements, 1, 10_000, "512"},
 		{"MaxBytes", c.MaxBytes, 1 << 10, 50 << 20, "524288"},
 		{"MaxInFlight", c.MaxInFlight, 1, 64, "4"},
 	}
@@ -73,14 +81,11 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 			return c, invalidf("Config.Coalesce.%s is %d; accepted: 0 (the default, %s) or %d to %d", s.field, s.v, s.def, s.lo, s.hi)
 		}
 	}
-	if c.Window == 0 {
-		c.Window = 2 * time.Millisecond
-	}
 	if c.Window < 0 {
-		c.Window = 0
+		c.Window = -1
 	}
 	if c.MaxStatements == 0 {
-		c.MaxStatements = 256
+		c.MaxStatements = 512
 	}
 	if c.MaxBytes == 0 {
 		c.MaxBytes = 512 << 10
@@ -91,19 +96,41 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 	return c, nil
 }
 
+// batcher is group commit: it queues the statements of coalesced calls and
+// sends them together, one call per departure.
+//
+// A runner is a goroutine that holds one of the MaxInFlight call slots. It
+// departs (drains the queue into a call and sends it) when the budget has a
+// call for the queue's first class, and, after a call of its own returned,
+// once the callers it answered had a chance to join (see lingering). A
+// runner with nothing to carry gives up its slot.
 type batcher struct {
 	c   *Client
 	cfg CoalesceConfig
+	clk clock
 
-	mu       sync.Mutex
-	queue    []*pendingGroup
-	queued   int // statements in queue
-	inflight int
+	mu          sync.Mutex
+	queue       [2][]*pendingGroup // by class: normal, priority
+	stmts       int                // statements queued
+	size        int                // their share of a body, in bytes
+	runners     int                // runners, at most MaxInFlight
+	departing   int                // runners not in flight: they carry the queue next
+	flights     []*flight          // calls in flight
+	arrivals    uint64             // groups ever queued
+	lastArrival time.Time          // when the last group was queued
+	kick        chan struct{}      // closed, and replaced, when the queue changes
+	rtt         time.Duration      // smoothed duration of a call; 0 until one returned
+	returns     float64            // smoothed share of answered callers that come back
+	cost        costModel          // a call's duration by its statements
 }
+
+// flight is a shared call in flight.
+type flight struct{ start time.Time }
 
 // pendingGroup is one caller's statements waiting for, or riding in, a call.
 type pendingGroup struct {
 	wire    []wireStatement
+	class   class
 	size    int
 	taken   bool // drained into a call; the caller can no longer withdraw it
 	done    chan struct{}
@@ -111,46 +138,57 @@ type pendingGroup struct {
 	err     *Error
 }
 
-func newBatcher(c *Client, cfg CoalesceConfig) *batcher {
-	return &batcher{c: c, cfg: cfg}
+func newBatcher(c *Client, cfg CoalesceConfig, clk clock) *batcher {
+	return &batcher{c: c, cfg: cfg, clk: clk, kick: make(chan struct{}), returns: 1}
 }
 
+// groupSize is the statements' exact share of a batch body: their encoding
+// and a comma each.
 func groupSize(wire []wireStatement) int {
 	n := 0
 	for _, w := range wire {
-		n += len(w.SQL) + 16
-		for _, p := range w.Params {
-			n += len(p) + 1
-		}
+		n += len(w) + 1
 	}
 	return n
 }
 
+// batchOverhead is what {"batch":[...]} adds to its statements' shares.
+const batchOverhead = len(`{"batch":[]}`) - 1
+
 // submit queues the statements for the next shared call and waits for their
 // results.
-func (b *batcher) submit(ctx context.Context, wire []wireStatement) ([]Result, *Error) {
+func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl class) ([]Result, *Error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error()}
 	}
-	if e := b.c.checkBlocked(); e != nil {
+	if e := b.c.account.blocked(); e != nil {
 		return nil, e
 	}
+	g := &pendingGroup{wire: wire, class: cl, size: groupSize(wire), done: make(chan struct{})}
+	b.mu.Lock()
 	if dl, ok := ctx.Deadline(); ok {
-		if free := b.c.budget.nextFree(); dl.Before(free) {
-			return nil, b.c.budget.exhausted(time.Until(free))
+		// The call that would carry these statements cannot leave before the
+		// deadline: say so now, with when it could.
+		if at, why := b.departure(g); why != notWaiting {
+			if wait := at.Sub(b.clk.Now()); time.Until(dl) < wait {
+				b.mu.Unlock()
+				if why == waitBlock {
+					return nil, blockedError(at, wait)
+				}
+				return nil, b.c.account.exhausted(wait)
+			}
 		}
 	}
-	g := &pendingGroup{wire: wire, size: groupSize(wire), done: make(chan struct{})}
-	b.mu.Lock()
-	b.queue = append(b.queue, g)
-	b.queued += len(wire)
-	// Idle: send at once. Busy: the statements wait for the call in flight
-	// to return and then leave together, unless enough have piled up to
-	// fill half a batch, which is worth another call in parallel.
-	if b.inflight == 0 || b.inflight < b.cfg.MaxInFlight && b.queued >= b.cfg.MaxStatements/2 {
-		idle := b.inflight == 0
-		b.inflight++
-		go b.run(idle)
+	b.queue[cl] = append(b.queue[cl], g)
+	b.stmts += len(wire)
+	b.size += g.size
+	b.arrivals++
+	b.lastArrival = b.clk.Now()
+	b.changed()
+	if b.shouldStart() {
+		b.runners++
+		b.departing++
+		go b.run()
 	}
 	b.mu.Unlock()
 
@@ -168,82 +206,355 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement) ([]Result, *
 	}
 	taken := g.taken
 	if !taken {
-		for i, q := range b.queue {
-			if q == g {
-				b.queue = append(b.queue[:i], b.queue[i+1:]...)
-				b.queued -= len(g.wire)
-				break
-			}
-		}
+		b.withdraw(g)
 	}
 	b.mu.Unlock()
-	if !taken {
-		if free := b.c.budget.nextFree(); time.Until(free) > 0 {
-			e := b.c.budget.exhausted(time.Until(free))
-			e.Err = ctx.Err()
-			return nil, e
-		}
-		return nil, &Error{kind: kindTransport, Err: ctx.Err(), Message: "not sent: " + ctx.Err().Error() + " while queued for group commit"}
+	if taken {
+		return nil, &Error{kind: kindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
 	}
-	return nil, &Error{kind: kindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
+	if at, why := b.c.account.nextSlot(cl); why == waitBudget {
+		e := b.c.account.exhausted(at.Sub(b.clk.Now()))
+		e.Err = ctx.Err()
+		return nil, e
+	}
+	return nil, &Error{kind: kindTransport, Err: ctx.Err(), Message: "not sent: " + ctx.Err().Error() + " while queued for group commit"}
 }
 
-// run sends shared calls until the queue is empty, then gives up its
-// in-flight slot. The slot is given up before the callers are woken, so a
-// caller that comes straight back finds the batcher idle and is sent at once.
-func (b *batcher) run(idle bool) {
-	if !idle && b.cfg.Window > 0 {
-		time.Sleep(b.cfg.Window)
+// departure estimates when the call carrying g would leave, were it queued
+// now: the budget's slot for the n-th call from now, n the calls it takes
+// to carry the statements ahead of g (all of a higher class first).
+func (b *batcher) departure(g *pendingGroup) (time.Time, waitReason) {
+	ahead := len(g.wire)
+	for c := g.class; c <= priority; c++ {
+		for _, q := range b.queue[c] {
+			ahead += len(q.wire)
+		}
 	}
-	for {
-		// Wait for the budget before draining, so the queue keeps filling.
-		budgetErr := b.c.budget.wait(context.Background())
-		blocked := b.c.checkBlocked()
-		groups, stmts := b.drain()
-		var deliver func()
-		switch {
-		case len(groups) == 0:
-			deliver = func() {}
-		case blocked != nil:
-			deliver = func() { b.fail(groups, blocked) }
-		case budgetErr != nil:
-			deliver = func() { b.fail(groups, budgetErr) }
-		default:
-			deliver = b.send(groups, stmts)
-		}
-		b.mu.Lock()
-		more := len(b.queue) > 0
-		if !more {
-			b.inflight--
-		}
-		b.mu.Unlock()
-		deliver()
-		if !more {
+	n := (ahead + b.cfg.MaxStatements - 1) / b.cfg.MaxStatements
+	cl := g.class
+	if len(b.queue[priority]) > 0 {
+		cl = priority // it rides along with the priority work
+	}
+	return b.c.account.plan(cl, n)
+}
+
+// withdraw takes a group that was never sent out of the queue.
+func (b *batcher) withdraw(g *pendingGroup) {
+	q := b.queue[g.class]
+	for i := range q {
+		if q[i] == g {
+			b.queue[g.class] = append(q[:i:i], q[i+1:]...)
+			b.stmts -= len(g.wire)
+			b.size -= g.size
+			b.changed()
 			return
 		}
 	}
 }
 
-// drain takes the queued groups for one call, bounded by MaxStatements and
-// MaxBytes (a single larger group travels alone).
-func (b *batcher) drain() ([]*pendingGroup, int) {
+// changed wakes the runners waiting to depart.
+func (b *batcher) changed() {
+	close(b.kick)
+	b.kick = make(chan struct{})
+}
+
+// headClass is the class of the queue's next call: priority when any
+// priority work waits.
+func (b *batcher) headClass() class {
+	if len(b.queue[priority]) > 0 {
+		return priority
+	}
+	return normal
+}
+
+// shouldStart reports whether a newly queued group is worth a new runner.
+// An idle batcher starts one at once. Otherwise the queue waits for the
+// runners about to depart, or for the calls in flight to return, unless
+// that would cost it more than a round trip: the queue holds more than
+// those calls will carry (part of it would wait a round trip more), or the
+// calls in flight are overdue by a round trip. A further call starts only
+// when the budget has a call for it now.
+func (b *batcher) shouldStart() bool {
+	switch {
+	case b.runners >= b.cfg.MaxInFlight:
+		return false
+	case b.runners == 0:
+		return true
+	}
+	carriers := b.runners // each carries one call next
+	overflow := b.stmts > carriers*b.callCap() || b.size+batchOverhead > carriers*b.cfg.MaxBytes
+	if !overflow && (b.departing > 0 || b.rtt == 0 || !b.overdue()) {
+		return false
+	}
+	at, _ := b.c.account.nextSlot(b.headClass())
+	return !at.After(b.clk.Now())
+}
+
+// overdue reports whether every call in flight has been out for more than
+// two round trips: waiting for one to return may cost the queue more than
+// a round trip.
+func (b *batcher) overdue() bool {
+	now := b.clk.Now()
+	for _, f := range b.flights {
+		if now.Sub(f.start) <= 2*b.rtt {
+			return false
+		}
+	}
+	return len(b.flights) > 0
+}
+
+// callCap is the most statements one call carries: MaxStatements, or,
+// while the budget has calls to spare and a call slot is free, as many as
+// D1 processes in the time of a round trip without them. A database runs
+// the statements of its calls one at a time, so each statement of a call
+// waits for those before it: past that size, a parallel call costs its
+// statements less than waiting does.
+func (b *batcher) callCap() int {
+	base, per, ok := b.cost.estimate()
+	if !ok || b.runners >= b.cfg.MaxInFlight {
+		return b.cfg.MaxStatements
+	}
+	n := int(base / per)
+	if n >= b.cfg.MaxStatements {
+		return b.cfg.MaxStatements
+	}
+	if at, _ := b.c.account.nextSlot(normal); at.After(b.clk.Now()) {
+		return b.cfg.MaxStatements // calls are scarce: each carries all it can
+	}
+	return max(n, 1)
+}
+
+// costModel estimates the duration of a call of n statements as
+// base + n*per, by least squares over the calls seen, the older ones
+// weighing less.
+type costModel struct {
+	w, n, d, nn, nd float64
+}
+
+// costDecay is the weight a call's sample keeps at each later one.
+const costDecay = 0.95
+
+func (m *costModel) add(n int, d time.Duration) {
+	x, y := float64(n), float64(d)
+	m.w = m.w*costDecay + 1
+	m.n = m.n*costDecay + x
+	m.d = m.d*costDecay + y
+	m.nn = m.nn*costDecay + x*x
+	m.nd = m.nd*costDecay + x*y
+}
+
+// estimate returns base and per, once calls of different sizes were seen
+// and they show a positive cost per statement.
+func (m *costModel) estimate() (base, per time.Duration, ok bool) {
+	den := m.w*m.nn - m.n*m.n
+	if m.w < 4 || den <= m.w*m.w { // sizes spread by less than a statement
+		return 0, 0, false
+	}
+	slope := (m.w*m.nd - m.n*m.d) / den
+	icept := (m.d - slope*m.n) / m.w
+	if slope <= 0 || icept <= 0 {
+		return 0, 0, false
+	}
+	return time.Duration(math.Round(icept)), time.Duration(max(math.Round(slope), 1)), true
+}
+
+// full reports whether the queue fills a call.
+func (b *batcher) full() bool {
+	return b.stmts >= b.callCap() || b.size+batchOverhead >= b.cfg.MaxBytes
+}
+
+// linger is how a runner whose call returned waits for the callers it
+// answered to come back with their next statements.
+type linger struct {
+	on       bool
+	start    time.Time // when the call returned
+	arrivals uint64    // arrivals then
+	answered int       // groups the call answered
+	until    time.Time // the longest it waits
+}
+
+// lingering reports whether a runner lingering as lg still waits, and
+// until when, unless another group arrives first. It waits while callers
+// it answered are missing, the call has room, and they are still coming
+// back: the last of them arrived less than a while ago. The while is the
+// longer of lingerGap and what waiting may cost the statements already
+// queued before it costs more than leaving would cost the missing callers
+// (each would wait about a round trip for this call to return, if it comes
+// back at all: returns is the share that usually does).
+func (b *batcher) lingering(lg *linger, now time.Time) (bool, time.Time) {
+	back := int(b.arrivals - lg.arrivals)
+	missing := lg.answered - back
+	if !lg.on || missing <= 0 || b.full() || !now.Before(lg.until) {
+		return false, now
+	}
+	queued := len(b.queue[normal]) + len(b.queue[priority])
+	if queued == 0 {
+		return true, lg.until // nobody waits yet
+	}
+	worth := time.Duration(b.returns * float64(missing) * float64(b.rtt) / float64(queued))
+	wake := maxTime(lg.start, b.lastArrival).Add(max(worth, lingerGap))
+	if lg.until.Before(wake) {
+		wake = lg.until
+	}
+	return now.Before(wake), wake
+}
+
+// lingerGap is the least a linger waits for the next caller to come back.
+const lingerGap = 2 * time.Millisecond
+
+// lingered records what share of the callers a call answered came back
+// while its runner waited.
+func (b *batcher) lingered(lg *linger) {
+	if !lg.on || lg.answered == 0 {
+		return
+	}
+	share := min(float64(b.arrivals-lg.arrivals)/float64(lg.answered), 1)
+	b.returns += (share - b.returns) / 8
+}
+
+// run is a runner. It holds b.mu except while waiting and sending.
+func (b *batcher) run() {
+	var lg linger
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	for {
+		ok := b.awaitDeparture(&lg)
+		b.lingered(&lg)
+		b.departing--
+		if !ok {
+			b.runners--
+			b.mu.Unlock()
+			return
+		}
+		groups, stmts := b.drain()
+		if b.stmts > 0 && b.departing == 0 && b.runners < b.cfg.MaxInFlight {
+			// What this call could not carry would wait a round trip for
+			// it: a parallel call takes it now, if the budget has one.
+			if at, _ := b.c.account.nextSlot(b.headClass()); !at.After(b.clk.Now()) {
+				b.runners++
+				b.departing++
+				go b.run()
+			}
+		}
+		f := &flight{start: b.clk.Now()}
+		b.flights = append(b.flights, f)
+		b.mu.Unlock()
+
+		deliver := b.send(groups, stmts)
+
+		b.mu.Lock()
+		now := b.clk.Now()
+		for i, x := range b.flights {
+			if x == f {
+				b.flights = append(b.flights[:i:i], b.flights[i+1:]...)
+				break
+			}
+		}
+		d := now.Sub(f.start)
+		if b.rtt == 0 {
+			b.rtt = d
+		} else {
+			b.rtt += (d - b.rtt) / 4
+		}
+		b.cost.add(stmts, d)
+		wait := b.cfg.Window
+		if wait == 0 {
+			wait = b.rtt // the default: up to a round trip
+		}
+		lg = linger{on: wait > 0, start: now, arrivals: b.arrivals, answered: len(groups), until: now.Add(wait)}
+		b.departing++ // before the callers wake: whoever comes back rides with this runner
+		b.mu.Unlock()
+		deliver()
+		b.mu.Lock()
+	}
+}
+
+// awaitDeparture waits, with b.mu held, until the runner may depart, and
+// takes the call from the budget. It returns false when there is nothing
+// to carry.
+func (b *batcher) awaitDeparture(lg *linger) bool {
+	for {
+		now := b.clk.Now()
+		lingering, wake := b.lingering(lg, now)
+		if b.stmts == 0 && !lingering {
+			return false
+		}
+		var changed <-chan struct{}
+		if !lingering {
+			cl := b.headClass()
+			ok, at, why, ch := b.c.account.tryTake(cl)
+			switch {
+			case ok:
+				return true
+			case why == waitBlock:
+				// A 971 arrived while these waited: nothing is sent.
+				groups, _ := b.drainAll()
+				e := blockedError(at, at.Sub(now))
+				b.mu.Unlock()
+				b.fail(groups, e)
+				b.mu.Lock()
+				continue
+			}
+			wake, changed = at, ch
+		}
+		kick := b.kick
+		b.mu.Unlock()
+		timer, stop := b.clk.After(wake.Sub(now))
+		select {
+		case <-timer:
+		case <-kick:
+			stop()
+		case <-changed:
+			stop()
+		}
+		b.mu.Lock()
+	}
+}
+
+// drain takes the queued groups for one call, priority work first, bounded
+// by MaxStatements and MaxBytes (a single larger group travels alone).
+// Within a class the queue is first come, first served, and lower-class
+// work joins only once all higher-class work is aboard.
+func (b *batcher) drain() ([]*pendingGroup, int) {
+	maxStmts := b.callCap()
 	var groups []*pendingGroup
-	stmts, size := 0, 0
-	for len(b.queue) > 0 {
-		g := b.queue[0]
-		if len(groups) > 0 && (stmts+len(g.wire) > b.cfg.MaxStatements || size+g.size > b.cfg.MaxBytes) {
+	stmts, size := 0, batchOverhead
+	for c := priority; ; c-- {
+		q := b.queue[c]
+		i := 0
+		for ; i < len(q); i++ {
+			g := q[i]
+			if len(groups) > 0 && (stmts+len(g.wire) > maxStmts || size+g.size > b.cfg.MaxBytes) {
+				break
+			}
+			g.taken = true
+			groups = append(groups, g)
+			stmts += len(g.wire)
+			size += g.size
+		}
+		b.queue[c] = q[i:]
+		if i < len(q) || c == normal {
 			break
 		}
-		g.taken = true
-		groups = append(groups, g)
-		stmts += len(g.wire)
-		size += g.size
-		b.queue = b.queue[1:]
-		b.queued -= len(g.wire)
 	}
+	b.stmts -= stmts
+	b.size -= size - batchOverhead
 	return groups, stmts
+}
+
+// drainAll takes every queued group.
+func (b *batcher) drainAll() ([]*pendingGroup, int) {
+	var groups []*pendingGroup
+	n := 0
+	for c := range b.queue {
+		for _, g := range b.queue[c] {
+			g.taken = true
+			groups = append(groups, g)
+			n += len(g.wire)
+		}
+		b.queue[c] = nil
+	}
+	b.stmts, b.size = 0, 0
+	return groups, n
 }
 
 // send makes one shared call and returns the function that hands each
@@ -253,11 +564,7 @@ func (b *batcher) send(groups []*pendingGroup, stmts int) (deliver func()) {
 	for _, g := range groups {
 		wire = append(wire, g.wire...)
 	}
-	body, err := encodeBody(wire)
-	if err != nil {
-		return func() { b.fail(groups, &Error{kind: kindInvalid, Message: "encoding the request", Err: err}) }
-	}
-	results, e := b.c.send(context.Background(), body, len(wire))
+	results, e := b.c.send(context.Background(), encodeBody(wire), len(wire))
 	if e != nil {
 		if e.kind == kindSQL && len(groups) > 1 {
 			// Nothing committed, and the error does not say whose statement

@@ -269,3 +269,79 @@ func TestUncoalescedCallsTravelAlone(t *testing.T) {
 		}
 	}
 }
+
+// Replicas and clients racing on one account with d1local playing
+// Cloudflare's budget: pacing from the Ratelimit headers alone keeps every
+// call inside the account's limit (never a 971), completions (Priority)
+// always land, and new work is only ever turned away with ErrBudget and a
+// Retry-After.
+func TestAccountBudgetIsNeverExceeded(t *testing.T) {
+	const limit, window = 40, 2 * time.Second
+	b := d1test.LocalConfig(t, d1local.Config{Budget: d1local.Budget{Limit: limit, Window: window}})
+	shared, err := d1client.NewAccount(d1client.UnlimitedBudget())
+	if err != nil {
+		t.Fatal(err)
+	}
+	useShared := func(c *d1client.Config) { c.Budget, c.Account = d1client.Budget{}, shared }
+	clients := []*d1client.Client{
+		b.NewClient(t, useShared), // two databases on one Account
+		b.NewClient(t, useShared),
+		b.NewClient(t), // two more replicas, each with its own Account
+		b.NewClient(t),
+	}
+	for _, db := range clients {
+		newTable(t, db)
+	}
+	var served, shed, slow atomic.Int64
+	stop := time.Now().Add(window + window/2)
+	var wg sync.WaitGroup
+	for w := range 32 {
+		db := clients[w%len(clients)]
+		wg.Go(func() {
+			for i := 0; time.Now().Before(stop); i++ {
+				key := fmt.Sprintf("w%d-%d", w, i)
+				cctx, cancel := context.WithTimeout(ctx, time.Second)
+				_, err := db.Exec(cctx, []d1client.Statement{{SQL: "INSERT INTO t (k, v) VALUES (?, 0) ON CONFLICT DO NOTHING", Params: []any{key}}},
+					d1client.Coalesce(), d1client.Idempotent())
+				cancel()
+				var e *d1client.Error
+				switch {
+				case errors.Is(err, d1client.ErrBudget):
+					shed.Add(1)
+					if !errors.As(err, &e) || e.RetryAfter <= 0 {
+						t.Errorf("ErrBudget without Retry-After: %v", err)
+						return
+					}
+					time.Sleep(e.RetryAfter / 4)
+					continue
+				case errors.Is(err, d1client.ErrTransport):
+					slow.Add(1) // the deadline struck in flight: a slow machine
+					continue
+				case err != nil:
+					t.Errorf("claim: %v", err)
+					return
+				}
+				pctx, cancel := context.WithTimeout(ctx, 10*window)
+				_, err = db.Exec(pctx, []d1client.Statement{{SQL: "UPDATE t SET v = 1 WHERE k = ?", Params: []any{key}}},
+					d1client.Coalesce(), d1client.Idempotent(), d1client.Priority())
+				cancel()
+				if err != nil {
+					t.Errorf("completion: %v", err)
+					return
+				}
+				served.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	var calls int64
+	for _, db := range clients {
+		calls += db.Stats().Calls
+	}
+	st := shared.State()
+	t.Logf("%d served, %d shed, %d timed out in flight, %d calls; the shared account last saw %d remaining (seen %v)",
+		served.Load(), shed.Load(), slow.Load(), calls, st.Remaining, st.Seen.Format(time.StampMilli))
+	if served.Load() == 0 || st.Seen.IsZero() {
+		t.Error("nothing was served, or no Ratelimit header seen")
+	}
+}

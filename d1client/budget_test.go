@@ -3,59 +3,65 @@ package d1client
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"sort"
 	"sync"
 	"testing"
 	"time"
 )
 
-// fakeClock is a clock that only moves when a sleeper sleeps.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
+func fakeAccount(t testing.TB, b Budget) (*Account, *fakeClock) {
+	t.Helper()
+	if err := b.validate(); err != nil {
+		t.Fatal(err)
+	}
+	clk := newFakeClock()
+	return newAccount(b, clk), clk
 }
 
-func (f *fakeClock) now() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.t }
-
-func (f *fakeClock) sleep(ctx context.Context, d time.Duration) error {
-	f.mu.Lock()
-	f.t = f.t.Add(d)
-	f.mu.Unlock()
-	return ctx.Err()
-}
-
-func fakeLimiter(b Budget) (*budgetLimiter, *fakeClock) {
-	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	l := newBudgetLimiter(b)
-	l.now, l.sleep = clk.now, clk.sleep
-	return l, clk
+// takeAt takes a call of class c at its slot, moving the clock there, and
+// returns the slot's offset from start.
+func takeAt(t testing.TB, a *Account, clk *fakeClock, c class, start time.Time) time.Duration {
+	t.Helper()
+	at, why := a.nextSlot(c)
+	if why == waitBlock {
+		t.Fatal("blocked")
+	}
+	clk.Set(at)
+	if ok, _, _, _ := a.tryTake(c); !ok {
+		t.Fatalf("no call at the slot %v", at.Sub(start))
+	}
+	return at.Sub(start)
 }
 
 func TestBudgetWaitsOrFailsByDeadline(t *testing.T) {
-	l, clk := fakeLimiter(NewBudget(3, time.Second))
+	a, clk := fakeAccount(t, NewBudget(3, time.Second).WithReserve(0))
+	start := clk.Now()
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
-		if e := l.wait(ctx); e != nil {
+		if e := a.wait(ctx, normal); e != nil {
 			t.Fatalf("call %d: %v", i, e)
 		}
 	}
 	// A caller whose deadline comes before a call frees gets ErrBudget at
-	// once, with the wait it would need.
-	dctx, cancel := context.WithDeadline(ctx, clk.now().Add(500*time.Millisecond))
+	// once, with the wait it would need: the oldest call leaves the window
+	// after 1 s.
+	dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	e := l.wait(dctx)
+	e := a.wait(dctx, normal)
 	if e == nil || !errors.Is(e, ErrBudget) || e.RetryAfter != time.Second {
 		t.Fatalf("err = %v", e)
 	}
-	if !clk.now().Equal(time.Unix(1_700_000_000, 0)) {
-		t.Fatal("the failing caller waited")
-	}
-	// A caller without a deadline waits for the window to free a call.
-	start := clk.now()
-	if e := l.wait(ctx); e != nil {
+	// A caller without a deadline waits for it.
+	done := make(chan *Error)
+	go func() { done <- a.wait(ctx, normal) }()
+	eventually(t, "the caller to wait", func() bool { return clk.Timers() == 1 })
+	clk.Advance(time.Second)
+	if e := <-done; e != nil {
 		t.Fatal(e)
 	}
-	if waited := clk.now().Sub(start); waited != time.Second {
+	if waited := clk.Now().Sub(start); waited != time.Second {
 		t.Fatalf("waited %v, want 1s", waited)
 	}
 	if got := UnlimitedBudget().String(); got != "unlimited" {
@@ -63,35 +69,372 @@ func TestBudgetWaitsOrFailsByDeadline(t *testing.T) {
 	}
 }
 
+// Without rate-limit headers, calls follow the local budget's even pace:
+// a burst, then one call per Per/Calls.
+func TestPacingSpreadsCallsEvenly(t *testing.T) {
+	a, clk := fakeAccount(t, NewBudget(100, 100*time.Second).WithBurst(5).WithReserve(0))
+	start := clk.Now()
+	var got []time.Duration
+	for range 12 {
+		got = append(got, takeAt(t, a, clk, normal, start))
+	}
+	want := []time.Duration{0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7}
+	for i := range want {
+		if got[i] != want[i]*time.Second {
+			t.Fatalf("calls at %v, want %v s", got, want)
+		}
+	}
+	// After a quiet spell the burst is back, and no more.
+	clk.Advance(time.Minute)
+	start = clk.Now()
+	got = got[:0]
+	for range 7 {
+		got = append(got, takeAt(t, a, clk, normal, start))
+	}
+	if got[4] != 0 || got[5] != time.Second || got[6] != 2*time.Second {
+		t.Fatalf("after a quiet minute: calls at %v", got)
+	}
+}
+
 // Whatever the concurrency, no window of length Per ever holds more than
 // Calls calls.
 func TestBudgetIsNeverExceeded(t *testing.T) {
-	b := NewBudget(7, 300*time.Millisecond)
-	l, _ := fakeLimiter(b)
+	b := NewBudget(7, 300*time.Millisecond).WithBurst(7)
+	a, clk := fakeAccount(t, b)
 	var mu sync.Mutex
 	var stamps []time.Time
-	l.onReserve = func(t time.Time) { mu.Lock(); stamps = append(stamps, t); mu.Unlock() }
+	a.onTake = func(at time.Time, _ class) { mu.Lock(); stamps = append(stamps, at); mu.Unlock() }
 	var wg sync.WaitGroup
 	for g := 0; g < 32; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
+			c := class(g % 2)
 			for i := 0; i < 20; i++ {
-				if e := l.wait(context.Background()); e != nil {
+				if e := a.wait(context.Background(), c); e != nil {
 					t.Error(e)
 					return
 				}
+				a.answered(nil)
 			}
-		}()
+		})
 	}
-	wg.Wait()
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	for {
+		select {
+		case <-finished:
+		default:
+			if next, ok := clk.Next(); ok {
+				clk.Set(next)
+			} else {
+				time.Sleep(50 * time.Microsecond)
+			}
+			continue
+		}
+		break
+	}
 	if len(stamps) != 640 {
-		t.Fatalf("%d reservations", len(stamps))
+		t.Fatalf("%d calls", len(stamps))
 	}
 	sort.Slice(stamps, func(i, j int) bool { return stamps[i].Before(stamps[j]) })
 	for i := b.Calls(); i < len(stamps); i++ {
 		if d := stamps[i].Sub(stamps[i-b.Calls()]); d < b.Per() {
 			t.Fatalf("calls %d and %d are %v apart: %d calls within %v", i-b.Calls(), i, d, b.Calls()+1, b.Per())
 		}
+	}
+}
+
+// Work without Priority goes at most at (1 - Reserve) of the pace and
+// never takes the window's last calls; Priority work may take all of it.
+func TestReserveKeepsCallsForPriority(t *testing.T) {
+	a, clk := fakeAccount(t, NewBudget(20, 20*time.Second).WithBurst(10).WithReserve(0.5))
+	start := clk.Now()
+	// Normal work gets half the burst (4 of 9 intervals of tolerance at
+	// twice the interval): 4 go at once, then one per 2 s (1 s / (1 - 0.5)).
+	var normals []time.Duration
+	for range 6 {
+		normals = append(normals, takeAt(t, a, clk, normal, start))
+	}
+	if normals[3] != 0 || normals[4] != 2*time.Second || normals[5] != 4*time.Second {
+		t.Fatalf("normal calls at %v", normals)
+	}
+	// Priority work finds a call at once: the reserve.
+	if at, _ := a.nextSlot(priority); at.After(clk.Now()) {
+		t.Fatalf("priority waits %v", at.Sub(clk.Now()))
+	}
+	// Normal work waits while priority work goes.
+	for range 3 {
+		takeAt(t, a, clk, priority, start)
+	}
+	pAt, _ := a.nextSlot(priority)
+	nAt, _ := a.nextSlot(normal)
+	if !nAt.After(pAt) {
+		t.Fatalf("normal slot %v not after priority slot %v", nAt.Sub(start), pAt.Sub(start))
+	}
+	if got := NewBudget(20, time.Second).WithBurst(50).Burst(); got != 20 {
+		t.Errorf("a burst above Calls is %d", got)
+	}
+}
+
+func rateHeaders(r, t, q, w int) http.Header {
+	h := http.Header{}
+	h.Set("Ratelimit", fmt.Sprintf(`"default";r=%d;t=%d`, r, t))
+	if q > 0 {
+		h.Set("Ratelimit-Policy", fmt.Sprintf(`"burst";q=%d;w=%d`, q, w))
+	}
+	return h
+}
+
+// The account's remaining calls and reset time, from Cloudflare's headers,
+// set the pace, whatever the local budget allows.
+func TestRateLimitHeadersSetThePace(t *testing.T) {
+	a, clk := fakeAccount(t, UnlimitedBudget().WithBurst(1).WithReserve(0))
+	start := clk.Now()
+	if at, _ := a.nextSlot(normal); !at.Equal(start) {
+		t.Fatal("no headers, no limit: a call should go at once")
+	}
+	a.take(start, normal)
+	a.answered(rateHeaders(60, 60, 1200, 300))
+	st := a.State()
+	if st.Remaining != 60 || !st.Reset.Equal(start.Add(time.Minute)) || st.Quota != 1200 || st.Window != 300*time.Second ||
+		!st.Seen.Equal(start) || st.Estimate != 60 || st.Pace != time.Second {
+		t.Fatalf("state %+v", st)
+	}
+	// 60 calls over 60 s: about one a second (the remaining calls over
+	// the time left, after each call).
+	var got []time.Duration
+	for i := range 4 {
+		got = append(got, takeAt(t, a, clk, normal, start))
+		if lo, hi := time.Duration(i)*time.Second, time.Duration(i)*1050*time.Millisecond; got[i] < lo || got[i] > hi {
+			t.Fatalf("calls at %v", got)
+		}
+	}
+	if st := a.State(); st.Estimate != 56 || st.InFlight != 4 {
+		t.Fatalf("after 4 calls: %+v", st)
+	}
+	// Nothing left: wait for the reset (plus a margin for the rounding of t).
+	for range 4 {
+		a.answered(nil)
+	}
+	clk.Advance(time.Second)
+	a.take(clk.Now(), priority)
+	a.answered(rateHeaders(0, 30, 1200, 300))
+	reset := clk.Now().Add(30 * time.Second)
+	at, why := a.nextSlot(priority)
+	if why != waitBudget || !at.Equal(reset.Add(resetMargin)) {
+		t.Fatalf("slot %v (%v), want the reset + margin", at.Sub(start), why)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if e := a.wait(ctx, priority); !errors.Is(e, ErrBudget) || e.RetryAfter != 31*time.Second {
+		t.Fatalf("err = %v", e)
+	}
+	// After the reset, until new headers come, the policy's even pace:
+	// 1200 calls per 300 s.
+	clk.Set(reset.Add(resetMargin))
+	p0 := takeAt(t, a, clk, priority, clk.Now())
+	p1 := takeAt(t, a, clk, priority, clk.Now())
+	if p0 != 0 || p1 != 250*time.Millisecond {
+		t.Fatalf("after the reset: %v, %v", p0, p1)
+	}
+}
+
+// Answers arriving out of order never raise the estimate within a window;
+// a new window replaces it; calls in flight count as spent.
+func TestHeaderViewMerging(t *testing.T) {
+	a, clk := fakeAccount(t, UnlimitedBudget())
+	for range 3 {
+		a.take(clk.Now(), normal)
+	}
+	a.answered(rateHeaders(100, 60, 0, 0)) // two more in flight
+	if st := a.State(); st.Estimate != 98 || st.Remaining != 100 {
+		t.Fatalf("state %+v", st)
+	}
+	a.answered(rateHeaders(90, 60, 0, 0)) // one in flight
+	if st := a.State(); st.Estimate != 89 {
+		t.Fatalf("after r=90: %+v", st)
+	}
+	a.answered(rateHeaders(95, 60, 0, 0)) // an older answer, late
+	if st := a.State(); st.Estimate != 89 || st.Remaining != 95 {
+		t.Fatalf("after a late r=95: %+v", st)
+	}
+	clk.Advance(61 * time.Second)
+	a.take(clk.Now(), normal)
+	a.answered(rateHeaders(1199, 300, 0, 0))
+	if st := a.State(); st.Estimate != 1199 || !st.Reset.Equal(clk.Now().Add(300*time.Second)) {
+		t.Fatalf("new window: %+v", st)
+	}
+}
+
+// Several replicas on one account, each wanting every call it can get,
+// share the account's budget through the headers alone: no window ever
+// holds more than the quota (no 971), the calls are spread over each
+// window rather than spent at its start, and each replica gets a fair
+// share.
+func TestReplicasShareTheAccountEvenly(t *testing.T) {
+	for _, tc := range []struct {
+		replicas int
+		rtt      time.Duration
+	}{{1, 20 * time.Millisecond}, {4, 50 * time.Millisecond}, {8, 300 * time.Millisecond}, {3, 2 * time.Second}, {16, time.Second}, {12, 20 * time.Millisecond}} {
+		t.Run(fmt.Sprintf("%d replicas, %v calls", tc.replicas, tc.rtt), func(t *testing.T) {
+			simulateReplicas(t, tc.replicas, tc.rtt)
+		})
+	}
+}
+
+func simulateReplicas(t *testing.T, replicas int, rtt time.Duration) {
+	const (
+		quota   = 1200
+		window  = 300 * time.Second
+		windows = 4
+	)
+	clk := newFakeClock()
+	start := clk.Now()
+	srv := &simAccount{quota: quota, window: window}
+	accts := make([]*Account, replicas)
+	for i := range accts {
+		accts[i] = newAccount(Budget{}, clk)
+	}
+	type answer struct {
+		at   time.Time
+		acct int
+		h    http.Header
+	}
+	var pending []answer
+	perReplica := make([]int, replicas)
+	var sent []time.Time
+	end := start.Add(windows * window)
+	for {
+		// The next event: an answer, or the earliest replica's slot.
+		next, who := end, -1
+		for i, a := range accts {
+			if at, why := a.nextSlot(normal); why != waitBlock && at.Before(next) {
+				next, who = at, i
+			}
+		}
+		ans := -1
+		for i, p := range pending {
+			if !p.at.After(next) {
+				next, ans, who = p.at, i, -1
+			}
+		}
+		if !next.Before(end) {
+			break
+		}
+		clk.Set(next)
+		if ans >= 0 {
+			p := pending[ans]
+			pending = append(pending[:ans], pending[ans+1:]...)
+			accts[p.acct].answered(p.h)
+			continue
+		}
+		if ok, _, _, _ := accts[who].tryTake(normal); !ok {
+			continue // the pace moved on as time did: plan again
+		}
+		h, refused := srv.call(next)
+		if refused {
+			t.Fatalf("replica %d got a 971 at %v", who, next.Sub(start))
+		}
+		perReplica[who]++
+		sent = append(sent, next)
+		pending = append(pending, answer{at: next.Add(rtt), acct: who, h: h})
+	}
+	// Per window (the server's), per quarter of it.
+	quarters := make([]int, windows*4)
+	for _, s := range sent {
+		quarters[int(s.Sub(start)/(window/4))]++
+	}
+	total := len(sent)
+	t.Logf("%d calls in %d windows of %d; per replica %v; per quarter window %v", total, windows, quota, perReplica, quarters)
+	if total < windows*quota*7/10 {
+		t.Errorf("only %d of %d calls used", total, windows*quota)
+	}
+	for i, q := range quarters {
+		if i == 0 {
+			// Replicas starting together each take a lone client's pace
+			// until they have seen each other spend.
+			continue
+		}
+		if q < quota/4*6/10 || q > quota/4*14/10 {
+			t.Errorf("quarter %d holds %d calls; an even pace gives about %d", i, q, quota/4)
+		}
+	}
+	for i, n := range perReplica {
+		if n < total/replicas*7/10 {
+			t.Errorf("replica %d made %d calls of %d", i, n, total)
+		}
+	}
+}
+
+// simAccount is Cloudflare's side of the budget as d1local plays it: a
+// window opens with the first call, holds quota calls, and a call beyond
+// them is refused.
+type simAccount struct {
+	quota  int
+	window time.Duration
+	start  time.Time
+	count  int
+}
+
+func (s *simAccount) call(now time.Time) (http.Header, bool) {
+	if s.start.IsZero() || !now.Before(s.start.Add(s.window)) {
+		s.start, s.count = now, 0
+	}
+	if s.count >= s.quota {
+		return nil, true
+	}
+	s.count++
+	reset := s.start.Add(s.window).Sub(now)
+	return rateHeaders(s.quota-s.count, int((reset+time.Second-1)/time.Second), s.quota, int(s.window/time.Second)), false
+}
+
+// Clients given one Account share what any of them learns: the headers of
+// one client's answer pace the other, and a 971 blocks both.
+func TestClientsShareTheAccount(t *testing.T) {
+	acct, err := NewAccount(UnlimitedBudget())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spent := func(req *http.Request) (*http.Response, error) {
+		res, err := ok1(t)(req)
+		if err == nil {
+			res.Header = rateHeaders(0, 60, 1200, 300)
+		}
+		return res, err
+	}
+	a, trA := mockClient(t, spent, func(c *Config) { c.Budget, c.Account = Budget{}, acct })
+	b, trB := mockClient(t, ok1(t), func(c *Config) { c.Budget, c.Account = Budget{}, acct })
+	if _, err := a.Exec(context.Background(), readStmt); err != nil {
+		t.Fatal(err)
+	}
+	if a.Account() != b.Account() || b.Account().State().Remaining != 0 {
+		t.Fatalf("b sees %+v", b.Account().State())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err = b.Exec(ctx, readStmt)
+	var e *Error
+	if !errors.As(err, &e) || !errors.Is(err, ErrBudget) || e.RetryAfter < 59*time.Second {
+		t.Fatalf("b: %v", err)
+	}
+	if w := b.BudgetWait(); w < 59*time.Second {
+		t.Errorf("BudgetWait = %v", w)
+	}
+	if trA.GetTotalCallCount() != 1 || trB.GetTotalCallCount() != 0 {
+		t.Fatalf("calls: a %d, b %d", trA.GetTotalCallCount(), trB.GetTotalCallCount())
+	}
+	// A client with an Account of its own is not held back.
+	c, _ := mockClient(t, ok1(t))
+	if _, err := c.Exec(ctx, readStmt); err != nil {
+		t.Fatal(err)
+	}
+	// A 971 seen by one client blocks the other.
+	acct2, _ := NewAccount(UnlimitedBudget())
+	x, _ := mockClient(t, replay(t, "rate_limit_971"), func(c *Config) { c.Budget, c.Account = Budget{}, acct2 })
+	y, trY := mockClient(t, ok1(t), func(c *Config) { c.Budget, c.Account = Budget{}, acct2 })
+	if _, err := x.Exec(ctx, readStmt); !errors.Is(err, ErrRateLimited) {
+		t.Fatalf("x: %v", err)
+	}
+	if _, err := y.Exec(ctx, readStmt); !errors.Is(err, ErrRateLimited) || trY.GetTotalCallCount() != 0 {
+		t.Fatalf("y: %v after %d calls", err, trY.GetTotalCallCount())
 	}
 }

@@ -13,13 +13,10 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/cloudflare/cloudflare-go/v7/d1"
-	"github.com/cloudflare/cloudflare-go/v7/option"
 )
 
 // DefaultBaseURL is Cloudflare's API base URL.
@@ -41,12 +38,20 @@ const DefaultAttemptTimeout = 45 * time.Second
 const maxResponseBytes = 64 << 20
 
 // Config configures a Client. Its String, GoString, Format and LogValue
-// methods never show the API token.
+// methods never show the API token or the secret of BridgeURL.
 type Config struct {
 	// BaseURL of the Cloudflare API. Empty means $CLOUDFLARE_API_BASE_URL
 	// or $CLOUDFLARE_BASE_URL, and then DefaultBaseURL. Point it at a
 	// d1local server for local work.
 	BaseURL string
+	// BridgeURL is the address of a d1idem bridge (bridge/README.md) with
+	// its secret, https://:SECRET@HOST. It replaces BaseURL and APIToken
+	// (the API token is then never sent), and makes the zero Budget mean
+	// no budget: calls through the bridge are not metered by Cloudflare's
+	// API limit. Empty means $D1IDEM_BRIDGE_URL, read only when BaseURL is
+	// empty too. BridgeURL with BaseURL, or the variable with a base-URL
+	// variable, is an error; http:// is accepted for this machine only.
+	BridgeURL string
 	// APIToken is sent as a bearer token.
 	APIToken string
 	// AccountID and DatabaseID name the D1 database. Both are required.
@@ -59,9 +64,15 @@ type Config struct {
 	// AttemptTimeout bounds each HTTP attempt: 10 ms to 10 min. Zero means
 	// DefaultAttemptTimeout.
 	AttemptTimeout time.Duration
-	// Budget is the client-side request budget; the zero value is
-	// Cloudflare's limit of 1200 calls per 300 s.
+	// Budget is how the client spends the API budget; the zero value is
+	// Cloudflare's limit of 1200 calls per 300 s, with the default burst and
+	// reserve. Leave it zero when Account is set.
 	Budget Budget
+	// Account, if set, is the budget this client shares with every other
+	// Client given the same Account: set it for clients of several
+	// databases, or several Configs, on one Cloudflare account. Nil gives
+	// the client an Account of its own, made from Budget.
+	Account *Account
 	// Coalesce configures group commit for calls made with Coalesce().
 	Coalesce CoalesceConfig
 	// Logger receives retry and rate-limit events; nil discards them.
@@ -77,15 +88,15 @@ type Config struct {
 type Client struct {
 	cfg     Config  // APIToken cleared: see token
 	token   *string // behind a pointer, so that printing a Client shows an address
-	svc     *d1.DatabaseService
+	auth    *string // "Bearer <token>", or "" without a token
+	http    *http.Client
+	rawURL  string
 	log     *slog.Logger
 	retry   RetryPolicy
-	budget  *budgetLimiter
+	account *Account
 	batch   *batcher
 	classes *classCache
-
-	mu           sync.Mutex
-	blockedUntil time.Time // a 971 block: nothing is sent before it
+	bridge  bool // cfg came from a bridge URL: see Config.BridgeURL
 
 	sleep func(ctx context.Context, d time.Duration) error // between retries; replaced in tests
 
@@ -96,6 +107,10 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // New validates cfg and returns a Client. It makes no network call.
 func New(cfg Config) (*Client, error) {
+	bridge, err := cfg.applyBridge()
+	if err != nil {
+		return nil, err
+	}
 	base, err := resolveBaseURL(cfg.BaseURL)
 	if err != nil {
 		return nil, err
@@ -126,6 +141,13 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.Budget.validate(); err != nil {
 		return nil, err
 	}
+	account := cfg.Account
+	switch {
+	case account == nil:
+		account = newAccount(cfg.Budget, realClock{})
+	case cfg.Budget != Budget{}:
+		return nil, invalidf("Config.Budget and Config.Account are both set: give the Budget to NewAccount")
+	}
 	coalesce, err := cfg.Coalesce.withDefaults()
 	if err != nil {
 		return nil, err
@@ -134,31 +156,30 @@ func New(cfg Config) (*Client, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	opts := []option.RequestOption{
-		option.WithBaseURL(cfg.BaseURL),
-		// cloudflare-go retries POSTs (and so writes) by default, with no
-		// cap on Retry-After. This package owns the retry policy instead.
-		option.WithMaxRetries(0),
-	}
-	if cfg.APIToken != "" {
-		opts = append(opts, option.WithAPIToken(cfg.APIToken))
-	}
-	if cfg.HTTPClient != nil {
-		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
-	}
 	token := cfg.APIToken
 	cfg.APIToken = ""
+	auth := ""
+	if token != "" {
+		auth = "Bearer " + token
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = http.DefaultClient
+	}
 	c := &Client{
 		cfg:     cfg,
 		token:   &token,
-		svc:     d1.NewDatabaseService(opts...),
+		auth:    &auth,
+		http:    hc,
+		rawURL:  cfg.BaseURL + "accounts/" + cfg.AccountID + "/d1/database/" + cfg.DatabaseID + "/raw",
 		log:     log,
 		retry:   retry,
-		budget:  newBudgetLimiter(cfg.Budget),
+		account: account,
 		classes: &classCache{},
 		sleep:   sleepCtx,
+		bridge:  bridge,
 	}
-	c.batch = newBatcher(c, coalesce)
+	c.batch = newBatcher(c, coalesce, account.clk)
 	return c, nil
 }
 
@@ -194,6 +215,7 @@ type execOptions struct {
 	idempotent    bool
 	untilDeadline bool
 	coalesce      bool
+	priority      bool
 }
 
 // Idempotent marks the call safe to send again even when an earlier attempt
@@ -212,6 +234,13 @@ func RetryUntilDeadline() ExecOption { return func(o *execOptions) { o.untilDead
 // because a batch is one transaction: one failing statement aborts every
 // caller's statements in it. See CoalesceConfig for what happens then.
 func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
+
+// Priority marks the call as round-trip-2 work: it completes, renews or
+// releases what an earlier call started (an idempotency ledger's completion,
+// heartbeat or release). When calls are scarce it goes before other work,
+// it may use the Budget's reserve, and it waits for the next call up to the
+// context's deadline. Work without it is turned away (ErrBudget) first.
+func Priority() ExecOption { return func(o *execOptions) { o.priority = true } }
 
 // Exec runs the statements as one D1 call, one transaction, and returns one
 // Result per statement. Each Statement must hold exactly one SQL statement;
@@ -246,6 +275,10 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 	}
 	safe = safe || o.idempotent
 	solo := !o.coalesce
+	cl := normal
+	if o.priority {
+		cl = priority
+	}
 
 	var last *Error // the previous attempt's failure
 	for attempt := 1; ; attempt++ {
@@ -254,9 +287,9 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 			err     *Error
 		)
 		if solo {
-			results, err = c.call(ctx, wire)
+			results, err = c.call(ctx, wire, cl)
 		} else {
-			results, err = c.batch.submit(ctx, wire)
+			results, err = c.batch.submit(ctx, wire, cl)
 			if err != nil && err.siblingAbort {
 				// A statement of another caller aborted the shared batch;
 				// nothing committed. Send ours alone, without counting it.
@@ -313,93 +346,112 @@ func redactAll(stmts []Statement) []string {
 
 // encodeBody builds the request body: the single form for one statement,
 // the batch form for several.
-func encodeBody(wire []wireStatement) ([]byte, error) {
+func encodeBody(wire []wireStatement) []byte {
 	if len(wire) == 1 {
-		return json.Marshal(wire[0])
+		return wire[0]
 	}
-	return json.Marshal(struct {
-		Batch []wireStatement `json:"batch"`
-	}{wire})
+	return appendBatch(nil, wire)
 }
 
-// call makes one HTTP attempt for the statements: it honours a 971 block,
-// takes a call from the budget, sends, and decodes.
-func (c *Client) call(ctx context.Context, wire []wireStatement) ([]Result, *Error) {
+// appendBatch appends {"batch":[...]} holding the statements to dst.
+func appendBatch(dst []byte, wire []wireStatement) []byte {
+	n := len(`{"batch":[]}`) + len(wire)
+	for _, w := range wire {
+		n += len(w)
+	}
+	dst = slices.Grow(dst, n)
+	dst = append(dst, `{"batch":[`...)
+	for i, w := range wire {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, w...)
+	}
+	return append(dst, "]}"...)
+}
+
+// call makes one HTTP attempt for the statements: it takes a call of class
+// cl from the budget (honouring a 971 block), sends, and decodes.
+func (c *Client) call(ctx context.Context, wire []wireStatement, cl class) ([]Result, *Error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error()}
 	}
-	if e := c.checkBlocked(); e != nil {
+	if e := c.account.wait(ctx, cl); e != nil {
 		return nil, e
 	}
-	if e := c.budget.wait(ctx); e != nil {
-		return nil, e
-	}
-	body, err := encodeBody(wire)
-	if err != nil {
-		return nil, &Error{kind: kindInvalid, Message: "encoding the request", Err: err}
-	}
-	return c.send(ctx, body, len(wire))
+	return c.send(ctx, encodeBody(wire), len(wire))
 }
 
-// capture records the raw HTTP response of one attempt, whatever
-// cloudflare-go makes of it, so that this package classifies every shape
-// itself (cloudflare-go ignores success:false on a 200, for one).
-type capture struct {
-	got     bool
-	status  int
-	header  http.Header
-	body    []byte
-	readErr error
-}
-
-func (cp *capture) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-	res, err := next(req)
-	if err != nil || res == nil {
-		return res, err
-	}
-	cp.got = true
-	cp.status = res.StatusCode
-	cp.header = res.Header
-	cp.body, cp.readErr = io.ReadAll(io.LimitReader(res.Body, maxResponseBytes+1))
-	_ = res.Body.Close()
-	res.Body = io.NopCloser(bytes.NewReader(cp.body))
-	return res, nil
-}
-
+// send makes one HTTP attempt, for which a call was taken from the budget:
+// it POSTs body to the /raw endpoint, hands the answer's rate-limit headers
+// to the Account, and classifies the answer.
+//
+// The request is built here rather than by cloudflare-go's d1 package: its
+// request path (option merging, URL resolution, header copies, retry
+// bookkeeping, decoding into its own types that this package never reads)
+// cost most of a call's allocations, while this package had to capture the
+// raw response and classify every shape itself anyway.
 func (c *Client) send(ctx context.Context, body []byte, n int) ([]Result, *Error) {
 	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 	defer cancel()
-	var params d1.DatabaseRawParams
-	params.AccountID.Value = c.cfg.AccountID
-	params.AccountID.Present = true
-	var cp capture
-	var sink []byte
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.rawURL, bytes.NewReader(body))
+	if err != nil {
+		c.account.answered(nil)
+		return nil, &Error{kind: kindInvalid, Message: "building the request", Err: err}
+	}
+	req.Header = http.Header{
+		"Content-Type": {"application/json"},
+		"Accept":       {"application/json"},
+		"User-Agent":   {userAgent},
+	}
+	if *c.auth != "" {
+		req.Header["Authorization"] = []string{*c.auth}
+	}
 	c.stats.calls.Add(1)
 	c.stats.statements.Add(int64(n))
-	_, err := c.svc.Raw(actx, c.cfg.DatabaseID, params,
-		option.WithRequestBody("application/json", body),
-		option.WithResponseBodyInto(&sink),
-		option.WithMiddleware(cp.middleware),
-	)
-	if !cp.got || cp.readErr != nil {
-		cause := err
-		if cp.readErr != nil {
-			cause = cp.readErr
-		}
-		if cause == nil {
-			cause = errors.New("no response")
-		}
-		return nil, c.transportError(cause)
+	res, err := c.http.Do(req)
+	if err != nil {
+		c.account.answered(nil)
+		return nil, c.transportError(err)
 	}
-	if len(cp.body) > maxResponseBytes {
-		return nil, &Error{kind: kindEnvelope, StatusCode: cp.status, Ambiguous: true,
+	c.account.answered(res.Header)
+	raw, err := readBody(res)
+	if err != nil {
+		return nil, c.transportError(err)
+	}
+	if len(raw) > maxResponseBytes {
+		return nil, &Error{kind: kindEnvelope, StatusCode: res.StatusCode, Ambiguous: true,
 			Message: fmt.Sprintf("response body exceeds %d bytes", maxResponseBytes)}
 	}
-	results, e := c.classify(cp.status, cp.header, cp.body, n)
+	results, e := c.classify(res.StatusCode, res.Header, raw, n)
 	if e != nil {
 		c.redact(e)
 	}
 	return results, e
+}
+
+// userAgent names this package in requests.
+const userAgent = "d1idem-d1client (+https://github.com/d1idem/d1idem)"
+
+// readBody reads and closes the response body, at most maxResponseBytes+1
+// bytes, into one buffer when the length is known.
+func readBody(res *http.Response) ([]byte, error) {
+	defer res.Body.Close()
+	r := io.LimitReader(res.Body, maxResponseBytes+1)
+	if n := res.ContentLength; n >= 0 && n <= maxResponseBytes {
+		buf := make([]byte, n, n+1)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		// A body longer than announced is read on, as any other would be.
+		var one [1]byte
+		if k, _ := r.Read(one[:]); k == 0 {
+			return buf, nil
+		}
+		rest, err := io.ReadAll(r)
+		return append(append(buf, one[0]), rest...), err
+	}
+	return io.ReadAll(r)
 }
 
 // transportError wraps a failure that produced no HTTP response. It is
@@ -433,12 +485,12 @@ func (c *Client) redact(e *Error) {
 	}
 }
 
-// envelope is Cloudflare's v4 response envelope.
+// envelope is Cloudflare's v4 response envelope. Its result decodes in the
+// same pass, straight into the statements' results.
 type envelope struct {
-	Success  *bool           `json:"success"`
-	Errors   []ErrorDetail   `json:"errors"`
-	Messages json.RawMessage `json:"messages"`
-	Result   json.RawMessage `json:"result"`
+	Success optBool       `json:"success"`
+	Errors  []ErrorDetail `json:"errors"`
+	Result  resultList    `json:"result"`
 }
 
 // Codes that mean the token or the account is wrong.
@@ -456,11 +508,11 @@ const codeNoDatabase = 7404
 
 func (c *Client) classify(status int, header http.Header, body []byte, n int) ([]Result, *Error) {
 	var env envelope
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&env); err != nil || env.Success == nil && env.Result == nil && env.Errors == nil {
-		return nil, &Error{kind: kindNonJSON, StatusCode: status, Ambiguous: true,
-			Message: bodySnippet(header, body), Err: err}
+	if !fastEnvelope(body, n, &env) {
+		if err := json.Unmarshal(body, &env); err != nil || env.Success == unset && !env.Result.present && env.Errors == nil {
+			return nil, &Error{kind: kindNonJSON, StatusCode: status, Ambiguous: true,
+				Message: bodySnippet(header, body), Err: err}
+		}
 	}
 	e := &Error{StatusCode: status, Details: env.Errors}
 	for _, d := range env.Errors {
@@ -500,7 +552,7 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 		}
 		return nil, e
 	}
-	if env.Success == nil || !*env.Success {
+	if env.Success != isTrue {
 		e.kind = kindEnvelope
 		e.Ambiguous = true
 		if e.Message == "" {
@@ -508,27 +560,30 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 		}
 		return nil, e
 	}
-	var raws []rawResult
-	if err := json.Unmarshal(env.Result, &raws); err != nil {
-		return nil, &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true,
-			Message: "result is not an array of statement results", Err: err}
+	raws := env.Result
+	if !raws.present && raws.err == nil {
+		raws.err = errors.New("no result")
 	}
-	if len(raws) != n {
+	if raws.err != nil {
+		return nil, &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true,
+			Message: "result is not an array of statement results", Err: raws.err}
+	}
+	if len(raws.items) != n {
 		return nil, &Error{kind: kindResultCount, StatusCode: status, Ambiguous: true,
-			Message: fmt.Sprintf("%d statements sent, %d results returned", n, len(raws))}
+			Message: fmt.Sprintf("%d statements sent, %d results returned", n, len(raws.items))}
 	}
 	results := make([]Result, n)
-	for i := range raws {
-		if raws[i].Success != nil && !*raws[i].Success {
+	for i := range raws.items {
+		r := &raws.items[i]
+		if r.Success == isFalse {
 			return nil, &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true,
 				Message: fmt.Sprintf("statement %d reported success:false", i+1)}
 		}
-		r, err := raws[i].decode()
-		if err != nil {
+		if err := r.Results.err; err != nil {
 			return nil, &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true,
 				Message: fmt.Sprintf("statement %d: %v", i+1, err), Err: err}
 		}
-		results[i] = r
+		results[i] = Result{Columns: r.Results.columns, Rows: r.Results.rows, Meta: r.Meta.meta()}
 	}
 	return results, nil
 }
@@ -574,25 +629,9 @@ func orUnknown(ct string) string {
 	return ct
 }
 
-// checkBlocked refuses to send while a 971 block lasts.
-func (c *Client) checkBlocked() *Error {
-	c.mu.Lock()
-	until := c.blockedUntil
-	c.mu.Unlock()
-	if wait := time.Until(until); wait > 0 {
-		return &Error{kind: kindRateLimited, StatusCode: http.StatusTooManyRequests, Codes: []int{971},
-			RetryAfter: wait, BlockedUntil: until,
-			Message: "not sent: Cloudflare's global API rate limit blocks this account until " + until.UTC().Format(time.RFC3339)}
-	}
-	return nil
-}
-
+// block stops every call of the account until until, after a 971.
 func (c *Client) block(until time.Time) {
-	c.mu.Lock()
-	if until.After(c.blockedUntil) {
-		c.blockedUntil = until
-	}
-	c.mu.Unlock()
+	c.account.block(until)
 	c.log.Error("d1client: Cloudflare API rate limit reached (code 971); calls are blocked",
 		slog.Time("until", until))
 }
@@ -619,8 +658,17 @@ func (c *Client) Stats() Stats {
 	}
 }
 
+// Account returns the Account whose budget the client spends: its State is
+// the budget the client last saw.
+func (c *Client) Account() *Account { return c.account }
+
 // AccountID returns the configured account ID.
 func (c *Client) AccountID() string { return c.cfg.AccountID }
 
 // DatabaseID returns the configured database ID.
 func (c *Client) DatabaseID() string { return c.cfg.DatabaseID }
+
+// BaseURL returns the API base URL the client sends to, with a trailing
+// slash: Config.BaseURL, or the one the environment names, or
+// DefaultBaseURL.
+func (c *Client) BaseURL() string { return c.cfg.BaseURL }

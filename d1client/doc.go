@@ -2,11 +2,14 @@
 // things: what D1 accepts, what D1 returns, and which failures are safe to
 // retry.
 //
-// It is built on github.com/cloudflare/cloudflare-go/v7 (its d1 and option
-// packages only), with cloudflare-go's own retries turned off: cloudflare-go
-// retries POSTs, and so writes, by default, and honours Retry-After with no
-// cap. Every call goes to the /raw endpoint, whose ordered columns keep
-// duplicate names and column order.
+// Every call is one POST to D1's /raw endpoint, whose ordered columns keep
+// duplicate names and column order, made with net/http (Config.HTTPClient).
+// The package used to send it through cloudflare-go's d1 package; it no
+// longer does, because that request path cost more than half of a call's
+// allocations while this package captured the raw response and classified
+// every shape itself anyway (and had cloudflare-go's retries, which repeat
+// writes, turned off). Request bodies are JSON without HTML escaping, and a
+// response is decoded in one pass, its rows straight into Values.
 //
 // # Statements and batches
 //
@@ -73,11 +76,49 @@
 // during a 971 block. No retry starts that could not finish before the
 // context's deadline.
 //
-// # Request budget and group commit
+// # The API budget
 //
-// A Budget keeps the client within Cloudflare's API limit (1200 calls per 5
-// minutes by default). Calls made with Coalesce() share D1 batch calls with
-// concurrent callers; see CoalesceConfig.
+// Cloudflare allows 1200 API calls per 5 minutes per user, across every
+// token, tool and the dashboard; going over blocks every call of the
+// account for 5 minutes (HTTP 429, code 971). Every response says what is
+// left to the whole account (Ratelimit: "default";r=<remaining>;t=<seconds
+// to reset>, and Ratelimit-Policy: "burst";q=<quota>;w=<window>). An
+// Account reads them and paces the calls of every Client that shares it:
+//
+//   - The remaining calls are spread evenly over the time to the reset,
+//     less what other clients of the account (replicas, wrangler, the
+//     dashboard) are seen to spend, after a burst of Budget.Burst calls.
+//     Replicas share the budget this way with no coordination of their own.
+//   - The local Budget (Calls per Per) is an upper bound, and the pace when
+//     the headers are absent (d1local without a budget sends none).
+//   - Calls made with Priority (completions, heartbeats, releases) may use
+//     the whole pace; others at most (1 - Budget.Reserve) of it, so new work
+//     is turned away first.
+//   - A call waits for its slot as long as its context allows; one whose
+//     deadline comes first fails at once with ErrBudget, its RetryAfter
+//     saying when a call could go. Nothing is sent during a 971 block.
+//
+// Account.State shows the budget as last seen. Clients of several
+// databases on one account should share one Account (Config.Account).
+//
+// # Group commit
+//
+// Calls made with Coalesce() share D1 batch calls with concurrent callers:
+// the statements of callers answered by one call ride in the next if they
+// come straight back, a parallel call starts only when waiting would cost
+// more than a round trip, and when calls are scarce each carries more,
+// priority statements first. See CoalesceConfig.
+//
+// # The bridge
+//
+// A d1idem bridge (bridge/ in this module, docs/bridge.md) is a Worker that
+// serves the same REST endpoints on the database's D1 binding, past the
+// account's API budget. Config.BridgeURL, or the environment variable
+// D1IDEM_BRIDGE_URL, names one with its secret, https://:SECRET@HOST: it
+// stands for the base URL and the API token (which is then never sent),
+// and the zero Budget then means no budget; group commit works as before.
+// Client.Bridge reports it. Nothing else changes: a deployment moves from
+// the API to the bridge by setting that one variable.
 //
 // # API stability
 //

@@ -74,9 +74,9 @@ var (
 	ErrInvalid = errors.New("d1: invalid request")
 	// ErrRejected: any other HTTP 4xx (a malformed request).
 	ErrRejected = errors.New("d1: request rejected")
-	// ErrBudget: the client's request budget had no call left before the
-	// context's deadline. Nothing was sent; Error.RetryAfter says when a
-	// call frees up.
+	// ErrBudget: the API budget (see Account) had no call for the
+	// statements before the context's deadline. Nothing was sent;
+	// Error.RetryAfter says when a call could go.
 	ErrBudget = errors.New("d1: request budget exhausted")
 )
 

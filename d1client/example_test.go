@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"strings"
 
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
@@ -45,4 +46,64 @@ func ExampleClient_Exec() {
 	// Output:
 	// 1 a@example.com 9007199254740993 1
 	// true true
+}
+
+// Clients of several databases on one Cloudflare account share its API
+// budget through one Account: they pace their calls together, from the
+// account's own Ratelimit headers, which d1local sends when it plays the
+// account's budget.
+func ExampleNewAccount() {
+	local, _ := d1local.New(d1local.Config{Budget: d1local.CloudflareBudget()})
+	defer local.Close()
+	srv := httptest.NewServer(local)
+	defer srv.Close()
+
+	account, err := d1client.NewAccount(d1client.Budget{}) // Cloudflare's limit, default burst and reserve
+	if err != nil {
+		panic(err)
+	}
+	orders, _ := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: "orders", Account: account})
+	users, _ := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: "users", Account: account})
+	ctx := context.Background()
+	if _, err := orders.Query(ctx, "SELECT 1"); err != nil {
+		panic(err)
+	}
+	if _, err := users.Query(ctx, "SELECT 1"); err != nil {
+		panic(err)
+	}
+	st := users.Account().State()
+	fmt.Println(st.Quota, st.Window, st.Remaining)
+	// Output:
+	// 1200 5m0s 1198
+}
+
+// Reach D1 through a d1idem bridge: its URL carries its secret, which is
+// sent as the bearer token, and the client applies no API budget. In
+// production, leave the Config without BaseURL and BridgeURL and set
+// D1IDEM_BRIDGE_URL=https://:SECRET@d1idem-bridge.<subdomain>.workers.dev;
+// here a local D1 requiring that token stands in for the bridge.
+func ExampleConfig_bridgeURL() {
+	const secret = "5f0c3b1e9a7d2468ace13579bdf02468"
+	local, _ := d1local.New(d1local.Config{Token: secret})
+	defer local.Close()
+	srv := httptest.NewServer(local)
+	defer srv.Close()
+
+	db, err := d1client.New(d1client.Config{
+		BridgeURL:  "http://:" + secret + "@" + srv.Listener.Addr().String(),
+		AccountID:  "acct",
+		DatabaseID: "example",
+	})
+	if err != nil {
+		panic(err)
+	}
+	res, err := db.Query(context.Background(), "SELECT 1 AS one")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(db.Bridge(), db.BudgetWait(), res.Rows[0][0])
+	fmt.Println(strings.Contains(fmt.Sprintf("%v %#v", db, db), secret)) // the secret is never shown
+	// Output:
+	// true 0s 1
+	// false
 }

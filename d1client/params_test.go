@@ -1,6 +1,7 @@
 package d1client
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jarcoal/httpmock"
 )
@@ -188,8 +190,16 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"negative budget", func(c *Config) { c.Budget = NewBudget(-1, time.Second) }, "Config.Budget is -1 calls per 1s"},
 		{"budget without window", func(c *Config) { c.Budget = NewBudget(5, 0) }, "Config.Budget is 5 calls per 0s"},
 		{"budget of a week", func(c *Config) { c.Budget = NewBudget(5, 7*24*time.Hour) }, "NewBudget with 1 to 1000000 calls per 1ms to 24h"},
-		{"long coalesce window", func(c *Config) { c.Coalesce.Window = time.Minute }, "Config.Coalesce.Window is 1m0s; accepted: negative (never wait), 0 (the default, 2ms) or up to 1s"},
-		{"negative batch statements", func(c *Config) { c.Coalesce.MaxStatements = -1 }, "Config.Coalesce.MaxStatements is -1; accepted: 0 (the default, 256) or 1 to 10000"},
+		{"burst of none", func(c *Config) { c.Budget = NewBudget(10, time.Second).WithBurst(0) }, "Config.Budget's burst is 0; accepted: 1 to 1000 (the default is 10)"},
+		{"negative burst", func(c *Config) { c.Budget = UnlimitedBudget().WithBurst(-3) }, "Config.Budget's burst is -3"},
+		{"reserve of all", func(c *Config) { c.Budget = Budget{}.WithReserve(1) }, "Config.Budget's reserve is 1; accepted: 0 to 0.9 (the default is 0.2)"},
+		{"NaN reserve", func(c *Config) { c.Budget = Budget{}.WithReserve(math.NaN()) }, "Config.Budget's reserve is NaN"},
+		{"budget and account", func(c *Config) {
+			c.Budget = NewBudget(5, time.Second)
+			c.Account, _ = NewAccount(Budget{})
+		}, "Config.Budget and Config.Account are both set: give the Budget to NewAccount"},
+		{"long coalesce window", func(c *Config) { c.Coalesce.Window = time.Minute }, "Config.Coalesce.Window is 1m0s; accepted: negative (never wait), 0 (the default: a round trip) or up to 1s"},
+		{"negative batch statements", func(c *Config) { c.Coalesce.MaxStatements = -1 }, "Config.Coalesce.MaxStatements is -1; accepted: 0 (the default, 512) or 1 to 10000"},
 		{"tiny batch bytes", func(c *Config) { c.Coalesce.MaxBytes = 100 }, "Config.Coalesce.MaxBytes is 100; accepted: 0 (the default, 524288) or 1024 to 52428800"},
 		{"too many in flight", func(c *Config) { c.Coalesce.MaxInFlight = 65 }, "Config.Coalesce.MaxInFlight is 65; accepted: 0 (the default, 4) or 1 to 64"},
 	}
@@ -219,7 +229,12 @@ func TestNewValidatesConfig(t *testing.T) {
 			c.Coalesce = CoalesceConfig{Window: time.Second, MaxStatements: 10_000, MaxBytes: 50 << 20, MaxInFlight: 64}
 		},
 		"explicit forms": func(c *Config) { c.Retry = NoRetry(); c.Budget = UnlimitedBudget() },
-		"defaults":       func(c *Config) { c.Retry = DefaultRetryPolicy() },
+		"pacing bounds":  func(c *Config) { c.Budget = NewBudget(5, time.Second).WithBurst(1).WithReserve(0.9) },
+		"pacing bounds, high": func(c *Config) {
+			c.Budget = UnlimitedBudget().WithBurst(1000).WithReserve(0)
+		},
+		"an account": func(c *Config) { c.Budget = Budget{}; c.Account, _ = NewAccount(NewBudget(5, time.Second)) },
+		"defaults":   func(c *Config) { c.Retry = DefaultRetryPolicy() },
 	} {
 		cfg := base
 		mod(&cfg)
@@ -243,8 +258,21 @@ func TestBudgetValues(t *testing.T) {
 		t.Errorf("NewBudget(7, 1m) = %v", b)
 	}
 	c, _ := mockClient(t, ok1(t), func(c *Config) { c.Budget = Budget{} })
-	if c.budget.b.Calls() != 1200 || c.budget.b.Per() != 300*time.Second {
-		t.Errorf("a Config without a Budget gets %v, want Cloudflare's limit", c.budget.b)
+	if c.account.budget.Calls() != 1200 || c.account.budget.Per() != 300*time.Second {
+		t.Errorf("a Config without a Budget gets %v, want Cloudflare's limit", c.account.budget)
+	}
+	if b := (Budget{}); b.Burst() != DefaultBurst || b.Reserve() != DefaultReserve {
+		t.Errorf("zero Budget: burst %d, reserve %v", b.Burst(), b.Reserve())
+	}
+	b := NewBudget(30, time.Minute)
+	if w := b.WithBurst(5).WithReserve(0); w.Burst() != 5 || w.Reserve() != 0 || b.Burst() != DefaultBurst || w.Calls() != 30 {
+		t.Errorf("WithBurst/WithReserve: %d %v, the original %d", w.Burst(), w.Reserve(), b.Burst())
+	}
+	if _, err := NewAccount(NewBudget(0, time.Second)); !errors.Is(err, ErrInvalid) {
+		t.Errorf("NewAccount of an invalid budget: %v", err)
+	}
+	if a, _ := NewAccount(Budget{}); a.String() != "d1client.Account{1200 calls per 5m0s}" || a.Budget() != (Budget{}) {
+		t.Errorf("Account = %v", a)
 	}
 	if p := DefaultRetryPolicy(); p != (RetryPolicy{MaxAttempts: 4, BaseDelay: 100 * time.Millisecond, MaxDelay: 2 * time.Second, MaxRetryAfter: 10 * time.Second}) {
 		t.Errorf("DefaultRetryPolicy() = %+v", p)
@@ -301,4 +329,51 @@ func TestBaseURLFromEnvironment(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Strings travel as encoding/json writes them with SetEscapeHTML(false):
+// '<', '>' and '&' as themselves.
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range []string{"", "plain", `<a href="x">&amp;</a>`, "\x00\x01\x1f\x7f\b\f\n\r\t\\\"", "é\u2028\u2029\u2027\u202a€😀", "\xe2\x80"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return
+		}
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		if got := appendJSONString(nil, s); string(got) != strings.TrimSuffix(want.String(), "\n") {
+			t.Fatalf("appendJSONString(%q) = %s, encoding/json: %s", s, got, want.String())
+		}
+	})
+}
+
+// A 16 KB HTML response stored as a parameter travels as about 16 KB, not
+// six times that, and arrives unchanged.
+func TestHTMLParameterIsNotEscaped(t *testing.T) {
+	html := strings.Repeat(`<p class=x>a &amp; b</p>`+"\n", 16384/24)
+	var sent []byte
+	c, _ := mockClient(t, func(req *http.Request) (*http.Response, error) {
+		sent, _ = io.ReadAll(req.Body)
+		return httpmock.NewStringResponse(200, okResults(1)), nil
+	})
+	if _, err := c.Exec(context.Background(), []Statement{{SQL: "UPDATE t SET body = ? WHERE k = 1", Params: []any{html}}}); err != nil {
+		t.Fatal(err)
+	}
+	// Only the newlines are escaped, one byte each.
+	want := len(`{"sql":"UPDATE t SET body = ? WHERE k = 1","params":[""]}`) + len(html) + strings.Count(html, "\n")
+	if len(sent) != want {
+		t.Errorf("body is %d bytes, want %d", len(sent), want)
+	}
+	var got struct{ Params []string }
+	if err := json.Unmarshal(sent, &got); err != nil || len(got.Params) != 1 || got.Params[0] != html {
+		t.Errorf("the parameter did not arrive unchanged (%v)", err)
+	}
+	legacy, _ := json.Marshal(html)
+	t.Logf("16 KB of HTML: %d bytes on the wire; json.Marshal would send %d", len(sent), len(legacy))
 }

@@ -33,6 +33,7 @@ func (t redactedToken) Format(f fmt.State, verb rune) {
 // replaced.
 type configView struct {
 	BaseURL        string
+	BridgeURL      string // redacted: see redactURL
 	APIToken       redactedToken
 	AccountID      string
 	DatabaseID     string
@@ -40,15 +41,17 @@ type configView struct {
 	Retry          RetryPolicy
 	AttemptTimeout time.Duration
 	Budget         Budget
+	Account        *Account
 	Coalesce       CoalesceConfig
 	Logger         *slog.Logger
 }
 
 func (c Config) view() configView {
 	return configView{
-		BaseURL: c.BaseURL, APIToken: c.APIToken != "", AccountID: c.AccountID, DatabaseID: c.DatabaseID,
+		BaseURL: c.BaseURL, BridgeURL: redactURL(c.BridgeURL),
+		APIToken: c.APIToken != "", AccountID: c.AccountID, DatabaseID: c.DatabaseID,
 		HTTPClient: c.HTTPClient, Retry: c.Retry, AttemptTimeout: c.AttemptTimeout, Budget: c.Budget,
-		Coalesce: c.Coalesce, Logger: c.Logger,
+		Account: c.Account, Coalesce: c.Coalesce, Logger: c.Logger,
 	}
 }
 
@@ -70,6 +73,7 @@ func (c Config) Format(f fmt.State, verb rune) { formatWith(f, verb, c.String(),
 func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("base_url", c.BaseURL),
+		slog.String("bridge_url", redactURL(c.BridgeURL)),
 		slog.String("api_token", redactedToken(c.APIToken != "").String()),
 		slog.String("account_id", c.AccountID),
 		slog.String("database_id", c.DatabaseID),

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Type is the type of a decoded value.
@@ -141,7 +142,7 @@ func (v Value) MarshalJSON() ([]byte, error) {
 	case Integer:
 		return strconv.AppendInt(nil, v.i, 10), nil
 	case Real:
-		return encodeFloat(v.f)
+		return appendFloat(nil, v.f)
 	case Blob:
 		b := []byte(v.s)
 		ints := make([]int, len(b))
@@ -175,6 +176,9 @@ func decodeValue(raw json.RawMessage) (Value, error) {
 	case c == 'f':
 		return IntValue(0), nil
 	case c == '"':
+		if len(raw) >= 2 && raw[len(raw)-1] == '"' && plainJSONString(raw[1:len(raw)-1]) {
+			return TextValue(string(raw[1 : len(raw)-1])), nil
+		}
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return Value{}, err
@@ -197,17 +201,31 @@ func decodeValue(raw json.RawMessage) (Value, error) {
 	case c == '{':
 		return TextValue(string(raw)), nil
 	default:
-		return decodeNumber(string(raw))
+		return decodeNumber(raw)
 	}
 }
 
-func decodeNumber(s string) (Value, error) {
-	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return IntValue(i), nil
+// plainJSONString reports whether the inside of a JSON string literal holds
+// no escape, no quote, no control character and only valid UTF-8, so that
+// it is its own value.
+func plainJSONString(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c == '"' || c == '\\' {
+			return false
+		}
 	}
-	f, err := strconv.ParseFloat(s, 64)
+	return utf8.Valid(b)
+}
+
+func decodeNumber(b []byte) (Value, error) {
+	if integerLiteral(b) {
+		if i, err := strconv.ParseInt(string(b), 10, 64); err == nil {
+			return IntValue(i), nil
+		}
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
 	if err != nil {
-		return Value{}, fmt.Errorf("cell %q is not a JSON value", s)
+		return Value{}, fmt.Errorf("cell %q is not a JSON value", b)
 	}
 	return RealValue(f), nil
 }
@@ -338,48 +356,101 @@ type Meta struct {
 // UnmarshalJSON decodes meta leniently about number formatting (D1 may send
 // 3 or 3.0 for a count) but never through a lossy path for integers.
 func (m *Meta) UnmarshalJSON(data []byte) error {
-	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
-		*m = Meta{}
-		return nil
-	}
-	var raw struct {
-		Changes         json.Number `json:"changes"`
-		LastRowID       json.Number `json:"last_row_id"`
-		ChangedDB       bool        `json:"changed_db"`
-		Duration        json.Number `json:"duration"`
-		RowsRead        json.Number `json:"rows_read"`
-		RowsWritten     json.Number `json:"rows_written"`
-		SizeAfter       json.Number `json:"size_after"`
-		ServedBy        string      `json:"served_by"`
-		ServedByColo    string      `json:"served_by_colo"`
-		ServedByRegion  string      `json:"served_by_region"`
-		ServedByPrimary bool        `json:"served_by_primary"`
-		TotalAttempts   json.Number `json:"total_attempts"`
-	}
-	if err := json.Unmarshal(data, &raw); err != nil {
+	var w metaWire
+	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
-	*m = Meta{
-		Changes: metaInt(raw.Changes), LastRowID: metaInt(raw.LastRowID), ChangedDB: raw.ChangedDB,
-		RowsRead: metaInt(raw.RowsRead), RowsWritten: metaInt(raw.RowsWritten), SizeAfter: metaInt(raw.SizeAfter),
-		ServedBy: raw.ServedBy, ServedByColo: raw.ServedByColo, ServedByRegion: raw.ServedByRegion,
-		ServedByPrimary: raw.ServedByPrimary, TotalAttempts: metaInt(raw.TotalAttempts),
+	*m = w.meta()
+	return nil
+}
+
+// metaWire is Meta as it travels, its numbers decoded by metaNumber.
+type metaWire struct {
+	Changes         metaNumber `json:"changes"`
+	LastRowID       metaNumber `json:"last_row_id"`
+	ChangedDB       bool       `json:"changed_db"`
+	Duration        metaNumber `json:"duration"`
+	RowsRead        metaNumber `json:"rows_read"`
+	RowsWritten     metaNumber `json:"rows_written"`
+	SizeAfter       metaNumber `json:"size_after"`
+	ServedBy        string     `json:"served_by"`
+	ServedByColo    string     `json:"served_by_colo"`
+	ServedByRegion  string     `json:"served_by_region"`
+	ServedByPrimary bool       `json:"served_by_primary"`
+	TotalAttempts   metaNumber `json:"total_attempts"`
+}
+
+// UnmarshalJSON decodes meta afresh, so that of a repeated key the last
+// one counts, as it does for every other value.
+func (w *metaWire) UnmarshalJSON(data []byte) error {
+	type plain metaWire // without this method
+	*w = metaWire{}
+	return json.Unmarshal(data, (*plain)(w))
+}
+
+func (w *metaWire) meta() Meta {
+	return Meta{
+		Changes: w.Changes.int(), LastRowID: w.LastRowID.int(), ChangedDB: w.ChangedDB,
+		Duration: w.Duration.f, RowsRead: w.RowsRead.int(), RowsWritten: w.RowsWritten.int(),
+		SizeAfter: w.SizeAfter.int(), ServedBy: w.ServedBy, ServedByColo: w.ServedByColo,
+		ServedByRegion: w.ServedByRegion, ServedByPrimary: w.ServedByPrimary, TotalAttempts: w.TotalAttempts.int(),
 	}
-	if raw.Duration != "" {
-		m.Duration, _ = raw.Duration.Float64()
+}
+
+// metaNumber is a number of meta: an integer read exactly when it is
+// written as one, otherwise a float. null is 0; so is a number written as
+// a string, as json.Number would accept it.
+type metaNumber struct {
+	i     int64
+	f     float64
+	exact bool
+}
+
+func (n *metaNumber) UnmarshalJSON(data []byte) error {
+	b := bytes.TrimSpace(data)
+	if bytes.Equal(b, []byte("null")) {
+		*n = metaNumber{}
+		return nil
+	}
+	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' {
+		b = b[1 : len(b)-1]
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil {
+		return fmt.Errorf("meta: %q is not a number", data)
+	}
+	*n = metaNumber{f: f}
+	if integerLiteral(b) {
+		if i, err := strconv.ParseInt(string(b), 10, 64); err == nil {
+			n.i, n.exact = i, true
+		}
 	}
 	return nil
 }
 
-func metaInt(n json.Number) int64 {
-	if n == "" {
-		return 0
+// integerLiteral reports whether b is written as an integer: digits after
+// an optional minus sign. (Trying strconv.ParseInt on every number would
+// allocate an error for each one that is not.)
+func integerLiteral(b []byte) bool {
+	if len(b) > 0 && b[0] == '-' {
+		b = b[1:]
 	}
-	if i, err := n.Int64(); err == nil {
-		return i
+	if len(b) == 0 {
+		return false
 	}
-	f, _ := n.Float64()
-	return int64(f)
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func (n metaNumber) int() int64 {
+	if n.exact {
+		return n.i
+	}
+	return int64(n.f)
 }
 
 // Result is the outcome of one statement: its columns in order (duplicates
@@ -421,54 +492,123 @@ func (r *Result) Map(i int) map[string]Value {
 	return m
 }
 
-// rawResult is one entry of the envelope's result array in /raw form.
-type rawResult struct {
-	Results json.RawMessage `json:"results"`
-	Success *bool           `json:"success"`
-	Meta    Meta            `json:"meta"`
+// resultList is the envelope's result: an array of statement results. It
+// keeps a decoding error to itself, so that the envelope around it still
+// decodes and the error can be reported for what it is.
+type resultList struct {
+	present bool // the envelope has a result, null included
+	items   []rawResult
+	err     error
 }
 
-// decode turns a /raw result into a Result. results may be the documented
-// {"columns":[...],"rows":[[...]]}, null, missing, or an empty array.
-func (rr *rawResult) decode() (Result, error) {
-	res := Result{Meta: rr.Meta}
-	body := bytes.TrimSpace(rr.Results)
-	if len(body) == 0 || bytes.Equal(body, []byte("null")) || bytes.Equal(body, []byte("[]")) {
-		return res, nil
+func (l *resultList) UnmarshalJSON(data []byte) error {
+	*l = resultList{present: true} // a repeated key: the last one counts
+	if err := json.Unmarshal(data, &l.items); err != nil {
+		l.items, l.err = nil, err
 	}
-	var table struct {
-		Columns []string            `json:"columns"`
-		Rows    [][]json.RawMessage `json:"rows"`
+	return nil
+}
+
+// optBool is a JSON boolean that may be absent or null.
+type optBool uint8
+
+const (
+	unset optBool = iota // absent, or null
+	isFalse
+	isTrue
+)
+
+func (b *optBool) UnmarshalJSON(data []byte) error {
+	switch string(bytes.TrimSpace(data)) {
+	case "true":
+		*b = isTrue
+	case "false":
+		*b = isFalse
+	case "null":
+		*b = unset
+	default:
+		return fmt.Errorf("%q is not a boolean", data)
+	}
+	return nil
+}
+
+// rawResult is one entry of the envelope's result array in /raw form.
+type rawResult struct {
+	Results rawTable `json:"results"`
+	Success optBool  `json:"success"`
+	Meta    metaWire `json:"meta"`
+}
+
+// rawTable is a statement's results: the documented
+// {"columns":[...],"rows":[[...]]}, null, missing, an empty array, or the
+// /query form (an array of objects) that some emulators answer /raw with.
+// Like resultList, it keeps its decoding error.
+type rawTable struct {
+	columns []string
+	rows    []Row
+	err     error
+}
+
+func (t *rawTable) UnmarshalJSON(data []byte) error {
+	*t = rawTable{} // a repeated key: the last one counts
+	body := bytes.TrimSpace(data)
+	if len(body) == 0 || bytes.Equal(body, []byte("null")) || bytes.Equal(body, []byte("[]")) {
+		return nil
 	}
 	if body[0] == '[' {
-		// /query form (an array of objects), as some emulators answer /raw.
 		cols, rows, err := decodeObjects(body)
 		if err != nil {
-			return Result{}, fmt.Errorf("results: %w", err)
+			t.err = fmt.Errorf("results: %w", err)
+			return nil
 		}
-		table.Columns, table.Rows = cols, rows
-	} else if err := json.Unmarshal(body, &table); err != nil {
-		return Result{}, fmt.Errorf("results are not in /raw form: %w", err)
-	}
-	res.Columns = table.Columns
-	if len(table.Rows) > 0 {
-		res.Rows = make([]Row, len(table.Rows))
-	}
-	for i, cells := range table.Rows {
-		if len(cells) != len(res.Columns) {
-			return Result{}, fmt.Errorf("row %d has %d cells for %d columns", i, len(cells), len(res.Columns))
+		t.columns = cols
+		if len(rows) > 0 {
+			t.rows = make([]Row, len(rows))
 		}
-		row := make(Row, len(cells))
-		for j, cell := range cells {
-			v, err := decodeValue(cell)
-			if err != nil {
-				return Result{}, fmt.Errorf("row %d, column %d: %w", i, j, err)
+		for i, cells := range rows {
+			row := make(Row, len(cells))
+			for j, cell := range cells {
+				v, err := decodeValue(cell)
+				if err != nil {
+					t.err = fmt.Errorf("row %d, column %d: %w", i, j, err)
+					return nil
+				}
+				row[j] = v
 			}
-			row[j] = v
+			t.rows[i] = row
 		}
-		res.Rows[i] = row
+		return nil
 	}
-	return res, nil
+	var table struct {
+		Columns []string `json:"columns"`
+		Rows    []Row    `json:"rows"`
+	}
+	if err := json.Unmarshal(body, &table); err != nil {
+		t.err = fmt.Errorf("results are not in /raw form: %w", err)
+		return nil
+	}
+	for i, row := range table.Rows {
+		if len(row) != len(table.Columns) {
+			t.err = fmt.Errorf("row %d has %d cells for %d columns", i, len(row), len(table.Columns))
+			return nil
+		}
+	}
+	t.columns = table.Columns
+	if len(table.Rows) > 0 {
+		t.rows = table.Rows
+	}
+	return nil
+}
+
+// UnmarshalJSON decodes one cell of a result exactly, as Value describes:
+// the inverse of MarshalJSON.
+func (v *Value) UnmarshalJSON(data []byte) error {
+	x, err := decodeValue(data)
+	if err != nil {
+		return err
+	}
+	*v = x
+	return nil
 }
 
 // decodeObjects reads /query-style results, an array of objects, keeping the

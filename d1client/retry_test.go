@@ -170,7 +170,7 @@ func TestContextDeadlineWins(t *testing.T) {
 	// A cancelled context is never sent.
 	ctx, cancel = context.WithCancel(context.Background())
 	cancel()
-	c, tr = mockClient(t, ok1(t))
+	c, _ = mockClient(t, ok1(t))
 	_, err = c.Exec(ctx, readStmt)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("err = %v, want context.Canceled", err)
@@ -212,9 +212,9 @@ func TestRateLimitBlockIsNeverRetriedBeforeItEnds(t *testing.T) {
 		t.Fatalf("%d calls sent during the block, want 1", n)
 	}
 	// Once the block has passed, calls flow again.
-	c.mu.Lock()
-	c.blockedUntil = time.Now().Add(-time.Second)
-	c.mu.Unlock()
+	c.account.mu.Lock()
+	c.account.blockedUntil = time.Now().Add(-time.Second)
+	c.account.mu.Unlock()
 	if _, err := c.Exec(context.Background(), readStmt); err != nil {
 		t.Fatal(err)
 	}

@@ -56,29 +56,35 @@ type Statement struct {
 //   - driver.Valuer values are converted with Value first; named types with
 //     a basic underlying kind (type UserID int64) encode as that kind.
 func encodeParam(v any) (json.RawMessage, error) {
+	return appendParam(nil, v)
+}
+
+// appendParam appends the JSON encoding of v, as encodeParam describes it,
+// to dst.
+func appendParam(dst []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case nil:
-		return json.RawMessage("null"), nil
+		return append(dst, "null"...), nil
 	case bool:
 		if x {
-			return json.RawMessage("1"), nil
+			return append(dst, '1'), nil
 		}
-		return json.RawMessage("0"), nil
+		return append(dst, '0'), nil
 	case string:
-		return encodeString(x)
+		return appendStringParam(dst, x)
 	case int:
-		return encodeInt(int64(x)), nil
+		return appendInt(dst, int64(x)), nil
 	case int64:
-		return encodeInt(x), nil
+		return appendInt(dst, x), nil
 	case int32:
-		return encodeInt(int64(x)), nil
+		return appendInt(dst, int64(x)), nil
 	case float64:
-		return encodeFloat(x)
+		return appendFloat(dst, x)
 	case json.Number:
 		if _, err := strconv.ParseFloat(string(x), 64); err != nil {
 			return nil, fmt.Errorf("json.Number %q is not a number", string(x))
 		}
-		return json.RawMessage(x), nil
+		return append(dst, x...), nil
 	case []byte:
 		return nil, fmt.Errorf("[]byte cannot travel in D1's JSON API: bind hex.EncodeToString(b) and write unhex(?) in the SQL")
 	case time.Time:
@@ -91,88 +97,151 @@ func encodeParam(v any) (json.RawMessage, error) {
 		if _, again := dv.(driver.Valuer); again {
 			return nil, fmt.Errorf("driver.Valuer %T returned another Valuer", v)
 		}
-		return encodeParam(dv)
+		return appendParam(dst, dv)
 	}
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {
 	case reflect.Pointer:
 		if rv.IsNil() {
-			return json.RawMessage("null"), nil
+			return append(dst, "null"...), nil
 		}
-		return encodeParam(rv.Elem().Interface())
+		return appendParam(dst, rv.Elem().Interface())
 	case reflect.Bool:
-		return encodeParam(rv.Bool())
+		return appendParam(dst, rv.Bool())
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return encodeInt(rv.Int()), nil
+		return appendInt(dst, rv.Int()), nil
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
 		u := rv.Uint()
 		if u > math.MaxInt64 {
 			return nil, fmt.Errorf("unsigned integer %d exceeds SQLite's int64 range", u)
 		}
-		return encodeInt(int64(u)), nil
+		return appendInt(dst, int64(u)), nil
 	case reflect.Float32, reflect.Float64:
-		return encodeFloat(rv.Float())
+		return appendFloat(dst, rv.Float())
 	case reflect.String:
-		return encodeString(rv.String())
+		return appendStringParam(dst, rv.String())
 	case reflect.Slice:
 		if rv.Type().Elem().Kind() == reflect.Uint8 {
-			return encodeParam(rv.Bytes())
+			return appendParam(dst, rv.Bytes())
 		}
 	}
 	return nil, fmt.Errorf("unsupported parameter type %T: use nil, bool, an integer, a float, a string or json.Number", v)
 }
 
-func encodeInt(i int64) json.RawMessage {
+func appendInt(dst []byte, i int64) []byte {
 	if i >= -maxSafeInteger && i <= maxSafeInteger {
-		return strconv.AppendInt(nil, i, 10)
+		return strconv.AppendInt(dst, i, 10)
 	}
-	return strconv.AppendQuote(nil, strconv.FormatInt(i, 10))
+	dst = append(dst, '"')
+	dst = strconv.AppendInt(dst, i, 10)
+	return append(dst, '"')
 }
 
-func encodeFloat(f float64) (json.RawMessage, error) {
+func appendFloat(dst []byte, f float64) ([]byte, error) {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return nil, fmt.Errorf("float %v has no JSON encoding", f)
 	}
-	return strconv.AppendFloat(nil, f, 'g', -1, 64), nil
+	return strconv.AppendFloat(dst, f, 'g', -1, 64), nil
 }
 
-func encodeString(s string) (json.RawMessage, error) {
+func appendStringParam(dst []byte, s string) ([]byte, error) {
 	if !utf8.ValidString(s) {
 		return nil, fmt.Errorf("string parameter is not valid UTF-8 (JSON would replace the invalid bytes): bind hex text with unhex(?) for binary data")
 	}
-	return json.Marshal(s)
+	return appendJSONString(dst, s), nil
 }
 
-// wireStatement is a statement as it travels: {"sql": ..., "params": [...]}.
-type wireStatement struct {
-	SQL    string            `json:"sql"`
-	Params []json.RawMessage `json:"params,omitempty"`
+// appendJSONString appends s, valid UTF-8, as a JSON string the way
+// encoding/json does with SetEscapeHTML(false): only '"', '\\', control
+// characters, U+2028 and U+2029 are escaped. encoding/json's default escapes
+// '<', '>' and '&' as six bytes each, which would make an HTML body up to six
+// times longer on the wire.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		switch {
+		case b >= 0x20 && b != '"' && b != '\\' && b != 0xE2:
+			continue
+		case b == 0xE2:
+			// U+2028 and U+2029 are E2 80 A8 and E2 80 A9.
+			if i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xA8 || s[i+2] == 0xA9) {
+				dst = append(dst, s[start:i]...)
+				dst = append(dst, '\\', 'u', '2', '0', '2', hex[s[i+2]&0xF])
+				i += 2
+				start = i + 1
+			}
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch b {
+		case '"', '\\':
+			dst = append(dst, '\\', b)
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
+		}
+		start = i + 1
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
 }
 
-// encode validates the statement against D1's limits and encodes its
-// parameters. index is its position in the call, for the error message.
+// wireStatement is a statement as it travels, its JSON encoding:
+// {"sql":"...","params":[...]}, with "params" left out when there are none.
+// Its length is the statement's exact share of a request body.
+type wireStatement []byte
+
+// encode validates the statement against D1's limits and encodes it. index
+// is its position in the call, for the error message.
 func (s Statement) encode(index int) (wireStatement, error) {
 	if strings.TrimSpace(s.SQL) == "" {
-		return wireStatement{}, fmt.Errorf("statement %d: empty SQL", index)
+		return nil, fmt.Errorf("statement %d: empty SQL", index)
 	}
+	// D1 measures the SQL it receives, decoded: its length in bytes, not
+	// the length of its JSON encoding.
 	if n := len(s.SQL); n > MaxSQLBytes {
-		return wireStatement{}, fmt.Errorf("statement %d: SQL is %d bytes; D1 allows at most %d per statement", index, n, MaxSQLBytes)
+		return nil, fmt.Errorf("statement %d: SQL is %d bytes; D1 allows at most %d per statement", index, n, MaxSQLBytes)
 	}
 	if n := len(s.Params); n > MaxParams {
-		return wireStatement{}, fmt.Errorf("statement %d: %d parameters; D1 allows at most %d per statement", index, n, MaxParams)
+		return nil, fmt.Errorf("statement %d: %d parameters; D1 allows at most %d per statement", index, n, MaxParams)
 	}
-	w := wireStatement{SQL: s.SQL}
-	if len(s.Params) > 0 {
-		w.Params = make([]json.RawMessage, len(s.Params))
-		for i, p := range s.Params {
-			raw, err := encodeParam(p)
-			if err != nil {
-				return wireStatement{}, fmt.Errorf("statement %d, parameter %d: %w", index, i+1, err)
-			}
-			w.Params[i] = raw
+	size := len(s.SQL) + 24
+	for _, p := range s.Params {
+		if str, ok := p.(string); ok {
+			size += len(str) + 3
+		} else {
+			size += 8
 		}
 	}
-	return w, nil
+	w := make([]byte, 0, size)
+	w = append(w, `{"sql":`...)
+	w = appendJSONString(w, s.SQL)
+	if len(s.Params) > 0 {
+		w = append(w, `,"params":[`...)
+		for i, p := range s.Params {
+			if i > 0 {
+				w = append(w, ',')
+			}
+			var err error
+			if w, err = appendParam(w, p); err != nil {
+				return nil, fmt.Errorf("statement %d, parameter %d: %w", index, i+1, err)
+			}
+		}
+		w = append(w, ']')
+	}
+	return append(w, '}'), nil
 }
 
 // redacted describes the statement for an error message: its SQL, shortened,

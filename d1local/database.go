@@ -189,12 +189,16 @@ func (d *database) info(ctx context.Context) (tables, size int64, err error) {
 // statement succeeds and rolls everything back otherwise. A failed
 // statement gives a *sqlError. When ctx is done first, the running
 // statement is interrupted, nothing is committed, and ctx's error is
-// returned.
-func (d *database) run(ctx context.Context, stmts []statement) ([]result, error) {
+// returned. busy is slept once the database is held, before anything
+// runs (Fault.Busy).
+func (d *database) run(ctx context.Context, stmts []statement, busy time.Duration) ([]result, error) {
 	if err := d.acquire(ctx); err != nil {
 		return nil, err
 	}
 	defer d.release()
+	if err := sleep(ctx, busy); err != nil {
+		return nil, err
+	}
 	c := d.conn
 	if c == nil {
 		return nil, d.gone

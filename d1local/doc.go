@@ -82,8 +82,9 @@
 // database and client, reported in Cloudflare's Ratelimit and
 // Ratelimit-Policy headers, and 429 with code 971 and Retry-After once it
 // is spent. Inject and Config.Faults simulate D1's failures on query and raw
-// calls: latency, a response lost after the commit, rate limiting, overload,
-// 500 and HTML 502 answers, before or after the commit.
+// calls: latency, a busy database (Fault.Busy, held behind its single
+// writer), a response lost after the commit, rate limiting, overload, 500
+// and HTML 502 answers, before or after the commit.
 //
 // # Differences from D1
 //

@@ -32,6 +32,13 @@ type Fault struct {
 	// Latency is slept before executing. A request whose context ends
 	// during the sleep is not executed.
 	Latency time.Duration
+	// Busy is slept while the request holds its database, just before
+	// executing: the other calls to that database wait behind it, as
+	// behind D1's single writer, while calls to other databases go on.
+	// Latency delays only the call it is set on; Busy makes its database
+	// slow. It applies to calls that execute (see above). A request whose
+	// context ends during the sleep is not executed.
+	Busy time.Duration
 	// LoseResponse executes the request (committing it when it succeeds)
 	// and then closes the connection without an answer: the client sees a
 	// connection error although the write stands.

@@ -129,6 +129,49 @@ func TestLatencyFault(t *testing.T) {
 	}
 }
 
+// A Busy call holds its database: a call to the same database that arrives
+// meanwhile runs after it, and a call to another database does not wait.
+func TestBusyFaultHoldsItsDatabase(t *testing.T) {
+	const busy = 2 * time.Second
+	h := newHarness(t, Config{Faults: func(r Request) Fault {
+		if r.DatabaseID == "slow" && strings.Contains(r.Statements[0], "'first'") {
+			return Fault{Busy: busy}
+		}
+		return Fault{}
+	}})
+	h.exec(t, "slow", "CREATE TABLE t (x TEXT)")
+	h.exec(t, "other", "CREATE TABLE t (x TEXT)")
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.ok(t, "slow", q("INSERT INTO t VALUES ('first')"))
+	}()
+	// Wait until the first call holds the database: it is then asleep
+	// inside it, and nothing else of "slow" can run.
+	d, err := h.srv.database("slow", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(d.lock) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	h.ok(t, "other", q("INSERT INTO t VALUES ('meanwhile')"))
+	select {
+	case <-done:
+		t.Fatal("the busy call finished before a call to another database")
+	default:
+	}
+	h.ok(t, "slow", q("INSERT INTO t VALUES ('second')"))
+	if d := time.Since(start); d < busy {
+		t.Errorf("the second call to the busy database answered after %v, before the first had held it for %v", d, busy)
+	}
+	<-done
+	if got := h.rows(t, "slow", q("SELECT group_concat(x) AS xs FROM t")); got != `[{"xs":"first,second"}]` {
+		t.Errorf("rows = %s, want the busy call's first", got)
+	}
+}
+
 func TestInjectIsFIFOAndBeforeTheHook(t *testing.T) {
 	var mu sync.Mutex
 	var seen []Request
@@ -196,7 +239,7 @@ func TestFaultIsZero(t *testing.T) {
 	if !(Fault{}).IsZero() {
 		t.Error("zero Fault is not IsZero")
 	}
-	for _, f := range []Fault{{Latency: 1}, {LoseResponse: true}, {RateLimit: true}, {RetryAfter: 1},
+	for _, f := range []Fault{{Latency: 1}, {Busy: 1}, {LoseResponse: true}, {RateLimit: true}, {RetryAfter: 1},
 		{Overloaded: true}, {Internal: true}, {BadGateway: true}, {AfterCommit: true}} {
 		if f.IsZero() {
 			t.Errorf("%+v is IsZero", f)

@@ -24,6 +24,16 @@ import (
 // when Config.AccountID is empty.
 const DefaultAccountID = "d10ca1d10ca1d10ca1d10ca1d10ca1d1"
 
+// LocalDir and LocalDatabaseID are where d1idem's programs keep a local
+// ledger unless told otherwise: the demo (d1idem demo --dir), the example
+// API (examples/orders --local) and the CLI (--local) all use the database
+// LocalDatabaseID, so that what one writes the others read. They are
+// conventions of those programs, not defaults of Config.
+const (
+	LocalDir        = ".d1idem"
+	LocalDatabaseID = "d1idem"
+)
+
 // Config configures a Server.
 type Config struct {
 	// Dir holds one SQLite file per database ID ("<id>.sqlite", in WAL
@@ -330,7 +340,7 @@ func serveCall(s *Server, c *call) int {
 		return writeFault(w, fault)
 	}
 
-	results, err := s.execute(r, dbID, queries)
+	results, err := s.execute(r, dbID, queries, fault.Busy)
 	if fault.LoseResponse {
 		dropConnection(w)
 		return 0
@@ -375,8 +385,9 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	return body, nil
 }
 
-// execute compiles and runs the queries on database dbID.
-func (s *Server) execute(r *http.Request, dbID string, queries []parsedQuery) ([]result, error) {
+// execute compiles and runs the queries on database dbID, holding it for
+// busy first.
+func (s *Server) execute(r *http.Request, dbID string, queries []parsedQuery, busy time.Duration) ([]result, error) {
 	d, err := s.database(dbID, !s.cfg.NoAutoCreate)
 	if err != nil {
 		return nil, err
@@ -385,7 +396,7 @@ func (s *Server) execute(r *http.Request, dbID string, queries []parsedQuery) ([
 	if err != nil {
 		return nil, err
 	}
-	return d.run(r.Context(), stmts)
+	return d.run(r.Context(), stmts, busy)
 }
 
 // authenticate checks the bearer token, if one is configured. A missing

@@ -262,7 +262,7 @@ func (s *Server) runImport(ctx context.Context, id, sql string) ([]result, error
 	if err != nil {
 		return nil, err
 	}
-	return d.run(ctx, stmts)
+	return d.run(ctx, stmts, 0)
 }
 
 // totalMeta sums the meta of an import's statements.

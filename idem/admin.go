@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/d1idem/d1idem"
@@ -157,8 +159,12 @@ func stale(q *query, d time.Duration) *query {
 // Get reads one key's row, stored response included, or returns
 // ErrKeyNotFound.
 func (a *Admin) Get(ctx context.Context, principal, key string) (KeyRecord, error) {
-	q := a.selectRows(true).add(" WHERE principal = ? AND key = ?", principal, key)
-	res, err := a.l.db.Exec(ctx, []d1client.Statement{q.statement()})
+	if err := checkPrincipal(principal); err != nil {
+		return KeyRecord{}, err
+	}
+	_, res, err := a.l.findRow(ctx, principal, func(*home) []d1client.Statement {
+		return []d1client.Statement{a.selectRows(true).add(" WHERE principal = ? AND key = ?", principal, key).statement()}
+	})
 	if err != nil {
 		return KeyRecord{}, fmt.Errorf("idem: get: %w", err)
 	}
@@ -189,7 +195,8 @@ type KeyPage struct {
 
 // List returns rows ordered by their last update, then principal and key,
 // without their stored responses. Pages are keyset-paginated, so paging is
-// stable while rows are added, updated or deleted.
+// stable while rows are added, updated or deleted. On a sharded ledger the
+// rows of every database of the ring are merged in that order.
 func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 	limit, err := listLimit(opts.Limit)
 	if err != nil {
@@ -210,10 +217,11 @@ func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 		}
 		after = &c
 	}
-	q := a.selectRows(false)
-	and := " WHERE "
-	cond := func() *query { q.add(and); and = " AND "; return q }
+	q := a.selectRows(false).add(" WHERE principal <> ''") // not a sharded ledger's ring
+	cond := func() *query { return q.add(" AND ") }
+	homes := a.l.ringHomes
 	if opts.Principal != "" {
+		homes = func(ctx context.Context) ([]*home, error) { return a.l.principalHomes(ctx, opts.Principal) }
 		cond().add("principal = ?", opts.Principal)
 	}
 	if opts.Status != "" {
@@ -226,13 +234,23 @@ func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 		cond().add("(updated_at, principal, key) > (?, ?, ?)", after.UpdatedAt, after.Principal, after.Key)
 	}
 	q.add(orderByUpdate+" LIMIT ?", limit+1)
-	res, err := a.l.db.Exec(ctx, []d1client.Statement{q.statement()})
+	hs, err := homes(ctx)
 	if err != nil {
 		return KeyPage{}, fmt.Errorf("idem: list: %w", err)
 	}
-	keys, err := a.scanAll(res[0].Rows)
+	res, err := eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
+		return h.db.Exec(ctx, []d1client.Statement{q.statement()})
+	})
 	if err != nil {
-		return KeyPage{}, err
+		return KeyPage{}, fmt.Errorf("idem: list: %w", err)
+	}
+	var keys []KeyRecord
+	for _, r := range res {
+		ks, err := a.scanAll(r[0].Rows)
+		if err != nil {
+			return KeyPage{}, err
+		}
+		keys = mergeKeys(keys, ks, limit+1)
 	}
 	page := KeyPage{Keys: keys}
 	if len(keys) > limit {
@@ -270,16 +288,28 @@ func (a *Admin) Stuck(ctx context.Context, limit int) (StuckKeys, error) {
 	list := stale(a.selectRows(false).add(" WHERE status = ? AND ", string(StatusPending)), a.l.cfg.TTL).
 		add(orderByUpdate+" LIMIT ?", limit)
 	count := stale(a.l.sql.query(a.l.now()).add("SELECT count(*) FROM "+d1idem.Table+" WHERE status = ? AND ", string(StatusPending)), a.l.cfg.TTL)
-	res, err := a.l.db.Exec(ctx, []d1client.Statement{list.statement(), count.statement()})
+	hs, err := a.l.ringHomes(ctx)
+	if err != nil {
+		return StuckKeys{}, fmt.Errorf("idem: stuck: %w", err)
+	}
+	res, err := eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
+		return h.db.Exec(ctx, []d1client.Statement{list.statement(), count.statement()})
+	})
 	if err != nil {
 		return StuckKeys{}, fmt.Errorf("idem: stuck: %w", err)
 	}
 	var out StuckKeys
-	if out.Keys, err = a.scanAll(res[0].Rows); err != nil {
-		return StuckKeys{}, err
-	}
-	if err := res[1].Rows[0].Scan(&out.Total); err != nil {
-		return StuckKeys{}, fmt.Errorf("idem: stuck: reading the count: %w", err)
+	for _, r := range res {
+		ks, err := a.scanAll(r[0].Rows)
+		if err != nil {
+			return StuckKeys{}, err
+		}
+		out.Keys = mergeKeys(out.Keys, ks, limit)
+		var n int64
+		if err := r[1].Rows[0].Scan(&n); err != nil {
+			return StuckKeys{}, fmt.Errorf("idem: stuck: reading the count: %w", err)
+		}
+		out.Total += n
 	}
 	return out, nil
 }
@@ -322,9 +352,14 @@ func (a *Admin) Release(ctx context.Context, principal, key string, generation i
 	if opts.Force {
 		mode = releaseForce
 	}
+	if err := checkPrincipal(principal); err != nil {
+		return ReleaseResult{}, err
+	}
 	before := a.selectRows(false).add(" WHERE principal = ? AND key = ?", principal, key)
 	release := a.l.sql.release(principal, key, generation, a.l.cfg.TTL, mode, a.l.now())
-	res, err := a.l.db.Exec(ctx, []d1client.Statement{before.statement(), release})
+	_, res, err := a.l.findRow(ctx, principal, func(*home) []d1client.Statement {
+		return []d1client.Statement{before.statement(), release}
+	})
 	if err != nil {
 		return ReleaseResult{}, fmt.Errorf("idem: release: %w", err)
 	}
@@ -347,29 +382,57 @@ func (a *Admin) Release(ctx context.Context, principal, key string, generation i
 
 // Sweep deletes up to SweepBatch rows last updated more than Retention
 // ago, with the spec's bounded DELETE, and returns how many it deleted. The
-// request path sweeps on its own; Sweep is for clearing a backlog.
+// request path sweeps on its own; Sweep is for clearing a backlog. On a
+// sharded ledger it sweeps every database of the ring (up to SweepBatch
+// rows each) and returns the total; the error names the databases that
+// failed.
 func (a *Admin) Sweep(ctx context.Context) (int64, error) {
 	l := a.l
-	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now())}, d1client.Idempotent())
+	hs, err := l.ringHomes(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("idem: sweep: %w", err)
 	}
-	return res[0].Meta.Changes, nil
+	stmt := l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now())
+	var n int64
+	var mu sync.Mutex
+	_, err = eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
+		res, err := h.db.Exec(ctx, []d1client.Statement{stmt}, d1client.Idempotent())
+		if err == nil {
+			mu.Lock()
+			n += res[0].Meta.Changes
+			mu.Unlock()
+		}
+		return res, err
+	})
+	if err != nil {
+		return n, fmt.Errorf("idem: sweep: %w", err)
+	}
+	return n, nil
 }
 
 // SweepBacklog counts the rows the sweep would delete: those last updated
 // more than Retention ago.
 func (a *Admin) SweepBacklog(ctx context.Context) (int64, error) {
 	q := stale(a.l.sql.query(a.l.now()).add("SELECT count(*) FROM "+d1idem.Table+" WHERE "), a.l.cfg.Retention)
-	res, err := a.l.db.Exec(ctx, []d1client.Statement{q.statement()})
+	hs, err := a.l.ringHomes(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("idem: sweep backlog: %w", err)
 	}
-	var n int64
-	if err := res[0].Rows[0].Scan(&n); err != nil {
+	res, err := eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
+		return h.db.Exec(ctx, []d1client.Statement{q.statement()})
+	})
+	if err != nil {
 		return 0, fmt.Errorf("idem: sweep backlog: %w", err)
 	}
-	return n, nil
+	var total int64
+	for _, r := range res {
+		var n int64
+		if err := r[0].Rows[0].Scan(&n); err != nil {
+			return 0, fmt.Errorf("idem: sweep backlog: %w", err)
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // Stats summarises the ledger.
@@ -385,33 +448,91 @@ type Stats struct {
 	SizeBytes int64
 }
 
-// Stats summarises the ledger in one read-only D1 call. Counting reads the
-// whole table, which D1 bills as rows read.
+// Stats summarises the ledger in one read-only D1 call (one per database
+// of a sharded ledger, whose figures are the totals: see HomeStats for each
+// database's). Counting reads the whole table, which D1 bills as rows read.
 func (a *Admin) Stats(ctx context.Context) (Stats, error) {
+	per, err := a.HomeStats(ctx)
+	if err != nil {
+		return Stats{}, err
+	}
+	if len(per) == 1 {
+		return per[0].Stats, nil
+	}
+	out := Stats{ByStatus: map[Status]int64{}}
+	for _, p := range per {
+		s := p.Stats
+		out.Keys += s.Keys
+		out.Stuck += s.Stuck
+		out.SweepBacklog += s.SweepBacklog
+		out.SizeBytes += s.SizeBytes
+		for st, n := range s.ByStatus {
+			out.ByStatus[st] += n
+		}
+		out.Oldest = older(out.Oldest, s.Oldest)
+		out.OldestStuck = older(out.OldestStuck, s.OldestStuck)
+	}
+	return out, nil
+}
+
+// older returns the earlier of two rows in List's order; nil ones lose.
+func older(a, b *KeyRecord) *KeyRecord {
+	if a == nil || (b != nil && keyBefore(*b, *a)) {
+		return b
+	}
+	return a
+}
+
+// HomeStats is one database's share of a ledger's Stats.
+type HomeStats struct {
+	Home  string // the database's ID (Home.ID)
+	Stats Stats
+}
+
+// HomeStats summarises each database of the ledger (of its ring, for a
+// sharded ledger) in one read-only D1 call each, in the ring's order.
+func (a *Admin) HomeStats(ctx context.Context) ([]HomeStats, error) {
+	hs, err := a.l.ringHomes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("idem: stats: %w", err)
+	}
+	out := make([]HomeStats, len(hs))
+	_, err = eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
+		s, err := a.statsAt(ctx, h)
+		out[slices.Index(hs, h)] = HomeStats{Home: h.id, Stats: s}
+		return nil, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idem: stats: %w", err)
+	}
+	return out, nil
+}
+
+func (a *Admin) statsAt(ctx context.Context, h *home) (Stats, error) {
 	l := a.l
 	t := d1idem.Table
-	byStatus := l.sql.query(l.now()).add("SELECT status, count(*) FROM " + t + " GROUP BY status ORDER BY status")
+	byStatus := l.sql.query(l.now()).add("SELECT status, count(*) FROM " + t + " WHERE principal <> '' GROUP BY status ORDER BY status")
 	counts := l.sql.query(l.now()).add("SELECT (SELECT count(*) FROM "+t+" WHERE status = ? AND ", string(StatusPending))
 	stale(counts, l.cfg.TTL).add("), (SELECT count(*) FROM " + t + " WHERE ")
 	stale(counts, l.cfg.Retention).add(")")
-	oldest := a.selectRows(false).add(orderByUpdate + " LIMIT 1")
+	oldest := a.selectRows(false).add(" WHERE principal <> ''" + orderByUpdate + " LIMIT 1")
 	oldestStuck := stale(a.selectRows(false).add(" WHERE status = ? AND ", string(StatusPending)), l.cfg.TTL).add(orderByUpdate + " LIMIT 1")
-	res, err := l.db.Exec(ctx, []d1client.Statement{byStatus.statement(), counts.statement(), oldest.statement(), oldestStuck.statement()})
+	res, err := h.db.Exec(ctx, []d1client.Statement{byStatus.statement(), counts.statement(), oldest.statement(), oldestStuck.statement()})
 	if err != nil {
-		return Stats{}, fmt.Errorf("idem: stats: %w", err)
+		return Stats{}, err
 	}
 	out := Stats{ByStatus: map[Status]int64{StatusPending: 0, StatusCompleted: 0}, SizeBytes: res[0].Meta.SizeAfter}
 	for _, r := range res[0].Rows {
 		var status string
 		var n int64
 		if err := r.Scan(&status, &n); err != nil {
-			return Stats{}, fmt.Errorf("idem: stats: reading the counts: %w", err)
+			return Stats{}, fmt.Errorf("reading the counts: %w", err)
 		}
 		out.ByStatus[Status(status)] = n
 		out.Keys += n
 	}
 	if err := res[1].Rows[0].Scan(&out.Stuck, &out.SweepBacklog); err != nil {
-		return Stats{}, fmt.Errorf("idem: stats: reading the counts: %w", err)
+		return Stats{}, fmt.Errorf("reading the counts: %w", err)
 	}
 	for i, dst := range []**KeyRecord{&out.Oldest, &out.OldestStuck} {
 		if rows := res[2+i].Rows; len(rows) > 0 {
@@ -423,6 +544,54 @@ func (a *Admin) Stats(ctx context.Context) (Stats, error) {
 		}
 	}
 	return out, nil
+}
+
+// keyBefore reports whether a comes before b in List's order: by last
+// update, then principal, then key (SQLite's BINARY collation compares
+// bytes, as Go compares strings).
+func keyBefore(a, b KeyRecord) bool {
+	if x, y := a.UpdatedAt.UnixMilli(), b.UpdatedAt.UnixMilli(); x != y {
+		return x < y
+	}
+	if a.Principal != b.Principal {
+		return a.Principal < b.Principal
+	}
+	return a.Key < b.Key
+}
+
+// mergeKeys merges two lists in List's order and keeps the first n.
+func mergeKeys(a, b []KeyRecord, n int) []KeyRecord {
+	out := make([]KeyRecord, 0, min(len(a)+len(b), n))
+	for len(out) < n && (len(a) > 0 || len(b) > 0) {
+		if len(b) == 0 || (len(a) > 0 && !keyBefore(b[0], a[0])) {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return out
+}
+
+// eachHome runs fn for each home at once and returns their results in
+// order; the error joins each failure, named by its home.
+func eachHome(ctx context.Context, hs []*home, fn func(ctx context.Context, h *home) ([]d1client.Result, error)) ([][]d1client.Result, error) {
+	out := make([][]d1client.Result, len(hs))
+	errs := make([]error, len(hs))
+	if len(hs) == 1 {
+		out[0], errs[0] = fn(ctx, hs[0])
+		return out, errs[0]
+	}
+	var wg sync.WaitGroup
+	for i, h := range hs {
+		wg.Go(func() {
+			out[i], errs[i] = fn(ctx, h)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("home %s: %w", h.id, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
 }
 
 // cursor is a position in List's order: after this row.

@@ -88,3 +88,22 @@ func BenchmarkLedgerCalls(b *testing.B) {
 		b.ReportMetric(float64(calls)/float64(b.N), "d1-calls/req")
 	})
 }
+
+// BenchmarkShardTransitionCalls reports the extra D1 calls per request
+// that a change of the ring costs (2 to 3 databases, one request at a time
+// so that no call is shared), over the same request before the change:
+// for unmoved principals, nothing; for a moved principal, one call (the
+// read of its old home) for a first execution and for a replay of a key at
+// its new home, none for a replay of a key still at its old home; and
+// nothing once the change is over. The change lasts two retention windows
+// (docs/sharding.md).
+func BenchmarkShardTransitionCalls(b *testing.B) {
+	got := transitionCalls(b, d1test.Local(b), b.N)
+	first, replay := got["stable/first"], got["stable/moved/replay"]
+	b.ReportMetric(got["moving/unmoved/first"]-first, "extra-calls/unmoved-first-exec")
+	b.ReportMetric(got["moving/unmoved/replay"]-replay, "extra-calls/unmoved-replay")
+	b.ReportMetric(got["moving/moved/first"]-first, "extra-calls/moved-first-exec")
+	b.ReportMetric(got["moving/moved/replay_new_home"]-replay, "extra-calls/moved-replay")
+	b.ReportMetric(got["moving/moved/replay_old_home"]-replay, "extra-calls/moved-replay-old-home")
+	b.ReportMetric(got["stable/moved/first"]-first, "extra-calls/after-first-exec")
+}

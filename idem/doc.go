@@ -47,11 +47,35 @@
 //
 // A takeover or a release moves a key's generation on, and every write of
 // an owner is fenced by its generation, so a superseded owner's writes match
-// nothing. Rows are never deleted except by the sweep, and the retention
-// (at least MaxLease + TTL + RetentionMargin) outlasts every owner's writes,
-// which stop at Retention - TTL - RetentionMargin/2 after its claim
-// (ErrReservationExpired): a generation is never reused while its owner may
-// still write.
+// nothing. Rows are never deleted except by the sweep (and on a sharded
+// ledger by the move of a stale reservation to its principal's new
+// database, after which the old database never holds the key again), and
+// the retention (at least MaxLease + TTL + RetentionMargin) outlasts every
+// owner's writes, which stop at Retention - TTL - RetentionMargin/2 after
+// its claim (ErrReservationExpired): a generation is never reused while its
+// owner may still write.
+//
+// # Many databases
+//
+// NewSharded makes a Ledger that spans several D1 databases (Home), past one
+// database's 10 GB and single writer. Each principal's keys live in one of
+// them, chosen by rendezvous hashing (Rendezvous) over the databases of the
+// ring, a versioned list recorded in every one of them as a reserved row
+// that no request can address (principal "", key "d1idem:ring"). Every
+// claim carries a guard that aborts it where a newer ring is recorded, so a
+// replica never claims by a ring a database has moved past: it reads the
+// newer ring and routes the request again. The Ledger, the middleware and
+// the administrative API work unchanged; a Reservation remembers its
+// database, and Admin's reads merge the databases.
+//
+// Admin.Grow adds databases in two phases. While the ring is Moving, a
+// moved principal's old home is read first: keys there are answered from
+// there, new keys go to the new home, and the old home refuses claims for
+// it from replicas that still route by the older ring. Two retention
+// windows later, Admin.AdvanceRing makes the ring Stable and the old homes
+// are no longer read. docs/sharding.md gives the procedure, the cost and
+// the proof that the ledger stays exactly-once while replicas learn each
+// version at different moments.
 //
 // # Logs
 //

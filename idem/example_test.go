@@ -120,3 +120,59 @@ func ExampleAdmin() {
 	// 1 order-7 1 1m0s
 	// true 1 -> 2
 }
+
+// exampleDBs returns clients on fresh local D1 databases with these IDs,
+// each holding the ledger schema.
+func exampleDBs(ids ...string) ([]*d1client.Client, func()) {
+	local, _ := d1local.New(d1local.Config{})
+	srv := httptest.NewServer(local)
+	var schema []d1client.Statement
+	for _, s := range d1idem.SchemaStatements() {
+		schema = append(schema, d1client.Statement{SQL: s})
+	}
+	var dbs []*d1client.Client
+	for _, id := range ids {
+		db, _ := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: id, Budget: d1client.UnlimitedBudget()})
+		if _, err := db.Exec(context.Background(), schema); err != nil {
+			panic(err)
+		}
+		dbs = append(dbs, db)
+	}
+	return dbs, func() { srv.Close(); local.Close() }
+}
+
+// Spread the ledger over several databases, then add one. Each principal's
+// keys live in the database the ring routes it to; while the ring is
+// Moving, a moved principal's keys at its old home are still answered from
+// there, and its new keys go to its new home.
+func ExampleNewSharded() {
+	dbs, cleanup := exampleDBs("db-a", "db-b", "db-c")
+	defer cleanup()
+	ctx := context.Background()
+	homes := []idem.Home{{DB: dbs[0]}, {DB: dbs[1]}} // IDs: the database IDs
+
+	// The operator records the first ring, once.
+	ledger, _ := idem.NewSharded(homes, idem.Config{})
+	st, _ := ledger.Admin().InitRing(ctx)
+	fmt.Println(st.Ring)
+
+	d, _ := ledger.Begin(ctx, "acct_7", "order-1", "fp")
+	ledger.Complete(ctx, d.Reservation, idem.Response{Status: 201, Body: []byte(`{"order":1}`)})
+
+	// Every replica is given the new database, then the operator grows.
+	ledger, _ = idem.NewSharded(append(homes, idem.Home{DB: dbs[2]}), idem.Config{})
+	st, _ = ledger.Admin().Grow(ctx, "db-c")
+	fmt.Println(st.Ring)
+	fmt.Println("acct_7:", st.Ring.PreviousHome("acct_7"), "->", st.Ring.Home("acct_7"))
+
+	d, _ = ledger.Begin(ctx, "acct_7", "order-1", "fp") // at its old home
+	fmt.Println(d.Outcome, string(d.Response.Body))
+	d, _ = ledger.Begin(ctx, "acct_7", "order-2", "fp") // at its new home
+	fmt.Println(d.Outcome, d.Reservation.Generation)
+	// Output:
+	// v1 stable [db-a db-b]
+	// v2 moving [db-a db-b db-c] from [db-a db-b]
+	// acct_7: db-b -> db-c
+	// replay {"order":1}
+	// execute 1
+}

@@ -30,12 +30,24 @@ const (
 // A first execution costs 2 D1 calls (Begin, Complete); a replay, a reuse or
 // an in-progress answer costs 1 (Begin). With d1client's group commit
 // (d1client.Coalesce), which the Ledger uses for every statement that cannot
-// fail by design, concurrent requests share those calls.
+// fail by design, concurrent requests share those calls. Completions,
+// heartbeats and releases are d1client.Priority work: they go first when
+// the API budget is scarce, on a reserve that new claims never take.
 type Ledger struct {
-	db    *d1client.Client
 	cfg   Config
 	sql   ledgerSQL
 	hooks testHooks
+
+	// single is the one database of a ledger made by New; nil for a
+	// sharded one, whose databases are in shards.
+	single *home
+	shards *shards
+}
+
+// home is one database of the ledger, with its own sweep schedule.
+type home struct {
+	id string
+	db *d1client.Client
 
 	mu        sync.Mutex
 	lastSweep time.Time // when the last sweep was sent (monotonic)
@@ -49,6 +61,9 @@ type testHooks struct {
 	newTicker func(d time.Duration) (<-chan time.Time, func())
 	// afterBeat runs after each heartbeat's renewal.
 	afterBeat func(r *Reservation, renewed bool, err error)
+	// ignoreRing makes a sharded ledger a broken router that never learns
+	// a newer ring and sends no ring guard, for tests of the checks.
+	ignoreRing bool
 }
 
 // New returns a Ledger that keeps its rows in db. The table must exist: apply
@@ -61,7 +76,7 @@ func New(db *d1client.Client, cfg Config) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Ledger{db: db, cfg: cfg, sql: buildSQL(cfg.Clock != nil)}, nil
+	return &Ledger{cfg: cfg, sql: buildSQL(cfg.Clock != nil), single: &home{id: db.DatabaseID(), db: db}}, nil
 }
 
 // log returns the configured logger, or slog.Default() at the time of the
@@ -139,9 +154,24 @@ type Reservation struct {
 	// fresh claim.
 	Takeover bool
 
+	home          *home         // the database the reservation was claimed in
 	acquired      time.Time     // local monotonic time just before the claim was sent
 	clockAcquired time.Time     // the injected clock's time of the claim; zero with D1's clock
 	renewed       *atomic.Int64 // nanoseconds after acquired of the last renewal's start
+}
+
+// errNoHome is returned for a Reservation that Begin did not make.
+var errNoHome = errors.New("idem: the reservation was not made by this ledger's Begin")
+
+// homeOf returns the database r was claimed in.
+func (l *Ledger) homeOf(r *Reservation) (*home, error) {
+	switch {
+	case r.home != nil:
+		return r.home, nil
+	case l.single != nil:
+		return l.single, nil
+	}
+	return nil, errNoHome
 }
 
 // leaseStart returns when the reservation's current lease began, by the
@@ -220,16 +250,32 @@ func (l *Ledger) Begin(ctx context.Context, principal, key, fingerprint string) 
 	case fingerprint == "":
 		return Decision{}, errors.New("idem: empty fingerprint")
 	}
+	if l.shards != nil {
+		return l.beginSharded(ctx, principal, key, fingerprint)
+	}
+	return l.claimAt(ctx, l.single, nil, principal, key, fingerprint)
+}
+
+// claimAt runs round trip 1 at h: the claim and the lookup, behind the
+// ring guard when guard is not nil.
+func (l *Ledger) claimAt(ctx context.Context, h *home, guard *d1client.Statement, principal, key, fingerprint string) (Decision, error) {
 	now := l.now()
 	stmts := l.sql.begin(principal, key, fingerprint, l.cfg.TTL, now)
+	if guard != nil {
+		stmts = append([]d1client.Statement{*guard}, stmts...)
+	}
 	acquired := time.Now()
-	res, err := l.db.Exec(ctx, stmts, d1client.Coalesce())
+	res, err := h.db.Exec(ctx, stmts, d1client.Coalesce())
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: claim: %w", err)
+	}
+	if guard != nil {
+		res = res[1:]
 	}
 	d, err := l.decide(res, principal, key, fingerprint, acquired)
 	if d.Reservation != nil {
 		d.Reservation.clockAcquired = now
+		d.Reservation.home = h
 	}
 	return d, err
 }
@@ -254,6 +300,11 @@ func (l *Ledger) decide(res []d1client.Result, principal, key, fingerprint strin
 	if err := row.scan(res[1].Rows[0]); err != nil {
 		return Decision{}, fmt.Errorf("idem: lookup result: %w", err)
 	}
+	return l.decideRow(&row, fingerprint)
+}
+
+// decideRow answers from an existing row that was not claimed.
+func (l *Ledger) decideRow(row *storedRow, fingerprint string) (Decision, error) {
 	switch {
 	case row.fingerprint != fingerprint:
 		return Decision{Outcome: Reused}, nil
@@ -298,7 +349,11 @@ type Completion struct {
 // send Completion.Response, which is always set.
 func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (Completion, error) {
 	w := l.prepare(r, resp)
-	return w.done, l.finish(ctx, r, []d1client.Statement{w.stmt}, 0, &w)
+	h, err := l.homeOf(r)
+	if err != nil {
+		return w.done, fmt.Errorf("idem: completion: %w", err)
+	}
+	return w.done, l.finish(ctx, h, r, []d1client.Statement{w.stmt}, 0, &w)
 }
 
 // completionWrite is one completion: the fenced UPDATE and what it stores.
@@ -322,25 +377,25 @@ func (l *Ledger) prepare(r *Reservation, resp Response) completionWrite {
 // finish sends a completion batch whose last statement is the fenced UPDATE
 // (after the guard and the caller's statements, if any), with a sweep
 // appended when one is due, and records the outcome in w.done.
-func (l *Ledger) finish(ctx context.Context, r *Reservation, stmts []d1client.Statement, userStmts int, w *completionWrite) error {
+func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1client.Statement, userStmts int, w *completionWrite) error {
 	ctx, cancel, err := l.writeContext(ctx, r, l.completionDeadline(r))
 	if err != nil {
 		l.expired(ctx, r, "completion")
 		return fmt.Errorf("idem: completion: %w", err)
 	}
 	defer cancel()
-	sweep := l.sweepDue()
+	sweep := h.sweepDue(l.cfg.SweepInterval)
 	if sweep {
 		stmts = append(stmts, l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now()))
 	}
-	opts := []d1client.ExecOption{d1client.Idempotent(), d1client.RetryUntilDeadline()}
+	opts := []d1client.ExecOption{d1client.Idempotent(), d1client.RetryUntilDeadline(), d1client.Priority()}
 	if userStmts == 0 {
 		opts = append(opts, d1client.Coalesce())
 	}
-	res, err := l.db.Exec(ctx, stmts, opts...)
+	res, err := h.db.Exec(ctx, stmts, opts...)
 	if err != nil {
 		if sweep {
-			l.sweepFailed()
+			h.sweepFailed()
 		}
 		if userStmts == 0 || !isFenceViolation(err) {
 			return fmt.Errorf("idem: completion: %w", err)
@@ -350,7 +405,7 @@ func (l *Ledger) finish(ctx context.Context, r *Reservation, stmts []d1client.St
 		// landed before its answer was lost (and the retry's guard tripped).
 	} else {
 		if sweep {
-			l.sweepDone(res[len(res)-1].Meta.Changes)
+			h.sweepDone(res[len(res)-1].Meta.Changes, l.cfg.SweepBatch)
 			res = res[:len(res)-1]
 		}
 		if len(res[len(res)-1].Rows) == 1 {
@@ -361,7 +416,7 @@ func (l *Ledger) finish(ctx context.Context, r *Reservation, stmts []d1client.St
 	// No row came back. The completion may still be ours, written by an
 	// earlier attempt whose answer was lost: the row then holds exactly our
 	// response at our generation.
-	landed, lerr := l.holdsCompletion(ctx, r, w)
+	landed, lerr := l.holdsCompletion(ctx, h, r, w)
 	if lerr != nil {
 		return fmt.Errorf("idem: completion: checking the row after an empty answer: %w", lerr)
 	}
@@ -374,8 +429,8 @@ func (l *Ledger) finish(ctx context.Context, r *Reservation, stmts []d1client.St
 
 // holdsCompletion reports whether the row is completed at r's generation
 // with exactly w's response.
-func (l *Ledger) holdsCompletion(ctx context.Context, r *Reservation, w *completionWrite) (bool, error) {
-	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.lookupCompletion(r)}, d1client.Coalesce())
+func (l *Ledger) holdsCompletion(ctx context.Context, h *home, r *Reservation, w *completionWrite) (bool, error) {
+	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.lookupCompletion(r)}, d1client.Coalesce(), d1client.Priority())
 	if err != nil || len(res[0].Rows) == 0 {
 		return false, err
 	}
@@ -491,14 +546,18 @@ func truncate(s string, n int) string {
 // The row is not deleted: a fresh claim would restart at generation 1, a
 // generation an earlier owner superseded by a takeover may still hold.
 func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
+	h, err := l.homeOf(r)
+	if err != nil {
+		return false, fmt.Errorf("idem: release: %w", err)
+	}
 	ctx, cancel, err := l.writeContext(ctx, r, time.Time{})
 	if err != nil {
 		l.expired(ctx, r, "release")
 		return false, fmt.Errorf("idem: release: %w", err)
 	}
 	defer cancel()
-	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.release(r.Principal, r.Key, r.Generation, l.cfg.TTL, releaseOwner, l.now())},
-		d1client.Idempotent(), d1client.Coalesce())
+	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.release(r.Principal, r.Key, r.Generation, l.cfg.TTL, releaseOwner, l.now())},
+		d1client.Idempotent(), d1client.Coalesce(), d1client.Priority())
 	if err != nil {
 		return false, fmt.Errorf("idem: release: %w", err)
 	}
@@ -511,7 +570,9 @@ func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
 // middleware uses it to answer a request whose transactional completion was
 // fenced out with what the ledger now holds.
 func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
-	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.lookupRow(principal, key)}, d1client.Coalesce())
+	_, res, err := l.findRow(ctx, principal, func(*home) []d1client.Statement {
+		return []d1client.Statement{l.sql.lookupRow(principal, key)}
+	}, d1client.Coalesce())
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: lookup: %w", err)
 	}
@@ -522,13 +583,17 @@ func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string)
 // generation and status. False means the lease is lost: the reservation was
 // taken over, released or swept, or it expired (ErrReservationExpired).
 func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
+	h, err := l.homeOf(r)
+	if err != nil {
+		return false, fmt.Errorf("idem: renew: %w", err)
+	}
 	ctx, cancel, err := l.writeContext(ctx, r, time.Time{})
 	if err != nil {
 		return false, fmt.Errorf("idem: renew: %w", err)
 	}
 	defer cancel()
 	start := time.Now()
-	res, err := l.db.Exec(ctx, []d1client.Statement{l.sql.renew(r, l.now())}, d1client.Idempotent(), d1client.Coalesce())
+	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.renew(r, l.now())}, d1client.Idempotent(), d1client.Coalesce(), d1client.Priority())
 	if err != nil {
 		return false, fmt.Errorf("idem: renew: %w", err)
 	}
@@ -539,31 +604,31 @@ func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
 	return renewed, nil
 }
 
-// sweepDue reports whether the next completion should carry a sweep, and
-// if so records that one is on its way.
-func (l *Ledger) sweepDue() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.backlog && !l.lastSweep.IsZero() && time.Since(l.lastSweep) < l.cfg.SweepInterval {
+// sweepDue reports whether the next completion at h should carry a sweep,
+// and if so records that one is on its way.
+func (h *home) sweepDue(interval time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.backlog && !h.lastSweep.IsZero() && time.Since(h.lastSweep) < interval {
 		return false
 	}
-	l.lastSweep = time.Now()
-	l.backlog = false
+	h.lastSweep = time.Now()
+	h.backlog = false
 	return true
 }
 
-func (l *Ledger) sweepDone(deleted int64) {
-	if deleted >= int64(l.cfg.SweepBatch) {
-		l.mu.Lock()
-		l.backlog = true
-		l.mu.Unlock()
+func (h *home) sweepDone(deleted int64, batch int) {
+	if deleted >= int64(batch) {
+		h.mu.Lock()
+		h.backlog = true
+		h.mu.Unlock()
 	}
 }
 
-func (l *Ledger) sweepFailed() {
-	l.mu.Lock()
-	l.lastSweep = time.Time{}
-	l.mu.Unlock()
+func (h *home) sweepFailed() {
+	h.mu.Lock()
+	h.lastSweep = time.Time{}
+	h.mu.Unlock()
 }
 
 // now returns the injected clock's time, or the zero time when D1's clock

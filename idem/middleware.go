@@ -299,6 +299,10 @@ func remedy(err error) string {
 		return "the ledger table is missing: run `d1idem schema apply` (or apply d1idem.Schema) on this database"
 	case errors.Is(err, d1client.ErrSQL) && strings.Contains(msg, "no such column"):
 		return "the ledger table does not match the schema: run `d1idem schema verify`"
+	case errors.Is(err, ErrNoRing):
+		return "no ring is recorded in the sharded ledger's databases: record one with Admin.InitRing (docs/sharding.md)"
+	case errors.Is(err, ErrUnknownHome):
+		return "the ring routes this principal to a database this replica has no Home for: give every replica every database of the ring (docs/sharding.md)"
 	case errors.Is(err, d1client.ErrAuth):
 		return "D1 refused the request: check the API token (it needs D1 edit permission), the account ID and the database ID"
 	}

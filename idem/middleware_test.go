@@ -303,14 +303,20 @@ func TestMiddlewareFailsClosed(t *testing.T) {
 }
 
 // A spent request budget answers 503 with Retry-After instead of waiting
-// past the middleware's timeout.
+// past the middleware's timeout, and the reserve keeps a call for the
+// completion of the request that executed: its response is stored.
 func TestMiddlewareBudgetExhausted(t *testing.T) {
+	// 4 calls: the schema, the first claim, its completion (on the
+	// reserve, which new claims never take); the second claim is refused.
 	s := newStack(t, stackOpts{
 		opts:  idem.Options{Timeout: 200 * time.Millisecond},
-		dbMod: func(c *d1client.Config) { c.Budget = d1client.NewBudget(2, time.Hour) },
+		dbMod: func(c *d1client.Config) { c.Budget = d1client.NewBudget(4, time.Hour) },
 	})
 	if r := s.do("POST", "/x", "k1", "tok", "{}"); r.status != 201 {
 		t.Fatalf("first: %+v", r)
+	}
+	if st := s.db.Stats(); st.Calls != 3 || st.Failures != 0 {
+		t.Fatalf("the first request's completion was not stored: %+v", st)
 	}
 	r := s.do("POST", "/x", "k2", "tok", "{}")
 	if r.status != 503 || r.errorCode(t) != idem.CodeBudgetExhausted {

@@ -18,6 +18,9 @@ type ledgerSQL struct {
 	injected bool
 
 	claim, lookup, completeSQL, completeLookup, sweepSQL, releaseSQL, renewSQL, guardSQL string
+
+	// The statements of a sharded ledger (see shard.go and ring.go).
+	ringGuardSQL, ringEpochSQL, ringReadSQL, movedLookupSQL, movedDeleteSQL string
 }
 
 // d1Now is D1's clock in the spec's unit, milliseconds since the epoch.
@@ -95,6 +98,35 @@ WHERE NOT EXISTS (
   SELECT 1 FROM idempotency_keys
   WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending'
 )`,
+		// The ring guard of a sharded ledger, first in every batch that
+		// may claim: when this database has recorded a ring newer than
+		// ?1 (the epoch the ledger routes by, or one less when it claims a
+		// moved principal at its old home), it inserts a row with a NULL
+		// principal, which violates NOT NULL and aborts the whole batch.
+		// Otherwise it inserts nothing. See docs/sharding.md.
+		ringGuardSQL: `INSERT INTO idempotency_keys (principal, key, fingerprint, created_at, updated_at)
+SELECT NULL, '` + ringKey + `', '` + ringKey + `', 0, 0
+WHERE EXISTS (
+  SELECT 1 FROM idempotency_keys
+  WHERE principal = '' AND key = '` + ringKey + `' AND generation > ?1
+)`,
+		// The epoch of the ring this database has recorded (no row: none).
+		ringEpochSQL: `SELECT generation FROM idempotency_keys WHERE principal = '' AND key = '` + ringKey + `'`,
+		// The ring this database has recorded, to adopt it.
+		ringReadSQL: `SELECT generation, response_body FROM idempotency_keys WHERE principal = '' AND key = '` + ringKey + `'`,
+		// The spec's lookup, and whether a pending row is stale (the
+		// claim's takeover condition), for a moved principal's key at its
+		// old home, where it is read but never claimed.
+		movedLookupSQL: `SELECT fingerprint, status, generation, response_status, response_body, response_headers, updated_at < ` + now("?4") + ` - ?3
+FROM idempotency_keys WHERE principal = ?1 AND key = ?2`,
+		// A moved principal's stale pending row at its old home, deleted
+		// (fenced by generation, status, fingerprint and staleness, as the
+		// takeover it replaces) so that the key is claimed at its new home:
+		// the superseded owner's writes then match no row.
+		movedDeleteSQL: `DELETE FROM idempotency_keys
+WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending' AND fingerprint = ?4
+  AND updated_at < ` + now("?6") + ` - ?5
+RETURNING generation`,
 	}
 }
 
@@ -162,6 +194,28 @@ func (s ledgerSQL) renew(r *Reservation, now time.Time) d1client.Statement {
 
 func (s ledgerSQL) guard(r *Reservation) d1client.Statement {
 	return d1client.Statement{SQL: s.guardSQL, Params: []any{r.Principal, r.Key, r.Generation}}
+}
+
+func (s ledgerSQL) ringGuard(threshold int64) d1client.Statement {
+	return d1client.Statement{SQL: s.ringGuardSQL, Params: []any{threshold}}
+}
+
+func (s ledgerSQL) ringEpoch() d1client.Statement { return d1client.Statement{SQL: s.ringEpochSQL} }
+
+func (s ledgerSQL) ringRead() d1client.Statement { return d1client.Statement{SQL: s.ringReadSQL} }
+
+func (s ledgerSQL) movedLookup(principal, key string, ttl time.Duration, now time.Time) d1client.Statement {
+	return d1client.Statement{SQL: s.movedLookupSQL, Params: s.withNow([]any{principal, key, ttl.Milliseconds()}, now)}
+}
+
+func (s ledgerSQL) movedDelete(principal, key string, generation int64, fingerprint string, ttl time.Duration, now time.Time) d1client.Statement {
+	return d1client.Statement{SQL: s.movedDeleteSQL, Params: s.withNow([]any{principal, key, generation, fingerprint, ttl.Milliseconds()}, now)}
+}
+
+// isRingViolation recognises the ring guard's abort.
+func isRingViolation(err error) bool {
+	return errors.Is(err, d1client.ErrSQL) &&
+		strings.Contains(err.Error(), "NOT NULL constraint failed: idempotency_keys.principal")
 }
 
 // isFenceViolation recognises the guard's abort.

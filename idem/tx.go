@@ -105,11 +105,15 @@ var ErrTxNotCommitted = errors.New("idem: the mutation was not committed")
 // ErrTxNotCommitted and the cause.
 func (l *Ledger) CompleteTx(ctx context.Context, r *Reservation, resp Response, stmts []d1client.Statement) (Completion, error) {
 	w := l.prepare(r, resp)
+	h, err := l.homeOf(r)
+	if err != nil {
+		return w.done, fmt.Errorf("%w: %w", ErrTxNotCommitted, err)
+	}
 	batch := make([]d1client.Statement, 0, len(stmts)+2)
 	batch = append(batch, l.sql.guard(r))
 	batch = append(batch, stmts...)
 	batch = append(batch, w.stmt)
-	err := l.finish(ctx, r, batch, len(stmts), &w)
+	err = l.finish(ctx, h, r, batch, len(stmts), &w)
 	if err == nil {
 		return w.done, nil
 	}
@@ -118,7 +122,7 @@ func (l *Ledger) CompleteTx(ctx context.Context, r *Reservation, resp Response, 
 		return w.done, fmt.Errorf("%w: %w", ErrTxNotCommitted, err)
 	}
 	// Nothing, or (if the failure was ambiguous) everything, committed.
-	if landed, lerr := l.holdsCompletion(ctx, r, &w); lerr == nil && landed {
+	if landed, lerr := l.holdsCompletion(ctx, h, r, &w); lerr == nil && landed {
 		w.done.Stored = true
 		return w.done, nil
 	}

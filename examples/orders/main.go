@@ -4,17 +4,25 @@
 // Against a real D1 database, it reads the conventional environment:
 //
 //	CLOUDFLARE_ACCOUNT_ID, CLOUDFLARE_API_TOKEN, D1_DATABASE_ID
-//	CLOUDFLARE_BASE_URL (optional; cloudflare-go's own variable)
+//	CLOUDFLARE_API_BASE_URL or CLOUDFLARE_BASE_URL (optional)
 //
 //	go run ./examples/orders --addr 127.0.0.1:8080
 //
-// With --local DIR it runs on the embedded d1local instead, keeping the
-// database under DIR, and needs no Cloudflare account:
+// With --local DIR it runs on the embedded d1local instead, keeping its
+// database under DIR (.d1idem, where the demo and the CLI's --local look),
+// and needs no Cloudflare account:
 //
-//	go run ./examples/orders --local ./.d1idem
+//	go run ./examples/orders --local .d1idem
 //	curl -i -X POST localhost:8080/v1/orders -H 'Authorization: Bearer tok_alice' \
 //	     -H 'Idempotency-Key: 8e03978e-40d5-43e8-bc93-6894a57f9324' \
 //	     -H 'Content-Type: application/json' -d '{"sku":"tea","qty":2}'
+//	go run ./cmd/d1idem keys list --local .d1idem
+//
+// With --demo-headers it stages what operators rehearse: a request with
+// "X-Demo-Stall: 60s" takes a minute (its key stays in progress, renewed),
+// and one with "X-Demo-Crash: 1" makes the process exit mid-request, its
+// key claimed and renewed by nobody, as a crashed server leaves it
+// (docs/operators.md walks through it).
 package main
 
 import (
@@ -36,78 +44,109 @@ import (
 	"github.com/d1idem/d1idem/idem"
 )
 
+// crashStatus is the exit status of a staged crash.
+const crashStatus = 3
+
+// flags are the command's flags.
+type flags struct {
+	addr, local    string
+	ttl, heartbeat time.Duration
+	demoHeaders    bool
+}
+
 func main() {
-	if err := run(); err != nil {
+	var f flags
+	flag.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to serve the API on")
+	flag.StringVar(&f.local, "local", "", "run on the embedded d1local, keeping the database under this directory ("+d1local.LocalDir+" is where the demo and the CLI look)")
+	flag.DurationVar(&f.ttl, "ttl", 0, "the ledger's pending TTL (default 30s)")
+	flag.DurationVar(&f.heartbeat, "heartbeat", 0, "how often a running request renews its key (default TTL/3)")
+	flag.BoolVar(&f.demoHeaders, "demo-headers", false, "honour X-Demo-Stall: DURATION (a slow request) and X-Demo-Crash: 1 (the process exits mid-request)")
+	flag.Parse()
+	if err := run(f); err != nil {
 		fmt.Fprintln(os.Stderr, "orders:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	addr := flag.String("addr", "127.0.0.1:8080", "address to serve the API on")
-	local := flag.String("local", "", "run on the embedded d1local, keeping the database under this directory")
-	flag.Parse()
+func run(f flags) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-
-	var db *d1client.Client
-	if *local != "" {
-		var stopLocal func()
-		var err error
-		if db, stopLocal, err = startLocal(*local); err != nil {
-			return err
-		}
-		defer stopLocal()
-		log.Info("using the embedded d1local", "dir", *local)
-	} else {
-		cfg := d1client.Config{
-			APIToken:   os.Getenv("CLOUDFLARE_API_TOKEN"),
-			AccountID:  os.Getenv("CLOUDFLARE_ACCOUNT_ID"),
-			DatabaseID: os.Getenv("D1_DATABASE_ID"),
-			Logger:     log,
-		}
-		if cfg.APIToken == "" || cfg.AccountID == "" || cfg.DatabaseID == "" {
-			return errors.New("set CLOUDFLARE_ACCOUNT_ID, CLOUDFLARE_API_TOKEN and D1_DATABASE_ID, or pass --local DIR for the embedded d1local")
-		}
-		var err error
-		if db, err = d1client.New(cfg); err != nil {
-			return err
-		}
+	db, where, inspect, closeDB, err := openDB(f.local, log)
+	if err != nil {
+		return err
 	}
-
+	defer closeDB()
 	if err := ordersapi.EnsureSchema(ctx, db); err != nil {
 		return err
 	}
-	ledger, err := idem.New(db, idem.Config{Logger: log})
+	ledger, err := idem.New(db, idem.Config{Logger: log, TTL: f.ttl, Heartbeat: f.heartbeat})
 	if err != nil {
 		return err
 	}
-	h, err := ordersapi.New(ordersapi.Config{Ledger: ledger, DB: db})
+	cfg := ordersapi.Config{Ledger: ledger, DB: db}
+	if f.demoHeaders {
+		cfg.DelayHeader, cfg.CrashHeader = "X-Demo-Stall", "X-Demo-Crash"
+		cfg.Crash = func() {
+			log.Warn("X-Demo-Crash: exiting mid-request, as a crashed server would", "status", crashStatus)
+			os.Exit(crashStatus)
+		}
+	}
+	h, err := ordersapi.New(cfg)
 	if err != nil {
 		return err
 	}
-	server := &http.Server{Addr: *addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "orders API on http://%s (POST /v1/orders, GET /v1/orders/{id})\n", ln.Addr())
+	fmt.Fprintf(os.Stderr, "its ledger and orders are in %s; look at the ledger with:\n  %s\n", where, inspect)
+	return serve(ctx, ln, h)
+}
+
+// serve serves h on ln until ctx ends, then shuts down gracefully.
+func serve(ctx context.Context, ln net.Listener, h http.Handler) error {
+	server := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = server.Shutdown(sctx)
 	}()
-	log.Info("serving the orders API", "addr", *addr)
-	if err := server.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
 }
 
+// openDB returns the D1 database: the embedded d1local's under dir, or
+// Cloudflare's from the environment; where it is, and the CLI command that
+// shows its ledger.
+func openDB(dir string, log *slog.Logger) (db *d1client.Client, where, inspect string, stop func(), err error) {
+	if dir != "" {
+		db, stop, err = startLocal(dir)
+		where = fmt.Sprintf("local database %q under %s", d1local.LocalDatabaseID, dir)
+		return db, where, "go run ./cmd/d1idem keys list --local " + dir, stop, err
+	}
+	cfg := d1client.Config{
+		APIToken:   os.Getenv("CLOUDFLARE_API_TOKEN"),
+		AccountID:  os.Getenv("CLOUDFLARE_ACCOUNT_ID"),
+		DatabaseID: os.Getenv("D1_DATABASE_ID"),
+		Logger:     log,
+	}
+	if cfg.APIToken == "" || cfg.AccountID == "" || cfg.DatabaseID == "" {
+		return nil, "", "", nil, errors.New("set CLOUDFLARE_ACCOUNT_ID, CLOUDFLARE_API_TOKEN and D1_DATABASE_ID, or pass --local DIR for the embedded d1local")
+	}
+	db, err = d1client.New(cfg)
+	where = "D1 database " + cfg.DatabaseID
+	return db, where, "d1idem keys list --database-id " + cfg.DatabaseID, func() {}, err
+}
+
 // startLocal serves d1local, the D1-compatible server on SQLite, on a
 // loopback port with its databases under dir, and returns a client of its
-// database "orders" and a function that stops the server.
+// database d1local.LocalDatabaseID and a function that stops the server.
 func startLocal(dir string) (*d1client.Client, func(), error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, nil, err
-	}
 	d1, err := d1local.New(d1local.Config{Dir: dir})
 	if err != nil {
 		return nil, nil, err
@@ -125,8 +164,8 @@ func startLocal(dir string) (*d1client.Client, func(), error) {
 	}
 	// d1local checks neither the account ID nor, without a token, the token,
 	// and has no API budget to respect.
-	db, err := d1client.New(d1client.Config{BaseURL: "http://" + ln.Addr().String(), AccountID: "local", DatabaseID: "orders",
-		Budget: d1client.UnlimitedBudget()})
+	db, err := d1client.New(d1client.Config{BaseURL: "http://" + ln.Addr().String(), AccountID: d1local.DefaultAccountID,
+		DatabaseID: d1local.LocalDatabaseID, Budget: d1client.UnlimitedBudget()})
 	if err != nil {
 		stop()
 		return nil, nil, err

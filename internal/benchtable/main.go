@@ -6,12 +6,14 @@
 // Usage:
 //
 //	go test -bench . ./... | benchtable
-//	benchtable [-readme README.md] [file ...]
+//	benchtable [-readme README.md] [-bridge docs/bridge.md] [file ...]
 //
 // It reads the files named (standard input when none). With -readme it also
 // rewrites the figures table of that Markdown file, between the lines
 // <!-- bench:begin --> and <!-- bench:end -->, so that the README's figures
-// are never typed by hand (make readme-figures).
+// are never typed by hand (make readme-figures); with -bridge, the table of
+// the bridge's figures of that file (docs/bridge.md), between
+// <!-- bridge-figures:begin --> and <!-- bridge-figures:end -->.
 package main
 
 import (
@@ -346,6 +348,39 @@ func figures(results []result) []row {
 			fmt.Sprintf("%s / %s stmts/s; %s / %s stmts/s", count(v[0]), count(v[1]), count(v[2]), count(v[3])), "", nil})
 	}
 
+	// Sharding (issue 17): first executions per second with 1 to 8
+	// databases, one writer each, and the cost of a change of the ring.
+	for _, be := range []struct{ name, what string }{
+		{"d1local", "d1local, 1 ms per statement per database"},
+		{"workerd_busy", "workerd, 1 ms per statement per database held by a proxy"},
+		{"workerd", "workerd as it is (microseconds per statement: the cores are the limit)"},
+	} {
+		var names []string
+		for _, n := range []string{"1", "2", "4", "8"} {
+			names = append(names, "ShardScaling/"+be.name+"/dbs="+n)
+		}
+		if v, ok := series("first-exec/s", names...); ok && v[0] > 0 {
+			x := v[2] / v[0]
+			r := row{"idempotent first executions/s with 1 / 2 / 4 / 8 databases, " + be.what + ": rate (1 → 4 databases)",
+				fmt.Sprintf("%s (%s×)", join(v, count), format(x)), "", nil}
+			if be.name != "workerd" {
+				r.target, r.ok = "≥ 3× from 1 to 4", ptr(x >= 3)
+			}
+			rows = append(rows, r)
+		}
+	}
+	if r, ok := find("ShardTransitionCalls"); ok {
+		units := []string{"unmoved-first-exec", "unmoved-replay", "moved-first-exec", "moved-replay", "moved-replay-old-home", "after-first-exec"}
+		var v []float64
+		for _, u := range units {
+			v = append(v, r.value("extra-calls/"+u))
+		}
+		met := v[0] == 0 && v[1] == 0 && v[2] <= 1 && v[3] <= 1 && v[4] == 0 && v[5] == 0
+		rows = append(rows, row{"extra D1 calls per request while the ring grows (2 → 3 databases, two retention windows): unmoved first execution / replay; moved first execution / replay / replay from the old home; after the change",
+			fmt.Sprintf("%s / %s; %s / %s / %s; %s", format(v[0]), format(v[1]), format(v[2]), format(v[3]), format(v[4]), format(v[5])),
+			"unmoved 0; moved ≤ 1; after 0", &met})
+	}
+
 	for _, v := range []string{"write/single", "write/batch16", "read/single", "read/batch16"} {
 		if r, ok := find("BridgeOverhead/" + v); ok {
 			pct := r.value("bridge-%-of-raw")
@@ -354,6 +389,8 @@ func figures(results []result) []row {
 				"≥ 70 %", ptr(pct >= 70)})
 		}
 	}
+
+	rows = append(rows, bridgeRows(find, series)...)
 
 	for _, r := range results {
 		name, ok := strings.CutPrefix(r.name, "Replicas/")
@@ -374,6 +411,60 @@ func figures(results []result) []row {
 			measured += "; d1local without the account budget, so no 971 was possible"
 		}
 		rows = append(rows, row{what, measured, "0; all", met})
+	}
+	return rows
+}
+
+// bridgeConcurrencies are those of BenchmarkBridgeVsREST.
+var bridgeConcurrencies = []string{"1", "64", "256"}
+
+// bridgeRows are the figures of BenchmarkBridgeVsREST (issue 15): the
+// bridge's sustained throughput against the REST shape's under the budget,
+// their latencies, and the latency the middleware adds through the bridge.
+func bridgeRows(find func(string) (result, bool), series func(string, ...string) ([]float64, bool)) []row {
+	var names []string
+	for _, c := range bridgeConcurrencies {
+		names = append(names, "BridgeVsREST/c="+c)
+	}
+	bridge, ok := series("bridge-req/s", names...)
+	if !ok {
+		return nil
+	}
+	rest, _ := series("rest-req/s", names...)
+	ratio, _ := series("bridge/rest", names...)
+	ceiling, _ := series("rest-ceiling-req/s", names...)
+	memory, _ := series("bridge-d1-in-memory", names...)
+	where := "local workerd, its D1 in memory"
+	if memory[0] != 1 {
+		where = "local workerd, its D1 on disk"
+	}
+	var parts []string
+	met := true
+	for i := range bridge {
+		parts = append(parts, fmt.Sprintf("%s / %s (%s×)", count(bridge[i]), format(rest[i]), format(ratio[i])))
+		met = met && ratio[i] >= 10
+	}
+	rows := []row{{
+		what: "idempotent requests/s (first executions, 1 KB bodies, closed loop), concurrency 1; 64; 256: through the bridge (" + where +
+			") / through the REST shape (d1local, 20 ms per call) at the default budget's rate (1200 calls / 300 s, its window scaled 60× to measure the sustained rate, not the burst)",
+		measured: strings.Join(parts, "; ") + "; REST's ceiling at the budget's 4 calls/s with the batching it reached: " + join(ceiling, format),
+		target:   "bridge ≥ 10× REST at each", ok: &met,
+	}}
+	var lat []string
+	for _, n := range names {
+		r, _ := find(n)
+		lat = append(lat, fmt.Sprintf("%s / %s vs %s / %s", format(r.value("bridge-p50-ms")), format(r.value("bridge-p99-ms")),
+			format(r.value("rest-p50-ms")), count(r.value("rest-p99-ms"))))
+	}
+	rows = append(rows, row{what: "latency p50 / p99 of those requests, concurrency 1; 64; 256: bridge vs REST (its budget waits are those of the scaled window), ms",
+		measured: strings.Join(lat, "; ")})
+	if r, ok := find("BridgeVsREST/c=1/added_latency"); ok {
+		added, target := r.value("added-p50-ms"), r.value("target-ms")
+		rows = append(rows, row{
+			what:     fmt.Sprintf("latency the middleware adds through the bridge, concurrency 1, first execution: p50 (p99); round trip = a bare bridge call, %s ms", format(r.value("rtt-ms"))),
+			measured: fmt.Sprintf("%s ms (%s ms)", format(added), format(r.value("added-p99-ms"))),
+			target:   fmt.Sprintf("≤ 2 round trips + 3 ms = %s ms", format(target)), ok: ptr(added <= target),
+		})
 	}
 	return rows
 }
@@ -420,19 +511,55 @@ func markdown(machine string, rows []row) string {
 
 // rewrite replaces what lies between the markers in doc with table.
 func rewrite(doc []byte, table string) ([]byte, error) {
-	begin := bytes.Index(doc, []byte(beginMarker+"\n"))
-	end := bytes.Index(doc, []byte(endMarker))
+	return rewriteBetween(doc, beginMarker, endMarker, table)
+}
+
+// The marker lines of docs/bridge.md's figures, which -bridge rewrites with
+// the bridge's rows alone.
+const (
+	bridgeBeginMarker = "<!-- bridge-figures:begin -->"
+	bridgeEndMarker   = "<!-- bridge-figures:end -->"
+)
+
+// rewriteBetween replaces what lies between the lines begin and end of doc
+// with table.
+func rewriteBetween(doc []byte, beginLine, endLine, table string) ([]byte, error) {
+	begin := bytes.Index(doc, []byte(beginLine+"\n"))
+	end := bytes.Index(doc, []byte(endLine))
 	if begin < 0 || end < begin {
-		return nil, errors.New("no " + beginMarker + " ... " + endMarker + " lines")
+		return nil, errors.New("no " + beginLine + " ... " + endLine + " lines")
 	}
-	begin += len(beginMarker) + 1
+	begin += len(beginLine) + 1
 	out := append([]byte{}, doc[:begin]...)
 	out = append(out, table...)
 	return append(out, doc[end:]...), nil
 }
 
+// isBridgeRow reports whether r is one of the bridge's figures (issue 15).
+func isBridgeRow(r row) bool {
+	return strings.Contains(r.what, "through the bridge") || strings.Contains(r.what, "bridge vs REST")
+}
+
+// rewriteFile rewrites the part of the Markdown file at path between
+// beginLine and endLine with rows.
+func rewriteFile(path, beginLine, endLine, machine string, rows []row) error {
+	doc, err := os.ReadFile(path)
+	if err == nil {
+		doc, err = rewriteBetween(doc, beginLine, endLine, markdown(machine, rows))
+	}
+	if err == nil {
+		err = os.WriteFile(path, doc, 0o644)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	fmt.Fprintf(os.Stderr, "%s: figures table rewritten (%d rows)\n", path, len(rows))
+	return nil
+}
+
 func main() {
 	readme := flag.String("readme", "", "rewrite this Markdown file's figures table, between "+beginMarker+" and "+endMarker)
+	bridgeDoc := flag.String("bridge", "", "rewrite this Markdown file's table of the bridge's figures, between "+bridgeBeginMarker+" and "+bridgeEndMarker)
 	flag.Parse()
 	var in io.Reader = os.Stdin
 	if flag.NArg() > 0 {
@@ -482,17 +609,19 @@ func main() {
 		os.Exit(1)
 	}
 	if *readme != "" {
-		doc, err := os.ReadFile(*readme)
-		if err == nil {
-			doc, err = rewrite(doc, markdown(header(machine), rows))
+		err = rewriteFile(*readme, beginMarker, endMarker, header(machine), rows)
+	}
+	if *bridgeDoc != "" && err == nil {
+		var bridge []row
+		for _, r := range rows {
+			if isBridgeRow(r) {
+				bridge = append(bridge, r)
+			}
 		}
-		if err == nil {
-			err = os.WriteFile(*readme, doc, 0o644)
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "benchtable: %s: %v\n", *readme, err)
-			os.Exit(1)
-		}
-		fmt.Fprintf(os.Stderr, "%s: figures table rewritten (%d rows)\n", *readme, len(rows))
+		err = rewriteFile(*bridgeDoc, bridgeBeginMarker, bridgeEndMarker, header(machine), bridge)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(1)
 	}
 }

@@ -2,7 +2,9 @@ package d1test
 
 import (
 	"encoding/json"
+	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -85,4 +87,15 @@ func (p *workerdProc) stop(t testing.TB) {
 		<-p.exited
 		t.Errorf("d1test: server.mjs did not exit within 10 s of its stdin closing; killed")
 	}
+}
+
+// BridgeURL returns the bridge URL of a workerd backend, its address with
+// its secret, http://:SECRET@127.0.0.1:PORT, as d1client.Config.BridgeURL
+// and D1IDEM_BRIDGE_URL take it; "" for d1local.
+func (b *Backend) BridgeURL() string {
+	if b.Name != NameWorkerd || b.Token == "" {
+		return ""
+	}
+	u := url.URL{Scheme: "http", User: url.UserPassword("", b.Token), Host: strings.TrimPrefix(b.BaseURL, "http://")}
+	return u.String()
 }

@@ -32,6 +32,11 @@ const (
 	// EnvConformanceDir overrides the directory holding server.mjs and its
 	// node_modules; the default is <repo root>/conformance.
 	EnvConformanceDir = "D1TEST_CONFORMANCE_DIR"
+	// EnvWorkerdMarker names a directory where each test binary that asks
+	// for the workerd leg writes a file saying whether it ran ("ran") or
+	// why not ("skipped: ..." or "failed: ..."); `make test` reads them to
+	// say whether the leg ran.
+	EnvWorkerdMarker = "D1TEST_WORKERD_MARKER"
 )
 
 // startTimeout bounds the wait for server.mjs's LISTENING line. workerd
@@ -149,6 +154,7 @@ func RepoRoot() (string, error) {
 }
 
 func startWorkerd() {
+	defer markWorkerd()
 	hc := newHTTPClient()
 	if u := os.Getenv(EnvWorkerdURL); u != "" {
 		u = strings.TrimSuffix(u, "/")
@@ -164,6 +170,24 @@ func startWorkerd() {
 	}
 	secret := newSecret()
 	workerd.proc, workerd.err = launch(node, dir, hc, secret, []string{"BRIDGE_SECRET=" + secret})
+}
+
+// markWorkerd records, for `make test`, whether this test binary ran the
+// workerd leg (see EnvWorkerdMarker).
+func markWorkerd() {
+	dir := os.Getenv(EnvWorkerdMarker)
+	if dir == "" {
+		return
+	}
+	outcome := "ran"
+	switch {
+	case workerd.err != nil:
+		outcome = "failed: " + workerd.err.Error()
+	case workerd.skip != "":
+		outcome = "skipped: " + workerd.skip
+	}
+	name := fmt.Sprintf("%s.%d", filepath.Base(os.Args[0]), os.Getpid())
+	_ = os.WriteFile(filepath.Join(dir, name), []byte(outcome+"\n"), 0o644)
 }
 
 // toolchain finds node and the conformance directory, or says why the

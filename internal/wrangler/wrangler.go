@@ -39,6 +39,9 @@ var configFiles = [...]string{"wrangler.json", "wrangler.jsonc", "wrangler.toml"
 type Config struct {
 	// Path is the file the configuration was read from.
 	Path string
+	// Name and Main are the top level's name (the Worker's) and main (its
+	// entry module).
+	Name, Main string
 	// AccountID is the top level's account_id.
 	AccountID string
 	// D1Databases are the top level's d1_databases.
@@ -142,6 +145,8 @@ func Load(path string) (*Config, error) {
 // .jsonc.
 func Parse(path string, data []byte) (*Config, error) {
 	var raw struct {
+		Name        string         `json:"name" toml:"name"`
+		Main        string         `json:"main" toml:"main"`
 		AccountID   string         `json:"account_id" toml:"account_id"`
 		D1Databases []D1Database   `json:"d1_databases" toml:"d1_databases"`
 		Env         map[string]Env `json:"env" toml:"env"`
@@ -162,7 +167,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	default:
 		return nil, fmt.Errorf("wrangler config %s: expected a .toml, .json or .jsonc file", path)
 	}
-	return &Config{Path: path, AccountID: raw.AccountID, D1Databases: raw.D1Databases, Env: raw.Env}, nil
+	return &Config{Path: path, Name: raw.Name, Main: raw.Main, AccountID: raw.AccountID, D1Databases: raw.D1Databases, Env: raw.Env}, nil
 }
 
 // EnvNames returns the names of the configuration's environments, sorted.

@@ -10,6 +10,7 @@ import (
 )
 
 const tomlConfig = `name = "orders"
+main = "src/index.ts"
 account_id = "top-account"
 
 [[d1_databases]]
@@ -41,6 +42,7 @@ vars = { A = "b" }
 const jsoncConfig = `{
   // comments and trailing commas, as wrangler allows
   "name": "orders",
+  "main": "src/index.ts",
   "account_id": "top-account",
   "d1_databases": [
     {"binding": "DB", "database_name": "orders-db", "database_id": "id-top", "preview_database_id": "id-top-preview"},
@@ -73,6 +75,9 @@ func TestDatabases(t *testing.T) {
 		cfg, err := Load(path)
 		if err != nil {
 			t.Fatalf("%s: %v", f.name, err)
+		}
+		if cfg.Name != "orders" || cfg.Main != "src/index.ts" {
+			t.Errorf("%s: name %q, main %q", f.name, cfg.Name, cfg.Main)
 		}
 		for _, tc := range []struct {
 			env, name string

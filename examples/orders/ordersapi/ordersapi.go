@@ -46,9 +46,19 @@ type Config struct {
 	// DB holds the orders table (the ledger's database). Required.
 	DB *d1client.Client
 	// DelayHeader, when set, names a request header whose duration value
-	// ("2s") the handler sleeps before creating the order: the demo uses it
-	// to stage a slow request. Leave it empty in anything real.
+	// ("60s") the handler waits before creating the order: a slow request,
+	// whose key stays in progress (its lease renewed) meanwhile. Leave it
+	// empty in anything real.
 	DelayHeader string
+	// CrashHeader, when set, names a request header that makes the handler
+	// call Crash once the key is claimed, before the order is created: a
+	// server that dies mid-request, leaving the key pending with nobody
+	// renewing it. The example's command stages crashes with it. Leave it
+	// empty in anything real.
+	CrashHeader string
+	// Crash is what CrashHeader calls; required with it. The example's
+	// command exits the process.
+	Crash func()
 	// Options are passed to idem.NewMiddleware; Principal defaults to the
 	// authenticated bearer token.
 	Options idem.Options
@@ -126,6 +136,9 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Ledger == nil || cfg.DB == nil {
 		return nil, errors.New("ordersapi: Ledger and DB are required")
 	}
+	if cfg.CrashHeader != "" && cfg.Crash == nil {
+		return nil, errors.New("ordersapi: CrashHeader needs Crash")
+	}
 	opts := cfg.Options
 	if opts.Principal == nil {
 		opts.Principal = BearerPrincipal
@@ -158,6 +171,9 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 	if in.SKU == "" || len(in.SKU) > 64 || in.Qty < 1 || in.Qty > 1000 {
 		writeJSON(w, http.StatusUnprocessableEntity, map[string]string{"error": "invalid_order", "message": "sku must be 1-64 characters and qty 1-1000"})
 		return
+	}
+	if a.cfg.CrashHeader != "" && r.Header.Get(a.cfg.CrashHeader) != "" {
+		a.cfg.Crash()
 	}
 	if a.cfg.DelayHeader != "" {
 		if d, err := time.ParseDuration(r.Header.Get(a.cfg.DelayHeader)); err == nil && d > 0 {

@@ -139,3 +139,52 @@ func newDB(t *testing.T) *d1client.Client {
 	}
 	return db
 }
+
+// TestCrashHeader: a request with CrashHeader calls Crash once its key is
+// claimed, before the order is created; a request without it does not.
+func TestCrashHeader(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(t)
+	if err := ordersapi.EnsureSchema(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	ledger, err := idem.New(db, idem.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ordersapi.New(ordersapi.Config{Ledger: ledger, DB: db, CrashHeader: "X-Demo-Crash"}); err == nil {
+		t.Fatal("CrashHeader without Crash is accepted")
+	}
+	crashes := 0
+	h, err := ordersapi.New(ordersapi.Config{Ledger: ledger, DB: db, CrashHeader: "X-Demo-Crash",
+		Crash: func() { crashes++; panic(http.ErrAbortHandler) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	post := func(key string, crash bool) {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/orders", strings.NewReader(`{"sku":"tea","qty":2}`))
+		req.Header.Set("Authorization", "Bearer tok_a")
+		req.Header.Set("Idempotency-Key", key)
+		if crash {
+			req.Header.Set("X-Demo-Crash", "1")
+		}
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			res.Body.Close()
+		}
+	}
+	post("k1", false)
+	post("k2", true)
+	res, err := db.Query(ctx, "SELECT count(*) FROM orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.Rows[0][0].Int64(); crashes != 1 || n != 1 {
+		t.Errorf("crashes = %d, orders = %d; want 1 and 1", crashes, n)
+	}
+	// The crashed request's key was claimed.
+	if _, err := ledger.Admin().Get(ctx, "tok_a", "k2"); err != nil {
+		t.Errorf("the crashed request's key: %v", err)
+	}
+}

@@ -1,0 +1,132 @@
+package d1client
+
+import (
+	"net"
+	"net/url"
+	"os"
+	"strings"
+)
+
+// BridgeURLEnv is the environment variable New reads for the bridge URL
+// (see Config.BridgeURL) when neither Config.BridgeURL nor Config.BaseURL
+// is set. Setting it is how a deployment moves from the REST API to the
+// bridge: nothing else changes.
+const BridgeURLEnv = "D1IDEM_BRIDGE_URL"
+
+// validSecret reports whether the bridge accepts s as its secret: 16 to
+// 4096 visible ASCII characters but the comma (SECRET_PATTERN in
+// bridge/worker.js).
+func validSecret(s string) bool {
+	if len(s) < 16 || len(s) > 4096 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e || s[i] == ',' {
+			return false
+		}
+	}
+	return true
+}
+
+// applyBridge resolves the bridge URL, Config.BridgeURL or else $D1IDEM_BRIDGE_URL,
+// and when there is one makes cfg talk to it: its address without the
+// secret becomes BaseURL, the secret replaces APIToken, and the zero Budget
+// becomes UnlimitedBudget. It reports whether cfg now names a bridge.
+// BridgeURL is cleared, so that the secret is kept only as the token.
+func (cfg *Config) applyBridge() (bool, error) {
+	raw, name := cfg.BridgeURL, "Config.BridgeURL"
+	cfg.BridgeURL = ""
+	switch {
+	case raw != "" && cfg.BaseURL != "":
+		return false, invalidf("Config.BridgeURL and Config.BaseURL are both set; a bridge URL is the base URL (and the token): set one of them")
+	case raw == "" && cfg.BaseURL == "":
+		raw, name = os.Getenv(BridgeURLEnv), BridgeURLEnv
+		if raw == "" {
+			return false, nil
+		}
+		for _, v := range []string{APIBaseURLEnv, BaseURLEnv} {
+			if os.Getenv(v) != "" {
+				return false, invalidf("%s and %s are both set: the bridge URL names the base URL itself; unset %s to use the bridge, or %s to use the API", BridgeURLEnv, v, v, BridgeURLEnv)
+			}
+		}
+	case raw == "":
+		return false, nil // Config.BaseURL wins over the environment
+	}
+	base, secret, err := parseBridgeURL(name, raw)
+	if err != nil {
+		return false, err
+	}
+	cfg.BaseURL, cfg.APIToken = base, secret
+	if cfg.Budget == (Budget{}) {
+		cfg.Budget = UnlimitedBudget()
+	}
+	return true, nil
+}
+
+// parseBridgeURL splits a bridge URL, https://:SECRET@HOST[/PATH], into its
+// base URL and its secret. Its errors never show the URL: it holds the
+// secret.
+func parseBridgeURL(name, raw string) (base, secret string, err error) {
+	const form = "https://:SECRET@HOST"
+	u, perr := url.Parse(raw)
+	if perr != nil || u.Opaque != "" || u.Host == "" {
+		return "", "", invalidf("%s is not a URL of the form %s (the URL is not shown: it holds the secret)", name, form)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
+		return "", "", invalidf("%s has a query or a fragment; the form is %s", name, form)
+	}
+	switch {
+	case u.Scheme == "https":
+	case u.Scheme == "http" && loopback(u.Hostname()):
+	case u.Scheme == "http":
+		return "", "", invalidf("%s is http:// to %s, which is not this machine: the URL carries the bridge's secret, so it must be https:// (http:// is accepted for a bridge on 127.0.0.1, such as `d1idem bridge serve`)", name, u.Host)
+	default:
+		return "", "", invalidf("%s must start with https:// (the form is %s)", name, form)
+	}
+	pass, hasPass := u.User.Password()
+	switch {
+	case u.User == nil || (!hasPass && u.User.Username() == ""):
+		return "", "", invalidf("%s carries no secret; write it as %s, the bridge's BRIDGE_SECRET after the colon", name, form)
+	case !hasPass:
+		return "", "", invalidf("%s has the secret where the user name goes; write it after a colon: %s", name, form)
+	case u.User.Username() != "":
+		return "", "", invalidf("%s has a user name; the bridge takes none: write %s", name, form)
+	case !validSecret(pass):
+		return "", "", invalidf("%s: the secret must be 16 to 4096 visible ASCII characters, without spaces or commas (percent-encode :, @, / and the like)", name)
+	}
+	u.User = nil
+	return u.String(), pass, nil
+}
+
+// loopback reports whether host names this machine.
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Bridge reports whether the client talks to a d1idem bridge (see
+// Config.BridgeURL): then it applies no request budget unless its Config
+// set one.
+func (c *Client) Bridge() bool { return c.bridge }
+
+// redactURL shows a bridge URL with its secret replaced by "[REDACTED]"
+// (and any query or fragment left out); what is not a URL is shown as
+// "[REDACTED]" whole.
+func redactURL(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Opaque != "" || u.Host == "" {
+		return "[REDACTED]"
+	}
+	secret := u.User != nil
+	u.User, u.RawQuery, u.Fragment, u.ForceQuery = nil, "", "", false
+	if !secret {
+		return u.String()
+	}
+	return u.Scheme + "://:[REDACTED]@" + strings.TrimPrefix(u.String(), u.Scheme+"://")
+}

@@ -1,0 +1,522 @@
+package d1client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// gate is an HTTP transport whose calls wait until the test answers them,
+// so that a test decides when each D1 call returns.
+type gate struct {
+	mu    sync.Mutex
+	calls []*gateCall
+	auto  func(c *gateCall) (http.Header, bool) // answers at once when it returns true
+}
+
+type gateCall struct {
+	body   []byte
+	sqls   []string // the statements' SQL, in order
+	answer chan http.Header
+}
+
+func (g *gate) RoundTrip(req *http.Request) (*http.Response, error) {
+	body, _ := io.ReadAll(req.Body)
+	c := &gateCall{body: body, answer: make(chan http.Header, 1)}
+	var one struct {
+		SQL   string `json:"sql"`
+		Batch []struct {
+			SQL string `json:"sql"`
+		} `json:"batch"`
+	}
+	if err := json.Unmarshal(body, &one); err != nil {
+		return nil, err
+	}
+	if one.Batch == nil {
+		c.sqls = []string{one.SQL}
+	}
+	for _, s := range one.Batch {
+		c.sqls = append(c.sqls, s.SQL)
+	}
+	g.mu.Lock()
+	g.calls = append(g.calls, c)
+	auto := g.auto
+	g.mu.Unlock()
+	if auto != nil {
+		if h, ok := auto(c); ok {
+			c.answer <- h
+		}
+	}
+	var h http.Header
+	select {
+	case h = <-c.answer:
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
+	res := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(strings.NewReader(okResults(len(c.sqls)))), Request: req}
+	for k, v := range h {
+		res.Header[k] = v
+	}
+	return res, nil
+}
+
+// sent returns the calls made so far.
+func (g *gate) sent() []*gateCall {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]*gateCall(nil), g.calls...)
+}
+
+// waitCalls waits for the n-th call to be made and returns it.
+func (g *gate) waitCalls(t testing.TB, n int) *gateCall {
+	t.Helper()
+	eventually(t, fmt.Sprintf("call %d", n), func() bool { return len(g.sent()) >= n })
+	return g.sent()[n-1]
+}
+
+// groupClient is a Client whose calls go through a gate, with a fake clock
+// for its budget and group commit.
+func groupClient(t testing.TB, b Budget, cc CoalesceConfig) (*Client, *gate, *fakeClock) {
+	t.Helper()
+	g := &gate{}
+	clk := newFakeClock()
+	acct := newAccount(b, clk)
+	c, err := New(Config{BaseURL: testBaseURL, AccountID: testAccount, DatabaseID: testDatabase,
+		HTTPClient: &http.Client{Transport: g}, Account: acct, Coalesce: cc, Retry: NoRetry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, g, clk
+}
+
+// queued returns the groups waiting in the batcher's queue.
+func (b *batcher) queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue[normal]) + len(b.queue[priority])
+}
+
+func (b *batcher) state() (runners, departing, flights int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.runners, b.departing, len(b.flights)
+}
+
+func stmt(sql string) []Statement { return []Statement{{SQL: sql}} }
+
+// The callers a call answers can join the next call before it leaves:
+// each of them comes straight back with its next statement (a claim, then
+// its completion), and the next call carries them all, not only those that
+// queued while the first was in flight. No time passes while they come
+// back: the runner departs as soon as all it answered are back.
+//
+// Caller 0 goes first, alone, and makes three calls; the five others queue
+// behind it and make two: every call but the first carries all six.
+func TestWokenCallersJoinTheNextCall(t *testing.T) {
+	c, g, clk := groupClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 1, Window: time.Second})
+	start := clk.Now()
+	const callers = 6
+	var wg sync.WaitGroup
+	first := make(chan struct{})
+	for i := range callers {
+		wg.Go(func() {
+			if i > 0 {
+				<-first
+			}
+			steps := 2
+			if i == 0 {
+				steps = 3
+			}
+			for step := range steps {
+				if _, err := c.Exec(context.Background(), stmt(fmt.Sprintf("SELECT %d, %d", i, step)), Coalesce()); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+		if i == 0 {
+			// The first caller's call is in flight before the others queue;
+			// it takes 20 ms.
+			call := g.waitCalls(t, 1)
+			if len(call.sqls) != 1 {
+				t.Fatalf("first call carries %v", call.sqls)
+			}
+			clk.Advance(20 * time.Millisecond)
+			close(first)
+		}
+	}
+	eventually(t, "the others to queue", func() bool { return c.batch.queued() == callers-1 })
+	g.sent()[0].answer <- nil
+	// Caller 0 comes back with its second statement and rides with the
+	// five that waited.
+	call := g.waitCalls(t, 2)
+	if len(call.sqls) != callers {
+		t.Fatalf("second call carries %d statements %v, want %d", len(call.sqls), call.sqls, callers)
+	}
+	call.answer <- nil
+	// All six come back, and leave together.
+	call = g.waitCalls(t, 3)
+	if len(call.sqls) != callers {
+		t.Fatalf("third call carries %v", call.sqls)
+	}
+	call.answer <- nil
+	wg.Wait()
+	// Nobody came back: the runner lingers until Window, then gives up its
+	// slot.
+	eventually(t, "the linger timer", func() bool { return clk.Timers() == 1 })
+	if r, _, _ := c.batch.state(); r != 1 {
+		t.Fatalf("%d runners while lingering", r)
+	}
+	clk.Advance(time.Second)
+	eventually(t, "the runner to stop", func() bool { r, _, _ := c.batch.state(); return r == 0 })
+	if n := len(g.sent()); n != 3 {
+		t.Errorf("%d calls, want 3", n)
+	}
+	if d := clk.Now().Sub(start); d != time.Second+20*time.Millisecond {
+		t.Errorf("%v passed: only the first call and the last linger take time", d)
+	}
+}
+
+// A returned call waits for the callers it answered as long as that costs
+// the statements already queued less than leaving would cost the missing
+// callers (a round trip each), at most Window; any arrival counts towards
+// them.
+func TestLingerWeighsTheWait(t *testing.T) {
+	c, g, clk := groupClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 1, Window: time.Second})
+	exec := func(sql string) chan error {
+		done := make(chan error, 1)
+		go func() { _, err := c.Exec(context.Background(), stmt(sql), Coalesce()); done <- err }()
+		return done
+	}
+	wait := func(d chan error) {
+		t.Helper()
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a's call takes 40 ms; b queues behind it.
+	a := exec("SELECT 'a'")
+	g.waitCalls(t, 1)
+	b := exec("SELECT 'b'")
+	eventually(t, "b to queue", func() bool { return c.batch.queued() == 1 })
+	clk.Advance(40 * time.Millisecond)
+	returned := clk.Now()
+	g.sent()[0].answer <- nil
+	wait(a)
+	// a does not come back. One missing caller would lose a round trip
+	// (40 ms); one queued statement loses what the linger takes: b waits
+	// 40 ms for a.
+	eventually(t, "the linger timer", func() bool {
+		at, ok := clk.Next()
+		return ok && at.Sub(returned) == 40*time.Millisecond
+	})
+	if len(g.sent()) != 1 {
+		t.Fatal("b left before the linger ended")
+	}
+	clk.Advance(40 * time.Millisecond)
+	call := g.waitCalls(t, 2)
+
+	// Four queued behind b's call: each waits a quarter of a round trip
+	// for b, and the runner learnt that answered callers do not always
+	// come back.
+	var more []chan error
+	for i := range 4 {
+		more = append(more, exec(fmt.Sprint("SELECT ", i)))
+		eventually(t, "the statement to queue", func() bool { return c.batch.queued() == i+1 })
+	}
+	clk.Advance(40 * time.Millisecond)
+	returned = clk.Now()
+	call.answer <- nil
+	wait(b)
+	c.batch.mu.Lock()
+	rtt, returns := c.batch.rtt, c.batch.returns
+	c.batch.mu.Unlock()
+	if returns >= 1 {
+		t.Errorf("returns = %v after a caller did not come back", returns)
+	}
+	want := time.Duration(returns * float64(rtt) / 4)
+	eventually(t, "the shorter linger", func() bool {
+		at, ok := clk.Next()
+		return ok && at.Sub(returned) == want
+	})
+	clk.Set(returned.Add(want))
+	call = g.waitCalls(t, 3)
+	if len(call.sqls) != 4 {
+		t.Fatalf("call carries %v", call.sqls)
+	}
+	call.answer <- nil
+	for _, d := range more {
+		wait(d)
+	}
+	// Nobody queued: the runner waits for its four up to Window, then gives
+	// up its slot.
+	returned = clk.Now()
+	eventually(t, "the linger timer", func() bool {
+		at, ok := clk.Next()
+		return ok && at.Sub(returned) == time.Second
+	})
+	clk.Advance(time.Second)
+	eventually(t, "the runner to stop", func() bool { r, _, _ := c.batch.state(); return r == 0 })
+}
+
+// A parallel call starts as soon as waiting for the call in flight would
+// cost the queue more than a round trip, and not before: when the queue
+// holds more than the next call carries, or the call in flight is overdue.
+// How much a call carries comes from what calls cost: D1 runs a call's
+// statements one after another, so once a call's statements take longer
+// than a round trip, the rest go in a parallel call.
+func TestParallelCallWhenWaitingCostsMore(t *testing.T) {
+	c, g, clk := groupClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 4, Window: -1})
+	exec := func(stmts []Statement) chan error {
+		done := make(chan error, 1)
+		go func() { _, err := c.Exec(context.Background(), stmts, Coalesce()); done <- err }()
+		return done
+	}
+	many := func(n int) []Statement {
+		out := make([]Statement, n)
+		for i := range out {
+			out[i] = Statement{SQL: fmt.Sprint("SELECT ", i)}
+		}
+		return out
+	}
+	// Teach the batcher what calls cost: 9 ms, and 1 ms per statement.
+	for i, n := range []int{1, 11, 1, 11, 1, 11} {
+		d := exec(many(n))
+		call := g.waitCalls(t, i+1)
+		clk.Advance(time.Duration(9+n) * time.Millisecond)
+		call.answer <- nil
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the runner to stop", func() bool { r, _, _ := c.batch.state(); return r == 0 })
+	}
+	if base, per, ok := c.batch.cost.estimate(); !ok || base != 9*time.Millisecond || per != time.Millisecond {
+		t.Fatalf("cost model: base %v, per statement %v, %v", base, per, ok)
+	}
+	taught := len(g.sent())
+
+	// A call in flight; nine waiters fill the next call (9 ms of
+	// statements), so they wait for it.
+	var done []chan error
+	done = append(done, exec(many(1)))
+	g.waitCalls(t, taught+1)
+	for i := range 9 {
+		done = append(done, exec(stmt(fmt.Sprint("SELECT 'waiter ", i, "'"))))
+		eventually(t, "the waiter to queue", func() bool { return c.batch.queued() == i+1 })
+	}
+	if n := len(g.sent()); n != taught+1 {
+		t.Fatalf("%d calls: waiters below a call's worth started a parallel call", n-taught)
+	}
+	// A tenth would wait a round trip more: a parallel call takes nine,
+	// and another the tenth.
+	done = append(done, exec(stmt("SELECT 'tenth'")))
+	g.waitCalls(t, taught+3)
+	var sizes []int
+	for _, call := range g.sent()[taught+1:] {
+		sizes = append(sizes, len(call.sqls))
+	}
+	slices.Sort(sizes) // the two parallel calls race to the transport
+	if fmt.Sprint(sizes) != "[1 9]" {
+		t.Fatalf("parallel calls of %v statements, want 9 and 1", sizes)
+	}
+	for _, call := range g.sent()[taught:] {
+		call.answer <- nil
+	}
+	for _, d := range done {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the runners to stop", func() bool { r, _, _ := c.batch.state(); return r == 0 })
+
+	// A call overdue by more than two round trips: a waiter does not wait
+	// for it.
+	taught = len(g.sent())
+	slow := exec(stmt("SELECT 'slow'"))
+	call := g.waitCalls(t, taught+1)
+	clk.Advance(time.Second)
+	waiter := exec(stmt("SELECT 'waiter'"))
+	g.waitCalls(t, taught+2).answer <- nil
+	if err := <-waiter; err != nil {
+		t.Fatal(err)
+	}
+	call.answer <- nil
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// When calls are scarce, the runner waits for the next slot while more
+// statements join; priority work leaves first, on the reserve, and other
+// work rides along in its call.
+func TestPriorityWorkLeavesFirst(t *testing.T) {
+	// One call a second for priority work, one per 2 s for other work; a
+	// burst of 3 for priority work and of 1 for the rest.
+	c, g, clk := groupClient(t, NewBudget(10, 10*time.Second).WithBurst(3).WithReserve(0.5),
+		CoalesceConfig{MaxInFlight: 1, MaxStatements: 3, Window: -1})
+	g.auto = func(*gateCall) (http.Header, bool) { return nil, true }
+	start := clk.Now()
+	if _, err := c.Exec(context.Background(), stmt("SELECT 'spends the burst'"), Coalesce()); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	exec := func(sql string, opts ...ExecOption) {
+		wg.Go(func() {
+			if _, err := c.Exec(context.Background(), stmt(sql), append(opts, Coalesce())...); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for i := range 3 {
+		exec(fmt.Sprint("SELECT 'normal ", i, "'"))
+		eventually(t, "the statement to queue", func() bool { return c.batch.queued() == i+1 })
+	}
+	eventually(t, "the runner to wait for the normal slot", func() bool {
+		at, ok := clk.Next()
+		return ok && at.Sub(start) == 2*time.Second
+	})
+	// A completion leaves at once, on the reserve, and takes the first two
+	// waiting statements with it.
+	exec("SELECT 'completion'", Priority())
+	call := g.waitCalls(t, 2)
+	want := []string{"SELECT 'completion'", "SELECT 'normal 0'", "SELECT 'normal 1'"}
+	if strings.Join(call.sqls, "|") != strings.Join(want, "|") {
+		t.Fatalf("call carries %v, want %v", call.sqls, want)
+	}
+	if clk.Now() != start {
+		t.Fatal("time passed")
+	}
+	// The last one waits for the next normal slot: the completion moved the
+	// pace on by 1 s.
+	eventually(t, "the runner to wait for the next slot", func() bool {
+		at, ok := clk.Next()
+		return ok && at.Sub(start) == 3*time.Second && c.batch.queued() == 1
+	})
+	clk.Set(start.Add(3 * time.Second))
+	wg.Wait()
+	if n := len(g.sent()); n != 3 {
+		t.Errorf("%d calls", n)
+	}
+}
+
+// New work is turned away at once, with an accurate Retry-After, when the
+// budget has no call for it before its deadline; priority work meeting a
+// momentarily empty budget waits for its slot and lands.
+func TestCompletionsWaitWhileClaimsAreShed(t *testing.T) {
+	c, g, clk := groupClient(t, UnlimitedBudget().WithBurst(10).WithReserve(0.2), CoalesceConfig{Window: -1})
+	hdr := rateHeaders(3, 60, 1200, 300)
+	g.auto = func(*gateCall) (http.Header, bool) { h := hdr; return h, true }
+	if _, err := c.Exec(context.Background(), stmt("SELECT 'learns the budget'"), Coalesce()); err != nil {
+		t.Fatal(err)
+	}
+	start := clk.Now()
+	// 3 calls left, 3 of them the reserve's: a claim with a 10 s deadline
+	// is refused at once, and told to come back after the reset.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := c.Exec(ctx, stmt("INSERT INTO claims VALUES (1)"), Coalesce())
+	var e *Error
+	if !errors.As(err, &e) || !errors.Is(err, ErrBudget) || e.RetryAfter != 61*time.Second {
+		t.Fatalf("claim: %v", err)
+	}
+	// A completion goes.
+	if _, err := c.Exec(ctx, stmt("UPDATE t SET done = 1"), Coalesce(), Priority()); err != nil {
+		t.Fatal(err)
+	}
+	// Now none is left: the next completion waits for the reset and lands.
+	hdr = rateHeaders(0, 2, 1200, 300)
+	if _, err := c.Exec(ctx, stmt("UPDATE t SET done = 2"), Coalesce(), Priority()); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() {
+		_, err := c.Exec(ctx, stmt("UPDATE t SET done = 3"), Coalesce(), Priority(), Idempotent())
+		done <- err
+	}()
+	eventually(t, "the completion to wait for the reset", func() bool {
+		at, ok := clk.Next()
+		return ok && at.Sub(start) == 3*time.Second
+	})
+	hdr = rateHeaders(1199, 300, 1200, 300)
+	clk.Set(start.Add(3 * time.Second))
+	if err := <-done; err != nil {
+		t.Fatalf("the completion was lost: %v", err)
+	}
+	if n := len(g.sent()); n != 4 {
+		t.Errorf("%d calls", n)
+	}
+}
+
+// Below the ceiling, nobody is refused and nobody waits long: an open-loop
+// load of new work over fake time, at 3/4 of what a budget of one call a
+// second carries. The clock only moves when every caller so far has been
+// answered or is queued behind a runner waiting for its slot.
+func TestNoRefusalBelowTheCeiling(t *testing.T) {
+	c, g, clk := groupClient(t, NewBudget(60, time.Minute).WithBurst(2), CoalesceConfig{MaxStatements: 100, Window: -1})
+	g.auto = func(*gateCall) (http.Header, bool) { return nil, true }
+	start := clk.Now()
+	const perTick, ticks = 3, 200 // 3 every 50 ms: 60 per second for 10 s; the ceiling is 80
+	var wg sync.WaitGroup
+	var finished atomic.Int64
+	var mu sync.Mutex
+	var longest time.Duration // the longest a request took, in fake time
+	quiet := func(callers int) func() bool {
+		return func() bool {
+			sent := 0
+			for _, call := range g.sent() {
+				sent += len(call.sqls)
+			}
+			c.batch.mu.Lock()
+			arrived := c.batch.arrivals
+			queued := c.batch.stmts
+			c.batch.mu.Unlock()
+			return arrived == uint64(callers) && finished.Load() == int64(sent) && (queued == 0 || clk.Timers() > 0)
+		}
+	}
+	for tick := range ticks {
+		for i := range perTick {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				t0 := clk.Now()
+				_, err := c.Exec(ctx, stmt(fmt.Sprintf("SELECT %d", tick*perTick+i)), Coalesce())
+				mu.Lock()
+				longest = max(longest, clk.Now().Sub(t0))
+				mu.Unlock()
+				if err != nil {
+					t.Error(err)
+				}
+				finished.Add(1)
+			})
+		}
+		eventually(t, "the callers to be answered or queued", quiet((tick+1)*perTick))
+		clk.Set(start.Add(time.Duration(tick+1) * 50 * time.Millisecond))
+	}
+	for finished.Load() < perTick*ticks {
+		eventually(t, "the callers to be answered or queued", quiet(perTick*ticks))
+		if next, ok := clk.Next(); ok {
+			clk.Set(next)
+		}
+	}
+	wg.Wait()
+	calls := len(g.sent())
+	if elapsed := clk.Now().Sub(start); calls > int(elapsed/time.Second)+3 {
+		t.Errorf("%d calls in %v: over the budget's pace", calls, elapsed)
+	}
+	// Each waited about one pace interval (1.25 s for work without
+	// Priority) at most: far within any deadline a request would have (the
+	// middleware's is 10 s).
+	if longest > 1500*time.Millisecond {
+		t.Errorf("a request waited %v for its call", longest)
+	}
+	t.Logf("%d requests in %d calls; the longest wait %v", perTick*ticks, calls, longest)
+}

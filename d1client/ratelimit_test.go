@@ -1,0 +1,83 @@
+package d1client
+
+import (
+	"testing"
+	"time"
+)
+
+// Cloudflare's budget headers are read the way the IETF draft's
+// structured fields are written, leniently about spacing and order, and
+// anything unreadable is ignored rather than guessed at.
+func TestParseRateLimitHeaders(t *testing.T) {
+	tests := []struct {
+		name  string
+		lines []string
+		want  rateLimit // zero: nothing readable
+	}{
+		{"Cloudflare's", []string{`"default";r=50;t=30`}, rateLimit{"default", 50, 30 * time.Second}},
+		{"spaces", []string{` "default" ; r = 50 ;t=30 `}, rateLimit{"default", 50, 30 * time.Second}},
+		{"order", []string{`"default";t=30;r=50`}, rateLimit{"default", 50, 30 * time.Second}},
+		{"a token name", []string{`default;r=5;t=1`}, rateLimit{"default", 5, time.Second}},
+		{"none left", []string{`"default";r=0;t=300`}, rateLimit{"default", 0, 300 * time.Second}},
+		{"other parameters", []string{`"default";r=5;t=1;pk=:YWJj:;x`}, rateLimit{"default", 5, time.Second}},
+		{"the last of a repeated key", []string{`"d";r=1;r=9;t=5`}, rateLimit{"d", 9, 5 * time.Second}},
+		{"the tightest of several", []string{`"a";r=10;t=5, "b";r=3;t=60`}, rateLimit{"b", 3, time.Minute}},
+		{"the tightest of several lines", []string{`"a";r=10;t=5`, `"b";r=3;t=60`}, rateLimit{"b", 3, time.Minute}},
+		{"a comma in a name", []string{`"a,b";r=4;t=2`}, rateLimit{"a,b", 4, 2 * time.Second}},
+		{"an escaped name", []string{`"a\"b";r=4;t=2`}, rateLimit{`a"b`, 4, 2 * time.Second}},
+		{"garbage beside a good member", []string{`garbage!!, "default";r=7;t=9`}, rateLimit{"default", 7, 9 * time.Second}},
+		{"no name", []string{`r=50;t=30`}, rateLimit{}},
+		{"no t", []string{`"default";r=50`}, rateLimit{}},
+		{"not a number", []string{`"default";r=abc;t=30`}, rateLimit{}},
+		{"negative", []string{`"default";r=-5;t=30`}, rateLimit{}},
+		{"a decimal", []string{`"default";r=5.5;t=30`}, rateLimit{}},
+		{"a string value", []string{`"default";r="5";t=30`}, rateLimit{}},
+		{"too many digits", []string{`"default";r=1234567890123456;t=30`}, rateLimit{}},
+		{"an upper-case key", []string{`"default";R=5;t=30`}, rateLimit{}},
+		{"an empty value", []string{`"default";r=;t=30`}, rateLimit{}},
+		{"an unterminated name", []string{`"default;r=5;t=1`}, rateLimit{}},
+		{"junk after the name", []string{`"default"x;r=5;t=1`}, rateLimit{}},
+		{"an inner list", []string{`("a" "b");r=5;t=1`}, rateLimit{}},
+		{"empty", []string{``}, rateLimit{}},
+		{"absent", nil, rateLimit{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := parseRateLimit(tc.lines)
+			if ok != (tc.want != rateLimit{}) || got != tc.want {
+				t.Errorf("parseRateLimit(%q) = %+v, %v; want %+v", tc.lines, got, ok, tc.want)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		lines []string
+		limit string
+		want  ratePolicy
+	}{
+		{[]string{`"burst";q=1200;w=300`}, "default", ratePolicy{"burst", 1200, 300 * time.Second}},
+		{[]string{`"burst";q=1200;w=300, "default";q=100;w=60`}, "default", ratePolicy{"default", 100, time.Minute}},
+		{[]string{`"x";q=0;w=300, "burst";q=10;w=1`}, "default", ratePolicy{"burst", 10, time.Second}},
+		{[]string{`"burst";q=1200`}, "default", ratePolicy{}},
+		{[]string{`"burst";q=1200;w=5m`}, "default", ratePolicy{}},
+	} {
+		got, ok := parseRatePolicy(tc.lines, tc.limit)
+		if ok != (tc.want != ratePolicy{}) || got != tc.want {
+			t.Errorf("parseRatePolicy(%q) = %+v, %v; want %+v", tc.lines, got, ok, tc.want)
+		}
+	}
+}
+
+// The parsers never panic, whatever the header holds.
+func FuzzParseRateLimitHeaders(f *testing.F) {
+	for _, s := range []string{`"default";r=50;t=30`, `"burst";q=1200;w=300`, `"a\"b";r=1;t=2, x;r=3;t=4`, `"`, `;`, `"x";=`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if lim, ok := parseRateLimit([]string{s}); ok && (lim.remaining < 0 || lim.reset < 0) {
+			t.Fatalf("%q: %+v", s, lim)
+		}
+		if pol, ok := parseRatePolicy([]string{s}, "default"); ok && (pol.quota <= 0 || pol.window <= 0) {
+			t.Fatalf("%q: %+v", s, pol)
+		}
+	})
+}

@@ -1,0 +1,224 @@
+package idem
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// ringKey is the key of the reserved row that records a sharded ledger's
+// ring in each of its databases, under the empty principal, which no
+// request can address (Begin refuses it).
+const ringKey = "d1idem:ring"
+
+// ringFormat names the ring row's JSON format and its routing function.
+const ringFormat = "d1idem-ring/1"
+
+// maxHomeID is the longest Home.ID accepted.
+const maxHomeID = 255
+
+// RingPhase is the phase of a ring.
+type RingPhase string
+
+// The phases of a ring. A ring is created Stable; Admin.Grow moves it to
+// the next version in the Moving phase; Admin.AdvanceRing, once no key of
+// the previous version can still be replayed from its old home, makes that
+// version Stable.
+const (
+	// RingStable: every principal's keys are at Ring.Home(principal).
+	RingStable RingPhase = "stable"
+	// RingMoving: a principal whose home differs between Ring.Previous and
+	// Ring.Homes (a moved principal) keeps the keys it has at its old home,
+	// which is read first; its new keys go to its new home.
+	RingMoving RingPhase = "moving"
+)
+
+// Ring is the versioned set of databases a sharded ledger spans, as
+// recorded in each of them. Principals map to databases by rendezvous
+// hashing (see Rendezvous).
+type Ring struct {
+	// Version counts the ring's changes; the first ring is version 1.
+	Version int64
+	Phase   RingPhase
+	// Homes are the IDs of this version's databases, sorted.
+	Homes []string
+	// Previous, while Moving, are the previous version's homes (a subset
+	// of Homes: rings only grow); nil when Stable.
+	Previous []string
+}
+
+// Epoch orders rings: version v is epoch 2v-1 while Moving and 2v when
+// Stable. It is what the ring row's generation column holds, and what the
+// ring guard compares.
+func (r Ring) Epoch() int64 {
+	if r.Phase == RingMoving {
+		return 2*r.Version - 1
+	}
+	return 2 * r.Version
+}
+
+// Home returns the ID of the database that holds principal's new keys:
+// Rendezvous(principal, r.Homes).
+func (r Ring) Home(principal string) string { return Rendezvous(principal, r.Homes) }
+
+// PreviousHome returns, while the ring is Moving and principal is a moved
+// principal, the ID of its old home, which still holds the keys it had
+// there; otherwise "".
+func (r Ring) PreviousHome(principal string) string {
+	if r.Phase != RingMoving {
+		return ""
+	}
+	if old := Rendezvous(principal, r.Previous); old != r.Home(principal) {
+		return old
+	}
+	return ""
+}
+
+// String describes the ring, such as "v2 moving [a b c] from [a b]".
+func (r Ring) String() string {
+	s := fmt.Sprintf("v%d %s %v", r.Version, r.Phase, r.Homes)
+	if r.Phase == RingMoving {
+		s += fmt.Sprintf(" from %v", r.Previous)
+	}
+	return s
+}
+
+// equal reports whether two rings are the same.
+func (r Ring) equal(o Ring) bool {
+	return r.Version == o.Version && r.Phase == o.Phase && slices.Equal(r.Homes, o.Homes) && slices.Equal(r.Previous, o.Previous)
+}
+
+// Rendezvous returns the ID, among ids, of principal's home by rendezvous
+// (highest random weight) hashing: the ID whose score, the first 8 bytes
+// (big-endian) of SHA-256(principal || 0x00 || ID), is highest; on a tie,
+// the smaller ID. It returns "" when ids is empty. Every replica, and any
+// other tool, computes the same home from the same IDs: the function is
+// part of the ring's recorded format ("d1idem-ring/1"). Adding an ID moves
+// only the principals that the new ID wins, about 1/(len(ids)+1) of them,
+// and each of them to the new ID.
+func Rendezvous(principal string, ids []string) string {
+	best, bestScore := "", uint64(0)
+	for _, id := range ids {
+		s := score(principal, id)
+		if best == "" || s > bestScore || (s == bestScore && id < best) {
+			best, bestScore = id, s
+		}
+	}
+	return best
+}
+
+func score(principal, id string) uint64 {
+	h := sha256.New()
+	h.Write([]byte(principal))
+	h.Write([]byte{0})
+	h.Write([]byte(id))
+	var sum [sha256.Size]byte
+	return binary.BigEndian.Uint64(h.Sum(sum[:0]))
+}
+
+// checkHomeID validates a home's ID: 1 to 255 bytes of printable UTF-8
+// (no control character, so no NUL: the hash input stays unambiguous).
+func checkHomeID(id string) error {
+	if id == "" || len(id) > maxHomeID || !utf8.ValidString(id) {
+		return fmt.Errorf("idem: home ID %q: use 1 to %d bytes of UTF-8", id, maxHomeID)
+	}
+	for _, c := range id {
+		if c < 0x20 || c == 0x7f {
+			return fmt.Errorf("idem: home ID %q holds a control character", id)
+		}
+	}
+	return nil
+}
+
+// ringJSON is the ring row's response_body.
+type ringJSON struct {
+	Format   string    `json:"format"`
+	Version  int64     `json:"version"`
+	Phase    RingPhase `json:"phase"`
+	Homes    []string  `json:"homes"`
+	Previous []string  `json:"previous,omitempty"`
+}
+
+func (r Ring) encode() string {
+	b, _ := json.Marshal(ringJSON{Format: ringFormat, Version: r.Version, Phase: r.Phase, Homes: r.Homes, Previous: r.Previous})
+	return string(b)
+}
+
+// errBadRing is wrapped by every error about a recorded ring that cannot
+// be read.
+var errBadRing = errors.New("idem: the recorded ring is unreadable")
+
+// decodeRing reads a ring row: its generation (the epoch) and its JSON.
+func decodeRing(epoch int64, body string) (Ring, error) {
+	var j ringJSON
+	dec := json.NewDecoder(strings.NewReader(body))
+	if err := dec.Decode(&j); err != nil {
+		return Ring{}, fmt.Errorf("%w: %v", errBadRing, err)
+	}
+	if j.Format != ringFormat {
+		return Ring{}, fmt.Errorf("%w: format %q, want %q (written by another version of d1idem?)", errBadRing, j.Format, ringFormat)
+	}
+	r := Ring{Version: j.Version, Phase: j.Phase, Homes: j.Homes, Previous: j.Previous}
+	if err := r.validate(); err != nil {
+		return Ring{}, fmt.Errorf("%w: %v", errBadRing, err)
+	}
+	if r.Epoch() != epoch {
+		return Ring{}, fmt.Errorf("%w: generation %d, but the ring %s is epoch %d", errBadRing, epoch, r, r.Epoch())
+	}
+	return r, nil
+}
+
+// validate checks a ring's shape: sorted, distinct, valid IDs; a Moving
+// ring's previous homes are a proper subset of its homes.
+func (r Ring) validate() error {
+	if r.Version < 1 {
+		return fmt.Errorf("version %d", r.Version)
+	}
+	if err := checkIDs(r.Homes); err != nil {
+		return err
+	}
+	switch r.Phase {
+	case RingStable:
+		if r.Previous != nil {
+			return errors.New("a stable ring with previous homes")
+		}
+	case RingMoving:
+		if r.Version < 2 {
+			return errors.New("version 1 cannot be moving")
+		}
+		if err := checkIDs(r.Previous); err != nil {
+			return err
+		}
+		for _, id := range r.Previous {
+			if !slices.Contains(r.Homes, id) {
+				return fmt.Errorf("previous home %q is not a home", id)
+			}
+		}
+		if len(r.Previous) >= len(r.Homes) {
+			return errors.New("a moving ring that adds no home")
+		}
+	default:
+		return fmt.Errorf("phase %q", r.Phase)
+	}
+	return nil
+}
+
+func checkIDs(ids []string) error {
+	if len(ids) == 0 {
+		return errors.New("no homes")
+	}
+	for i, id := range ids {
+		if err := checkHomeID(id); err != nil {
+			return err
+		}
+		if i > 0 && ids[i-1] >= id {
+			return errors.New("homes not sorted and distinct")
+		}
+	}
+	return nil
+}

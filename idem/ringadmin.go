@@ -1,0 +1,372 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/d1idem/d1idem"
+	"github.com/d1idem/d1idem/d1client"
+)
+
+// Errors of the ring operations.
+var (
+	// ErrRingConflict is returned when a database holds a ring the
+	// operation did not expect: another operator's change, a ring recorded
+	// twice, or databases that disagree about one version.
+	ErrRingConflict = errors.New("idem: ring conflict")
+	// ErrRingIncomplete is returned by Grow while the current ring is not
+	// recorded in every one of its databases: run AdvanceRing first.
+	ErrRingIncomplete = errors.New("idem: the current ring is not recorded in every database: run AdvanceRing")
+	// ErrDropNotDue is returned by AdvanceRing while a Moving ring's old
+	// homes may still hold keys that must replay from there: see
+	// RingStatus.DropAt.
+	ErrDropNotDue = errors.New("idem: the moved principals' old homes may still hold replayable keys")
+)
+
+// ringFarFuture is the ring row's updated_at, 9999-12-31T23:59:59.999Z:
+// no sweep ever deletes it.
+const ringFarFuture = 253402300799999
+
+// RingStatus is what each database of a sharded ledger has recorded.
+type RingStatus struct {
+	// Ring is the newest ring recorded in any database; its Version is 0
+	// when there is none.
+	Ring Ring
+	// Homes are the ledger's databases (those given to NewSharded), by
+	// ID.
+	Homes []HomeRing
+	// DropAt is, while Ring is Moving and every old home has recorded it,
+	// the earliest time (by the old homes' clocks) at which AdvanceRing
+	// can make it Stable; zero otherwise.
+	DropAt time.Time
+}
+
+// HomeRing is what one database has recorded.
+type HomeRing struct {
+	ID string
+	// Ring is the ring the database has recorded; nil when none.
+	Ring *Ring
+	// RecordedAt is when it recorded Ring's phase, and Now the time of the
+	// read, both by the ledger's clock (D1's, by default).
+	RecordedAt, Now time.Time
+	// HasKeys reports whether it holds any key.
+	HasKeys bool
+	// Err is why it could not be read or written; the other fields are
+	// then unset.
+	Err error
+}
+
+// dropDelay is how long after an old home recorded a Moving ring its old
+// route may be dropped. A key claimed there just before has an owner who
+// may write until its claim plus Retention - TTL - RetentionMargin/2 (see
+// ErrReservationExpired), and the row must then replay for one Retention:
+// 2 x Retention - TTL - RetentionMargin/2 in all.
+func (c Config) dropDelay() time.Duration {
+	return 2*c.Retention - c.TTL - RetentionMargin/2
+}
+
+// ringStatusStatements read a database's ring row, the clock, and whether
+// it holds keys.
+func (a *Admin) ringStatusStatements() []d1client.Statement {
+	l := a.l
+	row := l.sql.query(l.now()).add("SELECT generation, response_body, created_at FROM " + d1idem.Table +
+		" WHERE principal = '' AND key = '" + ringKey + "'")
+	clock := l.sql.query(l.now()).add("SELECT ").clock().add(", EXISTS (SELECT 1 FROM " + d1idem.Table + " WHERE principal <> '')")
+	return []d1client.Statement{row.statement(), clock.statement()}
+}
+
+// scanRingStatus reads the results of ringStatusStatements.
+func scanRingStatus(id string, res []d1client.Result) HomeRing {
+	hr := HomeRing{ID: id}
+	var now int64
+	if err := res[1].Rows[0].Scan(&now, &hr.HasKeys); err != nil {
+		hr.Err = err
+		return hr
+	}
+	hr.Now = time.UnixMilli(now).UTC()
+	if len(res[0].Rows) == 0 {
+		return hr
+	}
+	var epoch, at int64
+	var body string
+	if err := res[0].Rows[0].Scan(&epoch, &body, &at); err != nil {
+		hr.Err = fmt.Errorf("%w: %v", errBadRing, err)
+		return hr
+	}
+	r, err := decodeRing(epoch, body)
+	if err != nil {
+		hr.Err = err
+		return hr
+	}
+	hr.Ring, hr.RecordedAt = &r, time.UnixMilli(at).UTC()
+	return hr
+}
+
+// RingStatus reads the ring recorded in each of the ledger's databases.
+// It fails only for a ledger made by New (ErrNotSharded); a database that
+// cannot be read has its HomeRing.Err set.
+func (a *Admin) RingStatus(ctx context.Context) (RingStatus, error) {
+	if a.l.shards == nil {
+		return RingStatus{}, ErrNotSharded
+	}
+	s := a.l.shards
+	st := RingStatus{Homes: make([]HomeRing, len(s.ids))}
+	var wg sync.WaitGroup
+	for i, id := range s.ids {
+		wg.Go(func() {
+			res, err := s.homes[id].db.Exec(ctx, a.ringStatusStatements())
+			if err != nil {
+				st.Homes[i] = HomeRing{ID: id, Err: err}
+				return
+			}
+			st.Homes[i] = scanRingStatus(id, res)
+		})
+	}
+	wg.Wait()
+	for _, h := range st.Homes {
+		if h.Ring != nil && h.Ring.Epoch() > st.Ring.Epoch() {
+			st.Ring = *h.Ring
+		}
+	}
+	st.DropAt = a.dropAt(st)
+	return st, nil
+}
+
+// dropAt computes RingStatus.DropAt.
+func (a *Admin) dropAt(st RingStatus) time.Time {
+	if st.Ring.Phase != RingMoving {
+		return time.Time{}
+	}
+	var at time.Time
+	for _, id := range st.Ring.Previous {
+		h := st.home(id)
+		if h == nil || h.Ring == nil || !h.Ring.equal(st.Ring) {
+			return time.Time{}
+		}
+		if t := h.RecordedAt.Add(a.l.cfg.dropDelay()); t.After(at) {
+			at = t
+		}
+	}
+	return at
+}
+
+func (st *RingStatus) home(id string) *HomeRing {
+	for i := range st.Homes {
+		if st.Homes[i].ID == id {
+			return &st.Homes[i]
+		}
+	}
+	return nil
+}
+
+// check returns an error when one of the databases with these IDs is not
+// the ledger's, or holds a ring of the newest epoch that differs from the
+// newest ring; and, if readable is set, when one could not be read.
+func (st *RingStatus) check(ids []string, readable bool) error {
+	var errs []error
+	for _, id := range ids {
+		h := st.home(id)
+		switch {
+		case h == nil:
+			return fmt.Errorf("%w: %q", ErrUnknownHome, id)
+		case h.Err != nil:
+			if readable {
+				errs = append(errs, fmt.Errorf("home %s: %w", id, h.Err))
+			}
+		case h.Ring != nil && h.Ring.Epoch() == st.Ring.Epoch() && !h.Ring.equal(st.Ring):
+			return fmt.Errorf("%w: home %s holds %s, another holds %s", ErrRingConflict, id, h.Ring, st.Ring)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// writeRing records r at h, unless h holds a newer ring, and returns what
+// h holds then: ErrRingConflict if that is not r.
+func (a *Admin) writeRing(ctx context.Context, h *home, r Ring) HomeRing {
+	l := a.l
+	q := l.sql.query(l.now()).add(`INSERT INTO `+d1idem.Table+` (principal, key, fingerprint, status, generation, response_status, response_body, response_headers, created_at, updated_at)
+VALUES ('', '`+ringKey+`', '`+ringKey+`', 'completed', ?, 200, ?, '{"content-type":"application/json"}', `, r.Epoch(), r.encode()).
+		clock().add(`, ?)
+ON CONFLICT (principal, key) DO UPDATE SET generation = excluded.generation, response_body = excluded.response_body, created_at = excluded.created_at
+WHERE generation < excluded.generation`, int64(ringFarFuture))
+	res, err := h.db.Exec(ctx, append([]d1client.Statement{q.statement()}, a.ringStatusStatements()...), d1client.Idempotent())
+	if err != nil {
+		return HomeRing{ID: h.id, Err: err}
+	}
+	hr := scanRingStatus(h.id, res[1:])
+	if hr.Err == nil && (hr.Ring == nil || !hr.Ring.equal(r)) {
+		hr.Err = fmt.Errorf("%w: recording %s, the database holds %v", ErrRingConflict, r, hr.Ring)
+	}
+	return hr
+}
+
+// record writes r first at coordinator, the database that decides between
+// operators racing to record different rings of one epoch, and, once it
+// holds r, at every other database of r that lacks it. It updates st.
+func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, r Ring) error {
+	s := a.l.shards
+	first := a.writeRing(ctx, s.homes[coordinator], r)
+	*st.home(coordinator) = first
+	if first.Err != nil {
+		return fmt.Errorf("idem: recording %s at the coordinating home %s: %w", r, coordinator, first.Err)
+	}
+	var rest []string
+	for _, id := range r.Homes {
+		if id != coordinator {
+			if h := st.home(id); h.Ring == nil || h.Ring.Epoch() < r.Epoch() || h.Err != nil {
+				rest = append(rest, id)
+			}
+		}
+	}
+	dsts := make([]*HomeRing, len(rest))
+	for i, id := range rest {
+		dsts[i] = st.home(id)
+	}
+	var wg sync.WaitGroup
+	for i, id := range rest {
+		wg.Go(func() { *dsts[i] = a.writeRing(ctx, s.homes[id], r) })
+	}
+	wg.Wait()
+	st.Ring = r
+	st.DropAt = a.dropAt(*st)
+	var errs []error
+	for _, id := range r.Homes {
+		if h := st.home(id); h.Err != nil {
+			errs = append(errs, fmt.Errorf("home %s: %w", id, h.Err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("idem: %s is recorded at %d of its %d databases; run AdvanceRing to record it at the others: %w",
+			r, len(r.Homes)-len(errs), len(r.Homes), errors.Join(errs...))
+	}
+	a.l.shards.adopt(a.l, r)
+	return nil
+}
+
+// InitRing records the first ring, version 1, Stable, over every database
+// of the ledger (those given to NewSharded), which must hold the schema
+// and no ring. Several databases must also hold no key: keys already in
+// one database stay where the ring routes their principals only when it
+// is the only one. Run it once, before the first request of a sharded
+// ledger; an existing ledger on one database becomes the N = 1 case, and
+// grows with Grow.
+func (a *Admin) InitRing(ctx context.Context) (RingStatus, error) {
+	st, err := a.RingStatus(ctx)
+	if err != nil {
+		return st, err
+	}
+	ids := a.l.shards.ids
+	if err := st.check(ids, true); err != nil {
+		return st, fmt.Errorf("idem: init ring: %w", err)
+	}
+	for _, h := range st.Homes {
+		switch {
+		case h.Ring != nil:
+			return st, fmt.Errorf("idem: init ring: %w: home %s already holds %s", ErrRingConflict, h.ID, h.Ring)
+		case h.HasKeys && len(ids) > 1:
+			return st, fmt.Errorf("idem: init ring: home %s holds keys: a ring over several databases starts with empty ones (start with the one holding keys, then Grow)", h.ID)
+		}
+	}
+	r := Ring{Version: 1, Phase: RingStable, Homes: slices.Clone(ids)}
+	return st, a.record(ctx, &st, ids[0], r)
+}
+
+// Grow starts a change of the ring that adds the databases with these IDs
+// (each given to NewSharded, holding the schema, and empty): it records
+// the next version, Moving, in the current homes' first database (which
+// decides between racing operators), then in every other one. From then
+// on about len(ids)/(len(homes)+len(ids)) of the principals move to the
+// new databases: their new keys go there, and the keys they have at their
+// old homes are still answered from there. After DropAt (two retention
+// windows: see docs/sharding.md), AdvanceRing ends the change.
+//
+// The current ring must be Stable and recorded in all of its databases.
+// Every replica must already have a Home for each new database. If some
+// database cannot be written, the error says so and AdvanceRing finishes
+// the recording; the ledger stays exactly-once meanwhile.
+func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
+	st, err := a.RingStatus(ctx)
+	if err != nil {
+		return st, err
+	}
+	cur := st.Ring
+	switch {
+	case len(ids) == 0:
+		return st, errors.New("idem: grow: no database to add")
+	case cur.Version == 0:
+		return st, fmt.Errorf("idem: grow: %w", ErrNoRing)
+	case cur.Phase != RingStable:
+		return st, fmt.Errorf("idem: grow: %s is still moving: wait for RingStatus.DropAt and run AdvanceRing", cur)
+	}
+	if err := st.check(cur.Homes, true); err != nil {
+		return st, fmt.Errorf("idem: grow: %w", err)
+	}
+	for _, id := range cur.Homes {
+		if h := st.home(id); h.Ring == nil || !h.Ring.equal(cur) {
+			return st, fmt.Errorf("idem: grow: %w (home %s holds %v)", ErrRingIncomplete, id, h.Ring)
+		}
+	}
+	homes := slices.Clone(cur.Homes)
+	for _, id := range ids {
+		h := st.home(id)
+		switch {
+		case h == nil:
+			return st, fmt.Errorf("idem: grow: %w: %q", ErrUnknownHome, id)
+		case slices.Contains(homes, id):
+			return st, fmt.Errorf("idem: grow: home %s is already in the ring", id)
+		case h.Err != nil:
+			return st, fmt.Errorf("idem: grow: home %s: %w", id, h.Err)
+		case h.Ring != nil:
+			return st, fmt.Errorf("idem: grow: %w: home %s already holds %s", ErrRingConflict, id, h.Ring)
+		case h.HasKeys:
+			return st, fmt.Errorf("idem: grow: home %s holds keys: add only empty databases", id)
+		}
+		homes = append(homes, id)
+	}
+	slices.Sort(homes)
+	next := Ring{Version: cur.Version + 1, Phase: RingMoving, Homes: homes, Previous: cur.Homes}
+	return st, a.record(ctx, &st, cur.Homes[0], next)
+}
+
+// AdvanceRing moves a change of the ring on: it records the newest ring
+// in every database of it that does not hold it yet (after a failure of
+// Grow or of an earlier AdvanceRing), then, if that ring is Moving, makes
+// it Stable once DropAt has passed: the moved principals' old homes are no
+// longer read. Before DropAt it returns ErrDropNotDue (and the status,
+// whose DropAt says when). On a Stable ring it only finishes the
+// recording.
+func (a *Admin) AdvanceRing(ctx context.Context) (RingStatus, error) {
+	st, err := a.RingStatus(ctx)
+	if err != nil {
+		return st, err
+	}
+	cur := st.Ring
+	if cur.Version == 0 {
+		return st, fmt.Errorf("idem: advance ring: %w", ErrNoRing)
+	}
+	if err := st.check(cur.Homes, false); err != nil {
+		return st, fmt.Errorf("idem: advance ring: %w", err)
+	}
+	coordinator := cur.Homes[0]
+	if cur.Phase == RingMoving {
+		coordinator = cur.Previous[0]
+	}
+	if err := a.record(ctx, &st, coordinator, cur); err != nil {
+		return st, err
+	}
+	if cur.Phase == RingStable {
+		return st, nil
+	}
+	for _, id := range cur.Previous {
+		h := st.home(id)
+		if due := h.RecordedAt.Add(a.l.cfg.dropDelay()); h.Now.Before(due) {
+			return st, fmt.Errorf("%w: home %s until %s", ErrDropNotDue, id, due.Format(time.RFC3339))
+		}
+	}
+	stable := Ring{Version: cur.Version, Phase: RingStable, Homes: cur.Homes}
+	return st, a.record(ctx, &st, coordinator, stable)
+}

@@ -1,0 +1,576 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/d1idem/d1idem/bridge"
+	"github.com/d1idem/d1idem/internal/wrangler"
+)
+
+// wranglerVersion is the wrangler the bridge is tested with
+// (conformance/package.json); npx runs it when wrangler is not on PATH.
+const wranglerVersion = "4.86.0"
+
+func bridgeDeployCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "deploy",
+		Usage:     "deploy the bridge in DIR with wrangler, and set its secret",
+		ArgsUsage: "[DIR]",
+		Description: `Runs 'wrangler deploy' in DIR (default: here), then 'wrangler secret put
+BRIDGE_SECRET' with the bridge's secret on its standard input. The secret is
+made on the first deploy (32 random bytes, hex) and kept in DIR/.bridge-secret,
+mode 0600, which DIR/.gitignore keeps out of git; later deploys reuse it. It is
+never printed: the command that sets D1IDEM_BRIDGE_URL, printed at the end,
+reads it from that file. --rotate-secret makes a new one, and keeps the old one
+accepted (as BRIDGE_SECRET_PREVIOUS) until you retire it, so that clients can
+move to the new one without a refusal.
+
+wrangler is the one on PATH, else 'npx --yes wrangler@4.86.0'. With neither,
+nothing is deployed: it prints the commands to run, and exits 1. wrangler
+needs a Cloudflare login ('wrangler login') or CLOUDFLARE_API_TOKEN.
+
+   d1idem bridge deploy bridge
+   d1idem bridge deploy bridge --rotate-secret   # then update D1IDEM_BRIDGE_URL everywhere`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "rotate-secret", Usage: "make and set a new secret; the old one stays accepted (BRIDGE_SECRET_PREVIOUS) until you delete it", DisableDefaultText: true},
+			&cli.StringFlag{Name: "url", Usage: "the Worker's `URL`, for the D1IDEM_BRIDGE_URL printed at the end, when it is served on a route of yours (default: the workers.dev URL wrangler prints)"},
+		},
+		Action: deployBridge,
+	}
+}
+
+// deployment is one bridge deploy, for its renderers.
+type deployment struct {
+	dir, worker, secretPath string
+	url                     *url.URL // the Worker's; nil when unknown
+	created                 bool     // the secret is new
+	previous                bool     // the old secret was kept as BRIDGE_SECRET_PREVIOUS
+	wrangler                string   // how the commands run wrangler
+}
+
+func deployBridge(c *cli.Context) error {
+	dir, cfg, err := bridgeDir(c)
+	if err != nil {
+		return err
+	}
+	d := &deployment{dir: dir, worker: cfg.Name, secretPath: filepath.Join(dir, bridgeSecretFile), wrangler: "wrangler"}
+	if d.url, err = workerURL(c.String("url")); err != nil {
+		return err
+	}
+	old, err := readSecret(d.secretPath)
+	if err != nil {
+		return err
+	}
+	noteStaleModules(c.App.ErrWriter, dir)
+	w := wranglerCommand()
+	switch {
+	case w == nil && c.Bool("rotate-secret"):
+		return errors.New("bridge deploy: --rotate-secret runs wrangler, and neither wrangler nor npx is on PATH; nothing was changed")
+	case w == nil:
+		return d.printCommands(c.App.Writer, old)
+	case len(w) > 1:
+		d.wrangler = "npx --yes wrangler@" + wranglerVersion
+	}
+	if err := d.run(c, w, old, c.Bool("rotate-secret")); err != nil {
+		return err
+	}
+	return renderDeploy(c.App.Writer, d)
+}
+
+// run deploys the bridge with wrangler w and sets its secret: old, the one
+// in the secret file, or a new one when there is none or rotate is set.
+// Rotating keeps old as BRIDGE_SECRET_PREVIOUS, which the bridge accepts
+// too, and writes the new secret to the file only once old is kept there:
+// whatever step fails, running deploy again completes the rotation.
+func (d *deployment) run(c *cli.Context, w []string, old string, rotate bool) error {
+	secret := old
+	if old == "" || rotate {
+		secret, d.created = newSecret(), true
+	}
+	if old == "" {
+		if err := writeSecret(d.secretPath, secret); err != nil {
+			return err
+		}
+	}
+	out, err := runWrangler(c.Context, w, d.dir, nil, c.App.ErrWriter, "deploy")
+	if err != nil {
+		return fmt.Errorf("bridge deploy: 'wrangler deploy' failed (%w; its output is above); nothing else was done", err)
+	}
+	if d.url == nil {
+		d.url = deployedURL(out)
+	}
+	if rotate && old != "" {
+		if _, err := runWrangler(c.Context, w, d.dir, strings.NewReader(old), c.App.ErrWriter, "secret", "put", "BRIDGE_SECRET_PREVIOUS"); err != nil {
+			return fmt.Errorf("bridge deploy: 'wrangler secret put BRIDGE_SECRET_PREVIOUS' failed (%w; its output is above); the secret was not rotated", err)
+		}
+		d.previous = true
+		if err := writeSecret(d.secretPath, secret); err != nil {
+			return err
+		}
+	}
+	if _, err := runWrangler(c.Context, w, d.dir, strings.NewReader(secret), c.App.ErrWriter, "secret", "put", "BRIDGE_SECRET"); err != nil {
+		return fmt.Errorf("bridge deploy: the Worker is deployed, but 'wrangler secret put BRIDGE_SECRET' failed (%w; its output is above), so it does not accept %s's secret: run 'd1idem bridge deploy %s' again",
+			err, d.secretPath, shellQuote(d.dir))
+	}
+	return nil
+}
+
+// printCommands prints the commands that deploy the bridge by hand, once
+// the secret file holds a secret, and fails: nothing was deployed.
+func (d *deployment) printCommands(w io.Writer, old string) error {
+	if old == "" {
+		d.created = true
+		if err := writeSecret(d.secretPath, newSecret()); err != nil {
+			return err
+		}
+	}
+	d.wrangler = "npx --yes wrangler@" + wranglerVersion
+	if err := renderDeployCommands(w, d); err != nil {
+		return err
+	}
+	return errors.New("bridge deploy: nothing was deployed: neither wrangler nor npx is on PATH; run the commands above")
+}
+
+// bridgeDir returns the bridge directory of deploy and serve, [DIR] or
+// here, and its wrangler config, once it has checked that bridge init
+// wrote it.
+func bridgeDir(c *cli.Context) (string, *wrangler.Config, error) {
+	if c.NArg() > 1 {
+		return "", nil, usagef("%s takes at most one argument, the bridge's directory (got %d)", commandPath(c), c.NArg())
+	}
+	dir := c.Args().First()
+	if dir == "" {
+		dir = "."
+	}
+	for _, name := range []string{bridgeConfigFile, "worker.js", "ledger-statements.js"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			return "", nil, fmt.Errorf("%s has no %s: write the bridge there first with 'd1idem bridge init %s --database NAME'", dir, name, shellQuote(dir))
+		}
+	}
+	cfg, err := wrangler.Load(filepath.Join(dir, bridgeConfigFile))
+	if err != nil {
+		return "", nil, err
+	}
+	if cfg.Main != "worker.js" || cfg.Name == "" {
+		return "", nil, fmt.Errorf("%s is not a bridge's wrangler config (its main is %q, its name %q); write one with 'd1idem bridge init'", cfg.Path, cfg.Main, cfg.Name)
+	}
+	return dir, cfg, nil
+}
+
+// workerURL reads --url: an https URL with no user, query or fragment.
+func workerURL(s string) (*url.URL, error) {
+	if s == "" {
+		return nil, nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, usagef("--url %q: expected the Worker's https://HOST[/PATH], without a secret", s)
+	}
+	return u, nil
+}
+
+// newSecret returns a new bridge secret: 32 random bytes, in hex.
+func newSecret() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// validSecret reports whether the bridge accepts s as its secret (see
+// SECRET_PATTERN in bridge/worker.js).
+func validSecret(s string) bool {
+	if len(s) < 16 || len(s) > 4096 {
+		return false
+	}
+	return strings.IndexFunc(s, func(r rune) bool { return r < 0x21 || r > 0x7e || r == ',' }) < 0
+}
+
+// readSecret returns the secret kept at path, "" when there is none.
+func readSecret(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	return checkSecretFile(path, data)
+}
+
+// writeSecret writes secret to the file at path, readable by its owner
+// only.
+func writeSecret(path, secret string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	return errors.Join(f.Chmod(0o600), writeString(f, secret), f.Close())
+}
+
+func writeString(w io.Writer, s string) error {
+	_, err := io.WriteString(w, s)
+	return err
+}
+
+// checkSecretFile returns the secret of a secret file, refusing one that
+// others may read or that the bridge would not accept.
+func checkSecretFile(path string, data []byte) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if runtime.GOOS != "windows" && fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("%s is readable by others (mode %04o): 'chmod 600 %s' (and, if others did read it, rotate the secret: see docs/bridge.md)", path, fi.Mode().Perm(), shellQuote(path))
+	}
+	secret := strings.TrimSpace(string(data))
+	if !validSecret(secret) {
+		return "", fmt.Errorf("%s does not hold a secret the bridge accepts (16 to 4096 visible ASCII characters, no commas); delete it for a new one", path)
+	}
+	return secret, nil
+}
+
+// noteStaleModules says on w when dir's Worker modules are not this
+// program's: another version of d1idem wrote them, or someone edited them.
+func noteStaleModules(w io.Writer, dir string) {
+	for _, f := range bridge.WorkerFiles() {
+		data, err := os.ReadFile(filepath.Join(dir, f.Name))
+		if err == nil && !bytes.Equal(data, f.Data) {
+			fmt.Fprintf(w, "note: %s is not the one this d1idem ships (edited, or written by another version); 'd1idem bridge init %s --database ... --force' rewrites the bridge's files\n",
+				filepath.Join(dir, f.Name), shellQuote(dir))
+		}
+	}
+}
+
+// wranglerCommand is how wrangler is run: wrangler on PATH, else npx
+// running the tested version; nil when neither is on PATH.
+func wranglerCommand() []string {
+	if p, err := exec.LookPath("wrangler"); err == nil {
+		return []string{p}
+	}
+	if p, err := exec.LookPath("npx"); err == nil {
+		return []string{p, "--yes", "wrangler@" + wranglerVersion}
+	}
+	return nil
+}
+
+// wranglerEnv is wrangler's environment: this process's without
+// CLOUDFLARE_ENV, since a bridge's wrangler.toml has no environments, and
+// without D1IDEM_BRIDGE_URL, a secret wrangler has no use for.
+func wranglerEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, wrangler.EnvVar+"=") && !strings.HasPrefix(kv, bridgeURLVar+"=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// runWrangler runs wrangler with args in dir, stdin as its standard input,
+// its output passed to out; it returns its standard output.
+func runWrangler(ctx context.Context, w []string, dir string, stdin io.Reader, out io.Writer, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, w[0], append(w[1:len(w):len(w)], args...)...)
+	cmd.Dir, cmd.Env, cmd.Stdin = dir, wranglerEnv(), stdin
+	var stdout bytes.Buffer
+	// Both streams reach out, from two goroutines: one at a time.
+	lw := &lockedWriter{w: out}
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(lw, &stdout), lw
+	err := cmd.Run()
+	return stdout.String(), err
+}
+
+// lockedWriter serializes the writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// deployedLine is a line of wrangler deploy's output naming one of the
+// Worker's URLs.
+var deployedLine = regexp.MustCompile(`(?m)^\s*(https://\S+)\s*$`)
+
+// deployedURL returns the Worker's URL in wrangler deploy's output: its
+// workers.dev URL, else the first https URL alone on a line; nil if none.
+func deployedURL(out string) *url.URL {
+	var found *url.URL
+	for _, m := range deployedLine.FindAllStringSubmatch(out, -1) {
+		u, err := url.Parse(m[1])
+		if err != nil || u.Host == "" || u.User != nil {
+			continue
+		}
+		if strings.HasSuffix(u.Hostname(), ".workers.dev") {
+			return u
+		}
+		if found == nil {
+			found = u
+		}
+	}
+	return found
+}
+
+// bridgeURLCommand is the shell command that sets D1IDEM_BRIDGE_URL with
+// the secret read from its file, so that the secret itself is not shown.
+func (d *deployment) bridgeURLCommand() string {
+	host := d.worker + ".<your-subdomain>.workers.dev"
+	if d.url != nil {
+		host = d.url.Host + strings.TrimSuffix(d.url.EscapedPath(), "/")
+	}
+	return fmt.Sprintf(`export %s="https://:$(cat %s)@%s"`, bridgeURLVar, shellQuote(d.secretPath), host)
+}
+
+// bridgeURLVar is the variable d1client and the CLI read the bridge from.
+const bridgeURLVar = "D1IDEM_BRIDGE_URL"
+
+// renderDeploy reports a deployment and the one variable to set.
+func renderDeploy(w io.Writer, d *deployment) error {
+	where := "(wrangler printed no URL for it; pass --url)"
+	if d.url != nil {
+		where = "to " + d.url.String()
+	}
+	secret := "its secret"
+	if d.created {
+		secret = "a new secret"
+	}
+	fmt.Fprintf(w, "Deployed %s %s, with %s (BRIDGE_SECRET) from %s.\n", d.worker, where, secret, d.secretPath)
+	fmt.Fprintf(w, "That file is the secret's only readable copy: mode 0600, left out of git by %s, never printed.\n", filepath.Join(d.dir, ".gitignore"))
+	fmt.Fprintf(w, "Point your service and d1idem at the bridge with one variable, in place of the API base URL and token:\n\n   %s\n", d.bridgeURLCommand())
+	if d.url == nil {
+		fmt.Fprintf(w, "\n(with the Worker's host in place of the one above)\n")
+	}
+	if d.previous {
+		fmt.Fprintf(w, "\nThe previous secret is still accepted (BRIDGE_SECRET_PREVIOUS): once every D1IDEM_BRIDGE_URL has the new one, retire it with\n\n   cd %s && %s secret delete BRIDGE_SECRET_PREVIOUS\n",
+			shellQuote(d.dir), d.wrangler)
+	}
+	return nil
+}
+
+// renderDeployCommands prints the commands that deploy the bridge by hand.
+func renderDeployCommands(w io.Writer, d *deployment) error {
+	fmt.Fprintf(w, "Nothing was deployed: neither wrangler nor npx (Node.js 20 or later) is on PATH. With them, run:\n\n")
+	fmt.Fprintf(w, "   cd %s\n   %s deploy\n   %s secret put BRIDGE_SECRET < %s\n\n", shellQuote(d.dir), d.wrangler, d.wrangler, bridgeSecretFile)
+	fmt.Fprintf(w, "%s holds the bridge's secret: mode 0600, left out of git by %s, never printed.\n", d.secretPath, filepath.Join(d.dir, ".gitignore"))
+	_, err := fmt.Fprintf(w, "Then point your service and d1idem at the bridge with one variable, in place of the API base URL and token:\n\n   %s\n", d.bridgeURLCommand())
+	return err
+}
+
+func bridgeServeCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "serve",
+		Usage:     "run the bridge in DIR on 127.0.0.1, in workerd (wrangler dev --local), for development",
+		ArgsUsage: "[DIR]",
+		Description: `Runs the bridge of DIR (default: here) as it will run deployed: the same
+worker.js and wrangler.toml, under 'wrangler dev --local', in workerd with a
+local D1 per binding (kept under DIR/.wrangler/state), on 127.0.0.1 only. Its
+secret is a development one, kept in DIR/.dev.vars (made on first use, mode
+0600, left out of git): never the deployed Worker's. It prints the
+D1IDEM_BRIDGE_URL to use, and stops on Ctrl-C.
+
+wrangler is the one on PATH, else 'npx --yes wrangler@4.86.0'.
+
+   d1idem bridge serve bridge
+   d1idem bridge serve bridge --port 0   # any free port`,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "port", Value: 8788, Usage: "listen on 127.0.0.1:`PORT`; 0 picks a free one"},
+		},
+		Action: serveBridge,
+	}
+}
+
+// serveTimeout bounds the wait for wrangler dev to answer: its first run
+// through npx downloads it.
+const serveTimeout = 3 * time.Minute
+
+func serveBridge(c *cli.Context) error {
+	dir, cfg, err := bridgeDir(c)
+	if err != nil {
+		return err
+	}
+	port, err := servePort(c.Int("port"))
+	if err != nil {
+		return err
+	}
+	secret, err := devSecret(filepath.Join(dir, bridgeDevVars))
+	if err != nil {
+		return err
+	}
+	w := wranglerCommand()
+	if w == nil {
+		return errors.New("bridge serve runs the bridge with wrangler dev: neither wrangler nor npx (Node.js 20 or later) is on PATH")
+	}
+	dev, err := startDev(w, dir, port, c.App.ErrWriter)
+	if err != nil {
+		return err
+	}
+	defer dev.stop()
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	if err := dev.waitServing(c.Context, base); err != nil {
+		return err
+	}
+	if c.Context.Err() != nil {
+		return nil
+	}
+	if err := renderServe(c.App.Writer, dir, cfg, base, secret); err != nil {
+		return err
+	}
+	select {
+	case <-dev.exited:
+		return fmt.Errorf("bridge serve: wrangler dev exited (%s); its output is above", dev.cmd.ProcessState)
+	case <-c.Context.Done():
+		return nil
+	}
+}
+
+// servePort returns --port, or a free port for 0, once it is free.
+func servePort(port int) (int, error) {
+	if port < 0 || port > 65535 {
+		return 0, usagef("--port %d: use 1 to 65535, or 0 for any free port", port)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return 0, fmt.Errorf("cannot listen on 127.0.0.1:%d (%w); pass --port N, or --port 0 for any free port", port, err)
+	}
+	port = l.Addr().(*net.TCPAddr).Port
+	return port, l.Close()
+}
+
+// devSecret returns BRIDGE_SECRET of the .dev.vars file at path (wrangler
+// dev's secrets), adding a new one (and making the file, mode 0600) when
+// it has none.
+func devSecret(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
+		if !ok || strings.TrimSpace(strings.TrimPrefix(k, "export ")) != "BRIDGE_SECRET" {
+			continue
+		}
+		v = strings.Trim(strings.TrimSpace(v), `"'`)
+		if !validSecret(v) {
+			return "", fmt.Errorf("%s: BRIDGE_SECRET must be 16 to 4096 visible ASCII characters, no commas; delete the line for a new one", path)
+		}
+		return v, nil
+	}
+	secret := newSecret()
+	line := "BRIDGE_SECRET=" + secret + "\n"
+	if len(data) > 0 && !bytes.HasSuffix(data, []byte("\n")) {
+		line = "\n" + line
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", err
+	}
+	return secret, errors.Join(writeString(f, line), f.Close())
+}
+
+// devProcess is a running wrangler dev.
+type devProcess struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// startDev starts wrangler dev --local for the bridge in dir on
+// 127.0.0.1:port, its output passed to out, in a process group of its own.
+func startDev(w []string, dir string, port int, out io.Writer) (*devProcess, error) {
+	args := append(w[1:len(w):len(w)], "dev", "--local", "--ip", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--show-interactive-dev-session=false")
+	cmd := exec.Command(w[0], args...)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, out, out
+	// The bridge never reads request.cf: do not fetch it from the internet.
+	cmd.Env = append(wranglerEnv(), "CLOUDFLARE_CF_FETCH_ENABLED=false")
+	inOwnGroup(cmd)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting wrangler dev: %w", err)
+	}
+	p := &devProcess{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// waitServing waits until the bridge answers at base, the process exits,
+// or ctx ends (which is not an error: the caller stops).
+func (p *devProcess) waitServing(ctx context.Context, base string) error {
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	defer hc.CloseIdleConnections()
+	deadline := time.NewTimer(serveTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if res, err := hc.Post(base+"/", "application/json", nil); err == nil {
+			res.Body.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-p.exited:
+			return fmt.Errorf("bridge serve: wrangler dev exited before serving (%s); its output is above", p.cmd.ProcessState)
+		case <-deadline.C:
+			return fmt.Errorf("bridge serve: wrangler dev did not answer on %s within %s; its output is above", base, serveTimeout)
+		case <-tick.C:
+		}
+	}
+}
+
+// stop asks wrangler dev and the workerd it started to stop, and kills
+// them if they have not within 10 s.
+func (p *devProcess) stop() {
+	_ = stopGroup(p.cmd, false)
+	select {
+	case <-p.exited:
+		return
+	case <-time.After(10 * time.Second):
+	}
+	_ = stopGroup(p.cmd, true)
+	<-p.exited
+}
+
+// renderServe prints where the bridge serves and the D1IDEM_BRIDGE_URL to
+// use: with its development secret, for a bridge on this machine only.
+func renderServe(w io.Writer, dir string, cfg *wrangler.Config, base, secret string) error {
+	u, _ := url.Parse(base)
+	u.User = url.UserPassword("", secret)
+	fmt.Fprintf(w, "The bridge of %s is serving %s, in workerd (wrangler dev --local); its databases are kept under %s.\n",
+		dir, base, filepath.Join(dir, ".wrangler", "state"))
+	fmt.Fprintf(w, "Point d1idem and your service at it (a development secret, from %s):\n\n   export %s=%s\n\n", filepath.Join(dir, bridgeDevVars), bridgeURLVar, u)
+	if len(cfg.D1Databases) > 0 {
+		d := cfg.D1Databases[0]
+		fmt.Fprintf(w, "Its databases start empty: 'd1idem schema apply --account-id local --database-id %s' applies the ledger's schema through it.\n",
+			shellQuote(d.DatabaseName))
+	}
+	_, err := fmt.Fprintln(w, "Stop it with Ctrl-C.")
+	return err
+}

@@ -1,0 +1,508 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1local"
+	"github.com/d1idem/d1idem/internal/embedded"
+	"github.com/d1idem/d1idem/internal/wrangler"
+)
+
+// Connection flag names.
+const (
+	flagAccountID  = "account-id"
+	flagAPIToken   = "api-token"
+	flagDatabaseID = "database-id"
+	flagDatabase   = "database"
+	flagConfig     = "config"
+	flagEnv        = "env"
+	flagPreview    = "preview"
+	flagBaseURL    = "base-url"
+	flagBridgeURL  = "bridge-url"
+	flagLocal      = "local"
+	flagJSON       = "json"
+)
+
+// connFlags are the flags of every command that talks to D1. They are the
+// flags and environment variables wrangler users already know. The base
+// URL's variables (CLOUDFLARE_API_BASE_URL, CLOUDFLARE_BASE_URL) are read by
+// d1client, which refuses them when they differ, and so is the bridge's
+// (D1IDEM_BRIDGE_URL) unless --bridge-url is given.
+func connFlags() []cli.Flag {
+	return append([]cli.Flag{
+		&cli.StringFlag{Name: flagAccountID, Usage: "Cloudflare account `ID`", EnvVars: []string{"CLOUDFLARE_ACCOUNT_ID"}, Category: "Connection:"},
+		&cli.StringFlag{Name: flagAPIToken, Usage: "API `TOKEN` with D1 edit permission (never printed)", EnvVars: []string{"CLOUDFLARE_API_TOKEN"}, Category: "Connection:"},
+		&cli.StringFlag{Name: flagDatabaseID, Usage: "D1 database `ID` (a UUID); with --local, the database under DIR", EnvVars: []string{"D1_DATABASE_ID"}, Category: "Connection:",
+			DefaultText: "with --local, " + d1local.LocalDatabaseID},
+	}, append(wranglerFlags(),
+		&cli.BoolFlag{Name: flagPreview, Usage: "with --database, use its preview_database_id", DisableDefaultText: true, Category: "Connection:"},
+		&cli.StringFlag{Name: flagBaseURL, Usage: "Cloudflare API base `URL`; without it, $" + d1client.APIBaseURLEnv + " or $" + d1client.BaseURLEnv +
+			" (refused when both are set and differ), else " + d1client.DefaultBaseURL, Category: "Connection:"},
+		&cli.StringFlag{Name: flagBridgeURL, Usage: "reach D1 through a d1idem bridge: its `URL` with its secret, https://:SECRET@HOST (never printed); it stands for --base-url and --api-token, and lifts the API budget (see 'd1idem bridge --help')",
+			EnvVars: []string{d1client.BridgeURLEnv}, Category: "Connection:"},
+		&cli.StringFlag{Name: flagLocal, Usage: "use the embedded d1local with its databases under `DIR` (" + d1local.LocalDir + " for the demo and the example API) instead of Cloudflare", Category: "Connection:"},
+	)...)
+}
+
+// wranglerFlags choose a database of a wrangler config.
+func wranglerFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: flagDatabase, Usage: "D1 database `NAME` (or binding) from the d1_databases of the wrangler config", Category: "Connection:"},
+		&cli.StringFlag{Name: flagConfig, Usage: "wrangler config `FILE` (default: the one wrangler uses: wrangler.json, wrangler.jsonc or wrangler.toml here or in a parent directory)", Category: "Connection:"},
+		&cli.StringFlag{Name: flagEnv, Usage: "wrangler environment `NAME` ([env.NAME] of the config) to take --database from", EnvVars: []string{wrangler.EnvVar}, Category: "Connection:"},
+	}
+}
+
+func jsonFlag() cli.Flag {
+	return &cli.BoolFlag{Name: flagJSON, Usage: "print JSON with stable field names, for scripts (errors too, on stderr)", DisableDefaultText: true}
+}
+
+// access says whether a command may create the database it names.
+type access int
+
+const (
+	// existing: the database must exist; nothing is created (every command
+	// but schema apply).
+	existing access = iota
+	// create: the database, and with --local its directory, are created if
+	// needed (schema apply).
+	create
+)
+
+// conn is an open connection to one D1 database.
+type conn struct {
+	db *d1client.Client
+	// where describes the target for people, without secrets.
+	where string
+	// databaseID is the database's ID: the Cloudflare UUID, or the d1local
+	// database under --local.
+	databaseID string
+	// wrangler is the wrangler config's entry for the database, when
+	// --database chose it.
+	wrangler *wrangler.Database
+	local    *embedded.Server
+	// scope says where a missing database was looked for ("under DIR"),
+	// and list lists the databases there are, for the error.
+	scope string
+	list  func(context.Context) ([]string, error)
+}
+
+func (c *conn) close() {
+	if c.local != nil {
+		_ = c.local.Close()
+	}
+}
+
+// withConn opens the connection the flags name, runs fn, and closes it. A
+// database that turns out to be missing is reported with those there are.
+func withConn(c *cli.Context, o *options, acc access, fn func(*conn) error, mods ...func(*d1client.Config)) error {
+	cn, err := openConn(c, o, acc, mods...)
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	err = fn(cn)
+	if errors.Is(err, d1client.ErrNoDatabase) {
+		return cn.missing(c.Context, err)
+	}
+	return err
+}
+
+// openConn connects to the database the flags name: the embedded d1local
+// with --local, Cloudflare otherwise. It never falls back silently: missing
+// settings are listed in the error. mods adjust the client's configuration
+// (a request budget, say); o's clientMods apply to Cloudflare clients only.
+func openConn(c *cli.Context, o *options, acc access, mods ...func(*d1client.Config)) (*conn, error) {
+	if err := envWithoutDatabase(c); err != nil {
+		return nil, err
+	}
+	if dir := c.String(flagLocal); dir != "" {
+		return openLocal(c, dir, acc, mods...)
+	}
+	t, err := cloudflareTarget(c)
+	if err != nil {
+		return nil, err
+	}
+	cfg := d1client.Config{BaseURL: c.String(flagBaseURL), BridgeURL: t.bridgeURL, APIToken: t.token, AccountID: t.accountID, DatabaseID: t.databaseID}
+	// No logger: retries and rate-limit blocks reach the operator in the
+	// one error line of a failed call (see describe), not as log lines.
+	for _, m := range append(mods, o.clientMods...) {
+		m(&cfg)
+	}
+	db, err := d1client.New(cfg)
+	var de *d1client.Error
+	if errors.As(err, &de) {
+		// A setting d1client refuses, such as two base-URL variables that
+		// disagree: the caller's to fix.
+		return nil, usagef("cannot reach D1: %s", strings.ReplaceAll(de.Message, "Config.BridgeURL", "--"+flagBridgeURL))
+	} else if err != nil {
+		return nil, err
+	}
+	cn := &conn{db: db, where: t.where, databaseID: t.databaseID, wrangler: t.wrangler}
+	if t.wrangler != nil {
+		cn.scope = "(--database " + t.wrangler.Name() + " of " + t.wrangler.ConfigPath + ")"
+	}
+	cn.list = func(ctx context.Context) ([]string, error) { return listCloudflare(ctx, db, cfg.HTTPClient, t.token) }
+	if db.Bridge() {
+		cn.where += " through the bridge at " + strings.TrimSuffix(db.BaseURL(), "/")
+		cn.list = func(context.Context) ([]string, error) {
+			return nil, errors.New("a bridge serves the databases its wrangler.toml binds, and lists none")
+		}
+	}
+	return cn, nil
+}
+
+// bridgeURL returns the bridge URL of the connection flags, for
+// d1client.Config.BridgeURL, and whether a bridge is to be used at all.
+// --bridge-url is returned as given; $D1IDEM_BRIDGE_URL is left to d1client
+// to read (the URL is then ""), which refuses it beside a base-URL
+// variable. A --base-url on the command line wins over the variable, as
+// flags win over the environment; with --bridge-url it is a usage error.
+func bridgeURL(c *cli.Context) (url string, bridge bool, err error) {
+	u := c.String(flagBridgeURL)
+	if u == "" {
+		return "", false, nil
+	}
+	fromEnv := u == os.Getenv(d1client.BridgeURLEnv)
+	switch {
+	case c.String(flagBaseURL) == "" && fromEnv:
+		return "", true, nil
+	case c.String(flagBaseURL) == "":
+		return u, true, nil
+	case fromEnv:
+		return "", false, nil
+	}
+	return "", false, usagef("--%s and --%s both say where D1 is; pass one (a bridge URL is its base URL with its secret)", flagBridgeURL, flagBaseURL)
+}
+
+// target is a Cloudflare database and the credentials to reach it.
+type target struct {
+	accountID, token, databaseID string
+	bridgeURL                    string // for d1client.Config.BridgeURL; see bridgeURL
+	where                        string
+	wrangler                     *wrangler.Database
+}
+
+// cloudflareTarget resolves the Cloudflare flags, --database through the
+// wrangler config included, and lists what is missing.
+func cloudflareTarget(c *cli.Context) (target, error) {
+	t := target{accountID: c.String(flagAccountID), token: c.String(flagAPIToken), databaseID: c.String(flagDatabaseID)}
+	bridgeURL, bridge, err := bridgeURL(c)
+	if err != nil {
+		return t, err
+	}
+	t.bridgeURL = bridgeURL
+	if c.String(flagDatabase) != "" {
+		if t.wrangler, t.databaseID, t.where, err = wranglerTarget(c, t.databaseID); err != nil {
+			return t, err
+		}
+		if t.accountID == "" {
+			t.accountID = t.wrangler.AccountID
+		}
+	}
+	var missing []string
+	if t.accountID == "" {
+		missing = append(missing, "the account ID (--account-id or CLOUDFLARE_ACCOUNT_ID)")
+	}
+	if t.token == "" && !bridge {
+		missing = append(missing, "an API token (--api-token or CLOUDFLARE_API_TOKEN)")
+	}
+	if t.databaseID == "" {
+		missing = append(missing, "the database (--database-id, D1_DATABASE_ID, or --database NAME with a wrangler config)")
+	}
+	if len(missing) > 0 {
+		return t, usagef("cannot reach D1: missing %s; or pass --local DIR to use the embedded d1local", strings.Join(missing, ", "))
+	}
+	if t.where == "" {
+		t.where = "database " + t.databaseID
+	}
+	return t, nil
+}
+
+// openLocal starts the embedded d1local on dir. Unless acc is create, it
+// creates nothing: the directory and the database must exist.
+func openLocal(c *cli.Context, dir string, acc access, mods ...func(*d1client.Config)) (*conn, error) {
+	id := localDatabaseID(c)
+	where := fmt.Sprintf("local database %q under %s", id, dir)
+	if acc == create {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("--local %s: %w", dir, err)
+		}
+	} else if _, err := os.Stat(dir); err != nil {
+		return nil, &noDirectoryError{dir: dir}
+	}
+	srv, err := embedded.Start(d1local.Config{Dir: dir, NoAutoCreate: acc != create}, "")
+	if err != nil {
+		return nil, err
+	}
+	cn := &conn{where: where, databaseID: id, local: srv, scope: "under " + dir,
+		list: func(context.Context) ([]string, error) { return srv.D1.Databases() }}
+	if acc != create {
+		if err := cn.mustExist(id); err != nil {
+			cn.close()
+			return nil, err
+		}
+	}
+	if cn.db, err = srv.Client(id, mods...); err != nil {
+		cn.close()
+		return nil, err
+	}
+	return cn, nil
+}
+
+// localDatabaseID is the database --local names: --database-id (or
+// --database), else the one the demo and the example API use.
+func localDatabaseID(c *cli.Context) string {
+	for _, id := range []string{c.String(flagDatabaseID), c.String(flagDatabase)} {
+		if id != "" {
+			return id
+		}
+	}
+	return d1local.LocalDatabaseID
+}
+
+// noDirectoryError is a --local directory that does not exist.
+type noDirectoryError struct{ dir string }
+
+func (e *noDirectoryError) Error() string {
+	return fmt.Sprintf("no directory %s: nothing has kept a database there yet (the demo with --dir, the example API with --local, or 'd1idem schema apply --local %s' do)",
+		e.dir, shellQuote(e.dir))
+}
+
+// mustExist returns a noDatabaseError unless the local database id exists.
+func (c *conn) mustExist(id string) error {
+	have, err := c.local.D1.Databases()
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(have, id) {
+		return &noDatabaseError{id: id, where: c.scope, have: append([]string{}, have...)}
+	}
+	return nil
+}
+
+// noDatabaseError is a database that does not exist, with those that do.
+type noDatabaseError struct {
+	id, where string
+	have      []string // nil when they were not listed
+	listErr   string   // why they could not be listed
+	cause     error
+}
+
+func (e *noDatabaseError) Error() string {
+	s := fmt.Sprintf("no database %q", e.id)
+	if e.where != "" {
+		s += " " + e.where
+	}
+	switch {
+	case len(e.have) > 0:
+		s += " (have: " + strings.Join(e.have, ", ") + ")"
+	case e.have != nil:
+		s += " (there is none)"
+	case e.listErr != "":
+		s += " (the databases could not be listed: " + e.listErr + ")"
+	}
+	return s
+}
+
+func (e *noDatabaseError) Unwrap() error { return e.cause }
+
+// missing turns D1's "no such database" (HTTP 404, code 7404) into an error
+// naming the database and listing those there are, when they can be listed.
+// It keeps the command's prefix ("stats: ").
+func (c *conn) missing(ctx context.Context, err error) error {
+	nd := &noDatabaseError{id: c.databaseID, where: c.scope, cause: err}
+	have, lerr := c.list(ctx)
+	if lerr != nil {
+		nd.listErr = describe(lerr)
+	} else {
+		nd.have = append([]string{}, have...)
+	}
+	var de *d1client.Error
+	if errors.As(err, &de) && strings.HasSuffix(err.Error(), de.Error()) {
+		return fmt.Errorf("%s%w", strings.TrimSuffix(err.Error(), de.Error()), nd)
+	}
+	return nd
+}
+
+// maxListed bounds the databases a missing-database error names.
+const maxListed = 50
+
+// listCloudflare lists the account's D1 databases, "name (uuid)" each, with
+// the client's base URL and the token: Cloudflare's database list
+// (GET accounts/{account}/d1/database, paged), or a d1local server's (where a
+// database's name is its ID).
+func listCloudflare(ctx context.Context, db *d1client.Client, hc *http.Client, token string) ([]string, error) {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	out := []string{}
+	for page := 1; len(out) < maxListed; page++ {
+		dbs, more, err := listPage(ctx, hc, db.BaseURL(), db.AccountID(), token, page)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range dbs {
+			if d.Name == d.UUID || d.UUID == "" {
+				out = append(out, d.Name)
+			} else {
+				out = append(out, d.Name+" ("+d.UUID+")")
+			}
+		}
+		if !more || len(dbs) == 0 {
+			break
+		}
+	}
+	return out[:min(len(out), maxListed)], nil
+}
+
+// listedDatabase is one entry of Cloudflare's database list.
+type listedDatabase struct {
+	UUID string `json:"uuid"`
+	Name string `json:"name"`
+}
+
+// listPage fetches one page of the database list and reports whether more
+// pages follow.
+func listPage(ctx context.Context, hc *http.Client, base, account, token string, page int) ([]listedDatabase, bool, error) {
+	const perPage = 100
+	u := fmt.Sprintf("%saccounts/%s/d1/database?per_page=%d&page=%d", base, url.PathEscape(account), perPage, page)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := hc.Do(req)
+	if err != nil {
+		return nil, false, fmt.Errorf("listing the databases: %w", err)
+	}
+	defer res.Body.Close()
+	var env struct {
+		Success    bool             `json:"success"`
+		Result     []listedDatabase `json:"result"`
+		ResultInfo struct {
+			Page       int `json:"page"`
+			TotalCount int `json:"total_count"`
+		} `json:"result_info"`
+	}
+	if err := json.NewDecoder(io.LimitReader(res.Body, 8<<20)).Decode(&env); err != nil || !env.Success {
+		return nil, false, fmt.Errorf("listing the databases: HTTP %d", res.StatusCode)
+	}
+	more := len(env.Result) == perPage && page*perPage < env.ResultInfo.TotalCount
+	return env.Result, more, nil
+}
+
+// loadWrangler reads the wrangler config: --config, or the file wrangler
+// would use from the current directory.
+func loadWrangler(c *cli.Context) (*wrangler.Config, error) {
+	path := c.String(flagConfig)
+	if path == "" {
+		var err error
+		if path, err = wrangler.Find("."); errors.Is(err, wrangler.ErrNoConfig) {
+			return nil, usagef("--%s needs a wrangler config: there is %v; pass --%s FILE", flagDatabase, err, flagConfig)
+		} else if err != nil {
+			return nil, err
+		}
+		path = relPath(path)
+	}
+	return wrangler.Load(path)
+}
+
+// wranglerDatabase returns the database --database names in the wrangler
+// config, in the environment --env names.
+func wranglerDatabase(c *cli.Context) (*wrangler.Database, error) {
+	cfg, err := loadWrangler(c)
+	if err != nil {
+		return nil, err
+	}
+	d, err := cfg.Database(c.String(flagEnv), c.String(flagDatabase))
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return &d, nil
+}
+
+// envWithoutDatabase reports, as a usage error, --env or --preview given on
+// the command line without --database, which they would not affect.
+// CLOUDFLARE_ENV alone is not an error: wrangler users may set it for every
+// command.
+func envWithoutDatabase(c *cli.Context) error {
+	if c.String(flagDatabase) != "" {
+		return nil
+	}
+	if env := c.String(flagEnv); env != "" && env != os.Getenv(wrangler.EnvVar) {
+		return usagef("--%s selects a wrangler environment for --%s; pass --%s NAME too", flagEnv, flagDatabase, flagDatabase)
+	}
+	if c.Bool(flagPreview) {
+		return usagef("--%s takes the preview_database_id of --%s; pass --%s NAME too", flagPreview, flagDatabase, flagDatabase)
+	}
+	return nil
+}
+
+// wranglerTarget resolves --database (with --config, --env and --preview)
+// to its wrangler config entry, its database ID and a description for
+// people. databaseID, from --database-id, must agree when set.
+func wranglerTarget(c *cli.Context, databaseID string) (d *wrangler.Database, id, where string, err error) {
+	if d, err = wranglerDatabase(c); err != nil {
+		return nil, "", "", err
+	}
+	if id, err = d.ID(c.Bool(flagPreview)); err != nil {
+		return nil, "", "", usagef("%v in %s", err, d.ConfigPath)
+	}
+	if databaseID != "" && databaseID != id {
+		return nil, "", "", usagef("--database %s is %s in %s, but --database-id says %s", c.String(flagDatabase), id, d.ConfigPath, databaseID)
+	}
+	var notes []string
+	if d.Env != "" {
+		notes = append(notes, "env "+d.Env)
+	}
+	if c.Bool(flagPreview) {
+		notes = append(notes, "preview")
+	}
+	notes = append(notes, "from "+d.ConfigPath)
+	return d, id, fmt.Sprintf("%s (%s, %s)", d.Name(), id, strings.Join(notes, ", ")), nil
+}
+
+// relPath returns p relative to the current directory when it is inside
+// it, for messages.
+func relPath(p string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return p
+	}
+	if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return p
+}
+
+// connHint repeats the flags that chose a database without credentials
+// (--local, --database, --config, --env), for the commands a hint suggests;
+// it never includes the API token.
+func connHint(c *cli.Context) string {
+	var b strings.Builder
+	for _, name := range []string{flagLocal, flagDatabase, flagConfig, flagEnv} {
+		if c.IsSet(name) && c.String(name) != "" {
+			b.WriteString(" --" + name + " " + shellQuote(c.String(name)))
+		}
+	}
+	if c.String(flagLocal) != "" && c.IsSet(flagDatabaseID) {
+		b.WriteString(" --" + flagDatabaseID + " " + shellQuote(c.String(flagDatabaseID)))
+	}
+	return b.String()
+}

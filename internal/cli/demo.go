@@ -1,0 +1,184 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1local"
+	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/embedded"
+	"github.com/d1idem/d1idem/schema"
+)
+
+func demoCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "demo",
+		Usage: "show what Idempotency-Key protection does, on a small orders API and the embedded d1local",
+		Description: `Starts d1local in process, applies the ledger schema, serves a small orders API
+on a loopback port, and plays a client against it: a first request (shown as
+curl would show it), retries, 50 copies of one request at once, a key reused for
+another request, a request slower than the TTL, and a server that crashes
+mid-request. Every outcome is checked; the command exits 1 if any is not what
+the ledger promises. It ends with the ledger's rows and the next steps. No
+Cloudflare account is needed.
+
+   d1idem demo
+   d1idem demo --dir .d1idem     # keep the database, to look at it afterwards`,
+		Flags: []cli.Flag{
+			&cli.DurationFlag{Name: "ttl", Value: 2 * time.Second, Usage: "how long a pending key is held without an update, shortened for the demo (30s in production)"},
+			&cli.StringFlag{Name: "dir", Usage: "keep the demo's database under `DIR` (" + d1local.LocalDir + " is where the example API and the CLI's --local look); default: in memory"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			if c.Duration("ttl") < 500*time.Millisecond {
+				return usagef("--ttl %v is too short for the story; use at least 500ms", c.Duration("ttl"))
+			}
+			return runDemo(c.Context, c.App.Writer, c.Duration("ttl"), c.String("dir"), demoAPI)
+		},
+	}
+}
+
+// demoEnv is what the demo runs on: d1local, the ledger, and the demo API
+// on a loopback port.
+type demoEnv struct {
+	d1     *embedded.Server
+	db     *d1client.Client
+	ledger *idem.Ledger
+	http   *http.Server
+	base   string // the API's URL
+	dir    string // where the database is kept; "" in memory
+}
+
+// startDemo starts d1local (in memory, or under dir), applies the ledger
+// schema and the demo's table, and serves the demo API.
+func startDemo(ctx context.Context, ttl time.Duration, dir string, api demoAPIFunc) (*demoEnv, error) {
+	srv, err := embedded.Start(d1local.Config{Dir: dir}, "")
+	if err != nil {
+		return nil, err
+	}
+	e := &demoEnv{d1: srv, dir: dir}
+	if err := e.start(ctx, ttl, api); err != nil {
+		e.close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *demoEnv) start(ctx context.Context, ttl time.Duration, newAPI demoAPIFunc) error {
+	var err error
+	if e.db, err = e.d1.Client(d1local.LocalDatabaseID); err != nil {
+		return err
+	}
+	if _, err := schema.Apply(ctx, e.db, schema.Options{}); err != nil {
+		return err
+	}
+	if _, err := e.db.Query(ctx, demoTable); err != nil {
+		return err
+	}
+	// The demo stages a crashed server and a refused late answer on
+	// purpose; the ledger's log lines about them would only clutter it.
+	if e.ledger, err = idem.New(e.db, idem.Config{TTL: ttl, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+		return err
+	}
+	api, err := newAPI(e.ledger)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	e.base = "http://" + ln.Addr().String()
+	e.http = &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = e.http.Serve(ln) }()
+	return nil
+}
+
+func (e *demoEnv) close() {
+	if e.http != nil {
+		_ = e.http.Close()
+	}
+	_ = e.d1.Close()
+}
+
+// demoAPIFunc makes the API the demo plays against (demoAPI; a test gives
+// a broken one).
+type demoAPIFunc func(*idem.Ledger) (http.Handler, error)
+
+// runDemo plays the story against api and writes it to out; a promise that
+// did not hold is an error.
+func runDemo(ctx context.Context, out io.Writer, ttl time.Duration, dir string, api demoAPIFunc) error {
+	e, err := startDemo(ctx, ttl, dir, api)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	s := newStory(e, out, ttl)
+	fmt.Fprintf(out, "d1idem demo: what Idempotency-Key protection does, on a small orders API at %s.\n", e.base)
+	fmt.Fprintf(out, "Its ledger, the idempotency_keys table, is in D1: here the embedded d1local, %s.\n", e.where())
+	fmt.Fprintf(out, "A key whose request is running is held for %s without an update (the TTL; 30s in production).\n\n", formatDuration(ttl))
+	if err := s.play(ctx); err != nil {
+		return err
+	}
+	if err := s.report(ctx); err != nil {
+		return err
+	}
+	if len(s.broken) > 0 {
+		return fmt.Errorf("%s broken: %s", plural(int64(len(s.broken)), "promise", "promises"), strings.Join(s.broken, "; "))
+	}
+	return renderNextSteps(out, e.dir)
+}
+
+// where says where the demo's database is.
+func (e *demoEnv) where() string {
+	if e.dir == "" {
+		return "in memory (--dir DIR keeps it)"
+	}
+	return fmt.Sprintf("database %q kept under %s", d1local.LocalDatabaseID, e.dir)
+}
+
+// renderNextSteps is the demo's last screen: the example API, one curl, and
+// the command that shows the ledger's rows.
+func renderNextSteps(w io.Writer, dir string) error {
+	fmt.Fprintln(w, "\nEvery promise held.")
+	if dir != "" {
+		fmt.Fprintf(w, "\nThe demo's database is kept under %s. Look at its rows:\n  go run ./cmd/d1idem keys list --local %s\n", dir, shellQuote(dir))
+	}
+	if dir == "" {
+		dir = d1local.LocalDir
+	}
+	_, err := fmt.Fprintf(w, `
+Next steps:
+  1. Run the example orders API (examples/orders), its database under %[1]s:
+       go run ./examples/orders --local %[1]s
+  2. Send it an order (run it twice: the second answer is a replay):
+       curl -i -X POST localhost:8080/v1/orders -H 'Authorization: Bearer tok_alice' \
+         -H 'Idempotency-Key: %[2]s' -H 'Content-Type: application/json' -d '{"sku":"tea","qty":2}'
+  3. Look at the ledger's rows:
+       go run ./cmd/d1idem keys list --local %[1]s
+  Then: README.md to protect your own API, docs/operators.md for a key that is stuck.
+`, shellQuote(dir), newUUID())
+	return err
+}
+
+// newUUID is a random (version 4) UUID, the usual Idempotency-Key.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}

@@ -1,0 +1,475 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/d1idem/d1idem/idem"
+)
+
+func keysCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:  "keys",
+		Usage: "inspect and release idempotency keys",
+		Description: `Shows the ledger's rows and releases keys whose owner died. Start with 'd1idem
+keys stuck': it lists the pending keys whose owner has gone quiet.
+
+   d1idem keys stuck
+   d1idem keys get --principal acct_42 --key order-7
+   d1idem keys release --principal acct_42 --key order-7 --generation 1 --force`,
+		Subcommands: []*cli.Command{
+			keysGetCommand(o),
+			keysListCommand(o),
+			keysStuckCommand(o),
+			keysReleaseCommand(o),
+		},
+	}
+}
+
+// Flags of the keys commands.
+
+func principalFlag(usage string) cli.Flag {
+	return &cli.StringFlag{Name: "principal", Usage: usage}
+}
+
+// requiredMark ends the usage of a flag the command cannot do without.
+// urfave/cli v2 neither marks Required flags in help nor reports them
+// missing in one line (it prints the whole help), so the commands check
+// them themselves (requiredString) and say so here.
+const requiredMark = " (required)"
+
+func keyFlag() cli.Flag {
+	return &cli.StringFlag{Name: "key", Usage: "the Idempotency-Key `KEY`, as the client sent it" + requiredMark}
+}
+
+func ttlFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "ttl", Value: idem.DefaultTTL, Usage: "the pending `TTL` the application uses: a pending key without an update for longer is taken over by the next retry"}
+}
+
+func heartbeatFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "heartbeat", Usage: "how often the application renews a running request's key (idem.Config.Heartbeat): a pending key without an update for two heartbeats has an owner presumed dead",
+		DefaultText: "a third of --ttl"}
+}
+
+// leaseFlags reads --ttl and --heartbeat.
+func leaseFlags(c *cli.Context) (lease, error) {
+	ttl, err := positiveDuration(c, "ttl")
+	if err != nil {
+		return lease{}, err
+	}
+	hb := c.Duration("heartbeat")
+	if c.IsSet("heartbeat") && (hb <= 0 || hb > ttl) {
+		return lease{}, usagef("--heartbeat %s is out of range: more than 0, at most --ttl (%s)", hb, ttl)
+	}
+	return leaseOf(ttl, hb), nil
+}
+
+func limitFlag() cli.Flag {
+	return &cli.IntFlag{Name: "limit", Value: idem.DefaultListLimit, Usage: fmt.Sprintf("show at most `N` rows (1 to %d)", idem.MaxListLimit)}
+}
+
+// Flag readers that turn bad values into usage errors.
+
+func requiredString(c *cli.Context, name string) (string, error) {
+	v := c.String(name)
+	if v == "" {
+		return "", usagef("--%s is required; see 'd1idem %s --help'", name, commandPath(c))
+	}
+	return v, nil
+}
+
+func principalAndKey(c *cli.Context) (string, string, error) {
+	principal, err := requiredString(c, "principal")
+	if err != nil {
+		return "", "", err
+	}
+	key, err := requiredString(c, "key")
+	if err != nil {
+		return "", "", err
+	}
+	if !idem.ValidKey(key) {
+		return "", "", usagef("--key %s is not an Idempotency-Key: keys are 1 to 255 printable ASCII characters", strconv.Quote(key))
+	}
+	return principal, key, nil
+}
+
+func positiveDuration(c *cli.Context, name string) (time.Duration, error) {
+	d := c.Duration(name)
+	if d <= 0 {
+		return 0, usagef("--%s %s must be positive", name, d)
+	}
+	return d, nil
+}
+
+func listLimit(c *cli.Context) (int, error) {
+	n := c.Int("limit")
+	if n < 1 || n > idem.MaxListLimit {
+		return 0, usagef("--limit %d is out of range: use 1 to %d", n, idem.MaxListLimit)
+	}
+	return n, nil
+}
+
+func noArgs(c *cli.Context) error {
+	if c.Args().Present() {
+		return usagef("%s takes no arguments (got %q); values go in flags, see 'd1idem %s --help'", commandPath(c), c.Args().First(), commandPath(c))
+	}
+	return nil
+}
+
+// withKeys runs a keys command: it refuses arguments, reads --ttl and
+// --heartbeat, opens the database and hands fn the administrative API.
+func (o *options) withKeys(c *cli.Context, fn func(a *idem.Admin, cn *conn, ls lease) error) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	ls, err := leaseFlags(c)
+	if err != nil {
+		return err
+	}
+	return withConn(c, o, existing, func(cn *conn) error {
+		a, err := keysAdmin(o, cn, ls.ttl)
+		if err != nil {
+			return err
+		}
+		return fn(a, cn, ls)
+	})
+}
+
+// ---- keys get ----
+
+func keysGetCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:  "get",
+		Usage: "show one key: status, generation, ages, replay headers, body preview",
+		Description: `Shows one ledger row: its status and generation (the fencing token), when it was
+created and last updated (ages, and UTC times), and what a retry would be
+answered with: the response status, the replay headers and the first 200 bytes
+of the stored body. It ends with what happens to the next retry, and how to
+release the key if its owner died. Exits 1 if there is no such key.
+
+   d1idem keys get --principal acct_42 --key order-7
+   d1idem keys get --principal acct_42 --key order-7 --json`,
+		Flags: append([]cli.Flag{
+			principalFlag("the `PRINCIPAL` the key belongs to (the server-derived account or user ID)" + requiredMark),
+			keyFlag(), ttlFlag(), heartbeatFlag(), jsonFlag(),
+		}, connFlags()...),
+		Action: o.keysGet,
+	}
+}
+
+func (o *options) keysGet(c *cli.Context) error {
+	principal, key, err := principalAndKey(c)
+	if err != nil {
+		return err
+	}
+	return o.withKeys(c, func(a *idem.Admin, cn *conn, ls lease) error {
+		k, err := a.Get(c.Context, principal, key)
+		if errors.Is(err, idem.ErrKeyNotFound) {
+			return fmt.Errorf("no key %s for principal %s on %s (it was never claimed, or was swept)",
+				strconv.Quote(key), strconv.Quote(principal), cn.where)
+		} else if err != nil {
+			return ledgerErr("keys get", err)
+		}
+		if c.Bool(flagJSON) {
+			return printJSON(c.App.Writer, keyDetailOf(&k, ls))
+		}
+		return renderKey(c.App.Writer, &k, ls, releaseCommandLine(c, &k, ls))
+	})
+}
+
+// releaseCommandLine is the command that releases k at its generation:
+// with --force when the row is inside its TTL, which the ledger then
+// requires.
+func releaseCommandLine(c *cli.Context, k *idem.KeyRecord, ls lease) string {
+	force := ""
+	if stateOf(k, ls) != stateAwaitingRetry {
+		force = " --force"
+	}
+	if c.IsSet("ttl") {
+		// The release backdates the row by the TTL: it must be the
+		// application's.
+		force += " --ttl " + formatDuration(ls.ttl)
+	}
+	if c.IsSet("heartbeat") {
+		force += " --heartbeat " + formatDuration(ls.heartbeat)
+	}
+	return fmt.Sprintf("d1idem keys release --principal %s --key %s --generation %d%s%s",
+		shellQuote(k.Principal), shellQuote(k.Key), k.Generation, force, connHint(c))
+}
+
+// ---- keys list ----
+
+func keysListCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:  "list",
+		Usage: "list keys, oldest update first, filtered and paginated",
+		Description: `Lists ledger rows ordered by their last update, then principal and key. Filters
+combine. Pages are keyset-paginated: when more rows match, the last line is
+"next cursor: TOKEN"; pass it back with --cursor (and the same filters) for the
+next page. Pagination is stable while rows are added, updated or deleted.
+
+   d1idem keys list --status pending
+   d1idem keys list --principal acct_42 --older-than 1h --limit 100
+   d1idem keys list --status completed --cursor v1.WzE3N...`,
+		Flags: append([]cli.Flag{
+			principalFlag("only keys of this `PRINCIPAL`"),
+			&cli.StringFlag{Name: "status", Usage: "only keys with this `STATUS`: pending or completed"},
+			&cli.DurationFlag{Name: "older-than", Usage: "only keys whose last update is older than `DURATION` (e.g. 10m, 24h)", DefaultText: "any age"},
+			limitFlag(),
+			ttlFlag(),
+			heartbeatFlag(),
+			&cli.StringFlag{Name: "cursor", Usage: "continue after the page that printed this `TOKEN` as its next cursor"},
+			jsonFlag(),
+		}, connFlags()...),
+		Action: o.keysList,
+	}
+}
+
+func (o *options) keysList(c *cli.Context) error {
+	opts, err := listOptions(c)
+	if err != nil {
+		return err
+	}
+	return o.withKeys(c, func(a *idem.Admin, _ *conn, ls lease) error {
+		page, err := a.List(c.Context, opts)
+		if errors.Is(err, idem.ErrBadCursor) {
+			return usagef("--cursor is not a cursor this command printed (a \"next cursor\" token of 'd1idem keys list'); copy it whole, or start without --cursor")
+		} else if err != nil {
+			return ledgerErr("keys list", err)
+		}
+		if c.Bool(flagJSON) {
+			return printJSON(c.App.Writer, keyPageJSONOf(page, ls))
+		}
+		return renderKeyPage(c.App.Writer, page, ls, opts.Cursor != "")
+	})
+}
+
+// listOptions reads the filters of keys list.
+func listOptions(c *cli.Context) (idem.ListOptions, error) {
+	opts := idem.ListOptions{Principal: c.String("principal"), OlderThan: c.Duration("older-than"), Cursor: c.String("cursor")}
+	if s := c.String("status"); s != "" {
+		var err error
+		if opts.Status, err = idem.ParseStatus(s); err != nil {
+			return opts, usagef("--status %s is not a status: use %s or %s", strconv.Quote(s), idem.StatusPending, idem.StatusCompleted)
+		}
+	}
+	if c.IsSet("older-than") {
+		if _, err := positiveDuration(c, "older-than"); err != nil {
+			return opts, err
+		}
+	}
+	var err error
+	opts.Limit, err = listLimit(c)
+	return opts, err
+}
+
+// ---- keys stuck ----
+
+func keysStuckCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:  "stuck",
+		Usage: "list pending keys whose owner has gone quiet: the first thing to look at",
+		Description: `Lists the pending keys whose owner has stopped renewing them (a live owner
+renews its row every third of the TTL), in two groups:
+
+  owner quiet     no update for more than 2/3 of the TTL, but still inside it:
+                  retries get 409 until the TTL has passed. Releasing the key
+                  lets the client retry now; the last line shows how.
+  awaiting retry  past the TTL: the next retry of the same request takes the
+                  key over and executes. Nothing needs releasing; a key just
+                  released is one of these.
+
+   d1idem keys stuck
+   d1idem keys stuck --ttl 2m --json`,
+		Flags:  append([]cli.Flag{ttlFlag(), heartbeatFlag(), limitFlag(), jsonFlag()}, connFlags()...),
+		Action: o.keysStuck,
+	}
+}
+
+func (o *options) keysStuck(c *cli.Context) error {
+	limit, err := listLimit(c)
+	if err != nil {
+		return err
+	}
+	return o.withKeys(c, func(a *idem.Admin, _ *conn, ls lease) error {
+		q, err := quietKeys(c.Context, a, ls, limit)
+		if err != nil {
+			return ledgerErr("keys stuck", err)
+		}
+		if c.Bool(flagJSON) {
+			return printJSON(c.App.Writer, quietJSONOf(q))
+		}
+		release := ""
+		if len(q.quiet) > 0 {
+			release = releaseCommandLine(c, &q.quiet[0], ls)
+		}
+		return renderQuiet(c.App.Writer, q, release)
+	})
+}
+
+// quiet is what keys stuck found: the pending rows whose owner has gone
+// quiet, split by whether they are still inside the TTL.
+type quiet struct {
+	lease        lease
+	quiet        []idem.KeyRecord // inside the TTL, oldest first
+	awaiting     []idem.KeyRecord // past the TTL, oldest first
+	nQuiet, nAll int64            // how many there are of each, shown or not
+	nAwaiting    int64
+	// partial reports that more pending rows remain than were read
+	// (maxQuietPages pages): the counts are of the oldest.
+	partial bool
+}
+
+// maxQuietPages bounds the pages quietKeys reads: 20 D1 calls, 20,000 rows.
+const maxQuietPages = 20
+
+// quietKeys pages through the pending rows with no update for longer than
+// ls.quietAfter(), oldest first, keeping at most limit of each group.
+func quietKeys(ctx context.Context, a *idem.Admin, ls lease, limit int) (quiet, error) {
+	q := quiet{lease: ls}
+	opts := idem.ListOptions{Status: idem.StatusPending, OlderThan: ls.quietAfter(), Limit: idem.MaxListLimit}
+	for range maxQuietPages {
+		page, err := a.List(ctx, opts)
+		if err != nil {
+			return q, err
+		}
+		for _, k := range page.Keys {
+			group, n := &q.quiet, &q.nQuiet
+			if stateOf(&k, ls) == stateAwaitingRetry {
+				group, n = &q.awaiting, &q.nAwaiting
+			}
+			*n++
+			if len(*group) < limit {
+				*group = append(*group, k)
+			}
+		}
+		opts.Cursor = page.NextCursor
+		if opts.Cursor == "" {
+			break
+		}
+	}
+	q.partial = opts.Cursor != ""
+	q.nAll = q.nQuiet + q.nAwaiting
+	return q, nil
+}
+
+// ---- keys release ----
+
+func keysReleaseCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:  "release",
+		Usage: "release a pending key whose owner died, fenced by its generation, so the client may retry now",
+		Description: `Releases one row, only at the generation given, in one fenced statement, with
+the ledger's one release rule (the one the application applies when a handler
+panics or streams): the row's generation moves one past the old owner's, and
+its last update is set one millisecond further back than the TTL, so the row is
+released, awaiting retry: the client's next request with the key (the same
+request, by its fingerprint) takes it over at once and executes. The row is
+never deleted: a fresh claim would start again at generation 1, which could be
+an old owner's own generation; the sweep removes it after the retention.
+
+If another owner has taken the key over (a newer generation) or completed it in
+the meantime, nothing changes and the command says what the row holds now.
+
+The old owner, if it is still running, may still perform its mutation; its
+completion is fenced by its generation and will not be stored. An owner using
+the idem package learns at its next heartbeat that it lost its lease.
+
+Only the same request (by its fingerprint) takes a released key over; a client
+that changed its request gets 409 idempotency_key_reused (a new operation takes
+a new key).
+
+A pending row inside the TTL is refused without --force: the ledger cannot
+prove its owner dead ('keys stuck' shows which owners have missed their
+heartbeats). A row past the TTL needs no release (the next retry takes it
+over), but a release fences its old owner out at once. A completed row is
+refused without --force; with --force its stored response is forgotten (the
+row is released like a pending one), and the next retry executes the request
+again.
+
+   d1idem keys release --principal acct_42 --key order-7 --generation 1 --force`,
+		Flags: append([]cli.Flag{
+			principalFlag("the `PRINCIPAL` the key belongs to" + requiredMark),
+			keyFlag(),
+			&cli.Int64Flag{Name: "generation", Usage: "the `GENERATION` to release, as 'keys get' or 'keys stuck' shows it: the fence" + requiredMark, DefaultText: "none"},
+			&cli.BoolFlag{Name: "force", Usage: "also release a pending row inside the TTL, or a completed row (forgetting its response)", DisableDefaultText: true},
+			ttlFlag(),
+			heartbeatFlag(),
+			jsonFlag(),
+		}, connFlags()...),
+		Action: o.keysRelease,
+	}
+}
+
+func (o *options) keysRelease(c *cli.Context) error {
+	principal, key, err := principalAndKey(c)
+	if err != nil {
+		return err
+	}
+	gen, err := releaseGeneration(c)
+	if err != nil {
+		return err
+	}
+	return o.withKeys(c, func(a *idem.Admin, cn *conn, ls lease) error {
+		res, err := a.Release(c.Context, principal, key, gen, idem.ReleaseOptions{Force: c.Bool("force")})
+		if errors.Is(err, idem.ErrKeyNotFound) {
+			return fmt.Errorf("no %s on %s: nothing to release (it was never claimed, or was swept)", keyName(principal, key), cn.where)
+		} else if err != nil {
+			return ledgerErr("keys release", err)
+		}
+		if !res.Released {
+			return notReleased(&res.Before, gen, ls)
+		}
+		if c.Bool(flagJSON) {
+			return printJSON(c.App.Writer, releaseJSONOf(res, c.Bool("force")))
+		}
+		return renderRelease(c.App.Writer, res, connHint(c))
+	})
+}
+
+func releaseGeneration(c *cli.Context) (int64, error) {
+	if !c.IsSet("generation") {
+		return 0, usagef("--generation is required: it fences the release to the row you looked at (see 'd1idem keys get')")
+	}
+	gen := c.Int64("generation")
+	if gen < 1 {
+		return 0, usagef("--generation %d must be 1 or more", gen)
+	}
+	return gen, nil
+}
+
+func keyName(principal, key string) string {
+	return fmt.Sprintf("key %s of principal %s", strconv.Quote(key), strconv.Quote(principal))
+}
+
+// notReleased says why the ledger left the row k alone.
+func notReleased(k *idem.KeyRecord, gen int64, ls lease) error {
+	who := keyName(k.Principal, k.Key)
+	switch state := stateOf(k, ls); {
+	case k.Generation != gen:
+		return fmt.Errorf("not released: %s is now at generation %d (%s, updated %s), not %d; look again with 'd1idem keys get'",
+			who, k.Generation, state.words(), formatAge(k.SinceUpdate()), gen)
+	case state == stateCompleted:
+		return fmt.Errorf("not released: %s is completed (response %s): retries replay it; --force forgets the response, and the next retry executes the request again",
+			who, statusOrDash(k.ResponseStatus))
+	case state == stateOwnerQuiet:
+		return fmt.Errorf("not released: %s was updated %s, inside the %s TTL, and its owner has missed its heartbeats: if you know it is dead, release it with --force",
+			who, formatAge(k.SinceUpdate()), formatDuration(ls.ttl))
+	case state == stateInFlight:
+		return fmt.Errorf("not released: %s was updated %s, inside the %s TTL: its owner is alive and renewing it; wait, or use --force",
+			who, formatAge(k.SinceUpdate()), formatDuration(ls.ttl))
+	}
+	return fmt.Errorf("not released: %s has status %s, which the ledger does not release", who, display(string(k.Status)))
+}
+
+func statusOrDash(s *int64) string {
+	if s == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*s, 10)
+}

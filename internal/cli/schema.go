@@ -1,0 +1,469 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/d1idem/d1idem"
+	"github.com/d1idem/d1idem/d1local"
+	"github.com/d1idem/d1idem/internal/embedded"
+	"github.com/d1idem/d1idem/internal/wrangler"
+	"github.com/d1idem/d1idem/schema"
+)
+
+func schemaCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:  "schema",
+		Usage: "apply, verify and print the ledger schema",
+		Description: `Manages the ledger table (idempotency_keys) and its updated_at index. In CI,
+apply then verify before a deploy; both exit non-zero on failure:
+
+   d1idem schema apply --database my-db
+   d1idem schema verify --database my-db`,
+		Subcommands: []*cli.Command{
+			schemaApplyCommand(o),
+			schemaVerifyCommand(o),
+			schemaPrintCommand(),
+		},
+	}
+}
+
+// flagMigrationsDir names wrangler's migrations directory.
+const flagMigrationsDir = "migrations-dir"
+
+func migrationsDirFlag() cli.Flag {
+	return &cli.StringFlag{Name: flagMigrationsDir, Usage: "wrangler's migrations `DIR` (default: the migrations_dir of the database in the wrangler config)"}
+}
+
+// migrationsFor returns wrangler's migrations table and directory for the
+// connection: those of the wrangler config's entry for the database (chosen
+// by --database, or else found by its database ID), with --migrations-dir
+// over the directory. dir is "" when nothing names one.
+func migrationsFor(c *cli.Context, cn *conn) (table, dir string, err error) {
+	table = schema.MigrationsTable
+	d := cn.wrangler
+	if d == nil && cn.databaseID != "" {
+		if d, err = databaseByID(c, cn.databaseID); err != nil {
+			return "", "", err
+		}
+	}
+	if d != nil {
+		table, dir = d.MigrationsTable, relPath(d.MigrationsDir)
+	}
+	if f := c.String(flagMigrationsDir); f != "" {
+		dir = f
+	}
+	return table, dir, nil
+}
+
+// databaseByID returns the entry of the wrangler config whose database_id
+// or preview_database_id is id, in the environment --env names; nil when
+// there is none. The config is --config, or else the one wrangler would use,
+// if any; a config found that way but unreadable, or without that
+// environment, is passed over, since nothing asked for it.
+func databaseByID(c *cli.Context, id string) (*wrangler.Database, error) {
+	explicit := c.String(flagConfig) != ""
+	if !explicit && !findsConfig() {
+		return nil, nil
+	}
+	cfg, err := loadWrangler(c)
+	if err != nil {
+		if explicit {
+			return nil, err
+		}
+		return nil, nil
+	}
+	dbs, err := cfg.Databases(c.String(flagEnv))
+	if err != nil {
+		if explicit {
+			return nil, usageError{err}
+		}
+		return nil, nil
+	}
+	for _, d := range dbs {
+		if d.DatabaseID == id || d.PreviewDatabaseID == id {
+			return &d, nil
+		}
+	}
+	return nil, nil
+}
+
+// applyJSON is schema apply --json.
+type applyJSON struct {
+	Action      string `json:"action"` // create, record or nothing
+	Description string `json:"description"`
+	DryRun      bool   `json:"dry_run"`
+	// Migration is the first of Migrations.
+	Migration       string   `json:"migration"`
+	Migrations      []string `json:"migrations"`
+	MigrationsTable string   `json:"migrations_table"`
+	MigrationsDir   string   `json:"migrations_dir"`
+	Database        string   `json:"database"`
+	SQL             string   `json:"sql"`
+}
+
+func actionName(a schema.Action) string {
+	switch a {
+	case schema.CreateAndRecord:
+		return "create"
+	case schema.RecordOnly:
+		return "record"
+	}
+	return "nothing"
+}
+
+func schemaApplyCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:  "apply",
+		Usage: "create the ledger table and index if needed, recorded as a wrangler migration",
+		Description: `Creates idempotency_keys and its updated_at index, and records the migration in
+wrangler's migrations table (d1_migrations, or the migrations_table of the
+wrangler config), in one transaction. It is idempotent: once recorded, it does
+nothing. A table made by hand with the right shape is only recorded; one with
+another shape is reported and left alone (exit 1).
+
+The migration is recorded under the name of the file of wrangler's migrations
+directory that holds the schema, whatever its name (compared by content), so
+that 'wrangler d1 migrations apply' does not run it again; without such a file,
+as ` + schema.MigrationName + `. The directory is the migrations_dir of the
+database in the wrangler config (with --database, or found by its database ID),
+or --migrations-dir.
+
+   d1idem schema print --migration --database my-db   # write the migration file
+   d1idem schema apply --database my-db
+   d1idem schema apply --dry-run --database my-db     # print the SQL, change nothing`,
+		Flags: append([]cli.Flag{
+			&cli.BoolFlag{Name: "dry-run", Usage: "print the SQL that apply would run, and change nothing", DisableDefaultText: true},
+			migrationsDirFlag(),
+			jsonFlag(),
+		}, connFlags()...),
+		Action: o.schemaApply,
+	}
+}
+
+// schemaApply is schema apply's action. With --dry-run it creates nothing;
+// on a local database that does not exist yet, it shows what apply would
+// do on the empty database apply would create.
+func (o *options) schemaApply(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	if !c.Bool("dry-run") {
+		return withConn(c, o, create, func(cn *conn) error { return schemaApply(c, cn) })
+	}
+	err := withConn(c, o, existing, func(cn *conn) error { return schemaApply(c, cn) })
+	if dir := c.String(flagLocal); dir != "" && (errors.As(err, new(*noDatabaseError)) || errors.As(err, new(*noDirectoryError))) {
+		return dryRunFresh(c, dir)
+	}
+	return err
+}
+
+// dryRunFresh is schema apply --dry-run for a local database that does not
+// exist yet: on an empty one, in memory.
+func dryRunFresh(c *cli.Context, dir string) error {
+	srv, err := embedded.Start(d1local.Config{}, "")
+	if err != nil {
+		return err
+	}
+	cn := &conn{local: srv, databaseID: localDatabaseID(c)}
+	defer cn.close()
+	if cn.db, err = srv.Client(cn.databaseID); err != nil {
+		return err
+	}
+	cn.where = fmt.Sprintf("local database %q under %s (not there yet: apply creates it)", cn.databaseID, dir)
+	return schemaApply(c, cn)
+}
+
+func schemaApply(c *cli.Context, cn *conn) error {
+	table, dir, err := migrationsFor(c, cn)
+	if err != nil {
+		return err
+	}
+	opts := schema.Options{MigrationsTable: table, DryRun: c.Bool("dry-run")}
+	if dir != "" {
+		opts.Migrations = os.DirFS(dir)
+	}
+	res, err := schema.Apply(c.Context, cn.db, opts)
+	var drift *schema.DriftError
+	if errors.As(err, &drift) {
+		return driftError(c, drift)
+	} else if err != nil {
+		return err
+	}
+	if c.Bool(flagJSON) {
+		return printJSON(c.App.Writer, applyJSON{Action: actionName(res.Action), Description: res.Action.String(), DryRun: opts.DryRun,
+			Migration: res.Migrations[0], Migrations: res.Migrations, MigrationsTable: table, MigrationsDir: dir, Database: cn.where, SQL: res.SQL()})
+	}
+	return renderApply(c.App.Writer, res, opts.DryRun, table, cn.where, connHint(c))
+}
+
+// renderApply writes what schema apply did, or would do with --dry-run,
+// and the command that checks the result.
+func renderApply(w io.Writer, res schema.Result, dryRun bool, table, where, hint string) error {
+	names := strings.Join(res.Migrations, ", ")
+	switch {
+	case dryRun && res.Action == schema.Nothing:
+		_, err := fmt.Fprintf(w, "-- nothing to do on %s: %s is already recorded in %s\n", where, names, table)
+		return err
+	case dryRun:
+		fmt.Fprintf(w, "-- schema apply on %s would %s, in one transaction:\n", where, res.Action)
+		_, err := fmt.Fprint(w, res.SQL())
+		return err
+	case res.Action == schema.CreateAndRecord:
+		fmt.Fprintf(w, "Created %s and %s, and recorded %s in %s, on %s.\n", d1idem.Table, d1idem.UpdatedAtIndex, names, table, where)
+	case res.Action == schema.RecordOnly:
+		fmt.Fprintf(w, "%s already had the expected shape; recorded %s in %s, on %s.\n", d1idem.Table, names, table, where)
+	default:
+		fmt.Fprintf(w, "Nothing to do on %s: %s is already recorded in %s.\n", where, names, table)
+	}
+	_, err := fmt.Fprintf(w, "Check the live shape with 'd1idem schema verify%s'.\n", hint)
+	return err
+}
+
+// driftError prints the differences on stdout and returns the one-line
+// error of apply.
+func driftError(c *cli.Context, drift *schema.DriftError) error {
+	if c.Bool(flagJSON) {
+		_ = printJSON(c.App.Writer, verifyJSONOf(drift))
+	} else {
+		_ = printDiff(c.App.Writer, drift.Diff)
+	}
+	return fmt.Errorf("%s differs from schema.sql (%s, shown on stdout): not recording the migration; fix the table by hand or restore it, then apply again",
+		d1idem.Table, plural(int64(len(drift.Diff)), "difference", "differences"))
+}
+
+func printDiff(w io.Writer, lines []string) error {
+	fmt.Fprintf(w, "%s differs from schema.sql (- schema.sql, + live table):\n", d1idem.Table)
+	for _, l := range lines {
+		if _, err := fmt.Fprintf(w, "  %s\n", l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// verifyJSON is schema verify --json.
+type verifyJSON struct {
+	Matches bool     `json:"matches"`
+	Diff    []string `json:"diff"`
+	Columns int      `json:"columns,omitempty"`
+	Indexes int      `json:"indexes,omitempty"`
+}
+
+func schemaVerifyCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:  "verify",
+		Usage: "check that the live table and its indexes match schema.sql",
+		Description: `Compares the live PRAGMA table_info and index_list (with each index's columns)
+of idempotency_keys with the shape schema.sql produces. Exit 0 and one line when
+they match; exit 1 with a diff ("-" what schema.sql has, "+" what the live table
+has instead) when they differ or the table is missing.
+
+   d1idem schema verify --database my-db`,
+		Flags: append([]cli.Flag{jsonFlag()}, connFlags()...),
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			return withConn(c, o, existing, func(cn *conn) error { return schemaVerify(c, cn) })
+		},
+	}
+}
+
+func schemaVerify(c *cli.Context, cn *conn) error {
+	err := schema.Verify(c.Context, cn.db)
+	var drift *schema.DriftError
+	if err != nil && !errors.As(err, &drift) {
+		return err
+	}
+	if c.Bool(flagJSON) {
+		err = printJSON(c.App.Writer, verifyJSONOf(drift))
+	} else {
+		err = renderVerify(c.App.Writer, drift, cn.where)
+	}
+	switch {
+	case err != nil || drift == nil:
+		return err
+	case drift.Missing:
+		return fmt.Errorf("schema drift: %s does not exist on %s; run 'd1idem schema apply%s'", d1idem.Table, cn.where, connHint(c))
+	}
+	return fmt.Errorf("schema drift: %s on %s differs from schema.sql (%s, shown on stdout)",
+		d1idem.Table, cn.where, plural(int64(len(drift.Diff)), "difference", "differences"))
+}
+
+func verifyJSONOf(drift *schema.DriftError) verifyJSON {
+	if drift != nil {
+		return verifyJSON{Matches: false, Diff: drift.Diff}
+	}
+	want := schema.Expected()
+	return verifyJSON{Matches: true, Diff: []string{}, Columns: len(want.Columns), Indexes: len(want.Indexes)}
+}
+
+// renderVerify writes that the table matches, or the differences.
+func renderVerify(w io.Writer, drift *schema.DriftError, where string) error {
+	if drift != nil {
+		return printDiff(w, drift.Diff)
+	}
+	want := schema.Expected()
+	_, err := fmt.Fprintf(w, "%s on %s matches schema.sql: %s, %s.\n", d1idem.Table, where,
+		plural(int64(len(want.Columns)), "column", "columns"), plural(int64(len(want.Indexes)), "index", "indexes"))
+	return err
+}
+
+func schemaPrintCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "print",
+		Usage: "print the ledger schema (schema.sql), or write it as a wrangler migration; needs no connection",
+		Description: `Prints schema.sql exactly: the spec's CREATE TABLE idempotency_keys and its
+updated_at index.
+
+With --migration it writes the schema into wrangler's migrations directory
+instead, as the next migration (NNNN_d1idem_idempotency_keys.sql, numbered as
+'wrangler d1 migrations create' numbers), unless a file there already holds it.
+The directory is --migrations-dir, or the migrations_dir of the database in the
+wrangler config (--database, or the config's only database), or ./migrations.
+Apply it with wrangler or with 'd1idem schema apply': each records it under the
+file's name, so the other agrees.
+
+   d1idem schema print --migration --database my-db
+   d1idem schema print > schema.sql`,
+		Flags: append([]cli.Flag{
+			&cli.BoolFlag{Name: "migration", Usage: "write the schema into wrangler's migrations directory as the next migration", DisableDefaultText: true},
+			migrationsDirFlag(),
+			jsonFlag(),
+		}, wranglerFlags()...),
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			if c.Bool("migration") {
+				return writeMigration(c)
+			}
+			if c.Bool(flagJSON) {
+				return printJSON(c.App.Writer, struct {
+					Migration  string   `json:"migration"`
+					SQL        string   `json:"sql"`
+					Statements []string `json:"statements"`
+				}{schema.MigrationName, d1idem.Schema(), d1idem.SchemaStatements()})
+			}
+			_, err := fmt.Fprint(c.App.Writer, d1idem.Schema())
+			return err
+		},
+	}
+}
+
+// migrationMessage is the message part of the migration file name.
+const migrationMessage = "d1idem_idempotency_keys"
+
+// writeMigration is schema print --migration.
+func writeMigration(c *cli.Context) error {
+	dir, d, err := printMigrationsDir(c)
+	if err != nil {
+		return err
+	}
+	existing, err := schema.FindMigrations(os.DirFS(dir))
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", dir, err)
+	}
+	var name string
+	if len(existing) > 0 {
+		name = existing[0]
+	} else {
+		if name, err = wrangler.NextMigrationName(dir, migrationMessage); err != nil {
+			return fmt.Errorf("reading %s: %w", dir, err)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return err
+		}
+		_, err = f.WriteString(d1idem.Schema())
+		if err := errors.Join(err, f.Close()); err != nil {
+			return fmt.Errorf("writing %s: %w", f.Name(), err)
+		}
+	}
+	path := filepath.Join(dir, name)
+	w := c.App.Writer
+	if c.Bool(flagJSON) {
+		return printJSON(w, struct {
+			Migration string `json:"migration"`
+			Path      string `json:"path"`
+			Written   bool   `json:"written"`
+		}{name, path, len(existing) == 0})
+	}
+	if len(existing) > 0 {
+		fmt.Fprintf(w, "%s already holds the ledger schema; nothing written.\n", path)
+		return nil
+	}
+	wranglerArgs, d1idemArgs := applyArgs(c, d)
+	fmt.Fprintf(w, "Wrote %s (the ledger schema).\n", path)
+	fmt.Fprintf(w, "Apply it with 'wrangler d1 migrations apply %s --remote' or 'd1idem schema apply%s'. Where the table already exists, run 'd1idem schema apply%[2]s' first: it records the file as applied.\n",
+		wranglerArgs, d1idemArgs)
+	return nil
+}
+
+// applyArgs returns the arguments that name database d (nil: unknown) to
+// 'wrangler d1 migrations apply' and to 'd1idem schema apply'.
+func applyArgs(c *cli.Context, d *wrangler.Database) (wranglerArgs, d1idemArgs string) {
+	if d == nil {
+		return "DATABASE", ""
+	}
+	wranglerArgs, d1idemArgs = d.Name(), " --database "+shellQuote(d.Name())
+	if d.Env != "" {
+		wranglerArgs += " --env " + shellQuote(d.Env)
+		d1idemArgs += " --env " + shellQuote(d.Env)
+	}
+	if config := c.String(flagConfig); config != "" {
+		wranglerArgs += " --config " + shellQuote(config)
+		d1idemArgs += " --config " + shellQuote(config)
+	}
+	return wranglerArgs, d1idemArgs
+}
+
+// printMigrationsDir returns the migrations directory of schema print
+// --migration, and the wrangler config's entry it comes from (nil when none).
+func printMigrationsDir(c *cli.Context) (dir string, d *wrangler.Database, err error) {
+	switch {
+	case c.String(flagDatabase) != "":
+		if d, err = wranglerDatabase(c); err != nil {
+			return "", nil, err
+		}
+	case c.String(flagConfig) != "" || findsConfig():
+		cfg, err := loadWrangler(c)
+		if err != nil {
+			return "", nil, err
+		}
+		only, err := cfg.Only(c.String(flagEnv))
+		if err != nil && c.String(flagMigrationsDir) == "" {
+			return "", nil, usagef("%v; pass --%s NAME or --%s DIR", err, flagDatabase, flagMigrationsDir)
+		}
+		if err == nil {
+			d = &only
+		}
+	}
+	if d != nil {
+		dir = relPath(d.MigrationsDir)
+	}
+	if f := c.String(flagMigrationsDir); f != "" {
+		dir = f
+	}
+	if dir == "" {
+		dir = wrangler.DefaultMigrationsDir
+	}
+	return dir, d, nil
+}
+
+// findsConfig reports whether wrangler would find a config from the current
+// directory.
+func findsConfig() bool {
+	_, err := wrangler.Find(".")
+	return err == nil
+}
