@@ -196,13 +196,19 @@ func proxyError(w http.ResponseWriter, status, code int, message string) {
 // invariants hold against the real D1 binding behind the product's Worker,
 // with the same coverage demanded as on d1local. It is smaller than the
 // d1local run, the Node and workerd processes sharing the machine.
+// -faults.long adds the long form, rounds of fresh keys for 10 minutes
+// (-faults.duration).
 func TestRandomizedFaultsBridge(t *testing.T) {
 	t.Parallel()
 	s := seed(t)
 	t.Logf("seed %d (rerun with -faults.seed=%d or FAULTS_SEED=%d)", s, s, s)
-	cfg := runConfig{Seed: s, Clients: 12, Keys: 16, TTL: 600 * time.Millisecond, OnBridge: true}.withAll()
-	start := time.Now()
-	o, run := runRandomized(t, cfg)
-	st, _ := verify(t, cfg, o, run, time.Since(start))
-	requireCoverage(t, cfg, st)
+	base := runConfig{Seed: s, Clients: 12, Keys: 16, TTL: 600 * time.Millisecond, OnBridge: true}.withAll()
+	t.Run("short", func(t *testing.T) {
+		cfg := base
+		start := time.Now()
+		o, run := runRandomized(t, cfg)
+		st, _ := verify(t, cfg, o, run, time.Since(start))
+		requireCoverage(t, cfg, st)
+	})
+	t.Run("long", func(t *testing.T) { runLong(t, base) })
 }

@@ -99,12 +99,17 @@
 //
 //	go test ./faults -run TestRandomizedFaults -v -faults.seed=SEED
 //
-// (or FAULTS_SEED=SEED). The long run (48 clients x 25 keys per round,
-// rounds of fresh keys for 10 minutes) runs only with -faults.long:
+// (or FAULTS_SEED=SEED). The long runs (rounds of fresh keys for 10
+// minutes: 48 clients x 25 keys per round on d1local, 12 x 16 on the
+// bridge) run only with -faults.long; make faults-long and make
+// faults-long-bridge run them:
 //
-//	go test ./faults -run TestRandomizedFaults/long -v -timeout 30m -faults.long
+//	go test ./faults -run '^TestRandomizedFaults$/^long$' -v -timeout 40m -faults.long
+//	go test ./faults -run '^TestRandomizedFaultsBridge$/^long$' -v -timeout 40m -faults.long
 //
-// and -faults.clients, -faults.keys and -faults.duration resize it. The seed
+// and -faults.clients, -faults.keys and -faults.duration resize them. Each
+// run ends its report with one SUMMARY line (backend, seed, requests,
+// takeovers, faults injected by kind, violations). The seed
 // fixes the workload (keys, bodies, each execution's delay and panic,
 // duplicates, abandons) and the fault of every D1 call by its number; the
 // goroutine interleaving is not fixed, so a rerun replays the same plan, not

@@ -25,10 +25,10 @@ import (
 
 var (
 	flagSeed     = flag.Int64("faults.seed", 0, "seed of the randomized run (0: $FAULTS_SEED, else the time)")
-	flagLong     = flag.Bool("faults.long", false, "also run the long randomized run")
-	flagClients  = flag.Int("faults.clients", 0, "clients (N) of the long run; 0 keeps its default")
-	flagKeys     = flag.Int("faults.keys", 0, "keys per client per round (M) of the long run; 0 keeps its default")
-	flagDuration = flag.Duration("faults.duration", 0, "duration of the long run; 0 keeps its default (10m)")
+	flagLong     = flag.Bool("faults.long", false, "also run the long randomized runs (d1local and the bridge)")
+	flagClients  = flag.Int("faults.clients", 0, "clients (N) of a long run; 0 keeps its default")
+	flagKeys     = flag.Int("faults.keys", 0, "keys per client per round (M) of a long run; 0 keeps its default")
+	flagDuration = flag.Duration("faults.duration", 0, "duration of a long run; 0 keeps its default (10m)")
 )
 
 // runConfig sizes one randomized run.
@@ -1006,8 +1006,35 @@ func (s runStats) report(cfg runConfig, elapsed time.Duration) string {
 	fmt.Fprintf(&b, "  side callers %v\n", fmtMap(s.Side))
 	fmt.Fprintf(&b, "  faults injected %d: %v\n", s.FaultTotal, fmtMap(s.Faults))
 	fmt.Fprintf(&b, "  replays compared %d; answers from superseded owners %d (of which 201s whose write was never committed: %d)\n", s.Replays, s.Superseded, s.SupersededTx)
-	fmt.Fprintf(&b, "  invariant violations: %d (seen by the monitor during the run: %d)", s.Violations, s.Monitored)
+	fmt.Fprintf(&b, "  invariant violations: %d (seen by the monitor during the run: %d)\n", s.Violations, s.Monitored)
+	b.WriteString(s.summary(cfg, elapsed))
 	return b.String()
+}
+
+// summary is the report in one line, to quote: the backend, the seed, how
+// long the run took, and its main counts (faults by kind, every round trip
+// together).
+func (s runStats) summary(cfg runConfig, elapsed time.Duration) string {
+	backend := "d1local"
+	if cfg.OnBridge {
+		backend = "bridge(workerd)"
+	}
+	kinds := map[string]int{}
+	for k, n := range s.Faults {
+		kind, _, _ := strings.Cut(k, "@")
+		kinds[kind] += n
+	}
+	return fmt.Sprintf("SUMMARY backend=%s seed=%d elapsed=%v keys=%d requests=%d executions=%d claims=%d takeovers=%d fenced_out=%d stored_completions=%d replays=%d operator_ops=%d side_calls=%d faults=%d %v violations=%d",
+		backend, cfg.Seed, elapsed.Round(time.Second), s.Keys, s.Requests, s.Execs, s.Claims, s.Takeovers, s.FencedOut, s.Completions,
+		s.Replays, total(s.Ops)-s.Ops["sweep_deleted"], total(s.Side), s.FaultTotal, fmtMap(kinds), s.Violations)
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 func fmtMap(m map[string]int) string {
@@ -1075,24 +1102,32 @@ func TestRandomizedFaults(t *testing.T) {
 		requireCoverage(t, cfg, st)
 	})
 	t.Run("long", func(t *testing.T) {
-		if !*flagLong {
-			t.Skip("the long run needs -faults.long")
-		}
-		cfg := runConfig{Seed: s, Clients: 48, Keys: 25, Duration: 10 * time.Minute, TTL: 500 * time.Millisecond}.withAll()
-		if *flagClients > 0 {
-			cfg.Clients = *flagClients
-		}
-		if *flagKeys > 0 {
-			cfg.Keys = *flagKeys
-		}
-		if *flagDuration > 0 {
-			cfg.Duration = *flagDuration
-		}
-		start := time.Now()
-		o, run := runRandomized(t, cfg)
-		st, _ := verify(t, cfg, o, run, time.Since(start))
-		requireCoverage(t, cfg, st)
+		runLong(t, runConfig{Seed: s, Clients: 48, Keys: 25, TTL: 500 * time.Millisecond}.withAll())
 	})
+}
+
+// runLong is the long form of a randomized run: skipped without
+// -faults.long, 10 minutes unless -faults.duration says otherwise, resized
+// by -faults.clients and -faults.keys.
+func runLong(t *testing.T, cfg runConfig) {
+	t.Helper()
+	if !*flagLong {
+		t.Skip("the long run needs -faults.long")
+	}
+	cfg.Duration = 10 * time.Minute
+	if *flagClients > 0 {
+		cfg.Clients = *flagClients
+	}
+	if *flagKeys > 0 {
+		cfg.Keys = *flagKeys
+	}
+	if *flagDuration > 0 {
+		cfg.Duration = *flagDuration
+	}
+	start := time.Now()
+	o, run := runRandomized(t, cfg)
+	st, _ := verify(t, cfg, o, run, time.Since(start))
+	requireCoverage(t, cfg, st)
 }
 
 // requireCoverage fails a run that could have passed vacuously: every kind
