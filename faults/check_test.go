@@ -153,7 +153,6 @@ func canonical(status *int64, hdrs, body *string) string {
 }
 
 func (c completion) canonical() string { return canonical(c.Status, c.Hdrs, c.Body) }
-func (r ledgerRow) canonical() string  { return canonical(r.RespStatus, r.RespHeaders, r.RespBody) }
 
 // genKey names one generation of one key.
 func genKey(k pk, gen int64) string { return fmt.Sprintf("%s/%s/%d", k.P, k.K, gen) }
