@@ -3,7 +3,7 @@ GO ?= go
 NPM ?= npm
 PKGS := ./...
 
-.PHONY: all build test test-short bench bench-budget readme-figures lint demo fuzz conformance-deps clean bridge-statements
+.PHONY: all build test test-short bench bench-budget readme-figures lint demo fuzz conformance-deps clean bridge-statements faults-long faults-long-bridge
 
 all: lint test
 
@@ -57,6 +57,16 @@ BENCH_DURATION ?= 600s
 bench-budget:
 	@$(GO) test -run '^$$' -bench '^Benchmark(OpenLoop|Replicas)$$' -timeout 4h ./bench/ \
 		-bench.long -bench.duration $(BENCH_DURATION) 2>&1 | tee bench-budget.out | $(GO) run ./internal/benchtable
+
+# The long randomized fault runs (issue 11): rounds of fresh keys for
+# FAULTS_DURATION (10 minutes) on d1local, or on the bridge in workerd. Each
+# ends with one SUMMARY line of counts; a violation fails the run.
+FAULTS_DURATION ?= 10m
+faults-long:
+	$(GO) test ./faults -run '^TestRandomizedFaults$$/^long$$' -v -count=1 -timeout 40m -faults.long -faults.duration $(FAULTS_DURATION)
+
+faults-long-bridge: conformance-deps
+	$(GO) test ./faults -run '^TestRandomizedFaultsBridge$$/^long$$' -v -count=1 -timeout 40m -faults.long -faults.duration $(FAULTS_DURATION)
 
 # Rewrite the README's figures table (between <!-- bench:begin --> and
 # <!-- bench:end -->), and docs/bridge.md's (the bridge's rows), from the

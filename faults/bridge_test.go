@@ -25,19 +25,24 @@ import (
 // has committed) and drops the connection; Overloaded, Internal and
 // BadGateway answer their error without forwarding, or after the forwarded
 // call has committed with AfterCommit.
+//
+// A call the proxy fails to forward (the bridge's connection dropped under
+// load) is answered 500 like an injected internal error, and reported to
+// failed: to the client it is a fault like any other.
 type faultProxy struct {
 	target string
 	hc     *http.Client
 	hook   d1local.FaultFunc
+	failed func(d1local.Request)
 	seq    atomic.Int64
 }
 
 // bridgeWithFaults returns the workerd backend (the bridge) reached through
-// a faultProxy consulting hook.
-func bridgeWithFaults(t testing.TB, hook d1local.FaultFunc) *d1test.Backend {
+// a faultProxy consulting hook and reporting forwarding failures to failed.
+func bridgeWithFaults(t testing.TB, hook d1local.FaultFunc, failed func(d1local.Request)) *d1test.Backend {
 	t.Helper()
 	b := d1test.Workerd(t)
-	srv := httptest.NewServer(&faultProxy{target: b.BaseURL, hc: b.HTTPClient, hook: hook})
+	srv := httptest.NewServer(&faultProxy{target: b.BaseURL, hc: b.HTTPClient, hook: hook, failed: failed})
 	t.Cleanup(srv.Close)
 	fb := *b
 	fb.BaseURL = srv.URL
@@ -51,7 +56,8 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var fault d1local.Fault
-	if req, ok := parseCall(r, body); ok {
+	req, isCall := parseCall(r, body)
+	if isCall {
 		req.Seq = p.seq.Add(1)
 		fault = p.hook(req)
 	}
@@ -79,6 +85,9 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := p.forward(r, body)
 	if err != nil {
+		if isCall && p.failed != nil {
+			p.failed(req)
+		}
 		proxyError(w, http.StatusInternalServerError, 7500, "internal error; reference = proxy ("+err.Error()+")")
 		return
 	}
@@ -187,12 +196,19 @@ func proxyError(w http.ResponseWriter, status, code int, message string) {
 // invariants hold against the real D1 binding behind the product's Worker,
 // with the same coverage demanded as on d1local. It is smaller than the
 // d1local run, the Node and workerd processes sharing the machine.
+// -faults.long adds the long form, rounds of fresh keys for 10 minutes
+// (-faults.duration).
 func TestRandomizedFaultsBridge(t *testing.T) {
+	t.Parallel()
 	s := seed(t)
 	t.Logf("seed %d (rerun with -faults.seed=%d or FAULTS_SEED=%d)", s, s, s)
-	cfg := runConfig{Seed: s, Clients: 12, Keys: 16, TTL: 600 * time.Millisecond, OnBridge: true}
-	start := time.Now()
-	o, run := runRandomized(t, cfg)
-	st, _ := verify(t, cfg, o, run, time.Since(start))
-	requireCoverage(t, run, st)
+	base := runConfig{Seed: s, Clients: 12, Keys: 16, TTL: 600 * time.Millisecond, OnBridge: true}.withAll()
+	t.Run("short", func(t *testing.T) {
+		cfg := base
+		start := time.Now()
+		o, run := runRandomized(t, cfg)
+		st, _ := verify(t, cfg, o, run, time.Since(start))
+		requireCoverage(t, cfg, st)
+	})
+	t.Run("long", func(t *testing.T) { runLong(t, base) })
 }

@@ -48,6 +48,12 @@ var auditSQL = []string{
   exec_id   TEXT NOT NULL,
   at        INTEGER NOT NULL
 )`,
+	// The randomized run's side writes (callers that share the ledger's D1
+	// client): one row per execution of a write, keyed by its token.
+	`CREATE TABLE side_writes (
+  seq   INTEGER PRIMARY KEY AUTOINCREMENT,
+  token TEXT NOT NULL
+)`,
 	`CREATE TABLE audit_completions (
   seq              INTEGER PRIMARY KEY AUTOINCREMENT,
   principal        TEXT NOT NULL,
@@ -58,6 +64,7 @@ var auditSQL = []string{
   response_headers TEXT,
   at               INTEGER NOT NULL
 )`,
+	// extra: the deleted row's updated_at, for deletions.
 	`CREATE TABLE audit_events (
   seq        INTEGER PRIMARY KEY AUTOINCREMENT,
   kind       TEXT NOT NULL,
@@ -65,22 +72,29 @@ var auditSQL = []string{
   key        TEXT NOT NULL,
   generation INTEGER,
   detail     TEXT,
+  extra      INTEGER,
   at         INTEGER NOT NULL
 )`,
+	`CREATE INDEX audit_events_kind ON audit_events (kind)`,
+	// A completion is recorded twice: its response in audit_completions,
+	// and its place in the key's history among the other events.
 	`CREATE TRIGGER audit_completion AFTER UPDATE OF status ON idempotency_keys
 WHEN OLD.status = 'pending' AND NEW.status = 'completed'
 BEGIN
   INSERT INTO audit_completions (principal, key, generation, response_status, response_body, response_headers, at)
   VALUES (NEW.principal, NEW.key, NEW.generation, NEW.response_status, NEW.response_body, NEW.response_headers,
           CAST(unixepoch('subsec') * 1000 AS INTEGER));
+  INSERT INTO audit_events (kind, principal, key, generation, at)
+  VALUES ('completed', NEW.principal, NEW.key, NEW.generation, CAST(unixepoch('subsec') * 1000 AS INTEGER));
 END`,
 	`CREATE TRIGGER audit_claim AFTER INSERT ON idempotency_keys
 BEGIN
   INSERT INTO audit_events (kind, principal, key, generation, at)
   VALUES ('claim', NEW.principal, NEW.key, NEW.generation, CAST(unixepoch('subsec') * 1000 AS INTEGER));
 END`,
-	// A takeover sets updated_at to now; a release (idem.Ledger.Release)
-	// moves the generation on with updated_at set back past the TTL.
+	// A takeover sets updated_at to now; a release (idem.Ledger.Release,
+	// idem.Admin.Release) moves the generation on with updated_at set back
+	// past the TTL.
 	`CREATE TRIGGER audit_takeover AFTER UPDATE OF generation ON idempotency_keys
 WHEN NEW.generation <> OLD.generation
 BEGIN
@@ -88,17 +102,22 @@ BEGIN
   VALUES (CASE WHEN NEW.updated_at < OLD.updated_at THEN 'released' ELSE 'takeover' END,
           NEW.principal, NEW.key, NEW.generation, 'from ' || OLD.generation, CAST(unixepoch('subsec') * 1000 AS INTEGER));
 END`,
+	// A completed row changes only when an operator forgets it
+	// (Admin.Release with Force: one generation on, pending, no response);
+	// any other change is recorded as a violation.
 	`CREATE TRIGGER audit_overwrite AFTER UPDATE ON idempotency_keys
 WHEN OLD.status = 'completed'
 BEGIN
   INSERT INTO audit_events (kind, principal, key, generation, detail, at)
-  VALUES ('completed_row_updated', NEW.principal, NEW.key, NEW.generation, 'was generation ' || OLD.generation, CAST(unixepoch('subsec') * 1000 AS INTEGER));
+  VALUES (CASE WHEN NEW.status = 'pending' AND NEW.generation = OLD.generation + 1 AND NEW.response_status IS NULL
+               THEN 'completed_row_released' ELSE 'completed_row_updated' END,
+          NEW.principal, NEW.key, NEW.generation, 'was generation ' || OLD.generation, CAST(unixepoch('subsec') * 1000 AS INTEGER));
 END`,
 	`CREATE TRIGGER audit_delete AFTER DELETE ON idempotency_keys
 BEGIN
-  INSERT INTO audit_events (kind, principal, key, generation, at)
-  VALUES (CASE OLD.status WHEN 'completed' THEN 'completed_row_deleted' ELSE 'released' END,
-          OLD.principal, OLD.key, OLD.generation, CAST(unixepoch('subsec') * 1000 AS INTEGER));
+  INSERT INTO audit_events (kind, principal, key, generation, extra, at)
+  VALUES (CASE OLD.status WHEN 'completed' THEN 'completed_row_deleted' ELSE 'pending_row_deleted' END,
+          OLD.principal, OLD.key, OLD.generation, OLD.updated_at, CAST(unixepoch('subsec') * 1000 AS INTEGER));
 END`,
 	`CREATE TRIGGER audit_business AFTER INSERT ON business
 BEGIN
@@ -110,10 +129,25 @@ END`,
 }
 
 // calls says which of the ledger's statements one D1 call carries. Group
-// commit can put several requests' statements in one call.
+// commit can put several requests' statements in one call, and the
+// randomized run's side callers share those calls.
 type calls struct {
 	claim, lookup, complete, guard, renew, release, sweep, check, business, admin bool
+	// The randomized run's side traffic (markers in a comment): echo reads,
+	// multi-statement SQL, side writes.
+	echo, multi, sideWrite bool
+	// tokens are the side callers' tokens carried by the call.
+	tokens []string
 }
+
+// Markers of the randomized run's side traffic: each statement carries its
+// kind and token in a comment, "/*faults:echo:TOKEN*/", so the fault hook
+// knows whose statements a call carries.
+const (
+	markEcho      = "faults:echo:"
+	markMulti     = "faults:multi:"
+	markSideWrite = "faults:sidewrite:"
+)
 
 // classify recognises the ledger's statements by their SQL, as the brief of
 // this suite fixes it: claims start with "INSERT INTO idempotency_keys" and
@@ -123,6 +157,19 @@ func classify(stmts []string) calls {
 	var c calls
 	for _, s := range stmts {
 		s = strings.TrimSpace(s)
+		for _, m := range []string{markEcho, markMulti, markSideWrite} {
+			if tok, ok := markedToken(s, m); ok {
+				c.tokens = append(c.tokens, tok)
+				switch m {
+				case markEcho:
+					c.echo = true
+				case markMulti:
+					c.multi = true
+				default:
+					c.sideWrite = true
+				}
+			}
+		}
 		switch {
 		case strings.Contains(s, adminMark):
 			c.admin = true
@@ -151,10 +198,24 @@ func classify(stmts []string) calls {
 	return c
 }
 
+// markedToken returns the token of a side-traffic marker in s.
+func markedToken(s, mark string) (string, bool) {
+	i := strings.Index(s, "/*"+mark)
+	if i < 0 {
+		return "", false
+	}
+	rest := s[i+2+len(mark):]
+	j := strings.Index(rest, "*/")
+	if j < 0 {
+		return "", false
+	}
+	return rest[:j], true
+}
+
 // roundTrip names the part of the request path a call belongs to, for the
 // fault counts: "claim" (round trip 1), "completion" (round trip 2, plain or
 // transactional), "renew", "release", "check" (the read after an empty
-// completion answer) or "other".
+// completion answer), "side" (side traffic alone) or "other".
 func (c calls) roundTrip() string {
 	switch {
 	case c.claim:
@@ -167,12 +228,22 @@ func (c calls) roundTrip() string {
 		return "release"
 	case c.check:
 		return "check"
+	case c.echo || c.multi || c.sideWrite:
+		return "side"
 	}
 	return "other"
 }
 
 // policy chooses the fault for one call (never called for admin calls).
 type policy func(req d1local.Request, c calls) d1local.Fault
+
+// Account IDs of clients whose calls the fault hook tells apart: the
+// randomized run's operator (never faulted) and its starved instance.
+// Neither backend checks the account ID.
+const (
+	operatorAccount = "0000000000000000000000000000000a"
+	starvedAccount  = "0000000000000000000000000000000c"
+)
 
 // world is one d1local server and one database holding the ledger schema,
 // the business table and the audit triggers. Every ledger instance of a test
@@ -187,7 +258,9 @@ type world struct {
 	pol atomic.Pointer[policy]
 
 	mu       sync.Mutex
-	injected map[string]int // "<fault>@<round trip>" -> count
+	injected map[string]int  // "<fault>@<round trip>[/C]" -> count
+	faulted  map[string]bool // side tokens carried by a call that was faulted
+	multiSQL map[string]bool // tokens of multi-statement SQL that reached D1
 }
 
 func newWorld(t testing.TB) *world {
@@ -199,9 +272,9 @@ func newWorld(t testing.TB) *world {
 // workerd behind a proxy that injects the same faults (bridgeWithFaults).
 func newWorldFor(t testing.TB, onBridge bool) *world {
 	t.Helper()
-	w := &world{t: t, injected: map[string]int{}}
+	w := &world{t: t, injected: map[string]int{}, faulted: map[string]bool{}, multiSQL: map[string]bool{}}
 	if onBridge {
-		w.b = bridgeWithFaults(t, w.hook)
+		w.b = bridgeWithFaults(t, w.hook, w.forwardFailed)
 	} else {
 		w.b = d1test.LocalConfig(t, d1local.Config{Faults: w.hook})
 	}
@@ -232,7 +305,16 @@ func (w *world) setPolicy(p policy) {
 
 func (w *world) hook(req d1local.Request) d1local.Fault {
 	c := classify(req.Statements)
-	if c.admin {
+	if c.multi {
+		w.mu.Lock()
+		for _, s := range req.Statements {
+			if tok, ok := markedToken(s, markMulti); ok {
+				w.multiSQL[tok] = true
+			}
+		}
+		w.mu.Unlock()
+	}
+	if c.admin || req.AccountID == operatorAccount {
 		return d1local.Fault{}
 	}
 	p := w.pol.Load()
@@ -241,11 +323,32 @@ func (w *world) hook(req d1local.Request) d1local.Fault {
 	}
 	f := (*p)(req, c)
 	if !f.IsZero() {
+		site := c.roundTrip()
+		if req.AccountID == starvedAccount {
+			site += "/C"
+		}
 		w.mu.Lock()
-		w.injected[faultName(f)+"@"+c.roundTrip()]++
+		w.injected[faultName(f)+"@"+site]++
+		if f != (d1local.Fault{Latency: f.Latency}) { // more than a delay
+			for _, tok := range c.tokens {
+				w.faulted[tok] = true
+			}
+		}
 		w.mu.Unlock()
 	}
 	return f
+}
+
+// forwardFailed records a call the bridge's fault proxy could not forward:
+// a fault its client saw, as "proxy_error@<round trip>".
+func (w *world) forwardFailed(req d1local.Request) {
+	c := classify(req.Statements)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.injected["proxy_error@"+c.roundTrip()]++
+	for _, tok := range c.tokens {
+		w.faulted[tok] = true
+	}
 }
 
 // faultName names a fault's kind for the counts.
@@ -286,6 +389,14 @@ func (w *world) injectedCount(prefix string) int {
 	return n
 }
 
+// injectedAt returns how many faults of one kind were injected at one site
+// ("internal500@claim").
+func (w *world) injectedAt(site string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.injected[site]
+}
+
 func (w *world) injectedSnapshot() map[string]int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -294,6 +405,21 @@ func (w *world) injectedSnapshot() map[string]int {
 		out[k] = v
 	}
 	return out
+}
+
+// sideSnapshot returns the side tokens that were faulted and the
+// multi-statement SQL that reached D1.
+func (w *world) sideSnapshot() (faulted, multi map[string]bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	faulted, multi = map[string]bool{}, map[string]bool{}
+	for k := range w.faulted {
+		faulted[k] = true
+	}
+	for k := range w.multiSQL {
+		multi[k] = true
+	}
+	return faulted, multi
 }
 
 // once returns a policy that applies f to the first call matching, and to no
@@ -399,11 +525,33 @@ func (w *world) row(principal, key string) (ledgerRow, bool) {
 func (w *world) rows() map[pk]ledgerRow {
 	w.t.Helper()
 	out := map[pk]ledgerRow{}
-	for _, row := range w.query(`SELECT ` + rowColumns + ` FROM idempotency_keys`) {
-		r := scanRow(row)
+	w.paged(`SELECT rowid, `+rowColumns+` FROM idempotency_keys`, "rowid", func(row d1client.Row) int64 {
+		var r ledgerRow
+		var rowid int64
+		if err := row.Scan(&rowid, &r.Principal, &r.Key, &r.Fingerprint, &r.Status, &r.Generation, &r.RespStatus, &r.RespBody, &r.RespHeaders, &r.CreatedAt, &r.UpdatedAt); err != nil {
+			w.t.Fatal(err)
+		}
 		out[pk{r.Principal, r.Key}] = r
-	}
+		return rowid
+	})
 	return out
+}
+
+// paged runs an admin read of a whole table in pages of pageRows: sql
+// selects the column col first, and scan returns its value for each row.
+func (w *world) paged(sql, col string, scan func(d1client.Row) int64) {
+	w.t.Helper()
+	const pageRows = 5000
+	after := int64(-1 << 62)
+	for {
+		rows := w.query(sql+` WHERE `+col+` > ? ORDER BY `+col+` LIMIT ?`, after, pageRows)
+		for _, row := range rows {
+			after = scan(row)
+		}
+		if len(rows) < pageRows {
+			return
+		}
+	}
 }
 
 // pk is a ledger key: (principal, key).
@@ -421,13 +569,30 @@ type businessRow struct {
 func (w *world) business() map[pk][]businessRow {
 	w.t.Helper()
 	out := map[pk][]businessRow{}
-	for _, row := range w.query(`SELECT seq, principal, key, exec_id, at FROM business ORDER BY seq`) {
+	w.paged(`SELECT seq, principal, key, exec_id, at FROM business`, "seq", func(row d1client.Row) int64 {
 		var b businessRow
 		if err := row.Scan(&b.Seq, &b.P, &b.K, &b.Exec, &b.At); err != nil {
 			w.t.Fatal(err)
 		}
 		out[pk{b.P, b.K}] = append(out[pk{b.P, b.K}], b)
-	}
+		return b.Seq
+	})
+	return out
+}
+
+// sideWrites counts the side_writes rows per token.
+func (w *world) sideWrites() map[string]int {
+	w.t.Helper()
+	out := map[string]int{}
+	w.paged(`SELECT seq, token FROM side_writes`, "seq", func(row d1client.Row) int64 {
+		var seq int64
+		var tok string
+		if err := row.Scan(&seq, &tok); err != nil {
+			w.t.Fatal(err)
+		}
+		out[tok]++
+		return seq
+	})
 	return out
 }
 
@@ -444,13 +609,14 @@ type completion struct {
 func (w *world) completions() []completion {
 	w.t.Helper()
 	var out []completion
-	for _, row := range w.query(`SELECT seq, principal, key, generation, response_status, response_body, response_headers, at FROM audit_completions ORDER BY seq`) {
+	w.paged(`SELECT seq, principal, key, generation, response_status, response_body, response_headers, at FROM audit_completions`, "seq", func(row d1client.Row) int64 {
 		var c completion
 		if err := row.Scan(&c.Seq, &c.P, &c.K, &c.Generation, &c.Status, &c.Body, &c.Hdrs, &c.At); err != nil {
 			w.t.Fatal(err)
 		}
 		out = append(out, c)
-	}
+		return c.Seq
+	})
 	return out
 }
 
@@ -460,7 +626,15 @@ type event struct {
 	Kind, P, K string
 	Generation *int64
 	Detail     *string
+	Extra      *int64 // a deleted row's updated_at
 	At         int64
+}
+
+func (e event) gen() int64 {
+	if e.Generation == nil {
+		return 0
+	}
+	return *e.Generation
 }
 
 func (e event) String() string {
@@ -471,19 +645,23 @@ func (e event) String() string {
 	if e.Detail != nil {
 		s += " " + *e.Detail
 	}
+	if e.Extra != nil {
+		s += fmt.Sprintf(" (updated %d ms before)", e.At-*e.Extra)
+	}
 	return s
 }
 
 func (w *world) events() []event {
 	w.t.Helper()
 	var out []event
-	for _, row := range w.query(`SELECT seq, kind, principal, key, generation, detail, at FROM audit_events ORDER BY seq`) {
+	w.paged(`SELECT seq, kind, principal, key, generation, detail, extra, at FROM audit_events`, "seq", func(row d1client.Row) int64 {
 		var e event
-		if err := row.Scan(&e.Seq, &e.Kind, &e.P, &e.K, &e.Generation, &e.Detail, &e.At); err != nil {
+		if err := row.Scan(&e.Seq, &e.Kind, &e.P, &e.K, &e.Generation, &e.Detail, &e.Extra, &e.At); err != nil {
 			w.t.Fatal(err)
 		}
 		out = append(out, e)
-	}
+		return e.Seq
+	})
 	return out
 }
 
@@ -615,13 +793,26 @@ type stack struct {
 // instance's D1 client, for handlers that write directly).
 func (w *world) newStack(cfg idem.Config, mk func(db *d1client.Client) http.Handler) *stack {
 	w.t.Helper()
-	return w.newStackWrapped(cfg, mk, nil)
+	return w.newStackSpec(stackSpec{cfg: cfg, mk: mk})
 }
 
-// newStackWrapped is newStack with outer wrapped around the middleware.
-func (w *world) newStackWrapped(cfg idem.Config, mk func(db *d1client.Client) http.Handler, outer func(http.Handler) http.Handler) *stack {
+// stackSpec describes an instance: its ledger's configuration, the
+// middleware's options (Principal defaults to bearer), its D1 client's
+// configuration changes, the handler, and what to wrap around the
+// middleware (outer) and around the handler inside it (inner).
+type stackSpec struct {
+	cfg   idem.Config
+	opts  idem.Options
+	mods  []func(*d1client.Config)
+	mk    func(db *d1client.Client) http.Handler
+	outer func(http.Handler) http.Handler
+	inner func(http.Handler) http.Handler
+}
+
+func (w *world) newStackSpec(sp stackSpec) *stack {
 	w.t.Helper()
-	s := &stack{db: w.client(), logs: &logSink{}}
+	s := &stack{db: w.client(sp.mods...), logs: &logSink{}}
+	cfg := sp.cfg
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(s.logs.handler())
 	}
@@ -630,10 +821,17 @@ func (w *world) newStackWrapped(cfg idem.Config, mk func(db *d1client.Client) ht
 		w.t.Fatal(err)
 	}
 	s.ledger = l
-	mw := idem.MustMiddleware(l, idem.Options{Principal: bearer})
-	var root http.Handler = mw(mk(s.db))
-	if outer != nil {
-		root = outer(root)
+	opts := sp.opts
+	if opts.Principal == nil {
+		opts.Principal = bearer
+	}
+	h := sp.mk(s.db)
+	if sp.inner != nil {
+		h = sp.inner(h)
+	}
+	var root = idem.MustMiddleware(l, opts)(h)
+	if sp.outer != nil {
+		root = sp.outer(root)
 	}
 	s.srv = httptest.NewUnstartedServer(root)
 	s.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // planned panics
@@ -691,12 +889,24 @@ func (h *bizHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func writeCreated(w http.ResponseWriter, exec, key, reqBody string) {
-	b, _ := json.Marshal(map[string]string{"exec": exec, "key": key, "request": reqBody})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Location", "/v1/things/"+exec)
-	w.Header().Set("X-Exec", exec) // not replayable
+	b := createdBody(exec, key, reqBody)
+	setCreatedHeaders(w.Header(), exec, "")
 	w.WriteHeader(http.StatusCreated)
 	_, _ = w.Write(b)
+}
+
+// createdBody is the suite's 201 body: it names the execution.
+func createdBody(exec, key, reqBody string) []byte {
+	b, _ := json.Marshal(map[string]string{"exec": exec, "key": key, "request": reqBody})
+	return b
+}
+
+// setCreatedHeaders sets the headers of the suite's 201: a Location naming
+// the execution (with suffix appended), and X-Exec, which is not replayable.
+func setCreatedHeaders(h http.Header, exec, suffix string) {
+	h.Set("Content-Type", "application/json")
+	h.Set("Location", "/v1/things/"+exec+suffix)
+	h.Set("X-Exec", exec) // not replayable
 }
 
 // answer is what a client got for one request.
@@ -739,12 +949,17 @@ var httpClient = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConn
 
 // post sends one idempotent request.
 func post(ctx context.Context, url, principal, key, body string, hdr ...string) answer {
+	return postKeys(ctx, url, principal, []string{key}, body, hdr...)
+}
+
+// postKeys sends one request with an Idempotency-Key field per key.
+func postKeys(ctx context.Context, url, principal string, keys []string, body string, hdr ...string) answer {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		return answer{Err: err}
 	}
 	req.Header.Set("Authorization", "Bearer "+principal)
-	req.Header.Set(idem.HeaderKey, key)
+	req.Header[idem.HeaderKey] = keys
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])

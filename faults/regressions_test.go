@@ -42,7 +42,9 @@ func TestRegressionFencedOutTxOwnerAnswersUncommittedWrite(t *testing.T) {
 	t.Cleanup(srv.Close)
 	body := `{"sku":"tea","qty":1}`
 	firstCh := make(chan answer, 1)
-	go func() { firstCh <- post(bg, srv.URL+"/v1/orders", "tok", "order-x", body, "X-Delay", "1200ms") }()
+	// Stalled 3 s past the TTL: room enough for a retry to take it over on
+	// a loaded machine.
+	go func() { firstCh <- post(bg, srv.URL+"/v1/orders", "tok", "order-x", body, "X-Delay", "3500ms") }()
 	until(t, 5*time.Second, 10*time.Millisecond, "the claim", func() bool { _, ok := w.row("tok", "order-x"); return ok })
 	as := retryUntilFinal(t, 10*time.Second, func() answer { return post(bg, srv.URL+"/v1/orders", "tok", "order-x", body) })
 	winner := as[len(as)-1]

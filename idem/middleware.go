@@ -423,6 +423,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		// replay will.
 		resetHeader(w.Header(), done.Response.Header)
 	}
+	asStored(w.Header(), m.l.cfg.ReplayableHeaders)
 	writeResponse(w, &Response{Status: done.Response.Status, Body: done.Response.Body}, false)
 }
 
@@ -443,6 +444,19 @@ func (m *middleware) answerFromLedger(w http.ResponseWriter, r *http.Request, re
 		writeInProgress(w, dec.RetryAfter)
 	default:
 		writeError(w, http.StatusConflict, CodeKeyRetry, "Retry the request.", nil)
+	}
+}
+
+// asStored rewrites the replayable headers of h to the one value each is
+// stored and replayed with (see captureHeaders): the fields joined, HTTP
+// whitespace trimmed, decoded as UTF-8 as workerd decodes them. So the first
+// response carries the same bytes as every replay: a Location of "/caf\xe9"
+// goes out as "/caf\uFFFD" both times.
+func asStored(h http.Header, names []string) {
+	for _, name := range names {
+		if len(h.Values(name)) > 0 {
+			h.Set(name, HeaderValue(h, name))
+		}
 	}
 }
 

@@ -172,6 +172,37 @@ func TestMiddlewareFirstRequestAndReplay(t *testing.T) {
 	}
 }
 
+// The first response carries its replayable headers exactly as they are
+// stored and replayed: a Location holding a byte that is not UTF-8 is
+// stored as U+FFFD (as workerd decodes it), so the first response sends
+// U+FFFD too, and the client sees the same bytes every time. Headers off
+// the allowlist go out as the handler wrote them.
+func TestMiddlewareFirstResponseHeadersAsReplayed(t *testing.T) {
+	s := newStack(t, stackOpts{handler: func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; name=caf\xe9")
+		w.Header().Set("Location", "/caf\xe9")
+		w.Header().Set("X-Raw", "caf\xe9")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, "made")
+	}})
+	first := s.do("POST", "/v1/things", "k-bytes", "tok_a", "{}")
+	again := s.do("POST", "/v1/things", "k-bytes", "tok_a", "{}")
+	if first.status != 201 || again.status != 201 || again.header.Get(idem.HeaderReplayed) != "true" {
+		t.Fatalf("first %+v, replay %+v", first, again)
+	}
+	for name, want := range map[string]string{"Location": "/caf\uFFFD", "Content-Type": "text/plain; name=caf\uFFFD"} {
+		if got := first.header.Values(name); len(got) != 1 || got[0] != want {
+			t.Errorf("first response %s = %q, want %q (as replayed)", name, got, want)
+		}
+		if got, f := again.header.Values(name), first.header.Values(name); len(got) != 1 || len(f) != 1 || got[0] != f[0] {
+			t.Errorf("%s: first response %q, replay %q: not byte-identical", name, f, got)
+		}
+	}
+	if got := first.header.Get("X-Raw"); got != "caf\xe9" {
+		t.Errorf("a header off the allowlist was rewritten: %q", got)
+	}
+}
+
 func TestMiddlewareRejections(t *testing.T) {
 	s := newStack(t, stackOpts{opts: idem.Options{MaxBodyBytes: 16}})
 	tests := []struct {
