@@ -4,61 +4,32 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"strconv"
 	"strings"
-	"time"
-
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 )
 
-// redactedToken stands for the API token wherever a Config is printed.
-type redactedToken bool // whether a token is set
+// redacted stands for the API token wherever a Config is printed.
+const redacted = "[REDACTED]"
 
-func (t redactedToken) String() string {
-	if t {
-		return "[REDACTED]"
+// redactToken returns what is printed for the token: redacted, or "" when
+// none is set.
+func redactToken(token string) string {
+	if token == "" {
+		return ""
 	}
-	return ""
+	return redacted
 }
 
-// Format prints the same for every verb, so no verb can reach a token.
-func (t redactedToken) Format(f fmt.State, verb rune) {
-	if verb == 'v' && f.Flag('#') || verb == 'q' {
-		io.WriteString(f, strconv.Quote(t.String()))
-		return
-	}
-	io.WriteString(f, t.String())
-}
-
-// configView is a Config as it is printed: the same fields, the token
-// replaced.
-type configView struct {
-	BaseURL        string
-	BridgeURL      string // redacted: see redactURL
-	APIToken       redactedToken
-	AccountID      string
-	DatabaseID     string
-	HTTPClient     *http.Client
-	Retry          RetryPolicy
-	AttemptTimeout time.Duration
-	Budget         Budget
-	Account        *Account
-	Coalesce       CoalesceConfig
-	Logger         *slog.Logger
-	MeterProvider  metric.MeterProvider
-	TracerProvider trace.TracerProvider
-}
+// configView is a Config as it is printed: the same fields (a type of its
+// own has none of Config's methods, so fmt prints them), the token and the
+// bridge URL's secret replaced.
+type configView Config
 
 func (c Config) view() configView {
-	return configView{
-		BaseURL: c.BaseURL, BridgeURL: redactURL(c.BridgeURL),
-		APIToken: c.APIToken != "", AccountID: c.AccountID, DatabaseID: c.DatabaseID,
-		HTTPClient: c.HTTPClient, Retry: c.Retry, AttemptTimeout: c.AttemptTimeout, Budget: c.Budget,
-		Account: c.Account, Coalesce: c.Coalesce, Logger: c.Logger,
-		MeterProvider: c.MeterProvider, TracerProvider: c.TracerProvider,
-	}
+	v := configView(c)
+	v.APIToken = redactToken(c.APIToken)
+	v.BridgeURL = redactURL(c.BridgeURL)
+	return v
 }
 
 // String formats the configuration as %+v would, with the API token
@@ -80,7 +51,7 @@ func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("base_url", c.BaseURL),
 		slog.String("bridge_url", redactURL(c.BridgeURL)),
-		slog.String("api_token", redactedToken(c.APIToken != "").String()),
+		slog.String("api_token", redactToken(c.APIToken)),
 		slog.String("account_id", c.AccountID),
 		slog.String("database_id", c.DatabaseID),
 		slog.Duration("attempt_timeout", c.AttemptTimeout),
