@@ -246,11 +246,10 @@ func missingSettings(accountID string, token, database bool) error {
 	return nil
 }
 
-// openLocal starts the embedded d1local on dir. Unless acc is create, it
-// creates nothing: the directory and the database must exist.
-func openLocal(c *cli.Context, dir string, acc access, mods ...func(*d1client.Config)) (*conn, error) {
-	id := localDatabaseID(c)
-	where := fmt.Sprintf("local database %q under %s", id, dir)
+// startLocal starts the embedded d1local on dir. Unless acc is create, it
+// creates nothing: the directory must exist, and so must each database it
+// is asked for.
+func startLocal(dir string, acc access) (*embedded.Server, error) {
 	if acc == create {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("--local %s: %w", dir, err)
@@ -258,7 +257,15 @@ func openLocal(c *cli.Context, dir string, acc access, mods ...func(*d1client.Co
 	} else if _, err := os.Stat(dir); err != nil {
 		return nil, &noDirectoryError{dir: dir}
 	}
-	srv, err := embedded.Start(d1local.Config{Dir: dir, NoAutoCreate: acc != create}, "")
+	return embedded.Start(d1local.Config{Dir: dir, NoAutoCreate: acc != create}, "")
+}
+
+// openLocal starts the embedded d1local on dir. Unless acc is create, it
+// creates nothing: the directory and the database must exist.
+func openLocal(c *cli.Context, dir string, acc access, mods ...func(*d1client.Config)) (*conn, error) {
+	id := localDatabaseID(c)
+	where := fmt.Sprintf("local database %q under %s", id, dir)
+	srv, err := startLocal(dir, acc)
 	if err != nil {
 		return nil, err
 	}

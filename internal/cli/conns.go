@@ -6,14 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/d1client"
-	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/internal/embedded"
 	"github.com/d1idem/d1idem/internal/wrangler"
@@ -416,14 +414,7 @@ func orNone(names []string) string {
 // --database-id, --database and --databases-prefix name. Unless acc is
 // create, it creates nothing: the directory and the databases must exist.
 func openLocalSet(c *cli.Context, dir string, acc access, mods ...func(*d1client.Config)) (*dbSet, error) {
-	if acc == create {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("--local %s: %w", dir, err)
-		}
-	} else if _, err := os.Stat(dir); err != nil {
-		return nil, &noDirectoryError{dir: dir}
-	}
-	srv, err := embedded.Start(d1local.Config{Dir: dir, NoAutoCreate: acc != create}, "")
+	srv, err := startLocal(dir, acc)
 	if err != nil {
 		return nil, err
 	}

@@ -112,6 +112,19 @@ func positiveDuration(c *cli.Context, name string) (time.Duration, error) {
 	return d, nil
 }
 
+// ledgerFlags checks that a command has no arguments and reads its --ttl
+// and --retention, both positive.
+func ledgerFlags(c *cli.Context) (ttl, retention time.Duration, err error) {
+	if err := noArgs(c); err != nil {
+		return 0, 0, err
+	}
+	if ttl, err = positiveDuration(c, "ttl"); err != nil {
+		return 0, 0, err
+	}
+	retention, err = positiveDuration(c, "retention")
+	return ttl, retention, err
+}
+
 func listLimit(c *cli.Context) (int, error) {
 	n := c.Int("limit")
 	if n < 1 || n > idem.MaxListLimit {

@@ -67,14 +67,7 @@ type ringCtx struct {
 // withRing runs a ring command on a sharded ledger over the databases the
 // flags name (one is a ring of one).
 func (o *options) withRing(c *cli.Context, fn func(rc *ringCtx) error) error {
-	if err := noArgs(c); err != nil {
-		return err
-	}
-	ttl, err := positiveDuration(c, "ttl")
-	if err != nil {
-		return err
-	}
-	retention, err := positiveDuration(c, "retention")
+	ttl, retention, err := ledgerFlags(c)
 	if err != nil {
 		return err
 	}

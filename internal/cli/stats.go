@@ -57,14 +57,7 @@ response's Ratelimit headers gave it. It watches one database.
 }
 
 func (o *options) stats(c *cli.Context) error {
-	if err := noArgs(c); err != nil {
-		return err
-	}
-	ttl, err := positiveDuration(c, "ttl")
-	if err != nil {
-		return err
-	}
-	retention, err := positiveDuration(c, "retention")
+	ttl, retention, err := ledgerFlags(c)
 	if err != nil {
 		return err
 	}
