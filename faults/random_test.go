@@ -208,6 +208,7 @@ type randomRun struct {
 	starvedClaims      atomic.Int64 // claim calls of the starved instance
 	starvedCompletions atomic.Int64 // its completion calls
 	monitored          atomic.Int64 // violations seen by the monitor during the run
+	fencedOut          atomic.Bool  // a completion was fenced out (see fencedOutSeen)
 }
 
 const (
@@ -416,6 +417,14 @@ func (run *randomRun) plan(round, c, j int) *keyPlan {
 		case 9:
 			p.TwoKeys = run.cfg.TwoKeys
 		}
+	} else if (c == 1 || c == 2) && !run.fencedOutSeen() {
+		// Until a completion has been fenced out (a loaded machine can
+		// make the forced ones of round 0 miss their completion's
+		// deadline), each further key of clients 1 and 2 is another slow
+		// owner on the heartbeat-less instance.
+		p.Invalid, p.Abandon, p.Dup, p.TwoKeys = false, false, false, false
+		p.forcedExec = &execPlan{Outlive: true, Mode: run.defaultMode()}
+		p.FirstInst = instNoHeartbeat
 	}
 	if c < 0 {
 		// The starved instance's first claim takes its one call (this one,
@@ -430,6 +439,21 @@ func (run *randomRun) plan(round, c, j int) *keyPlan {
 	run.keys = append(run.keys, k)
 	run.mu.Unlock()
 	return p
+}
+
+// fencedOutSeen reports whether any instance has logged a fenced-out
+// completion yet.
+func (run *randomRun) fencedOutSeen() bool {
+	if run.fencedOut.Load() {
+		return true
+	}
+	for _, st := range run.insts {
+		if len(st.logs.find("fenced out")) > 0 {
+			run.fencedOut.Store(true)
+			return true
+		}
+	}
+	return false
 }
 
 // defaultMode is the mode of a forced plan: the only mode when Modes has
