@@ -7,4 +7,11 @@
 // write out: WorkerFiles, WranglerExample and CompatibilityDate. Its tests
 // run the Worker in workerd (through internal/d1test) and check its
 // authentication, routing, database mapping and ledger-only mode.
+//
+// # API stability
+//
+// The Go API exists for the d1idem CLI and is not covered by the module's
+// semantic versioning: use `d1idem bridge init`. What is covered is the
+// Worker's protocol: the D1 REST shapes it serves, its secret and its
+// error codes (docs/bridge.md).
 package bridge
