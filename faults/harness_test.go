@@ -651,6 +651,21 @@ func (e event) String() string {
 	return s
 }
 
+// claimAndTakeover returns when, by D1's clock, the last claim and the last
+// takeover the audit recorded happened (0 for one that did not).
+func (w *world) claimAndTakeover() (claimAt, takeoverAt int64) {
+	w.t.Helper()
+	for _, e := range w.events() {
+		switch e.Kind {
+		case "claim":
+			claimAt = e.At
+		case "takeover":
+			takeoverAt = e.At
+		}
+	}
+	return claimAt, takeoverAt
+}
+
 func (w *world) events() []event {
 	w.t.Helper()
 	var out []event

@@ -55,15 +55,7 @@ func TestLostResponseOnClaim(t *testing.T) {
 	}
 	// The takeover happened no sooner than the TTL after the claim, by D1's
 	// clock.
-	var claimAt, takeoverAt int64
-	for _, e := range w.events() {
-		switch e.Kind {
-		case "claim":
-			claimAt = e.At
-		case "takeover":
-			takeoverAt = e.At
-		}
-	}
+	claimAt, takeoverAt := w.claimAndTakeover()
 	if takeoverAt-claimAt < ttl.Milliseconds() {
 		t.Errorf("taken over %d ms after the claim, before the TTL (%v)", takeoverAt-claimAt, ttl)
 	}

@@ -56,15 +56,7 @@ func TestSlowOwnerTakenOverAndFencedOut(t *testing.T) {
 				t.Fatalf("retries:\n  %s", summarize(as))
 			}
 			// By D1's clock, which stamped both.
-			var claimAt, takeoverAt int64
-			for _, e := range w.events() {
-				switch e.Kind {
-				case "claim":
-					claimAt = e.At
-				case "takeover":
-					takeoverAt = e.At
-				}
-			}
+			claimAt, takeoverAt := w.claimAndTakeover()
 			if takeoverAt-claimAt <= ttl.Milliseconds() {
 				t.Errorf("taken over %d ms after the claim by D1's clock, within the TTL %v", takeoverAt-claimAt, ttl)
 			}
