@@ -25,6 +25,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/bridge"
+	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/internal/wrangler"
 )
 
@@ -280,7 +281,7 @@ func wranglerCommand() []string {
 func wranglerEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, wrangler.EnvVar+"=") && !strings.HasPrefix(kv, bridgeURLVar+"=") {
+		if !strings.HasPrefix(kv, wrangler.EnvVar+"=") && !strings.HasPrefix(kv, d1client.BridgeURLEnv+"=") {
 			env = append(env, kv)
 		}
 	}
@@ -342,11 +343,9 @@ func (d *deployment) bridgeURLCommand() string {
 	if d.url != nil {
 		host = d.url.Host + strings.TrimSuffix(d.url.EscapedPath(), "/")
 	}
-	return fmt.Sprintf(`export %s="https://:$(cat %s)@%s"`, bridgeURLVar, shellQuote(d.secretPath), host)
+	return fmt.Sprintf(`export %s="https://:$(cat %s)@%s"`, d1client.BridgeURLEnv, shellQuote(d.secretPath), host)
 }
 
-// bridgeURLVar is the variable d1client and the CLI read the bridge from.
-const bridgeURLVar = "D1IDEM_BRIDGE_URL"
 
 // renderDeploy reports a deployment and the one variable to set.
 func renderDeploy(w io.Writer, d *deployment) error {
@@ -565,7 +564,7 @@ func renderServe(w io.Writer, dir string, cfg *wrangler.Config, base, secret str
 	u.User = url.UserPassword("", secret)
 	fmt.Fprintf(w, "The bridge of %s is serving %s, in workerd (wrangler dev --local); its databases are kept under %s.\n",
 		dir, base, filepath.Join(dir, ".wrangler", "state"))
-	fmt.Fprintf(w, "Point d1idem and your service at it (a development secret, from %s):\n\n   export %s=%s\n\n", filepath.Join(dir, bridgeDevVars), bridgeURLVar, u)
+	fmt.Fprintf(w, "Point d1idem and your service at it (a development secret, from %s):\n\n   export %s=%s\n\n", filepath.Join(dir, bridgeDevVars), d1client.BridgeURLEnv, u)
 	if len(cfg.D1Databases) > 0 {
 		d := cfg.D1Databases[0]
 		fmt.Fprintf(w, "Its databases start empty: 'd1idem schema apply --account-id local --database-id %s' applies the ledger's schema through it.\n",

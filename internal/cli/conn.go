@@ -115,11 +115,7 @@ func withConn(c *cli.Context, o *options, acc access, fn func(*conn) error, mods
 		return err
 	}
 	defer cn.close()
-	err = fn(cn)
-	if errors.Is(err, d1client.ErrNoDatabase) {
-		return cn.missing(c.Context, err)
-	}
-	return err
+	return cn.named(c, fn(cn))
 }
 
 // openConn connects to the database the flags name: the embedded d1local
@@ -129,9 +125,6 @@ func withConn(c *cli.Context, o *options, acc access, fn func(*conn) error, mods
 func openConn(c *cli.Context, o *options, acc access, mods ...func(*d1client.Config)) (*conn, error) {
 	if err := envWithoutDatabase(c); err != nil {
 		return nil, err
-	}
-	if severalDatabases(c) {
-		return nil, usagef("%s works on one database: name one with --%s or --%s", commandPath(c), flagDatabase, flagDatabaseID)
 	}
 	if dir := c.String(flagLocal); dir != "" {
 		return openLocal(c, dir, acc, mods...)

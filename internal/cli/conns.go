@@ -178,7 +178,7 @@ func withDatabases(c *cli.Context, o *options, acc access, one func(*conn) error
 	}
 	return withSet(c, o, acc, func(s *dbSet) error {
 		if len(s.conns) == 1 {
-			return s.conns[0].named(c, one(s.conns[0]))
+			return one(s.conns[0]) // withSet names a missing database
 		}
 		return many(s)
 	}, mods...)

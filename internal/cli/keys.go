@@ -226,10 +226,10 @@ func releaseCommandLine(c *cli.Context, k *idem.KeyRecord, ls lease) string {
 	if c.IsSet("ttl") {
 		// The release backdates the row by the TTL: it must be the
 		// application's.
-		force += " --ttl " + formatDuration(ls.ttl)
+		force += " --ttl " + durationArg(ls.ttl)
 	}
 	if c.IsSet("heartbeat") {
-		force += " --heartbeat " + formatDuration(ls.heartbeat)
+		force += " --heartbeat " + durationArg(ls.heartbeat)
 	}
 	return fmt.Sprintf("d1idem keys release --principal %s --key %s --generation %d%s%s",
 		shellQuote(k.Principal), shellQuote(k.Key), k.Generation, force, connHint(c))

@@ -80,7 +80,7 @@ func (o *options) sweep(c *cli.Context) error {
 		s.budget = d1client.NewBudget(maxCalls, window).WithReserve(0) // the sweep is all the work there is: no reserve
 		mods = append(mods, func(cfg *d1client.Config) { cfg.Budget = s.budget })
 	}
-	return withDatabases(c, o, existing, s.run, s.runSet, mods...)
+	return withSet(c, o, existing, s.runSet, mods...)
 }
 
 // maxCalls reads --max-calls: 0 (unlimited) only with --local or through
@@ -136,8 +136,6 @@ type sweepJSON struct {
 	// Databases are each database's share, with several.
 	Databases []sweptJSON `json:"databases,omitempty"`
 }
-
-func (s *sweeper) run(cn *conn) error { return s.runSet(&dbSet{conns: []*conn{cn}}) }
 
 // sweepTarget is one database being swept.
 type sweepTarget struct {
