@@ -346,7 +346,6 @@ func (d *deployment) bridgeURLCommand() string {
 	return fmt.Sprintf(`export %s="https://:$(cat %s)@%s"`, d1client.BridgeURLEnv, shellQuote(d.secretPath), host)
 }
 
-
 // renderDeploy reports a deployment and the one variable to set.
 func renderDeploy(w io.Writer, d *deployment) error {
 	where := "(wrangler printed no URL for it; pass --url)"
