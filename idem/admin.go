@@ -162,9 +162,7 @@ func (a *Admin) Get(ctx context.Context, principal, key string) (KeyRecord, erro
 	if err := checkPrincipal(principal); err != nil {
 		return KeyRecord{}, err
 	}
-	_, res, err := a.l.findRow(ctx, principal, func(*home) []d1client.Statement {
-		return []d1client.Statement{a.selectRows(true).add(" WHERE principal = ? AND key = ?", principal, key).statement()}
-	})
+	res, err := a.l.findRow(ctx, principal, []d1client.Statement{a.selectRows(true).add(" WHERE principal = ? AND key = ?", principal, key).statement()})
 	if err != nil {
 		return KeyRecord{}, fmt.Errorf("idem: get: %w", err)
 	}
@@ -357,9 +355,7 @@ func (a *Admin) Release(ctx context.Context, principal, key string, generation i
 	}
 	before := a.selectRows(false).add(" WHERE principal = ? AND key = ?", principal, key)
 	release := a.l.sql.release(principal, key, generation, a.l.cfg.TTL, mode, a.l.now())
-	_, res, err := a.l.findRow(ctx, principal, func(*home) []d1client.Statement {
-		return []d1client.Statement{before.statement(), release}
-	})
+	res, err := a.l.findRow(ctx, principal, []d1client.Statement{before.statement(), release})
 	if err != nil {
 		return ReleaseResult{}, fmt.Errorf("idem: release: %w", err)
 	}

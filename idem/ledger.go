@@ -591,9 +591,7 @@ func (l *Ledger) release(ctx context.Context, r *Reservation) (bool, error) {
 // middleware uses it to answer a request whose transactional completion was
 // fenced out with what the ledger now holds.
 func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
-	_, res, err := l.findRow(ctx, principal, func(*home) []d1client.Statement {
-		return []d1client.Statement{l.sql.lookupRow(principal, key)}
-	}, d1client.Coalesce(), opLookup)
+	res, err := l.findRow(ctx, principal, []d1client.Statement{l.sql.lookupRow(principal, key)}, d1client.Coalesce(), opLookup)
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: lookup: %w", err)
 	}

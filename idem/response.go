@@ -32,8 +32,9 @@ type storedRow struct {
 	responseHeaders *string
 }
 
-func (r *storedRow) scan(row d1client.Row) error {
-	return row.Scan(&r.fingerprint, (*string)(&r.status), &r.generation, &r.responseStatus, &r.responseBody, &r.responseHeaders)
+// scan reads the lookup's columns, then any further ones into extra.
+func (r *storedRow) scan(row d1client.Row, extra ...any) error {
+	return row.Scan(append([]any{&r.fingerprint, (*string)(&r.status), &r.generation, &r.responseStatus, &r.responseBody, &r.responseHeaders}, extra...)...)
 }
 
 // response reconstructs a completed row's response as a Worker replays it

@@ -352,7 +352,7 @@ func (l *Ledger) beginRouted(ctx context.Context, r Ring, principal, key, finger
 	var row storedRow
 	var stale int64
 	rw := res[1].Rows[0]
-	if err := rw.Scan(&row.fingerprint, (*string)(&row.status), &row.generation, &row.responseStatus, &row.responseBody, &row.responseHeaders, &stale); err != nil {
+	if err := row.scan(rw, &stale); err != nil {
 		return Decision{}, fmt.Errorf("idem: lookup result: %w", err)
 	}
 	if row.fingerprint != fingerprint || row.status != StatusPending || stale == 0 {
@@ -403,48 +403,47 @@ func scanEpoch(res d1client.Result) (int64, error) {
 	return epoch, nil
 }
 
-// findRow runs the statements stmts gives at the database holding
-// principal's key, or where it would be: for a moved principal, its old
-// home first, then its new one. It returns the home and the results of
-// stmts there, at the first home where stmts' first statement returned a
-// row, else at the last one tried. On a sharded ledger each batch also
+// findRow runs stmts at the database holding principal's key, or where it
+// would be: for a moved principal, its old home first, then its new one.
+// It returns the results of stmts at the first home where their first
+// statement returned a row, else at the last one tried. On a sharded ledger each batch also
 // reads the home's ring epoch, and a newer ring is adopted and the search
 // started again.
-func (l *Ledger) findRow(ctx context.Context, principal string, stmts func(h *home) []d1client.Statement, opts ...d1client.ExecOption) (*home, []d1client.Result, error) {
+func (l *Ledger) findRow(ctx context.Context, principal string, stmts []d1client.Statement, opts ...d1client.ExecOption) ([]d1client.Result, error) {
 	if l.single != nil {
-		res, err := l.single.db.Exec(ctx, stmts(l.single), opts...)
-		return l.single, res, err
+		return l.single.db.Exec(ctx, stmts, opts...)
 	}
+	withEpoch := append([]d1client.Statement{l.sql.ringEpoch()}, stmts...)
 retry:
 	for attempt := 1; ; attempt++ {
 		if attempt > maxReroutes {
-			return nil, nil, ErrRingUnsettled
+			return nil, ErrRingUnsettled
 		}
 		r, err := l.shards.current(ctx, l)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		hs, err := l.principalHomesIn(r, principal)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		for i, h := range hs {
-			res, err := h.db.Exec(ctx, append([]d1client.Statement{l.sql.ringEpoch()}, stmts(h)...), opts...)
+			res, err := h.db.Exec(ctx, withEpoch, opts...)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			epoch, err := scanEpoch(res[0])
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			if epoch > r.Epoch() {
 				if err := l.shards.refresh(ctx, l, h); err != nil {
-					return nil, nil, err
+					return nil, err
 				}
 				continue retry
 			}
 			if len(res[1].Rows) > 0 || i == len(hs)-1 {
-				return h, res[1:], nil
+				return res[1:], nil
 			}
 		}
 	}
