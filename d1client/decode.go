@@ -17,7 +17,7 @@ import (
 // valid; the caller then decodes with encoding/json, which says what is
 // wrong. n is the number of results expected.
 func fastEnvelope(body []byte, n int, env *envelope) bool {
-	d := fastDecoder{b: body, recent: make([]string, 0, 16)}
+	d := fastDecoder{b: body}
 	ok := d.envelope(n, env) && d.end() && env.Success != unset
 	if !ok {
 		*env = envelope{}
@@ -28,7 +28,8 @@ func fastEnvelope(body []byte, n int, env *envelope) bool {
 type fastDecoder struct {
 	b      []byte
 	i      int
-	recent []string // strings read lately, for intern
+	recent [16]string // strings read lately, for intern: a ring
+	seen   int        // strings written to recent
 }
 
 func (d *fastDecoder) ws() {
@@ -309,22 +310,19 @@ func (d *fastDecoder) intern() (string, bool) {
 	}
 	if end := bytes.IndexByte(d.b[d.i+1:], '"'); end >= 0 {
 		raw := d.b[d.i+1 : d.i+1+end]
-		for _, s := range d.recent {
-			if bytes.IndexByte(raw, '\\') >= 0 {
-				break // an escape: read it properly
-			}
-			if string(raw) == s {
-				d.i += end + 2
-				return s, true
+		if bytes.IndexByte(raw, '\\') < 0 { // an escape is read properly below
+			for _, s := range d.recent[:min(d.seen, len(d.recent))] {
+				if string(raw) == s {
+					d.i += end + 2
+					return s, true
+				}
 			}
 		}
 	}
 	s, ok := d.str()
 	if ok {
-		if len(d.recent) == cap(d.recent) {
-			d.recent = d.recent[1:]
-		}
-		d.recent = append(d.recent, s)
+		d.recent[d.seen%len(d.recent)] = s
+		d.seen++
 	}
 	return s, ok
 }
