@@ -122,12 +122,12 @@ func redactURL(raw string) string {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Opaque != "" || u.Host == "" {
-		return "[REDACTED]"
+		return redacted
 	}
 	secret := u.User != nil
 	u.User, u.RawQuery, u.Fragment, u.ForceQuery = nil, "", "", false
 	if !secret {
 		return u.String()
 	}
-	return u.Scheme + "://:[REDACTED]@" + strings.TrimPrefix(u.String(), u.Scheme+"://")
+	return u.Scheme + "://:" + redacted + "@" + strings.TrimPrefix(u.String(), u.Scheme+"://")
 }

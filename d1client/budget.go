@@ -622,7 +622,7 @@ func (a *Account) acquire(ctx context.Context, c class) (time.Duration, *Error) 
 		select {
 		case <-ctx.Done():
 			stop()
-			e := a.exhausted(wait)
+			e := a.exhausted(max(at.Sub(a.clk.Now()), 0)) // what is left of the wait
 			e.Err = ctx.Err()
 			return 0, e
 		case <-timer:

@@ -518,14 +518,14 @@ func (c *Client) redact(e *Error) {
 	if tok == "" {
 		return
 	}
-	e.Message = strings.ReplaceAll(e.Message, tok, "[REDACTED]")
+	e.Message = strings.ReplaceAll(e.Message, tok, redacted)
 	for i := range e.Details {
-		e.Details[i].Message = strings.ReplaceAll(e.Details[i].Message, tok, "[REDACTED]")
+		e.Details[i].Message = strings.ReplaceAll(e.Details[i].Message, tok, redacted)
 	}
 	if e.Err != nil && strings.Contains(e.Err.Error(), tok) {
 		// The cause's own text names the token, so the cause itself must
 		// not be reachable through Unwrap: keep only its redacted text.
-		e.Err = errors.New(strings.ReplaceAll(e.Err.Error(), tok, "[REDACTED]"))
+		e.Err = errors.New(strings.ReplaceAll(e.Err.Error(), tok, redacted))
 	}
 }
 
@@ -570,7 +570,7 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 	}
 	if status >= 400 {
 		switch {
-		case status == http.StatusTooManyRequests && (e.hasCode(971) || strings.Contains(strings.ToLower(e.Message), "throttl") || strings.Contains(e.Message, "1200")):
+		case status == http.StatusTooManyRequests && (slices.Contains(e.Codes, 971) || strings.Contains(strings.ToLower(e.Message), "throttl") || strings.Contains(e.Message, "1200")):
 			e.kind = kindRateLimited
 			if e.RetryAfter <= 0 {
 				e.RetryAfter = RateLimitBlock
@@ -580,14 +580,14 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 		case status == http.StatusTooManyRequests:
 			e.kind = kindOverloaded
 			e.Ambiguous = true
-		case e.hasCode(codeNoDatabase):
+		case slices.Contains(e.Codes, codeNoDatabase):
 			e.kind = kindNoDatabase
 		case e.hasAnyCode(authCodes) || status == http.StatusUnauthorized || status == http.StatusForbidden:
 			e.kind = kindAuth
 		case status >= 500:
 			e.kind = kindTransient
 			e.Ambiguous = true
-		case e.hasCode(7500):
+		case slices.Contains(e.Codes, 7500):
 			e.kind = kindSQL
 			e.Message = strings.TrimPrefix(e.Message, "D1_ERROR: ")
 			e.SQLiteCode, e.ExtendedCode = parseSQLiteCode(e.Message)
@@ -632,22 +632,8 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 	return results, nil
 }
 
-func (e *Error) hasCode(code int) bool {
-	for _, c := range e.Codes {
-		if c == code {
-			return true
-		}
-	}
-	return false
-}
-
 func (e *Error) hasAnyCode(set map[int]bool) bool {
-	for _, c := range e.Codes {
-		if set[c] {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(e.Codes, func(c int) bool { return set[c] })
 }
 
 var titlePattern = regexp.MustCompile(`(?is)<title>\s*(.*?)\s*</title>`)
