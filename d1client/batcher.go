@@ -495,7 +495,7 @@ func (b *batcher) awaitDeparture(lg *linger) bool {
 				budgetSince = now
 			case why == waitBlock:
 				// A 971 arrived while these waited: nothing is sent.
-				groups, _ := b.drainAll()
+				groups := b.drainAll()
 				e := blockedError(at, at.Sub(now))
 				b.mu.Unlock()
 				b.fail(groups, e)
@@ -550,19 +550,17 @@ func (b *batcher) drain() ([]*pendingGroup, int) {
 }
 
 // drainAll takes every queued group.
-func (b *batcher) drainAll() ([]*pendingGroup, int) {
+func (b *batcher) drainAll() []*pendingGroup {
 	var groups []*pendingGroup
-	n := 0
 	for c := range b.queue {
 		for _, g := range b.queue[c] {
 			g.taken = true
 			groups = append(groups, g)
-			n += len(g.wire)
 		}
 		b.queue[c] = nil
 	}
 	b.stmts, b.size = 0, 0
-	return groups, n
+	return groups
 }
 
 // send makes one shared call and returns the function that hands each

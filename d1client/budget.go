@@ -586,17 +586,11 @@ func (a *Account) tryTake(c class) (ok bool, at time.Time, why waitReason, chang
 	return false, at, why, a.changed
 }
 
-// wait takes a call of class c, waiting for it as long as the context
-// allows. It gives up at once, with an ErrBudget error that says when a
+// acquire takes a call of class c, waiting for it as long as the context
+// allows, and returns how long it waited (zero when it took one at once or
+// took none). It gives up at once, with an ErrBudget error that says when a
 // call may go, when it is clear the context's deadline comes first; during
 // a 971 block it gives up at once with ErrRateLimited.
-func (a *Account) wait(ctx context.Context, c class) *Error {
-	_, e := a.acquire(ctx, c)
-	return e
-}
-
-// acquire is wait, and also returns how long it waited before it took the
-// call: zero when it took one at once or took none.
 func (a *Account) acquire(ctx context.Context, c class) (time.Duration, *Error) {
 	var since time.Time // when it started waiting
 	for {

@@ -35,6 +35,12 @@ func takeAt(t testing.TB, a *Account, clk *fakeClock, c class, start time.Time) 
 	return at.Sub(start)
 }
 
+// wait is acquire without the time waited.
+func (a *Account) wait(ctx context.Context, c class) *Error {
+	_, e := a.acquire(ctx, c)
+	return e
+}
+
 func TestBudgetWaitsOrFailsByDeadline(t *testing.T) {
 	a, clk := fakeAccount(t, NewBudget(3, time.Second).WithReserve(0))
 	start := clk.Now()

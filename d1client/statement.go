@@ -33,8 +33,8 @@ type Statement struct {
 	Params []any
 }
 
-// encodeParam turns one Go value into the JSON D1 binds the way the caller
-// means it. The rules, decided deliberately:
+// appendParam appends to dst the JSON D1 binds one Go value as, the way
+// the caller means it. The rules, decided deliberately:
 //
 //   - nil, and nil pointers, become null (SQL NULL).
 //   - bool becomes 0 or 1: D1 has no boolean type and the REST API's handling
@@ -57,12 +57,6 @@ type Statement struct {
 //   - json.Number is sent as written, after validation.
 //   - driver.Valuer values are converted with Value first; named types with
 //     a basic underlying kind (type UserID int64) encode as that kind.
-func encodeParam(v any) (json.RawMessage, error) {
-	return appendParam(nil, v)
-}
-
-// appendParam appends the JSON encoding of v, as encodeParam describes it,
-// to dst.
 func appendParam(dst []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case nil:
