@@ -173,10 +173,7 @@ func unreadable(st idem.RingStatus, s *dbSet) error {
 			bad = append(bad, s.label(h.ID)+": "+describe(h.Err))
 		}
 	}
-	if len(bad) == 0 {
-		return nil
-	}
-	return fmt.Errorf("ring status: %s could not be read: %s", plural(int64(len(bad)), "database", "databases"), strings.Join(bad, "; "))
+	return couldNotRead("ring status", bad)
 }
 
 func ringInitCommand(o *options) *cli.Command {

@@ -55,10 +55,16 @@ func unread(per []dbStats) error {
 			bad = append(bad, d.cn.label()+": "+describe(d.err))
 		}
 	}
+	return couldNotRead("stats", bad)
+}
+
+// couldNotRead is cmd's error for the databases it could not read, each
+// "label: cause"; nil for none.
+func couldNotRead(cmd string, bad []string) error {
 	if len(bad) == 0 {
 		return nil
 	}
-	return fmt.Errorf("stats: %s could not be read: %s", plural(int64(len(bad)), "database", "databases"), strings.Join(bad, "; "))
+	return fmt.Errorf("%s: %s could not be read: %s", cmd, plural(int64(len(bad)), "database", "databases"), strings.Join(bad, "; "))
 }
 
 // sumStats adds up the stats that could be read.
