@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -389,17 +388,15 @@ func (a *Admin) Sweep(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("idem: sweep: %w", err)
 	}
 	stmt := l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now())
-	var n int64
-	var mu sync.Mutex
-	_, err = eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
-		res, err := h.db.Exec(ctx, []d1client.Statement{stmt}, d1client.Idempotent())
-		if err == nil {
-			mu.Lock()
-			n += res[0].Meta.Changes
-			mu.Unlock()
-		}
-		return res, err
+	res, err := eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
+		return h.db.Exec(ctx, []d1client.Statement{stmt}, d1client.Idempotent())
 	})
+	var n int64
+	for _, r := range res {
+		if len(r) > 0 { // the homes that failed have no result
+			n += r[0].Meta.Changes
+		}
+	}
 	if n > 0 {
 		l.tel.add(l.tel.swept, n, attrSweepSource.String("admin"))
 	}
@@ -513,11 +510,9 @@ func (a *Admin) HomeStats(ctx context.Context) ([]HomeStats, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idem: stats: %w", err)
 	}
-	out := make([]HomeStats, len(hs))
-	_, err = eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
+	out, err := eachHome(ctx, hs, func(ctx context.Context, h *home) (HomeStats, error) {
 		s, err := a.statsAt(ctx, h)
-		out[slices.Index(hs, h)] = HomeStats{Home: h.id, Stats: s}
-		return nil, err
+		return HomeStats{Home: h.id, Stats: s}, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("idem: stats: %w", err)
@@ -601,8 +596,8 @@ func mergeKeys(a, b []KeyRecord, n int) []KeyRecord {
 
 // eachHome runs fn for each home at once and returns their results in
 // order; the error joins each failure, named by its home.
-func eachHome(ctx context.Context, hs []*home, fn func(ctx context.Context, h *home) ([]d1client.Result, error)) ([][]d1client.Result, error) {
-	out := make([][]d1client.Result, len(hs))
+func eachHome[T any](ctx context.Context, hs []*home, fn func(ctx context.Context, h *home) (T, error)) ([]T, error) {
+	out := make([]T, len(hs))
 	errs := make([]error, len(hs))
 	if len(hs) == 1 {
 		out[0], errs[0] = fn(ctx, hs[0])
