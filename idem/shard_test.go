@@ -874,3 +874,38 @@ func TestShardedMiddlewareSaysWhatToFix(t *testing.T) {
 		}
 	}
 }
+
+// A sharded sweep with one database down deletes on the others, returns
+// how many it deleted there, and names the database that failed.
+func TestShardedSweepNamesAFailedHome(t *testing.T) {
+	var faults sync.Map // database ID -> d1local.Fault
+	b := d1test.LocalConfig(t, d1local.Config{Faults: func(r d1local.Request) d1local.Fault {
+		if f, ok := faults.Load(r.DatabaseID); ok {
+			return f.(d1local.Fault)
+		}
+		return d1local.Fault{}
+	}})
+	c := newCluster(t, b, 2, func(c *d1client.Config) { c.Retry = d1client.NoRetry() })
+	clk := newClock()
+	cfg := idem.Config{Heartbeat: -1, Clock: clk.Now}
+	ring := c.initRing(t, cfg, c.ids...)
+	l := c.ledger(t, cfg)
+	perHome := map[string]int64{}
+	for i := 0; perHome[c.ids[0]] < 2 || perHome[c.ids[1]] < 2; i++ {
+		p := fmt.Sprint("acct-", i)
+		d := begin(t, l, p, "k", "fp")
+		complete(t, l, d.Reservation, 200, "ok")
+		perHome[ring.Home(p)]++
+	}
+	clk.Advance(100 * 365 * 24 * time.Hour)
+	bad, good := c.ids[1], c.ids[0]
+	faults.Store(bad, d1local.Fault{Internal: true})
+	n, err := l.Admin().Sweep(bg)
+	if n != perHome[good] || err == nil || !strings.Contains(err.Error(), "home "+bad) || strings.Contains(err.Error(), "home "+good) {
+		t.Fatalf("Sweep with %s down: %d, %v; want %d deleted and an error naming %s", bad, n, err, perHome[good], bad)
+	}
+	faults.Delete(bad)
+	if n, err := l.Admin().Sweep(bg); err != nil || n != perHome[bad] {
+		t.Fatalf("Sweep once %s is back: %d, %v; want %d", bad, n, err, perHome[bad])
+	}
+}
