@@ -909,3 +909,35 @@ func TestShardedSweepNamesAFailedHome(t *testing.T) {
 		t.Fatalf("Sweep once %s is back: %d, %v; want %d", bad, n, err, perHome[bad])
 	}
 }
+
+// Grow refuses while the current ring is missing from one of its
+// databases (ErrRingIncomplete), and changes nothing; once AdvanceRing has
+// recorded it there, Grow goes ahead.
+func TestGrowRefusesAnIncompleteRing(t *testing.T) {
+	b := d1test.Local(t)
+	c := newCluster(t, b, 3)
+	cfg := idem.Config{Heartbeat: -1}
+	c.initRing(t, cfg, c.ids[:2]...)
+	if _, err := c.dbs[c.ids[1]].Query(bg, "DELETE FROM idempotency_keys WHERE principal = ''"); err != nil {
+		t.Fatal(err)
+	}
+	a := c.ledger(t, cfg).Admin()
+	if _, err := a.Grow(bg, c.ids[2]); !errors.Is(err, idem.ErrRingIncomplete) {
+		t.Fatalf("Grow with the ring missing from %s: %v, want ErrRingIncomplete", c.ids[1], err)
+	}
+	st, err := a.RingStatus(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range st.Homes {
+		if h.ID == c.ids[2] && h.Ring != nil {
+			t.Fatalf("a refused Grow recorded a ring in %s: %v", h.ID, h.Ring)
+		}
+	}
+	if _, err := a.AdvanceRing(bg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Grow(bg, c.ids[2]); err != nil {
+		t.Fatalf("Grow once the ring is recorded everywhere: %v", err)
+	}
+}
