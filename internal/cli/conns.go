@@ -113,10 +113,8 @@ func (c *conn) label() string {
 
 // label names the database with this ID (a home of the ring) for people.
 func (s *dbSet) label(id string) string {
-	for _, cn := range s.conns {
-		if cn.databaseID == id {
-			return cn.label()
-		}
+	if cn := s.byID(id); cn != nil {
+		return cn.label()
 	}
 	return id
 }
@@ -135,11 +133,7 @@ func (s *dbSet) where() string {
 	if len(s.conns) == 1 {
 		return s.conns[0].where
 	}
-	ids := make([]string, len(s.conns))
-	for i, cn := range s.conns {
-		ids[i] = cn.databaseID
-	}
-	return fmt.Sprintf("%d databases (%s)", len(s.conns), s.labels(ids))
+	return fmt.Sprintf("%d databases (%s)", len(s.conns), s.labels(s.ids()))
 }
 
 // calls is the D1 calls the set's clients have made.
