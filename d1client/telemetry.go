@@ -193,16 +193,22 @@ func (t *telemetry) op(name string) *opTelemetry {
 	return o
 }
 
+// callKindOf is the kind of a call of n statements: a group-commit call,
+// a batch of one caller's, or a single statement.
+func callKindOf(coalesced bool, n int) int {
+	switch {
+	case coalesced:
+		return callKindCoalesced
+	case n > 1:
+		return callKindBatch
+	}
+	return callKindSingle
+}
+
 // call records one HTTP call to D1: its kind, result, duration and
 // statements.
 func (t *telemetry) call(coalesced bool, n int, k kind, d time.Duration) {
-	ck := callKindSingle
-	switch {
-	case coalesced:
-		ck = callKindCoalesced
-	case n > 1:
-		ck = callKindBatch
-	}
+	ck := callKindOf(coalesced, n)
 	ctx := context.Background()
 	t.callDuration.Record(ctx, float64(d)*secondsPerNano, t.callSets[ck][k]...)
 	t.callStatements.Record(ctx, int64(n), t.stmtSets[ck]...)
@@ -232,13 +238,7 @@ func (t *telemetry) endAttempt(span trace.Span, o *opTelemetry, attempt int, coa
 	if err != nil {
 		k = err.kind
 	}
-	ck := callKindSingle
-	switch {
-	case coalesced:
-		ck = callKindCoalesced
-	case stmts > 1:
-		ck = callKindBatch
-	}
+	ck := callKindOf(coalesced, stmts)
 	attrs := make([]attribute.KeyValue, 0, 8)
 	attrs = append(attrs, o.attr, t.db, attrStatements.Int(stmts), attrAttempt.Int(attempt),
 		attrResult.String(k.class()), attrCallKind.String(callKindNames[ck]))
