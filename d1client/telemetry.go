@@ -6,11 +6,12 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/d1idem/d1idem/internal/otelscope"
 )
 
 // ScopeName is the instrumentation scope of the client's metrics and spans.
@@ -41,10 +42,6 @@ const (
 )
 
 var callKindNames = [numCallKinds]string{"single", "batch", "coalesced"}
-
-// durationBuckets are the bucket boundaries, in seconds, of the duration
-// histograms: OpenTelemetry's advice for http.server.request.duration.
-var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
 
 // statementBuckets are those of the statements-per-call histogram.
 var statementBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
@@ -127,28 +124,22 @@ func addWith(kvs ...attribute.KeyValue) []metric.AddOption {
 // providers (nil: otel's global ones). An instrument the provider refuses
 // is replaced by its no-op, as the API's contract allows.
 func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, db string) *telemetry {
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	m := mp.Meter(ScopeName)
-	t := &telemetry{tracer: tp.Tracer(ScopeName), db: attrDatabase.String(db), ops: map[string]*opTelemetry{}}
+	m, tracer := otelscope.New(mp, tp, ScopeName)
+	t := &telemetry{tracer: tracer, db: attrDatabase.String(db), ops: map[string]*opTelemetry{}}
 	t.callDuration, _ = m.Float64Histogram("d1idem.d1.call.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of HTTP calls to D1's API (what the API budget counts), by kind and result."),
-		metric.WithExplicitBucketBoundaries(durationBuckets...))
+		metric.WithExplicitBucketBoundaries(otelscope.DurationBuckets...))
 	t.callStatements, _ = m.Int64Histogram("d1idem.d1.call.statements", metric.WithUnit("{statement}"),
 		metric.WithDescription("Statements carried by each HTTP call to D1's API."),
 		metric.WithExplicitBucketBoundaries(statementBuckets...))
 	t.opDuration, _ = m.Float64Histogram("d1idem.d1.operation.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of Exec calls as their callers see them (group commit, budget waits and retries included), by operation and result."),
-		metric.WithExplicitBucketBoundaries(durationBuckets...))
+		metric.WithExplicitBucketBoundaries(otelscope.DurationBuckets...))
 	t.retries, _ = m.Int64Counter("d1idem.d1.retries", metric.WithUnit("{retry}"),
 		metric.WithDescription("Attempts repeated after a failure, by operation and the failure's class."))
 	t.budgetWait, _ = m.Float64Histogram("d1idem.d1.budget.wait.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time calls waited for the API budget before they were sent (only calls that waited)."),
-		metric.WithExplicitBucketBoundaries(durationBuckets...))
+		metric.WithExplicitBucketBoundaries(otelscope.DurationBuckets...))
 	t.sheds, _ = m.Int64Counter("d1idem.d1.budget.sheds", metric.WithUnit("{call}"),
 		metric.WithDescription("Calls refused, unsent, because the API budget had no call for them before their deadline (ErrBudget)."))
 	t.fillSets()
@@ -281,10 +272,7 @@ func (t *telemetry) shed(cl class) {
 // as the client sees it. The registration ends when the client becomes
 // unreachable: the callback holds the Account, never the Client.
 func observeBudget(c *Client, mp metric.MeterProvider) {
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	m := mp.Meter(ScopeName)
+	m, _ := otelscope.New(mp, nil, ScopeName)
 	remaining, _ := m.Int64ObservableGauge("d1idem.d1.budget.remaining", metric.WithUnit("{call}"),
 		metric.WithDescription("API calls left to the Cloudflare account in the current window, as the last response's Ratelimit header said."))
 	limit, _ := m.Int64ObservableGauge("d1idem.d1.budget.limit", metric.WithUnit("{call}"),

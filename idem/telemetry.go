@@ -5,11 +5,12 @@ import (
 	"errors"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/d1idem/d1idem/internal/otelscope"
 
 	"github.com/d1idem/d1idem/d1client"
 )
@@ -101,11 +102,6 @@ const (
 	causeMaxLease    = "max_lease"   // the handler ran past Config.MaxLease
 )
 
-// durationBuckets are the bucket boundaries, in seconds, of the request
-// duration histogram: OpenTelemetry's advice for
-// http.server.request.duration.
-var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
-
 // telemetry is a Ledger's instrumentation through the OpenTelemetry API.
 // With the global providers left unset, every instrument and the tracer
 // are no-ops; the measurement options of the request path are built once,
@@ -131,17 +127,11 @@ type telemetry struct {
 // otel's global ones). An instrument the provider refuses is replaced by
 // its no-op, as the API's contract allows.
 func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *telemetry {
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	m := mp.Meter(ScopeName)
-	t := &telemetry{tracer: tp.Tracer(ScopeName), sets: map[attribute.KeyValue][]metric.AddOption{}}
+	m, tracer := otelscope.New(mp, tp, ScopeName)
+	t := &telemetry{tracer: tracer, sets: map[attribute.KeyValue][]metric.AddOption{}}
 	t.requests, _ = m.Float64Histogram("d1idem.request.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of the requests the middleware guarded, by outcome."),
-		metric.WithExplicitBucketBoundaries(durationBuckets...))
+		metric.WithExplicitBucketBoundaries(otelscope.DurationBuckets...))
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, _ := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		return c
