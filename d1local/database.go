@@ -245,9 +245,7 @@ func (d *database) run(ctx context.Context, stmts []statement, busy time.Duratio
 // running statement interrupted if ctx is done.
 func (d *database) runUser(ctx context.Context, stmts []statement) ([]result, error) {
 	c := d.conn
-	if err := c.setAuthorizer(true); err != nil {
-		return nil, fmt.Errorf("install authorizer: %w", err)
-	}
+	c.setAuthorizer(true)
 	defer c.setAuthorizer(false)
 	stop := c.interruptOnDone(ctx)
 	defer stop()
