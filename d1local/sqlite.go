@@ -57,6 +57,9 @@ type conn struct {
 	// authOn is one byte of C memory, the authorizer's argument: non-zero
 	// while user SQL runs (see setAuthorizer).
 	authOn uintptr
+	// stmts are the user statements kept for reuse; they are finalized
+	// before the connection closes.
+	stmts stmtCache
 }
 
 // openConn opens (creating if needed) the database at path; ":memory:" opens
@@ -98,6 +101,9 @@ func (c *conn) close() error {
 	if c.db == 0 {
 		return nil
 	}
+	// A statement left unfinalized would keep the connection open as a
+	// zombie, and its file with it.
+	c.stmts.clear()
 	rc := sqlite3.Xsqlite3_close_v2(c.tls, c.db)
 	var err error
 	if rc != sqlite3.SQLITE_OK {
@@ -290,6 +296,15 @@ func (c *conn) prepare(sql string) (*stmt, string, error) {
 // finalize frees the statement.
 func (s *stmt) finalize() {
 	sqlite3.Xsqlite3_finalize(s.c.tls, s.p)
+}
+
+// reset makes the statement ready to run again, as if just prepared:
+// sqlite3_reset (which also releases what it holds of the database),
+// sqlite3_clear_bindings and its full-scan counter back to zero.
+func (s *stmt) reset() {
+	sqlite3.Xsqlite3_reset(s.c.tls, s.p)
+	sqlite3.Xsqlite3_clear_bindings(s.c.tls, s.p)
+	sqlite3.Xsqlite3_stmt_status(s.c.tls, s.p, sqlite3.SQLITE_STMTSTATUS_FULLSCAN_STEP, 1)
 }
 
 // paramCount is sqlite3_bind_parameter_count: the largest parameter index.
