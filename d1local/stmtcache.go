@@ -6,12 +6,11 @@ import "container/list"
 const maxCachedStmts = 128
 
 // stmtCache holds a connection's prepared user statements for reuse, by
-// exact SQL text, as workerd caches its own: at most max of them, the least
-// recently used finalized first. A statement in use is not in the cache:
-// take removes it and put returns it once it is reset. The zero value is
-// an empty cache of maxCachedStmts statements.
+// exact SQL text, as workerd caches its own: at most maxCachedStmts of
+// them, the least recently used finalized first. A statement in use is not
+// in the cache: take removes it and put returns it once it is reset. The
+// zero value is an empty cache.
 type stmtCache struct {
-	max   int                      // 0: maxCachedStmts
 	lru   list.List                // of *cachedStmt, most recently used first
 	bySQL map[string]*list.Element // the elements of lru
 }
@@ -53,11 +52,7 @@ func (c *stmtCache) put(sql string, s *stmt) {
 	if c.bySQL == nil {
 		c.bySQL = make(map[string]*list.Element)
 	}
-	limit := c.max
-	if limit == 0 {
-		limit = maxCachedStmts
-	}
-	for c.lru.Len() >= limit {
+	for c.lru.Len() >= maxCachedStmts {
 		oldest := c.lru.Back().Value.(*cachedStmt)
 		c.take(oldest.sql).finalize()
 	}
