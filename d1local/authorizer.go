@@ -9,8 +9,9 @@ import (
 
 // The D1 authorizer, modelled on workerd's SqliteDatabase::authorize and
 // SqlStorageRegulator (src/workerd/util/sqlite.c++), which local D1 runs and
-// production D1 is built on. It is installed only while user SQL is
-// compiled; the server's own BEGIN, COMMIT and PRAGMAs run without it.
+// production D1 is built on. It applies only while user SQL is compiled
+// (conn.setAuthorizer); the server's own BEGIN, COMMIT and PRAGMAs run
+// without it.
 
 const (
 	authOK   = sqlite3.SQLITE_OK

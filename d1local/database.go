@@ -245,9 +245,7 @@ func (d *database) run(ctx context.Context, stmts []statement, busy time.Duratio
 // running statement interrupted if ctx is done.
 func (d *database) runUser(ctx context.Context, stmts []statement) ([]result, error) {
 	c := d.conn
-	if err := c.setAuthorizer(true); err != nil {
-		return nil, fmt.Errorf("install authorizer: %w", err)
-	}
+	c.setAuthorizer(true)
 	defer c.setAuthorizer(false)
 	stop := c.interruptOnDone(ctx)
 	defer stop()
@@ -273,32 +271,19 @@ func (d *database) runUser(ctx context.Context, stmts []statement) ([]result, er
 // authorizer sees only the old name of a renamed table.
 var renameToReserved = regexp.MustCompile("(?s)\\b(?i:RENAME\\s+TO)\\s+[\"'`\\[]?_cf_")
 
-// runStatement prepares, binds and steps one statement.
+// runStatement prepares (or takes from the cache), binds and steps one
+// statement.
 func (d *database) runStatement(st statement) (result, error) {
 	c := d.conn
 	start := time.Now()
 	if st.keyword == "ALTER" && renameToReserved.MatchString(st.sql) {
 		return result{}, &sqlError{msg: "not authorized: SQLITE_AUTH"}
 	}
-	s, tail, err := c.prepare(st.sql)
+	s, err := d.prepareStmt(st)
 	if err != nil {
-		var se *sqliteError
-		if !errors.As(err, &se) {
-			return result{}, err
-		}
-		if se.primary() == sqlite3.SQLITE_AUTH && isTransactionKeyword(st.keyword) {
-			return result{}, &sqlError{msg: transactionMessage}
-		}
-		return result{}, &sqlError{msg: d1Message(se)}
+		return result{}, err
 	}
-	if s == nil {
-		return result{}, &sqlError{msg: "SQL code did not contain a statement."}
-	}
-	defer s.finalize()
-	if rest, _ := splitSQL(tail); len(rest) > 0 {
-		// splitSQL and SQLite disagree on where the statement ends.
-		return result{}, &sqlError{msg: fmt.Sprintf("could not split the SQL into statements near %q", truncate(tail, 40))}
-	}
+	defer d.releaseStmt(st, s)
 	if s.paramCount() != len(st.params) {
 		return result{}, &sqlError{msg: wrongParamCount}
 	}
@@ -309,12 +294,17 @@ func (d *database) runStatement(st statement) (result, error) {
 	}
 
 	before := c.totalChanges()
-	columns := s.columns()
+	var columns []string
 	rows := [][]any{}
 	for {
 		more, err := s.step()
 		if err != nil {
 			return result{}, sqlErrorFrom(err)
+		}
+		if columns == nil {
+			// Only now: a cached statement whose table changed is compiled
+			// again by its first step, and "*" may have grown.
+			columns = s.columns()
 		}
 		if !more {
 			break
@@ -336,6 +326,50 @@ func (d *database) runStatement(st statement) (result, error) {
 	}
 	m.duration = math.Round(m.duration*1e4) / 1e4
 	return result{columns: columns, rows: rows, meta: m}, nil
+}
+
+// prepareStmt returns st compiled: the connection's cached statement for its
+// SQL text, or a new one. A failure is a *sqlError.
+func (d *database) prepareStmt(st statement) (*stmt, error) {
+	c := d.conn
+	if cacheable(st.keyword) {
+		if s := c.stmts.take(st.sql); s != nil {
+			return s, nil
+		}
+	}
+	s, tail, err := c.prepare(st.sql)
+	if err != nil {
+		var se *sqliteError
+		if !errors.As(err, &se) {
+			return nil, err
+		}
+		if se.primary() == sqlite3.SQLITE_AUTH && isTransactionKeyword(st.keyword) {
+			return nil, &sqlError{msg: transactionMessage}
+		}
+		return nil, &sqlError{msg: d1Message(se)}
+	}
+	if s == nil {
+		return nil, &sqlError{msg: "SQL code did not contain a statement."}
+	}
+	if rest, _ := splitSQL(tail); len(rest) > 0 {
+		s.finalize()
+		// splitSQL and SQLite disagree on where the statement ends.
+		return nil, &sqlError{msg: fmt.Sprintf("could not split the SQL into statements near %q", truncate(tail, 40))}
+	}
+	return s, nil
+}
+
+// releaseStmt is called once s, compiled for st, has run, whether it
+// succeeded or not: a data statement is reset, which leaves it holding no
+// lock and no binding, and cached for the next run of the same SQL; any
+// other is finalized.
+func (d *database) releaseStmt(st statement, s *stmt) {
+	if !cacheable(st.keyword) {
+		s.finalize()
+		return
+	}
+	s.reset()
+	d.conn.stmts.put(st.sql, s)
 }
 
 // rowsRead approximates D1's rows_read, for which SQLite has no counter:

@@ -486,3 +486,26 @@ func BenchmarkInsertAndSelect(b *testing.B) {
 		post(fmt.Sprintf(`{"batch":[{"sql":"INSERT INTO t (v) VALUES (?)","params":["v%d"]},{"sql":"SELECT v FROM t WHERE id = ?","params":[%d]}]}`, i, i+1))
 	}
 }
+
+// BenchmarkRun measures database.run alone, without HTTP and JSON: the
+// ledger's pattern of the same few SQL texts sent over and over.
+func BenchmarkRun(b *testing.B) {
+	d, err := openDatabase("bench", memoryPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.close(errClosed)
+	ctx := context.Background()
+	if _, err := d.run(ctx, []statement{{sql: "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)", keyword: "CREATE"}}, 0); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; b.Loop(); i++ {
+		stmts := []statement{
+			{sql: "INSERT INTO t (v) VALUES (?)", keyword: "INSERT", params: []any{fmt.Sprint("v", i)}},
+			{sql: "SELECT v FROM t WHERE id = ?", keyword: "SELECT", params: []any{float64(i + 1)}},
+		}
+		if _, err := d.run(ctx, stmts, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

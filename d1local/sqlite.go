@@ -3,6 +3,7 @@ package d1local
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"unsafe"
@@ -19,7 +20,8 @@ import (
 // sqlite3_error_offset and the extended result code of a failure,
 // sqlite3_total_changes64 and sqlite3_last_insert_rowid per statement,
 // sqlite3_stmt_status counters, sqlite3_limit and an authorizer whose policy
-// is a pure function (no registry keyed by connection).
+// is a pure function (no registry keyed by connection: its on/off switch is
+// a byte of the connection's own, passed as the callback's argument).
 //
 // A conn is not safe for concurrent use: the database that owns it
 // serializes every call. Only interrupt may be called from another
@@ -52,6 +54,12 @@ func (e *sqliteError) primary() int32 { return e.code & 0xff }
 type conn struct {
 	tls *libc.TLS
 	db  uintptr
+	// authOn is one byte of C memory, the authorizer's argument: non-zero
+	// while user SQL runs (see setAuthorizer).
+	authOn uintptr
+	// stmts are the user statements kept for reuse; they are finalized
+	// before the connection closes.
+	stmts stmtCache
 }
 
 // openConn opens (creating if needed) the database at path; ":memory:" opens
@@ -81,6 +89,10 @@ func openConn(path string) (*conn, error) {
 		tls.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	if err := c.installAuthorizer(); err != nil {
+		c.close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
 	return c, nil
 }
 
@@ -89,12 +101,19 @@ func (c *conn) close() error {
 	if c.db == 0 {
 		return nil
 	}
+	// A statement left unfinalized would keep the connection open as a
+	// zombie, and its file with it.
+	c.stmts.clear()
 	rc := sqlite3.Xsqlite3_close_v2(c.tls, c.db)
 	var err error
 	if rc != sqlite3.SQLITE_OK {
 		err = c.errorFor(rc)
 	}
 	c.db = 0
+	if c.authOn != 0 {
+		libc.Xfree(c.tls, c.authOn)
+		c.authOn = 0
+	}
 	c.tls.Close()
 	return err
 }
@@ -175,18 +194,33 @@ func (c *conn) setDBConfig(op int32, on bool) error {
 	return nil
 }
 
-// setAuthorizer installs the D1 authorizer (authorize) for user SQL, or
-// removes it for the server's own statements. SQLite expires prepared
-// statements when the authorizer changes; none is kept across a change.
-func (c *conn) setAuthorizer(on bool) error {
-	fn := uintptr(0)
-	if on {
-		fn = cFuncPointer(authorizerCallback)
+// installAuthorizer installs the D1 authorizer (authorize) once for the
+// life of the connection, switched off until setAuthorizer switches it on.
+// It is not installed and removed around each request because
+// sqlite3_set_authorizer expires every prepared statement, which would
+// make each cached statement compile again on its next use.
+func (c *conn) installAuthorizer() error {
+	c.authOn = libc.Xmalloc(c.tls, 1)
+	if c.authOn == 0 {
+		return errors.New("allocate the authorizer's switch: out of memory")
 	}
-	if rc := sqlite3.Xsqlite3_set_authorizer(c.tls, c.db, fn, 0); rc != sqlite3.SQLITE_OK {
+	c.setAuthorizer(false)
+	if rc := sqlite3.Xsqlite3_set_authorizer(c.tls, c.db, cFuncPointer(authorizerCallback), c.authOn); rc != sqlite3.SQLITE_OK {
 		return c.errorFor(rc)
 	}
 	return nil
+}
+
+// setAuthorizer switches the D1 authorizer on for user SQL, or off for the
+// server's own statements, which it then allows whatever they are.
+// The switch expires no prepared statement: a statement of the user's is
+// compiled, and recompiled after a schema change, only while it is on.
+func (c *conn) setAuthorizer(on bool) {
+	b := byte(0)
+	if on {
+		b = 1
+	}
+	libc.GoBytes(c.authOn, 1)[0] = b
 }
 
 // totalChanges is sqlite3_total_changes64.
@@ -262,6 +296,15 @@ func (c *conn) prepare(sql string) (*stmt, string, error) {
 // finalize frees the statement.
 func (s *stmt) finalize() {
 	sqlite3.Xsqlite3_finalize(s.c.tls, s.p)
+}
+
+// reset makes the statement ready to run again, as if just prepared:
+// sqlite3_reset (which also releases what it holds of the database),
+// sqlite3_clear_bindings and its full-scan counter back to zero.
+func (s *stmt) reset() {
+	sqlite3.Xsqlite3_reset(s.c.tls, s.p)
+	sqlite3.Xsqlite3_clear_bindings(s.c.tls, s.p)
+	sqlite3.Xsqlite3_stmt_status(s.c.tls, s.p, sqlite3.SQLITE_STMTSTATUS_FULLSCAN_STEP, 1)
 }
 
 // paramCount is sqlite3_bind_parameter_count: the largest parameter index.
@@ -383,7 +426,11 @@ func cFuncPointer[T any](f T) uintptr {
 	return *(*uintptr)(unsafe.Pointer(&struct{ f T }{f}))
 }
 
-// authorizerCallback is the C authorizer: it hands the action to authorize.
-func authorizerCallback(_ *libc.TLS, _ uintptr, action int32, arg1, arg2, dbName, trigger uintptr) int32 {
+// authorizerCallback is the C authorizer: while the switch at on is set
+// (setAuthorizer), it hands the action to authorize; otherwise it allows it.
+func authorizerCallback(_ *libc.TLS, on uintptr, action int32, arg1, arg2, dbName, trigger uintptr) int32 {
+	if libc.GoBytes(on, 1)[0] == 0 {
+		return authOK
+	}
 	return authorize(action, libc.GoString(arg1), libc.GoString(arg2), libc.GoString(dbName), libc.GoString(trigger))
 }
