@@ -19,12 +19,23 @@ import (
 //     with their next statements (a claim's completion, say), so that they
 //     ride in it too: until they are all back, the call is full, none has
 //     come back for longer than waiting is worth (the missing callers would
-//     each lose a round trip, the queued ones lose the wait), or Window has
-//     passed.
+//     each lose a round trip, the queued ones lose the wait; while calls
+//     are plentiful, 2 ms), or Window has passed.
 //   - A further call starts in parallel (up to MaxInFlight) as soon as
 //     waiting would cost more than a round trip: the queue holds more than
-//     the next call carries, or the queued callers' waits for the call in
-//     flight add up to more than the time of a call.
+//     the next call carries, the calls in flight are overdue by two round
+//     trips, or, while calls are plentiful, the queued callers' waits for
+//     the first call in flight to return add up to more than a round trip,
+//     each more than a quarter of one. Such a call first gathers the
+//     statements still arriving, while they come less than 2 ms apart and
+//     for a quarter of a round trip at most.
+//   - Calls are plentiful when the budget has a call now and its even pace
+//     allows MaxInFlight calls in a round trip: with UnlimitedBudget, or a
+//     budget far above the traffic. Cloudflare's default budget (4 calls a
+//     second) never is: there, group commit spends calls sparingly.
+//   - Callers whose calls left within a quarter of a round trip of each
+//     other ride on together: the runner of the call that returns first
+//     hands its callers to the other's.
 //   - When calls are scarce, the next call waits for the request budget's
 //     next slot while more statements join it, so each call carries more.
 //     Priority statements leave first; the others ride along where there is
@@ -125,7 +136,16 @@ type batcher struct {
 }
 
 // flight is a shared call in flight.
-type flight struct{ start time.Time }
+type flight struct {
+	start time.Time
+	// Calls that left just before or after this one and returned first
+	// hand their callers over: this call's runner gathers them with its
+	// own. handoff is how many groups they answered, since the arrivals
+	// when the first of them returned, and first the start of the earliest.
+	handoff int
+	since   uint64
+	first   time.Time
+}
 
 // pendingGroup is one caller's statements waiting for, or riding in, a call.
 type pendingGroup struct {
@@ -187,10 +207,10 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl class) ([
 	b.arrivals++
 	b.lastArrival = b.clk.Now()
 	b.changed()
-	if b.shouldStart() {
+	if start, gather := b.shouldStart(); start {
 		b.runners++
 		b.departing++
-		go b.run()
+		go b.run(gather)
 	}
 	b.mu.Unlock()
 
@@ -269,28 +289,68 @@ func (b *batcher) headClass() class {
 	return normal
 }
 
-// shouldStart reports whether a newly queued group is worth a new runner.
-// An idle batcher starts one at once. Otherwise the queue waits for the
-// runners about to depart, or for the calls in flight to return, unless
-// that would cost it more than a round trip: the queue holds more than
-// those calls will carry (part of it would wait a round trip more), or the
-// calls in flight are overdue by a round trip. A further call starts only
-// when the budget has a call for it now.
-func (b *batcher) shouldStart() bool {
+// shouldStart reports whether a newly queued group is worth a new runner,
+// and whether that runner gathers the groups still arriving before it
+// departs. An idle batcher starts one at once. Otherwise the queue waits
+// for the runners about to depart, or for the calls in flight to return,
+// unless that would cost it more than a round trip:
+//
+//   - the queue holds more than those calls will carry (part of it would
+//     wait a round trip more);
+//   - calls are plentiful, and the queued groups' waits for the first call
+//     in flight to return add up to more than a round trip, each waiting
+//     more than a nearby while (see nearby); the new runner gathers the
+//     groups arriving with them;
+//   - the calls in flight are overdue by a round trip.
+//
+// A further call starts only when the budget has a call for it now.
+func (b *batcher) shouldStart() (start, gather bool) {
 	switch {
 	case b.runners >= b.cfg.MaxInFlight:
-		return false
+		return false, false
 	case b.runners == 0:
-		return true
+		return true, false
 	}
 	carriers := b.runners // each carries one call next
 	overflow := b.stmts > carriers*b.callCap() || b.size+batchOverhead > carriers*b.cfg.MaxBytes
-	if !overflow && (b.departing > 0 || b.rtt == 0 || !b.overdue()) {
-		return false
+	if !overflow {
+		switch {
+		case b.departing > 0:
+			return false, false
+		case b.waitingCostsMore():
+			return true, true
+		case b.rtt == 0 || !b.overdue():
+			return false, false
+		}
 	}
 	at, _ := b.c.account.nextSlot(b.headClass())
-	return !at.After(b.clk.Now())
+	return !at.After(b.clk.Now()), false
 }
+
+// waitingCostsMore reports whether calls are plentiful and the queued
+// groups would each wait more than a nearby while for the first call in
+// flight to return, more than a round trip in all. Until a call returned,
+// each is taken to wait a round trip.
+func (b *batcher) waitingCostsMore() bool {
+	if !b.c.account.plentiful(b.headClass(), b.cfg.MaxInFlight, b.rtt) {
+		return false
+	}
+	groups := len(b.queue[normal]) + len(b.queue[priority])
+	if b.rtt == 0 {
+		return groups > 1
+	}
+	now := b.clk.Now()
+	due := b.rtt
+	for _, f := range b.flights {
+		due = min(due, max(f.start.Add(b.rtt).Sub(now), 0))
+	}
+	return due > b.nearby() && time.Duration(groups)*due > b.rtt
+}
+
+// nearby is the while within which calls count as leaving together: a
+// quarter of a round trip. A runner gathers arriving groups for at most
+// that long, and the callers of calls that left within it ride on together.
+func (b *batcher) nearby() time.Duration { return b.rtt / 4 }
 
 // overdue reports whether every call in flight has been out for more than
 // two round trips: waiting for one to return may cost the queue more than
@@ -307,24 +367,31 @@ func (b *batcher) overdue() bool {
 
 // callCap is the most statements one call carries: MaxStatements, or,
 // while the budget has calls to spare and a call slot is free, as many as
-// D1 processes in the time of a round trip without them. A database runs
-// the statements of its calls one at a time, so each statement of a call
-// waits for those before it: past that size, a parallel call costs its
-// statements less than waiting does.
+// D1 processes in the time of a round trip without them (in an eighth of
+// it while calls are plentiful). A database runs the statements of its
+// calls one at a time, so each statement of a call waits for those before
+// it: past that size, a parallel call costs its statements less than
+// waiting does.
 func (b *batcher) callCap() int {
 	base, per, ok := b.cost.estimate()
 	if !ok || b.runners >= b.cfg.MaxInFlight {
 		return b.cfg.MaxStatements
 	}
-	n := int(base / per)
-	if n >= b.cfg.MaxStatements {
-		return b.cfg.MaxStatements
-	}
-	if at, _ := b.c.account.nextSlot(normal); at.After(b.clk.Now()) {
+	var n int
+	switch {
+	case b.c.account.plentiful(normal, b.cfg.MaxInFlight, b.rtt):
+		n = int(base / (plentifulShare * per))
+	case b.c.account.spare(normal):
+		n = int(base / per)
+	default:
 		return b.cfg.MaxStatements // calls are scarce: each carries all it can
 	}
-	return max(n, 1)
+	return min(max(n, 1), b.cfg.MaxStatements)
 }
+
+// plentifulShare: while calls are plentiful, a call carries no more
+// statements than D1 processes in this share of a round trip.
+const plentifulShare = 8
 
 // costModel estimates the duration of a call of n statements as
 // base + n*per, by least squares over the calls seen, the older ones
@@ -360,6 +427,20 @@ func (m *costModel) estimate() (base, per time.Duration, ok bool) {
 	return time.Duration(math.Round(icept)), time.Duration(max(math.Round(slope), 1)), true
 }
 
+// nearbyFlight returns a call in flight that left within a nearby while of
+// f, or of the earliest call whose callers f's runner gathers, or nil.
+func (b *batcher) nearbyFlight(f *flight) *flight {
+	if b.rtt == 0 || b.cfg.Window < 0 {
+		return nil
+	}
+	for _, g := range b.flights {
+		if g.start.Sub(f.first).Abs() <= b.nearby() {
+			return g
+		}
+	}
+	return nil
+}
+
 // full reports whether the queue fills a call.
 func (b *batcher) full() bool {
 	return b.stmts >= b.callCap() || b.size+batchOverhead >= b.cfg.MaxBytes
@@ -369,7 +450,8 @@ func (b *batcher) full() bool {
 // answered to come back with their next statements.
 type linger struct {
 	on       bool
-	start    time.Time // when the call returned
+	gather   bool      // a new runner gathering the groups arriving
+	start    time.Time // when the call returned, or the runner started
 	arrivals uint64    // arrivals then
 	answered int       // groups the call answered
 	until    time.Time // the longest it waits
@@ -378,23 +460,40 @@ type linger struct {
 // lingering reports whether a runner lingering as lg still waits, and
 // until when, unless another group arrives first. It waits while callers
 // it answered are missing, the call has room, and they are still coming
-// back: the last of them arrived less than a while ago. The while is the
-// longer of lingerGap and what waiting may cost the statements already
-// queued before it costs more than leaving would cost the missing callers
-// (each would wait about a round trip for this call to return, if it comes
-// back at all: returns is the share that usually does).
+// back: the last of them arrived less than a while ago. While calls are
+// plentiful, the while is lingerGap: a caller coming back later gets a
+// parallel call if waiting would cost it more (see shouldStart). Otherwise
+// it is the longer of lingerGap and what waiting may cost the statements
+// already queued before it costs more than leaving would cost the missing
+// callers (each would wait about a round trip for this call to return, if
+// it comes back at all: returns is the share that usually does). A
+// gathering runner waits while groups keep arriving, lingerGap apart.
 func (b *batcher) lingering(lg *linger, now time.Time) (bool, time.Time) {
+	if !lg.on || b.full() || !now.Before(lg.until) {
+		return false, now
+	}
+	if lg.gather {
+		// A gathering runner waits while groups keep arriving.
+		wake := maxTime(lg.start, b.lastArrival).Add(lingerGap)
+		if lg.until.Before(wake) {
+			wake = lg.until
+		}
+		return now.Before(wake), wake
+	}
 	back := int(b.arrivals - lg.arrivals)
 	missing := lg.answered - back
-	if !lg.on || missing <= 0 || b.full() || !now.Before(lg.until) {
+	if missing <= 0 {
 		return false, now
 	}
 	queued := len(b.queue[normal]) + len(b.queue[priority])
 	if queued == 0 {
 		return true, lg.until // nobody waits yet
 	}
-	worth := time.Duration(b.returns * float64(missing) * float64(b.rtt) / float64(queued))
-	wake := maxTime(lg.start, b.lastArrival).Add(max(worth, lingerGap))
+	worth := lingerGap
+	if !b.c.account.plentiful(b.headClass(), b.cfg.MaxInFlight, b.rtt) {
+		worth = max(worth, time.Duration(b.returns*float64(missing)*float64(b.rtt)/float64(queued)))
+	}
+	wake := maxTime(lg.start, b.lastArrival).Add(worth)
 	if lg.until.Before(wake) {
 		wake = lg.until
 	}
@@ -414,10 +513,20 @@ func (b *batcher) lingered(lg *linger) {
 	b.returns += (share - b.returns) / 8
 }
 
-// run is a runner. It holds b.mu except while waiting and sending.
-func (b *batcher) run() {
+// run is a runner. It holds b.mu except while waiting and sending. A
+// gathering runner waits, before its first call, while groups keep
+// arriving, for a nearby while at most.
+func (b *batcher) run(gather bool) {
 	var lg linger
 	b.mu.Lock()
+	if gather && b.cfg.Window >= 0 {
+		now := b.clk.Now()
+		until := now.Add(b.nearby())
+		if b.cfg.Window > 0 && b.cfg.Window < b.nearby() {
+			until = now.Add(b.cfg.Window)
+		}
+		lg = linger{on: true, gather: true, start: now, until: until}
+	}
 	for {
 		ok := b.awaitDeparture(&lg)
 		b.lingered(&lg)
@@ -434,10 +543,11 @@ func (b *batcher) run() {
 			if at, _ := b.c.account.nextSlot(b.headClass()); !at.After(b.clk.Now()) {
 				b.runners++
 				b.departing++
-				go b.run()
+				go b.run(b.c.account.plentiful(b.headClass(), b.cfg.MaxInFlight, b.rtt))
 			}
 		}
 		f := &flight{start: b.clk.Now()}
+		f.first = f.start
 		b.flights = append(b.flights, f)
 		b.mu.Unlock()
 
@@ -458,11 +568,29 @@ func (b *batcher) run() {
 			b.rtt += (d - b.rtt) / 4
 		}
 		b.cost.add(stmts, d)
+		since, answered := b.arrivals, len(groups)
+		if f.handoff > 0 {
+			since, answered = f.since, answered+f.handoff
+		}
+		if g := b.nearbyFlight(f); g != nil {
+			// A call that left with this one is due back shortly: its
+			// runner gathers these callers with its own, and they ride on
+			// together.
+			if g.handoff == 0 || since < g.since {
+				g.since = since
+			}
+			g.handoff += answered
+			g.first = minTime(g.first, f.first)
+			b.runners--
+			b.mu.Unlock()
+			deliver()
+			return
+		}
 		wait := b.cfg.Window
 		if wait == 0 {
 			wait = b.rtt // the default: up to a round trip
 		}
-		lg = linger{on: wait > 0, start: now, arrivals: b.arrivals, answered: len(groups), until: now.Add(wait)}
+		lg = linger{on: wait > 0, start: now, arrivals: since, answered: answered, until: now.Add(wait)}
 		b.departing++ // before the callers wake: whoever comes back rides with this runner
 		b.mu.Unlock()
 		deliver()

@@ -634,6 +634,25 @@ func (a *Account) nextSlot(c class) (time.Time, waitReason) {
 	return a.slot(a.clk.Now(), c)
 }
 
+// spare reports whether a call of class c may go now.
+func (a *Account) spare(c class) bool {
+	at, _ := a.nextSlot(c)
+	return !at.After(a.clk.Now())
+}
+
+// plentiful reports whether calls of class c are plentiful: one may go
+// now, and the even pace allows at least n of them in a round trip of rtt.
+func (a *Account) plentiful(c class, n int, rtt time.Duration) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.clk.Now()
+	if _, why := a.slot(now, c); why != notWaiting {
+		return false
+	}
+	step := time.Duration(float64(max(a.localInterval(), a.accountInterval(now))) * a.cost(c))
+	return step == 0 || step*time.Duration(n) <= rtt
+}
+
 // plan returns when the n-th call of class c from now could be sent if
 // nothing else took one, and what it would wait for: the next slot, and
 // then one pace interval apart once the burst is spent.
@@ -770,6 +789,13 @@ func (a *Account) estimateOthers(now time.Time, r int, reset time.Time) {
 
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
 		return a
 	}
 	return b

@@ -446,3 +446,51 @@ func TestClientsShareTheAccount(t *testing.T) {
 		t.Fatalf("y: %v after %d calls", err, trY.GetTotalCallCount())
 	}
 }
+
+// Calls are plentiful when one may go now and the even pace allows n of
+// them in a round trip: never under Cloudflare's default budget, always
+// without a limit, and not while the account's headers say calls are
+// scarce or a 971 block is on.
+func TestPlentiful(t *testing.T) {
+	const rtt = 20 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		b    Budget
+		want bool
+	}{
+		{"unlimited", UnlimitedBudget(), true},
+		{"the default budget", Budget{}, false},
+		{"a pace of 1 ms", NewBudget(300_000, 300*time.Second), true},
+		{"a pace of 10 ms", NewBudget(30_000, 300*time.Second), false},
+	} {
+		a, _ := fakeAccount(t, tc.b)
+		if got := a.plentiful(normal, 4, rtt); got != tc.want {
+			t.Errorf("%s: plentiful = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// Unlimited here, but the account's headers set a pace: 60 calls
+	// left in 60 s.
+	a, clk := fakeAccount(t, UnlimitedBudget())
+	a.take(clk.Now(), normal)
+	a.answered(rateHeaders(60, 60, 1200, 300))
+	if a.plentiful(normal, 4, rtt) {
+		t.Error("plentiful at one call a second")
+	}
+	// A budget with no call now is not plentiful, whatever its pace.
+	a, clk = fakeAccount(t, NewBudget(300_000, 300*time.Second).WithBurst(1))
+	a.take(clk.Now(), priority)
+	if a.plentiful(normal, 4, rtt) {
+		t.Error("plentiful with no call to spare now")
+	}
+	clk.Advance(time.Millisecond)
+	if !a.plentiful(normal, 4, rtt) {
+		t.Error("not plentiful once the pace has a call again")
+	}
+	// During a 971 block nothing is.
+	a, clk = fakeAccount(t, UnlimitedBudget())
+	a.take(clk.Now(), normal)
+	a.block(clk.Now().Add(time.Minute))
+	if a.plentiful(normal, 4, rtt) {
+		t.Error("plentiful during a 971 block")
+	}
+}

@@ -186,12 +186,17 @@ func TestWokenCallersJoinTheNextCall(t *testing.T) {
 	}
 }
 
-// A returned call waits for the callers it answered as long as that costs
-// the statements already queued less than leaving would cost the missing
-// callers (a round trip each), at most Window; any arrival counts towards
-// them.
+// scarce is a budget that always has a call for these tests, but whose even
+// pace (one call per 100 ms) is slower than their round trips: calls are
+// not plentiful, so group commit spends them sparingly.
+func scarce() Budget { return NewBudget(1000, 100*time.Second).WithBurst(1000) }
+
+// While calls are scarce, a returned call waits for the callers it
+// answered as long as that costs the statements already queued less than
+// leaving would cost the missing callers (a round trip each), at most
+// Window; any arrival counts towards them.
 func TestLingerWeighsTheWait(t *testing.T) {
-	c, g, clk := groupClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 1, Window: time.Second})
+	c, g, clk := groupClient(t, scarce(), CoalesceConfig{MaxInFlight: 1, Window: time.Second})
 	exec := func(sql string) chan error {
 		done := make(chan error, 1)
 		go func() { _, err := c.Exec(context.Background(), stmt(sql), Coalesce()); done <- err }()
@@ -274,8 +279,11 @@ func TestLingerWeighsTheWait(t *testing.T) {
 // How much a call carries comes from what calls cost: D1 runs a call's
 // statements one after another, so once a call's statements take longer
 // than a round trip, the rest go in a parallel call.
+//
+// Calls are scarce here; TestLatencyFirstWhenCallsArePlentiful shows what
+// changes when they are not.
 func TestParallelCallWhenWaitingCostsMore(t *testing.T) {
-	c, g, clk := groupClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 4, Window: -1})
+	c, g, clk := groupClient(t, scarce(), CoalesceConfig{MaxInFlight: 4, Window: -1})
 	exec := func(stmts []Statement) chan error {
 		done := make(chan error, 1)
 		go func() { _, err := c.Exec(context.Background(), stmts, Coalesce()); done <- err }()
@@ -358,6 +366,110 @@ func TestParallelCallWhenWaitingCostsMore(t *testing.T) {
 // When calls are scarce, the runner waits for the next slot while more
 // statements join; priority work leaves first, on the reserve, and other
 // work rides along in its call.
+// While calls are plentiful, group commit adds no latency where a call
+// would save it: a group that would wait more than a quarter of a round
+// trip for the call in flight, in a queue whose waits add up to more than a
+// round trip, gets a parallel call, which gathers the groups arriving with
+// it; a returned call's runner waits for its callers only while they keep
+// coming back; and the callers of calls that left together ride on
+// together in one call.
+func TestLatencyFirstWhenCallsArePlentiful(t *testing.T) {
+	c, g, clk := groupClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 4})
+	exec := func(sql string) chan error {
+		done := make(chan error, 1)
+		go func() { _, err := c.Exec(context.Background(), stmt(sql), Coalesce()); done <- err }()
+		return done
+	}
+	wait := func(d chan error) {
+		t.Helper()
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	timerAt := func(what string, at time.Time) {
+		t.Helper()
+		eventually(t, what, func() bool { next, ok := clk.Next(); return ok && next.Equal(at) })
+	}
+	// A first call teaches the round trip: 20 ms. Nobody comes back, and
+	// nothing queues: the runner waits a round trip (the default Window),
+	// then stops.
+	d := exec("SELECT 'teach'")
+	call := g.waitCalls(t, 1)
+	clk.Advance(20 * time.Millisecond)
+	call.answer <- nil
+	wait(d)
+	timerAt("the linger timer", clk.Now().Add(20*time.Millisecond))
+	clk.Advance(20 * time.Millisecond)
+	eventually(t, "the runner to stop", func() bool { r, _, _ := c.batch.state(); return r == 0 })
+
+	// a's call leaves at once. b would wait a round trip for it: no more
+	// than a call's time in all, so b waits.
+	a := exec("SELECT 'a'")
+	g.waitCalls(t, 2)
+	b := exec("SELECT 'b'")
+	eventually(t, "b to queue", func() bool { return c.batch.queued() == 1 })
+	if r, _, _ := c.batch.state(); r != 1 || len(g.sent()) != 2 {
+		t.Fatalf("%d runners, %d calls: one waiter started a parallel call", r, len(g.sent()))
+	}
+	// With c the waits add up to two round trips: a parallel call starts,
+	// and gathers d, which comes before arrivals pause for lingerGap.
+	cc := exec("SELECT 'c'")
+	eventually(t, "the parallel runner", func() bool { r, _, _ := c.batch.state(); return r == 2 })
+	dd := exec("SELECT 'd'")
+	eventually(t, "d to queue", func() bool { return c.batch.queued() == 3 })
+	timerAt("the gathering timer", clk.Now().Add(lingerGap))
+	if len(g.sent()) != 2 {
+		t.Fatal("the parallel call left while groups were still arriving")
+	}
+	clk.Advance(lingerGap)
+	call = g.waitCalls(t, 3)
+	if want := []string{"SELECT 'b'", "SELECT 'c'", "SELECT 'd'"}; !slices.Equal(call.sqls, want) {
+		t.Fatalf("the parallel call carries %v, want %v", call.sqls, want)
+	}
+
+	// a's call returns first, 2 ms before the other: a comes back at once,
+	// and waits for the other call rather than leaving alone.
+	clk.Advance(20*time.Millisecond - lingerGap)
+	g.sent()[1].answer <- nil
+	wait(a)
+	a2 := exec("SELECT 'a2'")
+	eventually(t, "a2 to queue", func() bool { return c.batch.queued() == 1 })
+	if r, _, _ := c.batch.state(); r != 1 || len(g.sent()) != 3 {
+		t.Fatalf("%d runners, %d calls: a's runner did not hand a over", r, len(g.sent()))
+	}
+	// The other call returns; its runner waits for all four, who come
+	// straight back and leave together.
+	clk.Advance(lingerGap)
+	call.answer <- nil
+	var more []chan error
+	for i, d := range []chan error{b, cc, dd} {
+		wait(d)
+		more = append(more, exec(fmt.Sprint("SELECT ", i)))
+	}
+	call = g.waitCalls(t, 4)
+	if len(call.sqls) != 4 || call.sqls[0] != "SELECT 'a2'" {
+		t.Fatalf("the next call carries %v, want a2 and the three others", call.sqls)
+	}
+	clk.Advance(20 * time.Millisecond)
+	call.answer <- nil
+	wait(a2)
+	// Only a2's caller comes back: the three others are missing, but while
+	// calls are plentiful the runner waits only lingerGap for them, not the
+	// round trip each of them would lose.
+	returned := clk.Now()
+	last := exec("SELECT 'last'")
+	eventually(t, "last to queue", func() bool { return c.batch.queued() == 1 })
+	timerAt("the short linger", returned.Add(lingerGap))
+	clk.Advance(lingerGap)
+	if call := g.waitCalls(t, 5); !slices.Equal(call.sqls, []string{"SELECT 'last'"}) {
+		t.Fatalf("the last call carries %v", call.sqls)
+	}
+	g.sent()[4].answer <- nil
+	for _, d := range append(more, last) {
+		wait(d)
+	}
+}
+
 func TestPriorityWorkLeavesFirst(t *testing.T) {
 	// One call a second for priority work, one per 2 s for other work; a
 	// burst of 3 for priority work and of 1 for the rest.
