@@ -50,7 +50,9 @@
 // # SQL
 //
 // Each call, single or batch, is one transaction, DDL included, and calls to
-// one database run one at a time, as on D1. d1local applies D1's authorizer
+// one database run one at a time, as on D1. Like workerd, each database
+// keeps its data statements (SELECT, INSERT, UPDATE, DELETE, REPLACE, WITH)
+// compiled, the 128 used last, by their exact text. d1local applies D1's authorizer
 // (after workerd's: no BEGIN or SAVEPOINT, ATTACH, TEMP objects or "_cf_"
 // names, D1's PRAGMA allowlist), its limits (100 bound parameters, 100,000
 // bytes of SQL per statement, 5 terms per compound SELECT, ...), D1's
