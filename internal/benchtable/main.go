@@ -553,11 +553,69 @@ func isBridgeRow(r row) bool {
 	return strings.Contains(r.what, "through the bridge") || strings.Contains(r.what, "bridge vs REST")
 }
 
+// keepRows returns rows merged into the table already between beginLine
+// and endLine of doc: each row there keeps its place, replaced by the row
+// of the same figure when rows has one, and kept as it was otherwise (its
+// benchmark was not in this run: make bench-budget's, after a make bench);
+// rows new to the table follow.
+func keepRows(doc []byte, beginLine, endLine string, rows []row) []row {
+	begin := bytes.Index(doc, []byte(beginLine+"\n"))
+	end := bytes.Index(doc, []byte(endLine))
+	if begin < 0 || end < begin {
+		return rows
+	}
+	byWhat := map[string]row{}
+	for _, r := range rows {
+		byWhat[figureKey(r.what)] = r
+	}
+	var out []row
+	used := map[string]bool{}
+	for _, line := range strings.Split(string(doc[begin:end]), "\n") {
+		if !strings.HasPrefix(line, "| ") || !strings.HasSuffix(line, " |") || strings.HasPrefix(line, "| Figure |") {
+			continue
+		}
+		cells := strings.Split(strings.TrimSuffix(strings.TrimPrefix(line, "| "), " |"), " | ")
+		if len(cells) != 4 {
+			continue
+		}
+		unescape := func(s string) string { return strings.ReplaceAll(s, `\|`, "|") }
+		what := unescape(cells[0])
+		if r, ok := byWhat[figureKey(what)]; ok {
+			out = append(out, r)
+			used[r.what] = true
+			continue
+		}
+		old := row{what: what, measured: unescape(cells[1]), target: unescape(cells[2])}
+		switch cells[3] {
+		case "met":
+			old.ok = ptr(true)
+		case "MISSED":
+			old.ok = ptr(false)
+		}
+		out = append(out, old)
+	}
+	for _, r := range rows {
+		if !used[r.what] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// measuredInName matches what a figure's name holds of a measurement (a
+// round trip of 0.91 ms, RTT 51 ms), which differs from run to run.
+var measuredInName = regexp.MustCompile(`\d+\.\d+|RTT \d+`)
+
+// figureKey is a figure's name without the measurements in it.
+func figureKey(what string) string { return measuredInName.ReplaceAllString(what, "#") }
+
 // rewriteFile rewrites the part of the Markdown file at path between
-// beginLine and endLine with rows.
+// beginLine and endLine with rows, keeping the rows of figures this run did
+// not measure (see keepRows).
 func rewriteFile(path, beginLine, endLine, machine string, rows []row) error {
 	doc, err := os.ReadFile(path)
 	if err == nil {
+		rows = keepRows(doc, beginLine, endLine, rows)
 		doc, err = rewriteBetween(doc, beginLine, endLine, markdown(machine, rows))
 	}
 	if err == nil {
