@@ -323,8 +323,7 @@ func (b *batcher) shouldStart() (start, gather bool) {
 			return false, false
 		}
 	}
-	at, _ := b.c.account.nextSlot(b.headClass())
-	return !at.After(b.clk.Now()), false
+	return b.c.account.spare(b.headClass()), false
 }
 
 // waitingCostsMore reports whether calls are plentiful and the queued
@@ -540,7 +539,7 @@ func (b *batcher) run(gather bool) {
 		if b.stmts > 0 && b.departing == 0 && b.runners < b.cfg.MaxInFlight {
 			// What this call could not carry would wait a round trip for
 			// it: a parallel call takes it now, if the budget has one.
-			if at, _ := b.c.account.nextSlot(b.headClass()); !at.After(b.clk.Now()) {
+			if b.c.account.spare(b.headClass()) {
 				b.runners++
 				b.departing++
 				go b.run(b.c.account.plentiful(b.headClass(), b.cfg.MaxInFlight, b.rtt))

@@ -114,6 +114,21 @@ func (b *batcher) state() (runners, departing, flights int) {
 
 func stmt(sql string) []Statement { return []Statement{{SQL: sql}} }
 
+// execAsync runs a coalesced call of sql and returns its error's channel.
+func execAsync(c *Client, sql string) chan error {
+	done := make(chan error, 1)
+	go func() { _, err := c.Exec(context.Background(), stmt(sql), Coalesce()); done <- err }()
+	return done
+}
+
+// waitOK waits for a call started by execAsync and fails on its error.
+func waitOK(t testing.TB, d chan error) {
+	t.Helper()
+	if err := <-d; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The callers a call answers can join the next call before it leaves:
 // each of them comes straight back with its next statement (a claim, then
 // its completion), and the next call carries them all, not only those that
@@ -197,17 +212,8 @@ func scarce() Budget { return NewBudget(1000, 100*time.Second).WithBurst(1000) }
 // Window; any arrival counts towards them.
 func TestLingerWeighsTheWait(t *testing.T) {
 	c, g, clk := groupClient(t, scarce(), CoalesceConfig{MaxInFlight: 1, Window: time.Second})
-	exec := func(sql string) chan error {
-		done := make(chan error, 1)
-		go func() { _, err := c.Exec(context.Background(), stmt(sql), Coalesce()); done <- err }()
-		return done
-	}
-	wait := func(d chan error) {
-		t.Helper()
-		if err := <-d; err != nil {
-			t.Fatal(err)
-		}
-	}
+	exec := func(sql string) chan error { return execAsync(c, sql) }
+	wait := func(d chan error) { t.Helper(); waitOK(t, d) }
 	// a's call takes 40 ms; b queues behind it.
 	a := exec("SELECT 'a'")
 	g.waitCalls(t, 1)
@@ -375,17 +381,8 @@ func TestParallelCallWhenWaitingCostsMore(t *testing.T) {
 // together in one call.
 func TestLatencyFirstWhenCallsArePlentiful(t *testing.T) {
 	c, g, clk := groupClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 4})
-	exec := func(sql string) chan error {
-		done := make(chan error, 1)
-		go func() { _, err := c.Exec(context.Background(), stmt(sql), Coalesce()); done <- err }()
-		return done
-	}
-	wait := func(d chan error) {
-		t.Helper()
-		if err := <-d; err != nil {
-			t.Fatal(err)
-		}
-	}
+	exec := func(sql string) chan error { return execAsync(c, sql) }
+	wait := func(d chan error) { t.Helper(); waitOK(t, d) }
 	timerAt := func(what string, at time.Time) {
 		t.Helper()
 		eventually(t, what, func() bool { next, ok := clk.Next(); return ok && next.Equal(at) })
