@@ -47,7 +47,8 @@
 //   - BenchmarkVsSpec: a first execution through the ledger side by side
 //     with the spec's literal statement sequence (internal/specseq) at
 //     concurrency 1, 8, 64 and 256, with 20 ms and 50 ms per D1 call, no
-//     budget: p50, p99, their ratios, D1 calls per request.
+//     budget: p50, p99, their ratios, D1 calls per request, over three
+//     rounds of each taken in turn.
 //   - BenchmarkClientExec: allocations per D1 call of one d1client Exec,
 //     d1local's answer replayed (the client's own) and with d1local in
 //     process.
@@ -67,6 +68,9 @@
 //
 // Flags: -bench.long runs the long forms, and -bench.duration sets the
 // length of each open-loop run (60 s, or 600 s with -bench.long).
+// -bench.vsspec-inflight N runs BenchmarkVsSpec with d1idem's group commit
+// never waiting and up to N calls in flight (Coalesce.Window -1,
+// MaxInFlight N): what spending calls buys in latency.
 //
 // Every d1client these benchmarks build for the budget, replica and
 // side-by-side runs comes from newClient, and d1local's configuration from

@@ -30,6 +30,8 @@ var (
 		"run the long forms: open-loop load at 20, 150 and 400 req/s and four replica processes, each for -bench.duration (default 600 s)")
 	loadDuration = flag.Duration("bench.duration", 0,
 		"length of each open-loop run; 0 means 60 s, or 600 s with -bench.long")
+	vsSpecInFlight = flag.Int("bench.vsspec-inflight", 0,
+		"BenchmarkVsSpec: with N > 0, d1idem's group commit never waits (Coalesce.Window -1) and keeps up to N calls in flight, spending calls for latency")
 )
 
 // accountWindow is the window of Cloudflare's API budget (1200 calls per
@@ -54,12 +56,17 @@ func runLength() time.Duration {
 // (1200 calls per 300 s, not shrunk) or with none. The other benchmarks
 // (bench_test.go) get theirs from d1test.
 func newClient(baseURL, databaseID string, hc *http.Client, defaultBudget bool) (*d1client.Client, error) {
+	return d1client.New(clientConfig(baseURL, databaseID, hc, defaultBudget))
+}
+
+// clientConfig is newClient's configuration.
+func clientConfig(baseURL, databaseID string, hc *http.Client, defaultBudget bool) d1client.Config {
 	cfg := d1client.Config{BaseURL: baseURL, AccountID: d1test.AccountID, DatabaseID: databaseID, HTTPClient: hc}
 	cfg.Budget = d1client.UnlimitedBudget()
 	if defaultBudget {
 		cfg.Budget = d1client.Budget{} // the zero Budget is Cloudflare's default
 	}
-	return d1client.New(cfg)
+	return cfg
 }
 
 // poolClient returns an HTTP client that keeps up to n idle connections per
