@@ -93,13 +93,9 @@ func (d *fastDecoder) object(known []string, member func(key string) bool) bool 
 		if !ok || !d.eat(':') {
 			return false
 		}
-		idx := -1
-		for j, k := range known {
-			if key == k {
-				idx = j
-			} else if strings.EqualFold(key, k) {
-				return false
-			}
+		idx := knownIndex(known, key)
+		if idx < 0 && foldsToKnown(known, key) {
+			return false
 		}
 		if idx >= 0 {
 			if seen&(1<<idx) != 0 {
@@ -119,6 +115,28 @@ func (d *fastDecoder) object(known []string, member func(key string) bool) bool 
 			return false
 		}
 	}
+}
+
+// knownIndex returns the index of key in known, or -1.
+func knownIndex(known []string, key string) int {
+	for j, k := range known {
+		if key == k {
+			return j
+		}
+	}
+	return -1
+}
+
+// foldsToKnown reports whether key matches a known key regardless of case,
+// as encoding/json would match it. A key spelled exactly like one is never
+// asked about: known keys differ by more than case.
+func foldsToKnown(known []string, key string) bool {
+	for _, k := range known {
+		if strings.EqualFold(key, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // array reads an array, calling elem for each element.
