@@ -3,7 +3,6 @@ package d1client
 import (
 	"bytes"
 	"strconv"
-	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -89,7 +88,7 @@ func (d *fastDecoder) object(known []string, member func(key string) bool) bool 
 		return true
 	}
 	for {
-		key, ok := d.str()
+		key, ok := d.strBytes()
 		if !ok || !d.eat(':') {
 			return false
 		}
@@ -102,7 +101,7 @@ func (d *fastDecoder) object(known []string, member func(key string) bool) bool 
 				return false
 			}
 			seen |= 1 << idx
-			if !member(key) {
+			if !member(known[idx]) {
 				return false
 			}
 		} else if !d.skip() {
@@ -118,9 +117,9 @@ func (d *fastDecoder) object(known []string, member func(key string) bool) bool 
 }
 
 // knownIndex returns the index of key in known, or -1.
-func knownIndex(known []string, key string) int {
+func knownIndex(known []string, key []byte) int {
 	for j, k := range known {
-		if key == k {
+		if string(key) == k {
 			return j
 		}
 	}
@@ -130,9 +129,9 @@ func knownIndex(known []string, key string) int {
 // foldsToKnown reports whether key matches a known key regardless of case,
 // as encoding/json would match it. A key spelled exactly like one is never
 // asked about: known keys differ by more than case.
-func foldsToKnown(known []string, key string) bool {
+func foldsToKnown(known []string, key []byte) bool {
 	for _, k := range known {
-		if strings.EqualFold(key, k) {
+		if bytes.EqualFold(key, []byte(k)) {
 			return true
 		}
 	}
@@ -163,8 +162,15 @@ func (d *fastDecoder) array(elem func() bool) bool {
 // str reads a string. It gives up on a surrogate escape and on bytes that
 // are not UTF-8, which encoding/json would replace.
 func (d *fastDecoder) str() (string, bool) {
+	b, ok := d.strBytes()
+	return string(b), ok
+}
+
+// strBytes reads a string as str does, without copying it when it holds no
+// escape: the bytes are then the body's own, not to be changed.
+func (d *fastDecoder) strBytes() ([]byte, bool) {
 	if !d.eat('"') {
-		return "", false
+		return nil, false
 	}
 	start := d.i
 	for j := start; j < len(d.b); j++ {
@@ -172,21 +178,21 @@ func (d *fastDecoder) str() (string, bool) {
 		case c == '"':
 			raw := d.b[start:j]
 			if !utf8.Valid(raw) {
-				return "", false
+				return nil, false
 			}
 			d.i = j + 1
-			return string(raw), true
+			return raw, true
 		case c == '\\':
 			return d.escaped(start)
 		case c < 0x20:
-			return "", false
+			return nil, false
 		}
 	}
-	return "", false
+	return nil, false
 }
 
 // escaped reads the rest of a string that holds escapes, from its start.
-func (d *fastDecoder) escaped(start int) (string, bool) {
+func (d *fastDecoder) escaped(start int) ([]byte, bool) {
 	out := make([]byte, 0, 64)
 	j := start
 	for j < len(d.b) {
@@ -194,19 +200,19 @@ func (d *fastDecoder) escaped(start int) (string, bool) {
 		switch {
 		case c == '"':
 			if !utf8.Valid(out) {
-				return "", false
+				return nil, false
 			}
 			d.i = j + 1
-			return string(out), true
+			return out, true
 		case c < 0x20:
-			return "", false
+			return nil, false
 		case c != '\\':
 			out = append(out, c)
 			j++
 			continue
 		}
 		if j+1 >= len(d.b) {
-			return "", false
+			return nil, false
 		}
 		switch e := d.b[j+1]; e {
 		case '"', '\\', '/':
@@ -223,20 +229,20 @@ func (d *fastDecoder) escaped(start int) (string, bool) {
 			out = append(out, '\t')
 		case 'u':
 			if j+6 > len(d.b) {
-				return "", false
+				return nil, false
 			}
 			r, err := strconv.ParseUint(string(d.b[j+2:j+6]), 16, 32)
 			if err != nil || utf16.IsSurrogate(rune(r)) {
-				return "", false
+				return nil, false
 			}
 			out = utf8.AppendRune(out, rune(r))
 			j += 4
 		default:
-			return "", false
+			return nil, false
 		}
 		j += 2
 	}
-	return "", false
+	return nil, false
 }
 
 // number reads a number, checking it is written as JSON writes numbers.
