@@ -27,7 +27,7 @@ func FuzzRequestDecoder(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		queries, err := decodeBody(body)
+		queries, err := decodeBody(body, nil)
 		if err != nil {
 			return
 		}
