@@ -32,8 +32,12 @@ type parsedQuery struct {
 }
 
 // decodeBody parses a request body, splitting its SQL with cache (nil:
-// none). Errors are malformed requests (7400).
+// none). Errors are malformed requests (7400). A body in the common shape
+// is read by decodeFast, any other by decodeJSON: the result is the same.
 func decodeBody(body []byte, cache *splitCache) ([]parsedQuery, error) {
+	if queries, ok := decodeFast(body, cache); ok {
+		return queries, nil
+	}
 	return decodeJSON(body, cache)
 }
 
