@@ -134,32 +134,52 @@ var requestSeeds = []string{
 
 // FuzzRequestDecoderMatchesReference: whatever decodeFast accepts, it
 // decodes as decodeJSON does, and decodeBody, with a cache or without, gives
-// decodeJSON's result or error, the second time as the first.
+// decodeJSON's result or error, the second time as the first. Besides the
+// body itself, it tries the body as the text of a string, as params and as
+// a batch entry, which the fast path accepts more often.
 func FuzzRequestDecoderMatchesReference(f *testing.F) {
 	for _, s := range requestSeeds {
 		f.Add([]byte(s))
 	}
+	for _, s := range []string{`a\"b\u00e9\n`, `é\t`, `1, "a\u0041", -0.5e-3, true`, `"SELECT ?", "params": [null]`} {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		want, wantErr := decodeJSON(body, nil)
-		if got, ok := decodeFast(body, nil); ok {
-			if wantErr != nil {
-				t.Fatalf("decodeFast accepted %q, which decodeJSON refuses: %v", body, wantErr)
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("decodeFast(%q)\n got %#v\nwant %#v", body, got, want)
-			}
-		}
-		cache := new(splitCache)
-		for _, c := range []*splitCache{nil, cache, cache} {
-			got, err := decodeBody(body, c)
-			if fmt.Sprint(err) != fmt.Sprint(wantErr) {
-				t.Fatalf("decodeBody(%q) error %v, want %v", body, err, wantErr)
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("decodeBody(%q)\n got %#v\nwant %#v", body, got, want)
-			}
+		s := string(body)
+		for _, b := range []string{
+			s,
+			`{"sql":"` + s + `"}`,
+			`{"sql":"SELECT ?","params":[` + s + `]}`,
+			`{"batch":[{"sql":` + s + `},{"sql":"SELECT 1"}]}`,
+		} {
+			checkDecoders(t, []byte(b))
 		}
 	})
+}
+
+// checkDecoders fails t unless decodeFast and decodeBody decode body as
+// decodeJSON does.
+func checkDecoders(t *testing.T, body []byte) {
+	t.Helper()
+	want, wantErr := decodeJSON(body, nil)
+	if got, ok := decodeFast(body, nil); ok {
+		if wantErr != nil {
+			t.Fatalf("decodeFast accepted %q, which decodeJSON refuses: %v", body, wantErr)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("decodeFast(%q)\n got %#v\nwant %#v", body, got, want)
+		}
+	}
+	cache := new(splitCache)
+	for _, c := range []*splitCache{nil, cache, cache} {
+		got, err := decodeBody(body, c)
+		if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+			t.Fatalf("decodeBody(%q) error %v, want %v", body, err, wantErr)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("decodeBody(%q)\n got %#v\nwant %#v", body, got, want)
+		}
+	}
 }
 
 // TestDecodeFastShapes: decodeFast reads the common shapes and leaves the
