@@ -26,8 +26,11 @@ func FuzzRequestDecoder(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	for _, s := range requestSeeds {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		queries, err := decodeBody(body)
+		queries, err := decodeBody(body, nil)
 		if err != nil {
 			return
 		}

@@ -31,8 +31,19 @@ type parsedQuery struct {
 	params    []any
 }
 
-// decodeBody parses a request body. Errors are malformed requests (7400).
-func decodeBody(body []byte) ([]parsedQuery, error) {
+// decodeBody parses a request body, splitting its SQL with cache (nil:
+// none). Errors are malformed requests (7400). A body in the common shape
+// is read by decodeFast, any other by decodeJSON: the result is the same.
+func decodeBody(body []byte, cache *splitCache) ([]parsedQuery, error) {
+	if queries, ok := decodeFast(body, cache); ok {
+		return queries, nil
+	}
+	return decodeJSON(body, cache)
+}
+
+// decodeJSON parses a request body with encoding/json, splitting its SQL
+// with cache (nil: none).
+func decodeJSON(body []byte, cache *splitCache) ([]parsedQuery, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var wb wireBody
@@ -58,8 +69,8 @@ func decodeBody(body []byte) ([]parsedQuery, error) {
 		if q.SQL == nil {
 			return nil, fmt.Errorf(`batch entry %d has no "sql"`, i)
 		}
-		pieces, emptyTail := splitSQL(*q.SQL)
-		parsed[i] = parsedQuery{pieces: pieces, emptyTail: emptyTail, sql: *q.SQL, params: q.Params}
+		e := cache.splitString(*q.SQL)
+		parsed[i] = parsedQuery{pieces: e.pieces, emptyTail: e.emptyTail, sql: e.sql, params: q.Params}
 	}
 	return parsed, nil
 }

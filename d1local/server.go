@@ -89,6 +89,8 @@ type Server struct {
 
 	transfers transfers
 
+	splits splitCache // the SQL texts of query and raw calls, split
+
 	calls atomic.Int64
 }
 
@@ -316,7 +318,7 @@ func serveCall(s *Server, c *call) int {
 	if e != nil {
 		return s.reply(w, c, e)
 	}
-	queries, err := decodeBody(body)
+	queries, err := decodeBody(body, &s.splits)
 	if err != nil {
 		return s.reply(w, c, &apiError{status: http.StatusBadRequest, code: 7400, message: err.Error()})
 	}
