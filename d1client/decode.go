@@ -23,6 +23,7 @@ func fastEnvelope(body []byte, n int, env *envelope) bool {
 	return ok
 }
 
+// fastDecoder reads a response body for fastEnvelope.
 type fastDecoder struct {
 	jsonscan.Scanner
 	recent [16]string // strings read lately, for intern: a ring
