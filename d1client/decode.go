@@ -2,9 +2,8 @@ package d1client
 
 import (
 	"bytes"
-	"strconv"
-	"unicode/utf16"
-	"unicode/utf8"
+
+	"github.com/d1idem/d1idem/internal/jsonscan"
 )
 
 // fastEnvelope decodes a response body in the shape D1 answers a successful
@@ -16,80 +15,35 @@ import (
 // valid; the caller then decodes with encoding/json, which says what is
 // wrong. n is the number of results expected.
 func fastEnvelope(body []byte, n int, env *envelope) bool {
-	d := fastDecoder{b: body}
-	ok := d.envelope(n, env) && d.end() && env.Success != unset
+	d := fastDecoder{Scanner: jsonscan.Scanner{Data: body}}
+	ok := d.envelope(n, env) && d.End() && env.Success != unset
 	if !ok {
 		*env = envelope{}
 	}
 	return ok
 }
 
+// fastDecoder reads a response body for fastEnvelope.
 type fastDecoder struct {
-	b      []byte
-	i      int
+	jsonscan.Scanner
 	recent [16]string // strings read lately, for intern: a ring
 	seen   int        // strings written to recent
-}
-
-func (d *fastDecoder) ws() {
-	for d.i < len(d.b) {
-		switch d.b[d.i] {
-		case ' ', '\t', '\n', '\r':
-			d.i++
-		default:
-			return
-		}
-	}
-}
-
-// end reports whether only white space is left.
-func (d *fastDecoder) end() bool {
-	d.ws()
-	return d.i == len(d.b)
-}
-
-// peek returns the next byte after white space, or 0 at the end.
-func (d *fastDecoder) peek() byte {
-	d.ws()
-	if d.i < len(d.b) {
-		return d.b[d.i]
-	}
-	return 0
-}
-
-// eat consumes c, the next byte after white space.
-func (d *fastDecoder) eat(c byte) bool {
-	if d.peek() != c {
-		return false
-	}
-	d.i++
-	return true
-}
-
-// literal consumes the literal word (null, true, false).
-func (d *fastDecoder) literal(word string) bool {
-	d.ws()
-	if !bytes.HasPrefix(d.b[d.i:], []byte(word)) {
-		return false
-	}
-	d.i += len(word)
-	return true
 }
 
 // object reads an object, calling member for each key; member reads the
 // value. Keys must be distinct and none may match a known key other than
 // by exact spelling: encoding/json matches keys regardless of case.
 func (d *fastDecoder) object(known []string, member func(key string) bool) bool {
-	if !d.eat('{') {
+	if !d.Eat('{') {
 		return false
 	}
 	var seen uint64
-	if d.eat('}') {
+	if d.Eat('}') {
 		return true
 	}
 	for {
-		key, ok := d.strBytes()
-		if !ok || !d.eat(':') {
+		key, ok := d.StringBytes()
+		if !ok || !d.Eat(':') {
 			return false
 		}
 		idx := knownIndex(known, key)
@@ -107,10 +61,10 @@ func (d *fastDecoder) object(known []string, member func(key string) bool) bool 
 		} else if !d.skip() {
 			return false
 		}
-		if d.eat('}') {
+		if d.Eat('}') {
 			return true
 		}
-		if !d.eat(',') {
+		if !d.Eat(',') {
 			return false
 		}
 	}
@@ -138,177 +92,24 @@ func foldsToKnown(known []string, key []byte) bool {
 	return false
 }
 
-// array reads an array, calling elem for each element.
-func (d *fastDecoder) array(elem func() bool) bool {
-	if !d.eat('[') {
-		return false
-	}
-	if d.eat(']') {
-		return true
-	}
-	for {
-		if !elem() {
-			return false
-		}
-		if d.eat(']') {
-			return true
-		}
-		if !d.eat(',') {
-			return false
-		}
-	}
-}
-
-// str reads a string. It gives up on a surrogate escape and on bytes that
-// are not UTF-8, which encoding/json would replace.
-func (d *fastDecoder) str() (string, bool) {
-	b, ok := d.strBytes()
-	return string(b), ok
-}
-
-// strBytes reads a string as str does, without copying it when it holds no
-// escape: the bytes are then the body's own, not to be changed.
-func (d *fastDecoder) strBytes() ([]byte, bool) {
-	if !d.eat('"') {
-		return nil, false
-	}
-	start := d.i
-	for j := start; j < len(d.b); j++ {
-		switch c := d.b[j]; {
-		case c == '"':
-			raw := d.b[start:j]
-			if !utf8.Valid(raw) {
-				return nil, false
-			}
-			d.i = j + 1
-			return raw, true
-		case c == '\\':
-			return d.escaped(start)
-		case c < 0x20:
-			return nil, false
-		}
-	}
-	return nil, false
-}
-
-// escaped reads the rest of a string that holds escapes, from its start.
-func (d *fastDecoder) escaped(start int) ([]byte, bool) {
-	out := make([]byte, 0, 64)
-	j := start
-	for j < len(d.b) {
-		c := d.b[j]
-		switch {
-		case c == '"':
-			if !utf8.Valid(out) {
-				return nil, false
-			}
-			d.i = j + 1
-			return out, true
-		case c < 0x20:
-			return nil, false
-		case c != '\\':
-			out = append(out, c)
-			j++
-			continue
-		}
-		if j+1 >= len(d.b) {
-			return nil, false
-		}
-		switch e := d.b[j+1]; e {
-		case '"', '\\', '/':
-			out = append(out, e)
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			if j+6 > len(d.b) {
-				return nil, false
-			}
-			r, err := strconv.ParseUint(string(d.b[j+2:j+6]), 16, 32)
-			if err != nil || utf16.IsSurrogate(rune(r)) {
-				return nil, false
-			}
-			out = utf8.AppendRune(out, rune(r))
-			j += 4
-		default:
-			return nil, false
-		}
-		j += 2
-	}
-	return nil, false
-}
-
-// number reads a number, checking it is written as JSON writes numbers.
-func (d *fastDecoder) number() ([]byte, bool) {
-	d.ws()
-	b, start, j := d.b, d.i, d.i
-	if j < len(b) && b[j] == '-' {
-		j++
-	}
-	switch {
-	case j < len(b) && b[j] == '0':
-		j++
-	case j < len(b) && b[j] >= '1' && b[j] <= '9':
-		j = digits(b, j)
-	default:
-		return nil, false
-	}
-	if j < len(b) && b[j] == '.' {
-		k := digits(b, j+1)
-		if k == j+1 {
-			return nil, false
-		}
-		j = k
-	}
-	if j < len(b) && (b[j] == 'e' || b[j] == 'E') {
-		j++
-		if j < len(b) && (b[j] == '+' || b[j] == '-') {
-			j++
-		}
-		k := digits(b, j)
-		if k == j {
-			return nil, false
-		}
-		j = k
-	}
-	d.i = j
-	return b[start:j], true
-}
-
-// digits returns the index of the first byte at or after j in b that is not
-// an ASCII digit.
-func digits(b []byte, j int) int {
-	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
-		j++
-	}
-	return j
-}
-
 // skip reads any value and drops it.
 func (d *fastDecoder) skip() bool {
-	switch d.peek() {
+	switch d.Peek() {
 	case '{':
 		return d.object(nil, nil)
 	case '[':
-		return d.array(d.skip)
+		return d.Array(d.skip)
 	case '"':
-		_, ok := d.str()
+		_, ok := d.StringValue()
 		return ok
 	case 't':
-		return d.literal("true")
+		return d.Literal("true")
 	case 'f':
-		return d.literal("false")
+		return d.Literal("false")
 	case 'n':
-		return d.literal("null")
+		return d.Literal("null")
 	default:
-		_, ok := d.number()
+		_, ok := d.Number()
 		return ok
 	}
 }
@@ -316,12 +117,12 @@ func (d *fastDecoder) skip() bool {
 // boolean reads true, false or null.
 func (d *fastDecoder) boolean(p *optBool) bool {
 	switch {
-	case d.literal("true"):
+	case d.Literal("true"):
 		*p = isTrue
-	case d.literal("false"):
+	case d.Literal("false"):
 		*p = isFalse
 	default:
-		return d.literal("null")
+		return d.Literal("null")
 	}
 	return true
 }
@@ -329,21 +130,21 @@ func (d *fastDecoder) boolean(p *optBool) bool {
 // intern reads a string, reusing the one it read last with the same
 // bytes: the column names and meta of a batch's results repeat.
 func (d *fastDecoder) intern() (string, bool) {
-	if d.peek() != '"' {
+	if d.Peek() != '"' {
 		return "", false
 	}
-	if end := bytes.IndexByte(d.b[d.i+1:], '"'); end >= 0 {
-		raw := d.b[d.i+1 : d.i+1+end]
+	if end := bytes.IndexByte(d.Data[d.Pos+1:], '"'); end >= 0 {
+		raw := d.Data[d.Pos+1 : d.Pos+1+end]
 		if bytes.IndexByte(raw, '\\') < 0 { // an escape is read properly below
 			for _, s := range d.recent[:min(d.seen, len(d.recent))] {
 				if string(raw) == s {
-					d.i += end + 2
+					d.Pos += end + 2
 					return s, true
 				}
 			}
 		}
 	}
-	s, ok := d.str()
+	s, ok := d.StringValue()
 	if ok {
 		d.recent[d.seen%len(d.recent)] = s
 		d.seen++
@@ -363,18 +164,18 @@ func (d *fastDecoder) envelope(n int, env *envelope) bool {
 	return d.object(envelopeKeys, func(key string) bool {
 		switch key {
 		case "success":
-			return d.peek() != 'n' && d.boolean(&env.Success)
+			return d.Peek() != 'n' && d.boolean(&env.Success)
 		case "errors":
 			// Only an empty array: error bodies take the general path.
 			env.Errors = []ErrorDetail{}
-			return d.eat('[') && d.eat(']')
+			return d.Eat('[') && d.Eat(']')
 		default: // result
-			if d.peek() != '[' {
+			if d.Peek() != '[' {
 				return false
 			}
 			env.Result.present = true
 			env.Result.items = make([]rawResult, 0, n)
-			return d.array(func() bool {
+			return d.Array(func() bool {
 				env.Result.items = append(env.Result.items, rawResult{})
 				return d.result(&env.Result.items[len(env.Result.items)-1])
 			})
@@ -390,7 +191,7 @@ func (d *fastDecoder) result(r *rawResult) bool {
 		case "success":
 			return d.boolean(&r.Success)
 		default: // meta
-			if d.literal("null") {
+			if d.Literal("null") {
 				return true
 			}
 			return d.meta(&r.Meta)
@@ -400,12 +201,12 @@ func (d *fastDecoder) result(r *rawResult) bool {
 
 // table reads a statement's results: null, [], or {"columns","rows"}.
 func (d *fastDecoder) table(t *rawTable) bool {
-	switch d.peek() {
+	switch d.Peek() {
 	case 'n':
-		return d.literal("null")
+		return d.Literal("null")
 	case '[':
-		d.i++
-		return d.eat(']') // the /query form takes the general path
+		d.Pos++
+		return d.Eat(']') // the /query form takes the general path
 	case '{':
 	default:
 		return false
@@ -413,21 +214,21 @@ func (d *fastDecoder) table(t *rawTable) bool {
 	var columns []string
 	var rows []Row
 	ok := d.object(tableKeys, func(key string) bool {
-		if d.literal("null") {
+		if d.Literal("null") {
 			return true
 		}
 		if key == "columns" {
 			columns = make([]string, 0, 8)
-			return d.array(func() bool {
+			return d.Array(func() bool {
 				s, ok := d.intern()
 				columns = append(columns, s)
 				return ok
 			})
 		}
 		rows = []Row{}
-		return d.array(func() bool {
+		return d.Array(func() bool {
 			row := make(Row, 0, len(columns))
-			ok := d.array(func() bool {
+			ok := d.Array(func() bool {
 				v, ok := d.cell()
 				row = append(row, v)
 				return ok
@@ -453,20 +254,20 @@ func (d *fastDecoder) table(t *rawTable) bool {
 
 // cell reads one value of a row as decodeValue would.
 func (d *fastDecoder) cell() (Value, bool) {
-	switch d.peek() {
+	switch d.Peek() {
 	case 'n':
-		return Value{}, d.literal("null")
+		return Value{}, d.Literal("null")
 	case 't':
-		return IntValue(1), d.literal("true")
+		return IntValue(1), d.Literal("true")
 	case 'f':
-		return IntValue(0), d.literal("false")
+		return IntValue(0), d.Literal("false")
 	case '"':
-		s, ok := d.str()
+		s, ok := d.StringValue()
 		return TextValue(s), ok
 	case '[', '{':
 		return Value{}, false // blobs and objects take the general path
 	}
-	num, ok := d.number()
+	num, ok := d.Number()
 	if !ok {
 		return Value{}, false
 	}
@@ -477,7 +278,7 @@ func (d *fastDecoder) cell() (Value, bool) {
 // meta reads a statement's meta into w as metaWire's decoding would.
 func (d *fastDecoder) meta(w *metaWire) bool {
 	return d.object(metaKeys, func(key string) bool {
-		if d.literal("null") {
+		if d.Literal("null") {
 			return true
 		}
 		switch key {
@@ -504,7 +305,7 @@ func (d *fastDecoder) meta(w *metaWire) bool {
 			}
 			return ok
 		}
-		num, ok := d.number()
+		num, ok := d.Number()
 		if !ok {
 			return false
 		}

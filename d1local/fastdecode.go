@@ -1,11 +1,9 @@
 package d1local
 
 import (
-	"encoding/binary"
 	"encoding/json"
-	"math/bits"
-	"unicode/utf16"
-	"unicode/utf8"
+
+	"github.com/d1idem/d1idem/internal/jsonscan"
 )
 
 // decodeFast decodes a request body in the common shape, in one pass over
@@ -20,9 +18,9 @@ import (
 // with both "sql" and "batch" or neither, a batch entry without "sql". The
 // caller then decodes with decodeJSON, which says what is wrong.
 func decodeFast(body []byte, cache *splitCache) ([]parsedQuery, bool) {
-	d := reqDecoder{b: body, cache: cache}
+	d := reqDecoder{Scanner: jsonscan.Scanner{Data: body}, cache: cache}
 	queries, ok := d.body()
-	if !ok || !d.end() {
+	if !ok || !d.End() {
 		return nil, false
 	}
 	return queries, true
@@ -30,10 +28,8 @@ func decodeFast(body []byte, cache *splitCache) ([]parsedQuery, bool) {
 
 // reqDecoder reads a request body for decodeFast.
 type reqDecoder struct {
-	b     []byte
-	i     int
+	jsonscan.Scanner
 	cache *splitCache // nil: none
-	buf   []byte      // scratch for strings with escapes
 	vals  []param     // scratch for params
 	last  splitEntry  // the SQL read last, for a batch that repeats it
 	read  bool        // whether last is set
@@ -78,7 +74,7 @@ func (d *reqDecoder) body() ([]parsedQuery, bool) {
 // batch reads the array of a batch, never null.
 func (d *reqDecoder) batch() ([]parsedQuery, bool) {
 	queries := make([]parsedQuery, 0, 8)
-	ok := d.array(func() bool {
+	ok := d.Array(func() bool {
 		var q parsedQuery
 		keys, ok := d.object(keySQL|keyParams, func(key int) bool {
 			if key == keySQL {
@@ -98,16 +94,16 @@ func (d *reqDecoder) batch() ([]parsedQuery, bool) {
 // at most once, calling member to read each value. It returns the keys
 // read.
 func (d *reqDecoder) object(allowed int, member func(key int) bool) (int, bool) {
-	if !d.eat('{') {
+	if !d.Eat('{') {
 		return 0, false
 	}
 	seen := 0
-	if d.eat('}') {
+	if d.Eat('}') {
 		return 0, true
 	}
 	for {
-		name, ok := d.strBytes()
-		if !ok || !d.eat(':') {
+		name, ok := d.StringBytes()
+		if !ok || !d.Eat(':') {
 			return 0, false
 		}
 		key := 0
@@ -126,39 +122,18 @@ func (d *reqDecoder) object(allowed int, member func(key int) bool) (int, bool) 
 		if !member(key) {
 			return 0, false
 		}
-		if d.eat('}') {
+		if d.Eat('}') {
 			return seen, true
 		}
-		if !d.eat(',') {
+		if !d.Eat(',') {
 			return 0, false
-		}
-	}
-}
-
-// array reads an array, calling elem for each element.
-func (d *reqDecoder) array(elem func() bool) bool {
-	if !d.eat('[') {
-		return false
-	}
-	if d.eat(']') {
-		return true
-	}
-	for {
-		if !elem() {
-			return false
-		}
-		if d.eat(']') {
-			return true
-		}
-		if !d.eat(',') {
-			return false
 		}
 	}
 }
 
 // sql reads the SQL of a query, never null, and splits it into q.
 func (d *reqDecoder) sql(q *parsedQuery) bool {
-	b, ok := d.strBytes()
+	b, ok := d.StringBytes()
 	if !ok {
 		return false
 	}
@@ -176,40 +151,40 @@ func (d *reqDecoder) sql(q *parsedQuery) bool {
 func (d *reqDecoder) params() ([]any, bool) {
 	d.vals = d.vals[:0]
 	lo, hi := -1, -1 // the part of the body the params in text come from
-	ok := d.array(func() bool {
+	ok := d.Array(func() bool {
 		var p param
-		switch d.peek() {
+		switch d.Peek() {
 		case '"':
-			start := d.i + 1
-			b, ok := d.strBytes()
+			start := d.Pos + 1
+			b, ok := d.StringBytes()
 			if !ok {
 				return false
 			}
-			if end := d.i - 1; len(b) == end-start { // no escape, which shortens a string
+			if end := d.Pos - 1; len(b) == end-start { // no escape, which shortens a string
 				p = param{kind: textString, start: start, end: end}
 			} else {
 				p.val = string(b)
 			}
 		case 't':
-			if !d.literal("true") {
+			if !d.Literal("true") {
 				return false
 			}
 			p.val = true
 		case 'f':
-			if !d.literal("false") {
+			if !d.Literal("false") {
 				return false
 			}
 			p.val = false
 		case 'n':
-			if !d.literal("null") {
+			if !d.Literal("null") {
 				return false
 			}
 		default:
-			start := d.i
-			if !d.number() {
+			start := d.Pos
+			if _, ok := d.Number(); !ok {
 				return false
 			}
-			p = param{kind: textNumber, start: start, end: d.i}
+			p = param{kind: textNumber, start: start, end: d.Pos}
 		}
 		if p.kind != 0 {
 			if lo < 0 {
@@ -225,7 +200,7 @@ func (d *reqDecoder) params() ([]any, bool) {
 	}
 	var text string
 	if lo >= 0 {
-		text = string(d.b[lo:hi])
+		text = string(d.Data[lo:hi])
 	}
 	params := make([]any, len(d.vals))
 	for i, p := range d.vals {
@@ -245,7 +220,7 @@ func (d *reqDecoder) params() ([]any, bool) {
 // param is a parameter as params reads it: a value, or where its text is
 // in the body.
 type param struct {
-	kind       byte // textString or textNumber: the text of d.b[start:end]; 0: val
+	kind       byte // textString or textNumber: the text of d.Data[start:end]; 0: val
 	val        any
 	start, end int
 }
@@ -255,215 +230,3 @@ const (
 	textString = 1 + iota
 	textNumber
 )
-
-// ws skips JSON white space.
-func (d *reqDecoder) ws() {
-	for d.i < len(d.b) {
-		switch d.b[d.i] {
-		case ' ', '\t', '\n', '\r':
-			d.i++
-		default:
-			return
-		}
-	}
-}
-
-// end reports whether only white space is left.
-func (d *reqDecoder) end() bool {
-	d.ws()
-	return d.i == len(d.b)
-}
-
-// peek returns the next byte after white space, or 0 at the end.
-func (d *reqDecoder) peek() byte {
-	d.ws()
-	if d.i < len(d.b) {
-		return d.b[d.i]
-	}
-	return 0
-}
-
-// eat consumes c, the next byte after white space.
-func (d *reqDecoder) eat(c byte) bool {
-	if d.peek() != c {
-		return false
-	}
-	d.i++
-	return true
-}
-
-// literal consumes word (true, false or null), the next bytes after white
-// space.
-func (d *reqDecoder) literal(word string) bool {
-	d.ws()
-	if len(d.b)-d.i < len(word) || string(d.b[d.i:d.i+len(word)]) != word {
-		return false
-	}
-	d.i += len(word)
-	return true
-}
-
-// strBytes reads a string, the next value after white space. The bytes it
-// returns are the body's own when the string holds no escape, else the
-// scratch buffer's: either way they are valid only until the next call,
-// and not to be changed. It gives up on a surrogate escape and on bytes
-// that are not UTF-8, which encoding/json would replace.
-func (d *reqDecoder) strBytes() ([]byte, bool) {
-	if !d.eat('"') {
-		return nil, false
-	}
-	start := d.i
-	j := plainRun(d.b, start)
-	if j < len(d.b) && d.b[j] == '"' {
-		raw := d.b[start:j]
-		if !utf8.Valid(raw) {
-			return nil, false
-		}
-		d.i = j + 1
-		return raw, true
-	}
-	return d.escaped(start, j)
-}
-
-// plainRun returns the index of the first byte at or after j in b that
-// ends a run of a string's bytes that stand for themselves: a quote, a
-// backslash or a control character. It looks at eight bytes at a time.
-func plainRun(b []byte, j int) int {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	for ; j+8 <= len(b); j += 8 {
-		w := binary.LittleEndian.Uint64(b[j:])
-		// The high bit of a byte of m is set where w has a byte below
-		// 0x20, a quote or a backslash ("Bit Twiddling Hacks": has a
-		// byte less than n, has a zero byte). Bits above the first such
-		// byte may be set wrongly, never bits below it.
-		q, bs := w^(ones*'"'), w^(ones*'\\')
-		m := (w-ones*0x20)&^w&highs | (q-ones)&^q&highs | (bs-ones)&^bs&highs
-		if m != 0 {
-			return j + bits.TrailingZeros64(m)/8
-		}
-	}
-	for j < len(b) && b[j] >= 0x20 && b[j] != '"' && b[j] != '\\' {
-		j++
-	}
-	return j
-}
-
-// escaped reads a string that holds an escape, from just after its opening
-// quote at start, into the scratch buffer; its first run of plain bytes
-// ends at k.
-func (d *reqDecoder) escaped(start, k int) ([]byte, bool) {
-	out := d.buf[:0]
-	j := start
-	for {
-		out = append(out, d.b[j:k]...)
-		if k >= len(d.b) {
-			return nil, false
-		}
-		j = k
-		if d.b[j] == '"' {
-			d.buf = out // kept for the next string
-			if !utf8.Valid(out) {
-				return nil, false
-			}
-			d.i = j + 1
-			return out, true
-		}
-		if d.b[j] != '\\' || j+1 >= len(d.b) {
-			return nil, false // a control character, or the end
-		}
-		switch e := d.b[j+1]; e {
-		case '"', '\\', '/':
-			out = append(out, e)
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			r, ok := hex4(d.b[j+2:])
-			if !ok || utf16.IsSurrogate(r) {
-				return nil, false
-			}
-			out = utf8.AppendRune(out, r)
-			j += 4
-		default:
-			return nil, false
-		}
-		j += 2
-		k = plainRun(d.b, j)
-	}
-}
-
-// hex4 reads the four hexadecimal digits of a \u escape at the start of b.
-func hex4(b []byte) (rune, bool) {
-	if len(b) < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c -= 'a' - 10
-		case c >= 'A' && c <= 'F':
-			c -= 'A' - 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
-}
-
-// number reads a number, the next value after white space, checking it is
-// written as JSON writes numbers.
-func (d *reqDecoder) number() bool {
-	d.ws()
-	b, j := d.b, d.i
-	if j < len(b) && b[j] == '-' {
-		j++
-	}
-	switch {
-	case j < len(b) && b[j] == '0':
-		j++
-	case j < len(b) && b[j] >= '1' && b[j] <= '9':
-		j = digits(b, j)
-	default:
-		return false
-	}
-	if j < len(b) && b[j] == '.' {
-		k := digits(b, j+1)
-		if k == j+1 {
-			return false
-		}
-		j = k
-	}
-	if j < len(b) && (b[j] == 'e' || b[j] == 'E') {
-		j++
-		if j < len(b) && (b[j] == '+' || b[j] == '-') {
-			j++
-		}
-		k := digits(b, j)
-		if k == j {
-			return false
-		}
-		j = k
-	}
-	d.i = j
-	return true
-}
-
-// digits returns the index of the first byte at or after j in b that is
-// not an ASCII digit.
-func digits(b []byte, j int) int {
-	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
-		j++
-	}
-	return j
-}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"strings"
 	"testing"
 )
 
@@ -259,27 +258,6 @@ func TestDecodeBodyFallBack(t *testing.T) {
 	} {
 		if _, err := decodeBody([]byte(body), nil); err == nil || err.Error() != want {
 			t.Errorf("decodeBody(%q) error = %v, want %s", body, err, want)
-		}
-	}
-}
-
-// TestPlainRun: plainRun stops at the first quote, backslash or control
-// character, wherever it is in the eight bytes it looks at at once.
-func TestPlainRun(t *testing.T) {
-	for _, stop := range []byte{'"', '\\', 0, '\n', 0x1f} {
-		for n := range 20 {
-			for at := range n + 1 {
-				b := []byte(strings.Repeat("a\x7f é!", n)[:n])
-				want := n
-				if at < n {
-					b[at], want = stop, at
-				}
-				for from := range min(at, 3) + 1 {
-					if got := plainRun(b, from); got != want {
-						t.Fatalf("plainRun(%q, %d) = %d, want %d", b, from, got, want)
-					}
-				}
-			}
 		}
 	}
 }
