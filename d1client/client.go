@@ -20,6 +20,8 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/d1idem/d1idem/internal/textcache"
 )
 
 // DefaultBaseURL is Cloudflare's API base URL.
@@ -103,7 +105,7 @@ type Client struct {
 	retry   RetryPolicy
 	account *Account
 	batch   *batcher
-	classes *classCache
+	classes *textcache.Cache[sqlClass] // classifySQL by SQL text
 	tel     *telemetry
 	bridge  bool // cfg came from a bridge URL: see Config.BridgeURL
 
@@ -184,7 +186,7 @@ func New(cfg Config) (*Client, error) {
 		log:     log,
 		retry:   retry,
 		account: account,
-		classes: &classCache{},
+		classes: textcache.New[sqlClass](classCacheEntries, classCacheMaxSQL),
 		tel:     newTelemetry(cfg.MeterProvider, cfg.TracerProvider, cfg.DatabaseID),
 		sleep:   sleepCtx,
 		bridge:  bridge,
@@ -282,7 +284,7 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 	for i, s := range stmts {
 		w, err := s.encode(i + 1)
 		if err == nil {
-			cl := c.classes.classify(s.SQL)
+			cl := c.classes.Get(s.SQL, classifySQL)
 			err = cl.check(i + 1)
 			safe = safe && cl.readOnly
 		}

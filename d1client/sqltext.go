@@ -3,7 +3,6 @@ package d1client
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"unicode/utf8"
 )
 
@@ -471,34 +470,8 @@ func isSQLIDChar(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || isSQLDigit(c) || c == '_' || c == '$' || c >= 0x80
 }
 
-// classCache remembers the classification of recent SQL texts, so that a
-// client sending the same statements over and over tokenizes each once.
-type classCache struct {
-	mu sync.Mutex
-	m  map[string]sqlClass
-}
-
+// Bounds of a client's cache of classifications.
 const (
-	classCacheEntries = 512  // the cache is emptied when it reaches this size
+	classCacheEntries = 512  // texts remembered
 	classCacheMaxSQL  = 4096 // longer texts are classified every time
 )
-
-func (c *classCache) classify(sql string) sqlClass {
-	if len(sql) > classCacheMaxSQL {
-		return classifySQL(sql)
-	}
-	c.mu.Lock()
-	cl, ok := c.m[sql]
-	c.mu.Unlock()
-	if ok {
-		return cl
-	}
-	cl = classifySQL(sql)
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= classCacheEntries {
-		c.m = make(map[string]sqlClass)
-	}
-	c.m[strings.Clone(sql)] = cl
-	c.mu.Unlock()
-	return cl
-}

@@ -90,22 +90,19 @@ func TestClassCache(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c.classes.mu.Lock()
-	_, cached := c.classes.m[readStmt[0].SQL]
-	c.classes.mu.Unlock()
-	if !cached {
-		t.Fatal("the statement's classification was not cached")
+	if n := c.classes.Len(); n != 1 {
+		t.Fatalf("%d classifications cached, want the statement's alone", n)
 	}
-	if allocs := testing.AllocsPerRun(100, func() { c.classes.classify(readStmt[0].SQL) }); allocs != 0 {
+	if allocs := testing.AllocsPerRun(100, func() { c.classes.Get(readStmt[0].SQL, classifySQL) }); allocs != 0 {
 		t.Errorf("a cached classification allocates %v times", allocs)
 	}
 	for i := 0; i < 3*classCacheEntries; i++ {
-		c.classes.classify(fmt.Sprintf("SELECT %d", i))
-		if n := len(c.classes.m); n > classCacheEntries {
+		c.classes.Get(fmt.Sprintf("SELECT %d", i), classifySQL)
+		if n := c.classes.Len(); n > classCacheEntries {
 			t.Fatalf("%d cached texts, over the bound of %d", n, classCacheEntries)
 		}
 	}
-	if cl := c.classes.classify("SELECT '" + strings.Repeat("x", classCacheMaxSQL) + "'"); !cl.readOnly {
+	if cl := c.classes.Get("SELECT '"+strings.Repeat("x", classCacheMaxSQL)+"'", classifySQL); !cl.readOnly {
 		t.Error("a long text was misclassified")
 	}
 }

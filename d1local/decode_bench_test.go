@@ -60,7 +60,7 @@ func BenchmarkDecodeBody(b *testing.B) {
 				decode := func(body []byte) ([]parsedQuery, error) { return decodeJSON(body, nil) }
 				switch mode {
 				case "fast":
-					cache := new(splitCache)
+					cache := newSplitCache()
 					decode = func(body []byte) ([]parsedQuery, error) { return decodeBody(body, cache) }
 				case "fast-nocache":
 					decode = func(body []byte) ([]parsedQuery, error) { return decodeBody(body, nil) }

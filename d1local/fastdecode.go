@@ -138,7 +138,7 @@ func (d *reqDecoder) sql(q *parsedQuery) bool {
 		return false
 	}
 	if !d.read || string(b) != d.last.sql {
-		d.last, d.read = d.cache.splitBytes(b), true
+		d.last, d.read = d.cache.GetBytes(b, newSplitEntry), true
 	}
 	q.sql, q.pieces, q.emptyTail = d.last.sql, d.last.pieces, d.last.emptyTail
 	return true

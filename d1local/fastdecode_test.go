@@ -169,7 +169,7 @@ func checkDecoders(t *testing.T, body []byte) {
 			t.Fatalf("decodeFast(%q)\n got %#v\nwant %#v", body, got, want)
 		}
 	}
-	cache := new(splitCache)
+	cache := newSplitCache()
 	for _, c := range []*splitCache{nil, cache, cache} {
 		got, err := decodeBody(body, c)
 		if fmt.Sprint(err) != fmt.Sprint(wantErr) {

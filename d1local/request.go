@@ -69,7 +69,7 @@ func decodeJSON(body []byte, cache *splitCache) ([]parsedQuery, error) {
 		if q.SQL == nil {
 			return nil, fmt.Errorf(`batch entry %d has no "sql"`, i)
 		}
-		e := cache.splitString(*q.SQL)
+		e := cache.Get(*q.SQL, newSplitEntry)
 		parsed[i] = parsedQuery{pieces: e.pieces, emptyTail: e.emptyTail, sql: e.sql, params: q.Params}
 	}
 	return parsed, nil

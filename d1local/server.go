@@ -89,7 +89,7 @@ type Server struct {
 
 	transfers transfers
 
-	splits splitCache // the SQL texts of query and raw calls, split
+	splits *splitCache // the SQL texts of query and raw calls, split
 
 	calls atomic.Int64
 }
@@ -136,7 +136,7 @@ func New(cfg Config) (*Server, error) {
 		account = DefaultAccountID
 	}
 	return &Server{cfg: cfg, log: log, now: now, account: account, budget: newLimiter(cfg.Budget, now),
-		dbs: make(map[string]*database)}, nil
+		dbs: make(map[string]*database), splits: newSplitCache()}, nil
 }
 
 // Close closes every database, waiting for the request running on each.
@@ -318,7 +318,7 @@ func serveCall(s *Server, c *call) int {
 	if e != nil {
 		return s.reply(w, c, e)
 	}
-	queries, err := decodeBody(body, &s.splits)
+	queries, err := decodeBody(body, s.splits)
 	if err != nil {
 		return s.reply(w, c, &apiError{status: http.StatusBadRequest, code: 7400, message: err.Error()})
 	}

@@ -12,17 +12,17 @@ import (
 // what splitSQL gives, and what callers do with it does not change the
 // cache.
 func TestSplitCacheHit(t *testing.T) {
-	var cache splitCache
+	cache := newSplitCache()
 	const sql = "SELECT 1; SELECT 2;"
 	body := []byte(`{"batch":[{"sql":"SELECT 1; SELECT 2;"},{"sql":"SELECT 3"},{"sql":"SELECT 1; SELECT 2;"}]}`)
-	first, err := decodeBody(body, &cache)
+	first, err := decodeBody(body, cache)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := cache.len(); n != 2 {
+	if n := cache.Len(); n != 2 {
 		t.Fatalf("%d texts cached, want 2", n)
 	}
-	second, err := decodeBody(body, &cache)
+	second, err := decodeBody(body, cache)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestSplitCacheHit(t *testing.T) {
 		t.Error("the second decoding split the text again")
 	}
 	// The general path shares the cache.
-	third, err := decodeBody([]byte(`{"sql":"SELECT 1; SELECT 2;","x":1}`), &cache)
+	third, err := decodeBody([]byte(`{"sql":"SELECT 1; SELECT 2;","x":1}`), cache)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestSplitCacheHit(t *testing.T) {
 	_ = statementTexts(second)
 	_ = append(second[0].pieces, piece{sql: "changed"})
 	pieces, emptyTail := splitSQL(sql)
-	e := cache.splitString(sql)
+	e := cache.Get(sql, newSplitEntry)
 	if !reflect.DeepEqual(e.pieces, pieces) || e.emptyTail != emptyTail || cap(e.pieces) != len(e.pieces) {
 		t.Fatalf("cached %#v (cap %d), want %#v", e, cap(e.pieces), pieces)
 	}
@@ -58,28 +58,31 @@ func TestSplitCacheHit(t *testing.T) {
 // TestSplitCacheBound: the cache holds at most splitCacheEntries texts and
 // none longer than splitCacheMaxSQL.
 func TestSplitCacheBound(t *testing.T) {
-	var cache splitCache
+	cache := newSplitCache()
 	for i := range 3 * splitCacheEntries {
 		sql := fmt.Sprintf("SELECT %d", i)
-		if e := cache.splitBytes([]byte(sql)); e.sql != sql || len(e.pieces) != 1 || e.pieces[0].sql != sql {
+		if e := cache.GetBytes([]byte(sql), newSplitEntry); e.sql != sql || len(e.pieces) != 1 || e.pieces[0].sql != sql {
 			t.Fatalf("split %q = %#v", sql, e)
 		}
-		if n := cache.len(); n > splitCacheEntries {
+		if n := cache.Len(); n > splitCacheEntries {
 			t.Fatalf("%d texts cached, the bound is %d", n, splitCacheEntries)
 		}
 	}
-	if n := cache.len(); n != splitCacheEntries {
+	if n := cache.Len(); n != splitCacheEntries {
 		t.Fatalf("%d texts cached, want %d", n, splitCacheEntries)
 	}
 	long := "SELECT '" + strings.Repeat("x", splitCacheMaxSQL) + "'"
-	before := cache.len()
-	cache.splitString(long)
-	cache.splitBytes([]byte(long))
-	if _, ok := cache.m[long]; ok || cache.len() != before {
-		t.Fatalf("a text of %d bytes was cached", len(long))
+	before := cache.Len()
+	splits := 0
+	split := func(sql string) splitEntry { splits++; return newSplitEntry(sql) }
+	cache.Get(long, split)
+	cache.GetBytes([]byte(long), split)
+	cache.Get(long, split)
+	if splits != 3 || cache.Len() != before {
+		t.Fatalf("a text of %d bytes was cached (split %d times in 3 asks)", len(long), splits)
 	}
 	var none *splitCache
-	if e := none.splitString("SELECT 1"); len(e.pieces) != 1 {
+	if e := none.Get("SELECT 1", newSplitEntry); len(e.pieces) != 1 {
 		t.Fatalf("a nil cache split %#v", e)
 	}
 }
@@ -87,7 +90,7 @@ func TestSplitCacheBound(t *testing.T) {
 // TestSplitCacheConcurrent: requests decoded at once share the cache
 // safely (run with -race) and each gets what encoding/json gives.
 func TestSplitCacheConcurrent(t *testing.T) {
-	var cache splitCache
+	cache := newSplitCache()
 	bodies := make([][]byte, 64)
 	wants := make([][]parsedQuery, len(bodies))
 	for i := range bodies {
@@ -107,7 +110,7 @@ func TestSplitCacheConcurrent(t *testing.T) {
 			for round := range 20 {
 				for k := range bodies {
 					i := (k + g*7 + round) % len(bodies)
-					got, err := decodeBody(bodies[i], &cache)
+					got, err := decodeBody(bodies[i], cache)
 					if err != nil {
 						t.Error(err)
 						return
@@ -121,7 +124,7 @@ func TestSplitCacheConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := cache.len(); n > splitCacheEntries {
+	if n := cache.Len(); n > splitCacheEntries {
 		t.Fatalf("%d texts cached, the bound is %d", n, splitCacheEntries)
 	}
 }
