@@ -100,7 +100,7 @@ func (d *fastDecoder) skip() bool {
 	case '[':
 		return d.Array(d.skip)
 	case '"':
-		_, ok := d.StringValue()
+		_, ok := d.StringBytes()
 		return ok
 	case 't':
 		return d.Literal("true")
