@@ -25,9 +25,9 @@ type sideBySide struct {
 // clients without a budget.
 func newSideBySide(tb testing.TB, d1 *d1Server, conns int, co d1client.CoalesceConfig) (ours, naive sideBySide) {
 	tb.Helper()
-	mk := func(co d1client.CoalesceConfig) *d1client.Client {
+	mk := func(coalesce d1client.CoalesceConfig) *d1client.Client {
 		cfg := clientConfig(d1.URL, newDatabase(tb, d1), poolClient(conns), false)
-		cfg.Coalesce = co
+		cfg.Coalesce = coalesce
 		c, err := d1client.New(cfg)
 		if err != nil {
 			tb.Fatal(err)
