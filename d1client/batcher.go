@@ -34,8 +34,9 @@ import (
 //     budget far above the traffic. Cloudflare's default budget (4 calls a
 //     second) never is: there, group commit spends calls sparingly.
 //   - Callers whose calls left within a quarter of a round trip of each
-//     other ride on together: the runner of the call that returns first
-//     hands its callers to the other's.
+//     other ride on together, as long as those calls' statements fit one
+//     call: the runner of the call that returns first hands its callers to
+//     the other's.
 //   - When calls are scarce, the next call waits for the request budget's
 //     next slot while more statements join it, so each call carries more.
 //     Priority statements leave first; the others ride along where there is
@@ -43,7 +44,10 @@ import (
 //     would get is told at once (ErrBudget, with Retry-After).
 //   - Every call is bounded by MaxStatements and MaxBytes (the statements'
 //     exact encoded size), and each caller gets exactly the results of its
-//     own statements.
+//     own statements. D1 runs a call's statements one after another, and
+//     each caller waits for all of them: while calls are plentiful, a call
+//     carries no more statements than D1 runs in 2 ms (and in an eighth of
+//     a round trip), as measured from the calls made so far.
 //
 // A batch is one transaction, so when a shared call fails, no caller may be
 // handed a wrong answer:
@@ -145,6 +149,9 @@ type flight struct {
 	handoff int
 	since   uint64
 	first   time.Time
+	// stmts is how many statements this call and the calls handed over
+	// carried.
+	stmts int
 }
 
 // pendingGroup is one caller's statements waiting for, or riding in, a call.
@@ -366,11 +373,11 @@ func (b *batcher) overdue() bool {
 
 // callCap is the most statements one call carries: MaxStatements, or,
 // while the budget has calls to spare and a call slot is free, as many as
-// D1 processes in the time of a round trip without them (in an eighth of
-// it while calls are plentiful). A database runs the statements of its
-// calls one at a time, so each statement of a call waits for those before
-// it: past that size, a parallel call costs its statements less than
-// waiting does.
+// D1 processes in the time of a round trip without them (while calls are
+// plentiful, in an eighth of it, and in plentifulSerial at most). A
+// database runs the statements of its calls one at a time, so each
+// statement of a call waits for those before it: past that size, a
+// parallel call costs its statements less than waiting does.
 func (b *batcher) callCap() int {
 	base, per, ok := b.cost.estimate()
 	if !ok || b.runners >= b.cfg.MaxInFlight {
@@ -379,7 +386,7 @@ func (b *batcher) callCap() int {
 	var n int
 	switch {
 	case b.c.account.plentiful(normal, b.cfg.MaxInFlight, b.rtt):
-		n = int(base / (plentifulShare * per))
+		n = int(min(base/plentifulShare, plentifulSerial) / per)
 	case b.c.account.spare(normal):
 		n = int(base / per)
 	default:
@@ -391,6 +398,14 @@ func (b *batcher) callCap() int {
 // plentifulShare: while calls are plentiful, a call carries no more
 // statements than D1 processes in this share of a round trip.
 const plentifulShare = 8
+
+// plentifulSerial: while calls are plentiful, a call carries no more
+// statements than D1 processes in this time, however long the round trip:
+// every caller of a call waits for all its statements, and a few calls of
+// this size, sent together, return one after another, their callers going
+// on while D1 runs the next. BenchmarkVsSpec at 256 concurrent callers
+// measures what it buys, and the calls it costs.
+const plentifulSerial = 2 * time.Millisecond
 
 // costModel estimates the duration of a call of n statements as
 // base + n*per, by least squares over the calls seen, the older ones
@@ -427,13 +442,17 @@ func (m *costModel) estimate() (base, per time.Duration, ok bool) {
 }
 
 // nearbyFlight returns a call in flight that left within a nearby while of
-// f, or of the earliest call whose callers f's runner gathers, or nil.
+// f, or of the earliest call whose callers f's runner gathers, and whose
+// statements, with f's, fit one call; or nil. Callers of calls too large to
+// ride on together stay apart: merged, each would wait for all their
+// statements.
 func (b *batcher) nearbyFlight(f *flight) *flight {
 	if b.rtt == 0 || b.cfg.Window < 0 {
 		return nil
 	}
+	capacity := b.callCap()
 	for _, g := range b.flights {
-		if g.start.Sub(f.first).Abs() <= b.nearby() {
+		if g.start.Sub(f.first).Abs() <= b.nearby() && g.stmts+f.stmts <= capacity {
 			return g
 		}
 	}
@@ -545,7 +564,7 @@ func (b *batcher) run(gather bool) {
 				go b.run(b.c.account.plentiful(b.headClass(), b.cfg.MaxInFlight, b.rtt))
 			}
 		}
-		f := &flight{start: b.clk.Now()}
+		f := &flight{start: b.clk.Now(), stmts: stmts}
 		f.first = f.start
 		b.flights = append(b.flights, f)
 		b.mu.Unlock()
@@ -575,6 +594,7 @@ func (b *batcher) run(gather bool) {
 			// A call that left with this one is due back shortly: its
 			// runner gathers these callers with its own, and they ride on
 			// together.
+			g.stmts += f.stmts
 			if g.handoff == 0 || since < g.since {
 				g.since = since
 			}

@@ -467,6 +467,107 @@ func TestLatencyFirstWhenCallsArePlentiful(t *testing.T) {
 	}
 }
 
+// While calls are plentiful, a call carries no more statements than D1
+// runs in plentifulSerial, however long the round trip: each of its callers
+// waits for all of them. And the callers of calls that left together ride
+// on together only when those calls' statements fit one call; otherwise
+// each runner takes its own callers on, at once.
+//
+// Calls take 40 ms and 100 µs per statement: an eighth of a round trip
+// would be 50 statements, plentifulSerial (2 ms) is 20.
+func TestPlentifulCallsStayShort(t *testing.T) {
+	c, g, clk := groupClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 4, Window: time.Millisecond})
+	const base, per = 40 * time.Millisecond, 100 * time.Microsecond
+	many := func(n int) []Statement {
+		out := make([]Statement, n)
+		for i := range out {
+			out[i] = Statement{SQL: fmt.Sprint("SELECT ", i)}
+		}
+		return out
+	}
+	for i, n := range []int{1, 11, 1, 11, 1, 11} {
+		done := make(chan error, 1)
+		go func() { _, err := c.Exec(context.Background(), many(n), Coalesce()); done <- err }()
+		call := g.waitCalls(t, i+1)
+		clk.Advance(base + time.Duration(n)*per)
+		call.answer <- nil
+		waitOK(t, done)
+		// Nobody comes back: the runner lingers for Window, then stops.
+		eventually(t, "the linger timer", func() bool { return clk.Timers() == 1 })
+		clk.Advance(time.Millisecond)
+		eventually(t, "the runner to stop", func() bool { r, _, _ := c.batch.state(); return r == 0 })
+	}
+	taught := len(g.sent())
+	c.batch.mu.Lock()
+	limit := c.batch.callCap()
+	c.batch.mu.Unlock()
+	if want := int(plentifulSerial / per); limit != want {
+		t.Fatalf("a call carries up to %d statements, want %d", limit, want)
+	}
+
+	// x's call leaves at once. 30 callers queue behind it, each with two
+	// statements to make, one after the other: a parallel call gathers
+	// them, 20 at most, and another the other 10.
+	start := clk.Now()
+	x := execAsync(c, "SELECT 'x'")
+	g.waitCalls(t, taught+1)
+	const callers = 30
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			for step := range 2 {
+				if _, err := c.Exec(context.Background(), stmt(fmt.Sprintf("SELECT %d, %d", i, step)), Coalesce()); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	g.waitCalls(t, taught+2)
+	eventually(t, "the rest to queue", func() bool { return c.batch.queued() == callers-20 })
+	eventually(t, "the gathering timer", func() bool { return clk.Timers() == 1 })
+	clk.Advance(lingerGap)
+	g.waitCalls(t, taught+3)
+	calls := g.sent()[taught:]
+	if n1, n2 := len(calls[1].sqls), len(calls[2].sqls); n1 != 20 || n2 != 10 {
+		t.Fatalf("the parallel calls carry %d and %d statements, want 20 and 10", n1, n2)
+	}
+
+	// x's call returns first: 1 + 20 statements do not fit one call, 1 + 10
+	// do, so x's runner hands over to the third call's.
+	clk.Set(start.Add(base + per))
+	calls[0].answer <- nil
+	waitOK(t, x)
+	eventually(t, "x's runner to hand over", func() bool { r, _, _ := c.batch.state(); return r == 2 })
+	// The 20-statement call returns: 20 + 11 do not fit one call either, so
+	// its runner takes its 20 callers on at once, while the third call is
+	// still out.
+	clk.Set(start.Add(base + 20*per))
+	calls[1].answer <- nil
+	call := g.waitCalls(t, taught+4)
+	if len(call.sqls) != 20 {
+		t.Fatalf("the next call carries %d statements, want the 20 callers back", len(call.sqls))
+	}
+	for _, sql := range call.sqls {
+		if !strings.HasSuffix(sql, ", 1") {
+			t.Fatalf("the next call carries %q, not a second statement", sql)
+		}
+	}
+	// The third call returns: its runner gathers its 10 callers and waits
+	// for x, who does not come back, for Window.
+	clk.Set(start.Add(lingerGap + base + 10*per))
+	calls[2].answer <- nil
+	eventually(t, "the ten to queue", func() bool { return c.batch.queued() == 10 })
+	eventually(t, "the linger timer", func() bool { return clk.Timers() == 1 })
+	clk.Advance(time.Millisecond)
+	last := g.waitCalls(t, taught+5)
+	if len(last.sqls) != 10 {
+		t.Fatalf("the last call carries %d statements, want 10", len(last.sqls))
+	}
+	call.answer <- nil
+	last.answer <- nil
+	wg.Wait()
+}
+
 func TestPriorityWorkLeavesFirst(t *testing.T) {
 	// One call a second for priority work, one per 2 s for other work; a
 	// burst of 3 for priority work and of 1 for the rest.
