@@ -50,10 +50,27 @@ func appendJSONString(b []byte, s string) []byte {
 
 // appendJSNumber appends f as JSON.stringify does: NaN and ±Infinity as null.
 func appendJSNumber(b []byte, f float64) []byte {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
+	switch a := math.Abs(f); {
+	case math.IsNaN(f) || math.IsInf(f, 0):
 		return append(b, "null"...)
+	case f == 0:
+		return append(b, '0') // -0 too
+	case a >= 1e-6 && a < 1e21:
+		// JavaScript writes these in plain notation, with the shortest
+		// digits that read back as f: Go's 'f' format with precision -1.
+		return strconv.AppendFloat(b, f, 'f', -1, 64)
 	}
 	return append(b, jsNumber(f)...)
+}
+
+// appendJSInteger appends an SQLite INTEGER as D1 returns it: D1 converts
+// results to JavaScript numbers, so integers beyond ±2^53 come back rounded
+// to the nearest float64 (9223372036854775807 becomes 9223372036854776000).
+func appendJSInteger(b []byte, v int64) []byte {
+	if v >= -maxSafeInteger && v <= maxSafeInteger {
+		return strconv.AppendInt(b, v, 10)
+	}
+	return appendJSNumber(b, float64(v))
 }
 
 // appendValue appends one SQLite value: INTEGER as a JavaScript number,
@@ -62,7 +79,7 @@ func appendJSNumber(b []byte, f float64) []byte {
 func appendValue(b []byte, v any) []byte {
 	switch v := v.(type) {
 	case int64:
-		return append(b, jsInteger(v)...)
+		return appendJSInteger(b, v)
 	case float64:
 		return appendJSNumber(b, v)
 	case string:
@@ -160,10 +177,30 @@ func arrayIndex(name string) (uint64, bool) {
 // appendObjects appends rows as the /query endpoint does: an array of
 // objects.
 func appendObjects(b []byte, columns []string, rows [][]any) []byte {
-	layout := newObjectLayout(columns)
-	keys := make([][]byte, len(layout.keys))
-	for i, k := range layout.keys {
-		keys[i] = append(appendJSONString(nil, k), ':')
+	var e objectEncoder
+	return e.append(b, columns, rows)
+}
+
+// objectEncoder writes rows as objects, as appendObjects does, and keeps
+// the layout and encoded keys of the last column names it saw for the next
+// result: the statements of a batch often share them.
+type objectEncoder struct {
+	columns []string
+	cols    []int
+	keys    [][]byte // each key's JSON and a colon
+}
+
+func (e *objectEncoder) append(b []byte, columns []string, rows [][]any) []byte {
+	if len(rows) == 0 {
+		return append(b, "[]"...)
+	}
+	if e.keys == nil || !slices.Equal(e.columns, columns) {
+		layout := newObjectLayout(columns)
+		e.columns, e.cols = columns, layout.cols
+		e.keys = make([][]byte, len(layout.keys))
+		for i, k := range layout.keys {
+			e.keys[i] = append(appendJSONString(nil, k), ':')
+		}
 	}
 	b = append(b, '[')
 	for r, row := range rows {
@@ -171,11 +208,11 @@ func appendObjects(b []byte, columns []string, rows [][]any) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, '{')
-		for i, col := range layout.cols {
+		for i, col := range e.cols {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, keys[i]...)
+			b = append(b, e.keys[i]...)
 			b = appendValue(b, row[col])
 		}
 		b = append(b, '}')

@@ -69,3 +69,34 @@ func TestAppendValue(t *testing.T) {
 		}
 	}
 }
+
+// One objectEncoder writes a batch's results: each as appendObjects alone
+// would, whether its columns are those of the result before or not.
+func TestObjectEncoderReusesKeysOnlyForTheSameColumns(t *testing.T) {
+	results := []struct {
+		columns []string
+		rows    [][]any
+	}{
+		{[]string{"a", "b"}, [][]any{{int64(1), "x"}}},
+		{[]string{"a", "b"}, [][]any{{int64(2), "y"}, {int64(3), nil}}},
+		{[]string{"b", "a"}, [][]any{{"z", int64(4)}}},
+		{[]string{"a", "b"}, nil},
+		{[]string{"a", "a", "1"}, [][]any{{int64(5), int64(6), "w"}}},
+		{[]string{"a"}, [][]any{{1.5}}},
+		{[]string{"a", "b"}, [][]any{{int64(7), "v"}}},
+	}
+	var e objectEncoder
+	for i, r := range results {
+		got := string(e.append([]byte("x"), r.columns, r.rows))
+		want := "x" + string(appendObjects(nil, r.columns, r.rows))
+		if got != want {
+			t.Errorf("result %d: %s, want %s", i, got, want)
+		}
+	}
+	if got := string(appendObjects(nil, []string{"a", "a", "1"}, [][]any{{int64(5), int64(6), "w"}})); got != `[{"1":"w","a":6}]` {
+		t.Errorf("duplicate and index columns: %s", got)
+	}
+	if got := string(appendObjects(nil, []string{"a"}, nil)); got != `[]` {
+		t.Errorf("no rows: %s", got)
+	}
+}

@@ -64,13 +64,3 @@ func jsNumber(f float64) string {
 
 // maxSafeInteger is 2^53, beyond which not every integer is a float64.
 const maxSafeInteger = 1 << 53
-
-// jsInteger formats an SQLite INTEGER as D1 returns it: D1 converts results
-// to JavaScript numbers, so integers beyond ±2^53 come back rounded to the
-// nearest float64 (9223372036854775807 becomes 9223372036854776000).
-func jsInteger(v int64) string {
-	if v >= -maxSafeInteger && v <= maxSafeInteger {
-		return strconv.FormatInt(v, 10)
-	}
-	return jsNumber(float64(v))
-}

@@ -2,6 +2,7 @@ package d1local
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -52,13 +53,49 @@ func TestJSNumber(t *testing.T) {
 		if got := jsNumber(tt.in); got != tt.want {
 			t.Errorf("jsNumber(%v) = %q, want %q", tt.in, got, tt.want)
 		}
+		want := tt.want
+		if math.IsNaN(tt.in) || math.IsInf(tt.in, 0) {
+			want = "null" // as JSON.stringify writes them
+		}
+		if got := string(appendJSNumber([]byte("x"), tt.in)); got != "x"+want {
+			t.Errorf("appendJSNumber(%v) = %q, want %q", tt.in, got, "x"+want)
+		}
+	}
+}
+
+// appendJSNumber writes plain-notation numbers with strconv directly; it
+// agrees with jsNumber everywhere: on random bit patterns, and next to the
+// bounds of plain notation (1e-6 and 1e21) and of the shortest digits.
+func TestAppendJSNumberAgreesWithJSNumber(t *testing.T) {
+	check := func(f float64) {
+		t.Helper()
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return
+		}
+		if got, want := string(appendJSNumber(nil, f)), jsNumber(f); got != want {
+			t.Fatalf("appendJSNumber(%v) = %q, jsNumber gives %q", f, got, want)
+		}
+	}
+	for _, edge := range []float64{1e-6, 1e21, 1e-7, 1e20, 1, 0.1, 5e-324, math.MaxFloat64, 1 << 53} {
+		for _, sign := range []float64{1, -1} {
+			f := sign * edge
+			check(f)
+			check(math.Nextafter(f, 0))
+			check(math.Nextafter(f, math.Inf(int(sign))))
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 200_000 {
+		check(math.Float64frombits(r.Uint64())) // every exponent
+		check(r.Float64() * math.Pow(10, float64(r.IntN(40)-12)))
+		check(float64(r.Int64N(1<<60)) / float64(r.Int64N(1<<20)+1))
 	}
 }
 
 // add adds at run time, where 0.1 + 0.2 is not the exact constant 0.3.
 func add(a, b float64) float64 { return a + b }
 
-func TestJSInteger(t *testing.T) {
+func TestAppendJSInteger(t *testing.T) {
 	tests := []struct {
 		in   int64
 		want string
@@ -73,8 +110,8 @@ func TestJSInteger(t *testing.T) {
 		{1<<62 + 12345, "4611686018427400000"},
 	}
 	for _, tt := range tests {
-		if got := jsInteger(tt.in); got != tt.want {
-			t.Errorf("jsInteger(%d) = %q, want %q", tt.in, got, tt.want)
+		if got := string(appendJSInteger(nil, tt.in)); got != tt.want {
+			t.Errorf("appendJSInteger(%d) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
 }

@@ -552,6 +552,7 @@ func dropConnection(w http.ResponseWriter) {
 // writeResults writes a successful answer.
 func writeResults(w http.ResponseWriter, endpoint string, results []result) int {
 	b := []byte(`{"result":[`)
+	var objects objectEncoder
 	for i, r := range results {
 		if i > 0 {
 			b = append(b, ',')
@@ -560,7 +561,7 @@ func writeResults(w http.ResponseWriter, endpoint string, results []result) int 
 		if endpoint == "raw" {
 			b = appendRaw(b, r.columns, r.rows)
 		} else {
-			b = appendObjects(b, r.columns, r.rows)
+			b = objects.append(b, r.columns, r.rows)
 		}
 		b = append(b, `,"success":true,"meta":`...)
 		b = appendMeta(b, r.meta)
@@ -586,17 +587,17 @@ func appendMeta(b []byte, m meta) []byte {
 	b = append(b, `},"duration":`...)
 	b = appendJSNumber(b, m.duration)
 	b = append(b, `,"changes":`...)
-	b = append(b, jsInteger(m.changes)...)
+	b = appendJSInteger(b, m.changes)
 	b = append(b, `,"last_row_id":`...)
-	b = append(b, jsInteger(m.lastRowID)...)
+	b = appendJSInteger(b, m.lastRowID)
 	b = append(b, `,"changed_db":`...)
 	b = strconv.AppendBool(b, m.changedDB)
 	b = append(b, `,"size_after":`...)
-	b = append(b, jsInteger(m.sizeAfter)...)
+	b = appendJSInteger(b, m.sizeAfter)
 	b = append(b, `,"rows_read":`...)
-	b = append(b, jsInteger(m.rowsRead)...)
+	b = appendJSInteger(b, m.rowsRead)
 	b = append(b, `,"rows_written":`...)
-	b = append(b, jsInteger(m.rowsWritten)...)
+	b = appendJSInteger(b, m.rowsWritten)
 	return append(b, '}')
 }
 
