@@ -114,6 +114,15 @@ func (b *batcher) state() (runners, departing, flights int) {
 
 func stmt(sql string) []Statement { return []Statement{{SQL: sql}} }
 
+// selects returns n statements: SELECT 0, SELECT 1, ...
+func selects(n int) []Statement {
+	out := make([]Statement, n)
+	for i := range out {
+		out[i] = Statement{SQL: fmt.Sprint("SELECT ", i)}
+	}
+	return out
+}
+
 // execAsync runs a coalesced call of sql and returns its error's channel.
 func execAsync(c *Client, sql string) chan error {
 	done := make(chan error, 1)
@@ -295,16 +304,9 @@ func TestParallelCallWhenWaitingCostsMore(t *testing.T) {
 		go func() { _, err := c.Exec(context.Background(), stmts, Coalesce()); done <- err }()
 		return done
 	}
-	many := func(n int) []Statement {
-		out := make([]Statement, n)
-		for i := range out {
-			out[i] = Statement{SQL: fmt.Sprint("SELECT ", i)}
-		}
-		return out
-	}
 	// Teach the batcher what calls cost: 9 ms, and 1 ms per statement.
 	for i, n := range []int{1, 11, 1, 11, 1, 11} {
-		d := exec(many(n))
+		d := exec(selects(n))
 		call := g.waitCalls(t, i+1)
 		clk.Advance(time.Duration(9+n) * time.Millisecond)
 		call.answer <- nil
@@ -321,7 +323,7 @@ func TestParallelCallWhenWaitingCostsMore(t *testing.T) {
 	// A call in flight; nine waiters fill the next call (9 ms of
 	// statements), so they wait for it.
 	var done []chan error
-	done = append(done, exec(many(1)))
+	done = append(done, exec(selects(1)))
 	g.waitCalls(t, taught+1)
 	for i := range 9 {
 		done = append(done, exec(stmt(fmt.Sprint("SELECT 'waiter ", i, "'"))))
@@ -478,16 +480,9 @@ func TestLatencyFirstWhenCallsArePlentiful(t *testing.T) {
 func TestPlentifulCallsStayShort(t *testing.T) {
 	c, g, clk := groupClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 4, Window: time.Millisecond})
 	const base, per = 40 * time.Millisecond, 100 * time.Microsecond
-	many := func(n int) []Statement {
-		out := make([]Statement, n)
-		for i := range out {
-			out[i] = Statement{SQL: fmt.Sprint("SELECT ", i)}
-		}
-		return out
-	}
 	for i, n := range []int{1, 11, 1, 11, 1, 11} {
 		done := make(chan error, 1)
-		go func() { _, err := c.Exec(context.Background(), many(n), Coalesce()); done <- err }()
+		go func() { _, err := c.Exec(context.Background(), selects(n), Coalesce()); done <- err }()
 		call := g.waitCalls(t, i+1)
 		clk.Advance(base + time.Duration(n)*per)
 		call.answer <- nil
