@@ -34,40 +34,18 @@ type fastDecoder struct {
 // value. Keys must be distinct and none may match a known key other than
 // by exact spelling: encoding/json matches keys regardless of case.
 func (d *fastDecoder) object(known []string, member func(key string) bool) bool {
-	if !d.Eat('{') {
-		return false
-	}
 	var seen uint64
-	if d.Eat('}') {
-		return true
-	}
-	for {
-		key, ok := d.StringBytes()
-		if !ok || !d.Eat(':') {
-			return false
-		}
+	return d.Object(func(key []byte) bool {
 		idx := knownIndex(known, key)
-		if idx < 0 && foldsToKnown(known, key) {
+		switch {
+		case idx < 0:
+			return !foldsToKnown(known, key) && d.skip()
+		case seen&(1<<idx) != 0:
 			return false
 		}
-		if idx >= 0 {
-			if seen&(1<<idx) != 0 {
-				return false
-			}
-			seen |= 1 << idx
-			if !member(known[idx]) {
-				return false
-			}
-		} else if !d.skip() {
-			return false
-		}
-		if d.Eat('}') {
-			return true
-		}
-		if !d.Eat(',') {
-			return false
-		}
-	}
+		seen |= 1 << idx
+		return member(known[idx])
+	})
 }
 
 // knownIndex returns the index of key in known, or -1.

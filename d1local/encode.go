@@ -174,16 +174,9 @@ func arrayIndex(name string) (uint64, bool) {
 	return n, true
 }
 
-// appendObjects appends rows as the /query endpoint does: an array of
-// objects.
-func appendObjects(b []byte, columns []string, rows [][]any) []byte {
-	var e objectEncoder
-	return e.append(b, columns, rows)
-}
-
-// objectEncoder writes rows as objects, as appendObjects does, and keeps
-// the layout and encoded keys of the last column names it saw for the next
-// result: the statements of a batch often share them.
+// objectEncoder writes rows as the /query endpoint does, an array of
+// objects, and keeps the layout and encoded keys of the last column names
+// it saw for the next result: the statements of a batch often share them.
 type objectEncoder struct {
 	columns []string
 	cols    []int

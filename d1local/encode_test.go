@@ -70,7 +70,7 @@ func TestAppendValue(t *testing.T) {
 	}
 }
 
-// One objectEncoder writes a batch's results: each as appendObjects alone
+// One objectEncoder writes a batch's results: each as a fresh one alone
 // would, whether its columns are those of the result before or not.
 func TestObjectEncoderReusesKeysOnlyForTheSameColumns(t *testing.T) {
 	results := []struct {
@@ -88,15 +88,15 @@ func TestObjectEncoderReusesKeysOnlyForTheSameColumns(t *testing.T) {
 	var e objectEncoder
 	for i, r := range results {
 		got := string(e.append([]byte("x"), r.columns, r.rows))
-		want := "x" + string(appendObjects(nil, r.columns, r.rows))
+		want := "x" + string(new(objectEncoder).append(nil, r.columns, r.rows))
 		if got != want {
 			t.Errorf("result %d: %s, want %s", i, got, want)
 		}
 	}
-	if got := string(appendObjects(nil, []string{"a", "a", "1"}, [][]any{{int64(5), int64(6), "w"}})); got != `[{"1":"w","a":6}]` {
+	if got := string(new(objectEncoder).append(nil, []string{"a", "a", "1"}, [][]any{{int64(5), int64(6), "w"}})); got != `[{"1":"w","a":6}]` {
 		t.Errorf("duplicate and index columns: %s", got)
 	}
-	if got := string(appendObjects(nil, []string{"a"}, nil)); got != `[]` {
+	if got := string(new(objectEncoder).append(nil, []string{"a"}, nil)); got != `[]` {
 		t.Errorf("no rows: %s", got)
 	}
 }

@@ -94,18 +94,8 @@ func (d *reqDecoder) batch() ([]parsedQuery, bool) {
 // at most once, calling member to read each value. It returns the keys
 // read.
 func (d *reqDecoder) object(allowed int, member func(key int) bool) (int, bool) {
-	if !d.Eat('{') {
-		return 0, false
-	}
 	seen := 0
-	if d.Eat('}') {
-		return 0, true
-	}
-	for {
-		name, ok := d.StringBytes()
-		if !ok || !d.Eat(':') {
-			return 0, false
-		}
+	ok := d.Object(func(name []byte) bool {
 		key := 0
 		switch string(name) {
 		case "sql":
@@ -116,19 +106,15 @@ func (d *reqDecoder) object(allowed int, member func(key int) bool) (int, bool) 
 			key = keyBatch
 		}
 		if key&allowed == 0 || seen&key != 0 {
-			return 0, false
+			return false
 		}
 		seen |= key
-		if !member(key) {
-			return 0, false
-		}
-		if d.Eat('}') {
-			return seen, true
-		}
-		if !d.Eat(',') {
-			return 0, false
-		}
+		return member(key)
+	})
+	if !ok {
+		return 0, false
 	}
+	return seen, true
 }
 
 // sql reads the SQL of a query, never null, and splits it into q.

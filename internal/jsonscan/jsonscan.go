@@ -1,6 +1,7 @@
 // Package jsonscan holds the one set of JSON reading primitives that
 // d1client's response decoder and d1local's request decoder share: white
-// space, punctuation, literals, strings and numbers, read in one pass over
+// space, punctuation, literals, strings, numbers, arrays and objects, read
+// in one pass over
 // the bytes. Each reads exactly what encoding/json would accept and decode
 // to the same value, and gives up (false) on everything else, and on
 // what encoding/json would accept only by changing it: a surrogate escape,
@@ -86,6 +87,30 @@ func (s *Scanner) Array(elem func() bool) bool {
 			return false
 		}
 		if s.Eat(']') {
+			return true
+		}
+		if !s.Eat(',') {
+			return false
+		}
+	}
+}
+
+// Object reads an object, the next value after white space, calling member
+// with each key to read its value. The key's bytes are valid only until
+// member reads further (see StringBytes).
+func (s *Scanner) Object(member func(key []byte) bool) bool {
+	if !s.Eat('{') {
+		return false
+	}
+	if s.Eat('}') {
+		return true
+	}
+	for {
+		key, ok := s.StringBytes()
+		if !ok || !s.Eat(':') || !member(key) {
+			return false
+		}
+		if s.Eat('}') {
 			return true
 		}
 		if !s.Eat(',') {

@@ -91,6 +91,41 @@ func TestArray(t *testing.T) {
 	}
 }
 
+func TestObject(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		ok   bool
+		keys string // the keys member was called with
+	}{
+		{"{}", true, ""},
+		{` { } `, true, ""},
+		{`{"a":null}`, true, "a"},
+		{`{ "a" : null , "b\u0063":null}`, true, "a,bc"},
+		{`{"a":null,}`, false, "a"},
+		{`{,"a":null}`, false, ""},
+		{`{"a" null}`, false, ""},
+		{`{"a":null "b":null}`, false, "a"},
+		{`{a:null}`, false, ""},
+		{`{"a":null`, false, "a"},
+		{`{"a":1}`, false, "a"}, // member refuses the value
+		{"{", false, ""},
+		{"[]", false, ""},
+	} {
+		s := Scanner{Data: []byte(tc.in)}
+		var keys []string
+		ok := s.Object(func(key []byte) bool {
+			keys = append(keys, string(key))
+			return s.Literal("null")
+		})
+		if got := strings.Join(keys, ","); ok != tc.ok || got != tc.keys {
+			t.Errorf("Object on %q = %v with keys %q, want %v with %q", tc.in, ok, got, tc.ok, tc.keys)
+		}
+		if ok && !s.End() {
+			t.Errorf("Object on %q left %q", tc.in, s.Data[s.Pos:])
+		}
+	}
+}
+
 // stringCases are JSON strings with what StringBytes reads of them: want,
 // or a give-up where ok is false.
 var stringCases = []struct {
