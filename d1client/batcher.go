@@ -13,7 +13,10 @@ import (
 // How it behaves:
 //
 //   - When no coalesced call is in flight, a caller's statements are sent at
-//     once: the batcher never waits when idle.
+//     once: the batcher never waits when idle. A caller that also arrives
+//     alone (nobody else for 2 ms) makes that call on its own goroutine, and
+//     its context governs the request, as for a call made without Coalesce;
+//     if nobody queued meanwhile, the batcher is idle again when it returns.
 //   - While a call is in flight, arriving statements queue. When it returns,
 //     the next call waits while the callers it answered keep coming back
 //     with their next statements (a claim's completion, say), so that they
@@ -118,7 +121,9 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 // departs (drains the queue into a call and sends it) when the budget has a
 // call for the queue's first class, and, after a call of its own returned,
 // once the callers it answered had a chance to join (see lingering). A
-// runner with nothing to carry gives up its slot.
+// runner with nothing to carry gives up its slot. A lone caller that finds
+// the batcher idle, and the budget with a call for it, is the runner of
+// that call itself, sparing two goroutine switches a round trip (see lead).
 type batcher struct {
 	c   *Client
 	cfg CoalesceConfig
@@ -212,10 +217,22 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl class) ([
 	b.stmts += len(wire)
 	b.size += g.size
 	b.arrivals++
-	b.lastArrival = b.clk.Now()
+	now := b.clk.Now()
+	lone := now.Sub(b.lastArrival) >= lingerGap // nobody else arrived lately
+	b.lastArrival = now
 	b.changed()
 	if start, gather := b.shouldStart(); start {
 		b.runners++
+		if b.runners == 1 && !gather && lone && b.stmts == len(wire) {
+			// The batcher was idle, nothing else waits, and nobody else
+			// arrived for lingerGap: the call is this caller's alone, and
+			// it makes it on its own goroutine. (Under concurrency a
+			// runner goroutine starts instead: the callers arriving
+			// while it gets going join its call.)
+			if ok, _, _, _ := b.c.account.tryTake(cl); ok {
+				return b.lead(ctx, g)
+			}
+		}
 		b.departing++
 		go b.run(gather)
 	}
@@ -531,9 +548,8 @@ func (b *batcher) lingered(lg *linger) {
 	b.returns += (share - b.returns) / 8
 }
 
-// run is a runner. It holds b.mu except while waiting and sending. A
-// gathering runner waits, before its first call, while groups keep
-// arriving, for a nearby while at most.
+// run is a runner. A gathering runner waits, before its first call, while
+// groups keep arriving, for a nearby while at most.
 func (b *batcher) run(gather bool) {
 	var lg linger
 	b.mu.Lock()
@@ -545,6 +561,13 @@ func (b *batcher) run(gather bool) {
 		}
 		lg = linger{on: true, gather: true, start: now, until: until}
 	}
+	b.loop(lg)
+}
+
+// loop is a runner's life, entered with b.mu held: it departs whenever it
+// may, lingering as lg first, until it has nothing to carry or hands its
+// callers over. It holds b.mu except while waiting and sending.
+func (b *batcher) loop(lg linger) {
 	for {
 		ok := b.awaitDeparture(&lg)
 		b.lingered(&lg)
@@ -554,31 +577,76 @@ func (b *batcher) run(gather bool) {
 			b.mu.Unlock()
 			return
 		}
-		groups, stmts := b.drain()
-		if b.stmts > 0 && b.departing == 0 && b.runners < b.cfg.MaxInFlight {
-			// What this call could not carry would wait a round trip for
-			// it: a parallel call takes it now, if the budget has one.
-			if b.c.account.spare(b.headClass()) {
-				b.runners++
-				b.departing++
-				go b.run(b.c.account.plentiful(b.headClass(), b.cfg.MaxInFlight, b.rtt))
-			}
+		deliver, next, on := b.fly(context.Background())
+		if !on {
+			deliver()
+			return
 		}
-		f := &flight{start: b.clk.Now(), stmts: stmts}
-		f.first = f.start
-		b.flights = append(b.flights, f)
+		lg = next
 		b.mu.Unlock()
-
-		deliver := b.send(groups, stmts)
-
+		deliver()
 		b.mu.Lock()
-		now := b.clk.Now()
-		for i, x := range b.flights {
-			if x == f {
-				b.flights = append(b.flights[:i:i], b.flights[i+1:]...)
-				break
-			}
+	}
+}
+
+// lead makes the call of a caller that found the batcher idle, on the
+// caller's goroutine, and returns its results. It is entered with b.mu
+// held, a runner counted and a call taken from the budget. The call
+// carries only this caller's statements, so ctx governs it: cancelled, the
+// request is abandoned at once, as the caller would abandon a shared one.
+// If nobody else queued meanwhile, the runner ends with the call (the
+// caller's next statements find the batcher idle again); otherwise a
+// runner goroutine lingers for the callers, as after any call.
+func (b *batcher) lead(ctx context.Context, g *pendingGroup) ([]Result, int, *Error) {
+	deliver, lg, on := b.fly(ctx)
+	if on {
+		if lg.answered == 1 && b.stmts == 0 {
+			b.departing--
+			b.runners--
+		} else {
+			go func() {
+				b.mu.Lock()
+				b.loop(lg)
+			}()
 		}
+		b.mu.Unlock()
+	}
+	deliver()
+	return g.results, g.shared, g.err
+}
+
+// fly drains the queue into a call and sends it, entered with b.mu held.
+// It returns the function that answers the call's callers, and whether the
+// runner goes on: then b.mu is held, and next is how the runner lingers for
+// the callers it answered. Otherwise the runner handed them over to a call
+// that left with this one, and b.mu is released.
+func (b *batcher) fly(ctx context.Context) (deliver func(), next linger, on bool) {
+	groups, stmts := b.drain()
+	if b.stmts > 0 && b.departing == 0 && b.runners < b.cfg.MaxInFlight {
+		// What this call could not carry would wait a round trip for
+		// it: a parallel call takes it now, if the budget has one.
+		if b.c.account.spare(b.headClass()) {
+			b.runners++
+			b.departing++
+			go b.run(b.c.account.plentiful(b.headClass(), b.cfg.MaxInFlight, b.rtt))
+		}
+	}
+	f := &flight{start: b.clk.Now(), stmts: stmts}
+	f.first = f.start
+	b.flights = append(b.flights, f)
+	b.mu.Unlock()
+
+	deliver = b.send(ctx, groups, stmts)
+
+	b.mu.Lock()
+	now := b.clk.Now()
+	for i, x := range b.flights {
+		if x == f {
+			b.flights = append(b.flights[:i:i], b.flights[i+1:]...)
+			break
+		}
+	}
+	if ctx.Err() == nil { // an abandoned call says nothing of D1's pace
 		d := now.Sub(f.start)
 		if b.rtt == 0 {
 			b.rtt = d
@@ -586,35 +654,32 @@ func (b *batcher) run(gather bool) {
 			b.rtt += (d - b.rtt) / 4
 		}
 		b.cost.add(stmts, d)
-		since, answered := b.arrivals, len(groups)
-		if f.handoff > 0 {
-			since, answered = f.since, answered+f.handoff
-		}
-		if g := b.nearbyFlight(f); g != nil {
-			// A call that left with this one is due back shortly: its
-			// runner gathers these callers with its own, and they ride on
-			// together.
-			g.stmts += f.stmts
-			if g.handoff == 0 || since < g.since {
-				g.since = since
-			}
-			g.handoff += answered
-			g.first = minTime(g.first, f.first)
-			b.runners--
-			b.mu.Unlock()
-			deliver()
-			return
-		}
-		wait := b.cfg.Window
-		if wait == 0 {
-			wait = b.rtt // the default: up to a round trip
-		}
-		lg = linger{on: wait > 0, start: now, arrivals: since, answered: answered, until: now.Add(wait)}
-		b.departing++ // before the callers wake: whoever comes back rides with this runner
-		b.mu.Unlock()
-		deliver()
-		b.mu.Lock()
 	}
+	since, answered := b.arrivals, len(groups)
+	if f.handoff > 0 {
+		since, answered = f.since, answered+f.handoff
+	}
+	if g := b.nearbyFlight(f); g != nil {
+		// A call that left with this one is due back shortly: its
+		// runner gathers these callers with its own, and they ride on
+		// together.
+		g.stmts += f.stmts
+		if g.handoff == 0 || since < g.since {
+			g.since = since
+		}
+		g.handoff += answered
+		g.first = minTime(g.first, f.first)
+		b.runners--
+		b.mu.Unlock()
+		return deliver, linger{}, false
+	}
+	wait := b.cfg.Window
+	if wait == 0 {
+		wait = b.rtt // the default: up to a round trip
+	}
+	next = linger{on: wait > 0, start: now, arrivals: since, answered: answered, until: now.Add(wait)}
+	b.departing++ // before the callers wake: whoever comes back rides with this runner
+	return deliver, next, true
 }
 
 // awaitDeparture waits, with b.mu held, until the runner may depart, and
@@ -712,12 +777,12 @@ func (b *batcher) drainAll() []*pendingGroup {
 
 // send makes one shared call and returns the function that hands each
 // caller its results or its error.
-func (b *batcher) send(groups []*pendingGroup, stmts int) (deliver func()) {
+func (b *batcher) send(ctx context.Context, groups []*pendingGroup, stmts int) (deliver func()) {
 	wire := make([]wireStatement, 0, stmts)
 	for _, g := range groups {
 		wire = append(wire, g.wire...)
 	}
-	results, e := b.c.send(context.Background(), encodeBody(wire), len(wire), true)
+	results, e := b.c.send(ctx, encodeBody(wire), len(wire), true)
 	for _, g := range groups {
 		g.shared = len(wire)
 	}

@@ -210,6 +210,76 @@ func TestWokenCallersJoinTheNextCall(t *testing.T) {
 	}
 }
 
+// A caller that finds the batcher idle, nobody else having arrived for
+// lingerGap, makes its call itself: the call carries only its statements,
+// so its context governs the request, and the runner ends with the call
+// unless somebody queued meanwhile, whom a runner goroutine then carries,
+// lingering for the lone caller first.
+func TestLoneCallerMakesItsOwnCall(t *testing.T) {
+	c, g, clk := groupClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 4})
+
+	// Cancelled in flight: the request is abandoned at once, nothing stays
+	// out, and the abandoned call teaches no round trip.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := c.Exec(ctx, stmt("SELECT 'cancelled'"), Coalesce()); done <- err }()
+	g.waitCalls(t, 1)
+	clk.Advance(5 * time.Millisecond)
+	cancel()
+	var e *Error
+	if err := <-done; !errors.As(err, &e) || !e.Ambiguous || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled in flight: %v", err)
+	}
+	if r, _, f := c.batch.state(); r != 0 || f != 0 {
+		t.Fatalf("%d runners, %d calls in flight after the lone caller gave up", r, f)
+	}
+	c.batch.mu.Lock()
+	rtt := c.batch.rtt
+	c.batch.mu.Unlock()
+	if rtt != 0 {
+		t.Fatalf("an abandoned call taught a round trip of %v", rtt)
+	}
+
+	// a's call leaves at once; b queues behind it. When a's call returns,
+	// a runner goroutine takes b on, after waiting lingerGap for a.
+	a := execAsync(c, "SELECT 'a'")
+	call := g.waitCalls(t, 2)
+	b := execAsync(c, "SELECT 'b'")
+	eventually(t, "b to queue", func() bool { return c.batch.queued() == 1 })
+	clk.Advance(20 * time.Millisecond)
+	call.answer <- nil
+	waitOK(t, a)
+	if r, d, _ := c.batch.state(); r != 1 || d != 1 {
+		t.Fatalf("%d runners, %d departing after a's call: want one, lingering", r, d)
+	}
+	eventually(t, "the linger timer", func() bool { return clk.Timers() == 1 })
+	clk.Advance(lingerGap)
+	if call := g.waitCalls(t, 3); !slices.Equal(call.sqls, []string{"SELECT 'b'"}) {
+		t.Fatalf("the next call carries %v", call.sqls)
+	}
+	g.sent()[2].answer <- nil
+	waitOK(t, b)
+	eventually(t, "the linger timer", func() bool { return clk.Timers() == 1 })
+	clk.Advance(time.Second)
+	eventually(t, "the runner to stop", func() bool { r, _, _ := c.batch.state(); return r == 0 })
+
+	// A caller that arrives right after another, the batcher idle, is not
+	// alone: a runner goroutine makes its call, so that callers arriving
+	// behind it could join, and lingers for it after.
+	first := execAsync(c, "SELECT 'first'")
+	g.waitCalls(t, 4).answer <- nil
+	waitOK(t, first)
+	if r, _, _ := c.batch.state(); r != 0 {
+		t.Fatalf("%d runners after a lone caller's call", r)
+	}
+	next := execAsync(c, "SELECT 'next'")
+	g.waitCalls(t, 5).answer <- nil
+	waitOK(t, next)
+	if r, _, _ := c.batch.state(); r != 1 {
+		t.Fatalf("%d runners after a call of a caller that was not alone: want its runner, lingering", r)
+	}
+}
+
 // scarce is a budget that always has a call for these tests, but whose even
 // pace (one call per 100 ms) is slower than their round trips: calls are
 // not plentiful, so group commit spends them sparingly.
@@ -389,17 +459,17 @@ func TestLatencyFirstWhenCallsArePlentiful(t *testing.T) {
 		t.Helper()
 		eventually(t, what, func() bool { next, ok := clk.Next(); return ok && next.Equal(at) })
 	}
-	// A first call teaches the round trip: 20 ms. Nobody comes back, and
-	// nothing queues: the runner waits a round trip (the default Window),
-	// then stops.
+	// A first call teaches the round trip: 20 ms. Its caller found the
+	// batcher idle and made the call itself, and nothing queued meanwhile:
+	// the runner ended with the call.
 	d := exec("SELECT 'teach'")
 	call := g.waitCalls(t, 1)
 	clk.Advance(20 * time.Millisecond)
 	call.answer <- nil
 	wait(d)
-	timerAt("the linger timer", clk.Now().Add(20*time.Millisecond))
-	clk.Advance(20 * time.Millisecond)
-	eventually(t, "the runner to stop", func() bool { r, _, _ := c.batch.state(); return r == 0 })
+	if r, _, _ := c.batch.state(); r != 0 {
+		t.Fatalf("%d runners after a lone caller's call", r)
+	}
 
 	// a's call leaves at once. b would wait a round trip for it: no more
 	// than a call's time in all, so b waits.
@@ -487,10 +557,11 @@ func TestPlentifulCallsStayShort(t *testing.T) {
 		clk.Advance(base + time.Duration(n)*per)
 		call.answer <- nil
 		waitOK(t, done)
-		// Nobody comes back: the runner lingers for Window, then stops.
-		eventually(t, "the linger timer", func() bool { return clk.Timers() == 1 })
-		clk.Advance(time.Millisecond)
-		eventually(t, "the runner to stop", func() bool { r, _, _ := c.batch.state(); return r == 0 })
+		// The caller found the batcher idle and made the call itself, and
+		// nobody queued meanwhile: the runner ended with the call.
+		if r, _, _ := c.batch.state(); r != 0 {
+			t.Fatalf("%d runners after a lone caller's call", r)
+		}
 	}
 	taught := len(g.sent())
 	c.batch.mu.Lock()
