@@ -581,8 +581,10 @@ func keepRows(doc []byte, beginLine, endLine string, rows []row) []row {
 		unescape := func(s string) string { return strings.ReplaceAll(s, `\|`, "|") }
 		what := unescape(cells[0])
 		if r, ok := byWhat[figureKey(what)]; ok {
-			out = append(out, r)
-			used[r.what] = true
+			if !used[r.what] { // a second old row of the same figure goes
+				out = append(out, r)
+				used[r.what] = true
+			}
 			continue
 		}
 		old := row{what: what, measured: unescape(cells[1]), target: unescape(cells[2])}
@@ -603,8 +605,9 @@ func keepRows(doc []byte, beginLine, endLine string, rows []row) []row {
 }
 
 // measuredInName matches what a figure's name holds of a measurement (a
-// round trip of 0.91 ms, RTT 51 ms), which differs from run to run.
-var measuredInName = regexp.MustCompile(`\d+\.\d+|RTT \d+`)
+// round trip of 0.91 ms, RTT 51 ms or RTT 50.9 ms), which differs from run
+// to run.
+var measuredInName = regexp.MustCompile(`RTT \d+(?:\.\d+)?|\d+\.\d+`)
 
 // figureKey is a figure's name without the measurements in it.
 func figureKey(what string) string { return measuredInName.ReplaceAllString(what, "#") }

@@ -181,17 +181,20 @@ func TestLatest(t *testing.T) {
 }
 
 // Rows of figures a run did not measure (make bench-budget's, after a make
-// bench) keep their place and their figures; measured ones are replaced;
+// bench) keep their place and their figures; measured ones are replaced,
+// whatever measurement their names hold (RTT 51 ms, RTT 50.9 ms), once;
 // new ones follow.
 func TestKeepRows(t *testing.T) {
 	doc := []byte("x\n" + beginMarker + "\nMachine: m.\n\n| Figure | Measured | Target | |\n|---|---|---|---|\n" +
-		"| a | 1 | ≤ 2 | met |\n| long run | 5 \\| 6 | 0 | MISSED |\n| c, round trip 0.91 ms | 3 |  |  |\n" + endMarker + "\n")
-	got := keepRows(doc, beginMarker, endMarker, []row{{what: "a", measured: "9", target: "≤ 2", ok: ptr(false)}, {what: "c, round trip 0.893 ms", measured: "4"}, {what: "d", measured: "7"}})
+		"| a | 1 | ≤ 2 | met |\n| long run | 5 \\| 6 | 0 | MISSED |\n| c, round trip 0.91 ms | 3 |  |  |\n" +
+		"| e (RTT 50.9 ms) | 1 |  |  |\n| e (RTT 51 ms) | 2 |  |  |\n" + endMarker + "\n")
+	got := keepRows(doc, beginMarker, endMarker, []row{{what: "a", measured: "9", target: "≤ 2", ok: ptr(false)}, {what: "c, round trip 0.893 ms", measured: "4"},
+		{what: "e (RTT 51.1 ms)", measured: "3"}, {what: "d", measured: "7"}})
 	var lines []string
 	for _, r := range got {
 		lines = append(lines, r.what+"="+r.measured+"/"+r.mark())
 	}
-	if want := "a=9/MISSED; long run=5 | 6/MISSED; c, round trip 0.893 ms=4/; d=7/"; strings.Join(lines, "; ") != want {
+	if want := "a=9/MISSED; long run=5 | 6/MISSED; c, round trip 0.893 ms=4/; e (RTT 51.1 ms)=3/; d=7/"; strings.Join(lines, "; ") != want {
 		t.Fatalf("rows %q, want %q", strings.Join(lines, "; "), want)
 	}
 }
