@@ -221,18 +221,19 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl class) ([
 	lone := now.Sub(b.lastArrival) >= lingerGap // nobody else arrived lately
 	b.lastArrival = now
 	b.changed()
+	if b.runners == 0 && lone {
+		// The batcher is idle, so nothing else is queued (a runner stops
+		// only with the queue empty), and nobody else arrived for
+		// lingerGap: the call is this caller's alone, and it makes it on
+		// its own goroutine. (Under concurrency a runner goroutine starts
+		// instead: the callers arriving while it gets going join its call.)
+		if ok, _, _, _ := b.c.account.tryTake(cl); ok {
+			b.runners++
+			return b.lead(ctx, g)
+		}
+	}
 	if start, gather := b.shouldStart(); start {
 		b.runners++
-		if b.runners == 1 && !gather && lone && b.stmts == len(wire) {
-			// The batcher was idle, nothing else waits, and nobody else
-			// arrived for lingerGap: the call is this caller's alone, and
-			// it makes it on its own goroutine. (Under concurrency a
-			// runner goroutine starts instead: the callers arriving
-			// while it gets going join its call.)
-			if ok, _, _, _ := b.c.account.tryTake(cl); ok {
-				return b.lead(ctx, g)
-			}
-		}
 		b.departing++
 		go b.run(gather)
 	}

@@ -1,12 +1,11 @@
 // Package jsonscan holds the one set of JSON reading primitives that
 // d1client's response decoder and d1local's request decoder share: white
 // space, punctuation, literals, strings, numbers, arrays and objects, read
-// in one pass over
-// the bytes. Each reads exactly what encoding/json would accept and decode
-// to the same value, and gives up (false) on everything else, and on
-// what encoding/json would accept only by changing it: a surrogate escape,
-// bytes that are not UTF-8. The caller then decodes with encoding/json,
-// which says what is wrong.
+// in one pass over the bytes. Each reads exactly what encoding/json would
+// accept and decode to the same value, and gives up (false) on everything
+// else, and on what encoding/json would accept only by changing it: a
+// surrogate escape, bytes that are not UTF-8. The caller then decodes with
+// encoding/json, which says what is wrong.
 package jsonscan
 
 import (
