@@ -280,6 +280,36 @@ func TestLoneCallerMakesItsOwnCall(t *testing.T) {
 	}
 }
 
+// A lone caller makes its own call only when the budget has one for it now:
+// meeting a spent budget, it queues, nothing is sent before the budget's
+// next slot, and a runner carries it then.
+func TestLoneCallerWaitsForTheBudget(t *testing.T) {
+	// A burst of one call, then one a second.
+	c, g, clk := groupClient(t, NewBudget(10, 10*time.Second).WithBurst(1).WithReserve(0), CoalesceConfig{})
+	g.auto = func(*gateCall) (http.Header, bool) { return nil, true }
+	start := clk.Now()
+	if _, err := c.Exec(context.Background(), stmt("SELECT 'spends the burst'"), Coalesce()); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, _ := c.batch.state(); r != 0 {
+		t.Fatalf("%d runners after a lone caller's call", r)
+	}
+	clk.Advance(lingerGap) // the next caller is alone too
+	done := execAsync(c, "SELECT 'waits'")
+	eventually(t, "the runner to wait for the next slot", func() bool {
+		at, ok := clk.Next()
+		return ok && at.Sub(start) == time.Second && c.batch.queued() == 1
+	})
+	if n := len(g.sent()); n != 1 {
+		t.Fatalf("%d calls before the budget's slot, want 1", n)
+	}
+	clk.Set(start.Add(time.Second))
+	waitOK(t, done)
+	if call := g.sent()[1]; !slices.Equal(call.sqls, []string{"SELECT 'waits'"}) {
+		t.Fatalf("the second call carries %v", call.sqls)
+	}
+}
+
 // scarce is a budget that always has a call for these tests, but whose even
 // pace (one call per 100 ms) is slower than their round trips: calls are
 // not plentiful, so group commit spends them sparingly.
