@@ -107,9 +107,10 @@ func closedLoop(impl sideBySide, c, n int, prefix string) ([]time.Duration, erro
 // concurrency 1, 8, 64 and 256, with 20 ms and 50 ms injected per D1 call
 // and no budget. Each iteration runs vsSpecRounds(c) rounds of
 // max(100, 4c) requests of each, taking turns, so that a drift of the
-// machine weighs on both alike. Reports p50/p99 of both over all rounds and their ratios
-// (d1idem / naive), and D1 calls per request of both. Targets: both ratios
-// at most 1; d1idem's calls per request no more than today's.
+// machine weighs on both alike. Reports p50/p99 of both over all rounds
+// and their ratios (d1idem / naive), and D1 calls per request of both.
+// Targets: both ratios at most 1; d1idem's calls per request no more than
+// today's.
 //
 // With -bench.vsspec-inflight N, d1idem's group commit never waits and keeps
 // up to N calls in flight: how much latency spending calls buys.
