@@ -1,6 +1,7 @@
 package d1local
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -91,6 +92,12 @@ type Server struct {
 
 	splits *splitCache // the SQL texts of query and raw calls, split
 
+	// answers holds spare buffers for building successful query and raw
+	// answers in (see writeResults): a batch's answer is tens of kilobytes,
+	// and growing each afresh made most of a busy server's garbage. A
+	// channel, not a sync.Pool, so that the spares outlive a GC cycle.
+	answers chan []byte
+
 	calls atomic.Int64
 }
 
@@ -136,7 +143,7 @@ func New(cfg Config) (*Server, error) {
 		account = DefaultAccountID
 	}
 	return &Server{cfg: cfg, log: log, now: now, account: account, budget: newLimiter(cfg.Budget, now),
-		dbs: make(map[string]*database), splits: newSplitCache()}, nil
+		dbs: make(map[string]*database), splits: newSplitCache(), answers: make(chan []byte, spareAnswers)}, nil
 }
 
 // Close closes every database, waiting for the request running on each.
@@ -353,7 +360,7 @@ func serveCall(s *Server, c *call) int {
 	if err != nil {
 		return writeError(w, s.errorResponse(err, dbID))
 	}
-	return writeResults(w, endpoint, results)
+	return s.writeResults(w, endpoint, results)
 }
 
 // checkIDs answers 7003 for an invalid account or database identifier.
@@ -372,10 +379,14 @@ func checkIDs(account, dbID, endpoint string) *apiError {
 		"Could not route to %s, perhaps your object identifier is invalid?", path)}
 }
 
-// readBody reads a request body of at most maxBodyBytes.
+// readBody reads a request body of at most maxBodyBytes. A body of known
+// length is read into a buffer of that size, not grown to it.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err != nil {
+	var buf bytes.Buffer
+	if n := r.ContentLength; n > 0 && n <= maxBodyBytes {
+		buf.Grow(int(n) + bytes.MinRead)
+	}
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes)); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: 7400,
@@ -384,7 +395,7 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 		return nil, &apiError{status: http.StatusBadRequest, code: 7400,
 			message: "Could not read the request body: " + err.Error()}
 	}
-	return body, nil
+	return buf.Bytes(), nil
 }
 
 // execute compiles and runs the queries on database dbID, holding it for
@@ -549,9 +560,15 @@ func dropConnection(w http.ResponseWriter) {
 	panic(http.ErrAbortHandler)
 }
 
-// writeResults writes a successful answer.
-func writeResults(w http.ResponseWriter, endpoint string, results []result) int {
-	b := []byte(`{"result":[`)
+// writeResults writes a successful answer, built in a buffer of s.answers
+// (w.Write does not keep it).
+func (s *Server) writeResults(w http.ResponseWriter, endpoint string, results []result) int {
+	var b []byte
+	select {
+	case b = <-s.answers:
+	default:
+	}
+	b = append(b[:0], `{"result":[`...)
 	var objects objectEncoder
 	for i, r := range results {
 		if i > 0 {
@@ -569,8 +586,21 @@ func writeResults(w http.ResponseWriter, endpoint string, results []result) int 
 	}
 	b = append(b, `],"success":true,"errors":[],"messages":[]}`...)
 	writeJSON(w, http.StatusOK, b)
+	if cap(b) <= maxSpareAnswer {
+		select {
+		case s.answers <- b:
+		default:
+		}
+	}
 	return http.StatusOK
 }
+
+// spareAnswers and maxSpareAnswer bound the buffers a Server keeps for its
+// next answers: how many, and the largest kept.
+const (
+	spareAnswers   = 8
+	maxSpareAnswer = 1 << 20
+)
 
 // servedBy and servedByRegion name d1local in meta.
 const (

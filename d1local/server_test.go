@@ -1,6 +1,7 @@
 package d1local
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -416,6 +417,55 @@ func TestConcurrentRequestsAreSerialized(t *testing.T) {
 				t.Errorf("got %s, want %s", got, want)
 			}
 		})
+	}
+}
+
+// Answers are built in spare buffers that later answers reuse: concurrent
+// calls on separate databases (which run in parallel), with answers of
+// every size from a few bytes to over 100 KB in turn, each get exactly
+// their own answer, on /query and /raw.
+func TestConcurrentAnswersAreTheirOwn(t *testing.T) {
+	h := newHarness(t, Config{})
+	const goroutines, perGoroutine = 2 * spareAnswers, 12
+	var wg sync.WaitGroup
+	errs := make(chan string, goroutines*perGoroutine)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perGoroutine {
+				v := fmt.Sprintf("%d-%d-", g, i) + strings.Repeat("x", (g*7+i*131)%12*10_000)
+				endpoint, want := "query", fmt.Sprintf(`[{"v":%q}]`, v)
+				if i%2 == 1 {
+					endpoint, want = "raw", fmt.Sprintf(`{"columns":["v"],"rows":[[%q]]}`, v)
+				}
+				data, _ := json.Marshal(batch(q("SELECT ? AS v", v), q("SELECT 1 AS one")))
+				resp, err := http.Post(fmt.Sprintf("%s/accounts/acc/d1/database/db%d/%s", h.url, g, endpoint),
+					"application/json", bytes.NewReader(data))
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				var env envelope
+				err = json.NewDecoder(resp.Body).Decode(&env)
+				resp.Body.Close()
+				var results []queryResult
+				if err == nil {
+					err = json.Unmarshal(env.Result, &results)
+				}
+				switch {
+				case err != nil:
+					errs <- fmt.Sprintf("%d-%d: %v", g, i, err)
+				case len(results) != 2 || string(results[0].Results) != want:
+					errs <- fmt.Sprintf("%d-%d: %s answered %.200s, want %.200s", g, i, endpoint, env.Result, want)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
 
