@@ -389,29 +389,12 @@ func TestConcurrentRequestsAreSerialized(t *testing.T) {
 			h.exec(t, "db", "CREATE TABLE counter (n INTEGER)", "INSERT INTO counter VALUES (0)",
 				"CREATE TABLE items (g INTEGER, i INTEGER, PRIMARY KEY (g, i))")
 			const goroutines, perGoroutine = 24, 15
-			var wg sync.WaitGroup
-			errs := make(chan string, goroutines*perGoroutine)
-			for g := range goroutines {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := range perGoroutine {
-						body := batch(
-							q("UPDATE counter SET n = n + 1"),
-							q("INSERT INTO items VALUES (?, ?)", g, i),
-							q("SELECT n FROM counter"))
-						r := h.postNoFatal(body)
-						if r != "" {
-							errs <- r
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for e := range errs {
-				t.Error(e)
-			}
+			raceCalls(t, goroutines, perGoroutine, func(g, i int) string {
+				return h.postNoFatal(batch(
+					q("UPDATE counter SET n = n + 1"),
+					q("INSERT INTO items VALUES (?, ?)", g, i),
+					q("SELECT n FROM counter")))
+			})
 			want := fmt.Sprintf(`[{"n":%d,"c":%d}]`, goroutines*perGoroutine, goroutines*perGoroutine)
 			if got := h.rows(t, "db", q("SELECT (SELECT n FROM counter) AS n, (SELECT count(*) FROM items) AS c")); got != want {
 				t.Errorf("got %s, want %s", got, want)
@@ -426,7 +409,39 @@ func TestConcurrentRequestsAreSerialized(t *testing.T) {
 // their own answer, on /query and /raw.
 func TestConcurrentAnswersAreTheirOwn(t *testing.T) {
 	h := newHarness(t, Config{})
-	const goroutines, perGoroutine = 2 * spareAnswers, 12
+	raceCalls(t, 2*spareAnswers, 12, func(g, i int) string {
+		v := fmt.Sprintf("%d-%d-", g, i) + strings.Repeat("x", (g*7+i*131)%12*10_000)
+		endpoint, want := "query", fmt.Sprintf(`[{"v":%q}]`, v)
+		if i%2 == 1 {
+			endpoint, want = "raw", fmt.Sprintf(`{"columns":["v"],"rows":[[%q]]}`, v)
+		}
+		data, _ := json.Marshal(batch(q("SELECT ? AS v", v), q("SELECT 1 AS one")))
+		resp, err := http.Post(fmt.Sprintf("%s/accounts/acc/d1/database/db%d/%s", h.url, g, endpoint),
+			"application/json", bytes.NewReader(data))
+		if err != nil {
+			return err.Error()
+		}
+		var env envelope
+		err = json.NewDecoder(resp.Body).Decode(&env)
+		resp.Body.Close()
+		var results []queryResult
+		if err == nil {
+			err = json.Unmarshal(env.Result, &results)
+		}
+		switch {
+		case err != nil:
+			return fmt.Sprintf("%d-%d: %v", g, i, err)
+		case len(results) != 2 || string(results[0].Results) != want:
+			return fmt.Sprintf("%d-%d: %s answered %.200s, want %.200s", g, i, endpoint, env.Result, want)
+		}
+		return ""
+	})
+}
+
+// raceCalls runs call(g, i) for i below perGoroutine in each of goroutines
+// goroutines at once, and reports every failure it describes ("" is none).
+func raceCalls(t *testing.T, goroutines, perGoroutine int, call func(g, i int) string) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan string, goroutines*perGoroutine)
 	for g := range goroutines {
@@ -434,30 +449,8 @@ func TestConcurrentAnswersAreTheirOwn(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range perGoroutine {
-				v := fmt.Sprintf("%d-%d-", g, i) + strings.Repeat("x", (g*7+i*131)%12*10_000)
-				endpoint, want := "query", fmt.Sprintf(`[{"v":%q}]`, v)
-				if i%2 == 1 {
-					endpoint, want = "raw", fmt.Sprintf(`{"columns":["v"],"rows":[[%q]]}`, v)
-				}
-				data, _ := json.Marshal(batch(q("SELECT ? AS v", v), q("SELECT 1 AS one")))
-				resp, err := http.Post(fmt.Sprintf("%s/accounts/acc/d1/database/db%d/%s", h.url, g, endpoint),
-					"application/json", bytes.NewReader(data))
-				if err != nil {
-					errs <- err.Error()
-					return
-				}
-				var env envelope
-				err = json.NewDecoder(resp.Body).Decode(&env)
-				resp.Body.Close()
-				var results []queryResult
-				if err == nil {
-					err = json.Unmarshal(env.Result, &results)
-				}
-				switch {
-				case err != nil:
-					errs <- fmt.Sprintf("%d-%d: %v", g, i, err)
-				case len(results) != 2 || string(results[0].Results) != want:
-					errs <- fmt.Sprintf("%d-%d: %s answered %.200s, want %.200s", g, i, endpoint, env.Result, want)
+				if e := call(g, i); e != "" {
+					errs <- e
 				}
 			}
 		}()
