@@ -390,10 +390,11 @@ func TestConcurrentRequestsAreSerialized(t *testing.T) {
 				"CREATE TABLE items (g INTEGER, i INTEGER, PRIMARY KEY (g, i))")
 			const goroutines, perGoroutine = 24, 15
 			raceCalls(t, goroutines, perGoroutine, func(g, i int) string {
-				return h.postNoFatal(batch(
+				_, failure := h.postNoFatal("db", "query", batch(
 					q("UPDATE counter SET n = n + 1"),
 					q("INSERT INTO items VALUES (?, ?)", g, i),
 					q("SELECT n FROM counter")))
+				return failure
 			})
 			want := fmt.Sprintf(`[{"n":%d,"c":%d}]`, goroutines*perGoroutine, goroutines*perGoroutine)
 			if got := h.rows(t, "db", q("SELECT (SELECT n FROM counter) AS n, (SELECT count(*) FROM items) AS c")); got != want {
@@ -415,27 +416,41 @@ func TestConcurrentAnswersAreTheirOwn(t *testing.T) {
 		if i%2 == 1 {
 			endpoint, want = "raw", fmt.Sprintf(`{"columns":["v"],"rows":[[%q]]}`, v)
 		}
-		data, _ := json.Marshal(batch(q("SELECT ? AS v", v), q("SELECT 1 AS one")))
-		resp, err := http.Post(fmt.Sprintf("%s/accounts/acc/d1/database/db%d/%s", h.url, g, endpoint),
-			"application/json", bytes.NewReader(data))
-		if err != nil {
-			return err.Error()
-		}
-		var env envelope
-		err = json.NewDecoder(resp.Body).Decode(&env)
-		resp.Body.Close()
-		var results []queryResult
-		if err == nil {
-			err = json.Unmarshal(env.Result, &results)
-		}
+		results, failure := h.postNoFatal(fmt.Sprintf("db%d", g), endpoint, batch(q("SELECT ? AS v", v), q("SELECT 1 AS one")))
 		switch {
-		case err != nil:
-			return fmt.Sprintf("%d-%d: %v", g, i, err)
-		case len(results) != 2 || string(results[0].Results) != want:
-			return fmt.Sprintf("%d-%d: %s answered %.200s, want %.200s", g, i, endpoint, env.Result, want)
+		case failure != "":
+			return fmt.Sprintf("%d-%d: %s", g, i, failure)
+		case len(results) != 2:
+			return fmt.Sprintf("%d-%d: %s answered %d results, want 2", g, i, endpoint, len(results))
+		case string(results[0].Results) != want:
+			return fmt.Sprintf("%d-%d: %s answered %.200s, want %.200s", g, i, endpoint, results[0].Results, want)
 		}
 		return ""
 	})
+}
+
+// A successful answer's buffer is kept for the next answer, which reuses
+// it, unless it grew beyond maxSpareAnswer: a large answer is not held on
+// to after it was sent.
+func TestAnswerBuffersAreReusedWithinBounds(t *testing.T) {
+	h := newHarness(t, Config{})
+	spares := func() int { return len(h.srv.answers) }
+	h.rows(t, "db", q("SELECT 1 AS one"))
+	h.rows(t, "db", q("SELECT 2 AS two"))
+	if n := spares(); n != 1 {
+		t.Fatalf("%d spare buffers after two answers one after the other, want 1 (reused)", n)
+	}
+	big := strings.Repeat("x", maxSpareAnswer)
+	if got := h.rows(t, "db", q("SELECT ? AS v", big)); len(got) <= maxSpareAnswer {
+		t.Fatalf("answer of %d bytes, want over %d", len(got), maxSpareAnswer)
+	}
+	if n := spares(); n != 0 {
+		t.Fatalf("%d spare buffers after an answer over %d bytes, want 0", n, maxSpareAnswer)
+	}
+	h.rows(t, "db", q("SELECT 3 AS three"))
+	if n := spares(); n != 1 {
+		t.Fatalf("%d spare buffers after a small answer, want 1", n)
+	}
 }
 
 // raceCalls runs call(g, i) for i below perGoroutine in each of goroutines
@@ -462,23 +477,27 @@ func raceCalls(t *testing.T, goroutines, perGoroutine int, call func(g, i int) s
 	}
 }
 
-// postNoFatal posts to /query of "db" from any goroutine and describes a
-// failure, or returns "".
-func (h *harness) postNoFatal(body any) string {
+// postNoFatal posts body to the endpoint of database db from any goroutine
+// and returns the answer's results, or describes a failure.
+func (h *harness) postNoFatal(db, endpoint string, body any) ([]queryResult, string) {
 	data, _ := json.Marshal(body)
-	resp, err := http.Post(h.url+"/accounts/acc/d1/database/db/query", "application/json", strings.NewReader(string(data)))
+	resp, err := http.Post(h.url+"/accounts/acc/d1/database/"+db+"/"+endpoint, "application/json", bytes.NewReader(data))
 	if err != nil {
-		return err.Error()
+		return nil, err.Error()
 	}
 	defer resp.Body.Close()
 	var env envelope
 	if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
-		return err.Error()
+		return nil, err.Error()
 	}
 	if resp.StatusCode != 200 || env.Success == nil || !*env.Success {
-		return fmt.Sprintf("status %d: %+v", resp.StatusCode, env.Errors)
+		return nil, fmt.Sprintf("status %d: %+v", resp.StatusCode, env.Errors)
 	}
-	return ""
+	var results []queryResult
+	if err := json.Unmarshal(env.Result, &results); err != nil {
+		return nil, fmt.Sprintf("result %.200s: %v", env.Result, err)
+	}
+	return results, ""
 }
 
 func TestClientDisconnectInterruptsAndRollsBack(t *testing.T) {
