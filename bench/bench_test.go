@@ -8,7 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -201,8 +201,14 @@ func BenchmarkSustainedThroughput(b *testing.B) {
 	}
 }
 
+// percentile returns the p-th percentile of d, sorting it.
 func percentile(d []time.Duration, p float64) time.Duration {
-	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	slices.Sort(d)
+	return sortedPercentile(d, p)
+}
+
+// sortedPercentile returns the p-th percentile of d, sorted.
+func sortedPercentile(d []time.Duration, p float64) time.Duration {
 	idx := int(p*float64(len(d))+0.5) - 1
 	return d[max(0, min(idx, len(d)-1))]
 }

@@ -47,9 +47,10 @@
 //   - BenchmarkVsSpec: a first execution through the ledger side by side
 //     with the spec's literal statement sequence (internal/specseq) at
 //     concurrency 1, 8, 64 and 256, with 20 ms and 50 ms per D1 call, no
-//     budget: p50, p99, their ratios, D1 calls per request, over rounds of
-//     each taken in turn (three at concurrency 1 and 8, twelve at 64 and
-//     256, whose rounds are short).
+//     budget: p50, p99, their ratios with 95 % bootstrap intervals (an
+//     interval that holds 1: the run cannot tell the two apart), D1 calls
+//     per request, over rounds of each taken in turn (three at concurrency
+//     1 and 8, twelve at 64 and 256, whose rounds are short).
 //   - BenchmarkClientExec: allocations per D1 call of one d1client Exec,
 //     d1local's answer replayed (the client's own) and with d1local in
 //     process.

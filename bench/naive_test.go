@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -108,7 +109,9 @@ func closedLoop(impl sideBySide, c, n int, prefix string) ([]time.Duration, erro
 // and no budget. Each iteration runs vsSpecRounds(c) rounds of
 // max(100, 4c) requests of each, taking turns, so that a drift of the
 // machine weighs on both alike. Reports p50/p99 of both over all rounds
-// and their ratios (d1idem / naive), and D1 calls per request of both.
+// and their ratios (d1idem / naive), each with its 95 % bootstrap interval
+// (p50-ratio-lo and -hi: see ratioIntervals), and D1 calls per request of
+// both.
 // Targets: both ratios at most 1; d1idem's calls per request no more than
 // today's.
 //
@@ -134,27 +137,28 @@ func BenchmarkVsSpec(b *testing.B) {
 					}
 				}
 				n := max(100, 4*c)
-				var latOurs, latNaive []time.Duration
+				var roundsOurs, roundsNaive [][]time.Duration
 				var callsOurs, callsNaive int64
 				b.ResetTimer()
 				rounds := vsSpecRounds(c)
 				for i := 0; i < b.N*rounds; i++ {
 					for _, impl := range []struct {
 						sideBySide
-						lat   *[]time.Duration
-						calls *int64
-					}{{ours, &latOurs, &callsOurs}, {naive, &latNaive, &callsNaive}} {
+						rounds *[][]time.Duration
+						calls  *int64
+					}{{ours, &roundsOurs, &callsOurs}, {naive, &roundsNaive, &callsNaive}} {
 						before := impl.db.Stats().Calls
 						lat, err := closedLoop(impl.sideBySide, c, n, fmt.Sprintf("run%d", i))
 						if err != nil {
 							b.Fatal(err)
 						}
-						*impl.lat = append(*impl.lat, lat...)
+						*impl.rounds = append(*impl.rounds, lat)
 						*impl.calls += impl.db.Stats().Calls - before
 					}
 				}
 				b.StopTimer()
 				total := float64(b.N * rounds * n)
+				latOurs, latNaive := slices.Concat(roundsOurs...), slices.Concat(roundsNaive...)
 				p50o, p99o := percentile(latOurs, 0.50), percentile(latOurs, 0.99)
 				p50n, p99n := percentile(latNaive, 0.50), percentile(latNaive, 0.99)
 				b.ReportMetric(ms(p50o), "p50-ms")
@@ -163,6 +167,11 @@ func BenchmarkVsSpec(b *testing.B) {
 				b.ReportMetric(ms(p99n), "naive-p99-ms")
 				b.ReportMetric(float64(p50o)/float64(p50n), "p50-ratio")
 				b.ReportMetric(float64(p99o)/float64(p99n), "p99-ratio")
+				in50, in99 := ratioIntervals(roundsOurs, roundsNaive)
+				b.ReportMetric(in50[0], "p50-ratio-lo")
+				b.ReportMetric(in50[1], "p50-ratio-hi")
+				b.ReportMetric(in99[0], "p99-ratio-lo")
+				b.ReportMetric(in99[1], "p99-ratio-hi")
 				b.ReportMetric(float64(callsOurs)/total, "d1-calls/req")
 				b.ReportMetric(float64(callsNaive)/total, "naive-d1-calls/req")
 			})
