@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -208,7 +209,7 @@ func percentile(d []time.Duration, p float64) time.Duration {
 }
 
 // sortedPercentile returns the p-th percentile of d, sorted.
-func sortedPercentile(d []time.Duration, p float64) time.Duration {
+func sortedPercentile[T cmp.Ordered](d []T, p float64) T {
 	idx := int(p*float64(len(d))+0.5) - 1
 	return d[max(0, min(idx, len(d)-1))]
 }

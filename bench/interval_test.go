@@ -11,8 +11,8 @@ import (
 const intervalResamples = 1000
 
 // ratioIntervals returns 95 % bootstrap intervals of the p50 and p99
-// ratios of ours to naive, each given by round: round i of ours ran beside
-// round i of naive, taking turns. Each resample draws rounds with
+// ratios of ours to naive, each given by round (as many of each): round i
+// of ours ran beside round i of naive, taking turns. Each resample draws rounds with
 // replacement, the same rounds for both sides, then each drawn round's
 // requests with replacement, on each side: a round's requests share calls
 // and a moment of the machine, so rounds, not requests, are what repeats
@@ -51,8 +51,7 @@ func resampleInto(dst, from []time.Duration, rng *rand.Rand) []time.Duration {
 // interval95 returns the 2.5th and 97.5th percentiles of v, sorting it.
 func interval95(v []float64) [2]float64 {
 	slices.Sort(v)
-	at := func(p float64) float64 { return v[min(int(p*float64(len(v))), len(v)-1)] }
-	return [2]float64{at(0.025), at(0.975)}
+	return [2]float64{sortedPercentile(v, 0.025), sortedPercentile(v, 0.975)}
 }
 
 // TestRatioIntervals: the interval holds 1 for two samplings of one
