@@ -23,7 +23,8 @@
 // and when its stdin reaches end-of-file, so a parent that dies (a Go test
 // binary holding the write end of a pipe) never leaves it running. To run it
 // by hand in the background, where stdin is often /dev/null, set
-// CONFORMANCE_IGNORE_STDIN=1.
+// CONFORMANCE_IGNORE_STDIN=1. However it exits (short of SIGKILL), it
+// leaves nothing in the temporary directory.
 //
 // Workers, all on one workerd and the same D1 databases:
 //   bridge   ../bridge/worker.js, the product, on the BRIDGE port and on
@@ -55,6 +56,8 @@
 // No network egress: cf:false stops Miniflare fetching the Request.cf object
 // from the internet, and nothing else reaches out.
 import { Miniflare } from "miniflare";
+import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -120,6 +123,14 @@ if (process.env.BRIDGE_ADMIN === "1") {
   admin.unsafeDirectSockets = [{ host: "127.0.0.1", port: 0 }];
   workers.push(admin);
 }
+
+// Miniflare keeps its scratch (the databases without stateDir, its caches)
+// in os.tmpdir()/miniflare-<random>, and dispose() removes it only in the
+// background, which exiting cuts short: about 10 MB left behind per run.
+// So its temporary directory is one of this server's own, removed on exit.
+const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "d1idem-workerd-"));
+process.env.TMPDIR = scratch;
+process.on("exit", () => fs.rmSync(scratch, { recursive: true, force: true }));
 
 const mf = new Miniflare({
   workers,

@@ -119,7 +119,8 @@ func TestWorkerdUnavailable(t *testing.T) {
 }
 
 // TestWorkerdDiesWithParent: when the process that started server.mjs dies
-// without cleaning up (here: os.Exit), server.mjs and workerd exit too.
+// without cleaning up (here: os.Exit), server.mjs and workerd exit too, and
+// leave nothing in their temporary directory.
 func TestWorkerdDiesWithParent(t *testing.T) {
 	if os.Getenv("D1TEST_HELPER") == "orphan" {
 		Workerd(t)
@@ -135,7 +136,8 @@ func TestWorkerdDiesWithParent(t *testing.T) {
 	}
 	Workerd(t) // skips when the leg cannot run
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerdDiesWithParent$", "-test.count=1")
-	cmd.Env = append(filteredEnv(), "D1TEST_HELPER=orphan")
+	scratch := t.TempDir() // the orphan's temporary directory
+	cmd.Env = append(filteredEnv(), "D1TEST_HELPER=orphan", "TMPDIR="+scratch)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("helper: %v\n%s", err, out)
@@ -161,6 +163,20 @@ func TestWorkerdDiesWithParent(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+	assertEmptyDir(t, scratch)
+}
+
+// assertEmptyDir fails t unless dir is empty: a server.mjs that exited
+// left nothing in its temporary directory.
+func assertEmptyDir(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("server.mjs left %s in its temporary directory", e.Name())
 	}
 }
 
@@ -206,7 +222,7 @@ func alive(pid int) bool {
 // TestBridgeBackends: the workerd backend sends the bridge's secret (a
 // client without it is refused), and a Bridge of a test's own has an admin
 // bridge on the same databases and is gone, workerd included, when its test
-// ends.
+// ends, leaving nothing in its temporary directory.
 func TestBridgeBackends(t *testing.T) {
 	b := Workerd(t)
 	if len(b.Token) < 16 {
@@ -220,8 +236,9 @@ func TestBridgeBackends(t *testing.T) {
 		t.Skip("starts a second workerd")
 	}
 	var pids []int
+	scratch := t.TempDir() // the own bridge's temporary directory
 	t.Run("own bridge", func(t *testing.T) {
-		own := Bridge(t, BridgeConfig{Mode: "ledger-only", Pool: 2})
+		own := Bridge(t, BridgeConfig{Mode: "ledger-only", Pool: 2, Env: []string{"TMPDIR=" + scratch}})
 		db := own.NewDatabase(t)
 		if res := db.Post(t, "raw", `{"sql":"CREATE TABLE t (x)"}`); res.Status != http.StatusBadRequest {
 			t.Errorf("ledger-only bridge accepted DDL: HTTP %d %s", res.Status, res.Body)
@@ -247,4 +264,5 @@ func TestBridgeBackends(t *testing.T) {
 			t.Errorf("process %d outlived its test", pid)
 		}
 	}
+	assertEmptyDir(t, scratch)
 }
