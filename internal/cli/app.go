@@ -82,9 +82,8 @@ or --database NAME from the wrangler config (wrangler.json, wrangler.jsonc or
 wrangler.toml; --env NAME for one of its environments). Through a bridge,
 D1IDEM_BRIDGE_URL (or --bridge-url) stands for the API token and base URL. Use
 --local DIR for the embedded d1local instead; no Cloudflare account is needed
-then. Connection
-flags go before or after the command: 'd1idem --local .d1idem stats' and
-'d1idem stats --local .d1idem' are the same.
+then. Connection flags go before or after the command:
+'d1idem --local .d1idem stats' and 'd1idem stats --local .d1idem' are the same.
 
 A ledger across several databases (idem.NewSharded) is named whole: --database
 or --database-id repeated, or --databases-prefix PREFIX for every database of
