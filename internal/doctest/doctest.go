@@ -1,8 +1,8 @@
 // Package doctest type-checks the Go code blocks of the repository's
-// Markdown files against the module's packages, and checks that links to
-// headings, from Markdown files and Go comments, resolve. Its tests run both
-// over the whole module, so a README snippet that stops compiling fails
-// `go test ./...`.
+// Markdown files against the module's packages, checks that links to
+// headings, from Markdown files and Go comments, resolve, and that the
+// Markdown files' tables are well formed. Its tests run these over the whole
+// module, so a README snippet that stops compiling fails `go test ./...`.
 //
 // A ```go block is compiled in one of two ways:
 //
@@ -511,4 +511,84 @@ func GoLinks(path string, src []byte) []Link {
 		}
 	}
 	return links
+}
+
+// delimiterRow matches a table's delimiter row: |---|:--:|---|.
+var delimiterRow = regexp.MustCompile(`^\|?(\s*:?-+:?\s*\|)*\s*:?-+:?\s*\|?$`)
+
+// TableProblems returns the faults, as "file:line: ..." messages, of the
+// pipe tables (rows starting with |) of the Markdown file at path, outside
+// code blocks: a header without a delimiter row under it, and a row whose
+// cells do not match its header's. GitHub renders such a table without a
+// word: it drops a row's extra cells and fills missing ones with nothing.
+func TableProblems(path string, md []byte) []string {
+	var problems []string
+	fence := ""
+	header := 0     // cells of the current table's header; 0 outside a table
+	headerLine := 0 // the line of a header not yet followed by its delimiter row
+	noDelimiter := func() {
+		problems = append(problems, fmt.Sprintf("%s:%d: a table's header without a delimiter row (|---|) under it", path, headerLine))
+		headerLine = 0
+	}
+	for i, line := range slices.Collect(strings.Lines(string(md))) {
+		line = strings.TrimSpace(line)
+		at := fmt.Sprintf("%s:%d", path, i+1)
+		switch {
+		case fence != "":
+			if isCloseFence(line, fence) {
+				fence = ""
+			}
+			continue
+		case !strings.HasPrefix(line, "|"):
+			if headerLine != 0 {
+				noDelimiter()
+			}
+			if _, f, _, ok := openFence(line); ok {
+				fence = f
+			}
+			header = 0
+			continue
+		}
+		switch {
+		case headerLine != 0:
+			if !delimiterRow.MatchString(line) {
+				noDelimiter()
+			} else if n := tableCells(line); n != header {
+				problems = append(problems, fmt.Sprintf("%s: the delimiter row has %d cells, its header %d", at, n, header))
+			}
+			headerLine = 0
+		case header == 0:
+			header, headerLine = tableCells(line), i+1
+		case delimiterRow.MatchString(line):
+			problems = append(problems, at+": a second delimiter row: a row of dashes, or the header of another table written twice")
+		default:
+			if n := tableCells(line); n != header {
+				problems = append(problems, fmt.Sprintf("%s: a row of %d cells in a table of %d", at, n, header))
+			}
+		}
+	}
+	if headerLine != 0 {
+		noDelimiter()
+	}
+	return problems
+}
+
+// tableCells counts the cells of a table row: its pipes not escaped with a
+// backslash (as GitHub splits them, inside code spans too), less the
+// leading and trailing ones.
+func tableCells(row string) int {
+	row = strings.TrimSuffix(strings.TrimPrefix(row, "|"), "|")
+	if strings.HasSuffix(row, `\`) { // the trailing pipe was escaped
+		row += "|"
+	}
+	n := 1
+	for i := 0; i < len(row); i++ {
+		switch row[i] {
+		case '\\':
+			i++
+		case '|':
+			n++
+		}
+	}
+	return n
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -235,5 +236,53 @@ func TestSlug(t *testing.T) {
 	}
 	if a["not-a-heading"] || a["nota-heading"] {
 		t.Errorf("Anchors took a code line or a non-heading: %v", a)
+	}
+}
+
+// Every pipe table of the module's Markdown files has a delimiter row under
+// its header and as many cells in each row as in its header.
+func TestMarkdownTablesWellFormed(t *testing.T) {
+	tables := 0
+	for _, md := range moduleFiles(t, ".md") {
+		text := read(t, md)
+		for _, p := range TableProblems(md, text) {
+			t.Error(p)
+		}
+		tables += strings.Count(string(text), "\n|---")
+	}
+	if tables == 0 {
+		t.Fatal("the check is broken: no table found")
+	}
+}
+
+func TestTableProblems(t *testing.T) {
+	md := "# Doc\n\n" +
+		"| Field | Default | |\n" + // 3: the header of an older version, left above
+		"|---|---|---|\n" +
+		"| Field | Default | Accepted | |\n" + // 5
+		"|---|---|---|---|\n" + // 6
+		"| `TTL` | 30 s | 10 ms - 24 h | lifetime |\n" + // 7
+		"\n" +
+		"| a | b |\n" + // 9
+		"| 1 | 2 |\n" + // 10: no delimiter row
+		"\n" +
+		"| a | `x \\| y` |\n" + // 12: an escaped pipe is content
+		"|:--|--:|\n" +
+		"| 1 | 2 |\n" +
+		"| 1 |\n" + // 15
+		"\n" +
+		"```\n| not | a | table |\n|---|\n```\n" +
+		"| a |\n" // 21: a header at the end, nothing under it
+	got := TableProblems("doc.md", []byte(md))
+	want := []string{
+		"doc.md:5: a row of 4 cells in a table of 3",
+		"doc.md:6: a second delimiter row: a row of dashes, or the header of another table written twice",
+		"doc.md:7: a row of 4 cells in a table of 3",
+		"doc.md:9: a table's header without a delimiter row (|---|) under it",
+		"doc.md:15: a row of 1 cells in a table of 2",
+		"doc.md:21: a table's header without a delimiter row (|---|) under it",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
