@@ -518,18 +518,30 @@ func relPath(p string) string {
 }
 
 // connHint repeats the flags that chose a database without credentials
-// (--local, --database, --config, --env), for the commands a hint suggests;
-// it never includes the API token.
+// (--local, --database, --config, --env, and the base URL and IDs given on
+// the command line: the environment gives its own to the suggested command
+// too), for the commands a hint suggests; it never includes the API token,
+// the bridge URL or a URL's user information.
 func connHint(c *cli.Context) string {
 	var b strings.Builder
-	for _, name := range []string{flagLocal, flagDatabase, flagDatabasesPrefix, flagConfig, flagEnv} {
-		for _, v := range hintValues(c, name) {
-			b.WriteString(" --" + name + " " + shellQuote(v))
+	add := func(name, v string) { b.WriteString(" --" + name + " " + shellQuote(v)) }
+	local := c.String(flagLocal) != ""
+	if !local {
+		if u, err := url.Parse(c.String(flagBaseURL)); err == nil && u.String() != "" && u.User == nil {
+			add(flagBaseURL, u.String())
+		}
+		if a := c.String(flagAccountID); a != "" && a != os.Getenv("CLOUDFLARE_ACCOUNT_ID") {
+			add(flagAccountID, a)
 		}
 	}
-	if c.String(flagLocal) != "" || severalDatabases(c) {
+	for _, name := range []string{flagLocal, flagDatabase, flagDatabasesPrefix, flagConfig, flagEnv} {
+		for _, v := range hintValues(c, name) {
+			add(name, v)
+		}
+	}
+	if _, env := multiValues(c, flagDatabaseID); local || severalDatabases(c) || !env {
 		for _, v := range hintValues(c, flagDatabaseID) {
-			b.WriteString(" --" + flagDatabaseID + " " + shellQuote(v))
+			add(flagDatabaseID, v)
 		}
 	}
 	return b.String()

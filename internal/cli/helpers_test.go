@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,12 @@ func (l *ledgerDB) args(args ...string) []string {
 	return append(args, l.flags()...)
 }
 
+// hint is how a suggested command repeats the connection flags: all but the
+// token.
+func (l *ledgerDB) hint() string {
+	return " --base-url " + l.b.BaseURL + " --account-id " + d1test.AccountID + " --database-id " + l.id
+}
+
 func (l *ledgerDB) exec(t testing.TB, sql string, params ...any) *d1client.Result {
 	t.Helper()
 	res, err := l.client.Query(context.Background(), sql, params...)
@@ -156,9 +163,15 @@ var scenario = []row{
 // before any of them changes it.
 var packageDir, _ = os.Getwd()
 
-// golden compares got with testdata/name.golden, or rewrites it with -update.
+// testURL matches the address of a test's own server, which changes from
+// run to run.
+var testURL = regexp.MustCompile(`http://127\.0\.0\.1:[0-9]+`)
+
+// golden compares got, its test servers' addresses masked, with
+// testdata/name.golden, or rewrites it with -update.
 func golden(t *testing.T, name, got string) {
 	t.Helper()
+	got = testURL.ReplaceAllString(got, "http://127.0.0.1:PORT")
 	path := filepath.Join(packageDir, "testdata", name+".golden")
 	if *update {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

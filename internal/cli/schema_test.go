@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/d1idem/d1idem"
+	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/internal/d1test"
 	"github.com/d1idem/d1idem/schema"
 )
 
@@ -44,13 +46,13 @@ func TestSchemaApplyVerifyCI(t *testing.T) {
 
 	r := runCLI(t, nil, l.args("schema", "verify")...)
 	if r.code != exitError || !strings.Contains(r.stdout, "- table idempotency_keys (missing)") ||
-		r.stderr != "d1idem: schema drift: idempotency_keys does not exist on database ci; run 'd1idem schema apply'\n" {
+		r.stderr != "d1idem: schema drift: idempotency_keys does not exist on database ci; run 'd1idem schema apply"+l.hint()+"'\n" {
 		t.Errorf("verify before apply: %s", r)
 	}
 
 	r = mustRun(t, nil, l.args("schema", "apply")...)
 	if r.stdout != "Created idempotency_keys and idx_idempotency_keys_updated_at, and recorded "+schema.MigrationName+" in d1_migrations, on database ci.\n"+
-		"Check the live shape with 'd1idem schema verify'.\n" {
+		"Check the live shape with 'd1idem schema verify"+l.hint()+"'.\n" {
 		t.Errorf("apply: %q", r.stdout)
 	}
 	r = mustRun(t, nil, l.args("schema", "apply")...)
@@ -197,5 +199,41 @@ func TestSchemaLocal(t *testing.T) {
 	r = runCLI(t, nil, "schema", "verify", "--local", dir, "--database-id", "other")
 	if r.code != exitError || r.stderr != `d1idem: no database "other" under `+dir+" (have: d1idem)\n" {
 		t.Errorf("verify --local other: %s", r)
+	}
+}
+
+// TestHintRepeatsCommandLine: the command a hint suggests repeats the base
+// URL and IDs given on the command line, so that it runs as it is, and
+// leaves out what the environment gives it anyway, the token, the bridge
+// URL and a URL's user information.
+func TestHintRepeatsCommandLine(t *testing.T) {
+	l := newLedgerDB(t, "ci")
+	hint := func(r result) string {
+		t.Helper()
+		_, h, ok := strings.Cut(r.stdout, "Check the live shape with 'd1idem schema verify")
+		if !ok || r.code != 0 {
+			t.Fatalf("schema apply: %s", r)
+		}
+		return strings.TrimSuffix(h, "'.\n")
+	}
+	t.Setenv("CLOUDFLARE_API_TOKEN", "tok_env")
+	t.Setenv("CLOUDFLARE_ACCOUNT_ID", d1test.AccountID)
+	t.Setenv("D1_DATABASE_ID", "")
+	t.Setenv(d1client.BridgeURLEnv, "")
+	if h := hint(runCLI(t, nil, "schema", "apply", "--base-url", l.b.BaseURL, "--database-id", "ci")); h != " --base-url "+l.b.BaseURL+" --database-id ci" {
+		t.Errorf("account ID from the environment: hint %q", h)
+	}
+	t.Setenv("D1_DATABASE_ID", "ci")
+	if h := hint(runCLI(t, nil, "schema", "apply", "--base-url", l.b.BaseURL, "--account-id", d1test.AccountID)); h != " --base-url "+l.b.BaseURL {
+		t.Errorf("IDs from the environment: hint %q", h)
+	}
+	// Through a bridge, the IDs on the command line (as docs/bridge.md
+	// has it) and never the bridge's secret.
+	t.Setenv("CLOUDFLARE_ACCOUNT_ID", "")
+	t.Setenv("D1_DATABASE_ID", "")
+	bridge := strings.Replace(l.b.BaseURL, "http://", "http://:s3cr3t-bridge-0123456789@", 1)
+	r := runCLI(t, nil, "schema", "apply", "--bridge-url", bridge, "--account-id", d1test.AccountID, "--database-id", "ci")
+	if h := hint(r); h != " --account-id "+d1test.AccountID+" --database-id ci" || strings.Contains(r.stdout+r.stderr, "s3cr3t") {
+		t.Errorf("through a bridge: hint %q; %s", h, r)
 	}
 }

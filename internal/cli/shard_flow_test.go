@@ -21,13 +21,13 @@ func TestShardedFlow(t *testing.T) {
 	d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
 		e := newShardEnv(t, b, 3)
 		r := e.must(t, 2, "schema", "apply")
-		if strings.Count(r.stdout, "Created idempotency_keys") != 2 || !strings.Contains(r.stdout, "Check the live shape with 'd1idem schema verify --database-id "+e.ids[0]+" --database-id "+e.ids[1]+"'") {
+		if strings.Count(r.stdout, "Created idempotency_keys") != 2 || !strings.Contains(r.stdout, "Check the live shape with 'd1idem schema verify"+e.hint(2)+"'") {
 			t.Errorf("schema apply: %s", r)
 		}
 		e.must(t, 2, "schema", "verify")
 		// Keys need the ring: the error says how to record it.
 		r = e.run(t, 2, "keys", "list")
-		if r.code != exitError || !strings.Contains(r.stderr, "keys list: no ring is recorded in these databases: run 'd1idem ring init --database-id") {
+		if r.code != exitError || !strings.Contains(r.stderr, "keys list: no ring is recorded in these databases: run 'd1idem ring init"+e.hint(2)) {
 			t.Errorf("keys list before the ring: %s", r)
 		}
 		r = e.must(t, 2, "ring", "init")

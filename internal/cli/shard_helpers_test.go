@@ -109,6 +109,16 @@ func (e *shardEnv) args(n int, args ...string) []string {
 	return args
 }
 
+// hint is how a command suggested on the first n databases repeats the
+// connection flags: all but the token.
+func (e *shardEnv) hint(n int) string {
+	h := " --base-url " + e.b.BaseURL + " --account-id " + e.b.AccountID
+	for _, id := range e.ids[:n] {
+		h += " --database-id " + id
+	}
+	return h
+}
+
 // run runs the CLI on the first n databases.
 func (e *shardEnv) run(t testing.TB, n int, args ...string) result {
 	t.Helper()
