@@ -70,12 +70,12 @@ func formatDuration(d time.Duration) string {
 		}
 		return fmt.Sprintf("%dd%dh", days, hours)
 	}
-	s := d.String()
-	if d >= time.Minute {
-		s = strings.TrimSuffix(s, "0s")
+	s := d.String() // "1h30m0s", "1h0m0s", "12m0s", "12m30s"
+	if before, ok := strings.CutSuffix(s, "m0s"); ok {
+		s = before + "m"
 	}
-	if d >= time.Hour {
-		s = strings.TrimSuffix(s, "0m")
+	if before, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = before + "h"
 	}
 	return s
 }
