@@ -128,6 +128,8 @@ func TestSweepUsageErrors(t *testing.T) {
 		{[]string{"--batch", "1001"}, "--batch 1001 is out of range"},
 		{[]string{"--retention", "10s"}, "--retention 10s is out of range: use MaxLease (10m0s) + TTL (30s) + 1m0s = 11m30s to"},
 		{[]string{"--retention", "10m"}, "--retention 10m0s is out of range"},
+		{[]string{"--retention", "0"}, "--retention 0s must be positive"},
+		{[]string{"--retention", "-1h"}, "--retention -1h0m0s must be positive"},
 		{[]string{"--max-calls", "-1"}, "--max-calls -1 must not be negative"},
 		{[]string{"--max-calls", "0"}, "--max-calls 0 (unlimited) is only allowed with --local"},
 		{[]string{"--retention", "a day"}, `sweep: invalid value "a day" for flag -retention`},

@@ -70,7 +70,11 @@ func (o *options) sweep(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	s := &sweeper{c: c, o: o, retention: c.Duration("retention"), batch: batch, budget: d1client.UnlimitedBudget()}
+	retention, err := positiveDuration(c, "retention") // 0 would be the library's default, not 0
+	if err != nil {
+		return err
+	}
+	s := &sweeper{c: c, o: o, retention: retention, batch: batch, budget: d1client.UnlimitedBudget()}
 	var mods []func(*d1client.Config)
 	if maxCalls > 0 {
 		window := o.budgetWindow
