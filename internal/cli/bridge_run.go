@@ -185,10 +185,15 @@ func workerURL(s string) (*url.URL, error) {
 		return nil, nil
 	}
 	u, err := url.Parse(s)
-	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, usagef("--url %q: expected the Worker's https://HOST[/PATH], without a secret", s)
+	if err == nil && u.Scheme == "https" && u.Host != "" && u.User == nil && u.RawQuery == "" && u.Fragment == "" {
+		return u, nil
 	}
-	return u, nil
+	if strings.ContainsAny(s, "@?#") {
+		// A user, query or fragment may be a secret: a bridge URL pasted
+		// whole, say. It is not repeated.
+		return nil, usagef("--url: expected the Worker's https://HOST[/PATH], without a secret; the URL given is not shown, as it has a user, query or fragment (the bridge URL with its secret is D1IDEM_BRIDGE_URL's)")
+	}
+	return nil, usagef("--url %q: expected the Worker's https://HOST[/PATH], without a secret", s)
 }
 
 // newSecret returns a new bridge secret: 32 random bytes, in hex.

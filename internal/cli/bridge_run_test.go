@@ -239,6 +239,14 @@ func TestBridgeDeployFailures(t *testing.T) {
 			t.Errorf("bridge deploy %v: %s\nwant exit %d with %q", tc.args, r, tc.code, tc.want)
 		}
 	}
+	// A URL that may hold a secret is not repeated.
+	for _, u := range []string{"https://:SECRETPWabcdefghijklmnop@my.workers.dev", "https://user:SECRETPW@my.workers.dev", "https://SECRETPW@my.workers.dev",
+		"https://my.workers.dev/?k=SECRETPW", "https://my.workers.dev/#SECRETPW", "https://:SECRET PW@my.workers.dev"} {
+		r := runCLI(t, nil, "bridge", "deploy", "bridge", "--url", u)
+		if r.code != exitUsage || strings.Contains(r.stdout+r.stderr, "SECRET") || !strings.Contains(r.stderr, "the URL given is not shown") || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("--url %s: %s", u, r)
+		}
+	}
 }
 
 // wranglerBin returns the directory of the pinned wrangler
