@@ -24,6 +24,16 @@ func (u usageError) Unwrap() error { return u.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
+// hintedError is an error with advice that only its command can give (a
+// flag of its own, say), which describe adds at the end of its line.
+type hintedError struct {
+	err  error
+	hint string
+}
+
+func (h hintedError) Error() string { return h.err.Error() }
+func (h hintedError) Unwrap() error { return h.err }
+
 // exitCode is the exit status for a command's error.
 func exitCode(err error) int {
 	var exit cli.ExitCoder
@@ -95,6 +105,15 @@ func errorJSONOf(err error, msg string, code int) errorJSON {
 // SQL (which d1client attaches, parameters redacted) is left out, because it
 // spans lines and says nothing the operator can act on.
 func describe(err error) string {
+	var h hintedError
+	if errors.As(err, &h) {
+		return describeD1Line(err) + "; " + h.hint
+	}
+	return describeD1Line(err)
+}
+
+// describeD1Line is describe without a command's hint.
+func describeD1Line(err error) string {
 	var de *d1client.Error
 	if !errors.As(err, &de) || errors.As(err, new(*noDatabaseError)) {
 		return collapse(err.Error())
@@ -157,7 +176,7 @@ func describeKind(e *d1client.Error) string {
 		} else if !e.BlockedUntil.IsZero() {
 			wait = fmt.Sprintf("; try again after %s", e.BlockedUntil.UTC().Format(time.RFC3339))
 		}
-		return fmt.Sprintf("Cloudflare's API rate limit is reached%s: every API call of the account, the application's included, is blocked for up to 5 minutes%s; use a lower --max-calls", status, wait)
+		return fmt.Sprintf("Cloudflare's API rate limit is reached%s: every API call of the account, the application's included, is blocked for up to 5 minutes%s", status, wait)
 	case errors.Is(e, d1client.ErrNonJSON):
 		return fmt.Sprintf("D1 answered with a page that is not JSON%s, an error of Cloudflare's edge or gateway; it is usually transient: try again", status)
 	case errors.Is(e, d1client.ErrBudget):

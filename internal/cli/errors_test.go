@@ -27,7 +27,9 @@ func TestAPIErrors(t *testing.T) {
 		{"database_7404", []string{"stats"}, "d1idem: stats: no database \"6b4c8e3e-0000-4000-8000-000000000000\" (have: orders-db (0c7d1f52-93b8-4e6a-a1d4-5b2e8f9c3a71))\n", 2},
 		{"rate_limit_971", []string{"sweep", "--all"},
 			"d1idem: sweep: Cloudflare's API rate limit is reached (HTTP 429, code 971): every API call of the account, the application's included, is blocked for up to 5 minutes; try again in 4m47s; use a lower --max-calls\n", 1},
-		{"rate_limit_971", []string{"keys", "stuck"}, "d1idem: keys stuck: Cloudflare's API rate limit is reached (HTTP 429, code 971)", 1},
+		// Only the sweep has --max-calls to lower.
+		{"rate_limit_971", []string{"keys", "stuck"},
+			"d1idem: keys stuck: Cloudflare's API rate limit is reached (HTTP 429, code 971): every API call of the account, the application's included, is blocked for up to 5 minutes; try again in 4m47s\n", 1},
 		// A read is retried (4 attempts), then reported.
 		{"html_502", []string{"stats"},
 			"d1idem: stats: D1 answered with a page that is not JSON (HTTP 502), an error of Cloudflare's edge or gateway; it is usually transient: try again (after 4 attempts)\n", 4},

@@ -84,7 +84,11 @@ func (o *options) sweep(c *cli.Context) error {
 		s.budget = d1client.NewBudget(maxCalls, window).WithReserve(0) // the sweep is all the work there is: no reserve
 		mods = append(mods, func(cfg *d1client.Config) { cfg.Budget = s.budget })
 	}
-	return withSet(c, o, existing, s.runSet, mods...)
+	err = withSet(c, o, existing, s.runSet, mods...)
+	if errors.Is(err, d1client.ErrRateLimited) {
+		err = hintedError{err, "use a lower --max-calls"}
+	}
+	return err
 }
 
 // maxCalls reads --max-calls: 0 (unlimited) only with --local or through
