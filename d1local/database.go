@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -89,14 +90,40 @@ type database struct {
 func openDatabase(id, path string) (*database, error) {
 	c, err := openConn(path)
 	if err != nil {
-		return nil, err
+		return nil, badFile(path, err)
 	}
 	d := &database{id: id, lock: make(chan struct{}, 1), conn: c}
 	if err := d.setup(path != memoryPath); err != nil {
 		c.close()
-		return nil, fmt.Errorf("set up database %s: %w", id, err)
+		return nil, fmt.Errorf("set up database %s: %w", id, badFile(path, err))
 	}
 	return d, nil
+}
+
+// badFile turns err, a failure to open or set up the database file at
+// path, into a *sqlError when SQLite found the file is not a database
+// (SQLITE_NOTADB) or is corrupt (SQLITE_CORRUPT): no retry can cure that,
+// so it is answered as D1 answers an SQLite error (HTTP 400, code 7500,
+// "<message>: SQLITE_<CODE>"), not as an internal error, which clients
+// retry. The message names the file by its base name, the directory being
+// the server's business. SQLite reads the header and the schema before
+// anything could write, so the file is left as it was. Other errors pass
+// through.
+func badFile(path string, err error) error {
+	var se *sqliteError
+	if path == memoryPath || !errors.As(err, &se) {
+		return err
+	}
+	name := filepath.Base(path)
+	switch se.primary() {
+	case sqlite3.SQLITE_NOTADB:
+		name += " is not a SQLite database"
+	case sqlite3.SQLITE_CORRUPT:
+		name += " is corrupt (" + se.msg + ")"
+	default:
+		return err
+	}
+	return &sqlError{msg: d1Message(&sqliteError{code: se.code, msg: name, offset: -1})}
 }
 
 const memoryPath = ":memory:"
