@@ -38,7 +38,7 @@ Cloudflare account is needed.
    d1idem demo --dir .d1idem     # keep the database, to look at it afterwards
    d1idem demo --metrics         # and sum up the OpenTelemetry metrics the story produced`,
 		Flags: []cli.Flag{
-			&cli.DurationFlag{Name: "ttl", Value: 2 * time.Second, Usage: "how long a pending key is held without an update, shortened for the demo (30s in production)"},
+			&cli.DurationFlag{Name: "ttl", Value: 2 * time.Second, Usage: "how long a pending key is held without an update, shortened for the demo (30s in production): 500ms to 5m"},
 			&cli.StringFlag{Name: "dir", Usage: "keep the demo's database under `DIR` (" + d1local.LocalDir + " is where the example API and the CLI's --local look); default: in memory"},
 			&cli.BoolFlag{Name: "metrics", Usage: "end with a summary of the OpenTelemetry metrics the story produced: requests by outcome, D1 calls, completions, leases", DisableDefaultText: true},
 		},
@@ -46,8 +46,11 @@ Cloudflare account is needed.
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			if c.Duration("ttl") < 500*time.Millisecond {
-				return usagef("--ttl %v is too short for the story; use at least 500ms", c.Duration("ttl"))
+			switch ttl := c.Duration("ttl"); {
+			case ttl < 500*time.Millisecond:
+				return usagef("--ttl %v is too short for the story; use at least 500ms", ttl)
+			case ttl > maxDemoTTL:
+				return usagef("--ttl %v is too long for the story, which waits it out three times; use at most %v", ttl, maxDemoTTL)
 			}
 			return runDemo(c.Context, c.App.Writer, demoOptions{ttl: c.Duration("ttl"), dir: c.String("dir"), metrics: c.Bool("metrics")}, demoAPI)
 		},

@@ -38,7 +38,7 @@ func newStory(e *demoEnv, out io.Writer, ttl time.Duration) *story {
 	var b [2]byte
 	_, _ = rand.Read(b[:])
 	return &story{env: e, out: out, ttl: ttl, run: hex.EncodeToString(b[:]), start: time.Now(),
-		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+		client: &http.Client{Timeout: demoClientTimeout(ttl), Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 }
 
 // play runs the scenes in order; an error is the demo's own failure (the
@@ -280,6 +280,16 @@ func (s *story) noKey(ctx context.Context) error {
 	s.check("A request without an Idempotency-Key", r.words(),
 		r.status == http.StatusBadRequest && r.errorCode() == idem.CodeKeyRequired, "refused: the API requires a key")
 	return nil
+}
+
+// maxDemoTTL is the longest --ttl the demo takes: it waits out the TTL
+// three times.
+const maxDemoTTL = 5 * time.Minute
+
+// demoClientTimeout bounds each of the story's requests: the slowest, the
+// slow request, stalls for 1.5 TTL (see slowRequest).
+func demoClientTimeout(ttl time.Duration) time.Duration {
+	return 30*time.Second + 2*ttl
 }
 
 // slowRequest sends a request that takes longer than the TTL, and retries
