@@ -127,6 +127,9 @@ func openConn(c *cli.Context, o *options, acc access, mods ...func(*d1client.Con
 		return nil, err
 	}
 	if dir := c.String(flagLocal); dir != "" {
+		if err := localOnly(c); err != nil {
+			return nil, err
+		}
 		return openLocal(c, dir, acc, mods...)
 	}
 	t, err := cloudflareTarget(c)
@@ -467,6 +470,25 @@ func envWithoutDatabase(c *cli.Context) error {
 	}
 	if c.Bool(flagPreview) {
 		return usagef("--%s takes the preview_database_id of --%s; pass --%s NAME too", flagPreview, flagDatabase, flagDatabase)
+	}
+	return nil
+}
+
+// localOnly refuses, beside --local, a flag of the command line that would
+// choose a Cloudflare database and be ignored. Their environment variables
+// are ignored without a word: a shell set up for Cloudflare can use --local.
+// No value is shown: the token and the bridge URL are secrets.
+func localOnly(c *cli.Context) error {
+	for _, f := range []struct{ name, env string }{
+		{flagAccountID, "CLOUDFLARE_ACCOUNT_ID"},
+		{flagAPIToken, "CLOUDFLARE_API_TOKEN"},
+		{flagBridgeURL, d1client.BridgeURLEnv},
+		{flagBaseURL, ""},
+		{flagConfig, ""},
+	} {
+		if v := c.String(f.name); v != "" && (f.env == "" || v != os.Getenv(f.env)) {
+			return usagef("--%s has no use with --%s: d1local needs no Cloudflare account, API or wrangler config; leave one of them out", f.name, flagLocal)
+		}
 	}
 	return nil
 }

@@ -218,6 +218,9 @@ func openSet(c *cli.Context, o *options, acc access, mods ...func(*d1client.Conf
 		return nil, err
 	}
 	if dir := c.String(flagLocal); dir != "" {
+		if err := localOnly(c); err != nil {
+			return nil, err
+		}
 		return openLocalSet(c, dir, acc, mods...)
 	}
 	return openCloudflareSet(c, o, mods...)

@@ -103,3 +103,32 @@ account_id = "` + d1test.AccountID + `"
 	refused(t, "database "+e.ids[1]+" is named twice (--database orders-2 twice): name each database of the ledger once",
 		conn("sweep", "--database", "orders-2", "--database", "orders-2")...)
 }
+
+// TestLocalRefusesCloudflareFlags: beside --local, a flag of the command
+// line that would choose a Cloudflare database is refused, for one
+// database and for several, without showing its value; the environment's
+// are ignored.
+func TestLocalRefusesCloudflareFlags(t *testing.T) {
+	dir := t.TempDir()
+	for _, env := range []string{"CLOUDFLARE_ACCOUNT_ID", "CLOUDFLARE_API_TOKEN", "D1IDEM_BRIDGE_URL", "D1_DATABASE_ID"} {
+		t.Setenv(env, "")
+	}
+	mustRun(t, nil, "schema", "apply", "--local", dir)
+	for _, tc := range [][]string{
+		{"--account-id", "abc"},
+		{"--api-token", "SECRETTOKEN123"},
+		{"--bridge-url", "http://:SECRETBRIDGE0123456789@127.0.0.1:1"},
+		{"--base-url", "http://127.0.0.1:1"},
+		{"--config", "wrangler.toml"},
+	} {
+		for _, several := range [][]string{nil, {"--databases-prefix", "d1"}} {
+			args := append(append([]string{"stats", "--local", dir}, several...), tc...)
+			refused(t, tc[0]+" has no use with --local: d1local needs no Cloudflare account, API or wrangler config; leave one of them out", args...)
+		}
+	}
+	t.Setenv("CLOUDFLARE_ACCOUNT_ID", "abc")
+	t.Setenv("CLOUDFLARE_API_TOKEN", "SECRETTOKEN123")
+	if r := mustRun(t, nil, "stats", "--local", dir); strings.Contains(r.stdout, "SECRET") {
+		t.Errorf("stats: %s", r)
+	}
+}
