@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -208,11 +209,16 @@ func resolveBaseURL(configured string) (string, error) {
 		}
 		u = cmp.Or(wrangler, cf, DefaultBaseURL)
 	}
+	p, err := url.Parse(u)
+	switch {
+	case err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "":
+		return "", invalidf("base URL %q must start with http:// or https:// and name a host", redactURL(u))
+	case p.RawQuery != "" || p.ForceQuery || p.Fragment != "":
+		// Paths are appended to the base URL: a query would swallow them.
+		return "", invalidf("base URL %s must not have a query or fragment: each call's path is appended to it", redactURL(u))
+	}
 	if !strings.HasSuffix(u, "/") {
 		u += "/"
-	}
-	if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-		return "", invalidf("base URL %q must start with http:// or https://", u)
 	}
 	return u, nil
 }
