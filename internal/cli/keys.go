@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -92,6 +93,9 @@ func requiredString(c *cli.Context, name string) (string, error) {
 func principalAndKey(c *cli.Context) (string, string, error) {
 	principal, err := requiredString(c, "principal")
 	if err != nil {
+		return "", "", err
+	}
+	if err := checkPrincipal(principal); err != nil {
 		return "", "", err
 	}
 	key, err := requiredString(c, "key")
@@ -282,9 +286,24 @@ func (o *options) keysList(c *cli.Context) error {
 	})
 }
 
+// checkPrincipal refuses a --principal no request can have: the ledger
+// takes 1 to MaxPrincipalLength bytes of UTF-8.
+func checkPrincipal(p string) error {
+	switch {
+	case !utf8.ValidString(p):
+		return usagef("--principal %s is not valid UTF-8", strconv.QuoteToASCII(p[:min(len(p), 64)]))
+	case len(p) > idem.MaxPrincipalLength:
+		return usagef("--principal is %d bytes, over the limit of %d", len(p), idem.MaxPrincipalLength)
+	}
+	return nil
+}
+
 // listOptions reads the filters of keys list.
 func listOptions(c *cli.Context) (idem.ListOptions, error) {
 	opts := idem.ListOptions{Principal: c.String("principal"), OlderThan: c.Duration("older-than"), Cursor: c.String("cursor")}
+	if err := checkPrincipal(opts.Principal); err != nil {
+		return opts, err
+	}
 	if s := c.String("status"); s != "" {
 		var err error
 		if opts.Status, err = idem.ParseStatus(s); err != nil {
