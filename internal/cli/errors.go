@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -90,7 +91,7 @@ func errorJSONOf(err error, msg string, code int) errorJSON {
 		if codes == nil {
 			codes = []int{}
 		}
-		out.D1 = &d1JSON{HTTPStatus: de.StatusCode, Codes: codes, Message: de.Message, RetryAfterMS: de.RetryAfter.Milliseconds(),
+		out.D1 = &d1JSON{HTTPStatus: de.StatusCode, Codes: codes, Message: clip(de.Message), RetryAfterMS: de.RetryAfter.Milliseconds(),
 			MayHaveCommitted: de.Ambiguous && writes(de.Statements), Attempts: de.Attempts}
 	}
 	var nd *noDatabaseError
@@ -203,7 +204,24 @@ func kindName(e *d1client.Error) string {
 	return "error"
 }
 
-// collapse joins the lines of s with spaces.
+// collapse joins the lines of s with spaces, and cuts a text longer than
+// maxErrorLine (a proxy's page passed on as a message, say) to its start.
 func collapse(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+	return clip(strings.Join(strings.Fields(s), " "))
+}
+
+// maxErrorLine bounds the text of an error line, in bytes.
+const maxErrorLine = 2048
+
+// clip cuts s to at most maxErrorLine bytes, at a character boundary, and
+// says how much it left out.
+func clip(s string) string {
+	if len(s) <= maxErrorLine {
+		return s
+	}
+	cut := maxErrorLine
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d more bytes)", s[:cut], len(s)-cut)
 }

@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // TestAPIErrors replays recorded D1 failures through httpmock: every one
@@ -118,5 +121,20 @@ func TestSweepInterrupted(t *testing.T) {
 	r = runCLIContext(t, cctx, o, l.args("sweep", "--all", "--batch", "10")...)
 	if r.code != exitError || !strings.Contains(r.stderr, "d1idem: sweep interrupted after deleting 0 rows in 0 batches") {
 		t.Errorf("cancelled: %s", r)
+	}
+}
+
+// TestErrorLineClipped: a huge message (a proxy's page passed on, say) is
+// cut to the start of one line, at a character boundary, in text and JSON.
+func TestErrorLineClipped(t *testing.T) {
+	huge := "stats: " + strings.Repeat("é", 3<<20)
+	for _, asJSON := range []bool{false, true} {
+		var b bytes.Buffer
+		report(&b, errors.New(huge), exitError, asJSON)
+		line := b.String()
+		if len(line) > maxErrorLine+200 || strings.Count(line, "\n") != 1 || !utf8.ValidString(line) ||
+			!strings.Contains(line, "é... (") || !strings.Contains(line, " more bytes)") {
+			t.Errorf("json %v: %d bytes: %.120q ... %q", asJSON, len(line), line, line[max(0, len(line)-60):])
+		}
 	}
 }
