@@ -132,6 +132,8 @@ func TestSweepUsageErrors(t *testing.T) {
 		{[]string{"--retention", "-1h"}, "--retention -1h0m0s must be positive"},
 		{[]string{"--max-calls", "-1"}, "--max-calls -1 must not be negative"},
 		{[]string{"--max-calls", "0"}, "--max-calls 0 (unlimited) is only allowed with --local"},
+		{[]string{"--max-calls", "1200"}, "--max-calls 1200 leaves nothing of the account's 1200 calls per 5 minutes to the application"},
+		{[]string{"--max-calls", "99999"}, "--max-calls 99999 leaves nothing"},
 		{[]string{"--retention", "a day"}, `sweep: invalid value "a day" for flag -retention`},
 	} {
 		r := runCLI(t, fixedClock(), l.args(append([]string{"sweep"}, tc.args...)...)...)
