@@ -218,16 +218,29 @@ func (c *Config) Databases(env string) ([]Database, error) {
 }
 
 // Database returns the D1 database of environment env ("" for the top level)
-// whose database_name or binding is name, as wrangler finds it.
+// whose database_name or binding is name, as wrangler finds it; a name that
+// several entries answer to is an error, not the first of them.
 func (c *Config) Database(env, name string) (Database, error) {
 	dbs, err := c.Databases(env)
 	if err != nil {
 		return Database{}, err
 	}
+	var found []Database
 	for _, d := range dbs {
 		if d.DatabaseName == name || d.Binding == name {
-			return d, nil
+			found = append(found, d)
 		}
+	}
+	switch {
+	case len(found) == 1:
+		return found[0], nil
+	case len(found) > 1:
+		// wrangler would take the first; which one is meant is a guess.
+		entries := make([]string, len(found))
+		for i, d := range found {
+			entries[i] = fmt.Sprintf("binding %q, database_name %q, database_id %q", d.Binding, d.DatabaseName, d.DatabaseID)
+		}
+		return Database{}, fmt.Errorf("%q names %d entries of the d1_databases of %s (%s): give each a binding and a database_name of its own", name, len(found), c.where(env), strings.Join(entries, "; "))
 	}
 	return Database{}, fmt.Errorf("no database named %q in the d1_databases of %s (%s)", name, c.where(env), c.describe(env, dbs))
 }

@@ -126,6 +126,17 @@ func TestDatabaseErrors(t *testing.T) {
 			t.Errorf("Database(%q, %q) = %v; want %s", tc.env, tc.name, err, tc.want)
 		}
 	}
+	dup, err := Parse("w.toml", []byte("[[d1_databases]]\nbinding = \"DB\"\ndatabase_name = \"a\"\ndatabase_id = \"id-a\"\n"+
+		"[[d1_databases]]\nbinding = \"DB\"\ndatabase_name = \"b\"\ndatabase_id = \"id-b\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dup.Database("", "DB"); err == nil || err.Error() != `"DB" names 2 entries of the d1_databases of w.toml (binding "DB", database_name "a", database_id "id-a"; binding "DB", database_name "b", database_id "id-b"): give each a binding and a database_name of its own` {
+		t.Errorf("a binding used twice: %v", err)
+	}
+	if d, err := dup.Database("", "b"); err != nil || d.DatabaseID != "id-b" {
+		t.Errorf("Database(b) = %+v, %v", d, err)
+	}
 	noEnvs, _ := Parse("w.toml", []byte(`account_id = "a"`))
 	if _, err := noEnvs.Databases("staging"); err == nil || err.Error() != `no environment "staging" in w.toml (it has none)` {
 		t.Errorf("no envs: %v", err)
