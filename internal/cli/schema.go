@@ -395,6 +395,9 @@ func writeMigration(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return usagef("the migrations directory %s is a file, not a directory", dir)
+	}
 	existing, err := schema.FindMigrations(os.DirFS(dir))
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", dir, err)

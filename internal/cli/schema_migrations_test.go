@@ -233,6 +233,11 @@ func TestSchemaPrintMigration(t *testing.T) {
 	if !strings.HasPrefix(r.stdout, "Wrote "+filepath.Join("audit", "0001_d1idem_idempotency_keys.sql")) {
 		t.Errorf("--migrations-dir: %s", r)
 	}
+	// A file where the directory should be.
+	r = runCLI(t, nil, "schema", "print", "--migration", "--migrations-dir", "wrangler.jsonc")
+	if r.code != exitUsage || r.stderr != "d1idem: the migrations directory wrangler.jsonc is a file, not a directory\n" {
+		t.Errorf("--migrations-dir FILE: %s", r)
+	}
 
 	// No wrangler config at all: ./migrations.
 	t.Chdir(t.TempDir())
