@@ -31,6 +31,9 @@ func CloudflareBudget() Budget {
 	return Budget{Limit: 1200, Window: 300 * time.Second, Block: defaultBlock}
 }
 
+// maxBudgetWindow is the longest window ParseBudget takes.
+const maxBudgetWindow = 24 * time.Hour
+
 // defaultBlock is Cloudflare's block after the limit is exceeded.
 const defaultBlock = 300 * time.Second
 
@@ -46,8 +49,13 @@ func ParseBudget(s string) (Budget, error) {
 		return Budget{}, fmt.Errorf("budget %q: want CALLS/WINDOW with CALLS a positive integer, such as 1200/300s", s)
 	}
 	d, err := time.ParseDuration(window)
-	if err != nil || d < time.Second {
+	switch {
+	case err != nil:
+		return Budget{}, fmt.Errorf("budget %q: want CALLS/WINDOW with WINDOW a duration (1s to 24h), such as 1200/300s", s)
+	case d < time.Second:
 		return Budget{}, fmt.Errorf("budget %q: want CALLS/WINDOW with WINDOW a duration of at least 1s, such as 1200/300s", s)
+	case d > maxBudgetWindow:
+		return Budget{}, fmt.Errorf("budget %q: want CALLS/WINDOW with WINDOW a duration of at most 24h, such as 1200/300s", s)
 	}
 	return Budget{Limit: n, Window: d, Block: defaultBlock}, nil
 }

@@ -159,10 +159,24 @@ func TestParseBudget(t *testing.T) {
 			t.Errorf("ParseBudget(%q.String() = %q) = %+v, %v", in, got.String(), again, err)
 		}
 	}
-	for _, in := range []string{"1200", "x/300s", "0/300s", "-1/300s", "1200/x", "1200/0s", "1200/500ms"} {
-		if _, err := ParseBudget(in); err == nil {
-			t.Errorf("ParseBudget(%q) accepted", in)
+	for in, want := range map[string]string{
+		"1200":              "CALLS a positive integer",
+		"x/300s":            "CALLS a positive integer",
+		"0/300s":            "CALLS a positive integer",
+		"-1/300s":           "CALLS a positive integer",
+		"1200/x":            "WINDOW a duration (1s to 24h)",
+		"1200/999999999h":   "WINDOW a duration (1s to 24h)", // overflows
+		"1200/0s":           "WINDOW a duration of at least 1s",
+		"1200/500ms":        "WINDOW a duration of at least 1s",
+		"1200/25h":          "WINDOW a duration of at most 24h",
+		"1200/2562047h47m1": "WINDOW a duration",
+	} {
+		if _, err := ParseBudget(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseBudget(%q) = %v; want %q", in, err, want)
 		}
+	}
+	if b, err := ParseBudget("1/24h"); err != nil || b.Window != 24*time.Hour {
+		t.Errorf("ParseBudget(1/24h) = %+v, %v", b, err)
 	}
 	if _, err := New(Config{Budget: Budget{Limit: 1}}); err == nil {
 		t.Error("New accepted a Budget without a Window")
