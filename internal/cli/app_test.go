@@ -325,7 +325,7 @@ func TestBaseURLVariables(t *testing.T) {
 	}
 	t.Setenv("CLOUDFLARE_API_BASE_URL", l.b.BaseURL)
 	t.Setenv("CLOUDFLARE_BASE_URL", "http://127.0.0.1:1")
-	oneUsageLine(t, runCLI(t, nil, args...), `cannot reach D1: CLOUDFLARE_API_BASE_URL ("`+l.b.BaseURL+`") and CLOUDFLARE_BASE_URL ("http://127.0.0.1:1") name different API base URLs`)
+	oneUsageLine(t, runCLI(t, nil, args...), `cannot reach D1: CLOUDFLARE_API_BASE_URL ("`+l.b.BaseURL+`") and CLOUDFLARE_BASE_URL ("http://127.0.0.1:1") name different API base URLs: unset one of them, or set --base-url`)
 	// --base-url settles it.
 	mustRun(t, nil, append(args, "--base-url", l.b.BaseURL)...)
 }

@@ -255,7 +255,9 @@ func sharedAccount(budget d1client.Budget, mods []func(*d1client.Config)) (func(
 func clientError(err error) error {
 	var de *d1client.Error
 	if errors.As(err, &de) {
-		return usagef("cannot reach D1: %s", strings.ReplaceAll(de.Message, "Config.BridgeURL", "--"+flagBridgeURL))
+		// The library's field names are the CLI's flags here.
+		msg := strings.NewReplacer("Config.BridgeURL", "--"+flagBridgeURL, "Config.BaseURL", "--"+flagBaseURL).Replace(de.Message)
+		return usagef("cannot reach D1: %s", msg)
 	}
 	return err
 }
