@@ -97,7 +97,14 @@ func initBridge(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return usagef("bridge init takes one argument, the directory to write the bridge into (got %d); see 'd1idem bridge init --help'", c.NArg())
 	}
-	p, err := planBridge(c, c.Args().First())
+	dir := c.Args().First()
+	if dir == "" {
+		return usagef("bridge init's directory is empty: name one, such as bridge")
+	}
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return usagef("bridge init: %s is a file, not a directory: choose another directory", dir)
+	}
+	p, err := planBridge(c, dir)
 	if err != nil {
 		return err
 	}

@@ -224,6 +224,8 @@ func TestBridgeInitUsageErrors(t *testing.T) {
 		{[]string{"x", "--database", "a=" + ordersID, "--database", "b=a"}, `"a" names two databases`},
 		{[]string{"x", "--database", "bridge-mode=" + ordersID}, "its binding BRIDGE_MODE would clash with the bridge's settings"},
 		{[]string{"x", "--database", "a=" + ordersID, "--name", "My_Bridge"}, `the Worker name "My_Bridge" is not one Cloudflare accepts`},
+		{[]string{"", "--database", "a=" + ordersID}, "bridge init's directory is empty: name one, such as bridge"},
+		{[]string{filepath.Join("app", "wrangler.toml"), "--database", "a=" + ordersID}, "bridge init: " + filepath.Join("app", "wrangler.toml") + " is a file, not a directory: choose another directory"},
 	} {
 		r := runCLI(t, nil, append([]string{"bridge", "init"}, tc.args...)...)
 		if r.code != exitUsage || !strings.HasPrefix(r.stderr, "d1idem: ") || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, tc.want) {
