@@ -232,10 +232,12 @@ func (m *middleware) guard(w http.ResponseWriter, r *http.Request, next http.Han
 		writeError(w, http.StatusBadRequest, CodeKeyInvalid, "Idempotency-Key must be 1-255 printable ASCII characters.", nil)
 		return outKeyInvalid
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, m.o.MaxBodyBytes+1))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, CodeBodyUnreadable, "The request body could not be read.", nil)
-		return outBodyUnreadable
+	var body []byte
+	if r.Body != nil { // a server's request always has one; a test's may not
+		if body, err = io.ReadAll(io.LimitReader(r.Body, m.o.MaxBodyBytes+1)); err != nil {
+			writeError(w, http.StatusBadRequest, CodeBodyUnreadable, "The request body could not be read.", nil)
+			return outBodyUnreadable
+		}
 	}
 	if int64(len(body)) > m.o.MaxBodyBytes {
 		writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
@@ -397,8 +399,11 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			m.log().LogAttrs(r.Context(), slog.LevelError, "idem: the handler's statements were not committed; reservation released",
 				append(logAttrs(res), errAttrs(err)...)...)
 			resetHeader(w.Header(), nil) // the handler's headers describe what did not happen
-			if errors.Is(err, d1client.ErrSQL) {
-				// Deterministic: the handler's own statements failed.
+			if errors.Is(err, d1client.ErrSQL) || errors.Is(err, d1client.ErrInvalid) {
+				// Deterministic: the handler's own statements failed, or
+				// d1client refused them before sending (a parameter type
+				// it cannot send, several statements in one SQL text): a
+				// retry would fail the same way.
 				writeError(w, http.StatusInternalServerError, CodeMutationAbandoned,
 					"The mutation failed and was not committed.", nil)
 				return
@@ -417,10 +422,10 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		m.answerFromLedger(w, r, res)
 		return
 	}
-	if done.Response.Status != resp.Status {
+	if !m.l.storable(resp) {
 		// The spec's sentinel: the response could not be stored, so this
 		// caller gets status 500 with the stored headers and no body, as a
-		// replay will.
+		// replay will (even when the handler's own status was 500).
 		resetHeader(w.Header(), done.Response.Header)
 	}
 	asStored(w.Header(), m.l.cfg.ReplayableHeaders)

@@ -338,6 +338,14 @@ func TestMiddlewareResponseRules(t *testing.T) {
 			w.Write(bytes.Repeat([]byte("x"), 33))
 		case "/implicit":
 			w.Write([]byte("implicit 200"))
+		case "/big500":
+			// The handler's own 500, its body unstorable: the caller gets
+			// the sentinel's stored headers, as a replay does.
+			w.Header().Set("Content-Type", "text/plain")
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Header().Set("Set-Cookie", "s=1")
+			w.WriteHeader(http.StatusInternalServerError)
+			w.Write([]byte{0x1f, 0x8b, 0xff})
 		default:
 			w.WriteHeader(int(status.Load()))
 		}
@@ -353,6 +361,12 @@ func TestMiddlewareResponseRules(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		if r = s.do("POST", "/big", "kbig", "tok", ""); r.status != 500 || r.body != "" || r.header.Get("Content-Type") != "text/plain" {
 			t.Fatalf("oversized %d: %+v", i, r)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		r = s.do("POST", "/big500", "kbig500", "tok", "")
+		if r.status != 500 || r.body != "" || r.header.Get("Content-Type") != "text/plain" || r.header.Get("Content-Encoding") != "" || r.header.Get("Set-Cookie") != "" {
+			t.Fatalf("unstorable 500, %d: %+v", i, r)
 		}
 	}
 	if r = s.do("POST", "/implicit", "kimp", "tok", ""); r.status != 200 || r.body != "implicit 200" {
@@ -727,5 +741,34 @@ func TestMiddlewareLogsToDefaultWithFix(t *testing.T) {
 	if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "ledger unavailable") ||
 		!strings.Contains(out, "no such table: idempotency_keys") || !strings.Contains(out, "run `d1idem schema apply`") {
 		t.Errorf("default log:\n%s", out)
+	}
+}
+
+// A request without a Body (a test calling ServeHTTP with one it built by
+// hand; a server's request always has one) is a request with an empty body,
+// not a panic: it fingerprints as one, so its retry with an empty body
+// replays.
+func TestMiddlewareNilBody(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	mw := idem.MustMiddleware(s.ledger, idem.Options{Principal: bearer})
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil || len(b) != 0 {
+			t.Errorf("the handler read %q, %v", b, err)
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	for i, body := range []io.Reader{nil, http.NoBody} {
+		req := httptest.NewRequest("POST", "/x", body)
+		if body == nil {
+			req.Body = nil
+		}
+		req.Header.Set("Authorization", "Bearer tok")
+		req.Header.Set(idem.HeaderKey, "nil-body")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusCreated || (i == 1) != (rec.Header().Get(idem.HeaderReplayed) == "true") {
+			t.Errorf("request %d: %d %v %s", i, rec.Code, rec.Header(), rec.Body)
+		}
 	}
 }

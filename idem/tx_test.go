@@ -154,6 +154,37 @@ func TestTransactionalCompletionHandlerStatementFails(t *testing.T) {
 	}
 }
 
+// A handler statement that d1client refuses before sending (a parameter
+// type it cannot send, several statements in one SQL text) fails every
+// time: 500 idempotency_mutation_not_committed without Retry-After, as for
+// an SQL error, not 503 "retry".
+func TestTransactionalCompletionHandlerStatementRefused(t *testing.T) {
+	for name, st := range map[string]d1client.Statement{
+		"bytes":      {SQL: "SELECT ?", Params: []any{[]byte("x")}},
+		"time":       {SQL: "SELECT ?", Params: []any{time.Now()}},
+		"two in one": {SQL: "SELECT 1; SELECT 2"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var runs int
+			s := newStack(t, stackOpts{handler: func(w http.ResponseWriter, r *http.Request) {
+				runs++
+				tx, _ := idem.TxFromContext(r.Context())
+				tx.Add(st)
+				w.WriteHeader(201)
+			}})
+			for i := range 2 {
+				r := s.do("POST", "/x", "k", "tok", "{}")
+				if r.status != 500 || r.errorCode(t) != idem.CodeMutationAbandoned || r.header.Get("Retry-After") != "" {
+					t.Fatalf("attempt %d: %+v", i, r)
+				}
+			}
+			if runs != 2 { // released each time: nothing was committed
+				t.Errorf("the handler ran %d times", runs)
+			}
+		})
+	}
+}
+
 // A guarded batch never shares a D1 call with other requests' statements:
 // its guard may fail by design, and a failing statement aborts the whole
 // batch. Concurrent plain requests around it are coalesced as usual.
