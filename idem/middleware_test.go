@@ -638,6 +638,19 @@ VALUES ('p', 'foreign', 'fp', 'completed', 1, 1000, 'x', '{}', 1, 1)`); err != n
 	if _, err := l.Begin(bg, "p", "foreign", "fp"); !errors.Is(err, idem.ErrUnreadableRecord) {
 		t.Errorf("a row with status 1000: %v", err)
 	}
+	// response_headers: SQL NULL reads as no headers, as the spec's Worker
+	// reads it (?? "{}"); anything but a JSON object of strings is
+	// unreadable, as JSON.parse or Headers refuse it there.
+	for key, headers := range map[string]any{"null-sql": nil, "empty": "", "null-json": "null", "array": "[]", "number": "1", "nested": `{"a":{"b":"c"}}`} {
+		if _, err := db.Query(bg, `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, response_status, response_body, response_headers, created_at, updated_at)
+VALUES ('p', ?, 'fp', 'completed', 1, 200, 'x', ?, 1, 1)`, key, headers); err != nil {
+			t.Fatal(err)
+		}
+		d, err := l.Begin(bg, "p", key, "fp")
+		if unreadable := errors.Is(err, idem.ErrUnreadableRecord); unreadable != (key != "null-sql") || (!unreadable && (d.Outcome != idem.Replay || len(d.Response.Header) != 0)) {
+			t.Errorf("response_headers %q: %+v %v", headers, d, err)
+		}
+	}
 }
 
 // A principal the ledger cannot hold (not UTF-8, or over 1,024 bytes) is the

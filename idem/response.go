@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -71,11 +72,17 @@ func replayableStatus[T int | int64](status T) bool { return status >= 200 && st
 // Values come back as UTF-8, as workerd sends them (see captureHeaders).
 func decodeHeaders(s *string) (http.Header, error) {
 	h := http.Header{}
-	if s == nil || *s == "" {
-		return h, nil
+	if s == nil {
+		return h, nil // SQL NULL: the spec's Worker reads it as {}
 	}
+	// Anything but a JSON object of strings ("", "null", "[]") is a row the
+	// spec's Worker cannot replay either: JSON.parse throws, or Headers
+	// refuses what it returns.
 	var m map[string]string
-	if err := json.Unmarshal([]byte(*s), &m); err != nil {
+	if err := json.Unmarshal([]byte(*s), &m); err != nil || m == nil {
+		if err == nil {
+			err = fmt.Errorf("%s is not a JSON object", strconv.Quote(*s))
+		}
 		return nil, fmt.Errorf("%w: response_headers: %v", ErrUnreadableRecord, err)
 	}
 	for name, v := range m {
