@@ -31,7 +31,7 @@ async function call(name, failure, { token = secret, body = { sql: "SELECT 1" },
   const req = new Request("http://bridge/accounts/a/d1/database/DB/raw", {
     method: "POST",
     headers: { authorization: "Bearer " + token, "content-type": "application/json" },
-    body: JSON.stringify(body),
+    body: typeof body === "string" ? body : JSON.stringify(body),
   });
   const res = await worker.fetch(req, e);
   const j = await res.json();
@@ -47,6 +47,11 @@ await call("storage timeout", d1("D1 DB storage operation exceeded timeout which
 await call("memory", d1("D1 DB's isolate exceeded its memory limit and was reset."));
 await call("sql", d1("no such table: nope: SQLITE_ERROR"));
 await call("type error", null, { body: { sql: "SELECT ?", params: [{ a: 1 }] } });
+// Values the binding's message cannot show are still type errors (400), not
+// internal ones (500, retried as transient); a long one is not echoed whole.
+await call("type error, toString not a function", null, { body: { sql: "SELECT ?", params: [{ toString: 1 }] } });
+await call("type error, nested too deep", null, { body: '{"sql":"SELECT ?","params":[' + "[".repeat(20000) + "1" + "]".repeat(20000) + "]}" });
+await call("type error, long", null, { body: { sql: "SELECT ?", params: [Array(1000).fill(1000)] } });
 await call("javascript", new TypeError("x is not a function"));
 await call("public mode", d1("D1 DB is overloaded. Requests queued for too long."), { env: { BRIDGE_RAW_MODE: "public" } });
 // Settings the Worker cannot read.
@@ -125,6 +130,9 @@ func TestWorkerUnderNode(t *testing.T) {
 		{"memory", 500, 7500, "D1 DB's isolate exceeded its memory limit and was reset."},
 		{"sql", 400, 7500, "no such table: nope: SQLITE_ERROR"},
 		{"type error", 400, 7500, "Type 'object' not supported for value '[object Object]'"},
+		{"type error, toString not a function", 400, 7500, "Type 'object' not supported for value '[object]'"},
+		{"type error, nested too deep", 400, 7500, "Type 'object' not supported for value '[array]'"},
+		{"type error, long", 400, 7500, "Type 'object' not supported for value '" + strings.Repeat("1000,", 40) + "... (4999 characters)'"},
 		{"javascript", 500, 7500, "internal error: x is not a function"},
 		{"public mode", 429, 7500, "D1 DB is overloaded. Requests queued for too long."},
 		{"secret too short", 500, 10001, "bridge misconfigured: BRIDGE_SECRET must be 16 to 4096 visible ASCII characters, no spaces or commas"},

@@ -313,7 +313,21 @@ function bindValue(r) {
     if (r == null) return r;
     if (Array.isArray(r) && r.every((b) => typeof b == "number" && b >= 0 && b < 256)) return r;
   }
-  throw new Error(`D1_TYPE_ERROR: Type '${rType}' not supported for value '${r}'`);
+  throw new Error(`D1_TYPE_ERROR: Type '${rType}' not supported for value '${shownValue(r)}'`);
+}
+
+// shownValue is r as the binding's message shows it (`${r}`), when that
+// can be made and is short: an object whose toString throws, or an array
+// nested too deep to print, is a bad parameter, not an internal error (500
+// would be retried as transient); a huge one is not echoed whole.
+function shownValue(r) {
+  let text;
+  try {
+    text = `${r}`;
+  } catch {
+    return Array.isArray(r) ? "[array]" : "[object]";
+  }
+  return text.length > 200 ? `${text.slice(0, 200)}... (${text.length} characters)` : text;
 }
 
 // parseQuery validates one {sql, params} object.

@@ -18,7 +18,11 @@
 // and nothing else (diagnostics go to stderr). LISTENING is Miniflare's
 // entry, which routes /__spec/* to the harness and everything else to the
 // bridge; BRIDGE is the bridge's own socket, reached directly as a deployed
-// Worker is (Miniflare's routing Worker costs a third of a small call). It shuts down cleanly
+// Worker is (Miniflare's routing Worker costs a third of a small call). The
+// harness runs any SQL on the same databases without the secret, so the
+// bridge's guarantees (the secret, ledger-only mode) hold on the BRIDGE URL
+// only: this is test tooling, on 127.0.0.1, never to be exposed or deployed
+// ('d1idem bridge serve' runs the bridge alone). It shuts down cleanly
 // (Miniflare's dispose(), which stops workerd) on SIGTERM, SIGINT, SIGHUP,
 // and when its stdin reaches end-of-file, so a parent that dies (a Go test
 // binary holding the write end of a pipe) never leaves it running. To run it
