@@ -10,7 +10,9 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -240,6 +242,12 @@ func (s *Server) open(id string, mode int) (*database, error) {
 // ServeHTTP serves the D1 REST API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	if s.cfg.Token == "" {
+		if e := browserGuard(r); e != nil {
+			s.reply(w, nil, e)
+			return
+		}
+	}
 	path := r.URL.Path
 	if rest, ok := strings.CutPrefix(path, "/client/v4"); ok {
 		path = rest
@@ -410,6 +418,43 @@ func (s *Server) execute(r *http.Request, dbID string, queries []parsedQuery, bu
 		return nil, err
 	}
 	return d.run(r.Context(), stmts, busy)
+}
+
+// browserGuard keeps web pages off a server without a token: any page a
+// developer has open may send it a simple POST (no preflight), or reach it
+// under a name of its own that resolves to 127.0.0.1 (DNS rebinding). A
+// request addressed to a host that is not loopback, or sent from a page
+// whose origin is not loopback, is refused. API clients (d1client, wrangler,
+// curl) send no Origin and address the server as 127.0.0.1 or localhost.
+// With a token none of this is needed: a page cannot add the Authorization
+// header without a preflight, which the server does not answer.
+func browserGuard(r *http.Request) *apiError {
+	if r.Host != "" && !loopbackHost(r.Host) {
+		return &apiError{status: http.StatusForbidden, code: 10000, message: fmt.Sprintf(
+			"d1local without a token answers only requests addressed to 127.0.0.1, [::1] or localhost, not %q: set a token to serve other names", r.Host)}
+	}
+	if origin := r.Header.Get("Origin"); origin != "" {
+		u, err := url.Parse(origin)
+		if err != nil || !loopbackHost(u.Host) {
+			return &apiError{status: http.StatusForbidden, code: 10000, message: fmt.Sprintf(
+				"d1local without a token refuses requests from web pages (Origin %q): set a token to serve a page's requests", origin)}
+		}
+	}
+	return nil
+}
+
+// loopbackHost reports whether host (with or without a port) is localhost
+// or a loopback IP address.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // authenticate checks the bearer token, if one is configured. A missing

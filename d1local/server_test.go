@@ -307,6 +307,50 @@ func TestAuthentication(t *testing.T) {
 	}
 }
 
+// TestBrowserGuard: without a token, a request from a web page (an Origin
+// that is not loopback: a simple POST needs no preflight) or addressed to a
+// name that is not loopback (DNS rebinding) is refused before anything runs;
+// API clients, and loopback pages, are served. With a token the token is
+// the guard.
+func TestBrowserGuard(t *testing.T) {
+	h := newHarness(t, Config{})
+	create := q("CREATE TABLE IF NOT EXISTS pwned (x)")
+	for _, tc := range []struct {
+		name   string
+		header []string
+	}{
+		{"a page's origin", []string{"Origin", "http://evil.example"}},
+		{"an opaque origin", []string{"Origin", "null"}},
+		{"a rebound name", []string{"Host", "evil.example:8787"}},
+		{"a LAN address", []string{"Host", "192.168.1.20:8787"}},
+	} {
+		r := h.post(t, "db", "query", create, append(tc.header, "Content-Type", "text/plain;charset=UTF-8")...)
+		checkError(t, r, http.StatusForbidden, 10000)
+		if msg := r.env.Errors[0].Message; !strings.HasPrefix(msg, "d1local without a token ") {
+			t.Errorf("%s: %q", tc.name, msg)
+		}
+	}
+	if rows := h.rows(t, "db", q("SELECT count(*) AS n FROM sqlite_master WHERE name = 'pwned'")); rows != `[{"n":0}]` {
+		t.Fatalf("a refused request ran: %s", rows)
+	}
+	for _, header := range [][]string{
+		nil,
+		{"Host", "localhost:8787"},
+		{"Host", "[::1]:8787"},
+		{"Origin", "http://localhost:3000"},
+		{"Origin", "http://127.0.0.1:5173"},
+	} {
+		if r := h.post(t, "db", "query", q("SELECT 1"), header...); r.status != http.StatusOK {
+			t.Errorf("%v: %d %s", header, r.status, r.body)
+		}
+	}
+	// With a token, the token decides.
+	ht := newHarness(t, Config{Token: "s3cret-token"})
+	if r := ht.post(t, "db", "query", q("SELECT 1"), "Host", "d1.internal:8787", "Authorization", "Bearer s3cret-token"); r.status != http.StatusOK {
+		t.Errorf("with the token: %d %s", r.status, r.body)
+	}
+}
+
 func TestNoAutoCreate(t *testing.T) {
 	for _, dir := range []string{"", t.TempDir()} {
 		t.Run(fmt.Sprintf("dir=%q", dir), func(t *testing.T) {
