@@ -295,8 +295,13 @@ func (d *database) runUser(ctx context.Context, stmts []statement) ([]result, er
 }
 
 // renameToReserved matches ALTER TABLE ... RENAME TO _cf_...: the
-// authorizer sees only the old name of a renamed table.
-var renameToReserved = regexp.MustCompile("(?s)\\b(?i:RENAME\\s+TO)\\s+[\"'`\\[]?_cf_")
+// authorizer sees only the old name of a renamed table. Whitespace and
+// comments (/* */ and --) may separate the words, as SQLite's tokenizer
+// allows.
+var renameToReserved = regexp.MustCompile("(?s)\\b(?i:RENAME)" + sqlGap + "(?i:TO)" + sqlGap + "[\"'`\\[]?_cf_")
+
+// sqlGap is what may separate two SQL tokens: whitespace and comments.
+const sqlGap = `(?:\s|/\*.*?\*/|--[^\n]*(?:\n|$))+`
 
 // runStatement prepares (or takes from the cache), binds and steps one
 // statement.

@@ -36,6 +36,8 @@ func TestRejections(t *testing.T) {
 		{"create _cf_ view", q("CREATE VIEW _cf_view AS SELECT 1"), "not authorized: SQLITE_AUTH"},
 		{"create _cf_ trigger", q("CREATE TRIGGER _cf_trg AFTER INSERT ON t BEGIN SELECT 1; END"), "not authorized: SQLITE_AUTH"},
 		{"rename to _cf_", q("ALTER TABLE t RENAME TO _cf_t"), "not authorized: SQLITE_AUTH"},
+		{"rename to _cf_ past comments", q("ALTER TABLE t RENAME/**/TO/* x */_cf_t"), "not authorized: SQLITE_AUTH"},
+		{"rename to _cf_ past a line comment", q("ALTER TABLE t RENAME -- x\nTO\n\t\"_cf_t\""), "not authorized: SQLITE_AUTH"},
 		{"TEMP table", q("CREATE TEMP TABLE tt (a)"), "not authorized: SQLITE_AUTH"},
 		{"TEMPORARY table", q("CREATE TEMPORARY TABLE tt (a)"), "not authorized: SQLITE_AUTH"},
 		{"temp schema table", q("CREATE TABLE temp.tt (a)"), "not authorized: SQLITE_AUTH"},
