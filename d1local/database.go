@@ -278,11 +278,12 @@ func (d *database) runUser(ctx context.Context, stmts []statement) ([]result, er
 	defer stop()
 
 	results := make([]result, 0, len(stmts))
+	left := maxResultBytes
 	for _, st := range stmts {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		r, err := d.runStatement(st)
+		r, err := d.runStatement(st, &left)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -303,9 +304,36 @@ var renameToReserved = regexp.MustCompile("(?s)\\b(?i:RENAME)" + sqlGap + "(?i:T
 // sqlGap is what may separate two SQL tokens: whitespace and comments.
 const sqlGap = `(?:\s|/\*.*?\*/|--[^\n]*(?:\n|$))+`
 
+// maxResultBytes bounds the rows one call may return, counted as their
+// text and blob bytes plus 8 per cell. D1 holds a call's results in its
+// isolate's memory (128 MB in all) and fails a larger one; so does d1local,
+// rather than run out of memory itself.
+const maxResultBytes = 128 << 20
+
+// errMemoryLimit fails a call whose results do not fit D1's isolate; it is
+// answered memoryLimitMessage, D1's words.
+var errMemoryLimit = errors.New("d1local: the call's results exceed D1's memory limit")
+
+const memoryLimitMessage = "D1 DB's isolate exceeded its memory limit and was reset."
+
+// cellBytes is what a row counts against maxResultBytes.
+func cellBytes(row []any) int {
+	n := 0
+	for _, v := range row {
+		switch v := v.(type) {
+		case string:
+			n += len(v)
+		case []byte:
+			n += len(v)
+		}
+		n += 8
+	}
+	return n
+}
+
 // runStatement prepares (or takes from the cache), binds and steps one
-// statement.
-func (d *database) runStatement(st statement) (result, error) {
+// statement. Its rows count against left (see maxResultBytes).
+func (d *database) runStatement(st statement, left *int) (result, error) {
 	c := d.conn
 	start := time.Now()
 	if st.keyword == "ALTER" && renameToReserved.MatchString(st.sql) {
@@ -341,7 +369,11 @@ func (d *database) runStatement(st statement) (result, error) {
 		if !more {
 			break
 		}
-		rows = append(rows, s.row(len(columns)))
+		row := s.row(len(columns))
+		if *left -= cellBytes(row); *left < 0 {
+			return result{}, errMemoryLimit
+		}
+		rows = append(rows, row)
 	}
 	changes := c.totalChanges() - before
 	ddl := st.keyword == "CREATE" || st.keyword == "DROP" || st.keyword == "ALTER"

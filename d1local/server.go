@@ -498,6 +498,8 @@ func (s *Server) errorResponse(err error, dbID string) *apiError {
 	case errors.Is(err, ErrNoDatabase):
 		return &apiError{status: http.StatusNotFound, code: 7404,
 			message: "The database " + dbID + " could not be found"}
+	case errors.Is(err, errMemoryLimit):
+		return &apiError{status: http.StatusInternalServerError, code: 7500, message: memoryLimitMessage}
 	}
 	e := internalError(err)
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

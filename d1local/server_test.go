@@ -615,3 +615,24 @@ func BenchmarkRun(b *testing.B) {
 		}
 	}
 }
+
+// TestResultMemoryLimit: a call whose rows exceed D1's isolate memory
+// (maxResultBytes, across its statements) gets D1's answer, 500/7500
+// "isolate exceeded its memory limit", instead of d1local growing without
+// bound; nothing of it is committed, and the database goes on.
+func TestResultMemoryLimit(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.exec(t, "db", "CREATE TABLE t (x)")
+	half := q("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c LIMIT 70) SELECT hex(zeroblob(500000)) AS b FROM c")
+	if r := h.post(t, "db", "raw", half); r.status != http.StatusOK {
+		t.Fatalf("70 MB: %d %.200s", r.status, r.body)
+	}
+	r := h.post(t, "db", "raw", batch(q("INSERT INTO t VALUES (1)"), half, half))
+	checkError(t, r, http.StatusInternalServerError, 7500)
+	if msg := r.env.Errors[0].Message; msg != "D1 DB's isolate exceeded its memory limit and was reset." {
+		t.Errorf("message %q", msg)
+	}
+	if rows := h.rows(t, "db", q("SELECT count(*) AS n FROM t")); rows != `[{"n":0}]` {
+		t.Errorf("the failed call committed: %s", rows)
+	}
+}
