@@ -1,6 +1,7 @@
 package d1local
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -78,26 +79,66 @@ var errClosed = errors.New("d1local: server closed")
 // at a time, as D1 runs each database single-threaded.
 type database struct {
 	id       string
+	path     string        // its file, or memoryPath
 	lock     chan struct{} // holds a token while a request runs
-	conn     *conn         // nil once closed
-	gone     error         // why conn is nil: errClosed or ErrNoDatabase
+	conn     *conn         // nil while closed
+	gone     error         // why conn is nil for good: errClosed or ErrNoDatabase
 	pageSize int64
+
+	// h, for a database in a file, counts its connection among the
+	// server's open files, and may close it while the database is idle;
+	// acquire opens it again. nil in memory: the connection stays open
+	// until close.
+	h    *handles
+	elem *list.Element // d's place in h.lru while conn is open; guarded by h.mu
 }
 
 // openDatabase opens the database stored at path (":memory:" for one that
 // lives in memory) and prepares its connection: limits, foreign keys, WAL,
 // a busy timeout and defensive mode.
 func openDatabase(id, path string) (*database, error) {
-	c, err := openConn(path)
-	if err != nil {
-		return nil, badFile(path, err)
-	}
-	d := &database{id: id, lock: make(chan struct{}, 1), conn: c}
-	if err := d.setup(path != memoryPath); err != nil {
-		c.close()
-		return nil, fmt.Errorf("set up database %s: %w", id, badFile(path, err))
+	return openCounted(id, path, nil)
+}
+
+// openCounted is openDatabase with the connection counted in h (nil: not
+// counted, never closed while idle).
+func openCounted(id, path string, h *handles) (*database, error) {
+	d := &database{id: id, path: path, lock: make(chan struct{}, 1), h: h}
+	if err := d.connect(); err != nil {
+		return nil, err
 	}
 	return d, nil
+}
+
+// connect opens and sets up d's connection, counting it in d.h, which may
+// first close the idle database used least recently. d is held, or not
+// yet shared.
+func (d *database) connect() error {
+	d.h.reserve()
+	c, err := openConn(d.path)
+	if err != nil {
+		d.h.unreserve()
+		return badFile(d.path, d.openError(err))
+	}
+	d.conn = c
+	if err := d.setup(d.path != memoryPath); err != nil {
+		c.close()
+		d.conn = nil
+		d.h.unreserve()
+		return fmt.Errorf("set up database %s: %w", d.id, badFile(d.path, err))
+	}
+	d.h.opened(d)
+	return nil
+}
+
+// openError rewrites openConn's error, "open <path>: <cause>", to name the
+// file by its base name: answers may quote it, and the directory is the
+// server's business (as in badFile).
+func (d *database) openError(err error) error {
+	if cause := errors.Unwrap(err); cause != nil && d.path != memoryPath {
+		return fmt.Errorf("open %s: %w", filepath.Base(d.path), cause)
+	}
+	return err
 }
 
 // badFile turns err, a failure to open or set up the database file at
@@ -154,29 +195,68 @@ func (d *database) setup(file bool) error {
 	return nil
 }
 
-// acquire waits until the database is free, or ctx is done.
+// acquire waits until the database is free, or ctx is done, and opens its
+// connection again if it was closed while idle (see handles). A database
+// closed for good is held with conn nil: callers report d.gone.
 func (d *database) acquire(ctx context.Context) error {
 	select {
 	case d.lock <- struct{}{}:
-		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	switch {
+	case d.h == nil || d.gone != nil:
+	case d.conn != nil:
+		d.h.touch(d)
+	default:
+		if err := d.connect(); err != nil {
+			<-d.lock
+			return err
+		}
+	}
+	return nil
 }
 
-func (d *database) release() { <-d.lock }
+// release frees the database. If more files are open than the server's
+// bound allows (every one was in use when another had to open), its
+// connection is closed now that it is idle.
+func (d *database) release() {
+	if d.conn != nil && d.h.overBound(d) {
+		d.closeIdle()
+	}
+	<-d.lock
+}
+
+// closeIdle closes the connection of a database that is held and idle,
+// already taken off its handles' list; the next acquire opens it again.
+// Closing the last connection checkpoints the WAL into the file. An error
+// is dropped: the connection is gone either way (sqlite3_close_v2 keeps
+// one with unfinalized statements as a zombie, and conn.close finalizes
+// the cached ones first), and the next connection reads what committed.
+func (d *database) closeIdle() {
+	c := d.conn
+	d.conn = nil
+	_ = c.close()
+	d.h.closed(d)
+}
 
 // close waits for the running request, if any, and closes the connection.
 // Later requests fail with reason: errClosed once the server is closed,
-// ErrNoDatabase once the database is deleted.
+// ErrNoDatabase once the database is deleted; its file is never opened
+// again through d.
 func (d *database) close(reason error) error {
 	d.lock <- struct{}{}
-	defer d.release()
-	if d.conn == nil {
+	defer func() { <-d.lock }()
+	if d.gone != nil {
 		return nil
 	}
+	d.gone = reason
+	if d.conn == nil {
+		return nil // closed while idle
+	}
 	err := d.conn.close()
-	d.conn, d.gone = nil, reason
+	d.conn = nil
+	d.h.closed(d)
 	if err != nil {
 		return fmt.Errorf("close database %s: %w", d.id, err)
 	}

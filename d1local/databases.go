@@ -1,6 +1,7 @@
 package d1local
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Databases returns the IDs of the server's databases, sorted: the
@@ -30,7 +32,7 @@ func (s *Server) Databases() ([]string, error) {
 		}
 		for _, e := range entries {
 			id, ok := strings.CutSuffix(e.Name(), ".sqlite")
-			if ok && e.Type().IsRegular() && idPattern.MatchString(id) && s.dbs[id] == nil {
+			if ok && e.Type().IsRegular() && idPattern.MatchString(id) && s.dbs[id] == nil && s.deleting[id] == nil {
 				ids = append(ids, id)
 			}
 		}
@@ -52,29 +54,56 @@ func (s *Server) CreateDatabase(id string) error {
 // DeleteDatabase deletes the database id and its file, after the request
 // running on it, if any. Requests already waiting for it fail as for a
 // missing database. A missing database is ErrNoDatabase.
+//
+// Only the wait for that request happens outside the server's lock: from
+// the start of the deletion the database is absent (to list, get, a
+// second delete and any call made with NoAutoCreate), while calls that
+// would create it wait for its files to be gone and then create a new
+// one. Other databases are not held up.
 func (s *Server) DeleteDatabase(id string) error {
 	if !idPattern.MatchString(id) {
 		return fmt.Errorf("d1local: invalid database ID %q", id)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return errClosed
+	}
+	if s.deleting[id] != nil {
+		s.mu.Unlock()
+		return ErrNoDatabase
 	}
 	d := s.dbs[id]
 	path := s.path(id)
 	if d == nil {
-		if path == "" {
-			return ErrNoDatabase
+		missing := path == ""
+		if !missing {
+			_, err := os.Stat(path)
+			missing = errors.Is(err, fs.ErrNotExist)
 		}
-		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		if missing {
+			s.mu.Unlock()
 			return ErrNoDatabase
 		}
 	}
+	delete(s.dbs, id)
+	done := make(chan struct{})
+	if s.deleting == nil {
+		s.deleting = make(map[string]chan struct{})
+	}
+	s.deleting[id] = done
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.deleting, id)
+		s.mu.Unlock()
+		close(done)
+	}()
+
 	if d != nil {
-		delete(s.dbs, id)
-		// No request takes s.mu while it holds the database, so waiting
-		// here for the running one cannot deadlock.
+		// d leaves the map before its files: a request that took it
+		// before fails with ErrNoDatabase once close marks it gone, and
+		// acquire never reopens a database marked gone.
 		if err := d.close(ErrNoDatabase); err != nil {
 			return err
 		}
@@ -113,4 +142,224 @@ func (s *Server) describe(ctx context.Context, id string) (databaseInfo, error) 
 		return databaseInfo{}, err
 	}
 	return databaseInfo{id: id, tables: tables, size: size}, nil
+}
+
+// How open treats a missing or existing database.
+const (
+	openExisting = iota // a missing one is ErrNoDatabase
+	openOrCreate        // a missing one is created
+	createNew           // a missing one is created, an existing one is errExists
+)
+
+// errExists is open's error for an existing database in mode
+// createNew.
+var errExists = errors.New("d1local: database exists")
+
+// open returns the database id, opening or creating it as mode says. A
+// database being deleted is missing to openExisting; the other modes wait
+// until its files are gone, then create it anew.
+func (s *Server) open(id string, mode int) (*database, error) {
+	s.mu.Lock()
+	for {
+		if s.closed {
+			s.mu.Unlock()
+			return nil, errClosed
+		}
+		done := s.deleting[id]
+		if done == nil {
+			break
+		}
+		s.mu.Unlock()
+		if mode == openExisting {
+			return nil, ErrNoDatabase
+		}
+		<-done
+		s.mu.Lock()
+	}
+	defer s.mu.Unlock()
+	if d, ok := s.dbs[id]; ok {
+		if mode == createNew {
+			return nil, errExists
+		}
+		return d, nil
+	}
+	path := s.path(id)
+	if path != "" && mode != openOrCreate {
+		_, err := os.Stat(path)
+		switch {
+		case err == nil && mode == createNew:
+			return nil, errExists
+		case errors.Is(err, fs.ErrNotExist) && mode == openExisting:
+			return nil, ErrNoDatabase
+		}
+	}
+	var h *handles
+	if path == "" {
+		if mode == openExisting {
+			return nil, ErrNoDatabase
+		}
+		path = memoryPath
+	} else {
+		h = s.fileHandles()
+	}
+	d, err := openCounted(id, path, h)
+	if err != nil {
+		return nil, fmt.Errorf("d1local: %w", err)
+	}
+	s.dbs[id] = d
+	s.log.Debug("d1local: database opened", "database", id, "path", path)
+	return d, nil
+}
+
+// DefaultMaxOpenDatabases is the bound on open database files when
+// Config.MaxOpenDatabases is 0: 768 file descriptors.
+const DefaultMaxOpenDatabases = 256
+
+// fileHandles returns the count of the server's open database files,
+// creating it on first use. s.mu is held.
+func (s *Server) fileHandles() *handles {
+	if s.handles == nil {
+		n := s.cfg.MaxOpenDatabases
+		if n == 0 {
+			n = DefaultMaxOpenDatabases
+		}
+		s.handles = &handles{max: max(n, 0)}
+	}
+	return s.handles
+}
+
+// handles counts the connections of a server's databases in files and
+// keeps their number at most max (0: no bound) by closing, before another
+// opens, the database used least recently among those that are idle. One
+// in use (held: its lock taken) is never closed, so when every open one
+// is in use the next opens past the bound, and closes when released (see
+// database.release). A database closed so reopens on its next acquire,
+// and reads what committed: closing the last connection to a file
+// checkpoints its WAL.
+//
+// Lock order: s.mu, then h.mu; h.mu is never held while waiting for a
+// database, only while trying to take an idle one.
+type handles struct {
+	max int
+
+	mu   sync.Mutex
+	open int       // connections open or opening
+	peak int       // the most open at once, for tests
+	lru  list.List // of *database with an open connection, most recently acquired first
+}
+
+// reserve counts a connection about to open, first closing idle ones
+// while the bound is reached. A nil h counts nothing.
+func (h *handles) reserve() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	for h.max > 0 && h.open >= h.max {
+		v := h.takeIdle()
+		if v == nil {
+			break // every open one is in use
+		}
+		// Closing checkpoints the WAL: not under h.mu. v stays counted
+		// until closed, so the files open never exceed the count.
+		h.mu.Unlock()
+		v.closeIdle()
+		<-v.lock
+		h.mu.Lock()
+	}
+	h.open++
+	h.peak = max(h.peak, h.open)
+	h.mu.Unlock()
+}
+
+// takeIdle takes the idle database used least recently off the list and
+// holds it, or returns nil if every open one is held. h.mu is held.
+func (h *handles) takeIdle() *database {
+	for e := h.lru.Back(); e != nil; e = e.Prev() {
+		v := e.Value.(*database)
+		select {
+		case v.lock <- struct{}{}:
+			h.lru.Remove(e)
+			v.elem = nil
+			return v
+		default: // in use
+		}
+	}
+	return nil
+}
+
+// unreserve uncounts a connection that failed to open.
+func (h *handles) unreserve() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.open--
+	h.mu.Unlock()
+}
+
+// opened lists d, whose connection has just opened, as the most recently
+// used.
+func (h *handles) opened(d *database) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	d.elem = h.lru.PushFront(d)
+	h.mu.Unlock()
+}
+
+// touch marks d, just acquired with its connection open, as the most
+// recently used.
+func (h *handles) touch(d *database) {
+	h.mu.Lock()
+	if d.elem != nil {
+		h.lru.MoveToFront(d.elem)
+	}
+	h.mu.Unlock()
+}
+
+// closed uncounts d's connection, just closed, and unlists d.
+func (h *handles) closed(d *database) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	if d.elem != nil {
+		h.lru.Remove(d.elem)
+		d.elem = nil
+	}
+	h.open--
+	h.mu.Unlock()
+}
+
+// overBound reports whether more connections are open than the bound
+// allows, and if so unlists d, held with its connection open, for the
+// caller to close.
+func (h *handles) overBound(d *database) bool {
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.max == 0 || h.open <= h.max || d.elem == nil {
+		return false
+	}
+	h.lru.Remove(d.elem)
+	d.elem = nil
+	return true
+}
+
+// openFiles reports, for tests, the database files open now and the most
+// open at once.
+func (s *Server) openFiles() (open, peak int) {
+	s.mu.Lock()
+	h := s.handles
+	s.mu.Unlock()
+	if h == nil {
+		return 0, 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.open, h.peak
 }

@@ -42,6 +42,9 @@
 // secret, and they work for an hour.
 //
 // Each database is one SQLite file, Dir/<id>.sqlite, and its name is its ID.
+// At most Config.MaxOpenDatabases files (256 by default) are held open: past
+// that, the idle database used least recently is closed and reopened on its
+// next call, so a Dir may hold any number of databases.
 // A database is created on its first query, raw, import or export call,
 // unless Config.NoAutoCreate is set; with it, nothing is created but by the
 // create endpoint or CreateDatabase, and New does not create Dir either, so

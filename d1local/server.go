@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -72,6 +71,16 @@ type Config struct {
 	// Logger receives a debug line per call and the causes of internal
 	// errors; nil discards them.
 	Logger *slog.Logger
+	// MaxOpenDatabases bounds the database files of Dir held open at once
+	// (three file descriptors each: the file, its WAL and its shared
+	// memory), so that a Dir may hold any number of databases: past it,
+	// the idle database used least recently is closed (its WAL
+	// checkpointed into the file) and opened again on its next call. A
+	// database in use is never closed; when every open one is, another
+	// opens past the bound and closes once its call ends. 0 means
+	// DefaultMaxOpenDatabases; a negative value, no bound. Databases in
+	// memory stay open.
+	MaxOpenDatabases int
 }
 
 // Server is a D1-compatible REST server, an http.Handler; see the package
@@ -83,9 +92,11 @@ type Server struct {
 	account string
 	budget  *limiter // nil: no budget
 
-	mu     sync.Mutex
-	dbs    map[string]*database
-	closed bool
+	mu       sync.Mutex
+	dbs      map[string]*database
+	deleting map[string]chan struct{} // see DeleteDatabase
+	handles  *handles                 // see fileHandles
+	closed   bool
 
 	faultMu sync.Mutex
 	faults  []Fault
@@ -187,56 +198,6 @@ func (s *Server) database(id string, create bool) (*database, error) {
 		mode = openOrCreate
 	}
 	return s.open(id, mode)
-}
-
-// How open treats a missing or existing database.
-const (
-	openExisting = iota // a missing one is ErrNoDatabase
-	openOrCreate        // a missing one is created
-	createNew           // a missing one is created, an existing one is errExists
-)
-
-// errExists is open's error for an existing database in mode
-// createNew.
-var errExists = errors.New("d1local: database exists")
-
-// open returns the open database id, opening or creating it as mode
-// says.
-func (s *Server) open(id string, mode int) (*database, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, errClosed
-	}
-	if d, ok := s.dbs[id]; ok {
-		if mode == createNew {
-			return nil, errExists
-		}
-		return d, nil
-	}
-	path := s.path(id)
-	if path != "" && mode != openOrCreate {
-		_, err := os.Stat(path)
-		switch {
-		case err == nil && mode == createNew:
-			return nil, errExists
-		case errors.Is(err, fs.ErrNotExist) && mode == openExisting:
-			return nil, ErrNoDatabase
-		}
-	}
-	if path == "" {
-		if mode == openExisting {
-			return nil, ErrNoDatabase
-		}
-		path = memoryPath
-	}
-	d, err := openDatabase(id, path)
-	if err != nil {
-		return nil, fmt.Errorf("d1local: %w", err)
-	}
-	s.dbs[id] = d
-	s.log.Debug("d1local: database opened", "database", id, "path", path)
-	return d, nil
 }
 
 // ServeHTTP serves the D1 REST API.
