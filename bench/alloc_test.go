@@ -54,7 +54,7 @@ func BenchmarkClientExec(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer local.Close()
-	setup, err := newClient("http://d1local.invalid", "bench", &http.Client{Transport: inProcess{local}}, false)
+	setup, err := newClient(inProcessURL, "bench", &http.Client{Transport: inProcess{local}}, false)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func BenchmarkClientExec(b *testing.B) {
 		{"d1local_in_process/one_statement", inProcess{local}, one},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			c, err := newClient("http://d1local.invalid", "bench", &http.Client{Transport: tc.transport}, false)
+			c, err := newClient(inProcessURL, "bench", &http.Client{Transport: tc.transport}, false)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -303,6 +303,11 @@ func BenchmarkAddedLatency(b *testing.B) {
 // directly: no sockets, so a benchmark measures CPU.
 type inProcess struct{ h http.Handler }
 
+// inProcessURL is the base URL of a d1local reached through inProcess. No
+// socket is involved, but the host must be loopback all the same: without a
+// token, d1local refuses requests addressed to other names.
+const inProcessURL = "http://127.0.0.1"
+
 func (p inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
 	rec := httptest.NewRecorder()
 	p.h.ServeHTTP(rec, r)
@@ -318,7 +323,7 @@ func BenchmarkMiddlewareOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer local.Close()
-	db, err := d1client.New(d1client.Config{BaseURL: "http://d1local.invalid", AccountID: "acct", DatabaseID: "bench",
+	db, err := d1client.New(d1client.Config{BaseURL: inProcessURL, AccountID: "acct", DatabaseID: "bench",
 		HTTPClient: &http.Client{Transport: inProcess{local}}, Budget: d1client.UnlimitedBudget()})
 	if err != nil {
 		b.Fatal(err)

@@ -37,7 +37,7 @@ func guardedService(b *testing.B, mp metric.MeterProvider, tp trace.TracerProvid
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { local.Close() })
-	db, err := d1client.New(d1client.Config{BaseURL: "http://d1local.invalid", AccountID: "acct", DatabaseID: "bench",
+	db, err := d1client.New(d1client.Config{BaseURL: inProcessURL, AccountID: "acct", DatabaseID: "bench",
 		HTTPClient: &http.Client{Transport: inProcess{local}}, Budget: d1client.UnlimitedBudget(),
 		MeterProvider: mp, TracerProvider: tp})
 	if err != nil {
