@@ -1,10 +1,11 @@
 package d1client
 
 import (
-	"net"
 	"net/url"
 	"os"
 	"strings"
+
+	"github.com/d1idem/d1idem/internal/loopback"
 )
 
 // BridgeURLEnv is the environment variable New reads for the bridge URL
@@ -78,7 +79,7 @@ func parseBridgeURL(name, raw string) (base, secret string, err error) {
 	}
 	switch {
 	case u.Scheme == "https":
-	case u.Scheme == "http" && loopback(u.Hostname()):
+	case u.Scheme == "http" && loopback.Host(u.Hostname()):
 	case u.Scheme == "http":
 		return "", "", invalidf("%s is http:// to %s, which is not this machine: the URL carries the bridge's secret, so it must be https:// (http:// is accepted for a bridge on 127.0.0.1, such as `d1idem bridge serve`)", name, u.Host)
 	default:
@@ -97,15 +98,6 @@ func parseBridgeURL(name, raw string) (base, secret string, err error) {
 	}
 	u.User = nil
 	return u.String(), pass, nil
-}
-
-// loopback reports whether host names this machine.
-func loopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // Bridge reports whether the client talks to a d1idem bridge (see

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,6 +19,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/d1idem/d1idem/internal/loopback"
 )
 
 // DefaultAccountID is the account ID /memberships and /accounts report
@@ -390,32 +391,18 @@ func (s *Server) execute(r *http.Request, dbID string, queries []parsedQuery, bu
 // With a token none of this is needed: a page cannot add the Authorization
 // header without a preflight, which the server does not answer.
 func browserGuard(r *http.Request) *apiError {
-	if r.Host != "" && !loopbackHost(r.Host) {
+	if r.Host != "" && !loopback.Host(r.Host) {
 		return &apiError{status: http.StatusForbidden, code: 10000, message: fmt.Sprintf(
 			"d1local without a token answers only requests addressed to 127.0.0.1, [::1] or localhost, not %q: set a token to serve other names", r.Host)}
 	}
 	if origin := r.Header.Get("Origin"); origin != "" {
 		u, err := url.Parse(origin)
-		if err != nil || !loopbackHost(u.Host) {
+		if err != nil || !loopback.Host(u.Host) {
 			return &apiError{status: http.StatusForbidden, code: 10000, message: fmt.Sprintf(
 				"d1local without a token refuses requests from web pages (Origin %q): set a token to serve a page's requests", origin)}
 		}
 	}
 	return nil
-}
-
-// loopbackHost reports whether host (with or without a port) is localhost
-// or a loopback IP address.
-func loopbackHost(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // authenticate checks the bearer token, if one is configured. A missing
