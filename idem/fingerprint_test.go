@@ -152,6 +152,19 @@ func TestPathAndQuery(t *testing.T) {
 	}
 }
 
+// ValidPrincipal is what Begin accepts: 1 to MaxPrincipalLength bytes of
+// UTF-8.
+func TestValidPrincipal(t *testing.T) {
+	for p, want := range map[string]bool{
+		"acct_42": true, "é": true, strings.Repeat("p", MaxPrincipalLength): true,
+		"": false, "a\xffb": false, strings.Repeat("p", MaxPrincipalLength+1): false,
+	} {
+		if got := ValidPrincipal(p); got != want {
+			t.Errorf("ValidPrincipal(%.20q) = %v", p, got)
+		}
+	}
+}
+
 func TestValidKey(t *testing.T) {
 	ok := []string{"a", "8e03978e-40d5-43e8-bc93-6894a57f9324", " ", "~", strings.Repeat("k", 255), `"quoted"`}
 	bad := []string{"", strings.Repeat("k", 256), "tab\t", "new\nline", "é", "\x7f", "nul\x00"}

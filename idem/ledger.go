@@ -217,6 +217,10 @@ const MaxPrincipalLength = 1024
 // client's; the error never includes the principal.
 var ErrInvalidPrincipal = errors.New("idem: invalid principal")
 
+// ValidPrincipal reports whether the ledger can hold principal p: 1 to
+// MaxPrincipalLength bytes of valid UTF-8 (Ledger.Begin refuses any other).
+func ValidPrincipal(p string) bool { return checkPrincipal(p) == nil }
+
 // checkPrincipal validates a principal without ever quoting it.
 func checkPrincipal(p string) error {
 	switch {

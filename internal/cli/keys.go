@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -286,16 +285,14 @@ func (o *options) keysList(c *cli.Context) error {
 	})
 }
 
-// checkPrincipal refuses a --principal no request can have: the ledger
-// takes 1 to MaxPrincipalLength bytes of UTF-8.
+// checkPrincipal refuses a --principal no request can have (see
+// idem.ValidPrincipal); "" is keys list's "any principal".
 func checkPrincipal(p string) error {
-	switch {
-	case !utf8.ValidString(p):
-		return usagef("--principal %s is not valid UTF-8", strconv.QuoteToASCII(p[:min(len(p), 64)]))
-	case len(p) > idem.MaxPrincipalLength:
-		return usagef("--principal is %d bytes, over the limit of %d", len(p), idem.MaxPrincipalLength)
+	if p == "" || idem.ValidPrincipal(p) {
+		return nil
 	}
-	return nil
+	return usagef("--principal %s (%s) is not one the ledger holds: principals are 1 to %d bytes of UTF-8",
+		strconv.QuoteToASCII(p[:min(len(p), 64)]), plural(int64(len(p)), "byte", "bytes"), idem.MaxPrincipalLength)
 }
 
 // listOptions reads the filters of keys list.

@@ -150,9 +150,9 @@ func TestKeysGetNotFoundAndUsage(t *testing.T) {
 		{[]string{"keys", "get", "--principal", "p", "--key", "k", "--ttl", "-1s"}, "--ttl -1s must be positive"},
 		{[]string{"keys", "get", "--principal", "p", "--key", "k", "extra"}, "takes no arguments"},
 		{[]string{"keys", "get", "--principal", "p", "--key", "k", "--ttl", "soon"}, "keys get: invalid value \"soon\" for flag -ttl"},
-		{[]string{"keys", "get", "--principal", "a\xffb", "--key", "k"}, `--principal "a\xffb" is not valid UTF-8`},
-		{[]string{"keys", "release", "--principal", strings.Repeat("p", 1025), "--key", "k", "--generation", "1"}, "--principal is 1025 bytes, over the limit of 1024"},
-		{[]string{"keys", "list", "--principal", "\xc3"}, `--principal "\xc3" is not valid UTF-8`},
+		{[]string{"keys", "get", "--principal", "a\xffb", "--key", "k"}, `--principal "a\xffb" (3 bytes) is not one the ledger holds: principals are 1 to 1024 bytes of UTF-8`},
+		{[]string{"keys", "release", "--principal", strings.Repeat("p", 1025), "--key", "k", "--generation", "1"}, `--principal "` + strings.Repeat("p", 64) + `" (1025 bytes) is not one the ledger holds`},
+		{[]string{"keys", "list", "--principal", "\xc3"}, `--principal "\xc3" (1 byte) is not one the ledger holds`},
 	} {
 		r := runCLI(t, fixedClock(), l.args(tc.args...)...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) || strings.Count(r.stderr, "\n") != 1 || r.stdout != "" {
