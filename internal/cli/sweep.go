@@ -13,13 +13,13 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
 )
 
 const (
 	defaultMaxCalls = 200
 	apiLimitWindow  = 5 * time.Minute
-	apiLimitCalls   = 1200 // Cloudflare's API limit per apiLimitWindow, for the whole account
 )
 
 func sweepCommand(o *options) *cli.Command {
@@ -103,8 +103,8 @@ func maxCalls(c *cli.Context) (int, error) {
 		return 0, usagef("--max-calls %d must not be negative", n)
 	case n == 0 && !unmetered:
 		return 0, usagef("--max-calls 0 (unlimited) is only allowed with --local or a bridge: against Cloudflare's API, leave the application room within the account's 1200 calls per 5 minutes")
-	case n >= apiLimitCalls && !unmetered:
-		return 0, usagef("--max-calls %d leaves nothing of the account's %d calls per 5 minutes to the application (going over blocks every API call of the account for 5 minutes): use fewer", n, apiLimitCalls)
+	case n >= d1local.CloudflareBudget().Limit && !unmetered:
+		return 0, usagef("--max-calls %d leaves nothing of the account's %d calls per 5 minutes to the application (going over blocks every API call of the account for 5 minutes): use fewer", n, d1local.CloudflareBudget().Limit)
 	case unmetered && !c.IsSet("max-calls"):
 		return 0, nil // neither d1local nor a bridge is metered by the API limit
 	}
