@@ -36,6 +36,20 @@ const (
 	flagJSON       = "json"
 )
 
+// The environment variables of the connection flags: wrangler's.
+const (
+	envAccountID = "CLOUDFLARE_ACCOUNT_ID"
+	envAPIToken  = "CLOUDFLARE_API_TOKEN"
+)
+
+// onCommandLine returns the value of string flag name, and whether the
+// command line gave it: set, and not merely to the value of its
+// environment variable env ("" for a flag without one).
+func onCommandLine(c *cli.Context, name, env string) (string, bool) {
+	v := c.String(name)
+	return v, v != "" && (env == "" || v != os.Getenv(env))
+}
+
 // connFlags are the flags of every command that talks to D1. They are the
 // flags and environment variables wrangler users already know. The base
 // URL's variables (CLOUDFLARE_API_BASE_URL, CLOUDFLARE_BASE_URL) are read by
@@ -43,8 +57,8 @@ const (
 // (D1IDEM_BRIDGE_URL) unless --bridge-url is given.
 func connFlags() []cli.Flag {
 	return append([]cli.Flag{
-		&cli.StringFlag{Name: flagAccountID, Usage: "Cloudflare account `ID`", EnvVars: []string{"CLOUDFLARE_ACCOUNT_ID"}, Category: "Connection:"},
-		&cli.StringFlag{Name: flagAPIToken, Usage: "API `TOKEN` with D1 edit permission (never printed)", EnvVars: []string{"CLOUDFLARE_API_TOKEN"}, Category: "Connection:"},
+		&cli.StringFlag{Name: flagAccountID, Usage: "Cloudflare account `ID`", EnvVars: []string{envAccountID}, Category: "Connection:"},
+		&cli.StringFlag{Name: flagAPIToken, Usage: "API `TOKEN` with D1 edit permission (never printed)", EnvVars: []string{envAPIToken}, Category: "Connection:"},
 		&multiFlag{cli.GenericFlag{Name: flagDatabaseID, Usage: "D1 database `ID` (a UUID); with --local, the database under DIR; repeat it for a ledger across several databases",
 			EnvVars: []string{"D1_DATABASE_ID"}, Category: "Connection:", Value: &multiValue{}, DefaultText: "with --local, " + d1local.LocalDatabaseID}},
 	}, append(wranglerFlags(),
@@ -465,7 +479,7 @@ func envWithoutDatabase(c *cli.Context) error {
 	if c.String(flagDatabase) != "" || c.String(flagDatabasesPrefix) != "" {
 		return nil
 	}
-	if env := c.String(flagEnv); env != "" && env != os.Getenv(wrangler.EnvVar) {
+	if _, given := onCommandLine(c, flagEnv, wrangler.EnvVar); given {
 		return usagef("--%s selects a wrangler environment for --%s; pass --%s NAME too", flagEnv, flagDatabase, flagDatabase)
 	}
 	if c.Bool(flagPreview) {
@@ -480,13 +494,13 @@ func envWithoutDatabase(c *cli.Context) error {
 // No value is shown: the token and the bridge URL are secrets.
 func localOnly(c *cli.Context) error {
 	for _, f := range []struct{ name, env string }{
-		{flagAccountID, "CLOUDFLARE_ACCOUNT_ID"},
-		{flagAPIToken, "CLOUDFLARE_API_TOKEN"},
+		{flagAccountID, envAccountID},
+		{flagAPIToken, envAPIToken},
 		{flagBridgeURL, d1client.BridgeURLEnv},
 		{flagBaseURL, ""},
 		{flagConfig, ""},
 	} {
-		if v := c.String(f.name); v != "" && (f.env == "" || v != os.Getenv(f.env)) {
+		if _, given := onCommandLine(c, f.name, f.env); given {
 			return usagef("--%s has no use with --%s: d1local needs no Cloudflare account, API or wrangler config; leave one of them out", f.name, flagLocal)
 		}
 	}
@@ -552,7 +566,7 @@ func connHint(c *cli.Context) string {
 		if u, err := url.Parse(c.String(flagBaseURL)); err == nil && u.String() != "" && u.User == nil {
 			add(flagBaseURL, u.String())
 		}
-		if a := c.String(flagAccountID); a != "" && a != os.Getenv("CLOUDFLARE_ACCOUNT_ID") {
+		if a, given := onCommandLine(c, flagAccountID, envAccountID); given {
 			add(flagAccountID, a)
 		}
 	}

@@ -106,15 +106,15 @@ func errorJSONOf(err error, msg string, code int) errorJSON {
 // SQL (which d1client attaches, parameters redacted) is left out, because it
 // spans lines and says nothing the operator can act on.
 func describe(err error) string {
-	var h hintedError
-	if errors.As(err, &h) {
-		return describeD1Line(err) + "; " + h.hint
+	line := describeLine(err)
+	if h := (hintedError{}); errors.As(err, &h) {
+		line += "; " + h.hint
 	}
-	return describeD1Line(err)
+	return line
 }
 
-// describeD1Line is describe without a command's hint.
-func describeD1Line(err error) string {
+// describeLine is describe without a command's own hint.
+func describeLine(err error) string {
 	var de *d1client.Error
 	if !errors.As(err, &de) || errors.As(err, new(*noDatabaseError)) {
 		return collapse(err.Error())

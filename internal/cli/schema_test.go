@@ -223,6 +223,11 @@ func TestHintRepeatsCommandLine(t *testing.T) {
 	if h := hint(runCLI(t, nil, "schema", "apply", "--base-url", l.b.BaseURL, "--database-id", "ci")); h != " --base-url "+l.b.BaseURL+" --database-id ci" {
 		t.Errorf("account ID from the environment: hint %q", h)
 	}
+	// A base URL with user information is not repeated at all.
+	withUser := strings.Replace(l.b.BaseURL, "http://", "http://u:pw-s3cr3t@", 1)
+	if r := runCLI(t, nil, "schema", "apply", "--base-url", withUser, "--database-id", "ci"); hint(r) != " --database-id ci" || strings.Contains(r.stdout+r.stderr, "s3cr3t") {
+		t.Errorf("base URL with a password: %s", r)
+	}
 	t.Setenv("D1_DATABASE_ID", "ci")
 	if h := hint(runCLI(t, nil, "schema", "apply", "--base-url", l.b.BaseURL, "--account-id", d1test.AccountID)); h != " --base-url "+l.b.BaseURL {
 		t.Errorf("IDs from the environment: hint %q", h)
