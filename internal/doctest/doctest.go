@@ -36,6 +36,7 @@ import (
 	"go/token"
 	"go/types"
 	"io"
+	"iter"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -431,26 +432,31 @@ func Slug(heading string) string {
 	return b.String()
 }
 
-// prose returns the lines of md outside fenced code blocks.
-func prose(md []byte) []string {
-	var out []string
-	fence := ""
-	for line := range strings.Lines(string(md)) {
-		line = strings.TrimRight(line, "\r\n")
-		switch {
-		case fence != "":
-			if isCloseFence(line, fence) {
-				fence = ""
+// prose yields the lines of md outside fenced code blocks, each with its
+// line number (from 1).
+func prose(md []byte) iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		fence := ""
+		n := 0
+		for line := range strings.Lines(string(md)) {
+			n++
+			line = strings.TrimRight(line, "\r\n")
+			switch {
+			case fence != "":
+				if isCloseFence(line, fence) {
+					fence = ""
+				}
+			default:
+				if _, f, _, ok := openFence(line); ok {
+					fence = f
+					continue
+				}
+				if !yield(n, line) {
+					return
+				}
 			}
-		default:
-			if _, f, _, ok := openFence(line); ok {
-				fence = f
-				continue
-			}
-			out = append(out, line)
 		}
 	}
-	return out
 }
 
 // Link is a link from a Markdown or Go file to a file of the module, with
@@ -523,47 +529,39 @@ var delimiterRow = regexp.MustCompile(`^\|?(\s*:?-+:?\s*\|)*\s*:?-+:?\s*\|?$`)
 // word: it drops a row's extra cells and fills missing ones with nothing.
 func TableProblems(path string, md []byte) []string {
 	var problems []string
-	fence := ""
 	header := 0     // cells of the current table's header; 0 outside a table
 	headerLine := 0 // the line of a header not yet followed by its delimiter row
+	last := 0       // the previous prose line: a gap is a code block, which ends a table
 	noDelimiter := func() {
 		problems = append(problems, fmt.Sprintf("%s:%d: a table's header without a delimiter row (|---|) under it", path, headerLine))
 		headerLine = 0
 	}
-	for i, line := range slices.Collect(strings.Lines(string(md))) {
+	for n, line := range prose(md) {
 		line = strings.TrimSpace(line)
-		at := fmt.Sprintf("%s:%d", path, i+1)
-		switch {
-		case fence != "":
-			if isCloseFence(line, fence) {
-				fence = ""
-			}
-			continue
-		case !strings.HasPrefix(line, "|"):
+		if !strings.HasPrefix(line, "|") || n != last+1 {
 			if headerLine != 0 {
 				noDelimiter()
 			}
-			if _, f, _, ok := openFence(line); ok {
-				fence = f
-			}
 			header = 0
-			continue
 		}
+		last = n
+		at := fmt.Sprintf("%s:%d", path, n)
 		switch {
+		case !strings.HasPrefix(line, "|"):
 		case headerLine != 0:
 			if !delimiterRow.MatchString(line) {
 				noDelimiter()
-			} else if n := tableCells(line); n != header {
-				problems = append(problems, fmt.Sprintf("%s: the delimiter row has %d cells, its header %d", at, n, header))
+			} else if c := tableCells(line); c != header {
+				problems = append(problems, fmt.Sprintf("%s: the delimiter row has %d cells, its header %d", at, c, header))
 			}
 			headerLine = 0
 		case header == 0:
-			header, headerLine = tableCells(line), i+1
+			header, headerLine = tableCells(line), n
 		case delimiterRow.MatchString(line):
 			problems = append(problems, at+": a second delimiter row: a row of dashes, or the header of another table written twice")
 		default:
-			if n := tableCells(line); n != header {
-				problems = append(problems, fmt.Sprintf("%s: a row of %d cells in a table of %d", at, n, header))
+			if c := tableCells(line); c != header {
+				problems = append(problems, fmt.Sprintf("%s: a row of %d cells in a table of %d", at, c, header))
 			}
 		}
 	}
