@@ -95,14 +95,9 @@ type database struct {
 
 // openDatabase opens the database stored at path (":memory:" for one that
 // lives in memory) and prepares its connection: limits, foreign keys, WAL,
-// a busy timeout and defensive mode.
-func openDatabase(id, path string) (*database, error) {
-	return openCounted(id, path, nil)
-}
-
-// openCounted is openDatabase with the connection counted in h (nil: not
-// counted, never closed while idle).
-func openCounted(id, path string, h *handles) (*database, error) {
+// a busy timeout and defensive mode. Its connection is counted in h (nil:
+// not counted, and never closed while idle).
+func openDatabase(id, path string, h *handles) (*database, error) {
 	d := &database{id: id, path: path, lock: make(chan struct{}, 1), h: h}
 	if err := d.connect(); err != nil {
 		return nil, err

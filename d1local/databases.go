@@ -202,7 +202,7 @@ func (s *Server) open(id string, mode int) (*database, error) {
 	} else {
 		h = s.fileHandles()
 	}
-	d, err := openCounted(id, path, h)
+	d, err := openDatabase(id, path, h)
 	if err != nil {
 		return nil, fmt.Errorf("d1local: %w", err)
 	}

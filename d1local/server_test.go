@@ -596,7 +596,7 @@ func BenchmarkInsertAndSelect(b *testing.B) {
 // BenchmarkRun measures database.run alone, without HTTP and JSON: the
 // ledger's pattern of the same few SQL texts sent over and over.
 func BenchmarkRun(b *testing.B) {
-	d, err := openDatabase("bench", memoryPath)
+	d, err := openDatabase("bench", memoryPath, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 // memoryDB opens a database in memory, closed when the test ends.
 func memoryDB(t *testing.T) *database {
 	t.Helper()
-	d, err := openDatabase("db", memoryPath)
+	d, err := openDatabase("db", memoryPath, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
