@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/d1idem/d1idem/d1client"
 )
 
 // TestAPIErrors replays recorded D1 failures through httpmock: every one
@@ -127,14 +130,18 @@ func TestSweepInterrupted(t *testing.T) {
 // TestErrorLineClipped: a huge message (a proxy's page passed on, say) is
 // cut to the start of one line, at a character boundary, in text and JSON.
 func TestErrorLineClipped(t *testing.T) {
-	huge := "stats: " + strings.Repeat("é", 3<<20)
-	for _, asJSON := range []bool{false, true} {
-		var b bytes.Buffer
-		report(&b, errors.New(huge), exitError, asJSON)
-		line := b.String()
-		if len(line) > maxErrorLine+200 || strings.Count(line, "\n") != 1 || !utf8.ValidString(line) ||
-			!strings.Contains(line, "é... (") || !strings.Contains(line, " more bytes)") {
-			t.Errorf("json %v: %d bytes: %.120q ... %q", asJSON, len(line), line, line[max(0, len(line)-60):])
+	huge := strings.Repeat("é", 3<<20)
+	// A plain error, and a D1 error whose message --json also repeats in
+	// its "d1" object.
+	for _, err := range []error{errors.New("stats: " + huge), fmt.Errorf("stats: %w", &d1client.Error{StatusCode: 500, Message: huge})} {
+		for _, asJSON := range []bool{false, true} {
+			var b bytes.Buffer
+			report(&b, err, exitError, asJSON)
+			line := b.String()
+			if len(line) > 2*maxErrorLine+400 || strings.Count(line, "\n") != 1 || !utf8.ValidString(line) ||
+				!strings.Contains(line, "é... (") || !strings.Contains(line, " more bytes)") {
+				t.Errorf("%T, json %v: %d bytes: %.120q ... %q", err, asJSON, len(line), line, line[max(0, len(line)-60):])
+			}
 		}
 	}
 }
