@@ -39,7 +39,9 @@ import (
 //   - Callers whose calls left within a quarter of a round trip of each
 //     other ride on together, as long as those calls' statements fit one
 //     call: the runner of the call that returns first hands its callers to
-//     the other's.
+//     the other's. While calls are plentiful, only as long as their waits
+//     for the other call to return add up to a round trip at most: a call
+//     is worth more than that (as for a parallel call, above).
 //   - When calls are scarce, the next call waits for the request budget's
 //     next slot while more statements join it, so each call carries more.
 //     Priority statements leave first; the others ride along where there is
@@ -463,16 +465,26 @@ func (m *costModel) estimate() (base, per time.Duration, ok bool) {
 // f, or of the earliest call whose callers f's runner gathers, and whose
 // statements, with f's, fit one call; or nil. Callers of calls too large to
 // ride on together stay apart: merged, each would wait for all their
-// statements.
-func (b *batcher) nearbyFlight(f *flight) *flight {
+// statements. While calls are plentiful, the answered callers of f wait for
+// the other call only while their waits for it add up to a round trip at
+// most: past that, a call of their own costs less than the wait, as for a
+// parallel call (see waitingCostsMore). A large group of callers, then, is
+// not held back for a call that is still out.
+func (b *batcher) nearbyFlight(f *flight, answered int) *flight {
 	if b.rtt == 0 || b.cfg.Window < 0 {
 		return nil
 	}
 	capacity := b.callCap()
+	plentiful := b.c.account.plentiful(b.headClass(), b.cfg.MaxInFlight, b.rtt)
+	now := b.clk.Now()
 	for _, g := range b.flights {
-		if g.start.Sub(f.first).Abs() <= b.nearby() && g.stmts+f.stmts <= capacity {
-			return g
+		if g.start.Sub(f.first).Abs() > b.nearby() || g.stmts+f.stmts > capacity {
+			continue
 		}
+		if due := max(g.start.Add(b.rtt).Sub(now), 0); plentiful && time.Duration(answered)*due > b.rtt {
+			continue
+		}
+		return g
 	}
 	return nil
 }
@@ -660,7 +672,7 @@ func (b *batcher) fly(ctx context.Context) (deliver func(), next linger, on bool
 	if f.handoff > 0 {
 		since, answered = f.since, answered+f.handoff
 	}
-	if g := b.nearbyFlight(f); g != nil {
+	if g := b.nearbyFlight(f, answered); g != nil {
 		// A call that left with this one is due back shortly: its
 		// runner gathers these callers with its own, and they ride on
 		// together.

@@ -569,6 +569,66 @@ func TestLatencyFirstWhenCallsArePlentiful(t *testing.T) {
 	}
 }
 
+// While calls are plentiful, the callers of a call that returns first are
+// handed to a call that left with it only while their waits for it add up
+// to a round trip at most. Three callers who would each wait 16 ms for the
+// other call (48 ms in all, more than the 20 ms round trip) leave at once
+// in a call of their own; a lone caller who would wait 2 ms is handed over
+// (TestLatencyFirstWhenCallsArePlentiful).
+func TestPlentifulHandoverOnlyWhenCheap(t *testing.T) {
+	c, g, clk := groupClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 4})
+	exec := func(sql string) chan error { return execAsync(c, sql) }
+	// A first call teaches the round trip: 20 ms.
+	d := exec("SELECT 'teach'")
+	call := g.waitCalls(t, 1)
+	clk.Advance(20 * time.Millisecond)
+	call.answer <- nil
+	waitOK(t, d)
+
+	// a's call leaves at once; b, c and d queue behind it and their waits
+	// add up to more than a round trip: a parallel call gathers them.
+	start := clk.Now()
+	a := exec("SELECT 'a'")
+	g.waitCalls(t, 2)
+	var three []chan error
+	for i, sql := range []string{"SELECT 'b'", "SELECT 'c'", "SELECT 'd'"} {
+		three = append(three, exec(sql))
+		eventually(t, "the group to queue", func() bool { return c.batch.queued() == i+1 })
+	}
+	eventually(t, "the gathering timer", func() bool { return clk.Timers() == 1 })
+	clk.Advance(lingerGap)
+	parallel := g.waitCalls(t, 3)
+	if len(parallel.sqls) != 3 {
+		t.Fatalf("the parallel call carries %v, want b, c and d", parallel.sqls)
+	}
+
+	// The parallel call returns 4 ms after a's left: a's call is due in
+	// 16 ms. Handed over, the three would wait 48 ms for it: their runner
+	// takes them on itself, and their next call leaves while a's is out.
+	clk.Set(start.Add(4 * time.Millisecond))
+	parallel.answer <- nil
+	var next []chan error
+	for i, d := range three {
+		waitOK(t, d)
+		next = append(next, exec(fmt.Sprint("SELECT ", i)))
+	}
+	call = g.waitCalls(t, 4)
+	if got, want := slices.Sorted(slices.Values(call.sqls)), []string{"SELECT 0", "SELECT 1", "SELECT 2"}; !slices.Equal(got, want) {
+		t.Fatalf("the next call carries %v, want the three in some order", call.sqls)
+	}
+	select {
+	case err := <-a:
+		t.Fatalf("a's call returned (%v) before the three left", err)
+	default:
+	}
+	g.sent()[1].answer <- nil
+	waitOK(t, a)
+	call.answer <- nil
+	for _, d := range next {
+		waitOK(t, d)
+	}
+}
+
 // While calls are plentiful, a call carries no more statements than D1
 // runs in plentifulSerial, however long the round trip: each of its callers
 // waits for all of them. And the callers of calls that left together ride
