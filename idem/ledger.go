@@ -339,6 +339,9 @@ type Completion struct {
 	// Complete), with only the replayable headers in that case. A 204, 205 or
 	// 304 carries no body.
 	Response Response
+	// sentinel: Response is the spec's sentinel, stored in place of a
+	// response a replay could not reproduce.
+	sentinel bool
 }
 
 // Complete runs round trip 2: the fenced completion, which stores the
@@ -385,7 +388,7 @@ func (l *Ledger) prepare(r *Reservation, resp Response) completionWrite {
 	return completionWrite{
 		stmt:   l.sql.complete(r, stored.Status, body, headersJSON, l.now()),
 		status: stored.Status, body: body, headers: headersJSON,
-		done: Completion{Response: stored},
+		done: Completion{Response: stored, sentinel: body == nil},
 	}
 }
 

@@ -422,7 +422,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		m.answerFromLedger(w, r, res)
 		return
 	}
-	if !m.l.storable(resp) {
+	if done.sentinel {
 		// The spec's sentinel: the response could not be stored, so this
 		// caller gets status 500 with the stored headers and no body, as a
 		// replay will (even when the handler's own status was 500).

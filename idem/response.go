@@ -109,7 +109,7 @@ func (l *Ledger) normalize(resp Response) (Response, string, *string) {
 		resp.Status = http.StatusOK
 	}
 	headersJSON := captureHeaders(resp.Header, l.cfg.ReplayableHeaders)
-	if !l.storable(resp) {
+	if len(resp.Body) > l.cfg.MaxStoredBody || !utf8.Valid(resp.Body) || !replayableStatus(resp.Status) {
 		h, _ := decodeHeaders(&headersJSON)
 		return Response{Status: http.StatusInternalServerError, Header: h}, headersJSON, nil
 	}
@@ -119,12 +119,6 @@ func (l *Ledger) normalize(resp Response) (Response, string, *string) {
 		out.Body = nil
 	}
 	return out, headersJSON, &body
-}
-
-// storable reports whether a replay can reproduce resp (see normalize):
-// otherwise the spec's sentinel is stored in its place.
-func (l *Ledger) storable(resp Response) bool {
-	return len(resp.Body) <= l.cfg.MaxStoredBody && utf8.Valid(resp.Body) && replayableStatus(resp.Status)
 }
 
 // captureHeaders encodes response_headers (docs/contract.md#6-responses): a
