@@ -368,9 +368,15 @@ func (b *batcher) waitingCostsMore() bool {
 	now := b.clk.Now()
 	due := b.rtt
 	for _, f := range b.flights {
-		due = min(due, max(f.start.Add(b.rtt).Sub(now), 0))
+		due = min(due, b.due(f, now))
 	}
 	return due > b.nearby() && time.Duration(groups)*due > b.rtt
+}
+
+// due is how long until call f is expected back: a round trip after it
+// left, and 0 once it is overdue.
+func (b *batcher) due(f *flight, now time.Time) time.Duration {
+	return max(f.start.Add(b.rtt).Sub(now), 0)
 }
 
 // nearby is the while within which calls count as leaving together: a
@@ -470,18 +476,17 @@ func (m *costModel) estimate() (base, per time.Duration, ok bool) {
 // most: past that, a call of their own costs less than the wait, as for a
 // parallel call (see waitingCostsMore). A large group of callers, then, is
 // not held back for a call that is still out.
-func (b *batcher) nearbyFlight(f *flight, answered int) *flight {
+func (b *batcher) nearbyFlight(f *flight, answered int, now time.Time) *flight {
 	if b.rtt == 0 || b.cfg.Window < 0 {
 		return nil
 	}
 	capacity := b.callCap()
 	plentiful := b.c.account.plentiful(b.headClass(), b.cfg.MaxInFlight, b.rtt)
-	now := b.clk.Now()
 	for _, g := range b.flights {
 		if g.start.Sub(f.first).Abs() > b.nearby() || g.stmts+f.stmts > capacity {
 			continue
 		}
-		if due := max(g.start.Add(b.rtt).Sub(now), 0); plentiful && time.Duration(answered)*due > b.rtt {
+		if plentiful && time.Duration(answered)*b.due(g, now) > b.rtt {
 			continue
 		}
 		return g
@@ -672,7 +677,7 @@ func (b *batcher) fly(ctx context.Context) (deliver func(), next linger, on bool
 	if f.handoff > 0 {
 		since, answered = f.since, answered+f.handoff
 	}
-	if g := b.nearbyFlight(f, answered); g != nil {
+	if g := b.nearbyFlight(f, answered, now); g != nil {
 		// A call that left with this one is due back shortly: its
 		// runner gathers these callers with its own, and they ride on
 		// together.

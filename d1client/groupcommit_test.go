@@ -629,6 +629,48 @@ func TestPlentifulHandoverOnlyWhenCheap(t *testing.T) {
 	}
 }
 
+// The handover rule itself, in both regimes: a returned call's callers are
+// handed to a call that left with it and is due back 18 ms later. While
+// calls are plentiful, one caller is (18 ms of waiting), three are not
+// (54 ms, more than the 20 ms round trip). When calls are scarce, waiting
+// saves a call, so three are handed over too.
+func TestHandoverWeighsWaitsOnlyWhenPlentiful(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		budget    Budget
+		plentiful bool
+	}{
+		{"plentiful", UnlimitedBudget(), true},
+		{"scarce", NewBudget(1200, 300*time.Second).WithBurst(10), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, clk := groupClient(t, tc.budget, CoalesceConfig{MaxInFlight: 4})
+			b := c.batch
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if got := b.c.account.plentiful(normal, b.cfg.MaxInFlight, 20*time.Millisecond); got != tc.plentiful {
+				t.Fatalf("plentiful = %v, want %v", got, tc.plentiful)
+			}
+			now := clk.Now()
+			b.rtt = 20 * time.Millisecond
+			// The returned call left 4 ms ago, the other 2 ms ago: due back
+			// in 18 ms.
+			returned := &flight{start: now.Add(-4 * time.Millisecond), first: now.Add(-4 * time.Millisecond), stmts: 3}
+			out := &flight{start: now.Add(-2 * time.Millisecond), first: now.Add(-2 * time.Millisecond), stmts: 1}
+			b.flights = []*flight{out}
+			for _, answered := range []int{1, 3} {
+				want := out
+				if tc.plentiful && answered == 3 {
+					want = nil
+				}
+				if got := b.nearbyFlight(returned, answered, now); got != want {
+					t.Errorf("%d callers answered: handed over %v, want %v", answered, got != nil, want != nil)
+				}
+			}
+		})
+	}
+}
+
 // While calls are plentiful, a call carries no more statements than D1
 // runs in plentifulSerial, however long the round trip: each of its callers
 // waits for all of them. And the callers of calls that left together ride
