@@ -186,11 +186,11 @@ func cloudflareConn(cfg d1client.Config, t target) (*conn, error) {
 // variable. A --base-url on the command line wins over the variable, as
 // flags win over the environment; with --bridge-url it is a usage error.
 func bridgeURL(c *cli.Context) (url string, bridge bool, err error) {
-	u := c.String(flagBridgeURL)
+	u, given := onCommandLine(c, flagBridgeURL, d1client.BridgeURLEnv)
 	if u == "" {
 		return "", false, nil
 	}
-	fromEnv := u == os.Getenv(d1client.BridgeURLEnv)
+	fromEnv := !given
 	switch {
 	case c.String(flagBaseURL) == "" && fromEnv:
 		return "", true, nil

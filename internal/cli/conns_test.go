@@ -126,9 +126,12 @@ func TestLocalRefusesCloudflareFlags(t *testing.T) {
 			refused(t, tc[0]+" has no use with --local: d1local needs no Cloudflare account, API or wrangler config; leave one of them out", args...)
 		}
 	}
+	// Their environment variables are ignored beside --local, a bridge URL
+	// (and its secret) included.
 	t.Setenv("CLOUDFLARE_ACCOUNT_ID", "abc")
 	t.Setenv("CLOUDFLARE_API_TOKEN", "SECRETTOKEN123")
-	if r := mustRun(t, nil, "stats", "--local", dir); strings.Contains(r.stdout, "SECRET") {
+	t.Setenv("D1IDEM_BRIDGE_URL", "https://:SECRETBRIDGE0123456789@bridge.example")
+	if r := mustRun(t, nil, "stats", "--local", dir); strings.Contains(r.stdout+r.stderr, "SECRET") {
 		t.Errorf("stats: %s", r)
 	}
 }

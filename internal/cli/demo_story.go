@@ -287,16 +287,20 @@ func (s *story) noKey(ctx context.Context) error {
 const maxDemoTTL = 5 * time.Minute
 
 // demoClientTimeout bounds each of the story's requests: the slowest, the
-// slow request, stalls for 1.5 TTL (see slowRequest).
+// slow request, stalls for slowStall.
 func demoClientTimeout(ttl time.Duration) time.Duration {
 	return 30*time.Second + 2*ttl
 }
+
+// slowStall is how long the slow request's handler stalls: longer than the
+// TTL, so that its server must renew the key.
+func slowStall(ttl time.Duration) time.Duration { return ttl * 3 / 2 }
 
 // slowRequest sends a request that takes longer than the TTL, and retries
 // it while it runs: its server renews the key, so the retry is told to
 // wait, and only the slow request creates the order.
 func (s *story) slowRequest(ctx context.Context) error {
-	key, stall := s.key("order-3"), s.ttl*3/2
+	key, stall := s.key("order-3"), slowStall(s.ttl)
 	done := make(chan error, 1)
 	var slow reply
 	go func() {

@@ -134,7 +134,7 @@ func TestDemoTTLBounds(t *testing.T) {
 		}
 	}
 	for _, ttl := range []time.Duration{500 * time.Millisecond, 2 * time.Second, 30 * time.Second, maxDemoTTL} {
-		if stall := ttl * 3 / 2; demoClientTimeout(ttl) < stall+10*time.Second {
+		if stall := slowStall(ttl); demoClientTimeout(ttl) < stall+10*time.Second {
 			t.Errorf("TTL %v: the client gives up after %v, before the slow request's %v stall and a margin", ttl, demoClientTimeout(ttl), stall)
 		}
 	}

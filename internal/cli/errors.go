@@ -7,7 +7,6 @@ import (
 	"io"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -216,12 +215,9 @@ const maxErrorLine = 2048
 // clip cuts s to at most maxErrorLine bytes, at a character boundary, and
 // says how much it left out.
 func clip(s string) string {
-	if len(s) <= maxErrorLine {
+	p, more := preview(s, maxErrorLine)
+	if more == 0 {
 		return s
 	}
-	cut := maxErrorLine
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s... (%d more bytes)", s[:cut], len(s)-cut)
+	return fmt.Sprintf("%s... (%d more bytes)", p, more)
 }

@@ -291,8 +291,9 @@ func checkPrincipal(p string) error {
 	if p == "" || idem.ValidPrincipal(p) {
 		return nil
 	}
+	shown, _ := preview(p, 64)
 	return usagef("--principal %s (%s) is not one the ledger holds: principals are 1 to %d bytes of UTF-8",
-		strconv.QuoteToASCII(p[:min(len(p), 64)]), plural(int64(len(p)), "byte", "bytes"), idem.MaxPrincipalLength)
+		strconv.QuoteToASCII(shown), plural(int64(len(p)), "byte", "bytes"), idem.MaxPrincipalLength)
 }
 
 // listOptions reads the filters of keys list.

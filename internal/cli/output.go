@@ -70,14 +70,7 @@ func formatDuration(d time.Duration) string {
 		}
 		return fmt.Sprintf("%dd%dh", days, hours)
 	}
-	s := d.String() // "1h30m0s", "1h0m0s", "12m0s", "12m30s"
-	if before, ok := strings.CutSuffix(s, "m0s"); ok {
-		s = before + "m"
-	}
-	if before, ok := strings.CutSuffix(s, "h0m"); ok {
-		s = before + "h"
-	}
-	return s
+	return durationArg(d) // "1h30m", "1h", "12m", "12m30s"
 }
 
 // formatAge says how long ago a timestamp was: "12m3s ago". A timestamp in

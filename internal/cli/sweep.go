@@ -17,10 +17,9 @@ import (
 	"github.com/d1idem/d1idem/idem"
 )
 
-const (
-	defaultMaxCalls = 200
-	apiLimitWindow  = 5 * time.Minute
-)
+// defaultMaxCalls is sweep's share of the account's API limit
+// (d1local.CloudflareBudget: 1200 calls per 5 minutes) by default.
+const defaultMaxCalls = 200
 
 func sweepCommand(o *options) *cli.Command {
 	return &cli.Command{
@@ -80,7 +79,7 @@ func (o *options) sweep(c *cli.Context) error {
 	if maxCalls > 0 {
 		window := o.budgetWindow
 		if window == 0 {
-			window = apiLimitWindow
+			window = d1local.CloudflareBudget().Window
 		}
 		s.budget = d1client.NewBudget(maxCalls, window).WithReserve(0) // the sweep is all the work there is: no reserve
 		mods = append(mods, func(cfg *d1client.Config) { cfg.Budget = s.budget })
@@ -98,13 +97,14 @@ func maxCalls(c *cli.Context) (int, error) {
 	n := c.Int("max-calls")
 	_, bridge, _ := bridgeURL(c) // a bad combination is reported by openConn
 	unmetered := c.String(flagLocal) != "" || bridge
+	limit := d1local.CloudflareBudget().Limit
 	switch {
 	case n < 0:
 		return 0, usagef("--max-calls %d must not be negative", n)
 	case n == 0 && !unmetered:
-		return 0, usagef("--max-calls 0 (unlimited) is only allowed with --local or a bridge: against Cloudflare's API, leave the application room within the account's 1200 calls per 5 minutes")
-	case n >= d1local.CloudflareBudget().Limit && !unmetered:
-		return 0, usagef("--max-calls %d leaves nothing of the account's %d calls per 5 minutes to the application (going over blocks every API call of the account for 5 minutes): use fewer", n, d1local.CloudflareBudget().Limit)
+		return 0, usagef("--max-calls 0 (unlimited) is only allowed with --local or a bridge: against Cloudflare's API, leave the application room within the account's %d calls per 5 minutes", limit)
+	case n >= limit && !unmetered:
+		return 0, usagef("--max-calls %d leaves nothing of the account's %d calls per 5 minutes to the application (going over blocks every API call of the account for 5 minutes): use fewer", n, limit)
 	case unmetered && !c.IsSet("max-calls"):
 		return 0, nil // neither d1local nor a bridge is metered by the API limit
 	}
