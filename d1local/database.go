@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -370,15 +369,6 @@ func (d *database) runUser(ctx context.Context, stmts []statement) ([]result, er
 	return results, nil
 }
 
-// renameToReserved matches ALTER TABLE ... RENAME TO _cf_...: the
-// authorizer sees only the old name of a renamed table. Whitespace and
-// comments (/* */ and --) may separate the words, as SQLite's tokenizer
-// allows.
-var renameToReserved = regexp.MustCompile("(?s)\\b(?i:RENAME)" + sqlGap + "(?i:TO)" + sqlGap + "[\"'`\\[]?_cf_")
-
-// sqlGap is what may separate two SQL tokens: whitespace and comments.
-const sqlGap = `(?:\s|/\*.*?\*/|--[^\n]*(?:\n|$))+`
-
 // maxResultBytes bounds the rows one call may return, counted as their
 // text and blob bytes plus 8 per cell. D1 holds a call's results in its
 // isolate's memory (128 MB in all) and fails a larger one; so does d1local,
@@ -411,7 +401,7 @@ func cellBytes(row []any) int {
 func (d *database) runStatement(st statement, left *int) (result, error) {
 	c := d.conn
 	start := time.Now()
-	if st.keyword == "ALTER" && renameToReserved.MatchString(st.sql) {
+	if st.keyword == "ALTER" && renamesToReserved(st.sql) {
 		return result{}, &sqlError{msg: "not authorized: SQLITE_AUTH"}
 	}
 	s, err := d.prepareStmt(st)

@@ -56,61 +56,21 @@ func splitSQL(sql string) (pieces []piece, emptyTail bool) {
 	keyword := ""
 	tail := -1 // where the text after the last statement's ';' starts
 	for i := 0; i < len(sql); {
-		c := sql[i]
+		kind, end := scanToken(sql, i)
 		tok := tkOther
-		next := byte(0)
-		if i+1 < len(sql) {
-			next = sql[i+1]
-		}
-		switch {
-		case c == ';':
+		switch kind {
+		case tokSemi:
 			tok = tkSemi
-			i++
-		case isSQLSpace(c):
+		case tokSpace:
 			tok = tkWS
-			i++
-		case c == '/' && next == '*':
-			tok = tkWS
-			if end := strings.Index(sql[i+2:], "*/"); end >= 0 {
-				i += 2 + end + 2
-			} else {
-				i = len(sql)
-			}
-		case c == '-' && next == '-':
-			tok = tkWS
-			if nl := strings.IndexByte(sql[i:], '\n'); nl >= 0 {
-				i += nl + 1
-			} else {
-				i = len(sql)
-			}
-		case c == '[':
-			if end := strings.IndexByte(sql[i+1:], ']'); end >= 0 {
-				i += 1 + end + 1
-			} else {
-				i = len(sql)
-			}
-		case c == '`' || c == '"' || c == '\'':
-			// A doubled quote inside closes one quoted run and opens the
-			// next, which tokenizes the same.
-			if end := strings.IndexByte(sql[i+1:], c); end >= 0 {
-				i += 1 + end + 1
-			} else {
-				i = len(sql)
-			}
-		case isIDChar(c):
-			j := i
-			for j < len(sql) && isIDChar(sql[j]) {
-				j++
-			}
-			word := sql[i:j]
+		case tokWord:
+			word := sql[i:end]
 			tok = keywordToken(word)
 			if !content {
 				keyword = strings.ToUpper(word)
 			}
-			i = j
-		default:
-			i++
 		}
+		i = end
 		if tok != tkWS && tok != tkSemi {
 			content = true
 		}
@@ -127,6 +87,93 @@ func splitSQL(sql string) (pieces []piece, emptyTail bool) {
 		return append(pieces, piece{sql: trimSQLSpace(sql[start:]), keyword: keyword}), false
 	}
 	return pieces, tail >= 0 && trimSQLSpace(sql[tail:]) != ""
+}
+
+// The kinds of token scanToken tells apart.
+const (
+	tokSpace  = iota // whitespace or a comment
+	tokSemi          // ';'
+	tokWord          // an identifier or keyword, unquoted
+	tokQuoted        // a string, or an identifier in "", ``, or []
+	tokOther         // any other byte
+)
+
+// scanToken reads the token of sql that starts at i, as SQLite's tokenizer
+// delimits it where that matters to splitSQL and renamesToReserved: runs
+// of whitespace and comments, quoted text (an unterminated one runs to the
+// end), words, and single bytes. It returns the token's kind and where it
+// ends.
+func scanToken(sql string, i int) (kind, end int) {
+	c := sql[i]
+	next := byte(0)
+	if i+1 < len(sql) {
+		next = sql[i+1]
+	}
+	switch {
+	case c == ';':
+		return tokSemi, i + 1
+	case isSQLSpace(c):
+		return tokSpace, i + 1
+	case c == '/' && next == '*':
+		if end := strings.Index(sql[i+2:], "*/"); end >= 0 {
+			return tokSpace, i + 2 + end + 2
+		}
+		return tokSpace, len(sql)
+	case c == '-' && next == '-':
+		if nl := strings.IndexByte(sql[i:], '\n'); nl >= 0 {
+			return tokSpace, i + nl + 1
+		}
+		return tokSpace, len(sql)
+	case c == '[':
+		if end := strings.IndexByte(sql[i+1:], ']'); end >= 0 {
+			return tokQuoted, i + 1 + end + 1
+		}
+		return tokQuoted, len(sql)
+	case c == '`' || c == '"' || c == '\'':
+		// A doubled quote inside closes one quoted run and opens the
+		// next, which tokenizes the same.
+		if end := strings.IndexByte(sql[i+1:], c); end >= 0 {
+			return tokQuoted, i + 1 + end + 1
+		}
+		return tokQuoted, len(sql)
+	case isIDChar(c):
+		j := i
+		for j < len(sql) && isIDChar(sql[j]) {
+			j++
+		}
+		return tokWord, j
+	}
+	return tokOther, i + 1
+}
+
+// renamesToReserved reports whether sql, an ALTER TABLE statement, renames
+// a table to a name starting with "_cf_" (quoted or not): RENAME TO
+// _cf_..., with any whitespace and comments between the words. SQLite's
+// authorizer sees only the old name of a renamed table. Words inside
+// strings and quoted identifiers do not count.
+func renamesToReserved(sql string) bool {
+	var last [2]string // the two tokens before, words upper-cased
+	for i := 0; i < len(sql); {
+		kind, end := scanToken(sql, i)
+		tok := sql[i:end]
+		i = end
+		switch kind {
+		case tokSpace:
+			continue
+		case tokWord:
+			if last == [2]string{"RENAME", "TO"} && strings.HasPrefix(tok, "_cf_") {
+				return true
+			}
+			tok = strings.ToUpper(tok)
+		case tokQuoted:
+			if last == [2]string{"RENAME", "TO"} && strings.HasPrefix(tok[1:], "_cf_") {
+				return true
+			}
+			tok = "" // not a keyword
+		}
+		last = [2]string{last[1], tok}
+	}
+	return false
 }
 
 // trimSQLSpace trims the whitespace SQLite's tokenizer skips (not every

@@ -37,6 +37,8 @@ func TestRejections(t *testing.T) {
 		{"create _cf_ trigger", q("CREATE TRIGGER _cf_trg AFTER INSERT ON t BEGIN SELECT 1; END"), "not authorized: SQLITE_AUTH"},
 		{"rename to _cf_", q("ALTER TABLE t RENAME TO _cf_t"), "not authorized: SQLITE_AUTH"},
 		{"rename to _cf_ past comments", q("ALTER TABLE t RENAME/**/TO/* x */_cf_t"), "not authorized: SQLITE_AUTH"},
+		{"rename to _cf_ past bare comments", q("ALTER TABLE t RENAME/**/TO/**/_cf_t"), "not authorized: SQLITE_AUTH"},
+		{"rename to bracketed _cf_", q("ALTER TABLE t RENAME TO [_cf_t]"), "not authorized: SQLITE_AUTH"},
 		{"rename to _cf_ past a line comment", q("ALTER TABLE t RENAME -- x\nTO\n\t\"_cf_t\""), "not authorized: SQLITE_AUTH"},
 		{"TEMP table", q("CREATE TEMP TABLE tt (a)"), "not authorized: SQLITE_AUTH"},
 		{"TEMPORARY table", q("CREATE TEMPORARY TABLE tt (a)"), "not authorized: SQLITE_AUTH"},
@@ -163,6 +165,9 @@ func TestAllowedStatements(t *testing.T) {
 		{"alter add column", "ALTER TABLE parent ADD COLUMN name TEXT", ""},
 		{"alter rename column", "ALTER TABLE parent RENAME COLUMN name TO title", ""},
 		{"alter rename table", "CREATE TABLE old_name (a); ALTER TABLE old_name RENAME TO new_name", ""},
+		// Words in a string are not the statement's.
+		{"RENAME TO _cf_ in a string", "ALTER TABLE parent ADD COLUMN y DEFAULT 'RENAME TO _cf_'", ""},
+		{"RENAME TO _cf_ in a quoted name", `ALTER TABLE parent ADD COLUMN "RENAME TO _cf_z"`, ""},
 		{"temp schema readable", "SELECT count(*) AS n FROM temp.sqlite_master", `[{"n":0}]`},
 		{"explain", "EXPLAIN QUERY PLAN SELECT * FROM child WHERE parent_id = 1", ""},
 		{"100 params", "SELECT " + strings.TrimSuffix(strings.Repeat("?,", 100), ","), ""},
