@@ -16,7 +16,8 @@ import (
 // database, endpoint and client; the call that finds the window spent, and
 // every call after it for Block, is refused with HTTP 429, code 971 and a
 // Retry-After header. A window starts with the first call after the
-// previous one ended (or after a block). The zero Budget is no limit.
+// previous one ended (or after a block). Window is at most 24 hours. The
+// zero Budget is no limit.
 type Budget struct {
 	Limit  int
 	Window time.Duration
@@ -31,7 +32,7 @@ func CloudflareBudget() Budget {
 	return Budget{Limit: 1200, Window: 300 * time.Second, Block: defaultBlock}
 }
 
-// maxBudgetWindow is the longest window ParseBudget takes.
+// maxBudgetWindow is the longest Window a Budget may have.
 const maxBudgetWindow = 24 * time.Hour
 
 // defaultBlock is Cloudflare's block after the limit is exceeded.
@@ -54,10 +55,13 @@ func ParseBudget(s string) (Budget, error) {
 		return Budget{}, fmt.Errorf("budget %q: want CALLS/WINDOW with WINDOW a duration (1s to 24h), such as 1200/300s", s)
 	case d < time.Second:
 		return Budget{}, fmt.Errorf("budget %q: want CALLS/WINDOW with WINDOW a duration of at least 1s, such as 1200/300s", s)
-	case d > maxBudgetWindow:
+	}
+	b := Budget{Limit: n, Window: d, Block: defaultBlock}
+	if err := b.validate(); err != nil {
+		// What is left to fail is the window's upper bound.
 		return Budget{}, fmt.Errorf("budget %q: want CALLS/WINDOW with WINDOW a duration of at most 24h, such as 1200/300s", s)
 	}
-	return Budget{Limit: n, Window: d, Block: defaultBlock}, nil
+	return b, nil
 }
 
 // String formats b as ParseBudget reads it.
@@ -77,6 +81,9 @@ func (b Budget) validate() error {
 	}
 	if b.Limit <= 0 || b.Window <= 0 || b.Block < 0 {
 		return errors.New("d1local: Budget needs a positive Limit and Window, and a Block of 0 (300 s) or more")
+	}
+	if b.Window > maxBudgetWindow {
+		return fmt.Errorf("d1local: Budget's Window is %v, over the longest allowed, %v", b.Window, maxBudgetWindow)
 	}
 	return nil
 }

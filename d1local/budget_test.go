@@ -181,4 +181,13 @@ func TestParseBudget(t *testing.T) {
 	if _, err := New(Config{Budget: Budget{Limit: 1}}); err == nil {
 		t.Error("New accepted a Budget without a Window")
 	}
+	if _, err := New(Config{Budget: Budget{Limit: 1, Window: 48 * time.Hour}}); err == nil || !strings.Contains(err.Error(), "Window") {
+		t.Errorf("New with a 48h Window: %v, want an error", err)
+	}
+	srv, err := New(Config{Budget: Budget{Limit: 1, Window: maxBudgetWindow}})
+	if err != nil {
+		t.Errorf("New with a 24h Window: %v", err)
+	} else {
+		srv.Close()
+	}
 }
