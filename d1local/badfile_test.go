@@ -89,3 +89,13 @@ func TestBadDatabaseFile(t *testing.T) {
 		t.Errorf("the good database: %s", got)
 	}
 }
+
+// TestOpenConnErrorNamesBaseName: openConn's error names the file by its
+// base name, never its directory.
+func TestOpenConnErrorNamesBaseName(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "missing")
+	_, err := openConn(filepath.Join(dir, "x.sqlite"))
+	if err == nil || strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "open x.sqlite: ") {
+		t.Errorf("openConn in a missing directory: %v, want an error naming x.sqlite alone", err)
+	}
+}

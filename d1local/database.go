@@ -112,7 +112,7 @@ func (d *database) connect() error {
 	c, err := openConn(d.path)
 	if err != nil {
 		d.h.unreserve()
-		return badFile(d.path, d.openError(err))
+		return err
 	}
 	d.conn = c
 	if err := d.setup(d.path != memoryPath); err != nil {
@@ -125,25 +125,15 @@ func (d *database) connect() error {
 	return nil
 }
 
-// openError rewrites openConn's error, "open <path>: <cause>", to name the
-// file by its base name: answers may quote it, and the directory is the
-// server's business (as in badFile).
-func (d *database) openError(err error) error {
-	if cause := errors.Unwrap(err); cause != nil && d.path != memoryPath {
-		return fmt.Errorf("open %s: %w", filepath.Base(d.path), cause)
-	}
-	return err
-}
-
-// badFile turns err, a failure to open or set up the database file at
-// path, into a *sqlError when SQLite found the file is not a database
-// (SQLITE_NOTADB) or is corrupt (SQLITE_CORRUPT): no retry can cure that,
-// so it is answered as D1 answers an SQLite error (HTTP 400, code 7500,
-// "<message>: SQLITE_<CODE>"), not as an internal error, which clients
-// retry. The message names the file by its base name, the directory being
-// the server's business. SQLite reads the header and the schema before
-// anything could write, so the file is left as it was. Other errors pass
-// through.
+// badFile turns err, a failure to set up the database file at path, into
+// a *sqlError when SQLite found the file is not a database (SQLITE_NOTADB)
+// or is corrupt (SQLITE_CORRUPT): no retry can cure that, so it is
+// answered as D1 answers an SQLite error (HTTP 400, code 7500, "<message>:
+// SQLITE_<CODE>"), not as an internal error, which clients retry. The
+// message names the file by its base name, the directory being the
+// server's business. SQLite reads the header and the schema before
+// anything could write, so the file is left as it was. (Opening reads
+// nothing: the first statement does.) Other errors pass through.
 func badFile(path string, err error) error {
 	var se *sqliteError
 	if path == memoryPath || !errors.As(err, &se) {

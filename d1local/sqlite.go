@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"unsafe"
 
@@ -63,13 +64,15 @@ type conn struct {
 }
 
 // openConn opens (creating if needed) the database at path; ":memory:" opens
-// a private in-memory database.
+// a private in-memory database. Its error names the file by its base name:
+// answers may quote it, and the directory is the server's business.
 func openConn(path string) (*conn, error) {
+	name := filepath.Base(path)
 	tls := libc.NewTLS()
 	cpath, err := libc.CString(path)
 	if err != nil {
 		tls.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", name, err)
 	}
 	defer libc.Xfree(tls, cpath)
 
@@ -87,11 +90,11 @@ func openConn(path string) (*conn, error) {
 			sqlite3.Xsqlite3_close_v2(tls, db)
 		}
 		tls.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", name, err)
 	}
 	if err := c.installAuthorizer(); err != nil {
 		c.close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", name, err)
 	}
 	return c, nil
 }
