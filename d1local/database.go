@@ -81,7 +81,7 @@ type database struct {
 	path     string        // its file, or memoryPath
 	lock     chan struct{} // holds a token while a request runs
 	conn     *conn         // nil while closed
-	gone     error         // why conn is nil for good: errClosed or ErrNoDatabase
+	gone     error         // why conn is nil for good: errClosed, ErrNoDatabase, or the failure of its first opening
 	pageSize int64
 
 	// h, for a database in a file, counts its connection among the
@@ -89,24 +89,20 @@ type database struct {
 	// acquire opens it again. nil in memory: the connection stays open
 	// until close.
 	h    *handles
-	elem *list.Element // d's place in h.lru while conn is open; guarded by h.mu
+	elem *list.Element // d's place in h.lru while conn is open, from its first release; guarded by h.mu
 }
 
-// openDatabase opens the database stored at path (":memory:" for one that
-// lives in memory) and prepares its connection: limits, foreign keys, WAL,
-// a busy timeout and defensive mode. Its connection is counted in h (nil:
-// not counted, and never closed while idle).
-func openDatabase(id, path string, h *handles) (*database, error) {
-	d := &database{id: id, path: path, lock: make(chan struct{}, 1), h: h}
-	if err := d.connect(); err != nil {
-		return nil, err
-	}
-	return d, nil
+// newDatabase returns the database stored at path (":memory:" for one
+// that lives in memory), not yet open. Its connection is counted in h
+// (nil: not counted, and never closed while idle).
+func newDatabase(id, path string, h *handles) *database {
+	return &database{id: id, path: path, lock: make(chan struct{}, 1), h: h}
 }
 
-// connect opens and sets up d's connection, counting it in d.h, which may
-// first close the idle database used least recently. d is held, or not
-// yet shared.
+// connect opens d's connection and prepares it: limits, foreign keys,
+// WAL, a busy timeout and defensive mode. It counts the connection in
+// d.h, which may first close the idle database used least recently. d is
+// held, or not yet shared.
 func (d *database) connect() error {
 	d.h.reserve()
 	c, err := openConn(d.path)
@@ -121,7 +117,6 @@ func (d *database) connect() error {
 		d.h.unreserve()
 		return fmt.Errorf("set up database %s: %w", d.id, badFile(d.path, err))
 	}
-	d.h.opened(d)
 	return nil
 }
 
@@ -188,11 +183,7 @@ func (d *database) acquire(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	switch {
-	case d.h == nil || d.gone != nil:
-	case d.conn != nil:
-		d.h.touch(d)
-	default:
+	if d.conn == nil && d.gone == nil && d.h != nil {
 		if err := d.connect(); err != nil {
 			<-d.lock
 			return err
@@ -201,11 +192,12 @@ func (d *database) acquire(ctx context.Context) error {
 	return nil
 }
 
-// release frees the database. If more files are open than the server's
-// bound allows (every one was in use when another had to open), its
-// connection is closed now that it is idle.
+// release frees the database, recording it as the most recently used. If
+// more files are open than the server's bound allows (every one was in
+// use when another had to open), its connection is closed now that it is
+// idle.
 func (d *database) release() {
-	if d.conn != nil && d.h.overBound(d) {
+	if d.conn != nil && d.h.released(d) {
 		d.closeIdle()
 	}
 	<-d.lock

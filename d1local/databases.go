@@ -158,6 +158,12 @@ var errExists = errors.New("d1local: database exists")
 // open returns the database id, opening or creating it as mode says. A
 // database being deleted is missing to openExisting; the other modes wait
 // until its files are gone, then create it anew.
+//
+// The file is opened outside s.mu, the new database listed and held
+// meanwhile: calls to it wait for the opening, while calls to other
+// databases do not (opening one may first close an idle one, which
+// checkpoints its WAL). A failed opening unlists it again, and whoever
+// waited for it gets the same error.
 func (s *Server) open(id string, mode int) (*database, error) {
 	s.mu.Lock()
 	for {
@@ -176,39 +182,60 @@ func (s *Server) open(id string, mode int) (*database, error) {
 		<-done
 		s.mu.Lock()
 	}
-	defer s.mu.Unlock()
+	d, fresh, err := s.entry(id, mode)
+	s.mu.Unlock()
+	if !fresh {
+		return d, err
+	}
+	if err := d.connect(); err != nil {
+		err = fmt.Errorf("d1local: %w", err)
+		s.mu.Lock()
+		if s.dbs[id] == d {
+			delete(s.dbs, id)
+		}
+		s.mu.Unlock()
+		d.gone = err
+		<-d.lock
+		return nil, err
+	}
+	d.release() // lists it among the open files
+	s.log.Debug("d1local: database opened", "database", id, "path", d.path)
+	return d, nil
+}
+
+// entry, for open, returns the database id: one already listed, or, when
+// fresh, one listed now, not yet open and held for the caller (its lock
+// taken). s.mu is held.
+func (s *Server) entry(id string, mode int) (d *database, fresh bool, err error) {
 	if d, ok := s.dbs[id]; ok {
 		if mode == createNew {
-			return nil, errExists
+			return nil, false, errExists
 		}
-		return d, nil
+		return d, false, nil
 	}
 	path := s.path(id)
 	if path != "" && mode != openOrCreate {
 		_, err := os.Stat(path)
 		switch {
 		case err == nil && mode == createNew:
-			return nil, errExists
+			return nil, false, errExists
 		case errors.Is(err, fs.ErrNotExist) && mode == openExisting:
-			return nil, ErrNoDatabase
+			return nil, false, ErrNoDatabase
 		}
 	}
 	var h *handles
 	if path == "" {
 		if mode == openExisting {
-			return nil, ErrNoDatabase
+			return nil, false, ErrNoDatabase
 		}
 		path = memoryPath
 	} else {
 		h = s.fileHandles()
 	}
-	d, err := openDatabase(id, path, h)
-	if err != nil {
-		return nil, fmt.Errorf("d1local: %w", err)
-	}
+	d = newDatabase(id, path, h)
+	d.lock <- struct{}{}
 	s.dbs[id] = d
-	s.log.Debug("d1local: database opened", "database", id, "path", path)
-	return d, nil
+	return d, true, nil
 }
 
 // DefaultMaxOpenDatabases is the bound on open database files when
@@ -237,15 +264,15 @@ func (s *Server) fileHandles() *handles {
 // and reads what committed: closing the last connection to a file
 // checkpoints its WAL.
 //
-// Lock order: s.mu, then h.mu; h.mu is never held while waiting for a
+// Neither s.mu nor h.mu is held while a connection opens or closes, nor
+// is h.mu taken under s.mu; h.mu is never held while waiting for a
 // database, only while trying to take an idle one.
 type handles struct {
 	max int
 
 	mu   sync.Mutex
 	open int       // connections open or opening
-	peak int       // the most open at once, for tests
-	lru  list.List // of *database with an open connection, most recently acquired first
+	lru  list.List // of *database with an open connection, most recently released first
 }
 
 // reserve counts a connection about to open, first closing idle ones
@@ -268,7 +295,6 @@ func (h *handles) reserve() {
 		h.mu.Lock()
 	}
 	h.open++
-	h.peak = max(h.peak, h.open)
 	h.mu.Unlock()
 }
 
@@ -298,25 +324,29 @@ func (h *handles) unreserve() {
 	h.mu.Unlock()
 }
 
-// opened lists d, whose connection has just opened, as the most recently
-// used.
-func (h *handles) opened(d *database) {
+// released lists d, held with its connection open and about to be
+// released, as the most recently used; or, if more connections are open
+// than the bound allows, unlists d and reports that the caller must close
+// it. A nil h lists nothing.
+func (h *handles) released(d *database) (close bool) {
 	if h == nil {
-		return
+		return false
 	}
 	h.mu.Lock()
-	d.elem = h.lru.PushFront(d)
-	h.mu.Unlock()
-}
-
-// touch marks d, just acquired with its connection open, as the most
-// recently used.
-func (h *handles) touch(d *database) {
-	h.mu.Lock()
-	if d.elem != nil {
+	defer h.mu.Unlock()
+	if h.max > 0 && h.open > h.max {
+		if d.elem != nil {
+			h.lru.Remove(d.elem)
+			d.elem = nil
+		}
+		return true
+	}
+	if d.elem == nil {
+		d.elem = h.lru.PushFront(d)
+	} else {
 		h.lru.MoveToFront(d.elem)
 	}
-	h.mu.Unlock()
+	return false
 }
 
 // closed uncounts d's connection, just closed, and unlists d.
@@ -331,35 +361,4 @@ func (h *handles) closed(d *database) {
 	}
 	h.open--
 	h.mu.Unlock()
-}
-
-// overBound reports whether more connections are open than the bound
-// allows, and if so unlists d, held with its connection open, for the
-// caller to close.
-func (h *handles) overBound(d *database) bool {
-	if h == nil {
-		return false
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.max == 0 || h.open <= h.max || d.elem == nil {
-		return false
-	}
-	h.lru.Remove(d.elem)
-	d.elem = nil
-	return true
-}
-
-// openFiles reports, for tests, the database files open now and the most
-// open at once.
-func (s *Server) openFiles() (open, peak int) {
-	s.mu.Lock()
-	h := s.handles
-	s.mu.Unlock()
-	if h == nil {
-		return 0, 0
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.open, h.peak
 }

@@ -212,3 +212,41 @@ func checkError(t *testing.T, r response, status, code int) {
 		t.Errorf("no result field: %s", r.body)
 	}
 }
+
+// openDatabase opens the database stored at path, for tests that use one
+// without a server.
+func openDatabase(id, path string, h *handles) (*database, error) {
+	d := newDatabase(id, path, h)
+	if err := d.connect(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// openFiles reports the database files the server has open now.
+func (s *Server) openFiles() int {
+	s.mu.Lock()
+	h := s.handles
+	s.mu.Unlock()
+	if h == nil {
+		return 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.open
+}
+
+// isOpen reports whether the server's database id has its connection
+// open, waiting until the database is free.
+func (s *Server) isOpen(t *testing.T, id string) bool {
+	t.Helper()
+	s.mu.Lock()
+	d := s.dbs[id]
+	s.mu.Unlock()
+	if d == nil {
+		t.Fatalf("database %s is not listed", id)
+	}
+	d.lock <- struct{}{}
+	defer func() { <-d.lock }()
+	return d.conn != nil
+}

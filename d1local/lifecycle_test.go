@@ -243,8 +243,13 @@ func TestManyDatabasesBoundedOpenFiles(t *testing.T) {
 			if got := h.rows(t, id(i), q("SELECT count(*) AS n, sum(round) AS s FROM t WHERE db = ?", id(i))); got != want {
 				t.Fatalf("round %d, %s: %s, want %s", r, id(i), got, want)
 			}
-			if open, peak := h.srv.openFiles(); open > bound || peak > bound {
-				t.Fatalf("round %d, %s: %d files open, at most %d; the bound is %d", r, id(i), open, peak, bound)
+			if open := h.srv.openFiles(); open > bound {
+				t.Fatalf("round %d, %s: %d files open; the bound is %d", r, id(i), open, bound)
+			}
+			// Had it opened past the bound (no idle one closed first), its
+			// release would have closed it.
+			if !h.srv.isOpen(t, id(i)) {
+				t.Fatalf("round %d, %s: closed after its call, so it opened past the bound", r, id(i))
 			}
 			if fds := openFDs(dir); fds > 3*bound {
 				t.Fatalf("round %d, %s: %d descriptors open in the directory, over %d", r, id(i), fds, 3*bound)
@@ -270,7 +275,7 @@ func TestManyDatabasesBoundedOpenFiles(t *testing.T) {
 	if err := h.srv.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if open, _ := h.srv.openFiles(); open != 0 {
+	if open := h.srv.openFiles(); open != 0 {
 		t.Errorf("%d files open after Close", open)
 	}
 	if fds := openFDs(dir); fds > 0 {
@@ -294,8 +299,9 @@ func TestBusyDatabaseIsNeverClosed(t *testing.T) {
 	cancel, long := startEndless(t, h, "busy")
 	for _, id := range []string{"b", "c", "b"} {
 		h.exec(t, id, "CREATE TABLE IF NOT EXISTS t (x)", "INSERT INTO t VALUES (1)")
-		if open, peak := h.srv.openFiles(); open != 1 || peak != 2 {
-			t.Errorf("after a call to %s: %d open, %d at most; want 1 and 2", id, open, peak)
+		// It opened past the bound and closed once its call ended.
+		if open := h.srv.openFiles(); open != 1 || h.srv.isOpen(t, id) {
+			t.Errorf("after a call to %s: %d open, it open %v; want 1, the busy one", id, open, h.srv.isOpen(t, id))
 		}
 	}
 	pending(t, "the endless query", long)
@@ -307,9 +313,130 @@ func TestBusyDatabaseIsNeverClosed(t *testing.T) {
 		if got := h.rows(t, id, q("SELECT count(*) AS n FROM t")); got != want {
 			t.Errorf("%s: %s, want %s", id, got, want)
 		}
-		if open, _ := h.srv.openFiles(); open != 1 {
+		if open := h.srv.openFiles(); open != 1 {
 			t.Errorf("after reading %s: %d open, want 1", id, open)
 		}
+	}
+}
+
+// TestOpeningHoldsUpNothingElse: while a database's file is slow to open
+// (another process holds it locked, so setting it up waits), calls to
+// other databases, list and create answer; the waiting call succeeds once
+// the lock is gone.
+func TestOpeningHoldsUpNothingElse(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, Config{Dir: dir})
+	h.exec(t, "other", "CREATE TABLE t (x)")
+	c, err := openConn(filepath.Join(dir, "locked.sqlite"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	if err := c.exec("CREATE TABLE t (x); BEGIN EXCLUSIVE; INSERT INTO t VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	slow := make(chan answer, 1)
+	go func() {
+		slow <- send(context.Background(), h.url, "POST", "/accounts/acc/d1/database/locked/query", `{"sql":"SELECT count(*) AS n FROM t"}`)
+	}()
+	waitUntil(t, "locked is being opened", func() bool {
+		h.srv.mu.Lock()
+		defer h.srv.mu.Unlock()
+		return h.srv.dbs["locked"] != nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), busyTimeoutMsec*time.Millisecond/2)
+	defer cancel()
+	for _, call := range []struct{ method, path, body string }{
+		{"POST", "/other/query", `{"sql":"INSERT INTO t VALUES (1)"}`},
+		{"GET", "", ""},
+		{"POST", "", `{"name":"fresh"}`},
+	} {
+		if a := send(ctx, h.url, call.method, "/accounts/acc/d1/database"+call.path, call.body); a.err != nil || a.status != 200 {
+			t.Errorf("%s %s while locked was opening: %v", call.method, call.path, a)
+		}
+	}
+	select {
+	case a := <-slow:
+		t.Fatalf("the call to locked answered while the file was locked: %v", a)
+	default:
+	}
+	if err := c.exec("ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-slow; a.err != nil || a.status != 200 || !strings.Contains(a.body, `"n":0`) {
+		t.Errorf("the call to locked: %v", a)
+	}
+}
+
+// TestLeastRecentlyUsedIsClosed: the database closed to make room is the
+// idle one used least recently, not the one opened first.
+func TestLeastRecentlyUsedIsClosed(t *testing.T) {
+	h := newHarness(t, Config{Dir: t.TempDir(), MaxOpenDatabases: 2})
+	for _, id := range []string{"a", "b", "a", "c"} {
+		h.ok(t, id, q("SELECT 1"))
+	}
+	for id, want := range map[string]bool{"a": true, "b": false, "c": true} {
+		if got := h.srv.isOpen(t, id); got != want {
+			t.Errorf("%s open: %v, want %v", id, got, want)
+		}
+	}
+	if open := h.srv.openFiles(); open != 2 {
+		t.Errorf("%d files open, want 2", open)
+	}
+}
+
+// TestFailedReopen: a database closed while idle whose file has since
+// become garbage answers each call at once with the bad file's 400, and
+// stays held by none of them.
+func TestFailedReopen(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, Config{Dir: dir, MaxOpenDatabases: 1})
+	h.exec(t, "x", "CREATE TABLE t (v)")
+	h.exec(t, "y", "CREATE TABLE t (v)")
+	if h.srv.isOpen(t, "x") {
+		t.Fatal("x is still open")
+	}
+	path := filepath.Join(dir, "x.sqlite")
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if err := os.Remove(path + suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(path, []byte("garbage\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	const want = `"x.sqlite is not a SQLite database: SQLITE_NOTADB"`
+	for i := range 2 {
+		a := send(ctx, h.url, "POST", "/accounts/acc/d1/database/x/query", `{"sql":"SELECT 1"}`)
+		if a.err != nil || a.status != 400 || !strings.Contains(a.body, want) {
+			t.Fatalf("call %d to x: %v, want 400 with %s", i+1, a, want)
+		}
+	}
+	// y was closed to make room; x's failed openings count nothing.
+	if open := h.srv.openFiles(); open != 0 {
+		t.Errorf("%d files open, want 0", open)
+	}
+	h.ok(t, "y", q("SELECT count(*) FROM t"))
+}
+
+// TestNegativeMaxOpenDatabases: a negative MaxOpenDatabases is no bound;
+// more databases than DefaultMaxOpenDatabases stay open.
+func TestNegativeMaxOpenDatabases(t *testing.T) {
+	const n = DefaultMaxOpenDatabases + 2
+	h := newHarness(t, Config{Dir: t.TempDir(), MaxOpenDatabases: -1})
+	for i := range n {
+		if err := h.srv.CreateDatabase(fmt.Sprintf("db%03d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.ok(t, "db000", q("SELECT 1"))
+	if open := h.srv.openFiles(); open != n {
+		t.Errorf("%d files open, want %d", open, n)
+	}
+	if !h.srv.isOpen(t, "db000") {
+		t.Error("the first database was closed")
 	}
 }
 
@@ -408,7 +535,7 @@ func TestLifecycleRace(t *testing.T) {
 				}
 				<-d.lock
 			}
-			if open, _ := srv.openFiles(); !inMemory && (open != live || open > cfg.MaxOpenDatabases) {
+			if open := srv.openFiles(); !inMemory && (open != live || open > cfg.MaxOpenDatabases) {
 				t.Errorf("%d files counted open, %d databases open; bound %d", open, live, cfg.MaxOpenDatabases)
 			}
 			if srv.handles != nil && srv.handles.lru.Len() != live {
@@ -427,7 +554,7 @@ func TestLifecycleRace(t *testing.T) {
 				if entries, _ := os.ReadDir(cfg.Dir); len(entries) != 0 {
 					t.Errorf("%d files left after deleting every database: %v", len(entries), entries)
 				}
-				if open, _ := srv.openFiles(); open != 0 {
+				if open := srv.openFiles(); open != 0 {
 					t.Errorf("%d files open after deleting every database", open)
 				}
 			}
