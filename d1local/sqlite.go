@@ -77,8 +77,12 @@ func openConn(path string) (*conn, error) {
 	defer libc.Xfree(tls, cpath)
 
 	pdb := tls.Alloc(ptrSize)
+	// NOMUTEX: the database that owns the connection serializes every
+	// call, so SQLite's own mutex would only cost each call a lock and an
+	// unlock; sqlite3_interrupt, the one call made from another goroutine,
+	// takes no mutex (it sets a flag atomically).
 	flags := int32(sqlite3.SQLITE_OPEN_READWRITE | sqlite3.SQLITE_OPEN_CREATE |
-		sqlite3.SQLITE_OPEN_FULLMUTEX | sqlite3.SQLITE_OPEN_EXRESCODE)
+		sqlite3.SQLITE_OPEN_NOMUTEX | sqlite3.SQLITE_OPEN_EXRESCODE)
 	rc := sqlite3.Xsqlite3_open_v2(tls, cpath, pdb, flags, 0)
 	db := readPtr(pdb)
 	tls.Free(ptrSize)
@@ -267,8 +271,9 @@ func (c *conn) interruptOnDone(ctx context.Context) (stop func()) {
 
 // stmt is one prepared statement.
 type stmt struct {
-	c *conn
-	p uintptr
+	c    *conn
+	p    uintptr
+	cols []string // the column names columns last returned, shared: never changed
 }
 
 // prepare compiles the first statement of sql. It returns a nil stmt when
@@ -365,14 +370,32 @@ func (s *stmt) step() (bool, error) {
 }
 
 // columns returns the names of the result columns (none for a statement
-// that returns no rows).
+// that returns no rows). The slice is kept for the next run of the
+// statement, and shared: it is not to be changed.
 func (s *stmt) columns() []string {
 	n := int(sqlite3.Xsqlite3_column_count(s.c.tls, s.p))
+	if s.cols != nil && len(s.cols) == n && s.sameColumns() {
+		return s.cols
+	}
 	cols := make([]string, n)
 	for i := range cols {
 		cols[i] = libc.GoString(sqlite3.Xsqlite3_column_name(s.c.tls, s.p, int32(i)))
 	}
+	s.cols = cols
 	return cols
+}
+
+// sameColumns reports whether the statement's column names are still
+// those of s.cols, which has the statement's number of columns. A cached
+// statement recompiled because its table changed may name them anew.
+func (s *stmt) sameColumns() bool {
+	for i, name := range s.cols {
+		p := sqlite3.Xsqlite3_column_name(s.c.tls, s.p, int32(i))
+		if p == 0 || string(libc.GoBytes(p, int(libc.Xstrlen(s.c.tls, p)))) != name {
+			return false
+		}
+	}
+	return true
 }
 
 // row returns the n values of the current row, each as its SQLite storage

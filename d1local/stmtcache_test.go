@@ -193,6 +193,12 @@ func TestStmtCacheFollowsSchemaChanges(t *testing.T) {
 		t.Errorf("after ADD COLUMN: %v %v", r.columns, r.rows)
 	}
 
+	// The same number of columns, named anew: the names are read again.
+	mustRun(t, d, "ALTER TABLE t RENAME COLUMN b TO renamed")
+	if r := mustRun(t, d, all); !reflect.DeepEqual(r.columns, []string{"a", "renamed"}) {
+		t.Errorf("after RENAME COLUMN: %v", r.columns)
+	}
+
 	mustRun(t, d, "DROP TABLE t")
 	mustRun(t, d, "CREATE TABLE t (c TEXT, d TEXT, e TEXT)")
 	mustRun(t, d, "INSERT INTO t VALUES ('p', 'q', 'r')")
@@ -218,6 +224,44 @@ func TestStmtCacheFollowsSchemaChanges(t *testing.T) {
 	mustRun(t, d, "CREATE TABLE t (z)")
 	if r := mustRun(t, d, all); !reflect.DeepEqual(r.columns, []string{"z"}) || len(r.rows) != 0 {
 		t.Errorf("after CREATE again: %v %v", r.columns, r.rows)
+	}
+}
+
+func TestStmtCacheInUseIsNotHandedOutTwice(t *testing.T) {
+	d := memoryDBWith(t, "CREATE TABLE t (a)")
+	const sql = "SELECT a FROM t"
+	mustRun(t, d, sql)
+	err := d.withConn(context.Background(), func(c *conn) error {
+		first := c.stmts.take(sql)
+		if first == nil {
+			t.Fatal("the statement run is not cached")
+		}
+		if again := c.stmts.take(sql); again != nil {
+			t.Fatal("a statement in use was handed out again")
+		}
+		// A second compilation, made while the first is in use, is
+		// finalized when put back; the first stays cached and free.
+		second, _, err := c.prepare(sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.stmts.put(sql, second)
+		c.stmts.put(sql, first)
+		if got := c.stmts.take(sql); got != first {
+			t.Errorf("took %p, want the first statement %p", got, first)
+		}
+		c.stmts.put(sql, first)
+		live := 0
+		for p := sqlite3.Xsqlite3_next_stmt(c.tls, c.db, 0); p != 0; p = sqlite3.Xsqlite3_next_stmt(c.tls, c.db, p) {
+			live++
+		}
+		if live != 1 || c.stmts.len() != 1 {
+			t.Errorf("%d statements live, %d cached; want 1 and 1", live, c.stmts.len())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
