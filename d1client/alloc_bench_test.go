@@ -94,10 +94,11 @@ func benchExec(b *testing.B, c *Client) {
 }
 
 // BenchmarkDecodeBatch decodes the answer to a coalesced call of 120
-// statements: 60 claims and 60 lookups.
+// statements: 60 claims and 60 lookups, their meta as d1local and D1
+// write it.
 func BenchmarkDecodeBatch(b *testing.B) {
-	claim := `{"results":{"columns":["generation"],"rows":[[1]]},"success":true,"meta":{"served_by":"d1local","duration":0.05,"changes":1,"last_row_id":12,"changed_db":true,"size_after":20480,"rows_read":1,"rows_written":2}}`
-	lookup := `{"results":{"columns":["fingerprint","status","generation","response_status","response_body","response_headers","updated_at"],"rows":[["fp","completed",1,201,"{\"id\":\"ord_1\"}","{\"content-type\":\"application/json\"}",1700000000000]]},"success":true,"meta":{"served_by":"d1local","duration":0.02,"changes":0,"last_row_id":12,"changed_db":false,"size_after":20480,"rows_read":1,"rows_written":0}}`
+	claim := `{"results":{"columns":["generation"],"rows":[[1]]},"success":true,"meta":{"served_by":"d1local","served_by_region":"LOCAL","served_by_primary":true,"timings":{"sql_duration_ms":0.0512},"duration":0.0512,"changes":1,"last_row_id":12,"changed_db":true,"size_after":20480,"rows_read":1,"rows_written":2}}`
+	lookup := `{"results":{"columns":["fingerprint","status","generation","response_status","response_body","response_headers","updated_at"],"rows":[["fp","completed",1,201,"{\"id\":\"ord_1\"}","{\"content-type\":\"application/json\"}",1700000000000]]},"success":true,"meta":{"served_by":"d1local","served_by_region":"LOCAL","served_by_primary":true,"timings":{"sql_duration_ms":0.0231},"duration":0.0231,"changes":0,"last_row_id":12,"changed_db":false,"size_after":20480,"rows_read":1,"rows_written":0}}`
 	parts := make([]string, 0, 120)
 	for range 60 {
 		parts = append(parts, claim, lookup)

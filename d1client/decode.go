@@ -28,7 +28,13 @@ type fastDecoder struct {
 	jsonscan.Scanner
 	recent [16]string // strings read lately, for intern: a ring
 	seen   int        // strings written to recent
+	depth  int        // arrays and objects skip is in
 }
+
+// maxSkipDepth bounds the nesting skip reads, as encoding/json bounds
+// its own (at 10,000): deeper, it gives up, and encoding/json says what is
+// wrong, rather than the stack growing with the body.
+const maxSkipDepth = 10_000
 
 // object reads an object, calling member for each key; member reads the
 // value. Keys must be distinct and none may match a known key other than
@@ -73,9 +79,15 @@ func foldsToKnown(known []string, key []byte) bool {
 // skip reads any value and drops it.
 func (d *fastDecoder) skip() bool {
 	switch d.Peek() {
-	case '{':
-		return d.object(nil, nil)
-	case '[':
+	case '{', '[':
+		if d.depth >= maxSkipDepth {
+			return false
+		}
+		d.depth++
+		defer func() { d.depth-- }()
+		if d.Peek() == '{' {
+			return d.object(nil, nil)
+		}
 		return d.Array(d.skip)
 	case '"':
 		_, ok := d.StringBytes()
@@ -287,8 +299,8 @@ func (d *fastDecoder) meta(w *metaWire) bool {
 		if !ok {
 			return false
 		}
-		var m metaNumber
-		if m.UnmarshalJSON(num) != nil {
+		m, ok := smallInteger(num)
+		if !ok && m.UnmarshalJSON(num) != nil {
 			return false
 		}
 		switch key {
@@ -309,4 +321,33 @@ func (d *fastDecoder) meta(w *metaWire) bool {
 		}
 		return true
 	})
+}
+
+// smallInteger reads num, a JSON number, as metaNumber.UnmarshalJSON
+// would, when it is an integer of at most 18 digits (most of meta): then
+// its value is exact both as an int64 and as a float64 converted from it,
+// as ParseFloat would round it. -0 is left to UnmarshalJSON (its float is
+// negative).
+func smallInteger(num []byte) (metaNumber, bool) {
+	digits := num
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 {
+		return metaNumber{}, false
+	}
+	var i int64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return metaNumber{}, false
+		}
+		i = i*10 + int64(c-'0')
+	}
+	if len(digits) < len(num) {
+		if i == 0 {
+			return metaNumber{}, false
+		}
+		i = -i
+	}
+	return metaNumber{i: i, f: float64(i), exact: true}, true
 }

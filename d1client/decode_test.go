@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -247,5 +248,42 @@ func TestDecoderMatchesReference(t *testing.T) {
 				t.Errorf("%s (n=%d): got %#v, %v; reference %#v, %q", strings.TrimSpace(seed), n, got, e, want, wantKind)
 			}
 		}
+	}
+}
+
+// TestSmallIntegerMatchesUnmarshal: the fast path for meta's integers reads
+// each number exactly as metaNumber.UnmarshalJSON does, and leaves to it
+// what it cannot read so.
+func TestSmallIntegerMatchesUnmarshal(t *testing.T) {
+	for _, num := range []string{
+		"0", "7", "-1", "42", "8192", "1700000000000", "9007199254740993", // 2^53+1: the float rounds
+		"999999999999999999", "-999999999999999999",
+	} {
+		got, ok := smallInteger([]byte(num))
+		var want metaNumber
+		if err := want.UnmarshalJSON([]byte(num)); err != nil || !ok {
+			t.Fatalf("%s: fast path %v, UnmarshalJSON %v", num, ok, err)
+		}
+		if got != want || math.Signbit(got.f) != math.Signbit(want.f) {
+			t.Errorf("%s: %+v, want %+v", num, got, want)
+		}
+	}
+	for _, num := range []string{"-0", "1234567890123456789", "1.5", "1e3", "-", ""} {
+		if _, ok := smallInteger([]byte(num)); ok {
+			t.Errorf("%q: read by the fast path", num)
+		}
+	}
+}
+
+// TestDeepNestingIsRefused: an answer nesting arrays millions deep where
+// the decoder skips a value is refused as encoding/json refuses it, with
+// a bounded stack, rather than growing the stack with the body (a fatal
+// error past 1 GB).
+func TestDeepNestingIsRefused(t *testing.T) {
+	c, _ := mockClient(t, ok1(t))
+	const depth = 5_000_000
+	body := []byte(`{"result":[{"meta":{"x":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}}],"success":true}`)
+	if _, e := c.classify(200, http.Header{}, body, 1); e == nil || e.kind != kindNonJSON {
+		t.Errorf("classify: %v, want a non-JSON error", e)
 	}
 }
