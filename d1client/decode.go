@@ -84,11 +84,14 @@ func (d *fastDecoder) skip() bool {
 			return false
 		}
 		d.depth++
-		defer func() { d.depth-- }()
-		if d.Peek() == '{' {
-			return d.object(nil, nil)
+		var ok bool
+		if d.Data[d.Pos] == '{' {
+			ok = d.object(nil, nil)
+		} else {
+			ok = d.Array(d.skip)
 		}
-		return d.Array(d.skip)
+		d.depth--
+		return ok
 	case '"':
 		_, ok := d.StringBytes()
 		return ok
@@ -299,8 +302,8 @@ func (d *fastDecoder) meta(w *metaWire) bool {
 		if !ok {
 			return false
 		}
-		m, ok := smallInteger(num)
-		if !ok && m.UnmarshalJSON(num) != nil {
+		var m metaNumber
+		if m.UnmarshalJSON(num) != nil {
 			return false
 		}
 		switch key {
@@ -321,33 +324,4 @@ func (d *fastDecoder) meta(w *metaWire) bool {
 		}
 		return true
 	})
-}
-
-// smallInteger reads num, a JSON number, as metaNumber.UnmarshalJSON
-// would, when it is an integer of at most 18 digits (most of meta): then
-// its value is exact both as an int64 and as a float64 converted from it,
-// as ParseFloat would round it. -0 is left to UnmarshalJSON (its float is
-// negative).
-func smallInteger(num []byte) (metaNumber, bool) {
-	digits := num
-	if len(digits) > 0 && digits[0] == '-' {
-		digits = digits[1:]
-	}
-	if len(digits) == 0 || len(digits) > 18 {
-		return metaNumber{}, false
-	}
-	var i int64
-	for _, c := range digits {
-		if c < '0' || c > '9' {
-			return metaNumber{}, false
-		}
-		i = i*10 + int64(c-'0')
-	}
-	if len(digits) < len(num) {
-		if i == 0 {
-			return metaNumber{}, false
-		}
-		i = -i
-	}
-	return metaNumber{i: i, f: float64(i), exact: true}, true
 }

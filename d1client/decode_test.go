@@ -251,27 +251,33 @@ func TestDecoderMatchesReference(t *testing.T) {
 	}
 }
 
-// TestSmallIntegerMatchesUnmarshal: the fast path for meta's integers reads
-// each number exactly as metaNumber.UnmarshalJSON does, and leaves to it
-// what it cannot read so.
-func TestSmallIntegerMatchesUnmarshal(t *testing.T) {
+// TestSmallIntegerMatchesParseFloat: meta's integers read without
+// ParseFloat and ParseInt have exactly the values those give them, and
+// what the fast path cannot read so is left to them.
+func TestSmallIntegerMatchesParseFloat(t *testing.T) {
 	for _, num := range []string{
 		"0", "7", "-1", "42", "8192", "1700000000000", "9007199254740993", // 2^53+1: the float rounds
 		"999999999999999999", "-999999999999999999",
 	} {
 		got, ok := smallInteger([]byte(num))
-		var want metaNumber
-		if err := want.UnmarshalJSON([]byte(num)); err != nil || !ok {
-			t.Fatalf("%s: fast path %v, UnmarshalJSON %v", num, ok, err)
-		}
-		if got != want || math.Signbit(got.f) != math.Signbit(want.f) {
-			t.Errorf("%s: %+v, want %+v", num, got, want)
+		f, _ := strconv.ParseFloat(num, 64)
+		i, _ := strconv.ParseInt(num, 10, 64)
+		if want := (metaNumber{i: i, f: f, exact: true}); !ok || got != want {
+			t.Errorf("%s: %+v (%v), want %+v", num, got, ok, want)
 		}
 	}
 	for _, num := range []string{"-0", "1234567890123456789", "1.5", "1e3", "-", ""} {
 		if _, ok := smallInteger([]byte(num)); ok {
 			t.Errorf("%q: read by the fast path", num)
 		}
+	}
+	// Through UnmarshalJSON, -0 keeps its sign and a quoted integer is read.
+	var m metaNumber
+	if err := m.UnmarshalJSON([]byte("-0")); err != nil || !math.Signbit(m.f) || !m.exact || m.i != 0 {
+		t.Errorf("-0: %+v, %v", m, err)
+	}
+	if err := m.UnmarshalJSON([]byte(`"12"`)); err != nil || m != (metaNumber{i: 12, f: 12, exact: true}) {
+		t.Errorf(`"12": %+v, %v`, m, err)
 	}
 }
 

@@ -415,6 +415,10 @@ func (n *metaNumber) UnmarshalJSON(data []byte) error {
 	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' {
 		b = b[1 : len(b)-1]
 	}
+	if m, ok := smallInteger(b); ok {
+		*n = m
+		return nil
+	}
 	f, err := strconv.ParseFloat(string(b), 64)
 	if err != nil {
 		return fmt.Errorf("meta: %q is not a number", data)
@@ -426,6 +430,35 @@ func (n *metaNumber) UnmarshalJSON(data []byte) error {
 		}
 	}
 	return nil
+}
+
+// smallInteger reads b as UnmarshalJSON would, when it is an integer of
+// at most 18 digits (most of meta), without ParseFloat and ParseInt: its
+// value is then exact both as an int64 and as a float64 converted from
+// it, as ParseFloat would round it. -0 is left to ParseFloat (its float
+// is negative).
+func smallInteger(b []byte) (metaNumber, bool) {
+	digits := b
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 {
+		return metaNumber{}, false
+	}
+	var i int64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return metaNumber{}, false
+		}
+		i = i*10 + int64(c-'0')
+	}
+	if len(digits) < len(b) {
+		if i == 0 {
+			return metaNumber{}, false
+		}
+		i = -i
+	}
+	return metaNumber{i: i, f: float64(i), exact: true}, true
 }
 
 // integerLiteral reports whether b is written as an integer: digits after

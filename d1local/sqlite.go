@@ -271,9 +271,10 @@ func (c *conn) interruptOnDone(ctx context.Context) (stop func()) {
 
 // stmt is one prepared statement.
 type stmt struct {
-	c    *conn
-	p    uintptr
-	cols []string // the column names columns last returned, shared: never changed
+	c      *conn
+	p      uintptr
+	cols   []string // the column names columns last returned, shared: never changed
+	colsAt int64    // the statement's compilations (SQLITE_STMTSTATUS_REPREPARE) when cols was read
 }
 
 // prepare compiles the first statement of sql. It returns a nil stmt when
@@ -371,31 +372,20 @@ func (s *stmt) step() (bool, error) {
 
 // columns returns the names of the result columns (none for a statement
 // that returns no rows). The slice is kept for the next run of the
-// statement, and shared: it is not to be changed.
+// statement, and shared: it is not to be changed. It is read again only
+// after SQLite compiled the statement again (a cached statement whose
+// table changed is, and may name its columns anew).
 func (s *stmt) columns() []string {
-	n := int(sqlite3.Xsqlite3_column_count(s.c.tls, s.p))
-	if s.cols != nil && len(s.cols) == n && s.sameColumns() {
+	compiled := s.status(sqlite3.SQLITE_STMTSTATUS_REPREPARE)
+	if s.cols != nil && compiled == s.colsAt {
 		return s.cols
 	}
-	cols := make([]string, n)
+	cols := make([]string, int(sqlite3.Xsqlite3_column_count(s.c.tls, s.p)))
 	for i := range cols {
 		cols[i] = libc.GoString(sqlite3.Xsqlite3_column_name(s.c.tls, s.p, int32(i)))
 	}
-	s.cols = cols
+	s.cols, s.colsAt = cols, compiled
 	return cols
-}
-
-// sameColumns reports whether the statement's column names are still
-// those of s.cols, which has the statement's number of columns. A cached
-// statement recompiled because its table changed may name them anew.
-func (s *stmt) sameColumns() bool {
-	for i, name := range s.cols {
-		p := sqlite3.Xsqlite3_column_name(s.c.tls, s.p, int32(i))
-		if p == 0 || string(libc.GoBytes(p, int(libc.Xstrlen(s.c.tls, p)))) != name {
-			return false
-		}
-	}
-	return true
 }
 
 // row returns the n values of the current row, each as its SQLite storage
