@@ -51,6 +51,10 @@
 //     interval that holds 1: the run cannot tell the two apart), D1 calls
 //     per request, over rounds of each taken in turn (three at concurrency
 //     1 and 8, twelve at 64 and 256, whose rounds are short).
+//   - BenchmarkCallsVsLatency: BenchmarkVsSpec's concurrency-256, 50 ms
+//     cell with group commit's calls bounded smaller (MaxStatements x
+//     MaxInFlight: 128x8, 64x16, 32x64): the p50 ratio each buys and the D1
+//     calls per request it spends, beside the default's.
 //   - BenchmarkClientExec: allocations per D1 call of one d1client Exec,
 //     d1local's answer replayed (the client's own) and with d1local in
 //     process.

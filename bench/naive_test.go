@@ -106,12 +106,7 @@ func closedLoop(impl sideBySide, c, n int, prefix string) ([]time.Duration, erro
 // group commit) side by side with the spec's literal statement sequence
 // (internal/specseq: claim, then completion, one D1 call each) at
 // concurrency 1, 8, 64 and 256, with 20 ms and 50 ms injected per D1 call
-// and no budget. Each iteration runs vsSpecRounds(c) rounds of
-// max(100, 4c) requests of each, taking turns, so that a drift of the
-// machine weighs on both alike. Reports p50/p99 of both over all rounds
-// and their ratios (d1idem / naive), each with its 95 % bootstrap interval
-// (p50-ratio-lo and -hi: see ratioIntervals), and D1 calls per request of
-// both.
+// and no budget. Each cell is a vsSpecCell.
 // Targets: both ratios at most 1; d1idem's calls per request no more than
 // today's.
 //
@@ -125,58 +120,89 @@ func BenchmarkVsSpec(b *testing.B) {
 	for _, latency := range []time.Duration{20 * time.Millisecond, 50 * time.Millisecond} {
 		for _, c := range []int{1, 8, 64, 256} {
 			b.Run(fmt.Sprintf("rtt=%s/c=%d", latency, c), func(b *testing.B) {
-				d1 := startD1(b, 0, false)
-				ours, naive := newSideBySide(b, d1, c, co)
-				// Warm up at the latency measured: connections, statement
-				// caches, the first sweep, and group commit's estimate of
-				// a round trip, which a running service has.
-				d1.latency.Store(int64(latency))
-				for _, impl := range []sideBySide{ours, naive} {
-					if _, err := closedLoop(impl, c, c, "warm"); err != nil {
-						b.Fatal(err)
-					}
-				}
-				n := max(100, 4*c)
-				var roundsOurs, roundsNaive [][]time.Duration
-				var callsOurs, callsNaive int64
-				b.ResetTimer()
-				rounds := vsSpecRounds(c)
-				for i := 0; i < b.N*rounds; i++ {
-					for _, impl := range []struct {
-						sideBySide
-						rounds *[][]time.Duration
-						calls  *int64
-					}{{ours, &roundsOurs, &callsOurs}, {naive, &roundsNaive, &callsNaive}} {
-						before := impl.db.Stats().Calls
-						lat, err := closedLoop(impl.sideBySide, c, n, fmt.Sprintf("run%d", i))
-						if err != nil {
-							b.Fatal(err)
-						}
-						*impl.rounds = append(*impl.rounds, lat)
-						*impl.calls += impl.db.Stats().Calls - before
-					}
-				}
-				b.StopTimer()
-				total := float64(b.N * rounds * n)
-				latOurs, latNaive := slices.Concat(roundsOurs...), slices.Concat(roundsNaive...)
-				p50o, p99o := percentile(latOurs, 0.50), percentile(latOurs, 0.99)
-				p50n, p99n := percentile(latNaive, 0.50), percentile(latNaive, 0.99)
-				b.ReportMetric(ms(p50o), "p50-ms")
-				b.ReportMetric(ms(p99o), "p99-ms")
-				b.ReportMetric(ms(p50n), "naive-p50-ms")
-				b.ReportMetric(ms(p99n), "naive-p99-ms")
-				b.ReportMetric(float64(p50o)/float64(p50n), "p50-ratio")
-				b.ReportMetric(float64(p99o)/float64(p99n), "p99-ratio")
-				in50, in99 := ratioIntervals(roundsOurs, roundsNaive)
-				b.ReportMetric(in50[0], "p50-ratio-lo")
-				b.ReportMetric(in50[1], "p50-ratio-hi")
-				b.ReportMetric(in99[0], "p99-ratio-lo")
-				b.ReportMetric(in99[1], "p99-ratio-hi")
-				b.ReportMetric(float64(callsOurs)/total, "d1-calls/req")
-				b.ReportMetric(float64(callsNaive)/total, "naive-d1-calls/req")
+				vsSpecCell(b, latency, c, co)
 			})
 		}
 	}
+}
+
+// BenchmarkCallsVsLatency: the p50 of BenchmarkVsSpec's concurrency-256,
+// 50 ms cell against the D1 calls group commit spends, with its calls
+// bounded to fewer statements and more of them in flight than by default
+// (MaxStatements x MaxInFlight; it waits for returning callers as by
+// default). Each configuration is a vsSpecCell. The default configuration
+// is BenchmarkVsSpec's own cell; these say what a lower p50 would cost in
+// calls per request.
+func BenchmarkCallsVsLatency(b *testing.B) {
+	for _, co := range []d1client.CoalesceConfig{
+		{MaxStatements: 128, MaxInFlight: 8},
+		{MaxStatements: 64, MaxInFlight: 16},
+		{MaxStatements: 32, MaxInFlight: 64},
+	} {
+		b.Run(fmt.Sprintf("cap=%dx%d", co.MaxStatements, co.MaxInFlight), func(b *testing.B) {
+			vsSpecCell(b, 50*time.Millisecond, 256, co)
+		})
+	}
+}
+
+// vsSpecCell runs one cell of the side-by-side: d1idem (its group commit
+// configured by co) and the spec's sequence, each on its own database of
+// one d1local with latency per call, c concurrent callers. Each iteration
+// runs vsSpecRounds(c) rounds of max(100, 4c) requests of each, taking
+// turns, so that a drift of the machine weighs on both alike. It reports
+// p50/p99 of both over all rounds and their ratios (d1idem / naive), each
+// with its 95 % bootstrap interval (p50-ratio-lo and -hi: see
+// ratioIntervals), and D1 calls per request of both.
+func vsSpecCell(b *testing.B, latency time.Duration, c int, co d1client.CoalesceConfig) {
+	d1 := startD1(b, 0, false)
+	ours, naive := newSideBySide(b, d1, c, co)
+	// Warm up at the latency measured: connections, statement
+	// caches, the first sweep, and group commit's estimate of
+	// a round trip, which a running service has.
+	d1.latency.Store(int64(latency))
+	for _, impl := range []sideBySide{ours, naive} {
+		if _, err := closedLoop(impl, c, c, "warm"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	n := max(100, 4*c)
+	var roundsOurs, roundsNaive [][]time.Duration
+	var callsOurs, callsNaive int64
+	b.ResetTimer()
+	rounds := vsSpecRounds(c)
+	for i := 0; i < b.N*rounds; i++ {
+		for _, impl := range []struct {
+			sideBySide
+			rounds *[][]time.Duration
+			calls  *int64
+		}{{ours, &roundsOurs, &callsOurs}, {naive, &roundsNaive, &callsNaive}} {
+			before := impl.db.Stats().Calls
+			lat, err := closedLoop(impl.sideBySide, c, n, fmt.Sprintf("run%d", i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			*impl.rounds = append(*impl.rounds, lat)
+			*impl.calls += impl.db.Stats().Calls - before
+		}
+	}
+	b.StopTimer()
+	total := float64(b.N * rounds * n)
+	latOurs, latNaive := slices.Concat(roundsOurs...), slices.Concat(roundsNaive...)
+	p50o, p99o := percentile(latOurs, 0.50), percentile(latOurs, 0.99)
+	p50n, p99n := percentile(latNaive, 0.50), percentile(latNaive, 0.99)
+	b.ReportMetric(ms(p50o), "p50-ms")
+	b.ReportMetric(ms(p99o), "p99-ms")
+	b.ReportMetric(ms(p50n), "naive-p50-ms")
+	b.ReportMetric(ms(p99n), "naive-p99-ms")
+	b.ReportMetric(float64(p50o)/float64(p50n), "p50-ratio")
+	b.ReportMetric(float64(p99o)/float64(p99n), "p99-ratio")
+	in50, in99 := ratioIntervals(roundsOurs, roundsNaive)
+	b.ReportMetric(in50[0], "p50-ratio-lo")
+	b.ReportMetric(in50[1], "p50-ratio-hi")
+	b.ReportMetric(in99[0], "p99-ratio-lo")
+	b.ReportMetric(in99[1], "p99-ratio-hi")
+	b.ReportMetric(float64(callsOurs)/total, "d1-calls/req")
+	b.ReportMetric(float64(callsNaive)/total, "naive-d1-calls/req")
 }
 
 // vsSpecRounds is how many turns each side of BenchmarkVsSpec takes per

@@ -198,3 +198,21 @@ func TestKeepRows(t *testing.T) {
 		t.Fatalf("rows %q, want %q", strings.Join(lines, "; "), want)
 	}
 }
+
+func TestCallsVsLatencyRow(t *testing.T) {
+	in := `BenchmarkVsSpec/rtt=50ms/c=256-2 	1	1 ns/op	0.02900 d1-calls/req	2.000 naive-d1-calls/req	110.0 naive-p50-ms	150.0 naive-p99-ms	112.2 p50-ms	1.020 p50-ratio	1.030 p50-ratio-hi	1.001 p50-ratio-lo	125.0 p99-ms	0.8333 p99-ratio
+BenchmarkCallsVsLatency/cap=128x8-2 	1	1 ns/op	0.04300 d1-calls/req	2.000 naive-d1-calls/req	110.0 naive-p50-ms	150.0 naive-p99-ms	110.6 p50-ms	1.005 p50-ratio	1.020 p50-ratio-hi	0.9900 p50-ratio-lo	125.0 p99-ms	0.8333 p99-ratio
+BenchmarkCallsVsLatency/cap=32x64-2 	1	1 ns/op	0.2000 d1-calls/req	2.000 naive-d1-calls/req	110.0 naive-p50-ms	150.0 naive-p99-ms	108.9 p50-ms	0.9900 p50-ratio	125.0 p99-ms	0.8333 p99-ratio
+`
+	r := find(t, rowsOf(t, in), "first execution vs the spec's sequence, 50 ms per call, concurrency 256, group commit's calls bounded")
+	want := "default (512 × 4): 0.029 → 1.020 (1.001–1.030); 128 × 8: 0.043 → 1.005 (0.990–1.020); 32 × 64: 0.2 → 0.990"
+	if r.measured != want || r.ok != nil {
+		t.Errorf("row %q (ok %v), want %q with no target", r.measured, r.ok, want)
+	}
+	// Without the bounded runs there is no row.
+	for what := range rowsOf(t, strings.SplitAfter(in, "\n")[0]) {
+		if strings.Contains(what, "calls bounded") {
+			t.Errorf("row %q without CallsVsLatency results", what)
+		}
+	}
+}
