@@ -145,49 +145,19 @@ func BenchmarkCallsVsLatency(b *testing.B) {
 	}
 }
 
-// vsSpecCell runs one cell of the side-by-side: d1idem (its group commit
-// configured by co) and the spec's sequence, each on its own database of
-// one d1local with latency per call, c concurrent callers. Each iteration
-// runs vsSpecRounds(c) rounds of max(100, 4c) requests of each, taking
-// turns, so that a drift of the machine weighs on both alike. It reports
-// p50/p99 of both over all rounds and their ratios (d1idem / naive), each
-// with its 95 % bootstrap interval (p50-ratio-lo and -hi: see
+// vsSpecCell runs one cell of the side-by-side (see sideBySideRounds) for
+// vsSpecRounds(c) rounds per iteration of max(100, 4c) requests each, and
+// reports p50/p99 of both sides over all rounds and their ratios (d1idem /
+// naive), each with its 95 % bootstrap interval (p50-ratio-lo and -hi: see
 // ratioIntervals), and D1 calls per request of both.
 func vsSpecCell(b *testing.B, latency time.Duration, c int, co d1client.CoalesceConfig) {
-	d1 := startD1(b, 0, false)
-	ours, naive := newSideBySide(b, d1, c, co)
-	// Warm up at the latency measured: connections, statement
-	// caches, the first sweep, and group commit's estimate of
-	// a round trip, which a running service has.
-	d1.latency.Store(int64(latency))
-	for _, impl := range []sideBySide{ours, naive} {
-		if _, err := closedLoop(impl, c, c, "warm"); err != nil {
-			b.Fatal(err)
-		}
-	}
+	ours, naive := warmSideBySide(b, latency, c, co)
 	n := max(100, 4*c)
-	var roundsOurs, roundsNaive [][]time.Duration
-	var callsOurs, callsNaive int64
 	b.ResetTimer()
-	rounds := vsSpecRounds(c)
-	for i := 0; i < b.N*rounds; i++ {
-		for _, impl := range []struct {
-			sideBySide
-			rounds *[][]time.Duration
-			calls  *int64
-		}{{ours, &roundsOurs, &callsOurs}, {naive, &roundsNaive, &callsNaive}} {
-			before := impl.db.Stats().Calls
-			lat, err := closedLoop(impl.sideBySide, c, n, fmt.Sprintf("run%d", i))
-			if err != nil {
-				b.Fatal(err)
-			}
-			*impl.rounds = append(*impl.rounds, lat)
-			*impl.calls += impl.db.Stats().Calls - before
-		}
-	}
+	r := sideBySideRounds(b, ours, naive, c, b.N*vsSpecRounds(c), n)
 	b.StopTimer()
-	total := float64(b.N * rounds * n)
-	latOurs, latNaive := slices.Concat(roundsOurs...), slices.Concat(roundsNaive...)
+	total := float64(len(r.ours) * n)
+	latOurs, latNaive := slices.Concat(r.ours...), slices.Concat(r.naive...)
 	p50o, p99o := percentile(latOurs, 0.50), percentile(latOurs, 0.99)
 	p50n, p99n := percentile(latNaive, 0.50), percentile(latNaive, 0.99)
 	b.ReportMetric(ms(p50o), "p50-ms")
@@ -196,13 +166,62 @@ func vsSpecCell(b *testing.B, latency time.Duration, c int, co d1client.Coalesce
 	b.ReportMetric(ms(p99n), "naive-p99-ms")
 	b.ReportMetric(float64(p50o)/float64(p50n), "p50-ratio")
 	b.ReportMetric(float64(p99o)/float64(p99n), "p99-ratio")
-	in50, in99 := ratioIntervals(roundsOurs, roundsNaive)
+	in50, in99 := ratioIntervals(r.ours, r.naive)
 	b.ReportMetric(in50[0], "p50-ratio-lo")
 	b.ReportMetric(in50[1], "p50-ratio-hi")
 	b.ReportMetric(in99[0], "p99-ratio-lo")
 	b.ReportMetric(in99[1], "p99-ratio-hi")
-	b.ReportMetric(float64(callsOurs)/total, "d1-calls/req")
-	b.ReportMetric(float64(callsNaive)/total, "naive-d1-calls/req")
+	b.ReportMetric(float64(r.callsOurs)/total, "d1-calls/req")
+	b.ReportMetric(float64(r.callsNaive)/total, "naive-d1-calls/req")
+}
+
+// warmSideBySide returns d1idem (its group commit configured by co) and
+// the spec's sequence on one d1local with latency per call, each warmed
+// up by c requests from c concurrent callers at that latency:
+// connections, statement caches, the first sweep, and group commit's
+// estimate of a round trip, which a running service has.
+func warmSideBySide(tb testing.TB, latency time.Duration, c int, co d1client.CoalesceConfig) (ours, naive sideBySide) {
+	tb.Helper()
+	d1 := startD1(tb, 0, false)
+	ours, naive = newSideBySide(tb, d1, c, co)
+	d1.latency.Store(int64(latency))
+	for _, impl := range []sideBySide{ours, naive} {
+		if _, err := closedLoop(impl, c, c, "warm"); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return ours, naive
+}
+
+// sideBySideResult is the latencies of each round of both sides, and the
+// D1 calls each made in them.
+type sideBySideResult struct {
+	ours, naive           [][]time.Duration
+	callsOurs, callsNaive int64
+}
+
+// sideBySideRounds runs rounds rounds of n first executions of each side
+// with c concurrent callers, the sides taking turns, so that a drift of
+// the machine weighs on both alike.
+func sideBySideRounds(tb testing.TB, ours, naive sideBySide, c, rounds, n int) sideBySideResult {
+	tb.Helper()
+	var r sideBySideResult
+	for i := range rounds {
+		for _, impl := range []struct {
+			sideBySide
+			rounds *[][]time.Duration
+			calls  *int64
+		}{{ours, &r.ours, &r.callsOurs}, {naive, &r.naive, &r.callsNaive}} {
+			before := impl.db.Stats().Calls
+			lat, err := closedLoop(impl.sideBySide, c, n, fmt.Sprintf("run%d", i))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			*impl.rounds = append(*impl.rounds, lat)
+			*impl.calls += impl.db.Stats().Calls - before
+		}
+	}
+	return r
 }
 
 // vsSpecRounds is how many turns each side of BenchmarkVsSpec takes per
@@ -217,4 +236,33 @@ func vsSpecRounds(c int) int {
 		return 3
 	}
 	return 12
+}
+
+// TestSideBySideSmoke runs the side-by-side of BenchmarkVsSpec and
+// BenchmarkCallsVsLatency briefly: every request of both sides executes
+// and completes in every round, the spec's sequence makes exactly two
+// calls per first execution, and the bound given to group commit holds:
+// with at most 8 statements a call, the 3 statements of a first execution
+// (claim, lookup, completion) take at least 3/8 of a call.
+func TestSideBySideSmoke(t *testing.T) {
+	const c, rounds, n, maxStmts = 8, 2, 40, 8
+	ours, naive := warmSideBySide(t, time.Millisecond, c, d1client.CoalesceConfig{MaxStatements: maxStmts, MaxInFlight: 16})
+	r := sideBySideRounds(t, ours, naive, c, rounds, n)
+	for side, lat := range map[string][][]time.Duration{"d1idem": r.ours, "naive": r.naive} {
+		if len(lat) != rounds {
+			t.Fatalf("%s: %d rounds, want %d", side, len(lat), rounds)
+		}
+		for i, round := range lat {
+			if len(round) != n || slices.Contains(round, 0) {
+				t.Errorf("%s, round %d: %d latencies, some missing: %v", side, i, len(round), round)
+			}
+		}
+	}
+	total := int64(rounds * n)
+	if r.callsNaive != 2*total {
+		t.Errorf("naive: %d calls for %d first executions, want 2 each", r.callsNaive, total)
+	}
+	if r.callsOurs*maxStmts < 3*total {
+		t.Errorf("d1idem: %d calls for %d first executions of 3 statements, at most %d a call", r.callsOurs, total, maxStmts)
+	}
 }

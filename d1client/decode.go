@@ -78,14 +78,14 @@ func foldsToKnown(known []string, key []byte) bool {
 
 // skip reads any value and drops it.
 func (d *fastDecoder) skip() bool {
-	switch d.Peek() {
+	switch c := d.Peek(); c {
 	case '{', '[':
 		if d.depth >= maxSkipDepth {
 			return false
 		}
 		d.depth++
 		var ok bool
-		if d.Data[d.Pos] == '{' {
+		if c == '{' {
 			ok = d.object(nil, nil)
 		} else {
 			ok = d.Array(d.skip)

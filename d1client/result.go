@@ -438,18 +438,12 @@ func (n *metaNumber) UnmarshalJSON(data []byte) error {
 // it, as ParseFloat would round it. -0 is left to ParseFloat (its float
 // is negative).
 func smallInteger(b []byte) (metaNumber, bool) {
-	digits := b
-	if len(digits) > 0 && digits[0] == '-' {
-		digits = digits[1:]
-	}
-	if len(digits) == 0 || len(digits) > 18 {
+	digits := bytes.TrimPrefix(b, []byte("-"))
+	if len(digits) > 18 || !integerLiteral(b) {
 		return metaNumber{}, false
 	}
 	var i int64
 	for _, c := range digits {
-		if c < '0' || c > '9' {
-			return metaNumber{}, false
-		}
 		i = i*10 + int64(c-'0')
 	}
 	if len(digits) < len(b) {

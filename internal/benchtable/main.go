@@ -174,12 +174,21 @@ func ptr(v bool) *bool { return &v }
 // ratio it bought, with the ratio's interval.
 func callsForRatio(r result) string {
 	s := fmt.Sprintf("%s → %s", format(r.value("d1-calls/req")), ratioFormat(r.value("p50-ratio")))
-	lo, okLo := r.get("p50-ratio-lo")
-	hi, okHi := r.get("p50-ratio-hi")
-	if okLo && okHi {
-		s += " (" + ratioFormat(lo) + "–" + ratioFormat(hi) + ")"
+	if in, ok := r.interval("p50"); ok {
+		s += " (" + in + ")"
 	}
 	return s
+}
+
+// interval is the 95 % interval of a side-by-side cell's ratio at
+// percentile p ("p50", "p99"), as "lo–hi", if the cell reported one.
+func (r result) interval(p string) (string, bool) {
+	lo, okLo := r.get(p + "-ratio-lo")
+	hi, okHi := r.get(p + "-ratio-hi")
+	if !okLo || !okHi {
+		return "", false
+	}
+	return ratioFormat(lo) + "–" + ratioFormat(hi), true
 }
 
 // Today's figures (issue 13's starting point, measured by make bench at the
@@ -288,10 +297,8 @@ func figures(results []result) []row {
 			for i := range ours {
 				r := ratioFormat(ratio[i])
 				res, _ := find(names[i])
-				lo, okLo := res.get(p + "-ratio-lo")
-				hi, okHi := res.get(p + "-ratio-hi")
-				if okLo && okHi { // not in output of before the intervals
-					r += ", " + ratioFormat(lo) + "–" + ratioFormat(hi)
+				if in, ok := res.interval(p); ok { // not in output of before the intervals
+					r += ", " + in
 				}
 				parts = append(parts, fmt.Sprintf("%s / %s (%s)", format(ours[i]), format(naive[i]), r))
 				met = met && ratio[i] <= 1
