@@ -51,6 +51,7 @@
 //     interval that holds 1: the run cannot tell the two apart), D1 calls
 //     per request, over rounds of each taken in turn (three at concurrency
 //     1 and 8, twelve at 64 and 256, whose rounds are short).
+//     TestSideBySideSmoke runs both sides briefly in go test.
 //   - BenchmarkCallsVsLatency: BenchmarkVsSpec's concurrency-256, 50 ms
 //     cell with group commit's calls bounded smaller (MaxStatements x
 //     MaxInFlight: 128x8, 64x16, 32x64): the p50 ratio each buys and the D1
