@@ -393,3 +393,63 @@ func errorMessage(res *d1test.Response) string {
 	}
 	return env.Errors[0].Message
 }
+
+// TestLedgerOnlyCannotForgeTheRing: the holder of a ledger-only secret
+// sends the ledger's own statements at the ring row: a forced release
+// (which moved its epoch on and made it pending), then a completion of it
+// with a ring of their own, a sweep with a negative retention (which
+// reached the year-9999 rows), a claim of the empty principal. Each is
+// accepted by the bridge (they are the ledger's texts) and changes
+// nothing: the ring and the identity row stay as the operator recorded
+// them, and a ledger through the bridge routes by the operator's ring.
+func TestLedgerOnlyCannotForgeTheRing(t *testing.T) {
+	b := ledgerOnly(t)
+	_, bridged, admin := ledgerDB(t, b)
+	ctx := t.Context()
+	op, err := idem.NewSharded([]idem.Home{{ID: "home-a", DB: admin}}, idem.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := op.Admin().InitRing(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserved := func() string {
+		t.Helper()
+		res, err := admin.Query(ctx, "SELECT * FROM idempotency_keys WHERE principal = '' ORDER BY key")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(res.Rows)
+	}
+	before := reserved()
+	epoch := st.Ring.Epoch()
+	evil := `{"format":"d1idem-ring/1","version":9,"phase":"stable","homes":["evil"]}`
+	d1Clock := "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
+	attacks := []d1client.Statement{
+		{SQL: ledgerSQL(t, "SET generation = generation + 1, status = 'pending'", d1Clock), Params: []any{"", "d1idem:ring", epoch, 30001, true, 30000, true}},
+		{SQL: ledgerSQL(t, "SET status = 'completed'", d1Clock), Params: []any{200, evil, "{}", "", "d1idem:ring", epoch + 1}},
+		{SQL: ledgerSQL(t, "SET status = 'completed'", d1Clock), Params: []any{200, evil, "{}", "", "d1idem:ring", epoch}},
+		{SQL: ledgerSQL(t, "SET generation = generation + 1, status = 'pending'", d1Clock), Params: []any{"", "d1idem:home", 1, 30001, true, 30000, true}},
+		{SQL: ledgerSQL(t, "SET updated_at = "+d1Clock), Params: []any{"", "d1idem:ring", epoch}},
+		{SQL: ledgerSQL(t, "DELETE FROM idempotency_keys\nWHERE rowid IN", d1Clock), Params: []any{int64(-1e15), 1000}},
+		{SQL: ledgerSQL(t, "DELETE FROM idempotency_keys\nWHERE principal = ?1", d1Clock), Params: []any{"", "d1idem:ring", epoch, st.Ring.String(), int64(-1e15)}},
+		{SQL: ledgerSQL(t, "ON CONFLICT (principal, key) DO UPDATE", d1Clock), Params: []any{"", "d1idem:ring", "fp", int64(-1e15)}},
+		{SQL: ledgerSQL(t, "ON CONFLICT (principal, key) DO UPDATE", d1Clock), Params: []any{"", "d1idem:other", "fp", 30000}},
+	}
+	for _, a := range attacks {
+		if _, err := bridged.Exec(ctx, []d1client.Statement{a}); err != nil && errors.Is(err, d1client.ErrSQL) && strings.Contains(err.Error(), "not authorized") {
+			t.Fatalf("the bridge refused a ledger statement: %v", err)
+		}
+		if after := reserved(); after != before {
+			t.Fatalf("%q with %v, through the ledger-only bridge, changed the reserved rows:\n%s\nto\n%s", a.SQL, a.Params, before, after)
+		}
+	}
+	l, err := idem.NewSharded([]idem.Home{{ID: "home-a", DB: bridged}}, idem.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := l.Ring(ctx); err != nil || r.String() != st.Ring.String() {
+		t.Errorf("a ledger through the bridge routes by %s, %v; want %s", r, err, st.Ring)
+	}
+}

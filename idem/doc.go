@@ -61,10 +61,13 @@
 // database's 10 GB and single writer. Each principal's keys live in one of
 // them, chosen by rendezvous hashing (Rendezvous) over the databases of the
 // ring, a versioned list recorded in every one of them as a reserved row
-// that no request can address (principal "", key "d1idem:ring"). Every
-// claim carries a guard that aborts it where a newer ring is recorded, so a
-// replica never claims by a ring a database has moved past: it reads the
-// newer ring and routes the request again. The Ledger, the middleware and
+// that no request can address (principal "", key "d1idem:ring"), beside
+// the home ID the database joined the ring under (key "d1idem:home").
+// Every claim carries a guard that aborts it unless the database is the
+// home the ledger takes it for and has recorded no newer ring, nor another
+// ring of the same epoch: a replica never claims by a ring a database has
+// moved past (it reads the newer ring and routes the request again), and
+// conflicting rings or mismatched homes are refused, never served. The Ledger, the middleware and
 // the administrative API work unchanged; a Reservation remembers its
 // database, and Admin's reads merge the databases.
 //

@@ -415,12 +415,14 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 		if sweep {
 			h.sweepFailed()
 		}
-		if userStmts == 0 || !isFenceViolation(err) {
+		if userStmts == 0 || !errors.Is(err, d1client.ErrSQL) {
 			return fmt.Errorf("idem: completion: %w", err)
 		}
-		// The guard aborted the batch, so nothing of it committed: either
-		// a takeover fenced us out, or an earlier attempt of this very batch
-		// landed before its answer was lost (and the retry's guard tripped).
+		// An SQL error aborted the batch, so nothing of it committed: the
+		// fence guard's (a takeover fenced us out, or an
+		// earlier attempt of this very batch landed before its answer was
+		// lost, and the retry's guard tripped), or one of the caller's
+		// statements'. The row tells them apart, not the error's text.
 	} else {
 		if sweep {
 			deleted := res[len(res)-1].Meta.Changes
@@ -435,37 +437,59 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 			return nil
 		}
 	}
-	// No row came back. The completion may still be ours, written by an
-	// earlier attempt whose answer was lost: the row then holds exactly our
-	// response at our generation.
-	landed, lerr := l.holdsCompletion(ctx, h, r, w)
-	if lerr != nil {
+	// No row came back, or the batch aborted. The completion may still be
+	// ours, written by an earlier attempt whose answer was lost: the row
+	// then holds exactly our response at our generation.
+	st, lerr := l.completionState(ctx, h, r, w)
+	switch {
+	case lerr != nil:
 		return fmt.Errorf("idem: completion: checking the row after an empty answer: %w", lerr)
-	}
-	w.done.Stored = landed
-	if !landed {
+	case st == rowOurs:
+		w.done.Stored = true
+	case st == rowPending && err != nil:
+		// Still our pending row: the guard let the batch through, so the
+		// caller's own statement failed.
+		return fmt.Errorf("idem: completion: %w", err)
+	case st == rowPending:
+		return errors.New("idem: completion: the fenced update matched no row, yet the reservation is still pending")
+	default:
 		l.fencedOut(ctx, r, "completion")
 	}
 	return nil
 }
 
-// holdsCompletion reports whether the row is completed at r's generation
-// with exactly w's response.
-func (l *Ledger) holdsCompletion(ctx context.Context, h *home, r *Reservation, w *completionWrite) (bool, error) {
+// rowState is what a reservation's row holds after its completion was
+// sent.
+type rowState int
+
+const (
+	rowOther   rowState = iota // another owner's, or gone
+	rowOurs                    // completed at r's generation with w's response
+	rowPending                 // still pending at r's generation
+)
+
+// completionState reads the row of r and says whose it is.
+func (l *Ledger) completionState(ctx context.Context, h *home, r *Reservation, w *completionWrite) (rowState, error) {
 	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.lookupCompletion(r)}, d1client.Coalesce(), d1client.Priority(), opCheckCompletion)
 	if err != nil || len(res[0].Rows) == 0 {
-		return false, err
+		return rowOther, err
 	}
 	var status string
 	var gen int64
 	var respStatus *int64
 	var body, headers *string
 	if err := res[0].Rows[0].Scan(&status, &gen, &respStatus, &body, &headers); err != nil {
-		return false, err
+		return rowOther, err
 	}
-	return Status(status) == StatusCompleted && gen == r.Generation &&
-		respStatus != nil && *respStatus == int64(w.status) &&
-		equalNullable(body, w.body) && headers != nil && *headers == w.headers, nil
+	switch {
+	case gen != r.Generation:
+		return rowOther, nil
+	case Status(status) == StatusPending:
+		return rowPending, nil
+	case respStatus != nil && *respStatus == int64(w.status) && equalNullable(body, w.body) && headers != nil && *headers == w.headers:
+		return rowOurs, nil
+	}
+	return rowOther, nil
 }
 
 func equalNullable(a, b *string) bool {

@@ -326,6 +326,10 @@ func remedy(err error) string {
 		return "the ledger table does not match the schema: run `d1idem schema verify`"
 	case errors.Is(err, ErrNoRing):
 		return "no ring is recorded in the sharded ledger's databases: record one with Admin.InitRing (docs/sharding.md)"
+	case errors.Is(err, ErrRingConflict):
+		return "the sharded ledger's databases hold conflicting rings; it serves nothing until they agree: see 'd1idem ring status' and docs/sharding.md"
+	case errors.Is(err, ErrHomeMismatch):
+		return "a database is given to this replica under another home ID than it recorded: give every replica the same Home IDs for the same databases (docs/sharding.md)"
 	case errors.Is(err, ErrUnknownHome):
 		return "the ring routes this principal to a database this replica has no Home for: give every replica every database of the ring (docs/sharding.md)"
 	case errors.Is(err, d1client.ErrAuth):

@@ -3,6 +3,7 @@ package idem
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,8 +17,17 @@ import (
 // request can address (Begin refuses it).
 const ringKey = "d1idem:ring"
 
-// ringFormat names the ring row's JSON format and its routing function.
-const ringFormat = "d1idem-ring/1"
+// homeKey is the key of the reserved row that records, in each database
+// of a sharded ledger, the home ID it was given when it joined a ring:
+// written once, so that one database is never used under two IDs.
+const homeKey = "d1idem:home"
+
+// ringFormat names the ring row's JSON format and its routing function;
+// homeFormat the identity row's.
+const (
+	ringFormat = "d1idem-ring/1"
+	homeFormat = "d1idem-home/1"
+)
 
 // maxHomeID is the longest Home.ID accepted.
 const maxHomeID = 255
@@ -93,6 +103,34 @@ func (r Ring) equal(o Ring) bool {
 	return r.Version == o.Version && r.Phase == o.Phase && slices.Equal(r.Homes, o.Homes) && slices.Equal(r.Previous, o.Previous)
 }
 
+// digest is the SHA-256 of the ring's encoding, in hex: the ring row's
+// fingerprint, which the ring guard compares so that two rings of one
+// epoch are told apart.
+func (r Ring) digest() string {
+	sum := sha256.Sum256([]byte(r.encode()))
+	return hex.EncodeToString(sum[:])
+}
+
+// describe names the ring and the start of its digest, for errors.
+func (r Ring) describe() string { return fmt.Sprintf("%s (sha256 %.12s)", r, r.digest()) }
+
+// predecessor returns the ring a Moving ring was grown from: its previous
+// version, Stable over the previous homes.
+func (r Ring) predecessor() Ring {
+	return Ring{Version: r.Version - 1, Phase: RingStable, Homes: r.Previous}
+}
+
+// drops returns the homes of r that next does not have: rings only grow.
+func (r Ring) drops(next Ring) []string {
+	var out []string
+	for _, id := range r.Homes {
+		if !slices.Contains(next.Homes, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // Rendezvous returns the ID, among ids, of principal's home by rendezvous
 // (highest random weight) hashing: the ID whose score, the first 8 bytes
 // (big-endian) of SHA-256(principal || 0x00 || ID), is highest; on a tie,
@@ -153,8 +191,24 @@ func (r Ring) encode() string {
 // be read.
 var errBadRing = errors.New("idem: the recorded ring is unreadable")
 
-// decodeRing reads a ring row: its generation (the epoch) and its JSON.
-func decodeRing(epoch int64, body string) (Ring, error) {
+// decodeRing reads a ring row: its generation (the epoch), its
+// fingerprint (the digest of its body) and its JSON.
+func decodeRing(epoch int64, digest, body string) (Ring, error) {
+	r, err := decodeRingBody(body)
+	if err != nil {
+		return Ring{}, err
+	}
+	if r.Epoch() != epoch {
+		return Ring{}, fmt.Errorf("%w: generation %d, but the ring %s is epoch %d", errBadRing, epoch, r, r.Epoch())
+	}
+	if r.digest() != digest {
+		return Ring{}, fmt.Errorf("%w: its fingerprint is not the digest of %s", errBadRing, r)
+	}
+	return r, nil
+}
+
+// decodeRingBody reads a ring's JSON.
+func decodeRingBody(body string) (Ring, error) {
 	var j ringJSON
 	dec := json.NewDecoder(strings.NewReader(body))
 	if err := dec.Decode(&j); err != nil {
@@ -167,10 +221,43 @@ func decodeRing(epoch int64, body string) (Ring, error) {
 	if err := r.validate(); err != nil {
 		return Ring{}, fmt.Errorf("%w: %v", errBadRing, err)
 	}
-	if r.Epoch() != epoch {
-		return Ring{}, fmt.Errorf("%w: generation %d, but the ring %s is epoch %d", errBadRing, epoch, r, r.Epoch())
-	}
 	return r, nil
+}
+
+// homeJSON is the identity row's response_body: the ID the database was
+// given and the ring it joined under that ID. The row's fingerprint is the
+// ID, which the ring guard compares.
+type homeJSON struct {
+	Format string          `json:"format"`
+	ID     string          `json:"id"`
+	Joined json.RawMessage `json:"joined"`
+}
+
+func encodeHome(id string, joined Ring) string {
+	b, _ := json.Marshal(homeJSON{Format: homeFormat, ID: id, Joined: json.RawMessage(joined.encode())})
+	return string(b)
+}
+
+// identity is what a database's identity row says.
+type identity struct {
+	ID     string
+	Joined Ring // the ring it joined
+}
+
+// decodeHome reads an identity row: its fingerprint (the ID) and its JSON.
+func decodeHome(id, body string) (identity, error) {
+	var j homeJSON
+	if err := json.Unmarshal([]byte(body), &j); err != nil {
+		return identity{}, fmt.Errorf("%w: the identity row: %v", errBadRing, err)
+	}
+	if j.Format != homeFormat || j.ID != id {
+		return identity{}, fmt.Errorf("%w: the identity row of home %q has format %q and ID %q", errBadRing, id, j.Format, j.ID)
+	}
+	joined, err := decodeRingBody(string(j.Joined))
+	if err != nil {
+		return identity{}, fmt.Errorf("the identity row of home %q: %w", id, err)
+	}
+	return identity{ID: id, Joined: joined}, nil
 }
 
 // validate checks a ring's shape: sorted, distinct, valid IDs; a Moving

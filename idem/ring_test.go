@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -95,7 +96,7 @@ func TestRingEncoding(t *testing.T) {
 		if want := int64([]int{2, 3, 4}[i]); r.Epoch() != want {
 			t.Errorf("%s: epoch %d, want %d", r, r.Epoch(), want)
 		}
-		back, err := decodeRing(r.Epoch(), r.encode())
+		back, err := decodeRing(r.Epoch(), r.digest(), r.encode())
 		if err != nil || !back.equal(r) {
 			t.Errorf("%s: decoded %s, %v", r, back, err)
 		}
@@ -120,8 +121,78 @@ func TestRingEncoding(t *testing.T) {
 		{2, `{"format":"d1idem-ring/1","version":1,"phase":"stable","homes":["a\u0001"]}`, "control"},
 		{2, `not json`, "invalid"},
 	} {
-		if _, err := decodeRing(bad.epoch, bad.body); err == nil || !strings.Contains(err.Error(), bad.why) {
+		if _, err := decodeRing(bad.epoch, "", bad.body); err == nil || !strings.Contains(err.Error(), bad.why) {
 			t.Errorf("decodeRing(%d, %s) = %v, want an error about %q", bad.epoch, bad.body, err, bad.why)
+		}
+	}
+}
+
+// The ring row's fingerprint is the digest of its body: two rings of one
+// epoch differ in it, and a row whose fingerprint is not its body's digest
+// is unreadable.
+func TestRingDigest(t *testing.T) {
+	a := Ring{Version: 1, Phase: RingStable, Homes: []string{"a", "b"}}
+	b := Ring{Version: 1, Phase: RingStable, Homes: []string{"b", "c"}}
+	if a.Epoch() != b.Epoch() || a.digest() == b.digest() {
+		t.Fatalf("two rings of one epoch share the digest %s", a.digest())
+	}
+	if len(a.digest()) != 64 || a.digest() != a.digest() {
+		t.Fatalf("digest %q", a.digest())
+	}
+	if _, err := decodeRing(a.Epoch(), b.digest(), a.encode()); err == nil || !strings.Contains(err.Error(), "fingerprint") {
+		t.Errorf("a ring row under another ring's digest: %v", err)
+	}
+	m := Ring{Version: 2, Phase: RingMoving, Homes: []string{"a", "b", "c"}, Previous: []string{"a", "b"}}
+	if p := m.predecessor(); !p.equal(a) {
+		t.Errorf("predecessor of %s is %s, want %s", m, p, a)
+	}
+	if got := a.drops(b); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("%s drops %v of %s", b, got, a)
+	}
+	if got := a.drops(m); got != nil {
+		t.Errorf("%s drops %v of %s", m, got, a)
+	}
+}
+
+// The identity row names the home and the ring it joined; it reads back,
+// and one under another ID or format is unreadable.
+func TestHomeIdentityEncoding(t *testing.T) {
+	r := Ring{Version: 1, Phase: RingStable, Homes: []string{"a", "b"}}
+	body := encodeHome("a", r)
+	id, err := decodeHome("a", body)
+	if err != nil || id.ID != "a" || !id.Joined.equal(r) {
+		t.Fatalf("decodeHome = %+v, %v", id, err)
+	}
+	if _, err := decodeHome("b", body); err == nil {
+		t.Error("an identity row whose fingerprint is another ID was read")
+	}
+	if _, err := decodeHome("a", strings.Replace(body, homeFormat, "d1idem-home/9", 1)); err == nil {
+		t.Error("an identity row of another format was read")
+	}
+}
+
+// Rings recorded by different databases must agree: one ring per epoch,
+// and a newer ring holds every home of an older one.
+func TestConsistentRings(t *testing.T) {
+	v1 := Ring{Version: 1, Phase: RingStable, Homes: []string{"a", "b"}}
+	other := Ring{Version: 1, Phase: RingStable, Homes: []string{"b", "c"}}
+	v2 := Ring{Version: 2, Phase: RingMoving, Homes: []string{"a", "b", "c"}, Previous: []string{"a", "b"}}
+	dropper := Ring{Version: 3, Phase: RingStable, Homes: []string{"b", "c"}}
+	for _, c := range []struct {
+		rings map[string]Ring
+		want  string
+	}{
+		{map[string]Ring{"a": v1, "b": v1}, ""},
+		{map[string]Ring{"a": v1, "b": v2, "c": v2}, ""},
+		{map[string]Ring{"a": v1, "b": other}, "both at epoch 2"},
+		{map[string]Ring{"a": v2, "b": dropper}, "drops [a]"},
+	} {
+		err := consistent(c.rings)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: %v", c.rings, err)
+		case c.want != "" && (!errors.Is(err, ErrRingConflict) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: %v, want %q", c.rings, err, c.want)
 		}
 	}
 }

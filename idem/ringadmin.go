@@ -50,6 +50,10 @@ type HomeRing struct {
 	ID string
 	// Ring is the ring the database has recorded; nil when none.
 	Ring *Ring
+	// Identity is the home ID the database recorded when it joined a
+	// ring (InitRing, Grow): written once, so that one database is never
+	// used under two IDs. "" when none is recorded.
+	Identity string
 	// RecordedAt is when it recorded Ring's phase, and Now the time of the
 	// read, both by the ledger's clock (D1's, by default).
 	RecordedAt, Now time.Time
@@ -58,6 +62,8 @@ type HomeRing struct {
 	// Err is why it could not be read or written; the other fields are
 	// then unset.
 	Err error
+
+	joined *Ring // the ring it joined under Identity
 }
 
 // dropDelay is how long after an old home recorded a Moving ring its old
@@ -69,14 +75,14 @@ func (c Config) dropDelay() time.Duration {
 	return 2*c.Retention - c.TTL - RetentionMargin/2
 }
 
-// ringStatusStatements read a database's ring row, the clock, and whether
-// it holds keys.
+// ringStatusStatements read a database's ring and identity rows, the
+// clock, and whether it holds keys.
 func (a *Admin) ringStatusStatements() []d1client.Statement {
 	l := a.l
-	row := l.sql.query(l.now()).add("SELECT generation, response_body, created_at FROM " + d1idem.Table +
-		" WHERE principal = '' AND key = '" + ringKey + "'")
+	rows := l.sql.query(l.now()).add("SELECT key, generation, fingerprint, response_body, created_at FROM " + d1idem.Table +
+		" WHERE principal = '' AND key IN ('" + ringKey + "', '" + homeKey + "')")
 	clock := l.sql.query(l.now()).add("SELECT ").clock().add(", EXISTS (SELECT 1 FROM " + d1idem.Table + " WHERE principal <> '')")
-	return []d1client.Statement{row.statement(), clock.statement()}
+	return []d1client.Statement{rows.statement(), clock.statement()}
 }
 
 // scanRingStatus reads the results of ringStatusStatements.
@@ -88,21 +94,30 @@ func scanRingStatus(id string, res []d1client.Result) HomeRing {
 		return hr
 	}
 	hr.Now = time.UnixMilli(now).UTC()
-	if len(res[0].Rows) == 0 {
-		return hr
+	for _, row := range res[0].Rows {
+		var key, fp, body string
+		var gen, at int64
+		if err := row.Scan(&key, &gen, &fp, &body, &at); err != nil {
+			hr.Err = fmt.Errorf("%w: %v", errBadRing, err)
+			return hr
+		}
+		switch key {
+		case ringKey:
+			r, err := decodeRing(gen, fp, body)
+			if err != nil {
+				hr.Err = err
+				return hr
+			}
+			hr.Ring, hr.RecordedAt = &r, time.UnixMilli(at).UTC()
+		case homeKey:
+			ident, err := decodeHome(fp, body)
+			if err != nil {
+				hr.Err = err
+				return hr
+			}
+			hr.Identity, hr.joined = ident.ID, &ident.Joined
+		}
 	}
-	var epoch, at int64
-	var body string
-	if err := res[0].Rows[0].Scan(&epoch, &body, &at); err != nil {
-		hr.Err = fmt.Errorf("%w: %v", errBadRing, err)
-		return hr
-	}
-	r, err := decodeRing(epoch, body)
-	if err != nil {
-		hr.Err = err
-		return hr
-	}
-	hr.Ring, hr.RecordedAt = &r, time.UnixMilli(at).UTC()
 	return hr
 }
 
@@ -164,8 +179,9 @@ func (st *RingStatus) home(id string) *HomeRing {
 }
 
 // check returns an error when one of the databases with these IDs is not
-// the ledger's, or holds a ring of the newest epoch that differs from the
-// newest ring; and, if readable is set, when one could not be read.
+// the ledger's, or is recorded as another home; when the rings of all the
+// databases conflict (two of one epoch, or a newer one that drops a home);
+// and, if readable is set, when one could not be read.
 func (st *RingStatus) check(ids []string, readable bool) error {
 	var errs []error
 	for _, id := range ids {
@@ -177,28 +193,95 @@ func (st *RingStatus) check(ids []string, readable bool) error {
 			if readable {
 				errs = append(errs, fmt.Errorf("home %s: %w", id, h.Err))
 			}
-		case h.Ring != nil && h.Ring.Epoch() == st.Ring.Epoch() && !h.Ring.equal(st.Ring):
-			return fmt.Errorf("%w: home %s holds %s, another holds %s", ErrRingConflict, id, h.Ring, st.Ring)
+		case h.Identity != "" && h.Identity != id:
+			return fmt.Errorf("%w: the database given as home %q recorded that it is home %q", ErrHomeMismatch, id, h.Identity)
+		}
+	}
+	rings := map[string]Ring{}
+	for _, h := range st.Homes {
+		if h.Ring != nil {
+			rings[h.ID] = *h.Ring
+		}
+	}
+	if err := consistent(rings); err != nil {
+		return err
+	}
+	return errors.Join(errs...)
+}
+
+// identityStatement records, once, that the database is home id and
+// joined ring r.
+func (a *Admin) identityStatement(id string, r Ring) d1client.Statement {
+	l := a.l
+	return l.sql.query(l.now()).add(`INSERT INTO `+d1idem.Table+` (principal, key, fingerprint, status, generation, response_status, response_body, response_headers, created_at, updated_at)
+VALUES ('', '`+homeKey+`', ?, 'completed', 1, 200, ?, '{"content-type":"application/json"}', `, id, encodeHome(id, r)).
+		clock().add(`, ?)
+ON CONFLICT (principal, key) DO NOTHING`, int64(ringFarFuture)).statement()
+}
+
+// join records, once, that h is home h.id and joined r, and returns what
+// h holds then: ErrHomeMismatch if it was recorded as another home, and
+// ErrRingConflict if it joined another ring.
+func (a *Admin) join(ctx context.Context, h *home, r Ring) HomeRing {
+	res, err := h.db.Exec(ctx, append([]d1client.Statement{a.identityStatement(h.id, r)}, a.ringStatusStatements()...), d1client.Idempotent())
+	if err != nil {
+		return HomeRing{ID: h.id, Err: err}
+	}
+	hr := scanRingStatus(h.id, res[1:])
+	switch {
+	case hr.Err != nil:
+	case hr.Identity != h.id:
+		hr.Err = fmt.Errorf("%w: the database given as home %q recorded that it is home %q (one database given under two IDs?)", ErrHomeMismatch, h.id, hr.Identity)
+	case !hr.joined.equal(r):
+		hr.Err = fmt.Errorf("%w: home %s joined %s in an earlier ring operation, not %s", ErrRingConflict, h.id, hr.joined.describe(), r.describe())
+	}
+	return hr
+}
+
+// joinAll runs join at each of the homes with these IDs at once, updates
+// st, and returns the errors.
+func (a *Admin) joinAll(ctx context.Context, st *RingStatus, ids []string, r Ring) error {
+	s := a.l.shards
+	dsts := make([]*HomeRing, len(ids))
+	for i, id := range ids {
+		dsts[i] = st.home(id)
+	}
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() { *dsts[i] = a.join(ctx, s.homes[id], r) })
+	}
+	wg.Wait()
+	var errs []error
+	for _, id := range ids {
+		if h := st.home(id); h.Err != nil {
+			errs = append(errs, fmt.Errorf("home %s: %w", id, h.Err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// writeRing records r at h, unless h holds a newer ring, and returns what
-// h holds then: ErrRingConflict if that is not r.
+// writeRing records r at h, unless h holds a newer ring, with h's identity
+// if it has none, and returns what h holds then: ErrRingConflict if that
+// is not r, ErrHomeMismatch if h is recorded as another home.
 func (a *Admin) writeRing(ctx context.Context, h *home, r Ring) HomeRing {
 	l := a.l
 	q := l.sql.query(l.now()).add(`INSERT INTO `+d1idem.Table+` (principal, key, fingerprint, status, generation, response_status, response_body, response_headers, created_at, updated_at)
-VALUES ('', '`+ringKey+`', '`+ringKey+`', 'completed', ?, 200, ?, '{"content-type":"application/json"}', `, r.Epoch(), r.encode()).
+VALUES ('', '`+ringKey+`', ?, 'completed', ?, 200, ?, '{"content-type":"application/json"}', `, r.digest(), r.Epoch(), r.encode()).
 		clock().add(`, ?)
-ON CONFLICT (principal, key) DO UPDATE SET generation = excluded.generation, response_body = excluded.response_body, created_at = excluded.created_at
+ON CONFLICT (principal, key) DO UPDATE SET generation = excluded.generation, fingerprint = excluded.fingerprint,
+  response_body = excluded.response_body, created_at = excluded.created_at
 WHERE generation < excluded.generation`, int64(ringFarFuture))
-	res, err := h.db.Exec(ctx, append([]d1client.Statement{q.statement()}, a.ringStatusStatements()...), d1client.Idempotent())
+	stmts := append([]d1client.Statement{a.identityStatement(h.id, r), q.statement()}, a.ringStatusStatements()...)
+	res, err := h.db.Exec(ctx, stmts, d1client.Idempotent())
 	if err != nil {
 		return HomeRing{ID: h.id, Err: err}
 	}
-	hr := scanRingStatus(h.id, res[1:])
-	if hr.Err == nil && (hr.Ring == nil || !hr.Ring.equal(r)) {
+	hr := scanRingStatus(h.id, res[2:])
+	switch {
+	case hr.Err != nil:
+	case hr.Identity != h.id:
+		hr.Err = fmt.Errorf("%w: the database given as home %q recorded that it is home %q", ErrHomeMismatch, h.id, hr.Identity)
+	case hr.Ring == nil || !hr.Ring.equal(r):
 		hr.Err = fmt.Errorf("%w: recording %s, the database holds %v", ErrRingConflict, r, hr.Ring)
 	}
 	return hr
@@ -206,7 +289,8 @@ WHERE generation < excluded.generation`, int64(ringFarFuture))
 
 // record writes r first at coordinator, the database that decides between
 // operators racing to record different rings of one epoch, and, once it
-// holds r, at every other database of r that lacks it. It updates st.
+// holds r, at every other database of r that lacks it (or lacks its
+// identity). It updates st.
 func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, r Ring) error {
 	s := a.l.shards
 	first := a.writeRing(ctx, s.homes[coordinator], r)
@@ -217,7 +301,7 @@ func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, 
 	var rest []string
 	for _, id := range r.Homes {
 		if id != coordinator {
-			if h := st.home(id); h.Ring == nil || h.Ring.Epoch() < r.Epoch() || h.Err != nil {
+			if h := st.home(id); h.Ring == nil || h.Ring.Epoch() < r.Epoch() || h.Err != nil || h.Identity == "" {
 				rest = append(rest, id)
 			}
 		}
@@ -243,8 +327,8 @@ func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, 
 		return fmt.Errorf("idem: %s is recorded at %d of its %d databases; run AdvanceRing to record it at the others: %w",
 			r, len(r.Homes)-len(errs), len(r.Homes), errors.Join(errs...))
 	}
-	a.l.shards.adopt(a.l, r)
-	return nil
+	_, err := a.l.shards.adopt(a.l, r)
+	return err
 }
 
 // InitRing records the first ring, version 1, Stable, over every database
@@ -254,6 +338,13 @@ func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, 
 // is the only one. Run it once, before the first request of a sharded
 // ledger; an existing ledger on one database becomes the N = 1 case, and
 // grows with Grow.
+//
+// It first records in every database its home ID and the ring it joins,
+// and records the ring only once all of them have: a database that joined
+// another ring (an earlier InitRing that did not finish, another
+// operator's) or that is recorded as another home is refused, so two
+// rings can never share a database. If InitRing fails once the ring is
+// recorded somewhere, AdvanceRing finishes it.
 func (a *Admin) InitRing(ctx context.Context) (RingStatus, error) {
 	st, err := a.RingStatus(ctx)
 	if err != nil {
@@ -272,13 +363,17 @@ func (a *Admin) InitRing(ctx context.Context) (RingStatus, error) {
 		}
 	}
 	r := Ring{Version: 1, Phase: RingStable, Homes: slices.Clone(ids)}
+	if err := a.joinAll(ctx, &st, ids, r); err != nil {
+		return st, fmt.Errorf("idem: init ring: no ring was recorded: %w", err)
+	}
 	return st, a.record(ctx, &st, ids[0], r)
 }
 
 // Grow starts a change of the ring that adds the databases with these IDs
-// (each given to NewSharded, holding the schema, and empty): it records
-// the next version, Moving, in the current homes' first database (which
-// decides between racing operators), then in every other one. From then
+// (each given to NewSharded, holding the schema, and empty): it records in
+// each new database its home ID and the ring it joins, then the next
+// version, Moving, in the current homes' first database (which decides
+// between racing operators), then in every other one. From then
 // on about len(ids)/(len(homes)+len(ids)) of the principals move to the
 // new databases: their new keys go there, and the keys they have at their
 // old homes are still answered from there. After DropAt (two retention
@@ -306,7 +401,7 @@ func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 		return st, fmt.Errorf("idem: grow: %w", err)
 	}
 	for _, id := range cur.Homes {
-		if h := st.home(id); h.Ring == nil || !h.Ring.equal(cur) {
+		if h := st.home(id); h.Ring == nil || !h.Ring.equal(cur) || h.Identity == "" {
 			return st, fmt.Errorf("idem: grow: %w (home %s holds %v)", ErrRingIncomplete, id, h.Ring)
 		}
 	}
@@ -329,6 +424,9 @@ func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 	}
 	slices.Sort(homes)
 	next := Ring{Version: cur.Version + 1, Phase: RingMoving, Homes: homes, Previous: cur.Homes}
+	if err := a.joinAll(ctx, &st, ids, next); err != nil {
+		return st, fmt.Errorf("idem: grow: no ring was recorded: %w", err)
+	}
 	return st, a.record(ctx, &st, cur.Homes[0], next)
 }
 

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/d1idem/d1idem/d1client"
 )
@@ -39,11 +41,20 @@ var (
 	// ErrRingUnsettled is returned when a request had to be routed again
 	// too many times, the ring or the key changing under it each time.
 	ErrRingUnsettled = errors.New("idem: the ring kept changing while the request was routed")
+	// ErrHomeMismatch is returned when a database's recorded identity is
+	// not the home ID the ledger was given for it: one database given
+	// under two IDs, IDs swapped between replicas, or a database of
+	// another ledger. Nothing is served until the Homes are fixed.
+	ErrHomeMismatch = errors.New("idem: a database is not the home it is given as")
 )
 
 // maxReroutes bounds how many times one request is routed again after
 // finding a newer ring, or its key moved, on the way.
 const maxReroutes = 6
+
+// reloadBackoff is how long a ledger that refused its databases' rings
+// (a conflict, a mismatched home) waits before it reads them again.
+const reloadBackoff = time.Second
 
 // errReroute asks for the request to be routed again, by the ring the
 // ledger holds now.
@@ -54,9 +65,34 @@ type shards struct {
 	homes map[string]*home // every configured database, by ID
 	ids   []string         // their IDs, sorted
 
-	mu      sync.Mutex
-	ring    *Ring         // the newest ring seen; nil until loaded
-	loading chan struct{} // closed when a load in progress ends
+	mu       sync.Mutex
+	route    *route        // the newest ring seen; nil until loaded or after a refusal
+	refused  error         // why the rings were refused; nil when they were not
+	refuseAt time.Time     // when (monotonic)
+	loading  chan struct{} // closed when a load in progress ends
+}
+
+// route is a ring the ledger routes by, with what its guards compare: its
+// own ring and digest, and while it is Moving its predecessor's.
+type route struct {
+	expect
+	prev expect
+}
+
+// expect is a ring a batch is guarded by, and its digest.
+type expect struct {
+	Ring
+	digest string
+}
+
+func expecting(r Ring) expect { return expect{r, r.digest()} }
+
+func newRoute(r Ring) *route {
+	rt := &route{expect: expecting(r)}
+	if r.Phase == RingMoving {
+		rt.prev = expecting(r.predecessor())
+	}
+	return rt
 }
 
 // NewSharded returns a Ledger that spans several D1 databases, each
@@ -69,6 +105,11 @@ type shards struct {
 // database before Grow adds it. One home is the N = 1 case: a ledger
 // ready to grow.
 //
+// Each database records the home ID it joined the ring under; a ledger
+// whose Homes disagree with what a database recorded (one database under
+// two IDs, say) serves nothing and says why (ErrHomeMismatch). Two homes
+// naming the same database ID at the same base URL are refused here.
+//
 // The Ledger's methods, the middleware and the administrative API work
 // as they do on one database; a Reservation remembers its database.
 func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
@@ -80,6 +121,7 @@ func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
 		return nil, err
 	}
 	s := &shards{homes: map[string]*home{}}
+	where := map[string]string{} // database address -> home ID
 	for i, h := range homes {
 		if h.DB == nil {
 			return nil, fmt.Errorf("idem: NewSharded: homes[%d] has a nil D1 client", i)
@@ -94,6 +136,11 @@ func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
 		if s.homes[id] != nil {
 			return nil, fmt.Errorf("idem: NewSharded: two homes have the ID %q", id)
 		}
+		addr := h.DB.BaseURL() + "accounts/" + h.DB.AccountID() + "/d1/database/" + h.DB.DatabaseID()
+		if other, dup := where[addr]; dup {
+			return nil, fmt.Errorf("idem: NewSharded: %w: homes %q and %q are the same database (%s)", ErrHomeMismatch, other, id, h.DB.DatabaseID())
+		}
+		where[addr] = id
 		s.homes[id] = &home{id: id, db: h.DB}
 		s.ids = append(s.ids, id)
 	}
@@ -120,22 +167,29 @@ func (l *Ledger) Ring(ctx context.Context) (Ring, error) {
 	if l.shards == nil {
 		return Ring{}, ErrNotSharded
 	}
-	return l.shards.current(ctx, l)
+	rt, err := l.shards.current(ctx, l)
+	if err != nil {
+		return Ring{}, err
+	}
+	return rt.Ring, nil
 }
 
 // RefreshRing reads the ring recorded in every home and adopts the newest
 // if it is newer than the one the ledger routes by. A ledger learns a new
 // ring by itself, from the first database that refuses a request routed by
-// an older one; RefreshRing only makes it learn sooner.
+// an older one; RefreshRing only makes it learn sooner. Rings that
+// conflict (two of one epoch, a newer one that drops a home) or a home
+// that is not the database it is given as are refused: the ledger then
+// serves nothing until they are fixed, and the error says what it found.
 func (l *Ledger) RefreshRing(ctx context.Context) (Ring, error) {
 	if l.shards == nil {
 		return Ring{}, ErrNotSharded
 	}
-	r, err := l.shards.load(ctx, l)
+	rt, err := l.shards.load(ctx, l)
 	if err != nil {
 		return Ring{}, err
 	}
-	return l.shards.adopt(l, r), nil
+	return rt.Ring, nil
 }
 
 // home returns the configured database with this ID.
@@ -146,15 +200,20 @@ func (s *shards) home(id string) (*home, error) {
 	return nil, fmt.Errorf("%w: %q", ErrUnknownHome, id)
 }
 
-// current returns the ring the ledger routes by, loading it from the
-// homes on first use (one load at a time; the others wait for it).
-func (s *shards) current(ctx context.Context, l *Ledger) (Ring, error) {
+// current returns the route the ledger routes by, loading it from the
+// homes on first use (one load at a time; the others wait for it) and,
+// after a refusal, once reloadBackoff has passed.
+func (s *shards) current(ctx context.Context, l *Ledger) (*route, error) {
 	for {
 		s.mu.Lock()
-		if s.ring != nil {
-			r := *s.ring
+		if rt := s.route; rt != nil {
 			s.mu.Unlock()
-			return r, nil
+			return rt, nil
+		}
+		if s.refused != nil && time.Since(s.refuseAt) < reloadBackoff {
+			err := s.refused
+			s.mu.Unlock()
+			return nil, err
 		}
 		if ch := s.loading; ch != nil {
 			s.mu.Unlock()
@@ -162,104 +221,178 @@ func (s *shards) current(ctx context.Context, l *Ledger) (Ring, error) {
 			case <-ch:
 				continue
 			case <-ctx.Done():
-				return Ring{}, ctx.Err()
+				return nil, ctx.Err()
 			}
 		}
 		ch := make(chan struct{})
 		s.loading = ch
 		s.mu.Unlock()
-		r, err := s.load(ctx, l)
+		rt, err := s.load(ctx, l)
 		s.mu.Lock()
 		s.loading = nil
 		s.mu.Unlock()
 		close(ch)
-		if err != nil {
-			return Ring{}, err
-		}
-		return s.adopt(l, r), nil
+		return rt, err
 	}
 }
 
-// load reads the ring of every home at once and returns the newest. Homes
-// that cannot be read are passed over, unless none can be.
-func (s *shards) load(ctx context.Context, l *Ledger) (Ring, error) {
+// homeState is what one database has recorded of the ring.
+type homeState struct {
+	ring   *Ring     // nil when none
+	digest string    // the ring row's fingerprint
+	ident  *identity // nil when none
+}
+
+// readState reads the ring and identity rows of the ringRead statement.
+func readState(h *home, res d1client.Result) (homeState, error) {
+	var st homeState
+	for _, row := range res.Rows {
+		var key, fp, body string
+		var epoch int64
+		if err := row.Scan(&key, &epoch, &fp, &body); err != nil {
+			return st, fmt.Errorf("home %s: %w: %v", h.id, errBadRing, err)
+		}
+		switch key {
+		case ringKey:
+			r, err := decodeRing(epoch, fp, body)
+			if err != nil {
+				return st, fmt.Errorf("home %s: %w", h.id, err)
+			}
+			st.ring, st.digest = &r, fp
+		case homeKey:
+			id, err := decodeHome(fp, body)
+			if err != nil {
+				return st, fmt.Errorf("home %s: %w", h.id, err)
+			}
+			st.ident = &id
+		}
+	}
+	return st, nil
+}
+
+// readHome reads what h has recorded.
+func (l *Ledger) readHome(ctx context.Context, h *home) (homeState, error) {
+	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.ringRead()}, d1client.Coalesce(), opRing)
+	if err != nil {
+		return homeState{}, fmt.Errorf("home %s: %w", h.id, err)
+	}
+	return readState(h, res[0])
+}
+
+// checkIdentity refuses a database whose identity row names another home.
+func checkIdentity(h *home, st homeState) error {
+	if st.ident != nil && st.ident.ID != h.id {
+		return fmt.Errorf("%w: the database given as home %q recorded that it is home %q (one database given under two IDs, or IDs that differ between replicas)", ErrHomeMismatch, h.id, st.ident.ID)
+	}
+	return nil
+}
+
+// consistent checks rings recorded by different databases against each
+// other: one ring per epoch, and rings only grow. It names both rings of a
+// conflict.
+func consistent(rings map[string]Ring) error {
+	ids := slices.Sorted(maps.Keys(rings))
+	for i, a := range ids {
+		for _, b := range ids[i+1:] {
+			ra, rb := rings[a], rings[b]
+			if rb.Epoch() < ra.Epoch() {
+				a, b, ra, rb = b, a, rb, ra
+			}
+			switch {
+			case ra.Epoch() == rb.Epoch() && !ra.equal(rb):
+				return fmt.Errorf("%w: home %s holds %s and home %s holds %s, both at epoch %d", ErrRingConflict, a, ra.describe(), b, rb.describe(), ra.Epoch())
+			case len(ra.drops(rb)) > 0:
+				return fmt.Errorf("%w: home %s holds %s, which drops %v of %s held by home %s (rings only grow)", ErrRingConflict, b, rb.describe(), ra.drops(rb), ra.describe(), a)
+			}
+		}
+	}
+	return nil
+}
+
+// load reads the ring and identity of every home at once and adopts the
+// newest ring. Homes that cannot be read are passed over, unless none
+// can be. Conflicting rings and mismatched homes are refused.
+func (s *shards) load(ctx context.Context, l *Ledger) (*route, error) {
 	type answer struct {
-		ring  *Ring
-		epoch int64
-		err   error
+		st  homeState
+		err error
 	}
 	answers := make([]answer, len(s.ids))
 	var wg sync.WaitGroup
 	for i, id := range s.ids {
 		wg.Go(func() {
-			r, epoch, err := l.readRing(ctx, s.homes[id])
-			answers[i] = answer{r, epoch, err}
+			st, err := l.readHome(ctx, s.homes[id])
+			answers[i] = answer{st, err}
 		})
 	}
 	wg.Wait()
-	var best *answer
+	rings := map[string]Ring{}
+	var newest *Ring
 	var errs []error
-	for i := range answers {
-		a := &answers[i]
+	for i, a := range answers {
+		h := s.homes[s.ids[i]]
 		switch {
 		case a.err != nil:
 			errs = append(errs, a.err)
-		case a.epoch > 0 && (best == nil || a.epoch > best.epoch):
-			best = a
+			continue
+		case checkIdentity(h, a.st) != nil:
+			return nil, s.refuse(l, checkIdentity(h, a.st))
+		case a.st.ring == nil:
+			continue
+		}
+		rings[h.id] = *a.st.ring
+		if newest == nil || a.st.ring.Epoch() > newest.Epoch() {
+			newest = a.st.ring
 		}
 	}
+	if err := consistent(rings); err != nil {
+		return nil, s.refuse(l, err)
+	}
 	switch {
-	case best != nil:
-		return *best.ring, nil
+	case newest != nil:
+		return s.adopt(l, *newest)
 	case len(errs) > 0:
-		return Ring{}, fmt.Errorf("idem: reading the ring: %w", errors.Join(errs...))
+		return nil, fmt.Errorf("idem: reading the ring: %w", errors.Join(errs...))
 	}
-	return Ring{}, ErrNoRing
+	return nil, ErrNoRing
 }
 
-// readRing reads the ring recorded at h: nil and epoch 0 when none.
-func (l *Ledger) readRing(ctx context.Context, h *home) (*Ring, int64, error) {
-	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.ringRead()}, d1client.Coalesce(), opRing)
-	if err != nil {
-		return nil, 0, fmt.Errorf("home %s: %w", h.id, err)
-	}
-	if len(res[0].Rows) == 0 {
-		return nil, 0, nil
-	}
-	var epoch int64
-	var body string
-	if err := res[0].Rows[0].Scan(&epoch, &body); err != nil {
-		return nil, 0, fmt.Errorf("home %s: %w: %v", h.id, errBadRing, err)
-	}
-	r, err := decodeRing(epoch, body)
-	if err != nil {
-		return nil, 0, fmt.Errorf("home %s: %w", h.id, err)
-	}
-	return &r, epoch, nil
-}
-
-// refresh reads the ring recorded at h and adopts it if it is newer.
-func (s *shards) refresh(ctx context.Context, l *Ledger, h *home) error {
-	r, _, err := l.readRing(ctx, h)
-	if err != nil {
-		return fmt.Errorf("idem: reading the ring: %w", err)
-	}
-	if r != nil {
-		s.adopt(l, *r)
-	}
-	return nil
-}
-
-// adopt makes r the ring the ledger routes by, if it is newer than the
-// one it has, and returns the ring it has then.
-func (s *shards) adopt(l *Ledger, r Ring) Ring {
+// refuse stops the ledger from routing by any ring: it logs err and
+// returns it to every request until a load, reloadBackoff later, finds the
+// rings consistent again.
+func (s *shards) refuse(l *Ledger, err error) error {
 	s.mu.Lock()
-	if s.ring != nil && (s.ring.Epoch() >= r.Epoch() || l.hooks.ignoreRing) {
-		cur := *s.ring
+	s.route, s.refused, s.refuseAt = nil, err, time.Now()
+	s.mu.Unlock()
+	l.log().LogAttrs(context.Background(), slog.LevelError, "idem: the databases' rings or identities conflict; the sharded ledger serves nothing until they are fixed",
+		slog.String("error", err.Error()))
+	return err
+}
+
+// adopt makes r the ring the ledger routes by if it is newer than the one
+// it has, and returns the route it has then. A ring of the same epoch with
+// another content, or a newer one that drops a home, is refused.
+func (s *shards) adopt(l *Ledger, r Ring) (*route, error) {
+	s.mu.Lock()
+	cur := s.route
+	switch {
+	case cur != nil && cur.Epoch() == r.Epoch() && !cur.equal(r):
 		s.mu.Unlock()
-		return cur
+		return nil, s.refuse(l, fmt.Errorf("%w: this ledger routes by %s, a database holds %s at the same epoch", ErrRingConflict, cur.describe(), r.describe()))
+	case cur != nil && cur.Epoch() > r.Epoch() && len(r.drops(cur.Ring)) > 0,
+		cur != nil && cur.Epoch() < r.Epoch() && len(cur.drops(r)) > 0:
+		s.mu.Unlock()
+		old, next := cur.Ring, r
+		if old.Epoch() > next.Epoch() {
+			old, next = next, old
+		}
+		return nil, s.refuse(l, fmt.Errorf("%w: %s drops %v of %s (rings only grow)", ErrRingConflict, next.describe(), old.drops(next), old.describe()))
+	case cur != nil && (cur.Epoch() >= r.Epoch() || l.hooks.ignoreRing):
+		s.mu.Unlock()
+		return cur, nil
 	}
-	s.ring = &r
+	rt := newRoute(r)
+	s.route, s.refused = rt, nil
 	s.mu.Unlock()
 	var unknown []string
 	for _, id := range r.Homes {
@@ -274,7 +407,53 @@ func (s *shards) adopt(l *Ledger, r Ring) Ring {
 		log.LogAttrs(context.Background(), slog.LevelError, "idem: the ring names databases this ledger has no Home for; the principals they hold are refused (503) until it is given them",
 			slog.Any("unknown", unknown))
 	}
-	return r
+	return rt, nil
+}
+
+// judge decides, from what h has recorded, whether a batch sent to h
+// guarded by (or read under) ring want stands. It returns nil when it does; errReroute when h holds
+// a newer ring (adopted first) and the request must be routed again; an
+// error when h is not the home it is given as, holds another ring of the
+// epoch, or a newer ring that cannot be adopted. Batches are refused, and
+// guards recognised, by what the database holds, never by the text of an
+// error.
+func (s *shards) judge(l *Ledger, h *home, st homeState, want expect) error {
+	if err := checkIdentity(h, st); err != nil {
+		return s.refuse(l, err)
+	}
+	if st.ident == nil {
+		return s.refuse(l, fmt.Errorf("%w: the database given as home %q has no identity recorded: finish the ring's recording with Admin.AdvanceRing (d1idem ring advance)", ErrHomeMismatch, h.id))
+	}
+	switch {
+	case st.ring == nil || st.ring.Epoch() < want.Epoch():
+		return nil
+	case st.ring.Epoch() == want.Epoch() && st.digest != want.digest:
+		return s.refuse(l, fmt.Errorf("%w: home %s holds %s, this ledger routes by %s of the same epoch", ErrRingConflict, h.id, st.ring.describe(), want.describe()))
+	case st.ring.Epoch() == want.Epoch():
+		return nil
+	}
+	if _, err := s.adopt(l, *st.ring); err != nil {
+		return err
+	}
+	return errReroute
+}
+
+// recheck reads h after a guarded batch failed with an SQL error, and
+// judges it: the guard aborted the batch exactly when h
+// does not stand (see judge). When it stands, the failure was the
+// batch's own, and err is returned.
+func (s *shards) recheck(ctx context.Context, l *Ledger, h *home, want expect, err error) error {
+	if !errors.Is(err, d1client.ErrSQL) {
+		return err
+	}
+	st, rerr := l.readHome(ctx, h)
+	if rerr != nil {
+		return fmt.Errorf("%w (and reading the ring after it: %v)", err, rerr)
+	}
+	if j := s.judge(l, h, st, want); j != nil {
+		return j
+	}
+	return err
 }
 
 // beginSharded is Begin on a sharded ledger: round trip 1 where the ring
@@ -282,11 +461,11 @@ func (s *shards) adopt(l *Ledger, r Ring) Ring {
 // ring or the key moved on the way.
 func (l *Ledger) beginSharded(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
 	for attempt := 1; ; attempt++ {
-		r, err := l.shards.current(ctx, l)
+		rt, err := l.shards.current(ctx, l)
 		if err != nil {
 			return Decision{}, err
 		}
-		d, err := l.beginRouted(ctx, r, principal, key, fingerprint)
+		d, err := l.beginRouted(ctx, rt, principal, key, fingerprint)
 		if !errors.Is(err, errReroute) {
 			return d, err
 		}
@@ -296,63 +475,68 @@ func (l *Ledger) beginSharded(ctx context.Context, principal, key, fingerprint s
 	}
 }
 
-// beginRouted runs round trip 1 by ring r. It returns errReroute when the
-// request must be routed again.
+// beginRouted runs round trip 1 by route rt. It returns errReroute when
+// the request must be routed again.
 //
-// An unmoved principal is claimed at its home behind the ring guard at r's
-// epoch. A moved principal (r Moving, its home changed) is first read at
-// its old home, which says whether it has recorded r yet:
+// An unmoved principal is claimed at its home behind the ring guard of
+// rt. A moved principal (rt Moving, its home changed) is first read at its
+// old home, which says whether it has recorded rt yet:
 //
-//   - not yet: the key is claimed there, behind a guard that refuses the
-//     claim once the old home records r (r's epoch - 1);
+//   - not yet: the key is claimed there, behind the guard of rt's
+//     predecessor, which refuses the claim once the old home records rt;
 //   - yes, and the key is there: it is answered from there (replay, reuse,
 //     in progress); a stale pending row of the same request is deleted
 //     there (fenced) and the key claimed at the new home;
 //   - yes, and the key is not there: it is claimed at the new home.
 //
-// Once the old home has recorded r, nothing claims a moved principal's
-// key there any more (the guard refuses older rings; r's routing never
+// Once the old home has recorded rt, nothing claims a moved principal's
+// key there any more (the guard refuses older rings; rt's routing never
 // claims there), so a key read as absent stays absent: see
 // docs/sharding.md for the proof.
-func (l *Ledger) beginRouted(ctx context.Context, r Ring, principal, key, fingerprint string) (Decision, error) {
-	nh, err := l.shards.home(r.Home(principal))
+func (l *Ledger) beginRouted(ctx context.Context, rt *route, principal, key, fingerprint string) (Decision, error) {
+	nh, err := l.shards.home(rt.Home(principal))
 	if err != nil {
 		return Decision{}, err
 	}
 	if l.hooks.ignoreRing {
 		return l.claimAt(ctx, nh, nil, principal, key, fingerprint)
 	}
-	oldID := r.PreviousHome(principal)
+	oldID := rt.PreviousHome(principal)
 	if oldID == "" {
-		return l.claimGuarded(ctx, nh, r.Epoch(), principal, key, fingerprint)
+		return l.claimGuarded(ctx, nh, rt.expect, principal, key, fingerprint)
 	}
 	oh, err := l.shards.home(oldID)
 	if err != nil {
 		return Decision{}, err
 	}
-	res, err := oh.db.Exec(ctx, []d1client.Statement{l.sql.ringEpoch(), l.sql.movedLookup(principal, key, l.cfg.TTL, l.now())}, d1client.Coalesce(), opClaim)
+	res, err := oh.db.Exec(ctx, []d1client.Statement{l.sql.ringRead(), l.sql.movedLookup(principal, key, l.cfg.TTL, l.now())}, d1client.Coalesce(), opClaim)
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: claim: reading the old home: %w", err)
 	}
-	epoch, err := scanEpoch(res[0])
+	st, err := readState(oh, res[0])
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: claim: reading the old home: %w", err)
 	}
-	switch {
-	case epoch > r.Epoch():
-		if err := l.shards.refresh(ctx, l, oh); err != nil {
+	if st.ring != nil && st.ring.Epoch() < rt.Epoch() {
+		// The old home has not recorded rt: it must hold rt's predecessor,
+		// and the key is claimed there, behind its guard.
+		if err := l.shards.judge(l, oh, st, rt.prev); err != nil {
 			return Decision{}, err
 		}
-		return Decision{}, errReroute
-	case epoch < r.Epoch():
-		return l.claimGuarded(ctx, oh, r.Epoch()-1, principal, key, fingerprint)
-	case len(res[1].Rows) == 0:
-		return l.claimGuarded(ctx, nh, r.Epoch(), principal, key, fingerprint)
+		return l.claimGuarded(ctx, oh, rt.prev, principal, key, fingerprint)
+	}
+	if err := l.shards.judge(l, oh, st, rt.expect); err != nil {
+		return Decision{}, err
+	}
+	if st.ring == nil {
+		return Decision{}, fmt.Errorf("idem: claim: %w: home %s, the old home of a moved principal, holds no ring", ErrRingConflict, oh.id)
+	}
+	if len(res[1].Rows) == 0 {
+		return l.claimGuarded(ctx, nh, rt.expect, principal, key, fingerprint)
 	}
 	var row storedRow
 	var stale int64
-	rw := res[1].Rows[0]
-	if err := row.scan(rw, &stale); err != nil {
+	if err := row.scan(res[1].Rows[0], &stale); err != nil {
 		return Decision{}, fmt.Errorf("idem: lookup result: %w", err)
 	}
 	if row.fingerprint != fingerprint || row.status != StatusPending || stale == 0 {
@@ -360,87 +544,72 @@ func (l *Ledger) beginRouted(ctx context.Context, r Ring, principal, key, finger
 	}
 	// A stale reservation of this request at the old home: delete it there,
 	// as a takeover would supersede it, and claim the key at the new home.
-	res, err = oh.db.Exec(ctx, []d1client.Statement{l.sql.ringGuard(r.Epoch()),
+	res, err = oh.db.Exec(ctx, []d1client.Statement{l.sql.ringGuard(rt.expect, oh.id),
 		l.sql.movedDelete(principal, key, row.generation, fingerprint, l.cfg.TTL, l.now())}, d1client.Idempotent(), opClaim)
 	switch {
-	case isRingViolation(err):
-		if err := l.shards.refresh(ctx, l, oh); err != nil {
-			return Decision{}, err
-		}
-		return Decision{}, errReroute
 	case err != nil:
-		return Decision{}, fmt.Errorf("idem: claim: moving a stale reservation: %w", err)
+		return Decision{}, fmt.Errorf("idem: claim: moving a stale reservation: %w", l.shards.recheck(ctx, l, oh, rt.expect, err))
 	case len(res[1].Rows) == 1:
-		return l.claimGuarded(ctx, nh, r.Epoch(), principal, key, fingerprint)
+		return l.claimGuarded(ctx, nh, rt.expect, principal, key, fingerprint)
 	}
 	return Decision{}, errReroute // the row changed meanwhile: read it again
 }
 
-// claimGuarded claims at h behind the ring guard at threshold; when the
-// guard refuses, it adopts h's ring and asks for the request to be routed
-// again.
-func (l *Ledger) claimGuarded(ctx context.Context, h *home, threshold int64, principal, key, fingerprint string) (Decision, error) {
-	g := l.sql.ringGuard(threshold)
+// claimGuarded claims at h behind the guard of ring want; when the guard
+// refuses, it adopts h's ring and asks for the request to be routed
+// again, or says why h does not stand.
+func (l *Ledger) claimGuarded(ctx context.Context, h *home, want expect, principal, key, fingerprint string) (Decision, error) {
+	g := l.sql.ringGuard(want, h.id)
 	d, err := l.claimAt(ctx, h, &g, principal, key, fingerprint)
-	if isRingViolation(err) {
-		if err := l.shards.refresh(ctx, l, h); err != nil {
-			return Decision{}, err
-		}
-		return Decision{}, errReroute
+	if err != nil {
+		return Decision{}, l.shards.recheck(ctx, l, h, want, err)
 	}
-	return d, err
-}
-
-// scanEpoch reads the ring epoch statement's result: 0 when no ring.
-func scanEpoch(res d1client.Result) (int64, error) {
-	if len(res.Rows) == 0 {
-		return 0, nil
-	}
-	var epoch int64
-	if err := res.Rows[0].Scan(&epoch); err != nil {
-		return 0, fmt.Errorf("%w: %v", errBadRing, err)
-	}
-	return epoch, nil
+	return d, nil
 }
 
 // findRow runs stmts at the database holding principal's key, or where it
 // would be: for a moved principal, its old home first, then its new one.
 // It returns the results of stmts at the first home where their first
-// statement returned a row, else at the last one tried. On a sharded ledger each batch also
-// reads the home's ring epoch, and a newer ring is adopted and the search
-// started again.
+// statement returned a row, else at the last one tried. On a sharded
+// ledger each batch also reads the home's ring and identity: a newer ring
+// is adopted and the search started again, and a home that does not stand
+// (see judge) is refused.
 func (l *Ledger) findRow(ctx context.Context, principal string, stmts []d1client.Statement, opts ...d1client.ExecOption) ([]d1client.Result, error) {
 	if l.single != nil {
 		return l.single.db.Exec(ctx, stmts, opts...)
 	}
-	withEpoch := append([]d1client.Statement{l.sql.ringEpoch()}, stmts...)
+	withRing := append([]d1client.Statement{l.sql.ringRead()}, stmts...)
 retry:
 	for attempt := 1; ; attempt++ {
 		if attempt > maxReroutes {
 			return nil, ErrRingUnsettled
 		}
-		r, err := l.shards.current(ctx, l)
+		rt, err := l.shards.current(ctx, l)
 		if err != nil {
 			return nil, err
 		}
-		hs, err := l.principalHomesIn(r, principal)
+		hs, err := l.principalHomesIn(rt.Ring, principal)
 		if err != nil {
 			return nil, err
 		}
 		for i, h := range hs {
-			res, err := h.db.Exec(ctx, withEpoch, opts...)
+			res, err := h.db.Exec(ctx, withRing, opts...)
 			if err != nil {
 				return nil, err
 			}
-			epoch, err := scanEpoch(res[0])
+			st, err := readState(h, res[0])
 			if err != nil {
 				return nil, err
 			}
-			if epoch > r.Epoch() {
-				if err := l.shards.refresh(ctx, l, h); err != nil {
-					return nil, err
-				}
+			want := rt.expect
+			if st.ring != nil && st.ring.Epoch() < want.Epoch() && rt.Phase == RingMoving {
+				want = rt.prev
+			}
+			switch err := l.shards.judge(l, h, st, want); {
+			case errors.Is(err, errReroute):
 				continue retry
+			case err != nil:
+				return nil, err
 			}
 			if len(res[1].Rows) > 0 || i == len(hs)-1 {
 				return res[1:], nil
@@ -456,11 +625,11 @@ func (l *Ledger) ringHomes(ctx context.Context) ([]*home, error) {
 	if l.single != nil {
 		return []*home{l.single}, nil
 	}
-	r, err := l.shards.current(ctx, l)
+	rt, err := l.shards.current(ctx, l)
 	if err != nil {
 		return nil, err
 	}
-	return l.shards.resolve(r.Homes)
+	return l.shards.resolve(rt.Homes)
 }
 
 // principalHomes returns the databases that may hold principal's keys:
@@ -469,11 +638,11 @@ func (l *Ledger) principalHomes(ctx context.Context, principal string) ([]*home,
 	if l.single != nil {
 		return []*home{l.single}, nil
 	}
-	r, err := l.shards.current(ctx, l)
+	rt, err := l.shards.current(ctx, l)
 	if err != nil {
 		return nil, err
 	}
-	return l.principalHomesIn(r, principal)
+	return l.principalHomesIn(rt.Ring, principal)
 }
 
 func (l *Ledger) principalHomesIn(r Ring, principal string) ([]*home, error) {

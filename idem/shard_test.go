@@ -155,12 +155,16 @@ func TestShardedLedgerRoutesPrincipals(t *testing.T) {
 				t.Errorf("%s: replay %v %s", p, d.Outcome, d.Response.Body)
 			}
 		}
-		// The ring row is the only other row, and only requests' rows are
-		// read by the administrative API.
+		// The ring row and the identity row are the only other rows, and
+		// only requests' rows are read by the administrative API.
 		for _, id := range c.ids {
-			res, err := c.dbs[id].Query(bg, "SELECT key, status, generation, updated_at FROM idempotency_keys WHERE principal = ''")
-			if err != nil || len(res.Rows) != 1 {
+			res, err := c.dbs[id].Query(bg, "SELECT key, fingerprint FROM idempotency_keys WHERE principal = '' ORDER BY key")
+			if err != nil || len(res.Rows) != 2 {
 				t.Fatalf("%s: ring rows %v %v", id, res, err)
+			}
+			var homeKey, identity string
+			if err := res.Rows[0].Scan(&homeKey, &identity); err != nil || homeKey != "d1idem:home" || identity != id {
+				t.Errorf("%s: identity row %s %s, %v", id, homeKey, identity, err)
 			}
 		}
 		if _, err := l.Begin(bg, "", "d1idem:ring", "fp"); !errors.Is(err, idem.ErrNoPrincipal) {
@@ -445,7 +449,7 @@ func TestGrowWithAnUnreachableOldHome(t *testing.T) {
 	var down sync.Map // database ID -> "ring writes" or "all"
 	b := d1test.LocalConfig(t, d1local.Config{Faults: func(r d1local.Request) d1local.Fault {
 		what, ok := down.Load(r.DatabaseID)
-		if ok && (what == "all" || strings.Contains(r.Statements[0], "response_body = excluded.response_body")) {
+		if ok && (what == "all" || slices.ContainsFunc(r.Statements, func(s string) bool { return strings.Contains(s, "response_body = excluded.response_body") })) {
 			return d1local.Fault{Internal: true}
 		}
 		return d1local.Fault{}

@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -20,7 +19,7 @@ type ledgerSQL struct {
 	claim, lookup, completeSQL, completeLookup, sweepSQL, releaseSQL, renewSQL, guardSQL string
 
 	// The statements of a sharded ledger (see shard.go and ring.go).
-	ringGuardSQL, ringEpochSQL, ringReadSQL, movedLookupSQL, movedDeleteSQL string
+	ringGuardSQL, ringReadSQL, movedLookupSQL, movedDeleteSQL string
 }
 
 // d1Now is D1's clock in milliseconds since the epoch
@@ -43,8 +42,15 @@ func buildSQL(injectedClock bool) ledgerSQL {
 		// generation 1; an existing pending row with the same fingerprint and
 		// updated_at older than the TTL is taken over (generation + 1,
 		// updated_at = now); anything else is left alone and returns no row.
+		//
+		// No statement of the ledger writes a row of the empty principal,
+		// whatever its parameters: those rows are a sharded ledger's ring
+		// and identity, which only the operator's ring statements (never
+		// accepted by a ledger-only bridge) write. Begin refuses the empty
+		// principal anyway; the SQL refuses it for callers that are not
+		// Begin.
 		claim: `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, created_at, updated_at)
-VALUES (?1, ?2, ?3, 'pending', 1, ` + now("?5") + `, ` + now("?5") + `)
+SELECT ?1, ?2, ?3, 'pending', 1, ` + now("?5") + `, ` + now("?5") + ` WHERE ?1 <> ''
 ON CONFLICT (principal, key) DO UPDATE SET generation = generation + 1, updated_at = excluded.updated_at
 WHERE status = 'pending' AND fingerprint = excluded.fingerprint AND updated_at < excluded.updated_at - ?4
 RETURNING generation`,
@@ -54,7 +60,7 @@ FROM idempotency_keys WHERE principal = ?1 AND key = ?2`,
 		// Round trip 2: the fenced completion ...
 		completeSQL: `UPDATE idempotency_keys
 SET status = 'completed', response_status = ?1, response_body = ?2, response_headers = ?3, updated_at = ` + now("?7") + `
-WHERE principal = ?4 AND key = ?5 AND generation = ?6 AND status = 'pending'
+WHERE principal = ?4 AND key = ?5 AND generation = ?6 AND status = 'pending' AND principal <> ''
 RETURNING key`,
 		// When the fenced completion returns no row, a read of the row tells
 		// a completion whose earlier attempt landed before its answer was
@@ -66,7 +72,7 @@ FROM idempotency_keys WHERE principal = ?1 AND key = ?2`,
 		sweepSQL: `DELETE FROM idempotency_keys
 WHERE rowid IN (
   SELECT rowid FROM idempotency_keys
-  WHERE updated_at < ` + now("?3") + ` - ?1
+  WHERE updated_at < ` + now("?3") + ` - ?1 AND principal <> ''
   LIMIT ?2
 )`,
 		// The one release rule (Ledger.Release, Admin.Release): the row of
@@ -81,12 +87,12 @@ WHERE rowid IN (
 		releaseSQL: `UPDATE idempotency_keys
 SET generation = generation + 1, status = 'pending', response_status = NULL, response_body = NULL, response_headers = NULL,
     updated_at = ` + now("?8") + ` - ?4
-WHERE principal = ?1 AND key = ?2 AND generation = ?3
+WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND principal <> ''
   AND ((status = 'pending' AND (?5 OR updated_at < ` + now("?8") + ` - ?6)) OR (status = 'completed' AND ?7))
 RETURNING generation`,
 		// A fenced lease renewal (heartbeat).
 		renewSQL: `UPDATE idempotency_keys SET updated_at = ` + now("?4") + `
-WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending'
+WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending' AND principal <> ''
 RETURNING generation`,
 		// The fence guard of a transactional completion: when this
 		// generation is no longer the pending owner, it inserts a row with a
@@ -100,21 +106,24 @@ WHERE NOT EXISTS (
   WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending'
 )`,
 		// The ring guard of a sharded ledger, first in every batch that
-		// may claim: when this database has recorded a ring newer than
-		// ?1 (the epoch the ledger routes by, or one less when it claims a
-		// moved principal at its old home), it inserts a row with a NULL
-		// principal, which violates NOT NULL and aborts the whole batch.
-		// Otherwise it inserts nothing. See docs/sharding.md.
+		// may claim. It inserts a row with a NULL principal, which violates
+		// NOT NULL and aborts the whole batch, unless this database is the
+		// home ?3 (its identity row says so) and has recorded no ring newer
+		// than epoch ?1 (the ring the ledger routes by, or the one before
+		// when it claims a moved principal at its old home), nor another
+		// ring of that epoch than the one of digest ?2. See
+		// docs/sharding.md.
 		ringGuardSQL: `INSERT INTO idempotency_keys (principal, key, fingerprint, created_at, updated_at)
 SELECT NULL, '` + ringKey + `', '` + ringKey + `', 0, 0
-WHERE EXISTS (
-  SELECT 1 FROM idempotency_keys
-  WHERE principal = '' AND key = '` + ringKey + `' AND generation > ?1
+WHERE NOT EXISTS (
+  SELECT 1 FROM idempotency_keys WHERE principal = '' AND key = '` + homeKey + `' AND fingerprint = ?3
+) OR EXISTS (
+  SELECT 1 FROM idempotency_keys WHERE principal = '' AND key = '` + ringKey + `'
+  AND (generation > ?1 OR (generation = ?1 AND fingerprint <> ?2))
 )`,
-		// The epoch of the ring this database has recorded (no row: none).
-		ringEpochSQL: `SELECT generation FROM idempotency_keys WHERE principal = '' AND key = '` + ringKey + `'`,
-		// The ring this database has recorded, to adopt it.
-		ringReadSQL: `SELECT generation, response_body FROM idempotency_keys WHERE principal = '' AND key = '` + ringKey + `'`,
+		// The ring and the identity this database has recorded.
+		ringReadSQL: `SELECT key, generation, fingerprint, response_body FROM idempotency_keys
+WHERE principal = '' AND key IN ('` + ringKey + `', '` + homeKey + `')`,
 		// The spec's lookup, and whether a pending row is stale (the
 		// claim's takeover condition), for a moved principal's key at its
 		// old home, where it is read but never claimed.
@@ -126,7 +135,7 @@ FROM idempotency_keys WHERE principal = ?1 AND key = ?2`,
 		// the superseded owner's writes then match no row.
 		movedDeleteSQL: `DELETE FROM idempotency_keys
 WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending' AND fingerprint = ?4
-  AND updated_at < ` + now("?6") + ` - ?5
+  AND updated_at < ` + now("?6") + ` - ?5 AND principal <> ''
 RETURNING generation`,
 	}
 }
@@ -197,11 +206,12 @@ func (s ledgerSQL) guard(r *Reservation) d1client.Statement {
 	return d1client.Statement{SQL: s.guardSQL, Params: []any{r.Principal, r.Key, r.Generation}}
 }
 
-func (s ledgerSQL) ringGuard(threshold int64) d1client.Statement {
-	return d1client.Statement{SQL: s.ringGuardSQL, Params: []any{threshold}}
+// ringGuard is the ring guard for a claim at the home with this ID, by
+// ring r: it aborts the batch unless the database is that home and holds
+// no ring newer than r, nor another ring of r's epoch.
+func (s ledgerSQL) ringGuard(r expect, id string) d1client.Statement {
+	return d1client.Statement{SQL: s.ringGuardSQL, Params: []any{r.Epoch(), r.digest, id}}
 }
-
-func (s ledgerSQL) ringEpoch() d1client.Statement { return d1client.Statement{SQL: s.ringEpochSQL} }
 
 func (s ledgerSQL) ringRead() d1client.Statement { return d1client.Statement{SQL: s.ringReadSQL} }
 
@@ -211,18 +221,6 @@ func (s ledgerSQL) movedLookup(principal, key string, ttl time.Duration, now tim
 
 func (s ledgerSQL) movedDelete(principal, key string, generation int64, fingerprint string, ttl time.Duration, now time.Time) d1client.Statement {
 	return d1client.Statement{SQL: s.movedDeleteSQL, Params: s.withNow([]any{principal, key, generation, fingerprint, ttl.Milliseconds()}, now)}
-}
-
-// isRingViolation recognises the ring guard's abort.
-func isRingViolation(err error) bool {
-	return errors.Is(err, d1client.ErrSQL) &&
-		strings.Contains(err.Error(), "NOT NULL constraint failed: idempotency_keys.principal")
-}
-
-// isFenceViolation recognises the guard's abort.
-func isFenceViolation(err error) bool {
-	return errors.Is(err, d1client.ErrSQL) &&
-		strings.Contains(err.Error(), "NOT NULL constraint failed: idempotency_keys.fingerprint")
 }
 
 // query builds one statement of the administrative API, keeping its

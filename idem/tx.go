@@ -123,7 +123,7 @@ func (l *Ledger) CompleteTx(ctx context.Context, r *Reservation, resp Response, 
 		return w.done, fmt.Errorf("%w: %w", ErrTxNotCommitted, err)
 	}
 	// Nothing, or (if the failure was ambiguous) everything, committed.
-	if landed, lerr := l.holdsCompletion(ctx, h, r, &w); lerr == nil && landed {
+	if st, lerr := l.completionState(ctx, h, r, &w); lerr == nil && st == rowOurs {
 		w.done.Stored = true
 		return w.done, nil
 	}
