@@ -13,8 +13,12 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,6 +124,16 @@ type shardRun struct {
 	execs      atomic.Int64
 	inflight   sync.WaitGroup // requests inside a replica
 
+	// The adversary's: a replica given one database under two home IDs
+	// (it must serve nothing), the ledger's statement texts it forges
+	// with, and what it did and caused.
+	wrong       *httptest.Server
+	wrongServed atomic.Int64 // answers of the wrong replica that were not refusals
+	ledgerTexts []string
+	forgeries   atomic.Int64
+	conflicts   atomic.Int64 // conflicting rings written
+	refusals    atomic.Int64 // the replicas' refusals of the rings
+
 	mu      sync.Mutex
 	answers []shardAnswer
 	opLog   []string
@@ -136,6 +150,9 @@ func (h learnLog) Enabled(context.Context, slog.Level) bool { return true }
 func (h learnLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
 func (h learnLog) WithGroup(string) slog.Handler            { return h }
 func (h learnLog) Handle(_ context.Context, rec slog.Record) error {
+	if strings.HasPrefix(rec.Message, "idem: the databases' rings or identities conflict") {
+		h.r.refusals.Add(1)
+	}
 	if rec.Message != "idem: routing by a new ring" {
 		return nil
 	}
@@ -160,6 +177,10 @@ type shardPlan struct {
 	replicas, clients, keys, principals int
 	broken                              bool // replica 0 ignores the ring
 	dupRate                             float64
+	// adversary forges the ring rows with the ledger's own statements,
+	// writes conflicting rings for a while, and runs a replica given one
+	// database under two home IDs, which clients also call.
+	adversary bool
 }
 
 func newShardRun(t *testing.T, b *d1test.Backend, seed uint64, plan shardPlan) *shardRun {
@@ -207,7 +228,66 @@ func newShardRun(t *testing.T, b *d1test.Backend, seed uint64, plan shardPlan) *
 		r.replicas = append(r.replicas, srv)
 		r.ledgers = append(r.ledgers, l)
 	}
+	if plan.adversary {
+		r.startWrongReplica(fast)
+		// Every statement of the ledger but the sweep, whose retention is
+		// a parameter: a negative one deletes every key, as a holder of a
+		// ledger-only secret may (TestLedgerStatementsNeverWriteRingRows
+		// shows that it still spares the ring and identity rows).
+		for _, sql := range shippedLedgerStatements(t) {
+			if !strings.Contains(sql, "WHERE rowid IN") {
+				r.ledgerTexts = append(r.ledgerTexts, sql)
+			}
+		}
+	}
 	return r
+}
+
+// startWrongReplica runs a replica whose Homes give every database under
+// another's ID, and the second one under two IDs (the second time through
+// a proxy, so that its address differs): every home it routes to is
+// another database than its ID says, so it must refuse every request.
+func (r *shardRun) startWrongReplica(fast func(*d1client.Config)) {
+	alias := rewriteProxy(r.t, r.b, func(b []byte) []byte { return b })
+	n := len(r.c.ids)
+	var homes []idem.Home
+	for i, id := range r.c.ids {
+		db := r.b.Database(r.c.ids[(i+1)%n]).Client(r.t, fast)
+		if i == n-1 {
+			db = alias.Database(r.c.ids[1]).Client(r.t, fast)
+		}
+		homes = append(homes, idem.Home{ID: id, DB: db})
+	}
+	l, err := idem.NewSharded(homes, r.cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	h := idem.MustMiddleware(l, idem.Options{Principal: bearer, Timeout: 3 * time.Second})(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.wrongServed.Add(1)
+		r.handle(w, req)
+	}))
+	r.wrong = httptest.NewServer(r.wrap(h))
+	r.t.Cleanup(r.wrong.Close)
+}
+
+// shippedLedgerStatements reads the statement texts a ledger-only bridge
+// accepts (bridge/ledger-statements.js).
+func shippedLedgerStatements(t testing.TB) []string {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join("..", "bridge", "ledger-statements.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(src, []byte("export default ["))
+	if i < 0 {
+		t.Fatal("ledger-statements.js has no default export")
+	}
+	list := bytes.Replace(src[i+len("export default "):], []byte(",\n];"), []byte("\n]"), 1)
+	var out []string
+	if err := json.Unmarshal(list, &out); err != nil {
+		t.Fatalf("ledger-statements.js: %v", err)
+	}
+	return out
 }
 
 // wrap counts the requests inside a replica, so that a round ends only
@@ -267,6 +347,22 @@ func (r *shardRun) send(ctx context.Context, replica int, principal, key string)
 	return a, nil
 }
 
+// sendWrong makes one attempt at the wrong replica, which must refuse it.
+func (r *shardRun) sendWrong(ctx context.Context, principal, key string) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.wrong.URL+"/v1/things", strings.NewReader(`{"n":1}`))
+	req.Header.Set("Authorization", "Bearer "+principal)
+	req.Header.Set(idem.HeaderKey, key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := r.wrong.Client().Do(req)
+	if err != nil {
+		return
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusServiceUnavailable {
+		r.wrongServed.Add(1)
+	}
+}
+
 // settle sends a key until it is answered 201, to random replicas, at
 // most attempts times; some attempts are abandoned by the client.
 func (r *shardRun) settle(rng *rand.Rand, principal, key string, attempts int, abandon float64) bool {
@@ -276,6 +372,9 @@ func (r *shardRun) settle(rng *rand.Rand, principal, key string, attempts int, a
 			timeout = time.Duration(1+rng.IntN(30)) * time.Millisecond
 		}
 		ctx, cancel := context.WithTimeout(bg, timeout)
+		if r.wrong != nil && rng.IntN(10) == 0 {
+			r.sendWrong(ctx, principal, key)
+		}
 		a, err := r.send(ctx, rng.IntN(len(r.replicas)), principal, key)
 		cancel()
 		if err == nil && a.status == http.StatusCreated {
@@ -311,9 +410,19 @@ func (r *shardRun) round(name string, plan shardPlan, faults *shardFaults, op fu
 	}
 	faults.on.Store(true)
 	opDone := make(chan struct{})
+	advSeed := r.rng.Uint64()
 	go func() {
 		defer close(opDone)
+		if r.ledgerTexts == nil {
+			op()
+			return
+		}
+		var adv sync.WaitGroup
+		advDone := make(chan struct{})
+		adv.Go(func() { r.attack(rand.New(rand.NewPCG(advSeed, 4)), advDone) })
 		op()
+		close(advDone)
+		adv.Wait()
 	}()
 	stop := make(chan struct{})
 	var refreshers sync.WaitGroup
@@ -362,6 +471,173 @@ func (r *shardRun) round(name string, plan shardPlan, faults *shardFaults, op fu
 	}
 	r.inflight.Wait()
 	return keys
+}
+
+// attack is the adversary, until done: it sends the ledger's own
+// statements at the rows of the empty principal, with parameters drawn
+// from the values that name them, and once writes a conflicting ring (a
+// ring of the database's epoch with another content) in a database,
+// makes a replica read it, and puts the row back.
+func (r *shardRun) attack(rng *rand.Rand, done chan struct{}) {
+	conflictAt := rng.IntN(10) // the step at which it writes a conflicting ring
+	names := []any{"", "d1idem:ring", "d1idem:home"}
+	others := []any{int64(1), int64(2), int64(3), int64(4), int64(5), int64(6), int64(-1e15), int64(1e15), true}
+	for step := 0; ; step++ {
+		select {
+		case <-done:
+			return
+		case <-time.After(time.Duration(2+rng.IntN(15)) * time.Millisecond):
+		}
+		if step == conflictAt {
+			r.conflict(rng)
+			continue
+		}
+		db := r.c.dbs[r.c.ids[rng.IntN(len(r.c.ids))]]
+		sql := r.ledgerTexts[rng.IntN(len(r.ledgerTexts))]
+		ps := make([]any, placeholders(sql))
+		for i := range ps {
+			if rng.IntN(2) == 0 {
+				ps[i] = names[rng.IntN(len(names))]
+			} else {
+				ps[i] = others[rng.IntN(len(others))]
+			}
+		}
+		for _, i := range principalParams(sql) {
+			ps[i] = "" // the rows of the empty principal, never a request's
+		}
+		r.forgeries.Add(1)
+		_, _ = db.Exec(bg, []d1client.Statement{{SQL: checkMarker + sql, Params: ps}})
+	}
+}
+
+// conflict writes, in a database holding a ring, a ring of the same epoch
+// with another content; makes replica 1 read the rings (it must refuse
+// them); and puts the row back unless the operator has recorded a newer
+// ring there meanwhile.
+func (r *shardRun) conflict(rng *rand.Rand) {
+	var db *d1client.Client
+	var res *d1client.Result
+	for _, i := range rng.Perm(len(r.c.ids)) {
+		db = r.c.dbs[r.c.ids[i]]
+		var err error
+		res, err = db.Query(bg, checkMarker+"SELECT generation, fingerprint, response_body FROM idempotency_keys WHERE principal = '' AND key = 'd1idem:ring'")
+		if err != nil {
+			r.t.Error(err)
+			return
+		}
+		if len(res.Rows) == 1 {
+			break
+		}
+	}
+	var saved ringRow
+	if err := res.Rows[0].Scan(&saved.gen, &saved.fp, &saved.body); err != nil {
+		r.t.Error(err)
+		return
+	}
+	var ring struct {
+		Version  int64          `json:"version"`
+		Phase    idem.RingPhase `json:"phase"`
+		Homes    []string       `json:"homes"`
+		Previous []string       `json:"previous"`
+	}
+	if err := json.Unmarshal([]byte(saved.body), &ring); err != nil {
+		r.t.Error(err)
+		return
+	}
+	other := forged(idem.Ring{Version: ring.Version, Phase: ring.Phase, Homes: append(ring.Homes, "zz-elsewhere"), Previous: ring.Previous})
+	res, err := db.Query(bg, checkMarker+"UPDATE idempotency_keys SET fingerprint = ?, response_body = ? WHERE principal = '' AND key = 'd1idem:ring' AND generation = ? AND fingerprint = ?",
+		other.fp, other.body, saved.gen, saved.fp)
+	if err != nil || res.Meta.Changes != 1 {
+		return
+	}
+	r.conflicts.Add(1)
+	// A replica reading the rings now refuses them, unless a fault hides
+	// the database or the operator has recorded a newer ring there.
+	for try := 0; ; try++ {
+		_, err := r.ledgers[1].RefreshRing(bg)
+		if errors.Is(err, idem.ErrRingConflict) {
+			break
+		}
+		now, qerr := db.Query(bg, checkMarker+"SELECT count(*) FROM idempotency_keys WHERE principal = '' AND key = 'd1idem:ring' AND fingerprint = ?", other.fp)
+		var still int64
+		if qerr == nil {
+			_ = now.Rows[0].Scan(&still)
+		}
+		if still == 0 {
+			break
+		}
+		if try == 20 {
+			r.t.Errorf("a replica reading a conflicting ring: %v, want ErrRingConflict", err)
+			break
+		}
+	}
+	time.Sleep(time.Duration(50+rng.IntN(200)) * time.Millisecond) // the conflict lasts a while
+	if _, err := db.Query(bg, checkMarker+"UPDATE idempotency_keys SET fingerprint = ?, response_body = ? WHERE principal = '' AND key = 'd1idem:ring' AND generation = ? AND fingerprint = ?",
+		saved.fp, saved.body, saved.gen, other.fp); err != nil {
+		r.t.Error(err)
+	}
+}
+
+// principalParam finds a statement's principal parameter.
+var principalParam = regexp.MustCompile(`principal = \?(\d+)`)
+
+// principalParams returns the indexes of a ledger statement's principal
+// parameters: those it compares principal with, and the claim's first.
+func principalParams(sql string) []int {
+	var out []int
+	for _, m := range principalParam.FindAllStringSubmatch(sql, -1) {
+		n, _ := strconv.Atoi(m[1])
+		out = append(out, n-1)
+	}
+	if strings.HasPrefix(sql, "INSERT INTO idempotency_keys (principal, key, fingerprint, status") {
+		out = append(out, 0)
+	}
+	return out
+}
+
+// placeholders returns how many numbered parameters a statement takes.
+func placeholders(sql string) int {
+	n := 0
+	for i := 1; strings.Contains(sql, fmt.Sprintf("?%d", i)); i++ {
+		n = i
+	}
+	return n
+}
+
+// checkReserved verifies that every database's rows of the empty
+// principal are the operator's: completed, never swept, the ring and the
+// identity readable and consistent.
+func (r *shardRun) checkReserved() []string {
+	var out []string
+	for _, id := range r.c.ids {
+		res, err := r.c.dbs[id].Query(bg, checkMarker+"SELECT key, status, updated_at, fingerprint FROM idempotency_keys WHERE principal = ''")
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		for _, row := range res.Rows {
+			var key, status, fp string
+			var updated int64
+			_ = row.Scan(&key, &status, &updated, &fp)
+			switch {
+			case key != "d1idem:ring" && key != "d1idem:home":
+				out = append(out, fmt.Sprintf("%s: a row (%q, %q) of the empty principal", id, "", key))
+			case status != "completed" || updated != 253402300799999:
+				out = append(out, fmt.Sprintf("%s: the %s row is %s, updated at %d", id, key, status, updated))
+			case key == "d1idem:home" && fp != id:
+				out = append(out, fmt.Sprintf("%s: its identity says %s", id, fp))
+			}
+		}
+	}
+	st, err := r.op.Admin().RingStatus(bg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, h := range st.Homes {
+		if h.Err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", h.ID, h.Err))
+		}
+	}
+	return out
 }
 
 // operate runs an operator action until it succeeds: a failed Grow that
@@ -543,6 +819,9 @@ func runShardGrowth(t *testing.T, b *d1test.Backend, faults *shardFaults, seed u
 		answers := slices.Clone(r.answers)
 		r.mu.Unlock()
 		violations = append(violations, checkShards(t, r.c, answers, keys)...)
+		if plan.adversary {
+			violations = append(violations, r.checkReserved()...)
+		}
 	}
 	delay := func() time.Duration { return time.Duration(50+r.rng.IntN(400)) * time.Millisecond }
 	// Round 1: 2 databases, grown to 3 in the middle.
@@ -564,6 +843,15 @@ func runShardGrowth(t *testing.T, b *d1test.Backend, faults *shardFaults, seed u
 	}
 	t.Logf("seed %d: %d answers, %d executions, %d faults; operations:\n%s\nrings adopted:\n%s", seed, len(r.answers), r.execs.Load(),
 		faults.injected.Load(), strings.Join(r.opLog, "\n"), strings.Join(r.learned, "\n"))
+	if plan.adversary {
+		t.Logf("adversary: %d forged statements, %d conflicting rings written, %d refusals of the rings by the replicas", r.forgeries.Load(), r.conflicts.Load(), r.refusals.Load())
+		if n := r.wrongServed.Load(); n > 0 {
+			violations = append(violations, fmt.Sprintf("the replica given one database under two home IDs served %d requests", n))
+		}
+		if r.conflicts.Load() > 0 && r.refusals.Load() == 0 {
+			violations = append(violations, "conflicting rings were written and no replica refused them")
+		}
+	}
 	// Each replica learnt every version, replica 0 only from the
 	// databases' refusals (it never refreshes on its own).
 	for i := range r.ledgers {
@@ -597,7 +885,7 @@ func shardSeedFor(t *testing.T) uint64 {
 func TestShardGrowthRandomized(t *testing.T) {
 	faults := &shardFaults{rate: 0.08}
 	b := d1test.LocalConfig(t, d1local.Config{Faults: faults.fault})
-	plan := shardPlan{replicas: 4, clients: 12, keys: 120, principals: 24, dupRate: 0.3}
+	plan := shardPlan{replicas: 4, clients: 12, keys: 120, principals: 24, dupRate: 0.3, adversary: true}
 	if testing.Short() {
 		plan.keys = 40
 	}
@@ -613,7 +901,7 @@ func TestShardGrowthRandomizedWorkerd(t *testing.T) {
 	w := d1test.Workerd(t)
 	faults := &shardFaults{rate: 0.05}
 	b := faultProxy(t, w, faults.fault)
-	plan := shardPlan{replicas: 3, clients: 6, keys: 36, principals: 12, dupRate: 0.3}
+	plan := shardPlan{replicas: 3, clients: 6, keys: 36, principals: 12, dupRate: 0.3, adversary: true}
 	seed := shardSeedFor(t)
 	if v := runShardGrowth(t, b, faults, seed, plan); len(v) > 0 {
 		t.Errorf("seed %d: %d violations:\n%s", seed, len(v), strings.Join(v, "\n"))
@@ -678,6 +966,34 @@ func TestShardCheckerCatchesBrokenRouter(t *testing.T) {
 		}
 		t.Logf("%d violations, as expected; the first: %s", len(v), v[0])
 	})
+}
+
+// The adversary's checks are not vacuous: a ring row made pending, or an
+// identity row naming another home, is reported; and the replica given one
+// database under two home IDs refuses every request.
+func TestShardCheckerCatchesForgedRows(t *testing.T) {
+	b := d1test.Local(t)
+	r := newShardRun(t, b, 1, shardPlan{replicas: 1, principals: 1, adversary: true})
+	if v := r.checkReserved(); len(v) > 0 {
+		t.Fatalf("violations before any forgery: %v", v)
+	}
+	r.sendWrong(bg, "acct-0", "k")
+	if n := r.wrongServed.Load(); n != 0 {
+		t.Errorf("the replica given one database under two home IDs served %d requests", n)
+	}
+	db0, db1 := r.c.dbs[r.c.ids[0]], r.c.dbs[r.c.ids[1]]
+	if _, err := db0.Query(bg, "UPDATE idempotency_keys SET status = 'pending' WHERE principal = '' AND key = 'd1idem:ring'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db1.Query(bg, "UPDATE idempotency_keys SET fingerprint = 'elsewhere' WHERE principal = '' AND key = 'd1idem:home'"); err != nil {
+		t.Fatal(err)
+	}
+	v := strings.Join(r.checkReserved(), "\n")
+	for _, want := range []string{"the d1idem:ring row is pending", "its identity says elsewhere"} {
+		if !strings.Contains(v, want) {
+			t.Errorf("the checker missed %q; it found:\n%s", want, v)
+		}
+	}
 }
 
 // faultProxy returns b reached through a proxy that applies hook's faults
