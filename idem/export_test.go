@@ -11,8 +11,3 @@ func SetTestHooks(l *Ledger, newTicker func(time.Duration) (<-chan time.Time, fu
 
 // DecodeUTF8 is decodeUTF8, for tests of package idem_test.
 var DecodeUTF8 = decodeUTF8
-
-// BreakRouting makes a sharded ledger a broken router: it keeps the first
-// ring it reads, never learns a newer one, and claims without the ring
-// guard. Tests use it to show that their checks catch what it breaks.
-func BreakRouting(l *Ledger) { l.hooks.ignoreRing = true }

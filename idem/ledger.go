@@ -62,9 +62,6 @@ type testHooks struct {
 	newTicker func(d time.Duration) (<-chan time.Time, func())
 	// afterBeat runs after each heartbeat's renewal.
 	afterBeat func(r *Reservation, renewed bool, err error)
-	// ignoreRing makes a sharded ledger a broken router that never learns
-	// a newer ring and sends no ring guard, for tests of the checks.
-	ignoreRing bool
 }
 
 // New returns a Ledger that keeps its rows in db. The table must exist: apply

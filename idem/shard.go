@@ -387,7 +387,7 @@ func (s *shards) adopt(l *Ledger, r Ring) (*route, error) {
 			old, next = next, old
 		}
 		return nil, s.refuse(l, fmt.Errorf("%w: %s drops %v of %s (rings only grow)", ErrRingConflict, next.describe(), old.drops(next), old.describe()))
-	case cur != nil && (cur.Epoch() >= r.Epoch() || l.hooks.ignoreRing):
+	case cur != nil && cur.Epoch() >= r.Epoch():
 		s.mu.Unlock()
 		return cur, nil
 	}
@@ -497,9 +497,6 @@ func (l *Ledger) beginRouted(ctx context.Context, rt *route, principal, key, fin
 	nh, err := l.shards.home(rt.Home(principal))
 	if err != nil {
 		return Decision{}, err
-	}
-	if l.hooks.ignoreRing {
-		return l.claimAt(ctx, nh, nil, principal, key, fingerprint)
 	}
 	oldID := rt.PreviousHome(principal)
 	if oldID == "" {

@@ -217,11 +217,11 @@ func newShardRun(t *testing.T, b *d1test.Backend, seed uint64, plan shardPlan) *
 		if err != nil {
 			t.Fatal(err)
 		}
+		h := idem.MustMiddleware(l, idem.Options{Principal: bearer, Timeout: 3 * time.Second})(http.HandlerFunc(r.handle))
 		if plan.broken && i == 0 {
-			idem.BreakRouting(l)
-			mustRing(t, l) // it keeps version 1
+			h = r.brokenReplica(fast)
 		}
-		srv := httptest.NewUnstartedServer(r.wrap(idem.MustMiddleware(l, idem.Options{Principal: bearer, Timeout: 3 * time.Second})(http.HandlerFunc(r.handle))))
+		srv := httptest.NewUnstartedServer(r.wrap(h))
 		srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handlers' deliberate panics
 		srv.Start()
 		t.Cleanup(srv.Close)
@@ -241,6 +241,22 @@ func newShardRun(t *testing.T, b *d1test.Backend, seed uint64, plan shardPlan) *
 		}
 	}
 	return r
+}
+
+// brokenReplica is a replica that ignores the ring: it routes every
+// principal by the ring recorded now, for good, to a ledger of that one
+// database, which claims without a guard.
+func (r *shardRun) brokenReplica(fast func(*d1client.Config)) http.Handler {
+	ring := mustRing(r.t, r.op)
+	byHome := map[string]http.Handler{}
+	for _, id := range ring.Homes {
+		l := newLedger(r.t, r.b.Database(id).Client(r.t, fast), r.cfg)
+		byHome[id] = idem.MustMiddleware(l, idem.Options{Principal: bearer, Timeout: 3 * time.Second})(http.HandlerFunc(r.handle))
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		p, _ := bearer(req)
+		byHome[ring.Home(p)].ServeHTTP(w, req)
+	})
 }
 
 // startWrongReplica runs a replica whose Homes give every database under
@@ -925,11 +941,12 @@ func TestShardCheckerCatchesBrokenRouter(t *testing.T) {
 	clk := newClock()
 	cfg := idem.Config{Heartbeat: -1, Clock: clk.Now}
 	v1 := c.initRing(t, cfg, c.ids[0], c.ids[1])
-	broken, good := c.ledger(t, cfg), c.ledger(t, cfg)
-	idem.BreakRouting(broken)
-	mustRing(t, broken)
+	good := c.ledger(t, cfg)
 	v2 := grown(v1, c.ids[2])
 	p := principal(t, func(p string) bool { return v2.PreviousHome(p) != "" })
+	// A router that ignores the ring: it keeps routing p by version 1, to
+	// a ledger of that one database, which claims without a guard.
+	broken := newLedger(t, c.dbs[v1.Home(p)], cfg)
 	if _, err := good.Admin().Grow(bg, c.ids[2]); err != nil {
 		t.Fatal(err)
 	}
