@@ -48,7 +48,7 @@ type Ledger struct {
 // home is one database of the ledger, with its own sweep schedule.
 type home struct {
 	id string
-	db *d1client.Client
+	db d1client.Executor
 
 	mu        sync.Mutex
 	lastSweep time.Time // when the last sweep was sent (monotonic)
@@ -64,9 +64,10 @@ type testHooks struct {
 	afterBeat func(r *Reservation, renewed bool, err error)
 }
 
-// New returns a Ledger that keeps its rows in db. The table must exist: apply
-// d1idem.Schema (the CLI's "schema apply" does).
-func New(db *d1client.Client, cfg Config) (*Ledger, error) {
+// New returns a Ledger that keeps its rows in db, usually a
+// *d1client.Client. The table must exist: apply d1idem.Schema (the CLI's
+// "schema apply" does).
+func New(db d1client.Executor, cfg Config) (*Ledger, error) {
 	if db == nil {
 		return nil, errors.New("idem: nil D1 client")
 	}
@@ -74,8 +75,17 @@ func New(db *d1client.Client, cfg Config) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Ledger{cfg: cfg, sql: buildSQL(cfg.Clock != nil), single: &home{id: db.DatabaseID(), db: db},
+	return &Ledger{cfg: cfg, sql: buildSQL(cfg.Clock != nil), single: &home{id: databaseID(db), db: db},
 		tel: newTelemetry(cfg.MeterProvider, cfg.TracerProvider)}, nil
+}
+
+// databaseID returns the ID of the database an Executor reaches, when it
+// says (a *d1client.Client does); "" otherwise.
+func databaseID(db d1client.Executor) string {
+	if d, ok := db.(interface{ DatabaseID() string }); ok {
+		return d.DatabaseID()
+	}
+	return ""
 }
 
 // log returns the configured logger, or slog.Default() at the time of the

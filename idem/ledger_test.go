@@ -38,7 +38,7 @@ func (c *clock) Advance(d time.Duration) {
 
 // newLedger returns a ledger on db; its logs are discarded unless cfg has a
 // Logger.
-func newLedger(t testing.TB, db *d1client.Client, cfg idem.Config) *idem.Ledger {
+func newLedger(t testing.TB, db d1client.Executor, cfg idem.Config) *idem.Ledger {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -487,5 +487,43 @@ func TestFencedOutIsLogged(t *testing.T) {
 	}
 	if strings.Contains(out, "secret-principal") || strings.Contains(out, "key-0001") {
 		t.Errorf("log carries the principal or the full key: %s", out)
+	}
+}
+
+// recordingExecutor is an Executor of its own: it counts the calls it
+// passes on to another.
+type recordingExecutor struct {
+	next  d1client.Executor
+	calls atomic.Int64
+}
+
+func (e *recordingExecutor) Exec(ctx context.Context, stmts []d1client.Statement, opts ...d1client.ExecOption) ([]d1client.Result, error) {
+	e.calls.Add(1)
+	return e.next.Exec(ctx, stmts, opts...)
+}
+
+// The ledger runs on any d1client.Executor, not only on *d1client.Client:
+// here one that wraps a client, on one database and as a home of a sharded
+// ledger (whose ID must then be given: such an Executor does not say which
+// database it reaches).
+func TestLedgerOnAnyExecutor(t *testing.T) {
+	db := d1test.Local(t).NewClientSchema(t)
+	ex := &recordingExecutor{next: db}
+	l := newLedger(t, ex, idem.Config{Heartbeat: -1})
+	d := begin(t, l, "p", "k", "fp")
+	if c := complete(t, l, d.Reservation, 201, "done"); !c.Stored {
+		t.Fatal("not stored")
+	}
+	if d := begin(t, l, "p", "k", "fp"); d.Outcome != idem.Replay {
+		t.Fatalf("replay: %v", d.Outcome)
+	}
+	if n := ex.calls.Load(); n != 3 {
+		t.Errorf("%d calls through the Executor, want 3 (claim, completion, replay)", n)
+	}
+	if _, err := idem.NewSharded([]idem.Home{{DB: ex}}, idem.Config{}); err == nil || !strings.Contains(err.Error(), "home ID") {
+		t.Errorf("a home without an ID on an Executor that names no database: %v", err)
+	}
+	if _, err := idem.NewSharded([]idem.Home{{ID: "a", DB: ex}}, idem.Config{}); err != nil {
+		t.Error(err)
 	}
 }

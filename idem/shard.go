@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,12 +18,14 @@ import (
 type Home struct {
 	// ID names the database in the ring and is an input of the routing
 	// hash (see Rendezvous), so every replica must give the same database
-	// the same ID, forever. "" means DB.DatabaseID(). 1 to 255 bytes of
-	// UTF-8 without control characters.
+	// the same ID, forever. "" means the database ID of a
+	// *d1client.Client. 1 to 255 bytes of UTF-8 without control
+	// characters.
 	ID string
-	// DB reaches the database. Each home's client coalesces its own
-	// calls (group commit per database) and keeps its own request budget.
-	DB *d1client.Client
+	// DB reaches the database, usually a *d1client.Client: each home's
+	// client coalesces its own calls (group commit per database) and
+	// keeps its own request budget.
+	DB d1client.Executor
 }
 
 // Errors of a sharded ledger.
@@ -126,21 +129,20 @@ func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
 		if h.DB == nil {
 			return nil, fmt.Errorf("idem: NewSharded: homes[%d] has a nil D1 client", i)
 		}
-		id := h.ID
-		if id == "" {
-			id = h.DB.DatabaseID()
-		}
+		id := cmp.Or(h.ID, databaseID(h.DB))
 		if err := checkHomeID(id); err != nil {
 			return nil, fmt.Errorf("idem: NewSharded: homes[%d]: %w", i, err)
 		}
 		if s.homes[id] != nil {
 			return nil, fmt.Errorf("idem: NewSharded: two homes have the ID %q", id)
 		}
-		addr := h.DB.BaseURL() + "accounts/" + h.DB.AccountID() + "/d1/database/" + h.DB.DatabaseID()
-		if other, dup := where[addr]; dup {
-			return nil, fmt.Errorf("idem: NewSharded: %w: homes %q and %q are the same database (%s)", ErrHomeMismatch, other, id, h.DB.DatabaseID())
+		if c, ok := h.DB.(*d1client.Client); ok {
+			addr := c.BaseURL() + "accounts/" + c.AccountID() + "/d1/database/" + c.DatabaseID()
+			if other, dup := where[addr]; dup {
+				return nil, fmt.Errorf("idem: NewSharded: %w: homes %q and %q are the same database (%s)", ErrHomeMismatch, other, id, c.DatabaseID())
+			}
+			where[addr] = id
 		}
-		where[addr] = id
 		s.homes[id] = &home{id: id, db: h.DB}
 		s.ids = append(s.ids, id)
 	}
