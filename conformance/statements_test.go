@@ -9,9 +9,10 @@ import (
 
 // TestEmptyStatements: workerd compiles one statement at a time, skips the
 // whitespace after it and compiles the rest, and a rest that holds no
-// statement (a second ';', a comment) fails the call with "SQL code did not
-// contain a statement." and rolls it back. Empty statements before a
-// statement, and whitespace after the last, are fine.
+// statement (a second ';', a comment, a byte order mark) fails the call with
+// "SQL code did not contain a statement." and rolls it back. Empty
+// statements before a statement, whitespace after the last, and a comment
+// left open at the end are fine.
 //
 // Each SQL string here holds one statement, so the workerd shim passes it to
 // the binding unsplit (see worker.js on several statements in one "sql").
@@ -27,6 +28,7 @@ func TestEmptyStatements(t *testing.T) {
 			"SELECT 1;\n-- a note\n",
 			"SELECT 1; /* a note */",
 			"INSERT INTO t VALUES (1);;",
+			"SELECT 1;\ufeff",
 		} {
 			for _, body := range []map[string]any{
 				{"sql": sql},
@@ -46,6 +48,8 @@ func TestEmptyStatements(t *testing.T) {
 			"/* a note */; SELECT 1 AS one",
 			"SELECT 1 AS one -- a note",
 			"SELECT 1 AS one /* a note */;",
+			"SELECT 1 AS one /* ",
+			"\ufeffSELECT 1 AS one",
 		} {
 			body, _ := json.Marshal(map[string]any{"sql": sql})
 			wantRawEntries(t, db.Post(t, "raw", body), [2]string{`["one"]`, `[[1]]`})

@@ -184,6 +184,9 @@ func TestAllowedStatements(t *testing.T) {
 		{"trailing semicolon and newline", "SELECT 1 AS one;\r\n", `[{"one":1}]`},
 		{"leading empty statements", ";; SELECT 1 AS one", `[{"one":1}]`},
 		{"comment without a semicolon", "SELECT 1 AS one -- note", `[{"one":1}]`},
+		// A comment left open at the end keeps its white space: "/*" alone
+		// is an operator to SQLite.
+		{"unterminated comment", "SELECT 1 AS one /* ", `[{"one":1}]`},
 		// Several statements are split as the REST API splits them:
 		// empty ones and trailing comments are dropped.
 		{"several statements and empty ones", "SELECT 1 AS one;; SELECT 2; -- done", `[{"one":1}]`},
@@ -203,6 +206,15 @@ func TestAllowedStatements(t *testing.T) {
 				t.Errorf("rows = %s\n  want %s", got, tt.want)
 			}
 		})
+	}
+}
+
+// A Tcl variable's parentheses hold a ';' that ends no statement, as SQLite
+// tokenizes it.
+func TestTclVariable(t *testing.T) {
+	h := newHarness(t, Config{})
+	if got := h.rows(t, "db", q("SELECT $a(x;y) AS v", "x")); got != `[{"v":"x"}]` {
+		t.Errorf("rows = %s", got)
 	}
 }
 
