@@ -24,7 +24,8 @@ package d1idem
 
 import (
 	_ "embed"
-	"strings"
+
+	"github.com/d1idem/d1idem/internal/sqlite"
 )
 
 //go:embed schema.sql
@@ -49,10 +50,8 @@ func Schema() string { return schemaSQL }
 // ignores them.
 func SchemaStatements() []string {
 	var out []string
-	for _, part := range strings.Split(schemaSQL, ";") {
-		if s := strings.TrimSpace(part); s != "" {
-			out = append(out, s)
-		}
+	for _, s := range sqlite.Split(schemaSQL) {
+		out = append(out, s.SQL)
 	}
 	return out
 }

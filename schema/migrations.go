@@ -5,9 +5,9 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
-	"unicode"
 
 	"github.com/d1idem/d1idem"
+	"github.com/d1idem/d1idem/internal/sqlite"
 )
 
 // IsMigration reports whether sql, the contents of a migration file, is the
@@ -45,101 +45,26 @@ func FindMigrations(fsys fs.FS) ([]string, error) {
 	return names, nil // fs.ReadDir sorts by name, as wrangler does
 }
 
-// statements splits sql into its statements, each a list of normalized
-// tokens, without empty statements or IF NOT EXISTS after CREATE TABLE or
-// CREATE INDEX.
+// statements splits sql into its statements, each a list of its tokens
+// other than whitespace and comments, without IF NOT EXISTS after CREATE
+// TABLE or CREATE INDEX: words in lower case, quoted identifiers unquoted
+// and in lower case, anything else verbatim.
 func statements(sql string) [][]string {
 	var out [][]string
-	var cur []string
-	flush := func() {
-		if len(cur) >= 5 && cur[0] == "create" && (cur[1] == "table" || cur[1] == "index") && cur[2] == "if" && cur[3] == "not" && cur[4] == "exists" {
-			cur = append(cur[:2], cur[5:]...)
-		}
-		if len(cur) > 0 {
-			out = append(out, cur)
-		}
-		cur = nil
-	}
-	for _, t := range tokens(sql) {
-		if t == ";" {
-			flush()
-		} else {
-			cur = append(cur, t)
-		}
-	}
-	flush()
-	return out
-}
-
-// tokens splits sql into SQLite tokens, dropping whitespace and comments:
-// words (keywords, identifiers, numbers; quoted identifiers unquoted) in
-// lower case, string literals verbatim, and every other character alone.
-func tokens(sql string) []string {
-	var out []string
-	r := []rune(sql)
-	for i := 0; i < len(r); {
-		c := r[i]
-		switch {
-		case unicode.IsSpace(c) || c == '\ufeff':
-			i++
-		case c == '-' && i+1 < len(r) && r[i+1] == '-':
-			for i < len(r) && r[i] != '\n' {
-				i++
+	for _, st := range sqlite.Split(sql) {
+		var toks []string
+		for t := range sqlite.Tokens(st.SQL) {
+			switch t.Kind {
+			case sqlite.Word, sqlite.QuotedID:
+				toks = append(toks, strings.ToLower(t.Unquoted()))
+			default:
+				toks = append(toks, t.Text)
 			}
-		case c == '/' && i+1 < len(r) && r[i+1] == '*':
-			i += 2
-			for i < len(r) && !(r[i] == '*' && i+1 < len(r) && r[i+1] == '/') {
-				i++
-			}
-			i += 2
-		case c == '\'':
-			s, n := quoted(r[i:], '\'')
-			out = append(out, "'"+s+"'")
-			i += n
-		case c == '"' || c == '`' || c == '[':
-			end := c
-			if c == '[' {
-				end = ']'
-			}
-			s, n := quoted(r[i:], end)
-			out = append(out, strings.ToLower(s))
-			i += n
-		case isWord(c):
-			j := i
-			for j < len(r) && isWord(r[j]) {
-				j++
-			}
-			out = append(out, strings.ToLower(string(r[i:j])))
-			i = j
-		default:
-			out = append(out, string(c))
-			i++
 		}
+		if len(toks) >= 5 && toks[0] == "create" && (toks[1] == "table" || toks[1] == "index") && toks[2] == "if" && toks[3] == "not" && toks[4] == "exists" {
+			toks = append(toks[:2], toks[5:]...)
+		}
+		out = append(out, toks)
 	}
 	return out
-}
-
-// quoted reads the quoted text at the start of r (r[0] is the opening
-// quote), with a doubled end quote standing for itself. It returns the text
-// and the number of runes read.
-func quoted(r []rune, end rune) (string, int) {
-	var b strings.Builder
-	i := 1
-	for i < len(r) {
-		if r[i] == end {
-			if end != ']' && i+1 < len(r) && r[i+1] == end {
-				b.WriteRune(end)
-				i += 2
-				continue
-			}
-			return b.String(), i + 1
-		}
-		b.WriteRune(r[i])
-		i++
-	}
-	return b.String(), i
-}
-
-func isWord(c rune) bool {
-	return c == '_' || c == '$' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c > unicode.MaxASCII && !unicode.IsSpace(c)
 }

@@ -33,6 +33,8 @@ func TestIsMigration(t *testing.T) {
 		{"the index first", stmts[1] + ";\n" + stmts[0] + ";", false},
 		{"and another table", sql + "CREATE TABLE orders (id TEXT);\n", false},
 		{"a -- inside a string", strings.Replace(sql, "'pending'", "'pending -- x'", 1), false},
+		{"a no-break space, part of a name to SQLite", strings.Replace(sql, "CREATE TABLE", "CREATE\u00a0TABLE", 1), false},
+		{"a trigger after", sql + "CREATE TRIGGER tr AFTER INSERT ON idempotency_keys BEGIN SELECT 1; END;\n", false},
 		{"empty", "", false},
 		{"only comments", "-- nothing\n", false},
 	} {
