@@ -171,12 +171,7 @@ func Next(sql string) Token {
 
 // scan returns the length and kind of the token at the start of s.
 func scan(s string) (int, Kind) {
-	at := func(i int) byte { // s[i], or 0 past the end, as in C
-		if i < len(s) {
-			return s[i]
-		}
-		return 0
-	}
+	at := func(i int) byte { return byteAt(s, i) }
 	switch c := s[0]; {
 	case c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\r': // not '\v'
 		i := 1
@@ -205,28 +200,14 @@ func scan(s string) (int, Kind) {
 		return 1, RParen
 	case c == ';':
 		return 1, Semicolon
-	case c == '=' || c == '|':
-		if at(1) == c { // ==, ||
-			return 2, Operator
-		}
-		return 1, Operator
-	case c == '<':
-		switch at(1) {
-		case '=', '>', '<':
-			return 2, Operator
-		}
-		return 1, Operator
-	case c == '>':
-		switch at(1) {
-		case '=', '>':
-			return 2, Operator
-		}
-		return 1, Operator
-	case c == '!':
-		if at(1) == '=' {
-			return 2, Operator
-		}
+	case c == '!' && at(1) != '=':
 		return 1, Illegal
+	case strings.IndexByte("=<>!|", c) >= 0:
+		switch s[:min(len(s), 2)] {
+		case "==", "<=", "<>", "<<", ">=", ">>", "!=", "||":
+			return 2, Operator
+		}
+		return 1, Operator
 	case strings.IndexByte("%,&~+*-/", c) >= 0:
 		return 1, Operator
 	case c == '\'' || c == '"' || c == '`':
@@ -289,12 +270,7 @@ func scan(s string) (int, Kind) {
 // exponent, or hexadecimal, with '_' between digits. Identifier characters
 // run on into one illegal token ("1abc").
 func number(s string) (int, Kind) {
-	at := func(i int) byte {
-		if i < len(s) {
-			return s[i]
-		}
-		return 0
-	}
+	at := func(i int) byte { return byteAt(s, i) }
 	digits := func(i int, ok func(byte) bool) int {
 		for ok(at(i)) || at(i) == '_' {
 			i++
@@ -352,6 +328,14 @@ func variable(s string) (int, Kind) {
 		return i, Illegal
 	}
 	return i, Variable
+}
+
+// byteAt returns s[i], or 0 past the end of s, as C's strings read.
+func byteAt(s string, i int) byte {
+	if i < len(s) {
+		return s[i]
+	}
+	return 0
 }
 
 // isSpace is SQLite's sqlite3Isspace.
