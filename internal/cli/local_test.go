@@ -35,14 +35,17 @@ func (s *syncBuffer) String() string {
 var servingLine = regexp.MustCompile(`d1local serving http://(\S+) `)
 
 // serve starts `d1idem local serve args...` and returns its address once it
-// listens; the server stops when the test ends.
+// listens; the server stops when the test ends. It listens on a free port
+// of 127.0.0.1 unless args give another --addr (the last one counts): never
+// on the default port, which a developer's own local serve may hold.
 func serve(t *testing.T, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errb syncBuffer
 	done := make(chan int, 1)
+	argv := append([]string{"d1idem", "local", "serve", "--addr", "127.0.0.1:0"}, args...)
 	go func() {
-		done <- run(ctx, newApp(&out, &errb, &options{}), append([]string{"d1idem", "local", "serve"}, args...), &errb)
+		done <- run(ctx, newApp(&out, &errb, &options{}), argv, &errb)
 	}()
 	t.Cleanup(func() {
 		cancel()
