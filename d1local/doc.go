@@ -37,7 +37,8 @@
 // errors ("<sqlite message>: SQLITE_<CODE>") and for a database file that
 // is not SQLite or is corrupt, 404/7404 for an unknown database, 403/10000
 // for a wrong token (401/1000 on tokens/verify), 429/971 over the budget,
-// 404/7000 "No route for that URI" for any other path. The upload and download links of import and export are served under
+// 404/7000 "No route for that URI" for any other path. Their Server header
+// is "d1local" (ServerName), where Cloudflare's is "cloudflare". The upload and download links of import and export are served under
 // /d1local/ and need no token: like R2's presigned URLs, they carry a random
 // secret, and they work for an hour.
 //

@@ -597,9 +597,15 @@ const (
 	maxSpareAnswer = 1 << 20
 )
 
+// ServerName is the Server header of every JSON answer of a Server, as
+// Cloudflare's API answers with "cloudflare": a client tells d1local from
+// D1 by it. (d1idem's schema apply creates a missing database on d1local,
+// where a database's ID is its name, and never on D1.)
+const ServerName = "d1local"
+
 // servedBy and servedByRegion name d1local in meta.
 const (
-	servedBy       = "d1local"
+	servedBy       = ServerName
 	servedByRegion = "LOCAL"
 )
 
@@ -627,6 +633,7 @@ func appendMeta(b []byte, m meta) []byte {
 }
 
 func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Server", ServerName)
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)

@@ -391,6 +391,29 @@ func TestNoAutoCreate(t *testing.T) {
 	})
 }
 
+// TestServerHeader: every JSON answer, a success, an SQL error, a missing
+// database, an unknown route and a refused token, says it is d1local's, so
+// that a client can tell d1local from D1.
+func TestServerHeader(t *testing.T) {
+	h := newHarness(t, Config{NoAutoCreate: true, Token: "s3cret"})
+	if err := h.srv.CreateDatabase("db"); err != nil {
+		t.Fatal(err)
+	}
+	auth := []string{"Authorization", "Bearer s3cret"}
+	for name, r := range map[string]response{
+		"query":         h.post(t, "db", "query", q("SELECT 1"), auth...),
+		"SQL error":     h.post(t, "db", "query", q("SELECT nope"), auth...),
+		"no database":   h.post(t, "missing", "query", q("SELECT 1"), auth...),
+		"list":          h.do(t, http.MethodGet, "/accounts/acc/d1/database", nil, auth...),
+		"no route":      h.do(t, http.MethodGet, "/nowhere", nil, auth...),
+		"a wrong token": h.post(t, "db", "query", q("SELECT 1"), "Authorization", "Bearer wrong"),
+	} {
+		if got := r.header.Get("Server"); got != ServerName {
+			t.Errorf("%s (HTTP %d): Server %q, want %q", name, r.status, got, ServerName)
+		}
+	}
+}
+
 func TestPersistence(t *testing.T) {
 	dir := t.TempDir()
 	h1 := newHarness(t, Config{Dir: dir})

@@ -3,12 +3,15 @@ package cli
 import (
 	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/jarcoal/httpmock"
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/d1local"
@@ -293,8 +296,9 @@ func TestReadOnlyCreatesNothing(t *testing.T) {
 }
 
 // TestMissingDatabaseOnServer: against a d1local that creates no database
-// on first use (local serve --no-auto-create, as Cloudflare), a wrong
-// database ID is named as missing, with the databases there are.
+// on first use (as local serve and Cloudflare), a wrong database ID is
+// named as missing, with the databases there are; schema apply alone
+// creates it, through d1local's create endpoint.
 func TestMissingDatabaseOnServer(t *testing.T) {
 	b := d1test.LocalConfig(t, d1local.Config{NoAutoCreate: true})
 	for _, id := range []string{"orders", "audit"} {
@@ -303,12 +307,47 @@ func TestMissingDatabaseOnServer(t *testing.T) {
 		}
 	}
 	flags := []string{"--base-url", b.BaseURL, "--account-id", d1test.AccountID, "--api-token", "tok"}
-	for _, args := range [][]string{{"stats"}, {"keys", "stuck"}, {"schema", "verify"}, {"schema", "apply"}} {
+	for _, args := range [][]string{{"stats"}, {"keys", "stuck"}, {"schema", "verify"}, {"schema", "apply", "--dry-run"}} {
 		r := runCLI(t, nil, append(append(args, flags...), "--database-id", "ordres")...)
 		want := "no database \"ordres\" (have: audit, orders)\n"
 		if r.code != exitError || !strings.HasSuffix(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 {
 			t.Errorf("%v: want %q; %s", args, want, r)
 		}
+	}
+	r := mustRun(t, nil, append([]string{"schema", "apply", "--json", "--database-id", "ordres"}, flags...)...)
+	if !strings.Contains(r.stdout, `"created_database": true`) || !strings.Contains(r.stdout, `"action": "create"`) {
+		t.Errorf("schema apply of a missing database on d1local: %s", r)
+	}
+	if have, _ := b.Local.Databases(); !slices.Equal(have, []string{"audit", "orders", "ordres"}) {
+		t.Errorf("databases after schema apply: %v", have)
+	}
+}
+
+// TestSchemaApplyCreatesNothingOnD1: D1 answers a missing database 404/7404
+// on the database's own endpoint too, as d1local does, but as Cloudflare:
+// schema apply makes no create call there (it would give the database a
+// UUID of D1's choosing).
+func TestSchemaApplyCreatesNothingOnD1(t *testing.T) {
+	o, tr := mocked(t, "database_7404")
+	fromD1 := replay(t, "database_7404")
+	tr.RegisterResponder(http.MethodGet, mockListURL+"/"+mockDatabase, func(req *http.Request) (*http.Response, error) {
+		res, err := fromD1(req)
+		if res != nil {
+			res.Header.Set("Server", "cloudflare")
+		}
+		return res, err
+	})
+	created := 0
+	tr.RegisterResponder(http.MethodPost, mockListURL, func(*http.Request) (*http.Response, error) {
+		created++
+		return httpmock.NewStringResponse(http.StatusOK, `{"result":{"uuid":"x","name":"x"},"success":true,"errors":[],"messages":[]}`), nil
+	})
+	r := runCLI(t, o, append([]string{"schema", "apply"}, mockFlags()...)...)
+	if r.code != exitError || !strings.Contains(r.stderr, `no database "`+mockDatabase+`"`) || created != 0 {
+		t.Errorf("schema apply on D1 of a missing database: %d create calls; %s", created, r)
+	}
+	if tr.GetCallCountInfo()["GET "+mockListURL+"/"+mockDatabase] != 1 {
+		t.Errorf("schema apply did not look at the database's endpoint: %v", tr.GetCallCountInfo())
 	}
 }
 

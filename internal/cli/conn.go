@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -93,7 +94,8 @@ const (
 	// but schema apply).
 	existing access = iota
 	// create: the database, and with --local its directory, are created if
-	// needed (schema apply).
+	// needed (schema apply): locally, or on a d1local server, never on D1
+	// (see conn.create).
 	create
 )
 
@@ -113,6 +115,12 @@ type conn struct {
 	// and list lists the databases there are, for the error.
 	scope string
 	list  func(context.Context) ([]string, error)
+	// create, called once the database turned out to be missing, creates
+	// it where that is the CLI's to do (under --local with access create,
+	// or on a d1local server) and says what it created ("" for nothing).
+	// nil where nothing may be created: D1 gives a database its UUID when
+	// wrangler or the dashboard creates it.
+	create func(context.Context) (string, error)
 }
 
 func (c *conn) close() {
@@ -170,7 +178,9 @@ func cloudflareConn(cfg d1client.Config, t target) (*conn, error) {
 		cn.scope = "(--database " + t.wrangler.Name() + " of " + t.wrangler.ConfigPath + ")"
 	}
 	cn.list = func(ctx context.Context) ([]string, error) { return listCloudflare(ctx, db, cfg.HTTPClient, t.token) }
+	cn.create = func(ctx context.Context) (string, error) { return createOnD1local(ctx, db, cfg.HTTPClient, t.token) }
 	if db.Bridge() {
+		cn.create = nil
 		cn.where += " through the bridge at " + strings.TrimSuffix(db.BaseURL(), "/")
 		cn.list = func(context.Context) ([]string, error) {
 			return nil, errors.New("a bridge serves the databases its wrangler.toml binds, and lists none")
@@ -256,9 +266,9 @@ func missingSettings(accountID string, token, database bool) error {
 	return nil
 }
 
-// startLocal starts the embedded d1local on dir. Unless acc is create, it
-// creates nothing: the directory must exist, and so must each database it
-// is asked for.
+// startLocal starts the embedded d1local on dir. It creates no database
+// on first use (see localCreate); unless acc is create, it creates no
+// directory either: dir must exist.
 func startLocal(dir string, acc access) (*embedded.Server, error) {
 	if acc == create {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -267,7 +277,21 @@ func startLocal(dir string, acc access) (*embedded.Server, error) {
 	} else if _, err := os.Stat(dir); err != nil {
 		return nil, &noDirectoryError{dir: dir}
 	}
-	return embedded.Start(d1local.Config{Dir: dir, NoAutoCreate: acc != create}, "")
+	return embedded.Start(d1local.Config{Dir: dir, NoAutoCreate: true}, "")
+}
+
+// localCreate is a conn's create for the local database id under dir on
+// srv, with access acc: nil unless acc is create.
+func localCreate(srv *embedded.Server, dir, id string, acc access) func(context.Context) (string, error) {
+	if acc != create {
+		return nil
+	}
+	return func(context.Context) (string, error) {
+		if err := srv.D1.CreateDatabase(id); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("database %q under %s", id, dir), nil
+	}
 }
 
 // openLocal starts the embedded d1local on dir. Unless acc is create, it
@@ -280,7 +304,7 @@ func openLocal(c *cli.Context, dir string, acc access, mods ...func(*d1client.Co
 		return nil, err
 	}
 	cn := &conn{where: where, databaseID: id, local: srv, scope: "under " + dir,
-		list: func(context.Context) ([]string, error) { return srv.D1.Databases() }}
+		list: func(context.Context) ([]string, error) { return srv.D1.Databases() }, create: localCreate(srv, dir, id, acc)}
 	if acc != create {
 		if err := cn.mustExist(id); err != nil {
 			cn.close()
@@ -377,9 +401,6 @@ const maxListed = 50
 // (GET accounts/{account}/d1/database, paged), or a d1local server's (where a
 // database's name is its ID).
 func listCloudflare(ctx context.Context, db *d1client.Client, hc *http.Client, token string) ([]string, error) {
-	if hc == nil {
-		hc = http.DefaultClient
-	}
 	out := []string{}
 	for page := 1; len(out) < maxListed; page++ {
 		dbs, more, err := listPage(ctx, hc, db.BaseURL(), db.AccountID(), token, page)
@@ -411,18 +432,10 @@ type listedDatabase struct {
 func listPage(ctx context.Context, hc *http.Client, base, account, token string, page int) ([]listedDatabase, bool, error) {
 	const perPage = 100
 	u := fmt.Sprintf("%saccounts/%s/d1/database?per_page=%d&page=%d", base, url.PathEscape(account), perPage, page)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, false, err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	res, err := hc.Do(req)
+	res, body, err := apiRequest(ctx, hc, http.MethodGet, u, token, nil)
 	if err != nil {
 		return nil, false, fmt.Errorf("listing the databases: %w", err)
 	}
-	defer res.Body.Close()
 	var env struct {
 		Success    bool             `json:"success"`
 		Result     []listedDatabase `json:"result"`
@@ -431,11 +444,37 @@ func listPage(ctx context.Context, hc *http.Client, base, account, token string,
 			TotalCount int `json:"total_count"`
 		} `json:"result_info"`
 	}
-	if err := json.NewDecoder(io.LimitReader(res.Body, 8<<20)).Decode(&env); err != nil || !env.Success {
+	if err := json.Unmarshal(body, &env); err != nil || !env.Success {
 		return nil, false, fmt.Errorf("listing the databases: HTTP %d", res.StatusCode)
 	}
 	more := len(env.Result) == perPage && page*perPage < env.ResultInfo.TotalCount
 	return env.Result, more, nil
+}
+
+// apiRequest makes a call of Cloudflare's API that d1client does not make
+// (the database list, a database's creation), with the token, and returns
+// the response with its body (at most 8 MiB), read and closed.
+func apiRequest(ctx context.Context, hc *http.Client, method, u, token string, body []byte) (*http.Response, []byte, error) {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+	if err != nil {
+		return nil, nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := hc.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer res.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(res.Body, 8<<20))
+	return res, data, err
 }
 
 // loadWrangler reads the wrangler config: --config, or the file wrangler

@@ -448,7 +448,7 @@ func (s *dbSet) addLocal(c *cli.Context, dir string, acc access, mods []func(*d1
 			return clientError(err)
 		}
 		s.conns = append(s.conns, &conn{db: db, where: fmt.Sprintf("local database %q under %s", id, dir), databaseID: id, scope: "under " + dir,
-			list: func(context.Context) ([]string, error) { return s.local.D1.Databases() }})
+			list: func(context.Context) ([]string, error) { return s.local.D1.Databases() }, create: localCreate(s.local, dir, id, acc)})
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/d1idem/d1idem/internal/d1test"
 )
 
 // syncBuffer is a bytes.Buffer safe to read while a command writes to it.
@@ -128,4 +131,91 @@ func TestLocalServeNoAutoCreateCreatesNoDir(t *testing.T) {
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the directory was created: %v", err)
 	}
+}
+
+// TestLocalServeTypoCreatesNothing drives a newcomer's slip against a real
+// local serve: once schema apply has made database "orders", every command
+// given a misspelled --database-id answers that there is no such database,
+// naming the one there is, and creates nothing; schema apply alone creates
+// a database, and says so.
+func TestLocalServeTypoCreatesNothing(t *testing.T) {
+	dir := t.TempDir()
+	base := "http://" + serve(t, "--dir", dir) + "/client/v4"
+	flags := []string{"--base-url", base, "--account-id", "local", "--api-token", "local"}
+	r := mustRun(t, nil, append([]string{"schema", "apply", "--database-id", "orders"}, flags...)...)
+	if !strings.HasPrefix(r.stdout, `Created database "orders" on the d1local at `+base+"/: there was no database of that name.\n") {
+		t.Errorf("schema apply does not say it created the database:\n%s", r.stdout)
+	}
+	for _, args := range [][]string{
+		{"keys", "list"}, {"keys", "stuck"}, {"keys", "get", "--principal", "p", "--key", "k"},
+		{"keys", "release", "--principal", "p", "--key", "k", "--generation", "1"},
+		{"stats"}, {"sweep"}, {"sweep", "--dry-run"}, {"schema", "verify"}, {"schema", "apply", "--dry-run"},
+	} {
+		r := runCLI(t, nil, append(append(args, flags...), "--database-id", "ordres")...)
+		if want := "no database \"ordres\" (have: orders)\n"; r.code != exitError || !strings.HasSuffix(r.stderr, want) || r.stdout != "" {
+			t.Errorf("%v --database-id ordres: want exit 1 and %q; %s", args, want, r)
+		}
+	}
+	// ring status shows each database of a ring, read or not.
+	r = runCLI(t, nil, append([]string{"ring", "status", "--database-id", "ordres"}, flags...)...)
+	if want := "ordres: no database \"ordres\" (have: orders)\n"; r.code != exitError || !strings.HasSuffix(r.stderr, want) || strings.Contains(r.stdout, "ring init") {
+		t.Errorf("ring status --database-id ordres: want exit 1 and %q, and no ring init suggested; %s", want, r)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "orders.sqlite") {
+			t.Errorf("%s was created under --dir", e.Name())
+		}
+	}
+	res, err := http.Get(base + "/accounts/local/d1/database")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	if !strings.Contains(string(body), `"result":[{"name":"orders",`) || strings.Count(string(body), `"name"`) != 1 {
+		t.Errorf("the server's databases: %s", body)
+	}
+}
+
+// TestLocalServeWrangler: with the pinned wrangler against a real local
+// serve, which creates a database only when asked, 'wrangler d1 create'
+// makes one, d1idem's schema apply finds it there (and creates nothing),
+// and wrangler reads the ledger table it made.
+func TestLocalServeWrangler(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs wrangler")
+	}
+	addr := serve(t)
+	w := pinnedWrangler(t, &d1test.Backend{BaseURL: "http://" + addr})
+	dir := t.TempDir()
+	if out := w.runArgs(t, dir, "d1", "create", "orders"); !strings.Contains(out, "orders") {
+		t.Fatalf("wrangler d1 create:\n%s", out)
+	}
+	r := mustRun(t, nil, "schema", "apply", "--database-id", "orders", "--base-url", "http://"+addr+"/client/v4", "--account-id", "local", "--api-token", "local")
+	if !strings.HasPrefix(r.stdout, "Created idempotency_keys") {
+		t.Errorf("schema apply on the database wrangler created: %s", r)
+	}
+	if out := w.run(t, dir, "d1", "execute", "orders", "--command", "SELECT count(*) AS n FROM idempotency_keys", "--json"); !strings.Contains(out, `"n": 0`) {
+		t.Errorf("wrangler d1 execute on the ledger table:\n%s", out)
+	}
+}
+
+// TestLocalServeAutoCreate: --auto-create brings back creation on first
+// use, for clients that never create a database; beside --no-auto-create
+// it is a usage error.
+func TestLocalServeAutoCreate(t *testing.T) {
+	base := "http://" + serve(t, "--auto-create") + "/client/v4"
+	res, err := http.Post(base+"/accounts/local/d1/database/fresh/query", "application/json", strings.NewReader(`{"sql":"SELECT 1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("a first query with --auto-create: HTTP %d", res.StatusCode)
+	}
+	oneUsageLine(t, runCLI(t, nil, "local", "serve", "--auto-create", "--no-auto-create"), "--auto-create and --no-auto-create contradict each other")
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
 )
 
@@ -139,7 +141,7 @@ database cannot be read, or when the ring names one that was not given.
 				if err := rc.show("status", "", st); err != nil {
 					return err
 				}
-				if err := unreadable(st, rc.set); err != nil {
+				if err := unreadable(c.Context, st, rc.set); err != nil {
 					return err
 				}
 				if missing := notNamed(st); len(missing) > 0 {
@@ -165,12 +167,17 @@ func notNamed(st idem.RingStatus) []string {
 	return out
 }
 
-// unreadable is an error naming the databases whose ring could not be read.
-func unreadable(st idem.RingStatus, s *dbSet) error {
+// unreadable is an error naming the databases whose ring could not be read;
+// a missing one is named with the databases there are.
+func unreadable(ctx context.Context, st idem.RingStatus, s *dbSet) error {
 	var bad []string
 	for _, h := range st.Homes {
-		if h.Err != nil {
-			bad = append(bad, s.label(h.ID)+": "+describe(h.Err))
+		err := h.Err
+		if cn := s.byID(h.ID); cn != nil && errors.Is(err, d1client.ErrNoDatabase) {
+			err = cn.missing(ctx, err)
+		}
+		if err != nil {
+			bad = append(bad, s.label(h.ID)+": "+describe(err))
 		}
 	}
 	return couldNotRead("ring status", bad)

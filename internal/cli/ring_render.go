@@ -99,6 +99,8 @@ func (rc *ringCtx) render(w io.Writer, st idem.RingStatus) error {
 	r := st.Ring
 	var fields [][2]string
 	switch {
+	case r.Version == 0 && slices.ContainsFunc(st.Homes, func(h idem.HomeRing) bool { return h.Err != nil }):
+		fields = append(fields, [2]string{"ring", "none found in the databases that could be read"})
 	case r.Version == 0:
 		fields = append(fields, [2]string{"ring", fmt.Sprintf("none recorded: 'd1idem ring init%s' records version 1 over the databases named", rc.hint())})
 	case r.Phase == idem.RingMoving:

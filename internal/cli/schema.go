@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem"
+	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/internal/embedded"
 	"github.com/d1idem/d1idem/internal/wrangler"
@@ -112,6 +114,10 @@ type applyJSON struct {
 	MigrationsDir   string   `json:"migrations_dir"`
 	Database        string   `json:"database"`
 	SQL             string   `json:"sql"`
+	// CreatedDatabase: the database was not there, and apply created it
+	// (under --local, or on a d1local server).
+	CreatedDatabase bool   `json:"created_database"`
+	created         string // what was created, for people
 }
 
 func actionName(a schema.Action) string {
@@ -202,10 +208,18 @@ func schemaApply(c *cli.Context, cn *conn) error {
 	if c.Bool(flagJSON) {
 		return printJSON(c.App.Writer, out)
 	}
+	renderCreated(c.App.Writer, out)
 	if err := renderApply(c.App.Writer, res, out.DryRun, out.MigrationsTable, cn.where); err != nil || out.DryRun {
 		return err
 	}
 	return checkLine(c)
+}
+
+// renderCreated says which database apply created, if it created one.
+func renderCreated(w io.Writer, out applyJSON) {
+	if out.created != "" {
+		fmt.Fprintf(w, "Created %s: there was no database of that name.\n", out.created)
+	}
 }
 
 // applyOne applies the schema to one database (or with --dry-run, says
@@ -219,12 +233,32 @@ func applyOne(c *cli.Context, cn *conn) (applyJSON, schema.Result, error) {
 	if dir != "" {
 		opts.Migrations = os.DirFS(dir)
 	}
-	res, err := schema.Apply(c.Context, cn.db, opts)
+	res, created, err := applyCreating(c.Context, cn, opts)
 	if err != nil {
 		return applyJSON{}, res, err
 	}
 	return applyJSON{Action: actionName(res.Action), Description: res.Action.String(), DryRun: opts.DryRun, Migration: res.Migrations[0],
-		Migrations: res.Migrations, MigrationsTable: table, MigrationsDir: dir, Database: cn.where, SQL: res.SQL()}, res, nil
+		Migrations: res.Migrations, MigrationsTable: table, MigrationsDir: dir, Database: cn.where, SQL: res.SQL(),
+		CreatedDatabase: created != "", created: created}, res, nil
+}
+
+// applyCreating is schema.Apply, which first creates the database where it
+// is missing and the CLI may create it (see conn.create), and says what it
+// created. A dry run creates nothing.
+func applyCreating(ctx context.Context, cn *conn, opts schema.Options) (schema.Result, string, error) {
+	res, err := schema.Apply(ctx, cn.db, opts)
+	if opts.DryRun || cn.create == nil || !errors.Is(err, d1client.ErrNoDatabase) {
+		return res, "", err
+	}
+	created, cerr := cn.create(ctx)
+	if cerr != nil {
+		return res, "", cerr
+	}
+	if created == "" {
+		return res, "", err
+	}
+	res, err = schema.Apply(ctx, cn.db, opts)
+	return res, created, err
 }
 
 // checkLine writes the command that checks the result of schema apply.

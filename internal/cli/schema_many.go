@@ -42,6 +42,7 @@ func schemaApplyMany(c *cli.Context, s *dbSet) error {
 		case err != nil:
 			failed = append(failed, cn.label()+": "+describe(err))
 		case !asJSON:
+			renderCreated(w, out)
 			if err := renderApply(w, res, out.DryRun, out.MigrationsTable, cn.where); err != nil {
 				return err
 			}

@@ -187,8 +187,12 @@ migrations_table = "custom_migrations"
 func TestSchemaLocal(t *testing.T) {
 	dir := t.TempDir()
 	r := mustRun(t, nil, "schema", "apply", "--local", dir)
-	if !strings.HasPrefix(r.stdout, "Created idempotency_keys") || !strings.Contains(r.stdout, `, on local database "d1idem" under `+dir+".") {
+	created := `Created database "d1idem" under ` + dir + ": there was no database of that name.\nCreated idempotency_keys"
+	if !strings.HasPrefix(r.stdout, created) || !strings.Contains(r.stdout, `, on local database "d1idem" under `+dir+".") {
 		t.Errorf("apply --local: %s", r)
+	}
+	if r = mustRun(t, nil, "schema", "apply", "--local", dir); strings.Contains(r.stdout, "Created") {
+		t.Errorf("apply --local again: %s", r)
 	}
 	r = mustRun(t, nil, "schema", "verify", "--local", dir)
 	if !strings.HasPrefix(r.stdout, `idempotency_keys on local database "d1idem" under `+dir+" matches schema.sql") {

@@ -52,9 +52,15 @@ func pinnedWrangler(t *testing.T, b *d1test.Backend) *wranglerCmd {
 // with /memberships), and nothing of the caller's Cloudflare environment.
 func (w *wranglerCmd) run(t *testing.T, dir string, args ...string) string {
 	t.Helper()
+	return w.runArgs(t, dir, append(args, "--remote")...)
+}
+
+// runArgs is run without the --remote that commands on a database take.
+func (w *wranglerCmd) runArgs(t *testing.T, dir string, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, w.bin, append(args, "--remote")...)
+	cmd := exec.CommandContext(ctx, w.bin, args...)
 	cmd.Dir = dir
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "CLOUDFLARE_") && !strings.HasPrefix(kv, "WRANGLER_") && !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_") {
