@@ -269,13 +269,13 @@ func missingSettings(accountID string, token, database bool) error {
 // startLocal starts the embedded d1local on dir. It creates no database
 // on first use (see localCreate); unless acc is create, it creates no
 // directory either: dir must exist.
-func startLocal(dir string, acc access) (*embedded.Server, error) {
+func startLocal(c *cli.Context, dir string, acc access) (*embedded.Server, error) {
 	if acc == create {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("--local %s: %w", dir, err)
 		}
 	} else if _, err := os.Stat(dir); err != nil {
-		return nil, &noDirectoryError{dir: dir}
+		return nil, &noDirectoryError{dir: dir, apply: "d1idem schema apply" + connHint(c)}
 	}
 	return embedded.Start(d1local.Config{Dir: dir, NoAutoCreate: true}, "")
 }
@@ -299,7 +299,7 @@ func localCreate(srv *embedded.Server, dir, id string, acc access) func(context.
 func openLocal(c *cli.Context, dir string, acc access, mods ...func(*d1client.Config)) (*conn, error) {
 	id := localDatabaseID(c)
 	where := fmt.Sprintf("local database %q under %s", id, dir)
-	srv, err := startLocal(dir, acc)
+	srv, err := startLocal(c, dir, acc)
 	if err != nil {
 		return nil, err
 	}
@@ -329,12 +329,13 @@ func localDatabaseID(c *cli.Context) string {
 	return d1local.LocalDatabaseID
 }
 
-// noDirectoryError is a --local directory that does not exist.
-type noDirectoryError struct{ dir string }
+// noDirectoryError is a --local directory that does not exist; apply is
+// the schema apply that would make it, and the database.
+type noDirectoryError struct{ dir, apply string }
 
 func (e *noDirectoryError) Error() string {
-	return fmt.Sprintf("no directory %s: nothing has kept a database there yet (the demo with --dir, the example API with --local, or 'd1idem schema apply --local %s' do)",
-		e.dir, shellQuote(e.dir))
+	return fmt.Sprintf("no directory %s: nothing has kept a database there yet (the demo with --dir, the example API with --local, or '%s' do)",
+		e.dir, e.apply)
 }
 
 // mustExist returns a noDatabaseError unless the local database id exists.
@@ -592,11 +593,14 @@ func relPath(p string) string {
 	return p
 }
 
-// connHint repeats the flags that chose a database without credentials
-// (--local, --database, --config, --env, and the base URL and IDs given on
-// the command line: the environment gives its own to the suggested command
-// too), for the commands a hint suggests; it never includes the API token,
-// the bridge URL or a URL's user information.
+// connHint repeats the flags that chose a database (--local, --database,
+// --config, --env, and the base URL and IDs given on the command line: the
+// environment gives its own to the suggested command too), for the
+// commands a hint suggests, so that they run when pasted. It never includes
+// the API token, the bridge URL or a URL's user information: a token or
+// bridge URL given on the command line is repeated as a placeholder, its
+// environment variable in double quotes ("$CLOUDFLARE_API_TOKEN"), for the
+// shell to fill in.
 func connHint(c *cli.Context) string {
 	var b strings.Builder
 	add := func(name, v string) { b.WriteString(" --" + name + " " + shellQuote(v)) }
@@ -607,6 +611,11 @@ func connHint(c *cli.Context) string {
 		}
 		if a, given := onCommandLine(c, flagAccountID, envAccountID); given {
 			add(flagAccountID, a)
+		}
+		for _, secret := range []struct{ name, env string }{{flagAPIToken, envAPIToken}, {flagBridgeURL, d1client.BridgeURLEnv}} {
+			if _, given := onCommandLine(c, secret.name, secret.env); given {
+				b.WriteString(" --" + secret.name + ` "$` + secret.env + `"`)
+			}
 		}
 	}
 	for _, name := range []string{flagLocal, flagDatabase, flagDatabasesPrefix, flagConfig, flagEnv} {

@@ -192,10 +192,15 @@ func withSet(c *cli.Context, o *options, acc access, fn func(*dbSet) error, mods
 }
 
 // named turns D1's "no such database" in err into an error naming the
-// connection's database with those there are.
+// connection's database with those there are, and gives an SQL error the
+// schema apply that the connection flags need (see applyHint).
 func (cn *conn) named(c *cli.Context, err error) error {
-	if errors.Is(err, d1client.ErrNoDatabase) {
+	var de *d1client.Error
+	switch {
+	case errors.Is(err, d1client.ErrNoDatabase):
 		return cn.missing(c.Context, err)
+	case errors.As(err, &de) && errors.Is(de, d1client.ErrSQL):
+		return applyHint{err: err, command: "d1idem schema apply" + connHint(c)}
 	}
 	return err
 }
@@ -413,7 +418,7 @@ func orNone(names []string) string {
 // --database-id, --database and --databases-prefix name. Unless acc is
 // create, it creates nothing: the directory and the databases must exist.
 func openLocalSet(c *cli.Context, dir string, acc access, mods ...func(*d1client.Config)) (*dbSet, error) {
-	srv, err := startLocal(dir, acc)
+	srv, err := startLocal(c, dir, acc)
 	if err != nil {
 		return nil, err
 	}

@@ -123,8 +123,26 @@ func describeLine(err error) string {
 	if full, inner := err.Error(), de.Error(); full != inner && strings.HasSuffix(full, inner) {
 		prefix = strings.TrimSuffix(full, inner)
 	}
-	return collapse(prefix + describeD1(de))
+	line := prefix + describeD1(de)
+	if errors.Is(de, d1client.ErrSQL) && strings.Contains(de.Message, "no such table: "+d1idem.Table) {
+		apply := "d1idem schema apply"
+		if h := (applyHint{}); errors.As(err, &h) {
+			apply = h.command
+		}
+		line += "; the ledger table is missing: run '" + apply + "'"
+	}
+	return collapse(line)
 }
+
+// applyHint is an error of a command run on a database without the ledger
+// table, with the schema apply that makes it there (see conn.named).
+type applyHint struct {
+	err     error
+	command string
+}
+
+func (h applyHint) Error() string { return h.err.Error() }
+func (h applyHint) Unwrap() error { return h.err }
 
 func describeD1(e *d1client.Error) string {
 	s := describeKind(e)
@@ -186,11 +204,7 @@ func describeKind(e *d1client.Error) string {
 	case errors.Is(e, d1client.ErrTransport):
 		return fmt.Sprintf("cannot reach D1: %s", msg)
 	}
-	s := fmt.Sprintf("D1 %s%s: %s", kindName(e), status, msg)
-	if errors.Is(e, d1client.ErrSQL) && strings.Contains(msg, "no such table: "+d1idem.Table) {
-		s += "; the ledger table is missing: run 'd1idem schema apply'"
-	}
-	return s
+	return fmt.Sprintf("D1 %s%s: %s", kindName(e), status, msg)
 }
 
 // kindName names the remaining failures as d1client's sentinels do.

@@ -99,10 +99,10 @@ func (l *ledgerDB) args(args ...string) []string {
 	return append(args, l.flags()...)
 }
 
-// hint is how a suggested command repeats the connection flags: all but the
-// token.
+// hint is how a suggested command repeats the connection flags: the token
+// as a placeholder for the shell to fill in.
 func (l *ledgerDB) hint() string {
-	return " --base-url " + l.b.BaseURL + " --account-id " + d1test.AccountID + " --database-id " + l.id
+	return " --base-url " + l.b.BaseURL + " --account-id " + d1test.AccountID + ` --api-token "$CLOUDFLARE_API_TOKEN" --database-id ` + l.id
 }
 
 func (l *ledgerDB) exec(t testing.TB, sql string, params ...any) *d1client.Result {

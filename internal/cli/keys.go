@@ -226,14 +226,9 @@ func releaseCommandLine(c *cli.Context, k *idem.KeyRecord, ls lease) string {
 	if stateOf(k, ls) != stateAwaitingRetry {
 		force = " --force"
 	}
-	if c.IsSet("ttl") {
-		// The release backdates the row by the TTL: it must be the
-		// application's.
-		force += " --ttl " + durationArg(ls.ttl)
-	}
-	if c.IsSet("heartbeat") {
-		force += " --heartbeat " + durationArg(ls.heartbeat)
-	}
+	// The release backdates the row by the TTL: it must be the
+	// application's.
+	force += setDurations(c, "ttl", "heartbeat")
 	return fmt.Sprintf("d1idem keys release --principal %s --key %s --generation %d%s%s",
 		shellQuote(k.Principal), shellQuote(k.Key), k.Generation, force, connHint(c))
 }
@@ -473,7 +468,7 @@ func (o *options) keysRelease(c *cli.Context) error {
 			return ledgerErr("keys release", err)
 		}
 		if !res.Released {
-			return notReleased(&res.Before, gen, ls)
+			return notReleased(&res.Before, gen, ls, getCommandLine(c, &res.Before))
 		}
 		if c.Bool(flagJSON) {
 			return printJSON(c.App.Writer, releaseJSONOf(res, c.Bool("force")))
@@ -497,13 +492,20 @@ func keyName(principal, key string) string {
 	return fmt.Sprintf("key %s of principal %s", strconv.Quote(key), strconv.Quote(principal))
 }
 
-// notReleased says why the ledger left the row k alone.
-func notReleased(k *idem.KeyRecord, gen int64, ls lease) error {
+// getCommandLine is the command that shows the row k, as the command line
+// reached it.
+func getCommandLine(c *cli.Context, k *idem.KeyRecord) string {
+	return fmt.Sprintf("d1idem keys get --principal %s --key %s%s%s", shellQuote(k.Principal), shellQuote(k.Key), connHint(c), setDurations(c, "ttl", "heartbeat"))
+}
+
+// notReleased says why the ledger left the row k alone; look is the
+// command that shows it.
+func notReleased(k *idem.KeyRecord, gen int64, ls lease, look string) error {
 	who := keyName(k.Principal, k.Key)
 	switch state := stateOf(k, ls); {
 	case k.Generation != gen:
-		return fmt.Errorf("not released: %s is now at generation %d (%s, updated %s), not %d; look again with 'd1idem keys get'",
-			who, k.Generation, state.words(), formatAge(k.SinceUpdate()), gen)
+		return fmt.Errorf("not released: %s is now at generation %d (%s, updated %s), not %d; look again with '%s'",
+			who, k.Generation, state.words(), formatAge(k.SinceUpdate()), gen, look)
 	case state == stateCompleted:
 		return fmt.Errorf("not released: %s is completed (response %s): retries replay it; --force forgets the response, and the next retry executes the request again",
 			who, statusOrDash(k.ResponseStatus))

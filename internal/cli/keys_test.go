@@ -360,7 +360,7 @@ func TestKeysRelease(t *testing.T) {
 
 	// A wrong generation says the current one, and deletes nothing.
 	r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-8", "--generation", "1")...)
-	if r.code != exitError || r.stderr != "d1idem: not released: key \"order-8\" of principal \"acct_42\" is now at generation 2 (awaiting retry, updated 5m ago), not 1; look again with 'd1idem keys get'\n" {
+	if r.code != exitError || r.stderr != "d1idem: not released: key \"order-8\" of principal \"acct_42\" is now at generation 2 (awaiting retry, updated 5m ago), not 1; look again with 'd1idem keys get --principal acct_42 --key order-8"+l.hint()+"'\n" {
 		t.Errorf("wrong generation: %s", r)
 	}
 	r = mustRun(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-8", "--generation", "2", "--json")...)

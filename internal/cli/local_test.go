@@ -43,6 +43,14 @@ var servingLine = regexp.MustCompile(`d1local serving http://(\S+) `)
 // on the default port, which a developer's own local serve may hold.
 func serve(t *testing.T, args ...string) string {
 	t.Helper()
+	addr, _ := serveOutput(t, args...)
+	return addr
+}
+
+// serveOutput is serve, which also returns what the server printed once
+// it listened.
+func serveOutput(t *testing.T, args ...string) (addr, printed string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errb syncBuffer
 	done := make(chan int, 1)
@@ -58,8 +66,12 @@ func serve(t *testing.T, args ...string) string {
 	})
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if m := servingLine.FindStringSubmatch(out.String()); m != nil {
-			return m[1]
+		// The serving line, and the block it begins, whose last line is the
+		// keys list to paste.
+		if o := out.String(); strings.Contains(o, "  d1idem keys list ") {
+			if m := servingLine.FindStringSubmatch(o); m != nil {
+				return m[1], o
+			}
 		}
 		select {
 		case code := <-done:
@@ -69,7 +81,7 @@ func serve(t *testing.T, args ...string) string {
 		}
 	}
 	t.Fatalf("local serve did not start: %s%s", out.String(), errb.String())
-	return ""
+	return "", ""
 }
 
 func TestLocalServeNeedsATokenOffLoopback(t *testing.T) {

@@ -85,10 +85,16 @@ func (o *options) withRing(c *cli.Context, fn func(rc *ringCtx) error) error {
 // hint repeats the flags a ring command needs to be run again: the
 // databases and the lease.
 func (rc *ringCtx) hint() string {
-	h := connHint(rc.c)
-	for _, name := range []string{"retention", "ttl"} {
-		if rc.c.IsSet(name) {
-			h += " --" + name + " " + durationArg(rc.c.Duration(name))
+	return connHint(rc.c) + setDurations(rc.c, "retention", "ttl")
+}
+
+// setDurations repeats the duration flags of names that the command line
+// set, " --name DURATION" each, for a command a hint suggests.
+func setDurations(c *cli.Context, names ...string) string {
+	var h string
+	for _, name := range names {
+		if c.IsSet(name) {
+			h += " --" + name + " " + durationArg(c.Duration(name))
 		}
 	}
 	return h

@@ -208,8 +208,9 @@ func TestSchemaLocal(t *testing.T) {
 
 // TestHintRepeatsCommandLine: the command a hint suggests repeats the base
 // URL and IDs given on the command line, so that it runs as it is, and
-// leaves out what the environment gives it anyway, the token, the bridge
-// URL and a URL's user information.
+// leaves out what the environment gives it anyway and a URL's user
+// information; a token or bridge URL given on the command line is a
+// placeholder, never the secret.
 func TestHintRepeatsCommandLine(t *testing.T) {
 	l := newLedgerDB(t, "ci")
 	hint := func(r result) string {
@@ -242,7 +243,7 @@ func TestHintRepeatsCommandLine(t *testing.T) {
 	t.Setenv("D1_DATABASE_ID", "")
 	bridge := strings.Replace(l.b.BaseURL, "http://", "http://:s3cr3t-bridge-0123456789@", 1)
 	r := runCLI(t, nil, "schema", "apply", "--bridge-url", bridge, "--account-id", d1test.AccountID, "--database-id", "ci")
-	if h := hint(r); h != " --account-id "+d1test.AccountID+" --database-id ci" || strings.Contains(r.stdout+r.stderr, "s3cr3t") {
+	if h := hint(r); h != " --account-id "+d1test.AccountID+` --bridge-url "$D1IDEM_BRIDGE_URL" --database-id ci` || strings.Contains(r.stdout+r.stderr, "s3cr3t") {
 		t.Errorf("through a bridge: hint %q; %s", h, r)
 	}
 }

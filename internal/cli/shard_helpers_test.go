@@ -112,7 +112,7 @@ func (e *shardEnv) args(n int, args ...string) []string {
 // hint is how a command suggested on the first n databases repeats the
 // connection flags: all but the token.
 func (e *shardEnv) hint(n int) string {
-	h := " --base-url " + e.b.BaseURL + " --account-id " + e.b.AccountID
+	h := " --base-url " + e.b.BaseURL + " --account-id " + e.b.AccountID + ` --api-token "$CLOUDFLARE_API_TOKEN"`
 	for _, id := range e.ids[:n] {
 		h += " --database-id " + id
 	}

@@ -71,13 +71,16 @@ func (o *options) stats(c *cli.Context) error {
 			return err
 		}
 		if c.Bool(flagWatch) {
-			return o.watchStats(c, a, cn, statsJSONOf(idem.Stats{}, cn.where, ttl, retention), interval)
+			base := statsJSONOf(idem.Stats{}, cn.where, ttl, retention)
+			base.hints = statsHintsOf(c)
+			return o.watchStats(c, a, cn, base, interval)
 		}
 		st, err := a.Stats(c.Context)
 		if err != nil {
 			return ledgerErr("stats", err)
 		}
 		out := statsJSONOf(st, cn.where, ttl, retention)
+		out.hints = statsHintsOf(c)
 		if c.Bool(flagJSON) {
 			return printJSON(c.App.Writer, out)
 		}
@@ -107,6 +110,19 @@ type statsJSON struct {
 	SizeBytes    int64            `json:"size_bytes"`
 	// SizeLimit projects when the database reaches D1's 10 GB limit.
 	SizeLimit *projectionJSON `json:"size_limit,omitempty"`
+
+	hints statsHints // for people only
+}
+
+// statsHints are the commands the stats view suggests, with the flags that
+// make them run as they are when pasted.
+type statsHints struct{ stuck, sweep string }
+
+// statsHintsOf repeats the command line's connection flags, and the
+// lease's or the retention that the suggested command takes.
+func statsHintsOf(c *cli.Context) statsHints {
+	h := connHint(c)
+	return statsHints{stuck: "d1idem keys stuck" + h + setDurations(c, "ttl"), sweep: "d1idem sweep --all" + h + setDurations(c, "retention")}
 }
 
 func statsJSONOf(st idem.Stats, where string, ttl, retention time.Duration) statsJSON {
@@ -152,20 +168,20 @@ func statsFields(st idem.Stats, out statsJSON) [][2]string {
 	for _, s := range others {
 		fields = append(fields, [2]string{"  " + display(s), strconv.FormatInt(out.ByStatus[s], 10) + " (not a status the ledger writes)"})
 	}
-	fields = append(fields, [2]string{"awaiting retry", awaitingText(st, ttl)}, [2]string{"oldest row", oldestText(st.Oldest)},
-		[2]string{"sweep backlog", backlogText(out.SweepBacklog, retention)}, [2]string{"database size", formatBytes(out.SizeBytes)},
+	fields = append(fields, [2]string{"awaiting retry", awaitingText(st, ttl, out.hints)}, [2]string{"oldest row", oldestText(st.Oldest)},
+		[2]string{"sweep backlog", backlogText(out.SweepBacklog, retention, out.hints)}, [2]string{"database size", formatBytes(out.SizeBytes)},
 		[2]string{"10 GB limit", project(st, retention).text(retention)})
 	return fields
 }
 
 // awaitingText describes the pending rows past the TTL.
-func awaitingText(st idem.Stats, ttl time.Duration) string {
+func awaitingText(st idem.Stats, ttl time.Duration, h statsHints) string {
 	k := st.OldestStuck
 	if k == nil {
 		return fmt.Sprintf("none: no pending key is past the %s TTL", formatDuration(ttl))
 	}
-	return fmt.Sprintf("%d pending past the %s TTL, taken over by their next retry (the oldest: %s / %s, updated %s); see 'd1idem keys stuck'",
-		st.Stuck, formatDuration(ttl), display(k.Principal), display(k.Key), formatAge(k.SinceUpdate()))
+	return fmt.Sprintf("%d pending past the %s TTL, taken over by their next retry (the oldest: %s / %s, updated %s); see '%s'",
+		st.Stuck, formatDuration(ttl), display(k.Principal), display(k.Key), formatAge(k.SinceUpdate()), h.stuck)
 }
 
 func oldestText(k *idem.KeyRecord) string {
@@ -176,7 +192,7 @@ func oldestText(k *idem.KeyRecord) string {
 		display(string(k.Status)), formatAge(k.SinceUpdate()), formatTime(k.UpdatedAt))
 }
 
-func backlogText(n int64, retention time.Duration) string {
+func backlogText(n int64, retention time.Duration, h statsHints) string {
 	if n == 0 {
 		return fmt.Sprintf("none older than the %s retention", formatDuration(retention))
 	}
@@ -184,5 +200,5 @@ func backlogText(n int64, retention time.Duration) string {
 	if n == 1 {
 		them = "it"
 	}
-	return fmt.Sprintf("%s older than the %s retention: 'd1idem sweep --all' deletes %s", plural(n, "row", "rows"), formatDuration(retention), them)
+	return fmt.Sprintf("%s older than the %s retention: '%s' deletes %s", plural(n, "row", "rows"), formatDuration(retention), h.sweep, them)
 }

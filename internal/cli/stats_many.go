@@ -41,7 +41,7 @@ func (o *options) statsMany(c *cli.Context, s *dbSet, ttl, retention time.Durati
 		if err := printJSON(c.App.Writer, out); err != nil {
 			return err
 		}
-	} else if err := renderStatsMany(c.App.Writer, per, total, ttl, retention); err != nil {
+	} else if err := renderStatsMany(c.App.Writer, per, total, ttl, retention, statsHintsOf(c)); err != nil {
 		return err
 	}
 	return unread(per)
@@ -126,7 +126,7 @@ func dbStatsJSONOf(d dbStats, ttl, retention time.Duration) dbStatsJSON {
 
 // renderStatsMany writes stats over several databases for people: a row
 // per database and the totals, then the totals' details.
-func renderStatsMany(w io.Writer, per []dbStats, total idem.Stats, ttl, retention time.Duration) error {
+func renderStatsMany(w io.Writer, per []dbStats, total idem.Stats, ttl, retention time.Duration, h statsHints) error {
 	header := []string{"DATABASE", "KEYS", "PENDING", "COMPLETED", "AWAITING RETRY", "BACKLOG", "SIZE", "ROWS/DAY", "10 GB LIMIT"}
 	var rows [][]string
 	for _, d := range per {
@@ -143,9 +143,9 @@ func renderStatsMany(w io.Writer, per []dbStats, total idem.Stats, ttl, retentio
 	}
 	fmt.Fprintln(w)
 	return printFields(w, [][2]string{
-		{"awaiting retry", awaitingText(total, ttl)},
+		{"awaiting retry", awaitingText(total, ttl, h)},
 		{"oldest row", oldestText(total.Oldest)},
-		{"sweep backlog", backlogText(total.SweepBacklog, retention)},
+		{"sweep backlog", backlogText(total.SweepBacklog, retention, h)},
 		{"10 GB limit", fmt.Sprintf("per database, at the rate its rows were created within the %s retention\n(not enough data under %d rows or %s of writes; see 'd1idem stats --help')",
 			formatDuration(retention), minSampleRows, formatDuration(minSampleSpan))},
 	})

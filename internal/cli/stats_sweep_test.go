@@ -39,8 +39,8 @@ func TestStatsGolden(t *testing.T) {
 	}
 
 	r = mustRun(t, fixedClock(), l.args("stats", "--ttl", "1h", "--retention", "72h")...)
-	if !strings.Contains(r.stdout, "awaiting retry  1 pending past the 1h TTL, taken over by their next retry (the oldest: acct_9 / old-2, updated 30h ago)") ||
-		!strings.Contains(r.stdout, "sweep backlog   1 row older than the 3d retention: 'd1idem sweep --all' deletes it\n") {
+	if !strings.Contains(r.stdout, "awaiting retry  1 pending past the 1h TTL, taken over by their next retry (the oldest: acct_9 / old-2, updated 30h ago); see 'd1idem keys stuck"+l.hint()+" --ttl 1h'") ||
+		!strings.Contains(r.stdout, "sweep backlog   1 row older than the 3d retention: 'd1idem sweep --all"+l.hint()+" --retention 72h' deletes it\n") {
 		t.Errorf("stats --ttl 1h --retention 72h:\n%s", r.stdout)
 	}
 }
@@ -63,7 +63,7 @@ func TestStatsMissingTable(t *testing.T) {
 	l := newLedgerDB(t, "ops")
 	r := runCLI(t, fixedClock(), l.args("stats")...)
 	if r.code != exitError || strings.Count(r.stderr, "\n") != 1 ||
-		!strings.Contains(r.stderr, "no such table: idempotency_keys") || !strings.Contains(r.stderr, "run 'd1idem schema apply'") {
+		!strings.HasSuffix(r.stderr, "no such table: idempotency_keys: SQLITE_ERROR; the ledger table is missing: run 'd1idem schema apply"+l.hint()+"'\n") {
 		t.Errorf("stats without the table: %s", r)
 	}
 }

@@ -184,6 +184,7 @@ func renderWatch(w io.Writer, v watchView, base statsJSON, interval time.Duratio
 		return err
 	}
 	out := statsJSONOf(v.stats, base.Database, time.Duration(base.TTLMS)*time.Millisecond, time.Duration(base.RetentionMS)*time.Millisecond)
+	out.hints = base.hints
 	return printFields(w, append(statsFields(v.stats, out), [2]string{"API budget", budgetText(v.budget, v.seen)}))
 }
 
