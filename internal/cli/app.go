@@ -121,8 +121,8 @@ func newApp(stdout, stderr io.Writer, o *options) *cli.App {
 		Commands:        commands(o),
 		// Errors are printed once, by run; nothing here exits the process.
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return usagef("%v; see 'd1idem --help'", err)
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return usagef("%s; see 'd1idem --help'", flagError(err, c.App.Flags))
 		},
 		Action: helpOrUnknown,
 	}
@@ -139,7 +139,7 @@ func prepare(cmds []*cli.Command) {
 		if cmd.OnUsageError == nil {
 			cmd.OnUsageError = func(c *cli.Context, err error, _ bool) error {
 				path := commandPath(c)
-				return usagef("%s: %v; see 'd1idem %s --help'", path, err, path)
+				return usagef("%s: %s; see 'd1idem %s --help'", path, flagError(err, cmd.Flags), path)
 			}
 		}
 		if len(cmd.Subcommands) > 0 && cmd.Action == nil {

@@ -159,7 +159,7 @@ func TestErrorsAsJSON(t *testing.T) {
 	}{
 		{nil, []string{"--json", "kyes"}, exitUsage, `did you mean 'd1idem keys'?`},
 		{nil, []string{"keys", "get", "--json", "--key", "k"}, exitUsage, "--principal is required"},
-		{nil, []string{"stats", "--json", "--bogus"}, exitUsage, "flag provided but not defined: -bogus"},
+		{nil, []string{"stats", "--json", "--bogus"}, exitUsage, "unknown flag --bogus"},
 		{nil, []string{"stats", "--json", "--local", dir, "--database-id", "other"}, exitError, `no database \"other\" under `},
 		{o, append([]string{"stats", "--json"}, mockFlags()...), exitError, "D1 refused the credentials (HTTP 403, code 10000)"},
 	} {
@@ -367,4 +367,34 @@ func TestBaseURLVariables(t *testing.T) {
 	oneUsageLine(t, runCLI(t, nil, args...), `cannot reach D1: CLOUDFLARE_API_BASE_URL ("`+l.b.BaseURL+`") and CLOUDFLARE_BASE_URL ("http://127.0.0.1:1") name different API base URLs: unset one of them, or set --base-url`)
 	// --base-url settles it.
 	mustRun(t, nil, append(args, "--base-url", l.b.BaseURL)...)
+}
+
+// TestFlagErrors: a flag value the command cannot parse, a flag without
+// its value and an unknown flag are each one usage line naming the flag as
+// it is typed, with two dashes, and a value it takes.
+func TestFlagErrors(t *testing.T) {
+	dir := t.TempDir()
+	mustRun(t, nil, "schema", "apply", "--local", dir)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"keys", "list", "--older-than", "5"}, `keys list: --older-than "5" is not a duration (a number with its unit: ms, s, m or h); give it as --older-than 10m; see 'd1idem keys list --help'`},
+		{[]string{"keys", "list", "--limit", "x"}, `keys list: --limit "x" is not a whole number; give it as --limit 50; see 'd1idem keys list --help'`},
+		{[]string{"keys", "list", "--limit", "99999999999999999999"}, `keys list: --limit "99999999999999999999" is out of range; give it as --limit 50`},
+		{[]string{"keys", "list", "--limit"}, `keys list: --limit needs a value, such as --limit 50; see 'd1idem keys list --help'`},
+		{[]string{"keys", "list", "--limt", "5"}, `keys list: unknown flag --limt (did you mean --limit?); see 'd1idem keys list --help'`},
+		{[]string{"keys", "release", "--principal", "p", "--key", "k", "--generation", "one"}, `keys release: --generation "one" is not a whole number; give it as --generation 1`},
+		{[]string{"keys", "release", "--principal", "p", "--key", "k", "--generation", "1", "--force=maybe"}, `keys release: --force takes no value (got "maybe"): give --force alone, or leave it out`},
+		{[]string{"keys", "get", "--key", "k", "--principal"}, `keys get: --principal needs a value, such as --principal PRINCIPAL`},
+		{[]string{"stats", "--ttl", "30"}, `stats: --ttl "30" is not a duration (a number with its unit: ms, s, m or h); give it as --ttl 30s`},
+		{[]string{"sweep", "--retention", "1d"}, `sweep: --retention "1d" is not a duration (a number with its unit: ms, s, m or h); give it as --retention 24h`},
+	} {
+		r := runCLI(t, nil, append([]string{"--local", dir}, tc.args...)...)
+		oneUsageLine(t, r, tc.want)
+		if strings.Contains(r.stderr, " -"+strings.TrimLeft(tc.args[len(tc.args)-1], "-")) {
+			t.Errorf("%v: a flag with one dash: %s", tc.args, r.stderr)
+		}
+	}
+	oneUsageLine(t, runCLI(t, nil, "--bogus"), `unknown flag --bogus; see 'd1idem --help'`)
 }

@@ -150,16 +150,25 @@ func wantsJSON(app *cli.App, args []string) bool {
 // most one edit (two for names of five letters or more), an adjacent swap
 // counting as one.
 func suggest(name string, cmds []*cli.Command) string {
-	best, bestDist := "", 3
+	var names []string
 	for _, c := range cmds {
-		for _, n := range c.Names() {
-			limit := 1
-			if len(n) >= 5 {
-				limit = 2
-			}
-			if d := editDistance(name, n); d <= limit && d < bestDist {
-				best, bestDist = n, d
-			}
+		names = append(names, c.Names()...)
+	}
+	return closestName(name, names)
+}
+
+// closestName returns the name among names closest to a mistyped one, or
+// "" when none is close: at most one edit (two for names of five letters
+// or more), an adjacent swap counting as one.
+func closestName(name string, names []string) string {
+	best, bestDist := "", 3
+	for _, n := range names {
+		limit := 1
+		if len(n) >= 5 {
+			limit = 2
+		}
+		if d := editDistance(name, n); d <= limit && d < bestDist {
+			best, bestDist = n, d
 		}
 	}
 	return best

@@ -38,7 +38,7 @@ Cloudflare account is needed.
    d1idem demo --dir .d1idem     # keep the database, to look at it afterwards
    d1idem demo --metrics         # and sum up the OpenTelemetry metrics the story produced`,
 		Flags: []cli.Flag{
-			&cli.DurationFlag{Name: "ttl", Value: 2 * time.Second, Usage: "how long a pending key is held without an update, shortened for the demo (30s in production): 500ms to 5m"},
+			&cli.DurationFlag{Name: "ttl", Value: 2 * time.Second, Usage: "hold a pending key for `TTL` without an update, shortened for the demo (30s in production): 500ms to 5m"},
 			&cli.StringFlag{Name: "dir", Usage: "keep the demo's database under `DIR` (" + d1local.LocalDir + " is where the example API and the CLI's --local look); default: in memory"},
 			&cli.BoolFlag{Name: "metrics", Usage: "end with a summary of the OpenTelemetry metrics the story produced: requests by outcome, D1 calls, completions, leases", DisableDefaultText: true},
 		},

@@ -100,7 +100,7 @@ func TestMissingConnection(t *testing.T) {
 	t.Setenv("D1_DATABASE_ID", "env")
 	t.Setenv("CLOUDFLARE_BASE_URL", l.b.BaseURL)
 	r := mustRun(t, nil, "stats")
-	if !strings.HasPrefix(r.stdout, "database        database env\n") {
+	if !strings.HasPrefix(r.stdout, "ledger on       database env\n") {
 		t.Errorf("stats from the environment: %s", r)
 	}
 }

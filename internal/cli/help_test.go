@@ -13,7 +13,7 @@ var commandPaths = [][]string{
 	{"schema"}, {"schema", "apply"}, {"schema", "verify"}, {"schema", "print"},
 	{"keys"}, {"keys", "get"}, {"keys", "list"}, {"keys", "stuck"}, {"keys", "release"},
 	{"sweep"}, {"stats"}, {"ring"}, {"ring", "status"}, {"ring", "init"}, {"ring", "grow"}, {"ring", "advance"},
-	{"local"}, {"local", "serve"}, {"demo"},
+	{"local"}, {"local", "serve"}, {"bridge"}, {"bridge", "init"}, {"bridge", "deploy"}, {"bridge", "serve"}, {"demo"},
 }
 
 func TestHelp(t *testing.T) {
@@ -65,6 +65,15 @@ func TestHelp(t *testing.T) {
 		for _, line := range strings.Split(r.stdout, "\n") {
 			if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "--") {
 				t.Errorf("%s --help: flag without usage: %q", name, line)
+			}
+			// Every value is named (urfave/cli says "value" for a flag whose
+			// usage has no `PLACEHOLDER`), and a required flag has no
+			// default.
+			if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[0], "--") && (f[1] == "value" || f[1] == "value,") {
+				t.Errorf("%s --help: a flag's value is not named: %q", name, line)
+			}
+			if strings.Contains(line, "(required) (default") || strings.Contains(line, "(default: none)") {
+				t.Errorf("%s --help: a required flag shows a default: %q", name, line)
 			}
 		}
 		// "help CMD" says the same.

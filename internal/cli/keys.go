@@ -58,7 +58,7 @@ func ttlFlag() cli.Flag {
 }
 
 func heartbeatFlag() cli.Flag {
-	return &cli.DurationFlag{Name: "heartbeat", Usage: "how often the application renews a running request's key (idem.Config.Heartbeat): a pending key without an update for two heartbeats has an owner presumed dead",
+	return &cli.DurationFlag{Name: "heartbeat", Usage: "the `DURATION` between the application's renewals of a running request's key (idem.Config.Heartbeat): a pending key without an update for two heartbeats has an owner presumed dead",
 		DefaultText: "a third of --ttl"}
 }
 
@@ -441,7 +441,7 @@ again.
 		Flags: append([]cli.Flag{
 			principalFlag("the `PRINCIPAL` the key belongs to" + requiredMark),
 			keyFlag(),
-			&cli.Int64Flag{Name: "generation", Usage: "the `GENERATION` to release, as 'keys get' or 'keys stuck' shows it: the fence" + requiredMark, DefaultText: "none"},
+			requiredInt64Flag{&cli.Int64Flag{Name: "generation", Usage: "the `GENERATION` to release, as 'keys get' or 'keys stuck' shows it: the fence" + requiredMark}},
 			&cli.BoolFlag{Name: "force", Usage: "also release a pending row inside the TTL, or a completed row (forgetting its response)", DisableDefaultText: true},
 			ttlFlag(),
 			heartbeatFlag(),

@@ -149,7 +149,7 @@ func TestKeysGetNotFoundAndUsage(t *testing.T) {
 		{[]string{"keys", "get", "--principal", "p", "--key", "caf\u00e9"}, "is not an Idempotency-Key"},
 		{[]string{"keys", "get", "--principal", "p", "--key", "k", "--ttl", "-1s"}, "--ttl -1s must be positive"},
 		{[]string{"keys", "get", "--principal", "p", "--key", "k", "extra"}, "takes no arguments"},
-		{[]string{"keys", "get", "--principal", "p", "--key", "k", "--ttl", "soon"}, "keys get: invalid value \"soon\" for flag -ttl"},
+		{[]string{"keys", "get", "--principal", "p", "--key", "k", "--ttl", "soon"}, "keys get: --ttl \"soon\" is not a duration"},
 		{[]string{"keys", "get", "--principal", "a\xffb", "--key", "k"}, `--principal "a\xffb" (3 bytes) is not one the ledger holds: principals are 1 to 1024 bytes of UTF-8`},
 		{[]string{"keys", "release", "--principal", strings.Repeat("p", 1025), "--key", "k", "--generation", "1"}, `--principal "` + strings.Repeat("p", 64) + `" (1025 bytes) is not one the ledger holds`},
 		// Valid UTF-8, too long: shown cut at a character boundary, so it
@@ -314,7 +314,7 @@ func TestKeysListUsageErrors(t *testing.T) {
 		{[]string{"--limit", "1001"}, "--limit 1001 is out of range"},
 		{[]string{"--older-than", "-5m"}, "--older-than -5m0s must be positive"},
 		{[]string{"--cursor", "v1.bogus.12345678"}, "--cursor is not a cursor this command printed"},
-		{[]string{"--limit", "ten"}, `keys list: invalid value "ten" for flag -limit`},
+		{[]string{"--limit", "ten"}, `keys list: --limit "ten" is not a whole number; give it as --limit 50`},
 	} {
 		r := runCLI(t, fixedClock(), l.args(append([]string{"keys", "list"}, tc.args...)...)...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) || strings.Count(r.stderr, "\n") != 1 {
@@ -409,7 +409,7 @@ func TestKeysRelease(t *testing.T) {
 		{[]string{"--principal", "p", "--key", "k"}, "--generation is required: it fences the release"},
 		{[]string{"--principal", "p", "--key", "k", "--generation", "0"}, "--generation 0 must be 1 or more"},
 		{[]string{"--key", "k", "--generation", "1"}, "--principal is required"},
-		{[]string{"--principal", "p", "--key", "k", "--generation", "one"}, `invalid value "one" for flag -generation`},
+		{[]string{"--principal", "p", "--key", "k", "--generation", "one"}, `--generation "one" is not a whole number; give it as --generation 1`},
 	} {
 		r := runCLI(t, o, l.args(append([]string{"keys", "release"}, tc.args...)...)...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {

@@ -51,7 +51,7 @@ Stop it with Ctrl-C.`,
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "dir", Usage: "keep databases under `DIR` (default: in memory)"},
 				&cli.StringFlag{Name: "addr", Value: "127.0.0.1:8787", Usage: "listen `ADDRESS`"},
-				&cli.StringFlag{Name: "token", EnvVars: []string{"D1LOCAL_TOKEN"}, Usage: "require this bearer token (403 code 10000 otherwise); needed off loopback"},
+				&cli.StringFlag{Name: "token", EnvVars: []string{"D1LOCAL_TOKEN"}, Usage: "require this bearer `TOKEN` (403 code 10000 otherwise); needed off loopback"},
 				&cli.BoolFlag{Name: "auto-create", Usage: "create a database on its first query, raw, import or export call, which D1 never does (by default only a create call does: 404 code 7404 instead)", DisableDefaultText: true},
 				// The default since databases are created only on request;
 				// kept for scripts, with its other effect: no --dir is made.

@@ -153,7 +153,7 @@ func renderStats(w io.Writer, st idem.Stats, out statsJSON) error {
 func statsFields(st idem.Stats, out statsJSON) [][2]string {
 	ttl, retention := time.Duration(out.TTLMS)*time.Millisecond, time.Duration(out.RetentionMS)*time.Millisecond
 	fields := [][2]string{
-		{"database", out.Database},
+		{"ledger on", out.Database}, // "database orders", "local database ...", "orders-db (...)"
 		{"keys", strconv.FormatInt(out.Keys, 10)},
 		{"  " + string(idem.StatusPending), strconv.FormatInt(st.ByStatus[idem.StatusPending], 10)},
 		{"  " + string(idem.StatusCompleted), strconv.FormatInt(st.ByStatus[idem.StatusCompleted], 10)},

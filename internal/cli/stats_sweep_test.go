@@ -134,7 +134,7 @@ func TestSweepUsageErrors(t *testing.T) {
 		{[]string{"--max-calls", "0"}, "--max-calls 0 (unlimited) is only allowed with --local"},
 		{[]string{"--max-calls", "1200"}, "--max-calls 1200 leaves nothing of the account's 1200 calls per 5 minutes to the application"},
 		{[]string{"--max-calls", "99999"}, "--max-calls 99999 leaves nothing"},
-		{[]string{"--retention", "a day"}, `sweep: invalid value "a day" for flag -retention`},
+		{[]string{"--retention", "a day"}, `sweep: --retention "a day" is not a duration (a number with its unit: ms, s, m or h); give it as --retention 24h`},
 	} {
 		r := runCLI(t, fixedClock(), l.args(append([]string{"sweep"}, tc.args...)...)...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) || strings.Count(r.stderr, "\n") != 1 {

@@ -30,7 +30,7 @@ const clearScreen = "\x1b[H\x1b[2J"
 func watchFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.BoolFlag{Name: flagWatch, Usage: "refresh every --interval until Ctrl-C: in place on a terminal, one block (with --json, one JSON object per line) per interval elsewhere; with the API budget the last response's headers gave", DisableDefaultText: true},
-		&cli.DurationFlag{Name: flagInterval, Value: 5 * time.Second, Usage: "with --watch, how often to refresh (at least 1s; one D1 call each)"},
+		&cli.DurationFlag{Name: flagInterval, Value: 5 * time.Second, Usage: "with --watch, refresh every `DURATION` (at least 1s; one D1 call each)"},
 	}
 }
 
