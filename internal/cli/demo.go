@@ -141,6 +141,8 @@ func runDemo(ctx context.Context, out io.Writer, opts demoOptions, api demoAPIFu
 		t = newTally()
 		mp = t.provider()
 	}
+	fmt.Fprintln(out, "d1idem demo: what Idempotency-Key protection does. Starting a local D1 (the embedded d1local)")
+	fmt.Fprintln(out, "and a small orders API on it, then playing a client against the API, one step at a time.")
 	e, err := startDemo(ctx, opts, mp, api)
 	if err != nil {
 		return err
@@ -148,8 +150,8 @@ func runDemo(ctx context.Context, out io.Writer, opts demoOptions, api demoAPIFu
 	defer e.close()
 	ttl := opts.ttl
 	s := newStory(e, out, ttl)
-	fmt.Fprintf(out, "d1idem demo: what Idempotency-Key protection does, on a small orders API at %s.\n", e.base)
-	fmt.Fprintf(out, "Its ledger, the idempotency_keys table, is in D1: here the embedded d1local, %s.\n", e.where())
+	fmt.Fprintf(out, "\nThe orders API is at %s. Its ledger, the idempotency_keys table, is in D1: here the\n", e.base)
+	fmt.Fprintf(out, "embedded d1local, %s.\n", e.where())
 	fmt.Fprintf(out, "A key whose request is running is held for %s without an update (the TTL; 30s in production).\n\n", formatDuration(ttl))
 	if err := s.play(ctx); err != nil {
 		return err

@@ -22,7 +22,7 @@ import (
 const demoToken = "tok_demo_alice"
 
 // story is the demo's scripted client: each scene sends requests, checks
-// what the ledger promises, and records a step.
+// what the ledger promises, and shows each step as it happens.
 type story struct {
 	env    *demoEnv
 	out    io.Writer
@@ -30,7 +30,7 @@ type story struct {
 	run    string // makes this run's keys unique in a kept database
 	client *http.Client
 	start  time.Time
-	steps  [][]string
+	steps  int
 	broken []string
 }
 
@@ -57,14 +57,15 @@ func (s *story) play(ctx context.Context) error {
 // key is the name of one of the story's keys in this run: "order-1.3fa2".
 func (s *story) key(name string) string { return name + "." + s.run }
 
-// check records a step and whether the promise held.
+// check shows a step, at once, and whether the promise held.
 func (s *story) check(what, got string, held bool, promise string) {
 	mark := "ok: "
 	if !held {
 		mark = "BROKEN: "
 		s.broken = append(s.broken, what+": "+promise)
 	}
-	s.steps = append(s.steps, []string{fmt.Sprint(len(s.steps) + 1), what, got, mark + promise})
+	s.steps++
+	fmt.Fprintf(s.out, "%2d. %s\n      answer: %s\n      %s\n", s.steps, what, got, mark+promise)
 }
 
 // reply is an answer of the demo API.
@@ -383,12 +384,9 @@ func (s *story) takeOver(ctx context.Context, key, body string) error {
 	return nil
 }
 
-// report writes the steps, the ledger's rows of this run, and the time
-// and D1 calls the story took.
+// report writes the ledger's rows of this run, and the time and D1 calls
+// the story took.
 func (s *story) report(ctx context.Context) error {
-	for _, st := range s.steps {
-		fmt.Fprintf(s.out, "%2s. %s\n      answer: %s\n      %s\n", st[0], st[1], st[2], st[3])
-	}
 	page, err := s.env.ledger.Admin().List(ctx, idem.ListOptions{Principal: demoToken, Limit: idem.MaxListLimit})
 	if err != nil {
 		return err
@@ -403,7 +401,7 @@ func (s *story) report(ctx context.Context) error {
 	if err := printTable(s.out, []string{"KEY", "STATUS", "GENERATION", "STORED RESPONSE"}, rows); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(s.out, "\n%s in %s, %s.\n", plural(int64(len(s.steps)), "step", "steps"),
+	_, err = fmt.Fprintf(s.out, "\n%s in %s, %s.\n", plural(int64(s.steps), "step", "steps"),
 		formatDuration(time.Since(s.start)), plural(s.env.db.Stats().Calls, "D1 call", "D1 calls"))
 	return err
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,5 +138,46 @@ func TestDemoTTLBounds(t *testing.T) {
 		if stall := slowStall(ttl); demoClientTimeout(ttl) < stall+10*time.Second {
 			t.Errorf("TTL %v: the client gives up after %v, before the slow request's %v stall and a margin", ttl, demoClientTimeout(ttl), stall)
 		}
+	}
+}
+
+// TestDemoShowsEachStepAsItHappens: the demo's first line, written before
+// anything starts, says what it is doing, and each step is shown when it
+// happens: by the story's last request, every step before it is on the
+// screen.
+func TestDemoShowsEachStepAsItHappens(t *testing.T) {
+	var out syncBuffer
+	var mu sync.Mutex // the handlers write beforeLast
+	var atStart, beforeLast string
+	api := func(l *idem.Ledger) (http.Handler, error) {
+		atStart = out.String()
+		h, err := demoAPI(l)
+		if err != nil {
+			return nil, err
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get(idem.HeaderKey) == "" { // the last scene
+				mu.Lock()
+				beforeLast = out.String()
+				mu.Unlock()
+			}
+			h.ServeHTTP(w, r)
+		}), nil
+	}
+	if err := runDemo(context.Background(), &out, demoOptions{ttl: time.Second}, api); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.HasPrefix(atStart, "d1idem demo: what Idempotency-Key protection does. Starting a local D1") {
+		t.Errorf("before the demo starts its API, it shows:\n%q", atStart)
+	}
+	for _, step := range []string{" 1. The client sends an order", " 9. After the 1s TTL, the client retries", "10. The crashed server comes back"} {
+		if !strings.Contains(beforeLast, step) {
+			t.Errorf("step %q is not on the screen before the last request:\n%s", step, beforeLast)
+		}
+	}
+	if strings.Count(out.String(), "      answer: ") != 11 {
+		t.Errorf("the demo shows each step once:\n%s", out.String())
 	}
 }
