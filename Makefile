@@ -3,7 +3,7 @@ GO ?= go
 NPM ?= npm
 PKGS := ./...
 
-.PHONY: all build test test-short bench bench-budget readme-figures lint demo fuzz conformance-deps clean bridge-statements faults-long faults-long-bridge
+.PHONY: all build test test-short bench bench-budget readme-figures lint demo fuzz conformance-deps clean bridge-statements faults-long faults-long-bridge first-hour-timings
 
 all: lint test
 
@@ -99,6 +99,17 @@ lint:
 
 demo:
 	$(GO) run ./cmd/d1idem demo
+
+# A newcomer's first hour, timed (about 15 minutes of both cores; run it on
+# a quiet machine): on a fresh clone of HEAD with empty Go build and module
+# caches, the demo's first line and its end, then make test with a fresh
+# npm ci; then both again, warm. The figures, with the date and commit, go
+# between the lines <!-- timings:begin --> and <!-- timings:end --> of
+# TIMINGS_FILE. tools/first-hour-timings.sh --fake FILE checks the script
+# in seconds, with stand-ins for the demo and make test.
+TIMINGS_FILE ?= README.md
+first-hour-timings:
+	tools/first-hour-timings.sh $(TIMINGS_FILE)
 
 # Each fuzz target for FUZZTIME (default 10s). Their seed corpora
 # (testdata/fuzz) also run as plain tests in `make test`. Go 1.26's fuzz
