@@ -43,8 +43,9 @@ func TestFirstHourTimingsScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	figures, ok := strings.CutPrefix(string(got), before)
-	if figures, ok = strings.CutSuffix(figures, after); !ok {
+	figures, okBefore := strings.CutPrefix(string(got), before)
+	figures, okAfter := strings.CutSuffix(figures, after)
+	if !okBefore || !okAfter {
 		t.Fatalf("the text around the markers changed:\n%s", got)
 	}
 	want := regexp.MustCompile(`^cold: first output after [0-9.]+ s, demo done in [0-9.]+ s; make test [0-9]+ s \(cold\), [0-9]+ s \(warm\); ` +
