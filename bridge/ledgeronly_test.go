@@ -269,7 +269,7 @@ func TestLedgerOnlyRefuses(t *testing.T) {
 	b := ledgerOnly(t)
 	db, c, admin := ledgerDB(t, b)
 	claim := ledgerSQL(t, "INSERT INTO idempotency_keys", "ON CONFLICT", "unixepoch")
-	lookup := ledgerSQL(t, "SELECT fingerprint, status")
+	lookup := ledgerSQL(t, "SELECT fingerprint, status", "unixepoch")
 	claimParams := []any{"acct", "k", "fp", 30000}
 
 	single := []struct{ name, sql string }{

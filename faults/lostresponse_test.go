@@ -39,13 +39,14 @@ func TestLostResponseOnClaim(t *testing.T) {
 	if !ok || r.Status != "pending" || r.Generation != 1 {
 		t.Fatalf("the lost claim did not commit: %+v %v", r, ok)
 	}
-	// Before the TTL: in progress, with the spec's Retry-After. Checked
+	// Before the TTL: in progress, with a Retry-After of at most the TTL
+	// (the estimate of when the owner is done, within its lease). Checked
 	// when D1's clock shows the retry ended inside the TTL (a machine
 	// stalled for the whole TTL may take the key over instead).
 	a := post(bg, st.srv.URL, "acct", "lost-claim", `{"n":1}`)
 	if age := w.d1Now() - r.UpdatedAt; age > ttl.Milliseconds() {
 		t.Logf("the first retry ended %d ms after the claim by D1's clock, past the TTL: %s", age, a)
-	} else if a.Status != http.StatusConflict || a.code() != idem.CodeKeyInProgress || a.Header.Get("Retry-After") != "2" {
+	} else if a.Status != http.StatusConflict || a.code() != idem.CodeKeyInProgress || (a.Header.Get("Retry-After") != "1" && a.Header.Get("Retry-After") != "2") {
 		t.Fatalf("retry %d ms after the claim, before the TTL: %s", age, a)
 	}
 	as := retryUntilFinal(t, 10*time.Second, func() answer { return post(bg, st.srv.URL, "acct", "lost-claim", `{"n":1}`) })

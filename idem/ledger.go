@@ -43,6 +43,8 @@ type Ledger struct {
 	// sharded one, whose databases are in shards.
 	single *home
 	shards *shards
+
+	handlerTime durationEstimate // from claim to stored completion
 }
 
 // home is one database of the ledger, with its own sweep schedule.
@@ -145,7 +147,9 @@ type Decision struct {
 	Reservation *Reservation
 	// Response is set for Replay: the stored status, headers and body.
 	Response *Response
-	// RetryAfter is set for InProgress: the spec's PENDING_TTL.
+	// RetryAfter is set for InProgress: when the owner is likely to be
+	// done, from the time handlers typically take, and never after its
+	// lease runs out (the spec answers the whole TTL).
 	RetryAfter time.Duration
 }
 
@@ -331,7 +335,52 @@ func (l *Ledger) decideRow(row *storedRow, fingerprint string) (Decision, error)
 		}
 		return Decision{Outcome: Replay, Response: resp}, nil
 	default:
-		return Decision{Outcome: InProgress, RetryAfter: l.cfg.TTL}, nil
+		return Decision{Outcome: InProgress, RetryAfter: l.retryAfter(row)}, nil
+	}
+}
+
+// minRetryAfter is the least Retry-After an in-progress answer gives.
+const minRetryAfter = 100 * time.Millisecond
+
+// retryAfter estimates when the owner of a pending row will be done: the
+// time its handler typically takes (see handlerTime), less the time since
+// the row was claimed. It is at least minRetryAfter and at most the rest
+// of the owner's lease (its last write plus the TTL): a retry after that
+// may take the reservation over. The spec answers the whole TTL
+// (docs/contract.md#4-claim).
+func (l *Ledger) retryAfter(row *storedRow) time.Duration {
+	age := time.Duration(row.now-row.createdAt) * time.Millisecond
+	lease := time.Duration(row.updatedAt-row.now)*time.Millisecond + l.cfg.TTL
+	return max(min(l.handlerTime.estimate()-age, lease), minRetryAfter)
+}
+
+// durationEstimate is a smoothed duration, safe for concurrent use.
+type durationEstimate struct{ ns atomic.Int64 }
+
+// defaultHandlerTime is the estimate of a handler's time before any was
+// measured.
+const defaultHandlerTime = time.Second
+
+// estimate returns the smoothed duration, or defaultHandlerTime before the
+// first sample.
+func (e *durationEstimate) estimate() time.Duration {
+	if ns := e.ns.Load(); ns > 0 {
+		return time.Duration(ns)
+	}
+	return defaultHandlerTime
+}
+
+// add folds d in, with a weight of 1/8.
+func (e *durationEstimate) add(d time.Duration) {
+	for {
+		old := e.ns.Load()
+		next := int64(d)
+		if old > 0 {
+			next = old + (int64(d)-old)/8
+		}
+		if e.ns.CompareAndSwap(old, max(next, 1)) {
+			return
+		}
 	}
 }
 
@@ -367,7 +416,7 @@ type Completion struct {
 // the reservation expired (ErrReservationExpired); the caller should still
 // send Completion.Response, which is always set.
 func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (done Completion, err error) {
-	defer l.completed(&done, &err)
+	defer l.completed(r, &done, &err)
 	w := l.prepare(r, resp)
 	h, err := l.homeOf(r)
 	if err != nil {
@@ -376,9 +425,13 @@ func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (d
 	return w.done, l.finish(ctx, h, r, []d1client.Statement{w.stmt}, 0, &w)
 }
 
-// completed counts a completion by its result.
-func (l *Ledger) completed(done *Completion, err *error) {
+// completed counts a completion by its result and, when it stored the
+// response, measures the time since the claim (see retryAfter).
+func (l *Ledger) completed(r *Reservation, done *Completion, err *error) {
 	l.tel.add(l.tel.completions, 1, attrCompletionResult.String(completionResult(*done, *err)))
+	if *err == nil && done.Stored && !r.acquired.IsZero() {
+		l.handlerTime.add(time.Since(r.acquired))
+	}
 }
 
 // completionWrite is one completion: the fenced UPDATE and what it stores.
@@ -629,7 +682,7 @@ func (l *Ledger) release(ctx context.Context, r *Reservation) (bool, error) {
 // middleware uses it to answer a request whose transactional completion was
 // fenced out with what the ledger now holds.
 func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
-	res, err := l.findRow(ctx, principal, []d1client.Statement{l.sql.lookupRow(principal, key)}, d1client.Coalesce(), opLookup)
+	res, err := l.findRow(ctx, principal, []d1client.Statement{l.sql.lookupRow(principal, key, l.now())}, d1client.Coalesce(), opLookup)
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: lookup: %w", err)
 	}

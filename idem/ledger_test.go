@@ -81,9 +81,10 @@ func TestStateMachine(t *testing.T) {
 		}
 		r1 := d.Reservation
 
-		// The same request while pending: InProgress with the TTL.
+		// The same request while pending: InProgress, with a Retry-After
+		// within the owner's lease.
 		d = begin(t, l, "acct_1", "k1", "fpA")
-		if d.Outcome != idem.InProgress || d.RetryAfter != 400*time.Millisecond {
+		if d.Outcome != idem.InProgress || d.RetryAfter <= 0 || d.RetryAfter > 400*time.Millisecond {
 			t.Fatalf("pending: %+v", d)
 		}
 		// Another request with the same key while pending: Reused.
@@ -525,5 +526,44 @@ func TestLedgerOnAnyExecutor(t *testing.T) {
 	}
 	if _, err := idem.NewSharded([]idem.Home{{ID: "a", DB: ex}}, idem.Config{}); err != nil {
 		t.Error(err)
+	}
+}
+
+// An in-progress answer's Retry-After estimates when the owner will be
+// done: the typical time from claim to stored completion (1 s before any
+// was measured), less the row's age; never past the owner's lease (its
+// last write plus the TTL), never under 100 ms.
+func TestInProgressRetryAfterEstimate(t *testing.T) {
+	clk := newClock()
+	l := newLedger(t, d1test.Local(t).NewClientSchema(t), idem.Config{Clock: clk.Now, TTL: time.Minute, Heartbeat: -1})
+	begin(t, l, "p", "a", "fp")
+	clk.Advance(400 * time.Millisecond)
+	if d := begin(t, l, "p", "a", "fp"); d.Outcome != idem.InProgress || d.RetryAfter != 600*time.Millisecond {
+		t.Errorf("before any handler was timed: %v %v, want 1s - 400ms", d.Outcome, d.RetryAfter)
+	}
+	clk.Advance(2 * time.Second)
+	if d := begin(t, l, "p", "a", "fp"); d.RetryAfter != 100*time.Millisecond {
+		t.Errorf("an owner past the typical time: %v, want the 100ms floor", d.RetryAfter)
+	}
+
+	// Handlers measured: the estimate is no longer than the longest.
+	var longest time.Duration
+	for i := range 5 {
+		start := time.Now()
+		d := begin(t, l, "p", fmt.Sprint("fast-", i), "fp")
+		complete(t, l, d.Reservation, 201, "ok")
+		longest = max(longest, time.Since(start))
+	}
+	begin(t, l, "p", "b", "fp")
+	if d := begin(t, l, "p", "b", "fp"); d.RetryAfter > max(longest, 100*time.Millisecond) {
+		t.Errorf("after handlers of at most %v: %v", longest, d.RetryAfter)
+	}
+
+	// The lease bounds it: with a short TTL, the rest of the lease.
+	short := newLedger(t, d1test.Local(t).NewClientSchema(t), idem.Config{Clock: clk.Now, TTL: 500 * time.Millisecond, Heartbeat: -1})
+	begin(t, short, "p", "c", "fp")
+	clk.Advance(300 * time.Millisecond)
+	if d := begin(t, short, "p", "c", "fp"); d.RetryAfter != 200*time.Millisecond {
+		t.Errorf("300ms into a 500ms lease: %v, want the 200ms left", d.RetryAfter)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/d1idem/d1idem/d1client"
@@ -23,19 +24,29 @@ func nullBodyStatus(status int) bool {
 	return status == http.StatusNoContent || status == http.StatusResetContent || status == http.StatusNotModified
 }
 
-// storedRow is the lookup's view of a ledger row.
+// storedRow is the lookup's view of a ledger row, with the ledger clock's
+// time of the read (milliseconds since the epoch, as the row's times).
 type storedRow struct {
-	fingerprint     string
-	status          Status
-	generation      int64
-	responseStatus  *int64
-	responseBody    *string
-	responseHeaders *string
+	fingerprint          string
+	status               Status
+	generation           int64
+	responseStatus       *int64
+	responseBody         *string
+	responseHeaders      *string
+	createdAt, updatedAt int64
+	now                  int64
 }
 
-// scan reads the lookup's columns, then any further ones into extra.
-func (r *storedRow) scan(row d1client.Row, extra ...any) error {
-	return row.Scan(append([]any{&r.fingerprint, (*string)(&r.status), &r.generation, &r.responseStatus, &r.responseBody, &r.responseHeaders}, extra...)...)
+// scan reads the lookup's columns.
+func (r *storedRow) scan(row d1client.Row) error {
+	return row.Scan(&r.fingerprint, (*string)(&r.status), &r.generation, &r.responseStatus, &r.responseBody, &r.responseHeaders,
+		&r.createdAt, &r.updatedAt, &r.now)
+}
+
+// stale reports whether a pending row is older than ttl: a retry with the
+// same fingerprint may take it over.
+func (r *storedRow) stale(ttl time.Duration) bool {
+	return r.updatedAt < r.now-ttl.Milliseconds()
 }
 
 // response reconstructs a completed row's response as a Worker replays it

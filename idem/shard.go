@@ -508,7 +508,7 @@ func (l *Ledger) beginRouted(ctx context.Context, rt *route, principal, key, fin
 	if err != nil {
 		return Decision{}, err
 	}
-	res, err := oh.db.Exec(ctx, []d1client.Statement{l.sql.ringRead(), l.sql.movedLookup(principal, key, l.cfg.TTL, l.now())}, d1client.Coalesce(), opClaim)
+	res, err := oh.db.Exec(ctx, []d1client.Statement{l.sql.ringRead(), l.sql.lookupRow(principal, key, l.now())}, d1client.Coalesce(), opClaim)
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: claim: reading the old home: %w", err)
 	}
@@ -534,11 +534,10 @@ func (l *Ledger) beginRouted(ctx context.Context, rt *route, principal, key, fin
 		return l.claimGuarded(ctx, nh, rt.expect, principal, key, fingerprint)
 	}
 	var row storedRow
-	var stale int64
-	if err := row.scan(res[1].Rows[0], &stale); err != nil {
+	if err := row.scan(res[1].Rows[0]); err != nil {
 		return Decision{}, fmt.Errorf("idem: lookup result: %w", err)
 	}
-	if row.fingerprint != fingerprint || row.status != StatusPending || stale == 0 {
+	if row.fingerprint != fingerprint || row.status != StatusPending || !row.stale(l.cfg.TTL) {
 		return l.decideRow(&row, fingerprint)
 	}
 	// A stale reservation of this request at the old home: delete it there,

@@ -19,7 +19,7 @@ type ledgerSQL struct {
 	claim, lookup, completeSQL, completeLookup, sweepSQL, releaseSQL, renewSQL, guardSQL string
 
 	// The statements of a sharded ledger (see shard.go and ring.go).
-	ringGuardSQL, ringReadSQL, movedLookupSQL, movedDeleteSQL string
+	ringGuardSQL, ringReadSQL, movedDeleteSQL string
 }
 
 // d1Now is D1's clock in milliseconds since the epoch
@@ -54,8 +54,11 @@ SELECT ?1, ?2, ?3, 'pending', 1, ` + now("?5") + `, ` + now("?5") + ` WHERE ?1 <
 ON CONFLICT (principal, key) DO UPDATE SET generation = generation + 1, updated_at = excluded.updated_at
 WHERE status = 'pending' AND fingerprint = excluded.fingerprint AND updated_at < excluded.updated_at - ?4
 RETURNING generation`,
-		// Round trip 1, statement 2: the lookup.
-		lookup: `SELECT fingerprint, status, generation, response_status, response_body, response_headers
+		// Round trip 1, statement 2: the spec's lookup, with the row's
+		// times and the clock's, from which an in-progress answer
+		// estimates its Retry-After and a moved principal's pending row at
+		// its old home is found stale.
+		lookup: `SELECT fingerprint, status, generation, response_status, response_body, response_headers, created_at, updated_at, ` + now("?3") + `
 FROM idempotency_keys WHERE principal = ?1 AND key = ?2`,
 		// Round trip 2: the fenced completion ...
 		completeSQL: `UPDATE idempotency_keys
@@ -124,11 +127,6 @@ WHERE NOT EXISTS (
 		// The ring and the identity this database has recorded.
 		ringReadSQL: `SELECT key, generation, fingerprint, response_body FROM idempotency_keys
 WHERE principal = '' AND key IN ('` + ringKey + `', '` + homeKey + `')`,
-		// The spec's lookup, and whether a pending row is stale (the
-		// claim's takeover condition), for a moved principal's key at its
-		// old home, where it is read but never claimed.
-		movedLookupSQL: `SELECT fingerprint, status, generation, response_status, response_body, response_headers, updated_at < ` + now("?4") + ` - ?3
-FROM idempotency_keys WHERE principal = ?1 AND key = ?2`,
 		// A moved principal's stale pending row at its old home, deleted
 		// (fenced by generation, status, fingerprint and staleness, as the
 		// takeover it replaces) so that the key is claimed at its new home:
@@ -153,7 +151,7 @@ func (s ledgerSQL) withNow(params []any, now time.Time) []any {
 func (s ledgerSQL) begin(principal, key, fingerprint string, ttl time.Duration, now time.Time) []d1client.Statement {
 	return []d1client.Statement{
 		{SQL: s.claim, Params: s.withNow([]any{principal, key, fingerprint, ttl.Milliseconds()}, now)},
-		s.lookupRow(principal, key),
+		s.lookupRow(principal, key, now),
 	}
 }
 
@@ -194,8 +192,8 @@ func (s ledgerSQL) release(principal, key string, generation int64, ttl time.Dur
 	return d1client.Statement{SQL: s.releaseSQL, Params: params}
 }
 
-func (s ledgerSQL) lookupRow(principal, key string) d1client.Statement {
-	return d1client.Statement{SQL: s.lookup, Params: []any{principal, key}}
+func (s ledgerSQL) lookupRow(principal, key string, now time.Time) d1client.Statement {
+	return d1client.Statement{SQL: s.lookup, Params: s.withNow([]any{principal, key}, now)}
 }
 
 func (s ledgerSQL) renew(r *Reservation, now time.Time) d1client.Statement {
@@ -214,10 +212,6 @@ func (s ledgerSQL) ringGuard(r expect, id string) d1client.Statement {
 }
 
 func (s ledgerSQL) ringRead() d1client.Statement { return d1client.Statement{SQL: s.ringReadSQL} }
-
-func (s ledgerSQL) movedLookup(principal, key string, ttl time.Duration, now time.Time) d1client.Statement {
-	return d1client.Statement{SQL: s.movedLookupSQL, Params: s.withNow([]any{principal, key, ttl.Milliseconds()}, now)}
-}
 
 func (s ledgerSQL) movedDelete(principal, key string, generation int64, fingerprint string, ttl time.Duration, now time.Time) d1client.Statement {
 	return d1client.Statement{SQL: s.movedDeleteSQL, Params: s.withNow([]any{principal, key, generation, fingerprint, ttl.Milliseconds()}, now)}

@@ -104,7 +104,7 @@ var ErrTxNotCommitted = errors.New("idem: the mutation was not committed")
 // the reservation is released (fenced) and the error wraps
 // ErrTxNotCommitted and the cause.
 func (l *Ledger) CompleteTx(ctx context.Context, r *Reservation, resp Response, stmts []d1client.Statement) (done Completion, err error) {
-	defer l.completed(&done, &err)
+	defer l.completed(r, &done, &err)
 	w := l.prepare(r, resp)
 	h, err := l.homeOf(r)
 	if err != nil {
