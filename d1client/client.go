@@ -520,20 +520,25 @@ func (c *Client) transportError(err error) *Error {
 
 // redact removes the API token from every text of the error. The token is
 // never put there by this package; this guards against a server or a proxy
-// echoing it back.
+// echoing it back. Only whole occurrences are replaced (see redactText), so
+// a short token never mangles the words around it, and the cause stays
+// reachable by errors.Is.
 func (c *Client) redact(e *Error) {
 	tok := *c.token
 	if tok == "" {
 		return
 	}
-	e.Message = strings.ReplaceAll(e.Message, tok, redacted)
+	e.Message = redactText(e.Message, tok)
 	for i := range e.Details {
-		e.Details[i].Message = strings.ReplaceAll(e.Details[i].Message, tok, redacted)
+		e.Details[i].Message = redactText(e.Details[i].Message, tok)
 	}
-	if e.Err != nil && strings.Contains(e.Err.Error(), tok) {
-		// The cause's own text names the token, so the cause itself must
-		// not be reachable through Unwrap: keep only its redacted text.
-		e.Err = errors.New(strings.ReplaceAll(e.Err.Error(), tok, redacted))
+	if e.Err != nil {
+		if s := e.Err.Error(); redactText(s, tok) != s {
+			// The cause's own text names the token, so the cause itself
+			// must not be reachable through Unwrap: it is kept behind its
+			// redacted text, for errors.Is alone.
+			e.Err = &redactedCause{text: redactText(s, tok), cause: e.Err}
+		}
 	}
 }
 
@@ -599,6 +604,7 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 			e.kind = kindSQL
 			e.Message = strings.TrimPrefix(e.Message, "D1_ERROR: ")
 			e.SQLiteCode, e.ExtendedCode = parseSQLiteCode(e.Message)
+			e.violation = isViolation(e.SQLiteCode, e.Message)
 		default:
 			e.kind = kindRejected
 		}

@@ -62,7 +62,11 @@
 //	the request budget is spent                    ErrBudget
 //
 // No error, log line, formatted Config or Client, or panic of this package
-// shows the API token; parameter values are left out of errors too.
+// shows the API token; parameter values are left out of errors too. A token echoed back by a server or a proxy is replaced by
+// "[REDACTED]" in errors: a token of 16 characters or more wherever it
+// occurs, a shorter one only where it stands as a whole word (a token
+// "local" leaves "localhost" alone). The error's cause stays reachable by
+// errors.Is.
 //
 // # Retries
 //

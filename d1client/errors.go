@@ -135,6 +135,10 @@ type Error struct {
 	Err error
 
 	kind kind
+	// violation records, at classification, that SQLite refused the
+	// statement with a constraint violation: it is read from the message
+	// as D1 sent it, before the token is redacted from it.
+	violation bool
 	// siblingAbort marks an SQL error of a shared (coalesced) call, whose
 	// statements must each be sent again alone.
 	siblingAbort bool
@@ -196,15 +200,16 @@ func (e *Error) Is(target error) bool {
 
 // constraint reports whether SQLite refused the statement with a
 // constraint violation.
-func (e *Error) constraint() bool {
-	if e.kind != kindSQL {
-		return false
-	}
-	if e.SQLiteCode != "" {
-		return e.SQLiteCode == "SQLITE_CONSTRAINT"
+func (e *Error) constraint() bool { return e.kind == kindSQL && e.violation }
+
+// isViolation reports whether an SQL error's code, or its message as D1
+// sent it, names a constraint violation.
+func isViolation(code, msg string) bool {
+	if code != "" {
+		return code == "SQLITE_CONSTRAINT"
 	}
 	// Older D1 messages carry no suffix ("FOREIGN KEY constraint failed").
-	return strings.Contains(e.Message, "constraint failed")
+	return strings.Contains(msg, "constraint failed")
 }
 
 var sqliteSuffix = regexp.MustCompile(`:\s*(SQLITE_[A-Z_]+)(?:\s*\(extended:\s*(SQLITE_[A-Z_]+)\))?\s*$`)

@@ -1,6 +1,7 @@
 package d1client
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,72 @@ func redactToken(token string) string {
 	}
 	return redacted
 }
+
+// opaqueToken is the length from which a token is taken to be opaque: so
+// long that it is never part of another word by chance (the bridge's
+// secrets are at least this long, Cloudflare's API tokens 40 characters).
+// Every occurrence of such a token is redacted, even one glued to other
+// characters (a URL-encoded "Bearer%20TOKEN"); a shorter one only where it
+// stands as a whole word.
+const opaqueToken = 16
+
+// redactText returns s with the token's occurrences replaced by
+// "[REDACTED]". A token shorter than opaqueToken is replaced only where it
+// stands as a whole word, not inside a longer run of letters, digits, '_'
+// and '-': a token "t" leaves "constraint" alone, "local" leaves
+// "localhost" alone.
+func redactText(s, tok string) string {
+	if tok == "" || !strings.Contains(s, tok) {
+		return s
+	}
+	if len(tok) >= opaqueToken {
+		return strings.ReplaceAll(s, tok, redacted)
+	}
+	var b strings.Builder
+	done := 0 // s[:done] is written
+	for from := 0; ; {
+		i := strings.Index(s[from:], tok)
+		if i < 0 {
+			break
+		}
+		i += from
+		end := i + len(tok)
+		glued := (i > 0 && wordByte(s[i-1]) && wordByte(tok[0])) ||
+			(end < len(s) && wordByte(s[end]) && wordByte(tok[len(tok)-1]))
+		if glued {
+			from = i + 1 // part of a longer word: look on from the next byte
+			continue
+		}
+		b.WriteString(s[done:i])
+		b.WriteString(redacted)
+		done, from = end, end
+	}
+	if done == 0 {
+		return s
+	}
+	b.WriteString(s[done:])
+	return b.String()
+}
+
+// wordByte reports whether c continues a word for redactText: an ASCII
+// letter or digit, '_', '-', or a byte of a multi-byte UTF-8 character.
+func wordByte(c byte) bool {
+	return isAlpha(c) || c >= '0' && c <= '9' || c == '_' || c == '-' || c >= 0x80
+}
+
+// redactedCause stands for an error cause whose text names the token: its
+// text is the redacted one, and it has no Unwrap, so that the cause's own
+// text is out of reach; errors.Is still sees through it (Is), so that
+// errors.Is(err, syscall.ECONNREFUSED) holds as it did.
+type redactedCause struct {
+	text  string
+	cause error
+}
+
+func (r *redactedCause) Error() string { return r.text }
+
+// Is reports whether the hidden cause matches target.
+func (r *redactedCause) Is(target error) bool { return errors.Is(r.cause, target) }
 
 // configView is a Config as it is printed: the same fields (a type of its
 // own has none of Config's methods, so fmt prints them), the token and the
