@@ -43,8 +43,8 @@ const DefaultAttemptTimeout = 45 * time.Second
 // maxResponseBytes bounds how much of one response body is read.
 const maxResponseBytes = 64 << 20
 
-// Config configures a Client. Its String, GoString, Format and LogValue
-// methods never show the API token or the secret of BridgeURL.
+// Config configures a Client. Its String, GoString, Format, LogValue and
+// MarshalJSON methods never show the API token or the secret of BridgeURL.
 type Config struct {
 	// BaseURL of the Cloudflare API. Empty means $CLOUDFLARE_API_BASE_URL
 	// or $CLOUDFLARE_BASE_URL, and then DefaultBaseURL. Point it at a
@@ -91,7 +91,8 @@ type Config struct {
 }
 
 // Client is a D1 REST client. It is safe for concurrent use. Its String,
-// GoString, Format and LogValue methods never show the API token.
+// GoString, Format, LogValue and MarshalJSON methods never show the API
+// token.
 //
 // A Client sends everything to the /raw endpoint rather than /query: /raw
 // keeps column order and duplicate column names ("SELECT a.id, b.id"), which

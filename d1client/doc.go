@@ -61,8 +61,9 @@
 //	refused before sending                         ErrInvalid
 //	the request budget is spent                    ErrBudget
 //
-// No error, log line, formatted Config or Client, or panic of this package
-// shows the API token; parameter values are left out of errors too. A token echoed back by a server or a proxy is replaced by
+// No error, log line, formatted or JSON-encoded Config or Client, or panic
+// of this package shows the API token; parameter values are left out of
+// errors too. A token echoed back by a server or a proxy is replaced by
 // "[REDACTED]" in errors: a token of 16 characters or more wherever it
 // occurs, a shorter one only where it stands as a whole word (a token
 // "local" leaves "localhost" alone). The error's cause stays reachable by

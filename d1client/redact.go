@@ -1,12 +1,14 @@
 package d1client
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // redacted stands for the API token wherever a Config is printed.
@@ -126,6 +128,31 @@ func (c Config) LogValue() slog.Value {
 	)
 }
 
+// MarshalJSON implements json.Marshaler, so that json.Marshal and slog's
+// JSON handler (for a Config inside another value) never show the API
+// token or the bridge URL's secret: the fields that are data, named as
+// json.Marshal names them, with both secrets replaced by "[REDACTED]", the
+// Budget and the Account as their String. HTTPClient, Logger and the
+// providers are left out.
+func (c Config) MarshalJSON() ([]byte, error) {
+	v := struct {
+		BaseURL, BridgeURL, APIToken, AccountID, DatabaseID string
+		Retry                                               RetryPolicy
+		AttemptTimeout                                      time.Duration
+		Budget                                              string
+		Account                                             string `json:",omitempty"`
+		Coalesce                                            CoalesceConfig
+	}{
+		BaseURL: c.BaseURL, BridgeURL: redactURL(c.BridgeURL), APIToken: redactToken(c.APIToken),
+		AccountID: c.AccountID, DatabaseID: c.DatabaseID, Retry: c.Retry, AttemptTimeout: c.AttemptTimeout,
+		Budget: c.Budget.String(), Coalesce: c.Coalesce,
+	}
+	if c.Account != nil {
+		v.Account = c.Account.String()
+	}
+	return json.Marshal(v)
+}
+
 // String describes the client: the database it reaches and where.
 func (c *Client) String() string {
 	return fmt.Sprintf("d1client.Client{BaseURL:%s AccountID:%s DatabaseID:%s}", c.cfg.BaseURL, c.cfg.AccountID, c.cfg.DatabaseID)
@@ -147,6 +174,13 @@ func (c *Client) LogValue() slog.Value {
 		slog.String("account_id", c.cfg.AccountID),
 		slog.String("database_id", c.cfg.DatabaseID),
 	)
+}
+
+// MarshalJSON implements json.Marshaler, with what LogValue shows.
+func (c *Client) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		BaseURL, AccountID, DatabaseID string
+	}{c.cfg.BaseURL, c.cfg.AccountID, c.cfg.DatabaseID})
 }
 
 func formatWith(f fmt.State, verb rune, s, gs string) {

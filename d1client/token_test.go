@@ -3,6 +3,7 @@ package d1client
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -167,5 +168,72 @@ func TestPanicMessageHidesTheToken(t *testing.T) {
 		if strings.Contains(string(out), testToken) {
 			t.Errorf("%s: the panic message shows the token:\n%s", v, out)
 		}
+	}
+}
+
+// bridgeSecret is a bridge secret for the tests that print a Config.
+const bridgeSecret = "brSECRET_0123456789abcdef"
+
+// json.Marshal shows neither the API token nor the bridge URL's secret, of
+// a Config alone, behind a pointer or inside another value, and it works
+// with every field set (an HTTP client holds a func, which json.Marshal
+// cannot write).
+func TestConfigMarshalJSONHidesSecrets(t *testing.T) {
+	acct, _ := NewAccount(NewBudget(100, time.Minute))
+	for name, cfg := range map[string]Config{
+		"token":      {BaseURL: testBaseURL, APIToken: testToken, AccountID: testAccount, DatabaseID: testDatabase},
+		"bridge URL": {BridgeURL: "https://:" + bridgeSecret + "@bridge.example.com", AccountID: testAccount, DatabaseID: testDatabase},
+		"every field": {BaseURL: testBaseURL, APIToken: testToken, AccountID: testAccount, DatabaseID: testDatabase,
+			HTTPClient: &http.Client{}, Logger: slog.New(slog.DiscardHandler), Account: acct,
+			Retry: DefaultRetryPolicy(), AttemptTimeout: time.Second},
+	} {
+		type holder struct{ Config Config }
+		for kind, v := range map[string]any{"value": cfg, "pointer": &cfg, "inside": holder{cfg}, "slice": []Config{cfg}} {
+			b, err := json.Marshal(v)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", name, kind, err)
+			}
+			s := string(b)
+			if strings.Contains(s, testToken) || strings.Contains(s, bridgeSecret) {
+				t.Errorf("%s, %s: a secret is shown: %s", name, kind, s)
+			}
+			if !strings.Contains(s, `"AccountID":"`+testAccount+`"`) {
+				t.Errorf("%s, %s: %s", name, kind, s)
+			}
+		}
+	}
+	b, _ := json.Marshal(Config{APIToken: testToken, BridgeURL: "https://:" + bridgeSecret + "@bridge.example.com"})
+	if s := string(b); !strings.Contains(s, `"APIToken":"[REDACTED]"`) || !strings.Contains(s, `"BridgeURL":"https://:[REDACTED]@bridge.example.com"`) {
+		t.Errorf("redacted, not emptied: %s", s)
+	}
+	c, err := New(Config{BaseURL: testBaseURL, APIToken: testToken, AccountID: testAccount, DatabaseID: testDatabase})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := json.Marshal(c); err != nil || strings.Contains(string(b), testToken) || !strings.Contains(string(b), testDatabase) {
+		t.Errorf("Client: %s, %v", b, err)
+	}
+}
+
+// slog's JSON handler shows no secret of a Config inside another value (a
+// struct it hands to json.Marshal), nor of a Config or a Client logged
+// directly (LogValue).
+func TestSlogJSONHidesToken(t *testing.T) {
+	cfg := Config{BaseURL: testBaseURL, APIToken: testToken, AccountID: testAccount, DatabaseID: testDatabase}
+	bridged := Config{BridgeURL: "https://:" + bridgeSecret + "@bridge.example.com", AccountID: testAccount, DatabaseID: testDatabase}
+	type settings struct {
+		Name string
+		D1   Config
+	}
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	log.Info("start", "settings", settings{"orders", cfg}, "bridged", settings{"b", bridged}, "cfg", cfg,
+		slog.Any("ptr", &settings{"p", cfg}), slog.Group("g", "cfg", bridged))
+	s := buf.String()
+	if strings.Contains(s, testToken) || strings.Contains(s, bridgeSecret) {
+		t.Fatalf("a secret is logged: %s", s)
+	}
+	if strings.Contains(s, "!ERROR") || !strings.Contains(s, `"D1":{"BaseURL":"`+testBaseURL) {
+		t.Errorf("the Config is not logged as JSON: %s", s)
 	}
 }

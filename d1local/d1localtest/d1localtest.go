@@ -21,8 +21,11 @@ package d1localtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http/httptest"
 	"sync"
 	"testing"
@@ -37,7 +40,8 @@ import (
 // otherwise.
 const DatabaseID = "test"
 
-// Server is a d1local server on a loopback port.
+// Server is a d1local server on a loopback port. Printed (fmt, slog,
+// json.Marshal), it never shows its Token.
 type Server struct {
 	// URL is the server's base URL, "http://127.0.0.1:<port>", for
 	// d1client.Config.BaseURL, CLOUDFLARE_BASE_URL or
@@ -186,4 +190,29 @@ func (s *Server) Close() error {
 		}
 	})
 	return s.closeErr
+}
+
+// String describes the server by its URL and database, without its token.
+func (s *Server) String() string {
+	return fmt.Sprintf("d1localtest.Server{URL:%s AccountID:%s DatabaseID:%s}", s.URL, s.AccountID, s.DatabaseID)
+}
+
+// Format implements fmt.Formatter: every verb prints String (%q quoted),
+// so that no verb shows the token.
+func (s *Server) Format(f fmt.State, verb rune) {
+	if verb == 'q' {
+		fmt.Fprintf(f, "%q", s.String())
+		return
+	}
+	io.WriteString(f, s.String())
+}
+
+// LogValue implements slog.LogValuer, without the token.
+func (s *Server) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("url", s.URL), slog.String("account_id", s.AccountID), slog.String("database_id", s.DatabaseID))
+}
+
+// MarshalJSON implements json.Marshaler, with what LogValue shows.
+func (s *Server) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct{ URL, AccountID, DatabaseID string }{s.URL, s.AccountID, s.DatabaseID})
 }

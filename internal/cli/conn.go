@@ -220,6 +220,13 @@ type target struct {
 	wrangler                     *wrangler.Database
 }
 
+// Format implements fmt.Formatter: whatever the verb, a target prints as
+// the database it names and where it was found, never with its token or
+// the bridge URL's secret.
+func (t target) Format(f fmt.State, _ rune) {
+	fmt.Fprintf(f, "target{account %s, %s}", t.accountID, t.where)
+}
+
 // cloudflareTarget resolves the Cloudflare flags, --database through the
 // wrangler config included, and lists what is missing.
 func cloudflareTarget(c *cli.Context) (target, error) {

@@ -33,6 +33,10 @@ type Server struct {
 	token string
 }
 
+// Format implements fmt.Formatter: whatever the verb, a Server prints as
+// its URL, never with its token.
+func (s *Server) Format(f fmt.State, _ rune) { fmt.Fprintf(f, "embedded.Server{URL:%s}", s.URL) }
+
 // Start starts d1local with cfg on addr ("127.0.0.1:0" when empty).
 func Start(cfg d1local.Config, addr string) (*Server, error) {
 	if addr == "" {
