@@ -745,6 +745,11 @@ func (a *Account) answered(h http.Header) {
 	if !okLim {
 		return
 	}
+	// A window resets within its length: a reset further off is bounded
+	// by the policy's window.
+	if w := a.view.window; w > 0 && lim.reset > w {
+		lim.reset = w
+	}
 	reset := now.Add(lim.reset)
 	// Calls still in flight may or may not be counted in r: count them as
 	// spent.

@@ -88,7 +88,9 @@
 // account for 5 minutes (HTTP 429, code 971). Every response says what is
 // left to the whole account (Ratelimit: "default";r=<remaining>;t=<seconds
 // to reset>, and Ratelimit-Policy: "burst";q=<quota>;w=<window>). An
-// Account reads them and paces the calls of every Client that shares it:
+// Account reads them and paces the calls of every Client that shares it.
+// Values past sense are bounded before any arithmetic: a reset is at most
+// the policy's window (24 h without one), a Retry-After at most an hour.
 //
 //   - The remaining calls are spread evenly over the time to the reset,
 //     less what other clients of the account (replicas, wrangler, the

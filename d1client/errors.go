@@ -224,20 +224,24 @@ func parseSQLiteCode(msg string) (code, extended string) {
 	return m[1], m[2]
 }
 
-// parseRetryAfter reads Retry-After as seconds or an HTTP date.
+// maxRetryAfter bounds a server's Retry-After: Cloudflare's longest block
+// is 5 minutes, and a larger value (1e12 seconds) would overflow a
+// time.Duration into the past.
+const maxRetryAfter = time.Hour
+
+// parseRetryAfter reads Retry-After as seconds or an HTTP date, at most
+// maxRetryAfter.
 func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false
 	}
-	if secs, err := strconv.ParseFloat(v, 64); err == nil && secs >= 0 {
-		return time.Duration(secs * float64(time.Second)), true
+	if secs, err := strconv.ParseFloat(v, 64); (err == nil || errors.Is(err, strconv.ErrRange)) && secs >= 0 {
+		// Bounded before the multiplication, so that it cannot overflow.
+		return time.Duration(min(secs, maxRetryAfter.Seconds()) * float64(time.Second)), true
 	}
 	if t, err := time.Parse(time.RFC1123, v); err == nil {
-		if d := t.Sub(now); d > 0 {
-			return d, true
-		}
-		return 0, true
+		return min(max(t.Sub(now), 0), maxRetryAfter), true
 	}
 	return 0, false
 }

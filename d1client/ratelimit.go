@@ -23,6 +23,17 @@ type ratePolicy struct {
 	window time.Duration
 }
 
+// maxRateWindow bounds the reset time and the window the headers give: no
+// API limit counts calls over a longer window, and a larger value (up to
+// 15 digits are read) would overflow a time.Duration into the past.
+const maxRateWindow = 24 * time.Hour
+
+// seconds returns n seconds, at most maxRateWindow: bounded before the
+// multiplication, so that it cannot overflow.
+func seconds(n int64) time.Duration {
+	return time.Duration(min(n, int64(maxRateWindow/time.Second))) * time.Second
+}
+
 // parseRateLimit reads the Ratelimit header's field lines and returns the
 // most constraining limit: the fewest calls remaining. Members it cannot
 // read (no r or t, a value that is not a non-negative integer, anything
@@ -41,7 +52,7 @@ func parseRateLimit(lines []string) (best rateLimit, ok bool) {
 		if !good || !r.ok || !t.ok {
 			return
 		}
-		lim := rateLimit{name: name, remaining: int(r.n), reset: time.Duration(t.n) * time.Second}
+		lim := rateLimit{name: name, remaining: int(r.n), reset: seconds(t.n)}
 		if !ok || lim.remaining < best.remaining || lim.remaining == best.remaining && lim.reset > best.reset {
 			best, ok = lim, true
 		}
@@ -67,7 +78,7 @@ func parseRatePolicy(lines []string, name string) (pol ratePolicy, ok bool) {
 		if !good || !q.ok || !w.ok || q.n == 0 || w.n == 0 || named {
 			return
 		}
-		p := ratePolicy{name: n, quota: int(q.n), window: time.Duration(w.n) * time.Second}
+		p := ratePolicy{name: n, quota: int(q.n), window: seconds(w.n)}
 		if n == name && name != "" {
 			pol, ok, named = p, true, true
 		} else if !ok {

@@ -1,6 +1,7 @@
 package d1client
 
 import (
+	"net/http"
 	"testing"
 	"time"
 )
@@ -73,11 +74,53 @@ func FuzzParseRateLimitHeaders(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if lim, ok := parseRateLimit([]string{s}); ok && (lim.remaining < 0 || lim.reset < 0) {
+		if lim, ok := parseRateLimit([]string{s}); ok && (lim.remaining < 0 || lim.reset < 0 || lim.reset > maxRateWindow) {
 			t.Fatalf("%q: %+v", s, lim)
 		}
-		if pol, ok := parseRatePolicy([]string{s}, "default"); ok && (pol.quota <= 0 || pol.window <= 0) {
+		if pol, ok := parseRatePolicy([]string{s}, "default"); ok && (pol.quota <= 0 || pol.window <= 0 || pol.window > maxRateWindow) {
 			t.Fatalf("%q: %+v", s, pol)
 		}
 	})
+}
+
+// A reset time too large for a time.Duration (t above about 9.2e9 s) is
+// bounded, not wrapped into the past: with none of the account's calls
+// left, the next call waits for the reset, at most the policy's window,
+// rather than going at once.
+func TestRateLimitResetClamped(t *testing.T) {
+	for _, v := range []string{"9300000000", "999999999999999"} {
+		lim, ok := parseRateLimit([]string{`"default";r=0;t=` + v})
+		if !ok || lim.reset != maxRateWindow {
+			t.Errorf("t=%s: %+v, %v; want a reset of %v", v, lim, ok, maxRateWindow)
+		}
+		pol, ok := parseRatePolicy([]string{`"default";q=1200;w=` + v}, "default")
+		if !ok || pol.window != maxRateWindow {
+			t.Errorf("w=%s: %+v, %v; want a window of %v", v, pol, ok, maxRateWindow)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		policy string
+		reset  time.Duration
+	}{
+		{"with a policy", `"default";q=1200;w=300`, 300 * time.Second},
+		{"without one", "", maxRateWindow},
+	} {
+		a, clk := fakeAccount(t, UnlimitedBudget())
+		h := http.Header{"Ratelimit": {`"default";r=0;t=9300000000`}}
+		if tc.policy != "" {
+			h.Set("Ratelimit-Policy", tc.policy)
+		}
+		a.take(clk.Now(), priority)
+		a.answered(h)
+		st := a.State()
+		if !st.Reset.Equal(clk.Now().Add(tc.reset)) {
+			t.Errorf("%s: reset in %v, want %v", tc.name, st.Reset.Sub(clk.Now()), tc.reset)
+		}
+		for _, c := range []class{normal, priority} {
+			if at, why := a.nextSlot(c); why != waitBudget || !at.Equal(clk.Now().Add(tc.reset+resetMargin)) {
+				t.Errorf("%s: class %d may go in %v (%v); want the reset, %v", tc.name, c, at.Sub(clk.Now()), why, tc.reset+resetMargin)
+			}
+		}
+	}
 }

@@ -219,3 +219,41 @@ func TestRateLimitBlockIsNeverRetriedBeforeItEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A Retry-After too large for a time.Duration (1e12 seconds, a date in the
+// year 9999) is bounded to an hour, not wrapped into the past; a 971 that
+// says so blocks the account for that hour, not for nothing.
+func TestRetryAfterClamped(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, v := range []string{"1e12", "99999999999999999999", "1e400", "Inf", "9300000000", "Fri, 31 Dec 9999 23:59:59 GMT"} {
+		if d, ok := parseRetryAfter(v, now); !ok || d != maxRetryAfter {
+			t.Errorf("Retry-After %q = %v, %v; want %v", v, d, ok, maxRetryAfter)
+		}
+	}
+	for v, want := range map[string]time.Duration{"30": 30 * time.Second, "0.5": 500 * time.Millisecond, "0": 0, "Wed, 01 Jan 2025 00:00:10 GMT": 10 * time.Second, "Tue, 31 Dec 2024 00:00:00 GMT": 0} {
+		if d, ok := parseRetryAfter(v, now); !ok || d != want {
+			t.Errorf("Retry-After %q = %v, %v; want %v", v, d, ok, want)
+		}
+	}
+	for _, v := range []string{"", "-5", "NaN", "soon"} {
+		if d, ok := parseRetryAfter(v, now); ok {
+			t.Errorf("Retry-After %q = %v, read", v, d)
+		}
+	}
+	blocked := func(req *http.Request) (*http.Response, error) {
+		res := httpmock.NewStringResponse(http.StatusTooManyRequests, `{"success":false,"errors":[{"code":971,"message":"Please wait and consider throttling your request speed"}]}`)
+		res.Header.Set("Retry-After", "1e12")
+		return res, nil
+	}
+	c, _ := mockClient(t, blocked)
+	before := time.Now()
+	_, err := c.Exec(t.Context(), readStmt)
+	var e *Error
+	if !errors.As(err, &e) || !errors.Is(err, ErrRateLimited) || e.RetryAfter != maxRetryAfter ||
+		e.BlockedUntil.Before(before.Add(maxRetryAfter)) || e.BlockedUntil.After(time.Now().Add(maxRetryAfter)) {
+		t.Fatalf("err = %v (retry after %v, blocked until %v)", err, e.RetryAfter, e.BlockedUntil)
+	}
+	if st := c.Account().State(); st.BlockedUntil.IsZero() {
+		t.Error("the account is not blocked")
+	}
+}
