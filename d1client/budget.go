@@ -47,9 +47,18 @@ const DefaultBurst = 10
 // unless WithReserve says otherwise.
 const DefaultReserve = 0.2
 
+// MinReserve and MaxReserve bound the share WithReserve accepts. There is
+// always a reserve: without one, work without Priority could take every
+// call, and a completion meeting an empty budget would fail, leaving its
+// request to run a second time once its reservation expired.
+const (
+	MinReserve = 0.01
+	MaxReserve = 0.9
+)
+
 // NewBudget returns a Budget of calls calls in any window of length per.
-// New refuses it unless calls is from 1 to 1,000,000 and per from 1 ms to
-// 24 h.
+// New refuses it unless calls is from 2 to 1,000,000 (at least one call of
+// every window is kept for Priority work) and per from 1 ms to 24 h.
 func NewBudget(calls int, per time.Duration) Budget {
 	return Budget{calls: calls, per: per}
 }
@@ -67,10 +76,11 @@ func (b Budget) WithBurst(calls int) Budget {
 	return b
 }
 
-// WithReserve returns b with share (0 to 0.9) of the pace kept for Priority
-// work: calls without Priority go at most at (1 - share) of the pace, with
-// a burst that much smaller, and never take the last calls of a window that
-// their smaller burst leaves.
+// WithReserve returns b with share (MinReserve to MaxReserve, 0.01 to 0.9)
+// of the pace kept for Priority work: calls without Priority go at most at
+// (1 - share) of the pace, with a burst that much smaller, and never take
+// the last calls of a window that their smaller burst leaves, and never the
+// last one. New and NewAccount refuse any other share, 0 included.
 func (b Budget) WithReserve(share float64) Budget {
 	b.reserve, b.reserveSet = share, true
 	return b
@@ -121,6 +131,21 @@ func (b Budget) Reserve() float64 {
 	return b.reserve
 }
 
+// Kept returns the calls of each window, the local Budget's and the
+// account's (see Account), that work without Priority never takes: the
+// burst it does not get, and at least one. A completion meeting a budget
+// that new work has spent still finds them.
+func (b Budget) Kept() int {
+	burst := b.Burst()
+	return max(1, burst-normalBurst(burst, b.Reserve()))
+}
+
+// normalBurst is the burst of work without Priority: the rest of a burst
+// of burst calls after the reserve's share, at least one call.
+func normalBurst(burst int, reserve float64) int {
+	return max(1, int(float64(burst-1)*(1-reserve)))
+}
+
 // Unlimited reports whether the budget has no local limit.
 func (b Budget) Unlimited() bool { return b.unlimited }
 
@@ -134,14 +159,14 @@ func (b Budget) String() string {
 
 func (b Budget) validate() error {
 	if !b.unlimited && !b.isDefaultLimit() &&
-		(b.calls < 1 || b.calls > 1_000_000 || b.per < time.Millisecond || b.per > 24*time.Hour) {
-		return invalidf("Config.Budget is %d calls per %s; accepted: the zero Budget (1200 calls per 300 s), UnlimitedBudget(), or NewBudget with 1 to 1000000 calls per 1ms to 24h", b.calls, b.per)
+		(b.calls < 2 || b.calls > 1_000_000 || b.per < time.Millisecond || b.per > 24*time.Hour) {
+		return invalidf("Config.Budget is %d calls per %s; accepted: the zero Budget (1200 calls per 300 s), UnlimitedBudget(), or NewBudget with 2 to 1000000 calls per 1ms to 24h (one call of each window is kept for Priority work)", b.calls, b.per)
 	}
 	if b.burstSet && (b.burst < 1 || b.burst > 1000) {
 		return invalidf("Config.Budget's burst is %d; accepted: 1 to 1000 (the default is %d)", b.burst, DefaultBurst)
 	}
-	if b.reserveSet && !(b.reserve >= 0 && b.reserve <= 0.9) {
-		return invalidf("Config.Budget's reserve is %v; accepted: 0 to 0.9 (the default is %v)", b.reserve, DefaultReserve)
+	if b.reserveSet && !(b.reserve >= MinReserve && b.reserve <= MaxReserve) {
+		return invalidf("Config.Budget's reserve is %v; accepted: %v to %v (the default is %v): Priority work (completions) always keeps a share", b.reserve, MinReserve, MaxReserve, DefaultReserve)
 	}
 	return nil
 }
@@ -206,9 +231,12 @@ const (
 //     what others are seen to spend, with Budget.Burst calls allowed at once
 //     after a quiet spell. Without the headers, the local Budget's own even
 //     pace applies; it is always an upper bound.
-//   - Calls with Priority may use the whole pace; others at most
-//     (1 - Budget.Reserve) of it, and never the window's last calls, so
-//     completions find a call when new work is being turned away.
+//   - Calls with Priority are not held to the even pace: they go as soon
+//     as the account has a call left, by the headers' view, the local
+//     Budget's hard window (Calls per Per) and a 971 block. Others go at
+//     most at (1 - Budget.Reserve) of the pace, and never take the window's
+//     last calls (at least one), so completions find a call when new work
+//     is being turned away.
 //   - After an HTTP 429 with code 971, nothing is sent until the block ends.
 //
 // Clients given the same Account (Config.Account) share all of this, as
@@ -300,9 +328,9 @@ type BudgetState struct {
 	// OthersRate is the calls per second other clients of the account are
 	// seen to spend.
 	OthersRate float64
-	// Pace is the time between calls at the current even pace, for
-	// Priority work; other work goes at most at (1 - Reserve) of it. Zero
-	// when nothing limits the pace.
+	// Pace is the time between calls at the current even pace. Work
+	// without Priority goes at most at (1 - Reserve) of it; Priority work
+	// is not held to it. Zero when nothing limits the pace.
 	Pace time.Duration
 	// InFlight is the calls sent and not yet answered.
 	InFlight int
@@ -362,17 +390,17 @@ func (a *Account) slot(now time.Time, c class) (time.Time, waitReason) {
 // so that Priority work finds a call at once even when the rest of the
 // pace is spent.
 func (a *Account) classBurst(c class) int {
-	if c == priority || a.reserve == 0 {
+	if c == priority {
 		return a.burst
 	}
-	return max(1, int(float64(a.burst-1)*(1-a.reserve)))
+	return normalBurst(a.burst, a.reserve)
 }
 
 // cost is what a call of class c adds to a pace's debt: work without
 // Priority counts for 1/(1 - Reserve) calls, so it gets at most
 // (1 - Reserve) of the pace.
 func (a *Account) cost(c class) float64 {
-	if c == normal && a.reserve > 0 {
+	if c == normal {
 		return 1 / (1 - a.reserve)
 	}
 	return 1
@@ -385,10 +413,9 @@ func (a *Account) tolerance(c class, burst int) float64 {
 }
 
 // reserveFloor is the calls at the end of a window that work without
-// Priority never takes: the burst it does not get.
-func (a *Account) reserveFloor() int {
-	return a.burst - a.classBurst(normal)
-}
+// Priority never takes (Budget.Kept), so that a completion always finds a
+// call of the window, whatever the Budget.
+func (a *Account) reserveFloor() int { return a.budget.Kept() }
 
 // pace is an even pace with a burst, kept as a debt in calls that drains
 // at one call per interval: a call may go while the debt is at most its
@@ -432,7 +459,8 @@ func (a *Account) localInterval() time.Duration {
 }
 
 // localSlot is when the local Budget lets a call of class c go: its ring
-// (never more than Calls in any window of length Per) and its even pace.
+// (never more than Calls in any window of length Per) and, without
+// Priority, its even pace.
 func (a *Account) localSlot(now time.Time, c class) time.Time {
 	if a.budget.unlimited {
 		return now
@@ -451,6 +479,9 @@ func (a *Account) localSlot(now time.Time, c class) time.Time {
 		if t := a.ringAt(n - (calls - keep)).Add(per + per/ringMargin); t.After(at) {
 			at = t
 		}
+	}
+	if c == priority {
+		return at // not held to the even pace
 	}
 	if t := a.localPace.slot(now, a.localInterval(), a.tolerance(c, a.classBurst(c))); t.After(at) {
 		at = t
@@ -524,8 +555,15 @@ func (a *Account) estimate(now time.Time) int {
 
 // accountSlot is when the account's pace lets a call of class c go. The
 // account's burst is shared like its pace: this process bursts its share
-// of it.
+// of it. Priority work is not held to the pace: it goes while the account
+// has a call left before the reset.
 func (a *Account) accountSlot(now time.Time, c class) time.Time {
+	if c == priority {
+		if a.fresh(now) && a.estimate(now) <= 0 {
+			return a.view.end() // nothing left before the reset
+		}
+		return now
+	}
 	burst := max(1, int(math.Round(float64(a.classBurst(c))*a.share())))
 	if a.fresh(now) {
 		left := a.estimate(now)
@@ -663,6 +701,9 @@ func (a *Account) plan(c class, n int) (time.Time, waitReason) {
 	at, why := a.slot(now, c)
 	if why == waitBlock || n <= 1 {
 		return at, why
+	}
+	if c == priority {
+		return at, why // not held to the pace: the rest may follow at once
 	}
 	step := time.Duration(float64(max(a.localInterval(), a.accountInterval(now))) * a.cost(c))
 	later := n - 1

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sort"
 	"sync"
@@ -42,11 +43,11 @@ func (a *Account) wait(ctx context.Context, c class) *Error {
 }
 
 func TestBudgetWaitsOrFailsByDeadline(t *testing.T) {
-	a, clk := fakeAccount(t, NewBudget(3, time.Second).WithReserve(0))
+	a, clk := fakeAccount(t, NewBudget(3, time.Second))
 	start := clk.Now()
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
-		if e := a.wait(ctx, normal); e != nil {
+		if e := a.wait(ctx, priority); e != nil {
 			t.Fatalf("call %d: %v", i, e)
 		}
 	}
@@ -57,13 +58,13 @@ func TestBudgetWaitsOrFailsByDeadline(t *testing.T) {
 	window := time.Second + time.Second/ringMargin
 	dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	e := a.wait(dctx, normal)
+	e := a.wait(dctx, priority)
 	if e == nil || !errors.Is(e, ErrBudget) || e.RetryAfter != window {
 		t.Fatalf("err = %v", e)
 	}
 	// A caller without a deadline waits for it.
 	done := make(chan *Error)
-	go func() { done <- a.wait(ctx, normal) }()
+	go func() { done <- a.wait(ctx, priority) }()
 	eventually(t, "the caller to wait", func() bool { return clk.Timers() == 1 })
 	clk.Advance(window)
 	if e := <-done; e != nil {
@@ -77,16 +78,19 @@ func TestBudgetWaitsOrFailsByDeadline(t *testing.T) {
 	}
 }
 
-// Without rate-limit headers, calls follow the local budget's even pace:
-// a burst, then one call per Per/Calls.
+// Without rate-limit headers, calls without Priority follow the local
+// budget's even pace: a burst, then one call per Per/Calls/(1 - Reserve).
 func TestPacingSpreadsCallsEvenly(t *testing.T) {
-	a, clk := fakeAccount(t, NewBudget(100, 100*time.Second).WithBurst(5).WithReserve(0))
+	// One call a second, half of it kept for priority work: other work
+	// bursts 2 calls (half of the burst's 4 further calls, and the first),
+	// then one per 2 s.
+	a, clk := fakeAccount(t, NewBudget(100, 100*time.Second).WithBurst(5).WithReserve(0.5))
 	start := clk.Now()
 	var got []time.Duration
 	for range 12 {
 		got = append(got, takeAt(t, a, clk, normal, start))
 	}
-	want := []time.Duration{0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7}
+	want := []time.Duration{0, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20}
 	for i := range want {
 		if got[i] != want[i]*time.Second {
 			t.Fatalf("calls at %v, want %v s", got, want)
@@ -96,10 +100,10 @@ func TestPacingSpreadsCallsEvenly(t *testing.T) {
 	clk.Advance(time.Minute)
 	start = clk.Now()
 	got = got[:0]
-	for range 7 {
+	for range 4 {
 		got = append(got, takeAt(t, a, clk, normal, start))
 	}
-	if got[4] != 0 || got[5] != time.Second || got[6] != 2*time.Second {
+	if got[1] != 0 || got[2] != 2*time.Second || got[3] != 4*time.Second {
 		t.Fatalf("after a quiet minute: calls at %v", got)
 	}
 }
@@ -195,7 +199,7 @@ func rateHeaders(r, t, q, w int) http.Header {
 // The account's remaining calls and reset time, from Cloudflare's headers,
 // set the pace, whatever the local budget allows.
 func TestRateLimitHeadersSetThePace(t *testing.T) {
-	a, clk := fakeAccount(t, UnlimitedBudget().WithBurst(1).WithReserve(0))
+	a, clk := fakeAccount(t, UnlimitedBudget().WithBurst(1).WithReserve(MinReserve))
 	start := clk.Now()
 	if at, _ := a.nextSlot(normal); !at.Equal(start) {
 		t.Fatal("no headers, no limit: a call should go at once")
@@ -237,12 +241,16 @@ func TestRateLimitHeadersSetThePace(t *testing.T) {
 		t.Fatalf("err = %v", e)
 	}
 	// After the reset, until new headers come, the policy's even pace:
-	// 1200 calls per 300 s.
+	// 1200 calls per 300 s, of which work without priority takes 99 %.
 	clk.Set(reset.Add(resetMargin))
-	p0 := takeAt(t, a, clk, priority, clk.Now())
-	p1 := takeAt(t, a, clk, priority, clk.Now())
-	if p0 != 0 || p1 != 250*time.Millisecond {
-		t.Fatalf("after the reset: %v, %v", p0, p1)
+	p0 := takeAt(t, a, clk, normal, clk.Now())
+	p1 := takeAt(t, a, clk, normal, clk.Now())
+	if want := time.Duration(math.Ceil(a.cost(normal) * float64(250*time.Millisecond))); p0 != 0 || p1 != want {
+		t.Fatalf("after the reset: %v, %v; want 0, %v", p0, p1, want)
+	}
+	// Priority work is not held to the pace.
+	if at, _ := a.nextSlot(priority); !at.Equal(clk.Now()) {
+		t.Fatalf("priority work waits %v", at.Sub(clk.Now()))
 	}
 }
 

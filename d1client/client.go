@@ -258,9 +258,11 @@ func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 
 // Priority marks the call as round-trip-2 work: it completes, renews or
 // releases what an earlier call started (an idempotency ledger's completion,
-// heartbeat or release). When calls are scarce it goes before other work,
-// it may use the Budget's reserve, and it waits for the next call up to the
-// context's deadline. Work without it is turned away (ErrBudget) first.
+// heartbeat or release). When calls are scarce it goes before other work:
+// it is not held to the Budget's even pace, only to the calls the account
+// has left (see Account), it may use the calls kept from other work
+// (Budget.Kept), and it waits for the next call up to the context's
+// deadline. Work without it is turned away (ErrBudget) first.
 func Priority() ExecOption { return func(o *execOptions) { o.priority = true } }
 
 // Operation names the call in the client's metrics and spans (the

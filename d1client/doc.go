@@ -98,9 +98,14 @@
 //     Replicas share the budget this way with no coordination of their own.
 //   - The local Budget (Calls per Per) is an upper bound, and the pace when
 //     the headers are absent (d1local without a budget sends none).
-//   - Calls made with Priority (completions, heartbeats, releases) may use
-//     the whole pace; others at most (1 - Budget.Reserve) of it, so new work
-//     is turned away first.
+//   - Calls made with Priority (completions, heartbeats, releases) are not
+//     held to the even pace: they go while the account has a call left, by
+//     the headers' remaining calls, the local Budget's Calls per Per and a
+//     971 block. Others go at most at (1 - Budget.Reserve) of the pace, so
+//     new work is turned away first, and never take the last Budget.Kept()
+//     calls of a window (at least one): a completion always finds a call,
+//     whatever the Budget. There is always a reserve: WithReserve accepts
+//     0.01 to 0.9, and NewBudget at least 2 calls.
 //   - A call waits for its slot as long as its context allows; one whose
 //     deadline comes first fails at once with ErrBudget, its RetryAfter
 //     saying when a call could go. Nothing is sent during a 971 block.

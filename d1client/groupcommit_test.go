@@ -90,6 +90,9 @@ func groupClient(t testing.TB, b Budget, cc CoalesceConfig) (*Client, *gate, *fa
 	t.Helper()
 	g := &gate{}
 	clk := newFakeClock()
+	if err := b.validate(); err != nil {
+		t.Fatal(err)
+	}
 	acct := newAccount(b, clk)
 	c, err := New(Config{BaseURL: testBaseURL, AccountID: testAccount, DatabaseID: testDatabase,
 		HTTPClient: &http.Client{Transport: g}, Account: acct, Coalesce: cc, Retry: NoRetry()})
@@ -284,8 +287,8 @@ func TestLoneCallerMakesItsOwnCall(t *testing.T) {
 // meeting a spent budget, it queues, nothing is sent before the budget's
 // next slot, and a runner carries it then.
 func TestLoneCallerWaitsForTheBudget(t *testing.T) {
-	// A burst of one call, then one a second.
-	c, g, clk := groupClient(t, NewBudget(10, 10*time.Second).WithBurst(1).WithReserve(0), CoalesceConfig{})
+	// A burst of one call, then one per 2 s (half of one a second).
+	c, g, clk := groupClient(t, NewBudget(10, 10*time.Second).WithBurst(1).WithReserve(0.5), CoalesceConfig{})
 	g.auto = func(*gateCall) (http.Header, bool) { return nil, true }
 	start := clk.Now()
 	if _, err := c.Exec(context.Background(), stmt("SELECT 'spends the burst'"), Coalesce()); err != nil {
@@ -298,12 +301,12 @@ func TestLoneCallerWaitsForTheBudget(t *testing.T) {
 	done := execAsync(c, "SELECT 'waits'")
 	eventually(t, "the runner to wait for the next slot", func() bool {
 		at, ok := clk.Next()
-		return ok && at.Sub(start) == time.Second && c.batch.queued() == 1
+		return ok && at.Sub(start) == 2*time.Second && c.batch.queued() == 1
 	})
 	if n := len(g.sent()); n != 1 {
 		t.Fatalf("%d calls before the budget's slot, want 1", n)
 	}
-	clk.Set(start.Add(time.Second))
+	clk.Set(start.Add(2 * time.Second))
 	waitOK(t, done)
 	if call := g.sent()[1]; !slices.Equal(call.sqls, []string{"SELECT 'waits'"}) {
 		t.Fatalf("the second call carries %v", call.sqls)
@@ -778,8 +781,8 @@ func TestPlentifulCallsStayShort(t *testing.T) {
 }
 
 func TestPriorityWorkLeavesFirst(t *testing.T) {
-	// One call a second for priority work, one per 2 s for other work; a
-	// burst of 3 for priority work and of 1 for the rest.
+	// One call per 2 s for work without priority, with a burst of 1;
+	// priority work is not held to the pace.
 	c, g, clk := groupClient(t, NewBudget(10, 10*time.Second).WithBurst(3).WithReserve(0.5),
 		CoalesceConfig{MaxInFlight: 1, MaxStatements: 3, Window: -1})
 	g.auto = func(*gateCall) (http.Header, bool) { return nil, true }

@@ -194,10 +194,13 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"budget of no calls", func(c *Config) { c.Budget = NewBudget(0, time.Second) }, "Config.Budget is 0 calls per 1s; accepted:"},
 		{"negative budget", func(c *Config) { c.Budget = NewBudget(-1, time.Second) }, "Config.Budget is -1 calls per 1s"},
 		{"budget without window", func(c *Config) { c.Budget = NewBudget(5, 0) }, "Config.Budget is 5 calls per 0s"},
-		{"budget of a week", func(c *Config) { c.Budget = NewBudget(5, 7*24*time.Hour) }, "NewBudget with 1 to 1000000 calls per 1ms to 24h"},
+		{"budget of a week", func(c *Config) { c.Budget = NewBudget(5, 7*24*time.Hour) }, "NewBudget with 2 to 1000000 calls per 1ms to 24h"},
+		{"budget of one call", func(c *Config) { c.Budget = NewBudget(1, time.Hour) }, "Config.Budget is 1 calls per 1h0m0s; accepted:"},
 		{"burst of none", func(c *Config) { c.Budget = NewBudget(10, time.Second).WithBurst(0) }, "Config.Budget's burst is 0; accepted: 1 to 1000 (the default is 10)"},
 		{"negative burst", func(c *Config) { c.Budget = UnlimitedBudget().WithBurst(-3) }, "Config.Budget's burst is -3"},
-		{"reserve of all", func(c *Config) { c.Budget = Budget{}.WithReserve(1) }, "Config.Budget's reserve is 1; accepted: 0 to 0.9 (the default is 0.2)"},
+		{"reserve of all", func(c *Config) { c.Budget = Budget{}.WithReserve(1) }, "Config.Budget's reserve is 1; accepted: 0.01 to 0.9 (the default is 0.2)"},
+		{"no reserve", func(c *Config) { c.Budget = Budget{}.WithReserve(0) }, "Config.Budget's reserve is 0; accepted: 0.01 to 0.9"},
+		{"a reserve too small", func(c *Config) { c.Budget = NewBudget(10, time.Second).WithBurst(1).WithReserve(0.001) }, "Config.Budget's reserve is 0.001; accepted: 0.01 to 0.9"},
 		{"NaN reserve", func(c *Config) { c.Budget = Budget{}.WithReserve(math.NaN()) }, "Config.Budget's reserve is NaN"},
 		{"budget and account", func(c *Config) {
 			c.Budget = NewBudget(5, time.Second)
@@ -224,7 +227,7 @@ func TestNewValidatesConfig(t *testing.T) {
 		"lowest bounds": func(c *Config) {
 			c.AttemptTimeout = 10 * time.Millisecond
 			c.Retry = RetryPolicy{MaxAttempts: 1, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond, MaxRetryAfter: time.Millisecond}
-			c.Budget = NewBudget(1, time.Millisecond)
+			c.Budget = NewBudget(2, time.Millisecond)
 			c.Coalesce = CoalesceConfig{Window: -1, MaxStatements: 1, MaxBytes: 1024, MaxInFlight: 1}
 		},
 		"highest bounds": func(c *Config) {
@@ -236,7 +239,7 @@ func TestNewValidatesConfig(t *testing.T) {
 		"explicit forms": func(c *Config) { c.Retry = NoRetry(); c.Budget = UnlimitedBudget() },
 		"pacing bounds":  func(c *Config) { c.Budget = NewBudget(5, time.Second).WithBurst(1).WithReserve(0.9) },
 		"pacing bounds, high": func(c *Config) {
-			c.Budget = UnlimitedBudget().WithBurst(1000).WithReserve(0)
+			c.Budget = UnlimitedBudget().WithBurst(1000).WithReserve(MinReserve)
 		},
 		"an account": func(c *Config) { c.Budget = Budget{}; c.Account, _ = NewAccount(NewBudget(5, time.Second)) },
 		"defaults":   func(c *Config) { c.Retry = DefaultRetryPolicy() },
@@ -270,11 +273,14 @@ func TestBudgetValues(t *testing.T) {
 		t.Errorf("zero Budget: burst %d, reserve %v", b.Burst(), b.Reserve())
 	}
 	b := NewBudget(30, time.Minute)
-	if w := b.WithBurst(5).WithReserve(0); w.Burst() != 5 || w.Reserve() != 0 || b.Burst() != DefaultBurst || w.Calls() != 30 {
+	if w := b.WithBurst(5).WithReserve(0.5); w.Burst() != 5 || w.Reserve() != 0.5 || b.Burst() != DefaultBurst || w.Calls() != 30 {
 		t.Errorf("WithBurst/WithReserve: %d %v, the original %d", w.Burst(), w.Reserve(), b.Burst())
 	}
 	if _, err := NewAccount(NewBudget(0, time.Second)); !errors.Is(err, ErrInvalid) {
 		t.Errorf("NewAccount of an invalid budget: %v", err)
+	}
+	if _, err := NewAccount(Budget{}.WithReserve(0)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "accepted: 0.01 to 0.9") {
+		t.Errorf("NewAccount without a reserve: %v", err)
 	}
 	if a, _ := NewAccount(Budget{}); a.String() != "d1client.Account{1200 calls per 5m0s}" || a.Budget() != (Budget{}) {
 		t.Errorf("Account = %v", a)

@@ -60,8 +60,8 @@ type runConfig struct {
 	// writes and multi-statement SQL, coalesced with the ledger's traffic.
 	Side bool
 	// Starved: a third instance whose D1 client has a tiny request budget
-	// and meets 971 blocks, so completions find the budget empty between
-	// the two round trips.
+	// and meets 971 blocks, so completions find the client blocked between
+	// the two round trips (the budget itself keeps a call for them).
 	Starved bool
 	// TwoKeys: some requests carry two Idempotency-Key fields (every key
 	// sends one with AllTwoKeys).
@@ -217,9 +217,10 @@ const (
 	instStarved     = "C" // heartbeats off, a tiny D1 budget and 971 blocks
 )
 
-// The starved instance's D1 budget: one call in 4 s, so the completion of
-// a claim that got it (sent at most 2 s later) finds the budget empty.
-var starvedBudget = d1client.NewBudget(1, 4*time.Second)
+// The starved instance's D1 budget: one call in 4 s for claims, and the
+// one d1client keeps of every window for completions, so that a completion
+// never finds the budget empty: it is starved by a 971 instead.
+var starvedBudget = d1client.NewBudget(2, 4*time.Second)
 
 // runRandomized runs the workload and returns its observations.
 func runRandomized(t *testing.T, cfg runConfig) (*observations, *randomRun) {
@@ -429,7 +430,7 @@ func (run *randomRun) plan(round, c, j int) *keyPlan {
 	if c < 0 {
 		// The starved instance's first claim takes its one call (this one,
 		// or another made at the same moment, which then waits for the
-		// next): its completion finds the budget empty.
+		// next): its completion meets a 971 (see fault).
 		p.Invalid, p.Abandon, p.Dup, p.TwoKeys = false, false, false, false
 		p.forcedExec = &execPlan{Mode: run.defaultMode()}
 		p.FirstInst, p.Patient = instStarved, true
@@ -655,8 +656,8 @@ func (run *randomRun) fault(req d1local.Request, c calls) d1local.Fault {
 		return d1local.Fault{} // the forced plan's claim, whose completion must starve
 	}
 	if starved && (c.complete || c.guard) && run.starvedCompletions.Add(1) == 1 {
-		// A completion that its budget let through (a loaded machine took
-		// over the budget's window) meets the account's 971 instead.
+		// The budget lets a completion through (it keeps a call for
+		// completions): the first meets the account's 971.
 		return d1local.Fault{RateLimit: true, RetryAfter: 1500 * time.Millisecond}
 	}
 	if starved && c.claim && run.mayC971() {

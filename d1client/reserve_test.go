@@ -1,0 +1,140 @@
+package d1client
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A Budget without a reserve is refused, by New and NewAccount, with the
+// accepted range: without one, work without Priority could take every
+// call, and a completion meeting the empty budget would fail.
+func TestReserveZeroRefused(t *testing.T) {
+	for _, b := range []Budget{Budget{}.WithReserve(0), NewBudget(10, time.Second).WithBurst(1).WithReserve(0), UnlimitedBudget().WithReserve(0)} {
+		if _, err := New(Config{BaseURL: testBaseURL, AccountID: testAccount, DatabaseID: testDatabase, Budget: b}); !errors.Is(err, ErrInvalid) ||
+			!strings.Contains(err.Error(), "Config.Budget's reserve is 0; accepted: 0.01 to 0.9") {
+			t.Errorf("New with %v and no reserve: %v", b, err)
+		}
+		if _, err := NewAccount(b); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "accepted: 0.01 to 0.9") {
+			t.Errorf("NewAccount with %v and no reserve: %v", b, err)
+		}
+	}
+	if _, err := NewAccount(NewBudget(10, time.Second).WithReserve(MinReserve)); err != nil {
+		t.Errorf("the least reserve: %v", err)
+	}
+}
+
+// Priority work (a completion) is not held to the even pace that paces new
+// work: it goes at once while the account has a call left, even right
+// after other work spent the pace. It is held to the calls really left:
+// the local window's Calls, the headers' remaining calls, a 971 block.
+func TestCompletionBypassesPace(t *testing.T) {
+	t.Run("local pace", func(t *testing.T) {
+		a, clk := fakeAccount(t, NewBudget(5, 100*time.Second).WithBurst(1))
+		takeAt(t, a, clk, normal, clk.Now())
+		if at, _ := a.nextSlot(normal); !at.After(clk.Now()) {
+			t.Fatal("the pace lets new work go at once after a call")
+		}
+		for i := range 4 { // the rest of the window's 5 calls
+			if at, why := a.nextSlot(priority); !at.Equal(clk.Now()) {
+				t.Fatalf("priority call %d waits %v (%v)", i+2, at.Sub(clk.Now()), why)
+			}
+			a.take(clk.Now(), priority)
+		}
+		// The window is spent: the next waits for its first call to leave it.
+		if at, why := a.nextSlot(priority); why != waitBudget || !at.Equal(clk.Now().Add(100*time.Second+100*time.Second/ringMargin)) {
+			t.Fatalf("with the window spent, priority may go in %v (%v)", at.Sub(clk.Now()), why)
+		}
+	})
+	t.Run("account pace", func(t *testing.T) {
+		a, clk := fakeAccount(t, UnlimitedBudget().WithBurst(1))
+		a.take(clk.Now(), normal)
+		a.answered(rateHeaders(3, 60, 1200, 300)) // 3 calls left, one every 20 s
+		takeAt(t, a, clk, normal, clk.Now())
+		if at, _ := a.nextSlot(normal); !at.After(clk.Now()) {
+			t.Fatal("the pace lets new work go at once after a call")
+		}
+		for i := range 2 {
+			if at, why := a.nextSlot(priority); !at.Equal(clk.Now()) {
+				t.Fatalf("priority call %d waits %v (%v)", i+1, at.Sub(clk.Now()), why)
+			}
+			a.take(clk.Now(), priority)
+		}
+		// None is left: the next waits for the reset.
+		st := a.State()
+		if at, why := a.nextSlot(priority); why != waitBudget || !at.Equal(st.Reset.Add(resetMargin)) {
+			t.Fatalf("with no call left, priority may go in %v (%v)", at.Sub(clk.Now()), why)
+		}
+	})
+	t.Run("971", func(t *testing.T) {
+		a, clk := fakeAccount(t, UnlimitedBudget())
+		a.block(clk.Now().Add(time.Minute))
+		if _, why := a.nextSlot(priority); why != waitBlock {
+			t.Fatalf("priority work during a 971 block: %v", why)
+		}
+	})
+}
+
+// Every accepted Budget, WithBurst(1) and the least reserve included,
+// keeps at least one call of each window that work without Priority never
+// takes: new work taking every call it can, a completion still finds one
+// at once.
+func TestEveryBudgetKeepsACallForPriority(t *testing.T) {
+	for _, b := range []Budget{
+		NewBudget(5, 100*time.Second).WithBurst(1).WithReserve(MinReserve),
+		NewBudget(5, 100*time.Second).WithBurst(1),
+		NewBudget(2, time.Minute),
+		NewBudget(2, time.Minute).WithBurst(1000).WithReserve(MinReserve),
+		NewBudget(20, 20*time.Second).WithBurst(20).WithReserve(MinReserve),
+		NewBudget(20, 20*time.Second).WithBurst(1).WithReserve(MaxReserve),
+		Budget{},
+		Budget{}.WithBurst(1).WithReserve(MinReserve),
+	} {
+		t.Run(fmt.Sprintf("%v, burst %d, reserve %v", b, b.Burst(), b.Reserve()), func(t *testing.T) {
+			a, clk := fakeAccount(t, b)
+			start := clk.Now()
+			n := 0
+			for {
+				at, _ := a.nextSlot(normal)
+				if !at.Before(start.Add(b.Per())) {
+					break
+				}
+				takeAt(t, a, clk, normal, start)
+				n++
+			}
+			if n > b.Calls()-b.Kept() || b.Kept() < 1 {
+				t.Errorf("new work took %d of the window's %d calls, %d of them kept", n, b.Calls(), b.Kept())
+			}
+			if at, why := a.nextSlot(priority); !at.Equal(clk.Now()) {
+				t.Errorf("after %d calls of new work, a completion waits %v (%v)", n, at.Sub(clk.Now()), why)
+			}
+		})
+	}
+	// The account's headers: new work leaves the last of the calls they
+	// say are left.
+	for _, b := range []Budget{UnlimitedBudget().WithBurst(1).WithReserve(MinReserve), UnlimitedBudget().WithBurst(1), UnlimitedBudget()} {
+		t.Run(fmt.Sprintf("headers, burst %d, reserve %v", b.Burst(), b.Reserve()), func(t *testing.T) {
+			a, clk := fakeAccount(t, b)
+			a.take(clk.Now(), normal)
+			a.answered(rateHeaders(5, 60, 1200, 300))
+			reset := a.State().Reset
+			n := 0
+			for {
+				at, _ := a.nextSlot(normal)
+				if !at.Before(reset) {
+					break
+				}
+				takeAt(t, a, clk, normal, clk.Now())
+				n++
+			}
+			if n > 5-b.Kept() {
+				t.Errorf("new work took %d of the 5 calls left, %d of them kept", n, b.Kept())
+			}
+			if at, why := a.nextSlot(priority); !at.Equal(clk.Now()) {
+				t.Errorf("after %d calls of new work, a completion waits %v (%v)", n, at.Sub(clk.Now()), why)
+			}
+		})
+	}
+}

@@ -1,0 +1,74 @@
+package idem_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/d1test"
+)
+
+// A completion is never lost to the request budget: on a budget whose
+// calls for new work are spent (here at once: two calls an hour with a
+// burst of one, so no call frees during the test), the request that
+// claimed still has its response stored, and a retry after the TTL, on
+// another replica, replays it rather than running the handler a second
+// time. Without the call every budget keeps for completions, and with the
+// completion held to the even pace, the completion met an empty budget,
+// and the retry took the reservation over and ran the handler again.
+func TestCompletionStoredUnderSaturatedBudget(t *testing.T) {
+	b := d1test.Local(t)
+	admin := b.NewClientSchema(t) // the schema, outside the budget
+	db := b.Database(admin.DatabaseID()).Client(t, func(c *d1client.Config) {
+		c.Budget = d1client.NewBudget(2, time.Hour).WithBurst(1)
+	})
+	var runs atomic.Int64
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte(`{"created":true}`))
+	})
+	opts := idem.Options{Principal: func(*http.Request) (string, error) { return "acct_1", nil }, Timeout: 200 * time.Millisecond}
+	serve := func(l *idem.Ledger, key string) *httptest.ResponseRecorder {
+		t.Helper()
+		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"sku":"a"}`))
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		idem.MustMiddleware(l, opts)(handler).ServeHTTP(rec, req)
+		return rec
+	}
+
+	ledger := newLedger(t, db, idem.Config{Heartbeat: -1})
+	if rec := serve(ledger, "k1"); rec.Code != http.StatusCreated || rec.Header().Get(idem.HeaderReplayed) != "" {
+		t.Fatalf("first request: %d %s", rec.Code, rec.Body)
+	}
+	// New work finds the budget spent: it is turned away.
+	if rec := serve(ledger, "k2"); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), idem.CodeBudgetExhausted) {
+		t.Fatalf("second request: %d %s", rec.Code, rec.Body)
+	}
+	res, err := admin.Query(t.Context(), "SELECT status FROM idempotency_keys WHERE key = 'k1'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 1 || res.Rows[0][0].String() != string(idem.StatusCompleted) {
+		t.Errorf("k1's row: %v; want it completed", res.Rows)
+	}
+
+	// The client retries k1 once its TTL has passed, on another replica.
+	later := func() time.Time { return time.Now().Add(idem.DefaultTTL + time.Minute) }
+	replica := newLedger(t, admin, idem.Config{Heartbeat: -1, Clock: later})
+	rec := serve(replica, "k1")
+	if rec.Code != http.StatusCreated || rec.Header().Get(idem.HeaderReplayed) != "true" {
+		t.Errorf("the retry: %d %s (replayed %q)", rec.Code, rec.Body, rec.Header().Get(idem.HeaderReplayed))
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want once", n)
+	}
+}
