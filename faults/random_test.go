@@ -645,20 +645,21 @@ func (run *randomRun) fault(req d1local.Request, c calls) d1local.Fault {
 	if rt == "other" {
 		return d1local.Fault{} // the broken variant's direct business writes
 	}
+	starved := req.AccountID == starvedAccount
+	if starved && (c.complete || c.guard) && run.starvedCompletions.Add(1) == 1 {
+		// The budget lets a completion through (it keeps a call for
+		// completions): the first meets the account's 971, in the opening
+		// burst too, since the starved instance's calls are its own.
+		return d1local.Fault{RateLimit: true, RetryAfter: 1500 * time.Millisecond}
+	}
 	if req.Seq <= warmUpCalls {
 		// The opening burst of claims travels in one or two coalesced
 		// calls; a fault there would defeat the forced plans of every
 		// client at once.
 		return d1local.Fault{}
 	}
-	starved := req.AccountID == starvedAccount
 	if starved && c.claim && run.starvedClaims.Add(1) == 1 {
 		return d1local.Fault{} // the forced plan's claim, whose completion must starve
-	}
-	if starved && (c.complete || c.guard) && run.starvedCompletions.Add(1) == 1 {
-		// The budget lets a completion through (it keeps a call for
-		// completions): the first meets the account's 971.
-		return d1local.Fault{RateLimit: true, RetryAfter: 1500 * time.Millisecond}
 	}
 	if starved && c.claim && run.mayC971() {
 		return d1local.Fault{RateLimit: true, RetryAfter: 1500 * time.Millisecond}
