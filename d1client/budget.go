@@ -232,11 +232,13 @@ const (
 //     after a quiet spell. Without the headers, the local Budget's own even
 //     pace applies; it is always an upper bound.
 //   - Calls with Priority are not held to the even pace: they go as soon
-//     as the account has a call left, by the headers' view, the local
-//     Budget's hard window (Calls per Per) and a 971 block. Others go at
-//     most at (1 - Budget.Reserve) of the pace, and never take the window's
-//     last calls (at least one), so completions find a call when new work
-//     is being turned away.
+//     as the account has a call left, by the headers' view (this process's
+//     share of it, while others spend), the local Budget's hard window
+//     (Calls per Per) and a 971 block. Others go at most at
+//     (1 - Budget.Reserve) of the pace, and never take the window's last
+//     calls (Budget.Kept, and as many for each other process while others
+//     spend), so completions find a call when new work is being turned
+//     away.
 //   - After an HTTP 429 with code 971, nothing is sent until the block ends.
 //
 // Clients given the same Account (Config.Account) share all of this, as
@@ -539,6 +541,29 @@ func (a *Account) share() float64 {
 	return max(a.ours/(a.ours+a.others), minShare)
 }
 
+// ourShare is this process's share of n of the account's calls left: all
+// of them while nobody else is seen to spend, else its share of what the
+// account spends (see share), rounded down.
+func (a *Account) ourShare(n int) int {
+	if a.others <= 0 {
+		return n
+	}
+	return int(float64(n) * a.share())
+}
+
+// accountFloor is the calls of the account's window that work without
+// Priority leaves: the Budget.Kept calls of this process's Priority work,
+// and while others spend, as many for each other process spending as much:
+// Kept / share. This process's share of them is then Kept again (see
+// ourShare).
+func (a *Account) accountFloor() int {
+	k := a.reserveFloor()
+	if a.others <= 0 {
+		return k
+	}
+	return int(math.Ceil(float64(k) / a.share()))
+}
+
 // estimate is the calls this process believes the account has left now:
 // the headers' r, less this process's calls since, less what others are
 // expected to have spent since and to spend while a call is in flight; and
@@ -555,21 +580,23 @@ func (a *Account) estimate(now time.Time) int {
 
 // accountSlot is when the account's pace lets a call of class c go. The
 // account's burst is shared like its pace: this process bursts its share
-// of it. Priority work is not held to the pace: it goes while the account
-// has a call left before the reset.
+// of it. Priority work is not held to the pace: it goes while this
+// process's share of the calls left before the reset holds one (see
+// ourShare), so that the Priority work of several processes seeing the
+// same headers does not overrun the account (a 971). Work without
+// Priority leaves enough of them for it (see accountFloor).
 func (a *Account) accountSlot(now time.Time, c class) time.Time {
 	if c == priority {
-		if a.fresh(now) && a.estimate(now) <= 0 {
-			return a.view.end() // nothing left before the reset
+		// Calls in flight are this process's own since the headers, which
+		// other processes cannot know of yet: they count against its share.
+		if a.fresh(now) && a.ourShare(a.estimate(now)+a.inflight) <= a.inflight {
+			return a.view.end() // nothing left to this process before the reset
 		}
 		return now
 	}
 	burst := max(1, int(math.Round(float64(a.classBurst(c))*a.share())))
 	if a.fresh(now) {
-		left := a.estimate(now)
-		if c == normal {
-			left -= a.reserveFloor()
-		}
+		left := a.estimate(now) - a.accountFloor()
 		if left <= 0 {
 			return a.view.end() // nothing left before the reset
 		}

@@ -100,8 +100,10 @@
 //     the headers are absent (d1local without a budget sends none).
 //   - Calls made with Priority (completions, heartbeats, releases) are not
 //     held to the even pace: they go while the account has a call left, by
-//     the headers' remaining calls, the local Budget's Calls per Per and a
-//     971 block. Others go at most at (1 - Budget.Reserve) of the pace, so
+//     the headers' remaining calls (this process's share of them while
+//     other clients spend, so that several replicas' completions do not
+//     overrun the account), the local Budget's Calls per Per and a 971
+//     block. Others go at most at (1 - Budget.Reserve) of the pace, so
 //     new work is turned away first, and never take the last Budget.Kept()
 //     calls of a window (at least one): a completion always finds a call,
 //     whatever the Budget. There is always a reserve: WithReserve accepts

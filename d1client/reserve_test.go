@@ -138,3 +138,38 @@ func TestEveryBudgetKeepsACallForPriority(t *testing.T) {
 		})
 	}
 }
+
+// While other processes spend the account's calls, Priority work takes
+// only this process's share of the calls left (its calls in flight,
+// which the others cannot know of yet, counted against it), so that
+// several processes' completions seeing the same headers do not overrun
+// the account; work without Priority leaves Kept calls for each.
+func TestPriorityTakesItsShareOfTheLastCalls(t *testing.T) {
+	a, clk := fakeAccount(t, UnlimitedBudget())
+	a.take(clk.Now(), normal)
+	a.answered(rateHeaders(10, 60, 1200, 300))
+	a.mu.Lock()
+	a.ours, a.others = 1, 2 // this process spends a third of the account's calls
+	a.mu.Unlock()
+	// 10 left, less one that others may have in flight: a third of 9.
+	n := 0
+	for ; n < 10; n++ {
+		if at, _ := a.nextSlot(priority); !at.Equal(clk.Now()) {
+			break
+		}
+		a.take(clk.Now(), priority)
+	}
+	if n != 3 {
+		t.Errorf("priority work took %d calls; want 3, a third of the 9 left", n)
+	}
+	if at, _ := a.nextSlot(normal); !at.Equal(a.State().Reset.Add(resetMargin)) {
+		t.Errorf("new work may go in %v; want the reset", at.Sub(clk.Now()))
+	}
+	// Answered, the calls are the headers' again: a third of what is left.
+	for range 3 {
+		a.answered(nil)
+	}
+	if at, _ := a.nextSlot(priority); !at.Equal(clk.Now()) {
+		t.Errorf("with its calls answered, priority work waits %v", at.Sub(clk.Now()))
+	}
+}
