@@ -163,14 +163,15 @@ type flight struct {
 
 // pendingGroup is one caller's statements waiting for, or riding in, a call.
 type pendingGroup struct {
-	wire    []wireStatement
-	class   class
-	size    int
-	taken   bool // drained into a call; the caller can no longer withdraw it
-	done    chan struct{}
-	results []Result
-	err     *Error
-	shared  int // statements of the call that carried it
+	wire     []wireStatement
+	class    class
+	deadline time.Time // the caller's context's; zero: none
+	size     int
+	taken    bool // drained into a call; the caller can no longer withdraw it
+	done     chan struct{}
+	results  []Result
+	err      *Error
+	shared   int // statements of the call that carried it
 }
 
 func newBatcher(c *Client, cfg CoalesceConfig, clk clock) *batcher {
@@ -195,18 +196,26 @@ const batchOverhead = len(`{"batch":[]}`) - 1
 // when none did).
 func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl class) ([]Result, int, *Error) {
 	if err := ctx.Err(); err != nil {
-		return nil, 0, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error()}
+		return nil, 0, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error(), notSent: true}
 	}
 	if e := b.c.account.blocked(); e != nil {
 		return nil, 0, e
 	}
 	g := &pendingGroup{wire: wire, class: cl, size: groupSize(wire), done: make(chan struct{})}
-	b.mu.Lock()
 	if dl, ok := ctx.Deadline(); ok {
-		// The call that would carry these statements cannot leave before the
-		// deadline: say so now, with when it could.
+		g.deadline = dl
+		// Less than a round trip is left: the call could not come back in
+		// time.
+		if left, rtt := time.Until(dl), b.c.account.roundTrip(); left < rtt {
+			return nil, 0, tooLate(left, rtt)
+		}
+	}
+	b.mu.Lock()
+	if !g.deadline.IsZero() {
+		// The call that would carry these statements cannot leave, and come
+		// back, before the deadline: say so now, with when it could leave.
 		if at, why := b.departure(g); why != notWaiting {
-			if wait := at.Sub(b.clk.Now()); time.Until(dl) < wait {
+			if wait := at.Sub(b.clk.Now()); time.Until(g.deadline) < wait+b.c.account.roundTrip() {
 				b.mu.Unlock()
 				if why == waitBlock {
 					return nil, 0, blockedError(at, wait)
@@ -266,7 +275,7 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl class) ([
 		e.Err = ctx.Err()
 		return nil, 0, e
 	}
-	return nil, 0, &Error{kind: kindTransport, Err: ctx.Err(), Message: "not sent: " + ctx.Err().Error() + " while queued for group commit"}
+	return nil, 0, &Error{kind: kindTransport, Err: ctx.Err(), Message: "not sent: " + ctx.Err().Error() + " while queued for group commit", notSent: true}
 }
 
 // departure estimates when the call carrying g would leave, were it queued
@@ -706,6 +715,7 @@ func (b *batcher) fly(ctx context.Context) (deliver func(), next linger, on bool
 func (b *batcher) awaitDeparture(lg *linger) bool {
 	var budgetSince time.Time // when the budget first had no call for it
 	for {
+		b.dropLate()
 		now := b.clk.Now()
 		lingering, wake := b.lingering(lg, now)
 		if b.stmts == 0 && !lingering {
@@ -745,6 +755,30 @@ func (b *batcher) awaitDeparture(lg *linger) bool {
 			stop()
 		}
 		b.mu.Lock()
+	}
+}
+
+// dropLate fails, with b.mu held, the queued groups with less than a round
+// trip left before their deadline: the call would be cut off on its way
+// back, their outcome unknown. Nothing of them was sent.
+func (b *batcher) dropLate() {
+	rtt := b.c.account.roundTrip()
+	if rtt == 0 {
+		return
+	}
+	for c := range b.queue {
+		for i := 0; i < len(b.queue[c]); {
+			g := b.queue[c][i]
+			left := time.Until(g.deadline)
+			if g.deadline.IsZero() || left >= rtt {
+				i++
+				continue
+			}
+			b.withdraw(g) // the queue shrinks: i is the next group
+			g.taken = true
+			g.err = tooLate(left, rtt)
+			close(g.done)
+		}
 	}
 }
 

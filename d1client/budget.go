@@ -264,7 +264,7 @@ type Account struct {
 	ours    float64       // and this process
 	replies int64         // answers received
 	sentAt  []time.Time   // send times of the calls in flight, oldest first
-	rtt     time.Duration // smoothed time from a call's send to its answer
+	rtt     time.Duration // smoothed time from a call's send to its answer; see roundTrip
 
 	blockedUntil time.Time
 	changed      chan struct{} // closed, and replaced, when the view changes
@@ -654,11 +654,20 @@ func (a *Account) tryTake(c class) (ok bool, at time.Time, why waitReason, chang
 // acquire takes a call of class c, waiting for it as long as the context
 // allows, and returns how long it waited (zero when it took one at once or
 // took none). It gives up at once, with an ErrBudget error that says when a
-// call may go, when it is clear the context's deadline comes first; during
-// a 971 block it gives up at once with ErrRateLimited.
+// call may go, when it is clear the call could not go and come back (a
+// round trip, see roundTrip) before the context's deadline; during a 971
+// block it gives up at once with ErrRateLimited. It takes no call when less
+// than a round trip is left before the deadline (tooLate).
 func (a *Account) acquire(ctx context.Context, c class) (time.Duration, *Error) {
 	var since time.Time // when it started waiting
+	dl, hasDeadline := ctx.Deadline()
 	for {
+		rtt := a.roundTrip()
+		if hasDeadline {
+			if left := time.Until(dl); left < rtt {
+				return 0, tooLate(left, rtt)
+			}
+		}
 		ok, at, why, changed := a.tryTake(c)
 		if ok {
 			if since.IsZero() {
@@ -671,7 +680,8 @@ func (a *Account) acquire(ctx context.Context, c class) (time.Duration, *Error) 
 		if why == waitBlock {
 			return 0, blockedError(at, wait)
 		}
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+		if hasDeadline && time.Until(dl) < wait+rtt {
+			// The call could not go, and finish, before the deadline.
 			return 0, a.exhausted(wait)
 		}
 		if since.IsZero() {
@@ -689,6 +699,25 @@ func (a *Account) acquire(ctx context.Context, c class) (time.Duration, *Error) 
 			stop()
 		}
 	}
+}
+
+// roundTrip is the expected time from a call's send to its answer: the
+// smoothed round trip of the answers so far; zero before the first. A call
+// is not sent with less than that left before its context's deadline: it
+// would be cut off on its way back, its outcome unknown (see tooLate).
+func (a *Account) roundTrip() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.rtt
+}
+
+// tooLate is the error of a call not sent because only left, less than a
+// round trip of rtt, remained before its context's deadline. Nothing was
+// sent, so it is not ambiguous; it matches context.DeadlineExceeded.
+func tooLate(left, rtt time.Duration) *Error {
+	return &Error{kind: kindTransport, Err: context.DeadlineExceeded, notSent: true,
+		Message: fmt.Sprintf("not sent: %s left before the context's deadline, less than a round trip (%s): the call could not finish in time",
+			max(left, 0).Round(time.Millisecond), rtt.Round(time.Millisecond))}
 }
 
 // nextSlot returns when a call of class c could be sent, and what it
@@ -745,13 +774,13 @@ func (a *Account) plan(c class, n int) (time.Time, waitReason) {
 }
 
 func (a *Account) exhausted(wait time.Duration) *Error {
-	return &Error{kind: kindBudget, RetryAfter: wait,
+	return &Error{kind: kindBudget, RetryAfter: wait, notSent: true,
 		Message: fmt.Sprintf("not sent: the request budget (%s) has no call for it; one may go in %s", a.budget, wait.Round(time.Millisecond))}
 }
 
 func blockedError(until time.Time, wait time.Duration) *Error {
 	return &Error{kind: kindRateLimited, StatusCode: http.StatusTooManyRequests, Codes: []int{971},
-		RetryAfter: wait, BlockedUntil: until,
+		RetryAfter: wait, BlockedUntil: until, notSent: true,
 		Message: "not sent: Cloudflare's global API rate limit blocks this account until " + until.UTC().Format(time.RFC3339)}
 }
 
@@ -801,9 +830,13 @@ func (a *Account) answered(h http.Header) {
 		// Answers mostly come in the order of the calls: close enough.
 		d := now.Sub(a.sentAt[0])
 		a.sentAt = a.sentAt[1:]
-		if a.rtt == 0 {
+		// Only an answer measures a round trip: a call that got none (its
+		// attempt timed out, its caller gave up) says nothing of it.
+		switch {
+		case h == nil:
+		case a.rtt == 0:
 			a.rtt = d
-		} else {
+		default:
 			a.rtt += (d - a.rtt) / 8
 		}
 	}

@@ -341,9 +341,10 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 		if err.kind == kindBudget {
 			c.tel.shed(cl)
 		}
-		if last != nil && ctx.Err() != nil && !err.Ambiguous {
-			// The deadline ended the retries before this attempt was sent:
-			// the previous attempt's failure is the one worth reporting.
+		if last != nil && !err.Ambiguous && (ctx.Err() != nil || err.notSent && last.Ambiguous) {
+			// The deadline (or the budget) ended the retries before this
+			// attempt was sent: the previous attempt's failure is the one
+			// worth reporting, above all when it may have committed.
 			c.stats.failures.Add(1)
 			c.tel.operation(op, last.kind, time.Since(start))
 			return nil, last
@@ -417,7 +418,7 @@ func appendBatch(dst []byte, wire []wireStatement) []byte {
 // cl from the budget (honouring a 971 block), sends, and decodes.
 func (c *Client) call(ctx context.Context, wire []wireStatement, cl class) ([]Result, *Error) {
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error()}
+		return nil, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error(), notSent: true}
 	}
 	waited, e := c.account.acquire(ctx, cl)
 	if waited > 0 {

@@ -81,6 +81,14 @@
 // during a 971 block. No retry starts that could not finish before the
 // context's deadline.
 //
+// No call is sent, alone or in a shared batch, with less than a round trip
+// left before its context's deadline (the Account's smoothed time from a
+// call's send to its answer): cut off on its way back, a write's outcome
+// would be unknown. Such a call fails at once with ErrTransport, matching
+// context.DeadlineExceeded, not Ambiguous, its message saying it was not
+// sent. When an earlier attempt of the call may have committed, that
+// attempt's error is returned instead.
+//
 // # The API budget
 //
 // Cloudflare allows 1200 API calls per 5 minutes per user, across every
@@ -109,8 +117,9 @@
 //     whatever the Budget. There is always a reserve: WithReserve accepts
 //     0.01 to 0.9, and NewBudget at least 2 calls.
 //   - A call waits for its slot as long as its context allows; one whose
-//     deadline comes first fails at once with ErrBudget, its RetryAfter
-//     saying when a call could go. Nothing is sent during a 971 block.
+//     deadline comes first, or less than a round trip after the slot,
+//     fails at once with ErrBudget, its RetryAfter saying when a call
+//     could go. Nothing is sent during a 971 block.
 //
 // Account.State shows the budget as last seen. Clients of several
 // databases on one account should share one Account (Config.Account).

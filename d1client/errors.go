@@ -66,7 +66,10 @@ var (
 	// statements were sent. A write may have committed.
 	ErrResultCount = errors.New("d1: result count does not match statement count")
 	// ErrTransport: no HTTP response arrived (connection refused or lost, a
-	// timeout). Error.Ambiguous says whether the request may have reached D1.
+	// timeout), or the call was not sent because its context was done or
+	// had less than a round trip left (then the error also matches the
+	// context's error, context.DeadlineExceeded for the latter).
+	// Error.Ambiguous says whether the request may have reached D1.
 	ErrTransport = errors.New("d1: transport error")
 	// ErrInvalid: refused before anything was sent: a bad Config, too many
 	// parameters, SQL too long or holding several statements, an
@@ -75,8 +78,9 @@ var (
 	// ErrRejected: any other HTTP 4xx (a malformed request).
 	ErrRejected = errors.New("d1: request rejected")
 	// ErrBudget: the API budget (see Account) had no call for the
-	// statements before the context's deadline. Nothing was sent;
-	// Error.RetryAfter says when a call could go.
+	// statements early enough to come back (a round trip) before the
+	// context's deadline. Nothing was sent; Error.RetryAfter says when a
+	// call could go.
 	ErrBudget = errors.New("d1: request budget exhausted")
 )
 
@@ -139,6 +143,9 @@ type Error struct {
 	// statement with a constraint violation: it is read from the message
 	// as D1 sent it, before the token is redacted from it.
 	violation bool
+	// notSent marks an error raised before the call was sent: the budget,
+	// a 971 block, a deadline too close. No retry follows it.
+	notSent bool
 	// siblingAbort marks an SQL error of a shared (coalesced) call, whose
 	// statements must each be sent again alone.
 	siblingAbort bool

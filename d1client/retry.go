@@ -97,6 +97,9 @@ func (p RetryPolicy) backoff(attempt int) time.Duration {
 // retryDelay decides whether the failed attempt is retried and after how
 // long. safe says whether the call may be repeated even if it was delivered.
 func (c *Client) retryDelay(ctx context.Context, e *Error, attempt int, safe, untilDeadline bool) (time.Duration, bool) {
+	if e.notSent {
+		return 0, false // what stopped it (the budget, the deadline) stands
+	}
 	switch e.kind {
 	case kindOverloaded, kindTransient, kindNonJSON, kindTransport:
 		if !safe && e.Ambiguous {
@@ -119,7 +122,7 @@ func (c *Client) retryDelay(ctx context.Context, e *Error, attempt int, safe, un
 		}
 		delay = max(delay, e.RetryAfter)
 	}
-	if hasDeadline && time.Until(deadline) <= delay {
+	if hasDeadline && time.Until(deadline) <= delay+c.account.roundTrip() {
 		return 0, false // the deadline wins: no attempt could finish in time
 	}
 	return delay, true
