@@ -110,7 +110,8 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
-// ConfigError is an invalid field of Config or Options.
+// ConfigError is an invalid field of Config, or of the options of a
+// transport built on the ledger (idemhttp.Options).
 type ConfigError struct {
 	Field string // "Config.TTL", "Options.Timeout", ...
 	Value string // the value given, formatted

@@ -123,8 +123,11 @@ func (ls *lease) stop() {
 
 // Hold runs fn under a context that keeps r's lease alive with heartbeats
 // and is cancelled, with cause ErrLeaseLost or ErrMaxLease, when the lease
-// is lost. It is the middleware's lease, for callers that use Begin and
-// Complete directly. It returns fn's error.
+// is lost. Run the mutation of an Execute decision under it, between Begin
+// and Complete. When fn returns, or panics, the heartbeat has stopped and
+// fn's context is cancelled before Hold returns or the panic goes on (Hold
+// does not recover it): no renewal races the completion or a release. It
+// returns fn's error.
 func (l *Ledger) Hold(ctx context.Context, r *Reservation, fn func(ctx context.Context) error) error {
 	ls := l.hold(ctx, r)
 	defer ls.stop()

@@ -136,6 +136,41 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 	}
 }
 
+// A panic in fn leaves Hold with the heartbeat stopped and fn's context
+// cancelled (no renewal can race the release that follows), and goes on
+// to Hold's caller.
+func TestHoldStopsOnPanic(t *testing.T) {
+	l := newLedger(t, d1test.Local(t).NewClientSchema(t), idem.Config{})
+	beats := newManualBeats(l)
+	r := begin(t, l, "p", "panics", "fp").Reservation
+	var fnCtx context.Context
+	func() {
+		defer func() {
+			if v := recover(); v != "boom" {
+				t.Errorf("recovered %v, want the handler's panic", v)
+			}
+		}()
+		_ = l.Hold(bg, r, func(ctx context.Context) error {
+			fnCtx = ctx
+			if b := beats.beat(t, beats.ticker(t)); !b.renewed {
+				t.Errorf("renewal: %+v", b)
+			}
+			panic("boom")
+		})
+	}()
+	if fnCtx.Err() == nil {
+		t.Fatal("fn's context is still live after the panic: the heartbeat was not stopped")
+	}
+	if cause := context.Cause(fnCtx); cause != context.Canceled {
+		t.Errorf("cause = %v, want the plain cancellation of a stopped lease", cause)
+	}
+	select {
+	case b := <-beats.beats:
+		t.Errorf("a renewal after the panic: %+v", b)
+	default:
+	}
+}
+
 // A handler that runs past MaxLease is cancelled with ErrMaxLease, and its
 // reservation, no longer renewed, can then be taken over.
 func TestMaxLeaseBoundsRunawayHandlers(t *testing.T) {

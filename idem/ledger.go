@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,8 +100,14 @@ func (l *Ledger) log() *slog.Logger {
 	return slog.Default()
 }
 
-// Config returns the ledger's configuration with defaults filled in.
-func (l *Ledger) Config() Config { return l.cfg }
+// Config returns the ledger's configuration with defaults filled in. Its
+// header lists are copies: changing them does not change the ledger.
+func (l *Ledger) Config() Config {
+	c := l.cfg
+	c.FingerprintHeaders = slices.Clone(c.FingerprintHeaders)
+	c.ReplayableHeaders = slices.Clone(c.ReplayableHeaders)
+	return c
+}
 
 // Outcome is the decision Begin reaches for a request.
 type Outcome int
@@ -395,9 +402,13 @@ type Completion struct {
 	// Complete), with only the replayable headers in that case. A 204, 205 or
 	// 304 carries no body.
 	Response Response
-	// sentinel: Response is the spec's sentinel, stored in place of a
-	// response a replay could not reproduce.
-	sentinel bool
+	// Sentinel reports whether Response is the spec's sentinel, status 500
+	// with no body, stored in place of a response a replay could not
+	// reproduce (see Complete). Response.Header then holds only the stored
+	// replayable headers, which a transport should send in place of the
+	// handler's own, as a replay will; a handler's own 500 is not the
+	// sentinel.
+	Sentinel bool
 }
 
 // Complete runs round trip 2: the fenced completion, which stores the
@@ -448,7 +459,7 @@ func (l *Ledger) prepare(r *Reservation, resp Response) completionWrite {
 	return completionWrite{
 		stmt:   l.sql.complete(r, stored.Status, body, headersJSON, l.now()),
 		status: stored.Status, body: body, headers: headersJSON,
-		done: Completion{Response: stored, sentinel: body == nil},
+		done: Completion{Response: stored, Sentinel: body == nil},
 	}
 }
 
@@ -619,16 +630,24 @@ func (l *Ledger) fencedOut(ctx context.Context, r *Reservation, what string) {
 		append(logAttrs(r), slog.String("write", what))...)
 }
 
-// logAttrs identifies a reservation in logs without its principal or full
-// key.
-func logAttrs(r *Reservation) []slog.Attr {
-	return []slog.Attr{
+// LogValue identifies the reservation in logs without its principal or its
+// full key: the principal's short SHA-256 digest (principal_sha256), the
+// key's first characters (key) and its digest (key_sha256), and the
+// generation. The digests are the first 12 hex digits of the SHA-256.
+// Logged under an empty key, as slog.Any("", r), or spliced in with
+// r.LogValue().Group(), the attributes sit beside the line's own, as the
+// ledger logs them.
+func (r *Reservation) LogValue() slog.Value {
+	return slog.GroupValue(
 		slog.String("principal_sha256", shortHash(r.Principal)),
 		slog.String("key", truncate(r.Key, logKeyPrefix)),
 		slog.String("key_sha256", shortHash(r.Key)),
 		slog.Int64("generation", r.Generation),
-	}
+	)
 }
+
+// logAttrs identifies a reservation in logs: its LogValue's attributes.
+func logAttrs(r *Reservation) []slog.Attr { return r.LogValue().Group() }
 
 func shortHash(s string) string {
 	sum := sha256.Sum256([]byte(s))

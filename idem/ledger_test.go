@@ -3,6 +3,7 @@ package idem_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -488,6 +489,115 @@ func TestFencedOutIsLogged(t *testing.T) {
 	}
 	if strings.Contains(out, "secret-principal") || strings.Contains(out, "key-0001") {
 		t.Errorf("log carries the principal or the full key: %s", out)
+	}
+}
+
+// A Reservation logs as its principal's digest, its key's first 16
+// characters and the key's digest, and its generation: inline under an
+// empty key, as a group under any other. Never the principal or the full
+// key.
+func TestReservationLogValue(t *testing.T) {
+	l := newLedger(t, d1test.Local(t).NewClientSchema(t), idem.Config{Heartbeat: -1})
+	r := begin(t, l, "secret-principal", "a-very-long-idempotency-key-0001", "fp").Reservation
+	var logs bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&logs, nil))
+	log.Info("inline", slog.Any("", r), slog.String("reason", "test"))
+	log.Info("group", slog.Any("reservation", r))
+	log.LogAttrs(bg, slog.LevelInfo, "spliced", append(r.LogValue().Group(), slog.String("reason", "test"))...)
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("log: %s", logs.String())
+	}
+	want := map[string]any{"principal_sha256": shortSHA256("secret-principal"), "key": "a-very-long-idem…",
+		"key_sha256": shortSHA256("a-very-long-idempotency-key-0001"), "generation": float64(1)}
+	for i, line := range lines {
+		var got map[string]any
+		if err := json.Unmarshal([]byte(line), &got); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			got, _ = got["reservation"].(map[string]any)
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s: %s = %v, want %v", line, k, got[k], v)
+			}
+		}
+	}
+	if out := logs.String(); strings.Contains(out, "secret-principal") || strings.Contains(out, "key-0001") {
+		t.Errorf("log carries the principal or the full key: %s", out)
+	}
+}
+
+// Completion.Sentinel is set when the response stored is the spec's
+// sentinel in place of one a replay could not reproduce, and only then: a
+// handler's own 500 is stored as it is.
+func TestCompletionSentinel(t *testing.T) {
+	l := newLedger(t, d1test.Local(t).NewClientSchema(t), idem.Config{Heartbeat: -1, MaxStoredBody: 8})
+	h := http.Header{"Content-Type": {"text/plain"}, "X-Other": {"x"}}
+	for _, tc := range []struct {
+		name     string
+		resp     idem.Response
+		sentinel bool
+	}{
+		{"created", idem.Response{Status: 201, Header: h, Body: []byte("ok")}, false},
+		{"own 500", idem.Response{Status: 500, Header: h, Body: []byte("failed")}, false},
+		{"body over the cap", idem.Response{Status: 201, Header: h, Body: []byte("123456789")}, true},
+		{"body not UTF-8", idem.Response{Status: 201, Header: h, Body: []byte{0xff}}, true},
+		{"status 799", idem.Response{Status: 799, Header: h, Body: []byte("ok")}, true},
+	} {
+		r := begin(t, l, "p", tc.name, "fp").Reservation
+		c, err := l.Complete(bg, r, tc.resp)
+		if err != nil || !c.Stored || c.Sentinel != tc.sentinel {
+			t.Errorf("%s: %+v, %v; want Sentinel %v", tc.name, c, err, tc.sentinel)
+			continue
+		}
+		if tc.sentinel && (c.Response.Status != 500 || c.Response.Body != nil || c.Response.Header.Get("X-Other") != "" ||
+			c.Response.Header.Get("Content-Type") != "text/plain") {
+			t.Errorf("%s: the sentinel is %+v, want 500, no body, the stored headers only", tc.name, c.Response)
+		}
+	}
+}
+
+// Config returns copies of the header lists: a caller changing them does
+// not change what the ledger fingerprints and replays.
+func TestConfigReturnsACopy(t *testing.T) {
+	l := newLedger(t, d1test.Local(t).NewClient(t), idem.Config{})
+	c := l.Config()
+	c.FingerprintHeaders[0] = "x-changed"
+	c.ReplayableHeaders[0] = "set-cookie"
+	if c := l.Config(); c.FingerprintHeaders[0] != "content-type" || c.ReplayableHeaders[0] != "content-type" {
+		t.Errorf("Config's lists are the ledger's own: %v %v", c.FingerprintHeaders, c.ReplayableHeaders)
+	}
+	if idem.DefaultFingerprintHeaders[0] != "content-type" || idem.DefaultReplayableHeaders[0] != "content-type" {
+		t.Errorf("the defaults changed: %v %v", idem.DefaultFingerprintHeaders, idem.DefaultReplayableHeaders)
+	}
+}
+
+// Remedy names the fix of the ledger failures an operator can fix, through
+// any wrapping, and nothing for the others.
+func TestRemedy(t *testing.T) {
+	sqlErr := func(msg string) error { return fmt.Errorf("idem: claim: %w: %s", d1client.ErrSQL, msg) }
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{sqlErr("no such table: idempotency_keys: SQLITE_ERROR"), "run `d1idem schema apply`"},
+		{sqlErr("table idempotency_keys has no column named x"), ""},
+		{sqlErr("no such column: generation"), "run `d1idem schema verify`"},
+		{fmt.Errorf("wrapped: %w", idem.ErrNoRing), "Admin.InitRing"},
+		{fmt.Errorf("wrapped: %w", idem.ErrRingConflict), "conflicting rings"},
+		{fmt.Errorf("wrapped: %w", idem.ErrHomeMismatch), "same Home IDs"},
+		{fmt.Errorf("wrapped: %w", idem.ErrUnknownHome), "every database of the ring"},
+		{fmt.Errorf("wrapped: %w", d1client.ErrAuth), "check the API token"},
+		{fmt.Errorf("wrapped: %w", d1client.ErrOverloaded), ""},
+		{errors.New("anything else"), ""},
+		{nil, ""},
+	} {
+		got := idem.Remedy(tc.err)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("Remedy(%v) = %q, want %q", tc.err, got, tc.want)
+		}
 	}
 }
 

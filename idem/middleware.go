@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1client"
 )
 
@@ -308,34 +307,10 @@ func (m *middleware) principalInvalid(w http.ResponseWriter, r *http.Request, er
 // when it is known.
 func errAttrs(err error) []slog.Attr {
 	attrs := []slog.Attr{slog.String("error", err.Error())}
-	if fix := remedy(err); fix != "" {
+	if fix := Remedy(err); fix != "" {
 		attrs = append(attrs, slog.String("fix", fix))
 	}
 	return attrs
-}
-
-// remedy returns what an operator should do about a ledger error, when it is
-// known: a missing table, a table that does not match the schema, refused
-// credentials. It returns "" otherwise.
-func remedy(err error) string {
-	msg := err.Error()
-	switch {
-	case errors.Is(err, d1client.ErrSQL) && strings.Contains(msg, "no such table: "+d1idem.Table):
-		return "the ledger table is missing: run `d1idem schema apply` (or apply d1idem.Schema) on this database"
-	case errors.Is(err, d1client.ErrSQL) && strings.Contains(msg, "no such column"):
-		return "the ledger table does not match the schema: run `d1idem schema verify`"
-	case errors.Is(err, ErrNoRing):
-		return "no ring is recorded in the sharded ledger's databases: record one with Admin.InitRing (docs/sharding.md)"
-	case errors.Is(err, ErrRingConflict):
-		return "the sharded ledger's databases hold conflicting rings; it serves nothing until they agree: see 'd1idem ring status' and docs/sharding.md"
-	case errors.Is(err, ErrHomeMismatch):
-		return "a database is given to this replica under another home ID than it recorded: give every replica the same Home IDs for the same databases (docs/sharding.md)"
-	case errors.Is(err, ErrUnknownHome):
-		return "the ring routes this principal to a database this replica has no Home for: give every replica every database of the ring (docs/sharding.md)"
-	case errors.Is(err, d1client.ErrAuth):
-		return "D1 refused the request: check the API token (it needs D1 edit permission), the account ID and the database ID"
-	}
-	return ""
 }
 
 func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, rt *requestTrace) {
@@ -426,7 +401,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		m.answerFromLedger(w, r, res)
 		return
 	}
-	if done.sentinel {
+	if done.Sentinel {
 		// The spec's sentinel: the response could not be stored, so this
 		// caller gets status 500 with the stored headers and no body, as a
 		// replay will (even when the handler's own status was 500).
