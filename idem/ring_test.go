@@ -136,8 +136,8 @@ func TestRingDigest(t *testing.T) {
 	if a.Epoch() != b.Epoch() || a.digest() == b.digest() {
 		t.Fatalf("two rings of one epoch share the digest %s", a.digest())
 	}
-	if len(a.digest()) != 64 || a.digest() != a.digest() {
-		t.Fatalf("digest %q", a.digest())
+	if d := a.digest(); len(d) != 64 || a.digest() != d {
+		t.Fatalf("digest %q is not 64 hex digits, or not the same twice", d)
 	}
 	if _, err := decodeRing(a.Epoch(), b.digest(), a.encode()); err == nil || !strings.Contains(err.Error(), "fingerprint") {
 		t.Errorf("a ring row under another ring's digest: %v", err)
