@@ -19,6 +19,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 	"github.com/d1idem/d1idem/internal/d1test"
 	"github.com/d1idem/d1idem/internal/specseq"
 )
@@ -340,7 +341,7 @@ func BenchmarkMiddlewareOverhead(b *testing.B) {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte(`{"id":"ord_1","status":"created"}`))
 	})
-	guarded := idem.MustMiddleware(ledger, idem.Options{Principal: func(*http.Request) (string, error) { return "acct", nil }})(handler)
+	guarded := idemhttp.Must(ledger, idemhttp.Options{Principal: func(*http.Request) (string, error) { return "acct", nil }})(handler)
 	serve := func(b *testing.B, h http.Handler, key func(i int) string) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {

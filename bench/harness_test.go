@@ -21,6 +21,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 	"github.com/d1idem/d1idem/internal/d1test"
 )
 
@@ -289,9 +290,9 @@ func newAppOn(db *d1client.Client) (*app, http.Handler, error) {
 		a.executed.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, `{"id":%q,"status":"created"}`, r.Header.Get(idem.HeaderKey))
+		fmt.Fprintf(w, `{"id":%q,"status":"created"}`, r.Header.Get(idemhttp.HeaderKey))
 	})
-	mw := idem.MustMiddleware(l, idem.Options{Principal: func(r *http.Request) (string, error) {
+	mw := idemhttp.Must(l, idemhttp.Options{Principal: func(r *http.Request) (string, error) {
 		return r.Header.Get("X-Principal"), nil
 	}})
 	mux := http.NewServeMux()
@@ -352,7 +353,7 @@ func openLoop(hc *http.Client, targets []string, rate float64, d time.Duration, 
 				res.answered++
 				res.perTarget[target]++
 				res.latencies = append(res.latencies, took)
-			case outcome == "503 "+idem.CodeBudgetExhausted:
+			case outcome == "503 "+idemhttp.CodeBudgetExhausted:
 				res.budget++
 				if since := at.Sub(start); res.firstBudget < 0 || since < res.firstBudget {
 					res.firstBudget = since
@@ -379,7 +380,7 @@ func post(hc *http.Client, target, key, principal string) (string, bool) {
 		return "request: " + err.Error(), false
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(idem.HeaderKey, key)
+	req.Header.Set(idemhttp.HeaderKey, key)
 	req.Header.Set("X-Principal", principal)
 	res, err := hc.Do(req)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 	"github.com/d1idem/d1idem/internal/d1test"
 )
 
@@ -54,7 +55,7 @@ func guardedService(b *testing.B, mp metric.MeterProvider, tp trace.TracerProvid
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte(`{"id":"ord_1","status":"created"}`))
 	})
-	return idem.MustMiddleware(ledger, idem.Options{Principal: func(*http.Request) (string, error) { return "acct", nil }})(handler)
+	return idemhttp.Must(ledger, idemhttp.Options{Principal: func(*http.Request) (string, error) { return "acct", nil }})(handler)
 }
 
 // spanCounter is a span processor that counts the spans ended: the SDK

@@ -17,11 +17,12 @@ import (
 	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 	"github.com/d1idem/d1idem/internal/d1test"
 )
 
 // bizInsert is the business statement the operator lists in
-// BRIDGE_ALLOWED_STATEMENTS, as idem.Tx would send it.
+// BRIDGE_ALLOWED_STATEMENTS, as idemhttp.Tx would send it.
 const bizInsert = "INSERT INTO business (principal, key, note) VALUES (?, ?, ?)"
 
 // ledgerOnly starts a ledger-only bridge that also accepts bizInsert.
@@ -202,8 +203,8 @@ VALUES ('acct', 'old', 'fp', 'completed', 1, ?, ?)`, old, old); err != nil {
 				}
 			}
 
-			// The middleware end to end, the handler's write through idem.Tx.
-			mw, err := idem.NewMiddleware(l, idem.Options{Principal: func(r *http.Request) (string, error) {
+			// The middleware end to end, the handler's write through idemhttp.Tx.
+			mw, err := idemhttp.New(l, idemhttp.Options{Principal: func(r *http.Request) (string, error) {
 				if p := r.Header.Get("X-Principal"); p != "" {
 					return p, nil
 				}
@@ -215,8 +216,8 @@ VALUES ('acct', 'old', 'fp', 'completed', 1, ?, ?)`, old, old); err != nil {
 			var runs int
 			srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				runs++
-				tx, _ := idem.TxFromContext(r.Context())
-				tx.Add(d1client.Statement{SQL: bizInsert, Params: []any{r.Header.Get("X-Principal"), r.Header.Get(idem.HeaderKey), "from the middleware"}})
+				tx, _ := idemhttp.TxFromContext(r.Context())
+				tx.Add(d1client.Statement{SQL: bizInsert, Params: []any{r.Header.Get("X-Principal"), r.Header.Get(idemhttp.HeaderKey), "from the middleware"}})
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusCreated)
 				fmt.Fprint(w, `{"order":"created"}`)
@@ -225,7 +226,7 @@ VALUES ('acct', 'old', 'fp', 'completed', 1, ?, ?)`, old, old); err != nil {
 			for i := range 2 {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/orders", strings.NewReader(`{"sku":"a"}`))
 				req.Header.Set("X-Principal", "acct")
-				req.Header.Set(idem.HeaderKey, "order-1")
+				req.Header.Set(idemhttp.HeaderKey, "order-1")
 				req.Header.Set("Content-Type", "application/json")
 				res, err := http.DefaultClient.Do(req)
 				if err != nil {
@@ -233,7 +234,7 @@ VALUES ('acct', 'old', 'fp', 'completed', 1, ?, ?)`, old, old); err != nil {
 				}
 				body, _ := io.ReadAll(res.Body)
 				res.Body.Close()
-				replayed := res.Header.Get(idem.HeaderReplayed) == "true"
+				replayed := res.Header.Get(idemhttp.HeaderReplayed) == "true"
 				if res.StatusCode != http.StatusCreated || string(body) != `{"order":"created"}` || replayed != (i == 1) {
 					t.Fatalf("request %d: %d %q replayed=%v", i+1, res.StatusCode, body, replayed)
 				}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 	"github.com/d1idem/d1idem/internal/d1test"
 )
 
@@ -36,7 +37,7 @@ func interopPost(t *testing.T, url, principal, key, body string, header map[stri
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(idem.HeaderKey, key)
+	req.Header.Set(idemhttp.HeaderKey, key)
 	req.Header.Set("X-Spec-Principal", principal)
 	for k, v := range header {
 		req.Header.Set(k, v)
@@ -47,7 +48,7 @@ func interopPost(t *testing.T, url, principal, key, body string, header map[stri
 	}
 	defer res.Body.Close()
 	data, _ := io.ReadAll(res.Body)
-	return interopAnswer{res.StatusCode, string(data), res.Header.Get("Content-Type"), res.Header.Get("Location"), res.Header.Get(idem.HeaderReplayed) == "true"}
+	return interopAnswer{res.StatusCode, string(data), res.Header.Get("Content-Type"), res.Header.Get("Location"), res.Header.Get(idemhttp.HeaderReplayed) == "true"}
 }
 
 // TestSpecWorkerSharesLedgerThroughBridge: a Worker running the spec's
@@ -67,7 +68,7 @@ func TestSpecWorkerSharesLedgerThroughBridge(t *testing.T) {
 		t.Fatal(err)
 	}
 	var goRuns atomic.Int64
-	mw, err := idem.NewMiddleware(l, idem.Options{Principal: func(r *http.Request) (string, error) {
+	mw, err := idemhttp.New(l, idemhttp.Options{Principal: func(r *http.Request) (string, error) {
 		return r.Header.Get("X-Spec-Principal"), nil
 	}})
 	if err != nil {
@@ -103,7 +104,7 @@ func TestSpecWorkerSharesLedgerThroughBridge(t *testing.T) {
 			t.Errorf("Go executed the Worker's request again (replayed=%v)", again.Replayed)
 		}
 		reused := interopPost(t, goSrv.URL, "acct", "w-1", `{"sku":"b"}`, nil)
-		if reused.Status != http.StatusConflict || !strings.Contains(reused.Body, idem.CodeKeyReused) {
+		if reused.Status != http.StatusConflict || !strings.Contains(reused.Body, idemhttp.CodeKeyReused) {
 			t.Errorf("Go on a reused key: %+v", reused)
 		}
 	})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 )
 
 // reqRec is one HTTP request of the randomized run, as its client saw it.
@@ -34,7 +35,7 @@ func (r reqRec) final() bool {
 		return false
 	}
 	if r.Status == http.StatusConflict {
-		return r.Code != idem.CodeKeyInProgress && r.Code != idem.CodeKeyRetry
+		return r.Code != idemhttp.CodeKeyInProgress && r.Code != idemhttp.CodeKeyRetry
 	}
 	return true
 }
@@ -87,7 +88,7 @@ type observations struct {
 	Start       int64 // D1 time of the run's start, ms
 	Skew        int64 // how far Start may be off, ms
 	// Transactional is true when the handler's business write goes through
-	// idem.Tx: a non-replayed 201 from an owner whose completion was not
+	// idemhttp.Tx: a non-replayed 201 from an owner whose completion was not
 	// stored then describes a write that never happened, and is a violation.
 	Transactional bool
 	// Window is how long after a generation is granted its owner may still
@@ -128,7 +129,7 @@ type checkResult struct {
 	// Superseded counts non-replayed answers whose execution's response is
 	// not a stored one (an old owner of a takeover): the spec admits them
 	// for a plain completion ("we still answer THIS caller"); a 201 among
-	// them under idem.Tx is a violation, since the write it describes was
+	// them under idemhttp.Tx is a violation, since the write it describes was
 	// aborted with its batch (see
 	// TestRegressionFencedOutTxOwnerAnswersUncommittedWrite).
 	Superseded []reqRec
@@ -342,15 +343,15 @@ func check(o *observations) checkResult {
 			// Answers: only what the middleware documents, for this workload.
 			switch {
 			case q.Role == "twokeys":
-				if q.Err == "" && (q.Status != http.StatusBadRequest || q.Code != idem.CodeKeyInvalid) {
+				if q.Err == "" && (q.Status != http.StatusBadRequest || q.Code != idemhttp.CodeKeyInvalid) {
 					bad(k, invAnswers, "a request with two Idempotency-Key fields got %s", q)
 				}
 				continue
 			case q.Err != "":
 				continue
 			case q.Status == 201 || q.Status == 422:
-			case q.Status == 409 && (q.Code == idem.CodeKeyInProgress || q.Code == idem.CodeKeyRetry):
-			case q.Status == 503 && (q.Code == idem.CodeLedgerUnavailable || q.Code == idem.CodeBudgetExhausted || q.Code == idem.CodeMutationAbandoned):
+			case q.Status == 409 && (q.Code == idemhttp.CodeKeyInProgress || q.Code == idemhttp.CodeKeyRetry):
+			case q.Status == 503 && (q.Code == idemhttp.CodeLedgerUnavailable || q.Code == idemhttp.CodeBudgetExhausted || q.Code == idemhttp.CodeMutationAbandoned):
 			default:
 				bad(k, invAnswers, "unexpected answer %s", q)
 			}
@@ -697,7 +698,7 @@ func TestCheckerCatchesEachViolation(t *testing.T) {
 			o.Events[1].At = 1_100
 		}, invGeneration},
 		{"undocumented answer", func(o *observations) {
-			o.Requests = append(o.Requests, reqRec{Key: k, Role: "op", Status: 500, Code: idem.CodeRecordUnreadable})
+			o.Requests = append(o.Requests, reqRec{Key: k, Role: "op", Status: 500, Code: idemhttp.CodeRecordUnreadable})
 		}, invAnswers},
 		{"two Idempotency-Key fields accepted", func(o *observations) {
 			o.Requests = append(o.Requests, reqRec{Key: k, Role: "twokeys", Status: 201, Body: body})
@@ -706,7 +707,7 @@ func TestCheckerCatchesEachViolation(t *testing.T) {
 			o.Execs = append(o.Execs, execRec{Key: pk{"acct", "k, k~2"}, Exec: "k, k~2#1A"})
 		}, invAnswers},
 		{"never settled", func(o *observations) {
-			o.Requests = []reqRec{{Key: k, Role: "op", Status: 503, Code: idem.CodeLedgerUnavailable}}
+			o.Requests = []reqRec{{Key: k, Role: "op", Status: 503, Code: idemhttp.CodeLedgerUnavailable}}
 		}, invSettles},
 		{"an echo answered with another caller's value", func(o *observations) {
 			o.Side[0].Result = "e2"

@@ -8,6 +8,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 )
 
 // D1's error answers -- 500/7500 internal, 429/971 rate limit, 429/7500
@@ -37,13 +38,13 @@ func TestD1ErrorsOnBothRoundTrips(t *testing.T) {
 	}{
 		// Round trip 1: Begin is not retried (a claim that may have
 		// committed is never repeated blindly); the middleware fails closed.
-		{"claim/internal500", isClaim, d1local.Fault{Internal: true}, want{503, idem.CodeLedgerUnavailable, 1, 1}},
-		{"claim/internal500+after_commit", isClaim, d1local.Fault{Internal: true, AfterCommit: true}, want{503, idem.CodeLedgerUnavailable, 2, 1}},
-		{"claim/overloaded429", isClaim, d1local.Fault{Overloaded: true}, want{503, idem.CodeLedgerUnavailable, 1, 1}},
-		{"claim/overloaded429+after_commit", isClaim, d1local.Fault{Overloaded: true, AfterCommit: true}, want{503, idem.CodeLedgerUnavailable, 2, 1}},
-		{"claim/badgateway502", isClaim, d1local.Fault{BadGateway: true}, want{503, idem.CodeLedgerUnavailable, 1, 1}},
-		{"claim/badgateway502+after_commit", isClaim, d1local.Fault{BadGateway: true, AfterCommit: true}, want{503, idem.CodeLedgerUnavailable, 2, 1}},
-		{"claim/ratelimit971", isClaim, rateLimit, want{503, idem.CodeBudgetExhausted, 1, 1}},
+		{"claim/internal500", isClaim, d1local.Fault{Internal: true}, want{503, idemhttp.CodeLedgerUnavailable, 1, 1}},
+		{"claim/internal500+after_commit", isClaim, d1local.Fault{Internal: true, AfterCommit: true}, want{503, idemhttp.CodeLedgerUnavailable, 2, 1}},
+		{"claim/overloaded429", isClaim, d1local.Fault{Overloaded: true}, want{503, idemhttp.CodeLedgerUnavailable, 1, 1}},
+		{"claim/overloaded429+after_commit", isClaim, d1local.Fault{Overloaded: true, AfterCommit: true}, want{503, idemhttp.CodeLedgerUnavailable, 2, 1}},
+		{"claim/badgateway502", isClaim, d1local.Fault{BadGateway: true}, want{503, idemhttp.CodeLedgerUnavailable, 1, 1}},
+		{"claim/badgateway502+after_commit", isClaim, d1local.Fault{BadGateway: true, AfterCommit: true}, want{503, idemhttp.CodeLedgerUnavailable, 2, 1}},
+		{"claim/ratelimit971", isClaim, rateLimit, want{503, idemhttp.CodeBudgetExhausted, 1, 1}},
 		// Round trip 2: the fenced completion is retried until it lands;
 		// after an ambiguous failure the retry's guard finds it landed.
 		{"completion/internal500", isCompletion, d1local.Fault{Internal: true}, want{201, "", 1, 1}},
@@ -56,7 +57,7 @@ func TestD1ErrorsOnBothRoundTrips(t *testing.T) {
 		// transactional completion cannot land or be released, the client
 		// is told to retry (nothing committed), and the pending row is taken
 		// over after the TTL by the second execution.
-		{"completion/ratelimit971", isCompletion, rateLimit, want{503, idem.CodeMutationAbandoned, 2, 2}},
+		{"completion/ratelimit971", isCompletion, rateLimit, want{503, idemhttp.CodeMutationAbandoned, 2, 2}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

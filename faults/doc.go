@@ -12,7 +12,7 @@
 //   - D1's 500/7500, 429/971, 429/7500 (overloaded) and HTML 502 on both
 //     round trips, before and after the commit: TestD1ErrorsOnBothRoundTrips.
 //   - A handler that outlives the TTL with heartbeats off is taken over and
-//     fenced out; with idem.Tx (the suite's handler, and the orders API) the
+//     fenced out; with idemhttp.Tx (the suite's handler, and the orders API) the
 //     business write happens once, with a direct write twice (the spec's
 //     admitted hole); with heartbeats on, a slow live owner is never taken
 //     over (on an injected clock the test steps past four TTLs):
@@ -40,7 +40,7 @@
 //     puts each issue-11 finding the run covers back in, from the test side
 //     (mutants_test.go lists how), and the checker must report it, while
 //     the same run without it passes; TestRandomizedCatchesNonTransactionalVariant
-//     does the same for a handler writing outside idem.Tx.
+//     does the same for a handler writing outside idemhttp.Tx.
 //     TestRandomizedFaultsBridge runs it (12 clients x 16 keys) against the
 //     bridge in real workerd D1, the same faults injected by a proxy in
 //     front of it (bridge_test.go).
@@ -66,7 +66,7 @@
 //     pending-to-completed transitions in D1's order.
 //   - No 2xx for a business write that did not commit: every non-replayed
 //     201 names an execution whose completion is stored and whose business
-//     row exists (under idem.Tx an answer from a superseded owner, whose
+//     row exists (under idemhttp.Tx an answer from a superseded owner, whose
 //     write was aborted with its batch, is a violation).
 //   - Byte-identical answers: the owner's own answer and every replay carry
 //     the status, Content-Type, Location and body stored for it; a replay

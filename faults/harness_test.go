@@ -20,6 +20,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 	"github.com/d1idem/d1idem/internal/d1test"
 )
 
@@ -817,7 +818,7 @@ func (w *world) newStack(cfg idem.Config, mk func(db *d1client.Client) http.Hand
 // middleware (outer) and around the handler inside it (inner).
 type stackSpec struct {
 	cfg   idem.Config
-	opts  idem.Options
+	opts  idemhttp.Options
 	mods  []func(*d1client.Config)
 	mk    func(db *d1client.Client) http.Handler
 	outer func(http.Handler) http.Handler
@@ -844,7 +845,7 @@ func (w *world) newStackSpec(sp stackSpec) *stack {
 	if sp.inner != nil {
 		h = sp.inner(h)
 	}
-	var root = idem.MustMiddleware(l, opts)(h)
+	var root = idemhttp.Must(l, opts)(h)
 	if sp.outer != nil {
 		root = sp.outer(root)
 	}
@@ -864,7 +865,7 @@ func bearer(r *http.Request) (string, error) {
 }
 
 // bizHandler is the suite's business handler: it commits one row of the
-// business table through idem.Tx (or, with direct set, with its own D1 call
+// business table through idemhttp.Tx (or, with direct set, with its own D1 call
 // before answering, as the spec's Worker would) and answers 201 with a body
 // and a Location that name this execution.
 type bizHandler struct {
@@ -881,7 +882,7 @@ func (h *bizHandler) runs() int64 { return h.n.Load() }
 func (h *bizHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	exec := fmt.Sprintf("x%d", h.n.Add(1))
 	principal, _ := bearer(r)
-	key := r.Header.Get(idem.HeaderKey)
+	key := r.Header.Get(idemhttp.HeaderKey)
 	if h.before != nil {
 		h.before(r.Context(), exec)
 	}
@@ -893,9 +894,9 @@ func (h *bizHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	} else {
-		tx, ok := idem.TxFromContext(r.Context())
+		tx, ok := idemhttp.TxFromContext(r.Context())
 		if !ok {
-			panic("no idem.Tx in the handler's context")
+			panic("no idemhttp.Tx in the handler's context")
 		}
 		tx.Add(insert)
 	}
@@ -933,7 +934,7 @@ type answer struct {
 	Start, End time.Time
 }
 
-func (a answer) replayed() bool { return a.Header.Get(idem.HeaderReplayed) == "true" }
+func (a answer) replayed() bool { return a.Header.Get(idemhttp.HeaderReplayed) == "true" }
 
 // code is the "error" field of a JSON error body.
 func (a answer) code() string {
@@ -974,7 +975,7 @@ func postKeys(ctx context.Context, url, principal string, keys []string, body st
 		return answer{Err: err}
 	}
 	req.Header.Set("Authorization", "Bearer "+principal)
-	req.Header[idem.HeaderKey] = keys
+	req.Header[idemhttp.HeaderKey] = keys
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
@@ -1024,7 +1025,7 @@ func final(a answer) bool {
 	}
 	if a.Status == http.StatusConflict {
 		c := a.code()
-		return c != idem.CodeKeyInProgress && c != idem.CodeKeyRetry
+		return c != idemhttp.CodeKeyInProgress && c != idemhttp.CodeKeyRetry
 	}
 	return true
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 )
 
 // A claim that commits but whose answer is lost (round trip 1): the client
@@ -26,8 +27,8 @@ func TestLostResponseOnClaim(t *testing.T) {
 	w.setPolicy(once(isClaim, d1local.Fault{LoseResponse: true}))
 
 	a1 := post(bg, st.srv.URL, "acct", "lost-claim", `{"n":1}`)
-	if a1.Status != http.StatusServiceUnavailable || a1.code() != idem.CodeLedgerUnavailable || a1.Header.Get("Retry-After") == "" {
-		t.Fatalf("first answer: %s, want 503 %s with Retry-After", a1, idem.CodeLedgerUnavailable)
+	if a1.Status != http.StatusServiceUnavailable || a1.code() != idemhttp.CodeLedgerUnavailable || a1.Header.Get("Retry-After") == "" {
+		t.Fatalf("first answer: %s, want 503 %s with Retry-After", a1, idemhttp.CodeLedgerUnavailable)
 	}
 	if h.runs() != 0 {
 		t.Fatal("the handler ran although round trip 1 failed")
@@ -46,7 +47,7 @@ func TestLostResponseOnClaim(t *testing.T) {
 	a := post(bg, st.srv.URL, "acct", "lost-claim", `{"n":1}`)
 	if age := w.d1Now() - r.UpdatedAt; age > ttl.Milliseconds() {
 		t.Logf("the first retry ended %d ms after the claim by D1's clock, past the TTL: %s", age, a)
-	} else if a.Status != http.StatusConflict || a.code() != idem.CodeKeyInProgress || (a.Header.Get("Retry-After") != "1" && a.Header.Get("Retry-After") != "2") {
+	} else if a.Status != http.StatusConflict || a.code() != idemhttp.CodeKeyInProgress || (a.Header.Get("Retry-After") != "1" && a.Header.Get("Retry-After") != "2") {
 		t.Fatalf("retry %d ms after the claim, before the TTL: %s", age, a)
 	}
 	as := retryUntilFinal(t, 10*time.Second, func() answer { return post(bg, st.srv.URL, "acct", "lost-claim", `{"n":1}`) })
@@ -94,7 +95,7 @@ func TestLostResponseOnCompletion(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
-		direct bool // the handler writes without idem.Tx
+		direct bool // the handler writes without idemhttp.Tx
 		every  bool // every completion answer is lost, not only the first
 	}{
 		{name: "transactional"},

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/d1idem/d1idem/d1client"
-	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 )
 
 // The mutants. Each name says what is put back in; mutants lists how, and
@@ -74,7 +74,7 @@ var mutants = []struct {
 // Each bug of issue 11 that the randomized run covers, put back in, is
 // reported by the run's invariant checker; the same run without it passes.
 // (TestRandomizedCatchesNonTransactionalVariant does the same for a
-// handler writing outside idem.Tx.)
+// handler writing outside idemhttp.Tx.)
 func TestRandomizedCatchesReintroducedBugs(t *testing.T) {
 	t.Parallel()
 	s := seed(t)
@@ -141,8 +141,8 @@ func (run *randomRun) outer(h http.Handler) http.Handler {
 		r = r.WithContext(context.WithValue(r.Context(), mutantKey{}, ms))
 		switch run.cfg.Mutant {
 		case mutantMergeKeyFields:
-			if vs := r.Header.Values(idem.HeaderKey); len(vs) > 1 {
-				r.Header.Set(idem.HeaderKey, strings.Join(vs, ", "))
+			if vs := r.Header.Values(idemhttp.HeaderKey); len(vs) > 1 {
+				r.Header.Set(idemhttp.HeaderKey, strings.Join(vs, ", "))
 			}
 		case mutantLateAddNotAborted:
 			defer func() {
@@ -245,7 +245,7 @@ type rawHeaderWriter struct {
 }
 
 func (w *rawHeaderWriter) WriteHeader(code int) {
-	if !w.wrote && code >= 200 && w.ms.rawLocation != "" && w.Header().Get("Location") != "" && w.Header().Get(idem.HeaderReplayed) == "" {
+	if !w.wrote && code >= 200 && w.ms.rawLocation != "" && w.Header().Get("Location") != "" && w.Header().Get(idemhttp.HeaderReplayed) == "" {
 		w.Header()["Location"] = []string{w.ms.rawLocation}
 	}
 	w.wrote = w.wrote || code >= 200

@@ -21,6 +21,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 )
 
 var (
@@ -42,7 +43,7 @@ type runConfig struct {
 	// apply).
 	NoFaults bool
 	// Direct makes the handler write its business row with its own D1 call
-	// instead of through idem.Tx: the spec's non-transactional completion,
+	// instead of through idemhttp.Tx: the spec's non-transactional completion,
 	// the broken variant the checks must catch.
 	Direct bool
 	// OnBridge runs against the bridge in workerd instead of d1local.
@@ -145,7 +146,7 @@ type keyPlan struct {
 }
 
 // The ways an execution answers (execPlan.Mode). Each queues its business
-// write on idem.Tx first, except lateAdd.
+// write on idemhttp.Tx first, except lateAdd.
 const (
 	modePlain   = "plain"    // writes its 201 and returns
 	modeFlush   = "flush"    // flushes half-way through its 201: held until the Tx commits
@@ -742,7 +743,7 @@ func (run *randomRun) mayC971() bool {
 
 // randHandler is the randomized run's handler: it follows the execution's
 // plan (delay, panic, way of answering), commits one business row through
-// idem.Tx (or, in the Direct variant, with its own D1 call), and answers 201
+// idemhttp.Tx (or, in the Direct variant, with its own D1 call), and answers 201
 // naming this execution; for an invalid key it answers 422 with no write.
 type randHandler struct {
 	run  *randomRun
@@ -753,7 +754,7 @@ type randHandler struct {
 func (h *randHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	run := h.run
 	principal, _ := bearer(r)
-	k := pk{principal, r.Header.Get(idem.HeaderKey)}
+	k := pk{principal, r.Header.Get(idemhttp.HeaderKey)}
 	run.mu.Lock()
 	run.execN[k]++
 	n := run.execN[k]
@@ -791,7 +792,7 @@ func (h *randHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		suffix = latin1Suffix
 	}
 	created := createdBody(exec, k.K, string(body))
-	tx, _ := idem.TxFromContext(r.Context())
+	tx, _ := idemhttp.TxFromContext(r.Context())
 	if plan.Mode == modeLateAdd && !run.cfg.Direct {
 		// The response streams before the write is queued: the Add is
 		// refused, and the middleware aborts the response.
@@ -800,7 +801,7 @@ func (h *randHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write(created[:len(created)/2])
 		_ = http.NewResponseController(w).Flush()
-		if err := tx.Add(insert); errors.Is(err, idem.ErrTxClosed) {
+		if err := tx.Add(insert); errors.Is(err, idemhttp.ErrTxClosed) {
 			rec.Outcome = "late_add_refused"
 			lateAddRefused(r.Context())
 		} else {
@@ -1181,13 +1182,13 @@ func requireCoverage(t *testing.T, cfg runConfig, s runStats) {
 		{"planned panics", s.Outcomes["panic"], true},
 		{"stored completions", int(s.Completions), true},
 		{"422 answers", s.Answers["422_invalid_order"], true},
-		{"in-progress answers", s.Answers["409_"+idem.CodeKeyInProgress], true},
+		{"in-progress answers", s.Answers["409_"+idemhttp.CodeKeyInProgress], true},
 		{"lost connections", s.Answers["transport_error"], true},
 		{"flushes held with Tx statements queued", s.Outcomes["201_flushed"], true},
 		{"hijacks refused with Tx statements queued", s.Outcomes["201_hijack_refused"], true},
 		{"Tx.Add refused after a flush", s.Outcomes["late_add_refused"], true},
 		{"stored Locations that were not UTF-8", s.Latin1Stored, true},
-		{"requests with two Idempotency-Key fields refused", s.Answers["400_"+idem.CodeKeyInvalid], cfg.TwoKeys},
+		{"requests with two Idempotency-Key fields refused", s.Answers["400_"+idemhttp.CodeKeyInvalid], cfg.TwoKeys},
 		{"operator releases of pending keys", s.Ops["release_released"] + s.Ops["release_stuck_released"], cfg.Operator},
 		{"forced operator releases", s.Ops["release_force_released"], cfg.Operator},
 		{"completed rows forgotten by the operator", int(s.Forgotten), cfg.Operator},
@@ -1209,7 +1210,7 @@ func requireCoverage(t *testing.T, cfg runConfig, s runStats) {
 }
 
 // The checks catch a real broken variant end to end: the same workload
-// with the handler's business write made outside idem.Tx (the spec's
+// with the handler's business write made outside idemhttp.Tx (the spec's
 // non-transactional completion) double-writes on every takeover of a slow
 // owner, and the exactly-once invariant reports it. Faults are off so the
 // forced takeovers happen deterministically.

@@ -19,6 +19,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 	"github.com/d1idem/d1idem/internal/d1test"
 )
 
@@ -36,7 +37,7 @@ const (
 // middleware with the business handler against the parent's d1local, prints
 // "ADDR <url>" when it listens and "MUTATING <exec>" once its handler runs,
 // and then, in mode "block", blocks mid-mutation (the business write queued
-// on idem.Tx, not committed) until it is killed; in mode "complete", its
+// on idemhttp.Tx, not committed) until it is killed; in mode "complete", its
 // handler returns and its completion travels to D1, where the parent holds
 // it until the kill.
 func TestHelperProcess(t *testing.T) {
@@ -74,9 +75,9 @@ func TestHelperProcess(t *testing.T) {
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if mode == "block" {
 			// Queue the business write, announce, and stall mid-mutation.
-			tx, _ := idem.TxFromContext(r.Context())
+			tx, _ := idemhttp.TxFromContext(r.Context())
 			tx.Add(d1client.Statement{SQL: `INSERT INTO business (principal, key, exec_id, at) VALUES (?, ?, 'child', 0)`,
-				Params: []any{"acct", r.Header.Get(idem.HeaderKey)}})
+				Params: []any{"acct", r.Header.Get(idemhttp.HeaderKey)}})
 			say("MUTATING child")
 			select {}
 		}
@@ -87,7 +88,7 @@ func TestHelperProcess(t *testing.T) {
 		fail("%v", err)
 	}
 	say("ADDR http://%s", ln.Addr())
-	srv := &http.Server{Handler: idem.MustMiddleware(l, idem.Options{Principal: bearer})(handler), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: idemhttp.Must(l, idemhttp.Options{Principal: bearer})(handler), ReadHeaderTimeout: 10 * time.Second}
 	_ = srv.Serve(ln)
 	os.Exit(0)
 }
@@ -221,7 +222,7 @@ func TestOwnerKilledWithSIGKILL(t *testing.T) {
 				// progress here, even past the TTL.
 				end := time.Now().Add(ttl + 500*time.Millisecond)
 				for time.Now().Before(end) {
-					if a := send(); a.Status != http.StatusConflict || a.code() != idem.CodeKeyInProgress {
+					if a := send(); a.Status != http.StatusConflict || a.code() != idemhttp.CodeKeyInProgress {
 						t.Fatalf("while the owner lives: %s", a)
 					}
 					time.Sleep(100 * time.Millisecond)
@@ -241,7 +242,7 @@ func TestOwnerKilledWithSIGKILL(t *testing.T) {
 			a := send()
 			if age := w.d1Now() - lastBeat; age > ttl.Milliseconds() {
 				t.Logf("the retry after the kill ended %d ms after the last heartbeat, past the TTL: %s", age, a)
-			} else if a.Status != http.StatusConflict || a.code() != idem.CodeKeyInProgress {
+			} else if a.Status != http.StatusConflict || a.code() != idemhttp.CodeKeyInProgress {
 				t.Fatalf("right after the kill (%d ms after the last heartbeat): %s", age, a)
 			}
 			as := retryUntilFinal(t, 15*time.Second, send)

@@ -13,6 +13,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/examples/orders/ordersapi"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 )
 
 // A handler that outlives the TTL with heartbeats disabled: a retry takes
@@ -20,7 +21,7 @@ import (
 // fenced out (logged, not stored). Under transactional completion the old
 // owner's business write is aborted with it, so the write happens exactly
 // once; with a direct write (the spec's Worker) it happens twice, which is
-// the hole the spec admits and idem.Tx closes.
+// the hole the spec admits and idemhttp.Tx closes.
 func TestSlowOwnerTakenOverAndFencedOut(t *testing.T) {
 	t.Parallel()
 	const ttl = 500 * time.Millisecond
@@ -61,7 +62,7 @@ func TestSlowOwnerTakenOverAndFencedOut(t *testing.T) {
 				t.Errorf("taken over %d ms after the claim by D1's clock, within the TTL %v", takeoverAt-claimAt, ttl)
 			}
 			for _, a := range as[:len(as)-1] {
-				if a.Status != http.StatusConflict || a.code() != idem.CodeKeyInProgress {
+				if a.Status != http.StatusConflict || a.code() != idemhttp.CodeKeyInProgress {
 					t.Errorf("retry before the takeover: %s", a)
 				}
 			}
@@ -102,7 +103,7 @@ func TestSlowOwnerTakenOverAndFencedOut(t *testing.T) {
 }
 
 // The same through the example orders API, whose handler creates the order
-// through idem.Tx: the stalled first request (X-Delay beyond the TTL,
+// through idemhttp.Tx: the stalled first request (X-Delay beyond the TTL,
 // heartbeats off) is taken over by a retry, and exactly one order exists,
 // the one the stored response names.
 func TestOrdersAPITakeoverCreatesOneOrder(t *testing.T) {
@@ -200,8 +201,8 @@ func TestHeartbeatKeepsSlowLiveOwner(t *testing.T) {
 		})
 		// The owner is past the typical handler time (1 s before any
 		// was measured): retry soon, within the renewed lease.
-		if a := send(); a.Status != http.StatusConflict || a.code() != idem.CodeKeyInProgress || a.Header.Get("Retry-After") != "1" {
-			t.Fatalf("step %d (%v past the claim): a retry got %s, want 409 %s with Retry-After: 1", step, time.Duration(step)*ttl*2/3, a, idem.CodeKeyInProgress)
+		if a := send(); a.Status != http.StatusConflict || a.code() != idemhttp.CodeKeyInProgress || a.Header.Get("Retry-After") != "1" {
+			t.Fatalf("step %d (%v past the claim): a retry got %s, want 409 %s with Retry-After: 1", step, time.Duration(step)*ttl*2/3, a, idemhttp.CodeKeyInProgress)
 		}
 	}
 	close(gate)

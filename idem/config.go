@@ -101,10 +101,11 @@ type Config struct {
 	// slog.Default().
 	Logger *slog.Logger
 
-	// MeterProvider and TracerProvider receive the ledger's and the
-	// middleware's metrics and spans (docs/observability.md); nil means
-	// otel's global providers, which do nothing until the application
-	// sets them. The D1 clients' own metrics and spans come from their
+	// MeterProvider receives the ledger's metrics, and the net/http
+	// middleware's (idemhttp) too; TracerProvider receives the
+	// middleware's request spans (docs/observability.md). nil means otel's
+	// global providers, which do nothing until the application sets them.
+	// The D1 clients' own metrics and spans come from their
 	// d1client.Config.
 	MeterProvider  metric.MeterProvider
 	TracerProvider trace.TracerProvider

@@ -1,8 +1,9 @@
 // Package idem implements an Idempotency-Key ledger on D1
 // (docs/contract.md states the contract it keeps: claim before mutate, precise
-// fingerprinting, fenced takeover of stale reservations, bounded sweep), the
-// net/http middleware that puts it in front of a handler, and the
-// administrative API that the d1idem CLI is built on.
+// fingerprinting, fenced takeover of stale reservations, bounded sweep), and
+// the administrative API that the d1idem CLI is built on. A transport puts
+// the ledger in front of a handler through the exported API alone: package
+// idemhttp is the net/http middleware.
 //
 // A Go backend and a Cloudflare Worker running the spec's TypeScript can
 // share one ledger table: the fingerprint bytes (Fingerprint, PathAndQuery,
@@ -13,17 +14,18 @@
 //
 // # The request path
 //
-//  1. The middleware validates the key, reads the body once (capped), and
-//     fingerprints the request as a streaming SHA-256.
+//  1. The transport validates the key (ValidKey) and the principal
+//     (ValidPrincipal), and fingerprints the request as a streaming SHA-256
+//     (Fingerprint).
 //  2. Round trip 1 (Ledger.Begin): one D1 batch claims the key, or takes
 //     over a stale pending reservation with the same fingerprint, and reads
 //     the row. Replay, reuse and in-progress answer here.
-//  3. The handler runs under a context that heartbeats keep alive and that
+//  3. The mutation runs under a context that heartbeats keep alive and that
 //     is cancelled if the lease is lost (Ledger.Hold).
 //  4. Round trip 2 (Ledger.Complete): the fenced completion, optionally with
-//     the handler's own statements behind a fence guard (Tx), optionally
-//     with a bounded sweep.
-//  5. The response is sent.
+//     the caller's own statements behind a fence guard (Ledger.CompleteTx),
+//     optionally with a bounded sweep.
+//  5. The transport sends Completion.Response: the response as stored.
 //
 // A first execution costs 2 D1 calls and a replay 1; concurrent requests
 // share calls through d1client's group commit.
@@ -67,8 +69,8 @@
 // home the ledger takes it for and has recorded no newer ring, nor another
 // ring of the same epoch: a replica never claims by a ring a database has
 // moved past (it reads the newer ring and routes the request again), and
-// conflicting rings or mismatched homes are refused, never served. The Ledger, the middleware and
-// the administrative API work unchanged; a Reservation remembers its
+// conflicting rings or mismatched homes are refused, never served. The Ledger, its
+// transports and the administrative API work unchanged; a Reservation remembers its
 // database, and Admin's reads merge the databases.
 //
 // Admin.Grow adds databases in two phases. While the ring is Moving, a
@@ -82,15 +84,17 @@
 //
 // # Logs
 //
-// Fenced-out completions, lost leases, released reservations and ledger
-// failures are logged through log/slog (slog.Default() unless a Logger is
-// configured) with the principal's SHA-256 digest, the first characters of
-// the key and its digest, and the generation; never a full principal.
+// Fenced-out completions, lost leases and expired reservations are logged
+// through log/slog (slog.Default() unless a Logger is configured) with the
+// reservation's LogValue: the principal's SHA-256 digest, the first
+// characters of the key and its digest, and the generation; never a full
+// principal. A transport logs what it does with a reservation (a release,
+// a ledger failure) the same way, to the same Logger unless given its own.
 //
 // # API stability
 //
 // Until d1idem's first tagged release the exported API may change; after
 // it, the exported names of this package follow semantic versioning. The
-// stored row format (docs/contract.md#1-schema) and the middleware's error codes are a
-// contract with other ledger users and change only with the spec.
+// stored row format (docs/contract.md#1-schema) is a contract with other
+// ledger users and changes only with the spec.
 package idem

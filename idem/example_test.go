@@ -3,7 +3,6 @@ package idem_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -30,44 +29,6 @@ func exampleDB() (*d1client.Client, func()) {
 		panic(err)
 	}
 	return db, func() { srv.Close(); local.Close() }
-}
-
-// Wrap a mutating handler: the first request runs it, a retry with the same
-// Idempotency-Key replays the stored response.
-func ExampleNewMiddleware() {
-	db, cleanup := exampleDB()
-	defer cleanup()
-	ledger, _ := idem.New(db, idem.Config{})
-
-	createOrder := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		io.WriteString(w, `{"order":"ord_1"}`)
-	})
-	protect, err := idem.NewMiddleware(ledger, idem.Options{
-		// Derive the principal from authentication, never from the client.
-		Principal: func(r *http.Request) (string, error) { return "acct_42", nil },
-	})
-	if err != nil {
-		panic(err)
-	}
-	api := httptest.NewServer(protect(createOrder))
-	defer api.Close()
-
-	for i := 0; i < 2; i++ {
-		req, _ := http.NewRequest("POST", api.URL+"/v1/orders", strings.NewReader(`{"sku":"tea"}`))
-		req.Header.Set("Idempotency-Key", "8e03978e-40d5-43e8-bc93-6894a57f9324")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			panic(err)
-		}
-		body, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		fmt.Println(res.StatusCode, res.Header.Get("Idempotent-Replayed"), string(body))
-	}
-	// Output:
-	// 201  {"order":"ord_1"}
-	// 201 true {"order":"ord_1"}
 }
 
 // Use the ledger directly, from any transport: Begin decides, Complete

@@ -125,14 +125,6 @@ func Fingerprint(method, pathAndQuery string, header http.Header, headerNames []
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// fingerprintBytes is Fingerprint over a body already in memory.
-func fingerprintBytes(method, pathAndQuery string, header http.Header, headerNames []string, body []byte) string {
-	h := sha256.New()
-	writePrefix(h, method, pathAndQuery, header, headerNames)
-	h.Write(body)
-	return hex.EncodeToString(h.Sum(nil))
-}
-
 func writePrefix(w io.Writer, method, pathAndQuery string, header http.Header, headerNames []string) {
 	io.WriteString(w, strings.ToUpper(method))
 	io.WriteString(w, "\n")

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 var keyPattern = regexp.MustCompile(`^[\x20-\x7e]{1,255}$`)
@@ -50,8 +51,9 @@ func FuzzFingerprintInput(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if inMemory := fingerprintBytes(method, pq, h, DefaultFingerprintHeaders, body); streamed != inMemory || len(streamed) != 64 {
-			t.Fatalf("streamed %s, in memory %s", streamed, inMemory)
+		bytewise, err := Fingerprint(method, pq, h, DefaultFingerprintHeaders, iotest.OneByteReader(bytes.NewReader(body)))
+		if err != nil || streamed != bytewise || len(streamed) != 64 {
+			t.Fatalf("streamed at once %s, a byte at a time %s (%v)", streamed, bytewise, err)
 		}
 	})
 }

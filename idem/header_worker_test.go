@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 	"github.com/d1idem/d1idem/internal/d1test"
 )
 
@@ -44,7 +45,7 @@ func rawExchange(t *testing.T, addr, target string, headers []string, body strin
 	}
 	defer res.Body.Close()
 	_, _ = io.Copy(io.Discard, res.Body)
-	return res.StatusCode, res.Header.Get("Location"), res.Header.Get(idem.HeaderReplayed) == "true"
+	return res.StatusCode, res.Header.Get("Location"), res.Header.Get(idemhttp.HeaderReplayed) == "true"
 }
 
 // Response header values are stored and replayed as the spec's Worker
@@ -68,7 +69,7 @@ func TestReplayedHeadersAgreeWithSpecWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goSrv := httptest.NewServer(idem.MustMiddleware(l, idem.Options{
+	goSrv := httptest.NewServer(idemhttp.Must(l, idemhttp.Options{
 		Principal: func(r *http.Request) (string, error) { return r.Header.Get("X-Spec-Principal"), nil },
 	})(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("Location", r.Header.Get("X-Spec-Set-Location"))

@@ -18,7 +18,6 @@ import (
 )
 
 const (
-	releaseTimeout      = 5 * time.Second // bound on a release made while unwinding
 	minCompletionWindow = 2 * time.Second // completion retries get at least this long
 	logKeyPrefix        = 16              // characters of a key shown in logs
 	hashPrefix          = 12              // hex digits of a SHA-256 shown in logs
@@ -79,7 +78,7 @@ func New(db d1client.Executor, cfg Config) (*Ledger, error) {
 		return nil, err
 	}
 	return &Ledger{cfg: cfg, sql: buildSQL(cfg.Clock != nil), single: &home{id: databaseID(db), db: db},
-		tel: newTelemetry(cfg.MeterProvider, cfg.TracerProvider)}, nil
+		tel: newTelemetry(cfg.MeterProvider)}, nil
 }
 
 // databaseID returns the ID of the database an Executor reaches, when it
@@ -697,8 +696,8 @@ func (l *Ledger) release(ctx context.Context, r *Reservation) (bool, error) {
 
 // Lookup reads a key's row without claiming it and says what Begin would
 // answer other than Execute: Replay (with the response), Reused,
-// InProgress (for any pending row, stale or not) or Retry (no row). The
-// middleware uses it to answer a request whose transactional completion was
+// InProgress (for any pending row, stale or not) or Retry (no row). A
+// transport uses it to answer a request whose transactional completion was
 // fenced out with what the ledger now holds.
 func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
 	res, err := l.findRow(ctx, principal, []d1client.Statement{l.sql.lookupRow(principal, key, l.now())}, d1client.Coalesce(), opLookup)

@@ -113,8 +113,9 @@ func newRoute(r Ring) *route {
 // two IDs, say) serves nothing and says why (ErrHomeMismatch). Two homes
 // naming the same database ID at the same base URL are refused here.
 //
-// The Ledger's methods, the middleware and the administrative API work
-// as they do on one database; a Reservation remembers its database.
+// The Ledger's methods, its transports (idemhttp) and the administrative
+// API work as they do on one database; a Reservation remembers its
+// database.
 func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
 	if len(homes) == 0 {
 		return nil, errors.New("idem: NewSharded: no homes")
@@ -147,7 +148,7 @@ func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
 		s.ids = append(s.ids, id)
 	}
 	slices.Sort(s.ids)
-	return &Ledger{cfg: cfg, sql: buildSQL(cfg.Clock != nil), shards: s, tel: newTelemetry(cfg.MeterProvider, cfg.TracerProvider)}, nil
+	return &Ledger{cfg: cfg, sql: buildSQL(cfg.Clock != nil), shards: s, tel: newTelemetry(cfg.MeterProvider)}, nil
 }
 
 // Homes returns the ledger's databases: the one of New (its ID is the

@@ -28,6 +28,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 	"github.com/d1idem/d1idem/internal/d1test"
 )
 
@@ -217,7 +218,7 @@ func newShardRun(t *testing.T, b *d1test.Backend, seed uint64, plan shardPlan) *
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := idem.MustMiddleware(l, idem.Options{Principal: bearer, Timeout: 3 * time.Second})(http.HandlerFunc(r.handle))
+		h := idemhttp.Must(l, idemhttp.Options{Principal: bearer, Timeout: 3 * time.Second})(http.HandlerFunc(r.handle))
 		if plan.broken && i == 0 {
 			h = r.brokenReplica(fast)
 		}
@@ -251,7 +252,7 @@ func (r *shardRun) brokenReplica(fast func(*d1client.Config)) http.Handler {
 	byHome := map[string]http.Handler{}
 	for _, id := range ring.Homes {
 		l := newLedger(r.t, r.b.Database(id).Client(r.t, fast), r.cfg)
-		byHome[id] = idem.MustMiddleware(l, idem.Options{Principal: bearer, Timeout: 3 * time.Second})(http.HandlerFunc(r.handle))
+		byHome[id] = idemhttp.Must(l, idemhttp.Options{Principal: bearer, Timeout: 3 * time.Second})(http.HandlerFunc(r.handle))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		p, _ := bearer(req)
@@ -278,7 +279,7 @@ func (r *shardRun) startWrongReplica(fast func(*d1client.Config)) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	h := idem.MustMiddleware(l, idem.Options{Principal: bearer, Timeout: 3 * time.Second})(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	h := idemhttp.Must(l, idemhttp.Options{Principal: bearer, Timeout: 3 * time.Second})(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.wrongServed.Add(1)
 		r.handle(w, req)
 	}))
@@ -316,15 +317,15 @@ func (r *shardRun) wrap(h http.Handler) http.Handler {
 	})
 }
 
-// handle is the mutation: a business write through idem.Tx, committed with
+// handle is the mutation: a business write through idemhttp.Tx, committed with
 // the completion, and an answer naming this execution. Some executions are
 // slow (heartbeats keep them), some panic (the reservation is released).
 func (r *shardRun) handle(w http.ResponseWriter, req *http.Request) {
 	n := r.execs.Add(1)
 	exec := fmt.Sprint("e", n)
 	principal, _ := bearer(req)
-	key := req.Header.Get(idem.HeaderKey)
-	tx, _ := idem.TxFromContext(req.Context())
+	key := req.Header.Get(idemhttp.HeaderKey)
+	tx, _ := idemhttp.TxFromContext(req.Context())
 	if err := tx.Add(d1client.Statement{SQL: "INSERT INTO biz (principal, key, exec) VALUES (?, ?, ?)", Params: []any{principal, key, exec}}); err != nil {
 		panic(err)
 	}
@@ -345,7 +346,7 @@ func (r *shardRun) handle(w http.ResponseWriter, req *http.Request) {
 func (r *shardRun) send(ctx context.Context, replica int, principal, key string) (shardAnswer, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.replicas[replica].URL+"/v1/things", strings.NewReader(`{"n":1}`))
 	req.Header.Set("Authorization", "Bearer "+principal)
-	req.Header.Set(idem.HeaderKey, key)
+	req.Header.Set(idemhttp.HeaderKey, key)
 	req.Header.Set("Content-Type", "application/json")
 	res, err := r.replicas[replica].Client().Do(req)
 	if err != nil {
@@ -356,7 +357,7 @@ func (r *shardRun) send(ctx context.Context, replica int, principal, key string)
 	if err != nil {
 		return shardAnswer{}, err
 	}
-	a := shardAnswer{principal: principal, key: key, status: res.StatusCode, replayed: res.Header.Get(idem.HeaderReplayed) == "true", body: string(body)}
+	a := shardAnswer{principal: principal, key: key, status: res.StatusCode, replayed: res.Header.Get(idemhttp.HeaderReplayed) == "true", body: string(body)}
 	r.mu.Lock()
 	r.answers = append(r.answers, a)
 	r.mu.Unlock()
@@ -367,7 +368,7 @@ func (r *shardRun) send(ctx context.Context, replica int, principal, key string)
 func (r *shardRun) sendWrong(ctx context.Context, principal, key string) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.wrong.URL+"/v1/things", strings.NewReader(`{"n":1}`))
 	req.Header.Set("Authorization", "Bearer "+principal)
-	req.Header.Set(idem.HeaderKey, key)
+	req.Header.Set(idemhttp.HeaderKey, key)
 	req.Header.Set("Content-Type", "application/json")
 	res, err := r.wrong.Client().Do(req)
 	if err != nil {

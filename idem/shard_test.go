@@ -18,8 +18,18 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 	"github.com/d1idem/d1idem/internal/d1test"
 )
+
+// bearer is the principal of a request: its bearer token.
+func bearer(r *http.Request) (string, error) {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || tok == "" {
+		return "", errors.New("no token")
+	}
+	return tok, nil
+}
 
 // cluster is a set of databases with the ledger's schema, by ID.
 type cluster struct {
@@ -604,7 +614,7 @@ func TestShardFaultIsolation(t *testing.T) {
 	v1 := c.initRing(t, cfg, c.ids[:3]...)
 	l := c.ledger(t, cfg)
 	var runs atomic.Int64
-	srv := httptest.NewServer(idem.MustMiddleware(l, idem.Options{Principal: bearer, Timeout: 2 * time.Second})(
+	srv := httptest.NewServer(idemhttp.Must(l, idemhttp.Options{Principal: bearer, Timeout: 2 * time.Second})(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
 			w.WriteHeader(http.StatusCreated)
@@ -614,7 +624,7 @@ func TestShardFaultIsolation(t *testing.T) {
 	post := func(principal, key string) (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/things", strings.NewReader("{}"))
 		req.Header.Set("Authorization", "Bearer "+principal)
-		req.Header.Set(idem.HeaderKey, key)
+		req.Header.Set(idemhttp.HeaderKey, key)
 		res, err := srv.Client().Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -637,7 +647,7 @@ func TestShardFaultIsolation(t *testing.T) {
 		for _, p := range ps {
 			status, body := post(p, key)
 			switch {
-			case v1.Home(p) == bad && (status != 503 || !strings.Contains(body, idem.CodeLedgerUnavailable)):
+			case v1.Home(p) == bad && (status != 503 || !strings.Contains(body, idemhttp.CodeLedgerUnavailable)):
 				t.Errorf("%+v: %s on the faulty database: %d %s", f, p, status, body)
 			case v1.Home(p) != bad && status != 201:
 				t.Errorf("%+v: %s on a healthy database: %d %s", f, p, status, body)
@@ -852,10 +862,10 @@ func TestShardedMiddlewareSaysWhatToFix(t *testing.T) {
 	var mu sync.Mutex
 	cfg := idem.Config{Heartbeat: -1, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))}
 	serve := func(l *idem.Ledger, principal string) int {
-		h := idem.MustMiddleware(l, idem.Options{Principal: bearer})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+		h := idemhttp.Must(l, idemhttp.Options{Principal: bearer})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 		req := httptest.NewRequest("POST", "/x", strings.NewReader("{}"))
 		req.Header.Set("Authorization", "Bearer "+principal)
-		req.Header.Set(idem.HeaderKey, "k")
+		req.Header.Set(idemhttp.HeaderKey, "k")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		return rec.Code

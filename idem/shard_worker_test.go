@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 	"github.com/d1idem/d1idem/internal/d1test"
 )
 
@@ -32,7 +33,7 @@ func TestSpecWorkerServesOneHome(t *testing.T) {
 			ps = append(ps, p)
 		}
 	}
-	goSrv := httptest.NewServer(idem.MustMiddleware(l, idem.Options{
+	goSrv := httptest.NewServer(idemhttp.Must(l, idemhttp.Options{
 		Principal: func(r *http.Request) (string, error) { return r.Header.Get("X-Spec-Principal"), nil },
 	})(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("Content-Type", "application/json")
@@ -44,7 +45,7 @@ func TestSpecWorkerServesOneHome(t *testing.T) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"a":1}`))
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(idem.HeaderKey, key)
+		req.Header.Set(idemhttp.HeaderKey, key)
 		req.Header.Set("X-Spec-Principal", principal)
 		for i := 0; i+1 < len(hdr); i += 2 {
 			req.Header.Set(hdr[i], hdr[i+1])
@@ -55,7 +56,7 @@ func TestSpecWorkerServesOneHome(t *testing.T) {
 		}
 		defer res.Body.Close()
 		body, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(body), res.Header.Get(idem.HeaderReplayed) == "true"
+		return res.StatusCode, string(body), res.Header.Get(idemhttp.HeaderReplayed) == "true"
 	}
 	goURL := goSrv.URL + "/v1/orders"
 	workerURL := w.HarnessURL + "/__spec/mutate/" + home + "/v1/orders"

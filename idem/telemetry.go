@@ -3,30 +3,23 @@ package idem
 import (
 	"context"
 	"errors"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/d1idem/d1idem/internal/otelscope"
 
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// ScopeName is the instrumentation scope of the ledger's and the
-// middleware's metrics and spans.
+// ScopeName is the instrumentation scope of the ledger's metrics and
+// spans, and of the net/http middleware's (idemhttp): one scope, whichever
+// package records.
 const ScopeName = "github.com/d1idem/d1idem/idem"
 
-// Attribute keys of the ledger's metrics and spans (docs/observability.md).
-// None ever carries a principal, a key or a token: spans carry the
-// principal's short SHA-256 digest, as the logs do; metrics not even that.
+// Attribute keys of the ledger's metrics (docs/observability.md). None
+// ever carries a principal, a key or a token.
 const (
-	attrOutcome          = attribute.Key("d1idem.outcome")
-	attrPrincipalSHA256  = attribute.Key("d1idem.principal.sha256")
-	attrGeneration       = attribute.Key("d1idem.generation")
-	attrTakeover         = attribute.Key("d1idem.takeover")
 	attrCompletionResult = attribute.Key("d1idem.completion.result")
 	attrRenewalResult    = attribute.Key("d1idem.renewal.result")
 	attrLeaseCause       = attribute.Key("d1idem.lease.cause")
@@ -35,9 +28,6 @@ const (
 	attrKeyStatus        = attribute.Key("d1idem.key.status")
 	attrDatabase         = attribute.Key("db.namespace")
 )
-
-// requestSpan is the name of the middleware's span.
-const requestSpan = "d1idem.request"
 
 // The names of the ledger's D1 calls in d1client's metrics and spans (its
 // d1idem.d1.operation attribute).
@@ -50,38 +40,6 @@ var (
 	opLookup          = d1client.Operation("lookup")
 	opRing            = d1client.Operation("ring")
 )
-
-// outcome is how the middleware answered a guarded request.
-type outcome uint8
-
-const (
-	outNone outcome = iota // not decided: the request panicked before
-	outExecute
-	outReplay
-	outInProgress
-	outReused
-	outRetry
-	outKeyMissing
-	outKeyInvalid
-	outUnauthenticated
-	outPrincipalInvalid
-	outTooLarge
-	outBodyUnreadable
-	outLedgerUnavailable
-	outBudgetShed
-	outRecordUnreadable
-	outUnprotected
-	numOutcomes
-)
-
-var outcomeNames = [numOutcomes]string{"", "execute", "replay", "in_progress", "reused", "retry", "key_missing", "key_invalid",
-	"unauthenticated", "principal_invalid", "too_large", "body_unreadable", "ledger_unavailable", "budget_shed",
-	"record_unreadable", "unprotected"}
-
-// failed reports whether the outcome is the server's failure (a 5xx).
-func (o outcome) failed() bool {
-	return o == outPrincipalInvalid || o == outLedgerUnavailable || o == outBudgetShed || o == outRecordUnreadable
-}
 
 // Results of the ledger's writes, the values of their attributes.
 const (
@@ -103,12 +61,10 @@ const (
 )
 
 // telemetry is a Ledger's instrumentation through the OpenTelemetry API.
-// With the global providers left unset, every instrument and the tracer
-// are no-ops; the measurement options of the request path are built once,
-// so that recording allocates nothing.
+// With the global providers left unset, every instrument is a no-op; the
+// measurement options of the request path are built once, so that
+// recording allocates nothing.
 type telemetry struct {
-	tracer      trace.Tracer
-	requests    metric.Float64Histogram
 	takeovers   metric.Int64Counter
 	completions metric.Int64Counter
 	renewals    metric.Int64Counter
@@ -119,19 +75,15 @@ type telemetry struct {
 	stuck       metric.Int64Gauge
 	backlog     metric.Int64Gauge
 
-	outcomeSets [numOutcomes][]metric.RecordOption
-	sets        map[attribute.KeyValue][]metric.AddOption // of the counters, by their one attribute
+	sets map[attribute.KeyValue][]metric.AddOption // of the counters, by their one attribute
 }
 
-// newTelemetry makes the ledger's instruments from the providers (nil:
-// otel's global ones). An instrument the provider refuses is replaced by
+// newTelemetry makes the ledger's instruments from the meter provider (nil:
+// otel's global one). An instrument the provider refuses is replaced by
 // its no-op, as the API's contract allows.
-func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *telemetry {
-	m, tracer := otelscope.New(mp, tp, ScopeName)
-	t := &telemetry{tracer: tracer, sets: map[attribute.KeyValue][]metric.AddOption{}}
-	t.requests, _ = m.Float64Histogram("d1idem.request.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of the requests the middleware guarded, by outcome."),
-		metric.WithExplicitBucketBoundaries(otelscope.DurationBuckets...))
+func newTelemetry(mp metric.MeterProvider) *telemetry {
+	m, _ := otelscope.New(mp, nil, ScopeName)
+	t := &telemetry{sets: map[attribute.KeyValue][]metric.AddOption{}}
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, _ := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		return c
@@ -149,9 +101,6 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *telemetry {
 	t.keys = gauge("d1idem.keys", "{key}", "Rows of the ledger by status, as Admin.Stats last counted them.")
 	t.stuck = gauge("d1idem.keys.stuck", "{key}", "Pending rows with no update for longer than the TTL, as Admin.Stats last counted them.")
 	t.backlog = gauge("d1idem.sweep.backlog", "{row}", "Rows older than the retention, awaiting the sweep, as Admin.Stats last counted them.")
-	for o := outExecute; o < numOutcomes; o++ {
-		t.outcomeSets[o] = []metric.RecordOption{metric.WithAttributes(attrOutcome.String(outcomeNames[o]))}
-	}
 	for _, kv := range []attribute.KeyValue{
 		attrCompletionResult.String(resStored), attrCompletionResult.String(resFencedOut),
 		attrCompletionResult.String(resFailed), attrCompletionResult.String(resExpired),
@@ -172,46 +121,6 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *telemetry {
 // prepared.
 func (t *telemetry) add(c metric.Int64Counter, n int64, kv attribute.KeyValue) {
 	c.Add(context.Background(), n, t.sets[kv]...)
-}
-
-// requestTrace is what the middleware learnt of a request, for its span
-// and metrics.
-type requestTrace struct {
-	outcome    outcome
-	principal  string
-	res        *Reservation
-	completion string // what became of an executed request's response
-}
-
-// endRequest records a guarded request: its outcome and duration, and its
-// span's attributes. The principal goes to the span only as its short
-// SHA-256 digest, as in the logs.
-func (t *telemetry) endRequest(span trace.Span, rt *requestTrace, start time.Time) {
-	if rt.outcome != outNone {
-		t.requests.Record(context.Background(), time.Since(start).Seconds(), t.outcomeSets[rt.outcome]...)
-	}
-	if !span.IsRecording() {
-		span.End()
-		return
-	}
-	attrs := make([]attribute.KeyValue, 0, 5)
-	if rt.outcome != outNone {
-		attrs = append(attrs, attrOutcome.String(outcomeNames[rt.outcome]))
-	}
-	if rt.principal != "" {
-		attrs = append(attrs, attrPrincipalSHA256.String(shortHash(rt.principal)))
-	}
-	if r := rt.res; r != nil {
-		attrs = append(attrs, attrGeneration.Int64(r.Generation), attrTakeover.Bool(r.Takeover))
-	}
-	if rt.completion != "" {
-		attrs = append(attrs, attrCompletionResult.String(rt.completion))
-	}
-	span.SetAttributes(attrs...)
-	if rt.outcome.failed() {
-		span.SetStatus(codes.Error, outcomeNames[rt.outcome])
-	}
-	span.End()
 }
 
 // completionResult is the result of a completion that returned done and

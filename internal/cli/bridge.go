@@ -280,7 +280,7 @@ workers_dev = true
 [vars]
 # "full": any SQL, as the REST API. "ledger-only": only the ledger's own
 # statements (ledger-statements.js) and those of BRIDGE_ALLOWED_STATEMENTS,
-# byte for byte (list your idem.Tx statements there), so that a leaked secret
+# byte for byte (list your idemhttp.Tx statements there), so that a leaked secret
 # cannot read or change other tables.
 BRIDGE_MODE = %q
 # BRIDGE_ALLOWED_STATEMENTS = [

@@ -11,6 +11,7 @@ import (
 
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 )
 
 // The demo plays against an orders API of its own, shaped like the example
@@ -35,9 +36,9 @@ type demoOrder struct {
 }
 
 // demoAPI is the demo's orders API: POST /v1/orders, guarded by the idem
-// middleware, its INSERT committed with the ledger's completion (idem.Tx).
+// middleware, its INSERT committed with the ledger's completion (idemhttp.Tx).
 func demoAPI(ledger *idem.Ledger) (http.Handler, error) {
-	mw, err := idem.NewMiddleware(ledger, idem.Options{Principal: bearerToken})
+	mw, err := idemhttp.New(ledger, idemhttp.Options{Principal: bearerToken})
 	if err != nil {
 		return nil, err
 	}
@@ -72,9 +73,9 @@ func createDemoOrder(w http.ResponseWriter, r *http.Request) {
 	_, _ = rand.Read(id[:])
 	o.ID = "ord_" + hex.EncodeToString(id[:])
 	principal, _ := bearerToken(r)
-	tx, ok := idem.TxFromContext(r.Context())
+	tx, ok := idemhttp.TxFromContext(r.Context())
 	if !ok || tx.Add(d1client.Statement{SQL: "INSERT INTO demo_orders VALUES (?, ?, ?, ?, ?)",
-		Params: []any{o.ID, principal, r.Header.Get(idem.HeaderKey), o.SKU, o.Qty}}) != nil {
+		Params: []any{o.ID, principal, r.Header.Get(idemhttp.HeaderKey), o.SKU, o.Qty}}) != nil {
 		http.Error(w, `{"error":"internal"}`, http.StatusInternalServerError)
 		return
 	}

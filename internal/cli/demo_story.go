@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 )
 
 // demoToken is the demo client's bearer token, and so its principal.
@@ -90,7 +91,7 @@ func (r reply) words() string {
 	return s
 }
 
-func (r reply) replayed() bool { return r.header.Get(idem.HeaderReplayed) == "true" }
+func (r reply) replayed() bool { return r.header.Get(idemhttp.HeaderReplayed) == "true" }
 
 // errorCode is the "error" of a JSON error body, or "".
 func (r reply) errorCode() string {
@@ -110,7 +111,7 @@ func (s *story) request(ctx context.Context, key, body string, extra http.Header
 	req.Header.Set("Authorization", "Bearer "+demoToken)
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
-		req.Header.Set(idem.HeaderKey, key)
+		req.Header.Set(idemhttp.HeaderKey, key)
 	}
 	for name, values := range extra {
 		req.Header[name] = values
@@ -246,7 +247,7 @@ func (s *story) concurrentCopies(ctx context.Context) error {
 			replayed++
 		case r.status == http.StatusCreated:
 			created++
-		case r.status == http.StatusConflict && r.errorCode() == idem.CodeKeyInProgress:
+		case r.status == http.StatusConflict && r.errorCode() == idemhttp.CodeKeyInProgress:
 			inProgress++
 		}
 	}
@@ -268,7 +269,7 @@ func (s *story) reusedKey(ctx context.Context) error {
 		return err
 	}
 	s.check("The client reuses "+key+" for another order (qty 3)", r.words(),
-		r.status == http.StatusConflict && r.errorCode() == idem.CodeKeyReused && n == 1, "refused; nothing runs")
+		r.status == http.StatusConflict && r.errorCode() == idemhttp.CodeKeyReused && n == 1, "refused; nothing runs")
 	return nil
 }
 
@@ -279,7 +280,7 @@ func (s *story) noKey(ctx context.Context) error {
 		return err
 	}
 	s.check("A request without an Idempotency-Key", r.words(),
-		r.status == http.StatusBadRequest && r.errorCode() == idem.CodeKeyRequired, "refused: the API requires a key")
+		r.status == http.StatusBadRequest && r.errorCode() == idemhttp.CodeKeyRequired, "refused: the API requires a key")
 	return nil
 }
 
@@ -320,7 +321,7 @@ func (s *story) slowRequest(ctx context.Context) error {
 		return err
 	}
 	s.check(fmt.Sprintf("A slow request (key %s) takes %s, longer than the TTL; the client retries it after %s", key, formatDuration(stall), formatDuration(wait)),
-		r.words(), r.status == http.StatusConflict && r.errorCode() == idem.CodeKeyInProgress && r.header.Get("Retry-After") != "",
+		r.words(), r.status == http.StatusConflict && r.errorCode() == idemhttp.CodeKeyInProgress && r.header.Get("Retry-After") != "",
 		"told to wait: the slow request's server renews its key while it works")
 	if err := <-done; err != nil {
 		return err
@@ -353,7 +354,7 @@ func (s *story) crashedServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.check("The client retries at once", r.words(), r.status == http.StatusConflict && r.errorCode() == idem.CodeKeyInProgress,
+	s.check("The client retries at once", r.words(), r.status == http.StatusConflict && r.errorCode() == idemhttp.CodeKeyInProgress,
 		"told to wait: the key is held until the TTL has passed")
 	time.Sleep(s.ttl + s.ttl/10)
 	if err := s.takeOver(ctx, key, body); err != nil {

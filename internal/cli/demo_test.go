@@ -14,6 +14,7 @@ import (
 
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 )
 
 // demoTTL is the demo's TTL in tests: short, so the story takes seconds,
@@ -76,7 +77,7 @@ func TestDemoKeepsItsDatabase(t *testing.T) {
 func TestDemoFailsLoudly(t *testing.T) {
 	unprotected := func(*idem.Ledger) (http.Handler, error) {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get(idem.HeaderKey) == "" {
+			if r.Header.Get(idemhttp.HeaderKey) == "" {
 				w.WriteHeader(http.StatusCreated)
 				return
 			}
@@ -156,7 +157,7 @@ func TestDemoShowsEachStepAsItHappens(t *testing.T) {
 			return nil, err
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get(idem.HeaderKey) == "" { // the last scene
+			if r.Header.Get(idemhttp.HeaderKey) == "" { // the last scene
 				mu.Lock()
 				beforeLast = out.String()
 				mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 )
 
 // previewBytes is how much of a stored body keys get shows.
@@ -90,10 +91,10 @@ func nextRetry(k *idem.KeyRecord, ls lease, release string) string {
 			k.Generation+1)
 	case stateOwnerQuiet:
 		return fmt.Sprintf("Its owner has missed its heartbeats and is presumed dead. Retries get 409 %s until\nthe TTL has passed (in %s); to let the client retry now, release the key:\n  %s\n",
-			idem.CodeKeyInProgress, formatDuration(ls.ttl-k.SinceUpdate()), release)
+			idemhttp.CodeKeyInProgress, formatDuration(ls.ttl-k.SinceUpdate()), release)
 	case stateInFlight:
 		return fmt.Sprintf("Its owner is presumably still running (a live owner renews the row every %s).\nRetries get 409 %s until it completes, or until %s without an update.\n",
-			formatDuration(ls.heartbeat), idem.CodeKeyInProgress, formatDuration(ls.ttl))
+			formatDuration(ls.heartbeat), idemhttp.CodeKeyInProgress, formatDuration(ls.ttl))
 	case stateCompleted:
 		return fmt.Sprintf("Retries with this key replay the stored response, without executing, until the sweep\ndeletes the row (%s after its last update with the default retention).\n",
 			formatDuration(idem.DefaultRetention))

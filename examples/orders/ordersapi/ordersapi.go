@@ -1,7 +1,8 @@
 // Package ordersapi is the example orders API: POST /v1/orders creates an
-// order, protected by the idem middleware, with the order INSERT committed in
-// the same D1 batch as the ledger's completion (idem.Tx), so an order is
-// created exactly once per Idempotency-Key even across takeovers.
+// order, protected by the idempotency middleware (idemhttp), with the order
+// INSERT committed in the same D1 batch as the ledger's completion
+// (idemhttp.Tx), so an order is created exactly once per Idempotency-Key
+// even across takeovers.
 //
 // The principal is the bearer token of "Authorization: Bearer <token>",
 // verbatim, once its characters are checked (RFC 6750's b64token, at most
@@ -25,6 +26,7 @@ import (
 
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 	"github.com/d1idem/d1idem/schema"
 )
 
@@ -59,9 +61,9 @@ type Config struct {
 	// Crash is what CrashHeader calls; required with it. The example's
 	// command exits the process.
 	Crash func()
-	// Options are passed to idem.NewMiddleware; Principal defaults to the
+	// Options are passed to idemhttp.New; Principal defaults to the
 	// authenticated bearer token.
-	Options idem.Options
+	Options idemhttp.Options
 }
 
 // Order is the API's representation of an order.
@@ -143,7 +145,7 @@ func New(cfg Config) (http.Handler, error) {
 	if opts.Principal == nil {
 		opts.Principal = BearerPrincipal
 	}
-	mw, err := idem.NewMiddleware(cfg.Ledger, opts)
+	mw, err := idemhttp.New(cfg.Ledger, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -190,9 +192,9 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 	order := Order{ID: newID(), SKU: in.SKU, Qty: in.Qty, Status: "created"}
 	insert := d1client.Statement{
 		SQL:    `INSERT INTO orders (id, principal, sku, qty, idempotency_key, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
-		Params: []any{order.ID, principal, order.SKU, order.Qty, r.Header.Get(idem.HeaderKey), time.Now().UnixMilli()},
+		Params: []any{order.ID, principal, order.SKU, order.Qty, r.Header.Get(idemhttp.HeaderKey), time.Now().UnixMilli()},
 	}
-	if tx, ok := idem.TxFromContext(r.Context()); ok {
+	if tx, ok := idemhttp.TxFromContext(r.Context()); ok {
 		// Committed with the ledger's completion, or not at all.
 		if err := tx.Add(insert); err != nil {
 			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal", "message": "the order could not be queued"})

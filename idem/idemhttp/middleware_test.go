@@ -1,4 +1,4 @@
-package idem_test
+package idemhttp_test
 
 import (
 	"bytes"
@@ -22,6 +22,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 	"github.com/d1idem/d1idem/internal/d1test"
 )
 
@@ -38,7 +39,7 @@ type stack struct {
 
 type stackOpts struct {
 	cfg     idem.Config
-	opts    idem.Options
+	opts    idemhttp.Options
 	handler http.HandlerFunc
 	dbMod   func(*d1client.Config)
 	router  func(mw func(http.Handler) http.Handler, h http.Handler) http.Handler
@@ -82,7 +83,7 @@ func newStack(t *testing.T, so stackOpts) *stack {
 		s.runs.Add(1)
 		so.handler(w, r)
 	})
-	mw := idem.MustMiddleware(s.ledger, so.opts)
+	mw := idemhttp.Must(s.ledger, so.opts)
 	var root http.Handler
 	if so.router != nil {
 		root = so.router(mw, h)
@@ -143,7 +144,7 @@ func TestMiddlewareFirstRequestAndReplay(t *testing.T) {
 	s := newStack(t, stackOpts{})
 	first := s.do("POST", "/v1/things?x=1", "k-1", "tok_a", `{"n":1}`)
 	if first.status != 201 || first.header.Get("Set-Cookie") != "session=abc" || first.header.Get("X-Request-Id") != "first" ||
-		first.header.Get(idem.HeaderReplayed) != "" || !strings.Contains(first.body, `"created":true`) {
+		first.header.Get(idemhttp.HeaderReplayed) != "" || !strings.Contains(first.body, `"created":true`) {
 		t.Fatalf("first: %+v", first)
 	}
 	for i := 0; i < 3; i++ {
@@ -151,7 +152,7 @@ func TestMiddlewareFirstRequestAndReplay(t *testing.T) {
 		if again.status != 201 || again.body != first.body {
 			t.Fatalf("replay %d: %+v", i, again)
 		}
-		if again.header.Get(idem.HeaderReplayed) != "true" || again.header.Get("Location") != "/v1/things/1" ||
+		if again.header.Get(idemhttp.HeaderReplayed) != "true" || again.header.Get("Location") != "/v1/things/1" ||
 			again.header.Get("Content-Type") != "application/json" {
 			t.Errorf("replay headers: %v", again.header)
 		}
@@ -163,7 +164,7 @@ func TestMiddlewareFirstRequestAndReplay(t *testing.T) {
 		t.Fatalf("handler ran %d times", n)
 	}
 	// The same key under another principal is a separate execution.
-	if other := s.do("POST", "/v1/things?x=1", "k-1", "tok_b", `{"n":1}`); other.status != 201 || other.header.Get(idem.HeaderReplayed) != "" {
+	if other := s.do("POST", "/v1/things?x=1", "k-1", "tok_b", `{"n":1}`); other.status != 201 || other.header.Get(idemhttp.HeaderReplayed) != "" {
 		t.Fatalf("other principal: %+v", other)
 	}
 	// Unsafe methods only: GET passes straight through, unguarded.
@@ -187,7 +188,7 @@ func TestMiddlewareFirstResponseHeadersAsReplayed(t *testing.T) {
 	}})
 	first := s.do("POST", "/v1/things", "k-bytes", "tok_a", "{}")
 	again := s.do("POST", "/v1/things", "k-bytes", "tok_a", "{}")
-	if first.status != 201 || again.status != 201 || again.header.Get(idem.HeaderReplayed) != "true" {
+	if first.status != 201 || again.status != 201 || again.header.Get(idemhttp.HeaderReplayed) != "true" {
 		t.Fatalf("first %+v, replay %+v", first, again)
 	}
 	for name, want := range map[string]string{"Location": "/caf\uFFFD", "Content-Type": "text/plain; name=caf\uFFFD"} {
@@ -204,18 +205,18 @@ func TestMiddlewareFirstResponseHeadersAsReplayed(t *testing.T) {
 }
 
 func TestMiddlewareRejections(t *testing.T) {
-	s := newStack(t, stackOpts{opts: idem.Options{MaxBodyBytes: 16}})
+	s := newStack(t, stackOpts{opts: idemhttp.Options{MaxBodyBytes: 16}})
 	tests := []struct {
 		name   string
 		r      reply
 		status int
 		code   string
 	}{
-		{"missing key", s.do("POST", "/x", "", "tok", "{}"), 400, idem.CodeKeyRequired},
-		{"key too long", s.do("POST", "/x", strings.Repeat("k", 256), "tok", "{}"), 400, idem.CodeKeyInvalid},
-		{"key not ASCII", s.do("POST", "/x", "clé", "tok", "{}"), 400, idem.CodeKeyInvalid},
-		{"no principal", s.do("POST", "/x", "k", "", "{}"), 401, idem.CodeUnauthenticated},
-		{"body over the cap", s.do("POST", "/x", "k", "tok", strings.Repeat("x", 17)), 413, idem.CodeBodyTooLarge},
+		{"missing key", s.do("POST", "/x", "", "tok", "{}"), 400, idemhttp.CodeKeyRequired},
+		{"key too long", s.do("POST", "/x", strings.Repeat("k", 256), "tok", "{}"), 400, idemhttp.CodeKeyInvalid},
+		{"key not ASCII", s.do("POST", "/x", "clé", "tok", "{}"), 400, idemhttp.CodeKeyInvalid},
+		{"no principal", s.do("POST", "/x", "k", "", "{}"), 401, idemhttp.CodeUnauthenticated},
+		{"body over the cap", s.do("POST", "/x", "k", "tok", strings.Repeat("x", 17)), 413, idemhttp.CodeBodyTooLarge},
 	}
 	for _, tc := range tests {
 		if tc.r.status != tc.status || tc.r.errorCode(t) != tc.code {
@@ -227,28 +228,28 @@ func TestMiddlewareRejections(t *testing.T) {
 	}
 	// Reuse: 409 by default.
 	s.do("POST", "/x", "reused", "tok", "{}")
-	if r := s.do("POST", "/x", "reused", "tok", `{"other":1}`); r.status != 409 || r.errorCode(t) != idem.CodeKeyReused {
+	if r := s.do("POST", "/x", "reused", "tok", `{"other":1}`); r.status != 409 || r.errorCode(t) != idemhttp.CodeKeyReused {
 		t.Fatalf("reuse: %+v", r)
 	}
-	if r := s.do("PUT", "/x", "reused", "tok", "{}"); r.status != 409 || r.errorCode(t) != idem.CodeKeyReused {
+	if r := s.do("PUT", "/x", "reused", "tok", "{}"); r.status != 409 || r.errorCode(t) != idemhttp.CodeKeyReused {
 		t.Fatalf("reuse with another method: %+v", r)
 	}
 	// 422 with the IETF draft's status.
-	s422 := newStack(t, stackOpts{opts: idem.Options{ReuseStatus: 422}})
+	s422 := newStack(t, stackOpts{opts: idemhttp.Options{ReuseStatus: 422}})
 	s422.do("POST", "/x", "reused", "tok", "{}")
-	if r := s422.do("POST", "/x", "reused", "tok", `{"other":1}`); r.status != 422 || r.errorCode(t) != idem.CodeKeyReused {
+	if r := s422.do("POST", "/x", "reused", "tok", `{"other":1}`); r.status != 422 || r.errorCode(t) != idemhttp.CodeKeyReused {
 		t.Fatalf("reuse 422: %+v", r)
 	}
-	if _, err := idem.NewMiddleware(s.ledger, idem.Options{}); err == nil {
+	if _, err := idemhttp.New(s.ledger, idemhttp.Options{}); err == nil {
 		t.Error("nil Principal accepted")
 	}
-	if _, err := idem.NewMiddleware(s.ledger, idem.Options{Principal: bearer, ReuseStatus: 418}); err == nil {
+	if _, err := idemhttp.New(s.ledger, idemhttp.Options{Principal: bearer, ReuseStatus: 418}); err == nil {
 		t.Error("ReuseStatus 418 accepted")
 	}
 }
 
 func TestMiddlewareHandlerReadsBodyAndKeyOptional(t *testing.T) {
-	s := newStack(t, stackOpts{opts: idem.Options{KeyOptional: true}})
+	s := newStack(t, stackOpts{opts: idemhttp.Options{KeyOptional: true}})
 	r := s.do("POST", "/x", "", "tok", `{"a":"b"}`)
 	if r.status != 201 || !strings.Contains(r.body, `{\"a\":\"b\"}`) {
 		t.Fatalf("unprotected request: %+v", r)
@@ -272,7 +273,7 @@ func TestMiddlewareInProgress(t *testing.T) {
 	<-entered
 	r := s.do("POST", "/slow", "k", "tok", "{}")
 	close(release)
-	if r.status != 409 || r.errorCode(t) != idem.CodeKeyInProgress || r.header.Get("Retry-After") != "1" || !strings.Contains(r.body, `"retry_after_ms":`) {
+	if r.status != 409 || r.errorCode(t) != idemhttp.CodeKeyInProgress || r.header.Get("Retry-After") != "1" || !strings.Contains(r.body, `"retry_after_ms":`) {
 		t.Fatalf("in progress: %+v", r)
 	}
 	if first := <-done; first.status != 200 {
@@ -286,7 +287,7 @@ func TestMiddlewareFailsClosed(t *testing.T) {
 	s := newStack(t, stackOpts{})
 	s.local.Inject(d1local.Fault{Internal: true})
 	r := s.do("POST", "/x", "k", "tok", "{}")
-	if r.status != 503 || r.errorCode(t) != idem.CodeLedgerUnavailable || r.header.Get("Retry-After") == "" {
+	if r.status != 503 || r.errorCode(t) != idemhttp.CodeLedgerUnavailable || r.header.Get("Retry-After") == "" {
 		t.Fatalf("%+v", r)
 	}
 	s.local.Inject(d1local.Fault{BadGateway: true})
@@ -294,7 +295,7 @@ func TestMiddlewareFailsClosed(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 	s.local.Inject(d1local.Fault{RateLimit: true, RetryAfter: 42 * time.Second})
-	if r = s.do("POST", "/x", "k", "tok", "{}"); r.status != 503 || r.errorCode(t) != idem.CodeBudgetExhausted || r.header.Get("Retry-After") != "42" {
+	if r = s.do("POST", "/x", "k", "tok", "{}"); r.status != 503 || r.errorCode(t) != idemhttp.CodeBudgetExhausted || r.header.Get("Retry-After") != "42" {
 		t.Fatalf("971: %+v", r)
 	}
 	if n := s.runs.Load(); n != 0 {
@@ -309,7 +310,7 @@ func TestMiddlewareBudgetExhausted(t *testing.T) {
 	// 4 calls: the schema, the first claim, its completion (on the
 	// reserve, which new claims never take); the second claim is refused.
 	s := newStack(t, stackOpts{
-		opts:  idem.Options{Timeout: 200 * time.Millisecond},
+		opts:  idemhttp.Options{Timeout: 200 * time.Millisecond},
 		dbMod: func(c *d1client.Config) { c.Budget = d1client.NewBudget(4, time.Hour) },
 	})
 	if r := s.do("POST", "/x", "k1", "tok", "{}"); r.status != 201 {
@@ -319,7 +320,7 @@ func TestMiddlewareBudgetExhausted(t *testing.T) {
 		t.Fatalf("the first request's completion was not stored: %+v", st)
 	}
 	r := s.do("POST", "/x", "k2", "tok", "{}")
-	if r.status != 503 || r.errorCode(t) != idem.CodeBudgetExhausted {
+	if r.status != 503 || r.errorCode(t) != idemhttp.CodeBudgetExhausted {
 		t.Fatalf("%+v", r)
 	}
 	if ra := r.header.Get("Retry-After"); ra == "" || ra == "0" {
@@ -354,7 +355,7 @@ func TestMiddlewareResponseRules(t *testing.T) {
 	if r.status != 204 || r.body != "" {
 		t.Fatalf("204: %+v", r)
 	}
-	if r = s.do("POST", "/nocontent", "k204", "tok", ""); r.status != 204 || r.body != "" || r.header.Get(idem.HeaderReplayed) != "true" {
+	if r = s.do("POST", "/nocontent", "k204", "tok", ""); r.status != 204 || r.body != "" || r.header.Get(idemhttp.HeaderReplayed) != "true" {
 		t.Fatalf("204 replay: %+v", r)
 	}
 	// Over the stored-body cap: the spec's 500 with no body, now and on replay.
@@ -376,7 +377,7 @@ func TestMiddlewareResponseRules(t *testing.T) {
 	status.Store(503)
 	s.do("POST", "/err", "kerr", "tok", "")
 	status.Store(200)
-	if r = s.do("POST", "/err", "kerr", "tok", ""); r.status != 503 || r.header.Get(idem.HeaderReplayed) != "true" {
+	if r = s.do("POST", "/err", "kerr", "tok", ""); r.status != 503 || r.header.Get(idemhttp.HeaderReplayed) != "true" {
 		t.Fatalf("stored error: %+v", r)
 	}
 }
@@ -432,7 +433,7 @@ func TestMiddlewareStreamHijackPanic(t *testing.T) {
 	for _, path := range []string{"/stream", "/hijack"} {
 		for i := 0; i < 2; i++ {
 			r := s.do("POST", path, "k"+path, "tok", "")
-			if r.err != nil || r.status != 200 || r.header.Get(idem.HeaderReplayed) != "" {
+			if r.err != nil || r.status != 200 || r.header.Get(idemhttp.HeaderReplayed) != "" {
 				t.Fatalf("%s attempt %d: %+v", path, i, r)
 			}
 			// Claimed at 1, released to 2; taken over at 3, released to 4.
@@ -487,7 +488,7 @@ func TestMiddlewareConcurrentDuplicates(t *testing.T) {
 			}
 			body = r.body
 		case 409:
-			if r.errorCode(t) != idem.CodeKeyInProgress {
+			if r.errorCode(t) != idemhttp.CodeKeyInProgress {
 				t.Fatalf("%+v", r)
 			}
 		default:
@@ -502,7 +503,7 @@ func TestMiddlewareUnreadableRecord(t *testing.T) {
 	if _, err := s.db.Query(bg, "UPDATE idempotency_keys SET response_headers = 'garbage'"); err != nil {
 		t.Fatal(err)
 	}
-	if r := s.do("POST", "/x", "k", "tok", "{}"); r.status != 500 || r.errorCode(t) != idem.CodeRecordUnreadable {
+	if r := s.do("POST", "/x", "k", "tok", "{}"); r.status != 500 || r.errorCode(t) != idemhttp.CodeRecordUnreadable {
 		t.Fatalf("%+v", r)
 	}
 	if s.runs.Load() != 1 {
@@ -535,7 +536,7 @@ func TestMiddlewareWithRouters(t *testing.T) {
 			b := s.do("POST", "/v1/orders/7?x=1", "k", "tok", "{}")
 			c := s.do("POST", "/v1/orders/8?x=1", "k", "tok", "{}")
 			g := s.do("GET", "/v1/orders/7", "", "", "")
-			if a.status != 201 || b.header.Get(idem.HeaderReplayed) != "true" || c.status != 409 || g.status != 201 || s.runs.Load() != 2 {
+			if a.status != 201 || b.header.Get(idemhttp.HeaderReplayed) != "true" || c.status != 409 || g.status != 201 || s.runs.Load() != 2 {
 				t.Fatalf("a=%+v b=%+v c=%+v g=%+v runs=%d", a, b, c, g, s.runs.Load())
 			}
 		})
@@ -584,7 +585,7 @@ func TestMiddlewareStatusCodes(t *testing.T) {
 	if r.status != 201 || r.body != "final" {
 		t.Fatalf("early hints: %+v", r)
 	}
-	if r = s.do("POST", "/early-hints", "hints", "tok", ""); r.status != 201 || r.body != "final" || r.header.Get(idem.HeaderReplayed) != "true" {
+	if r = s.do("POST", "/early-hints", "hints", "tok", ""); r.status != 201 || r.body != "final" || r.header.Get(idemhttp.HeaderReplayed) != "true" {
 		t.Fatalf("early hints replay: %+v", r)
 	}
 	// 600-999: answered and stored as the spec's sentinel, 500 with no body.
@@ -615,44 +616,6 @@ func TestMiddlewareStatusCodes(t *testing.T) {
 	}
 }
 
-// Through the ledger directly, a status outside 200-599 is stored as the
-// sentinel; a row holding one (written by anything else) is unreadable.
-func TestLedgerStatusOutsideReplayableRange(t *testing.T) {
-	db := d1test.Local(t).NewClientSchema(t)
-	l := newLedger(t, db, idem.Config{Heartbeat: -1})
-	for _, status := range []int{1000, 103, 101, 600, 999, -5} {
-		key := fmt.Sprint("s", status)
-		r := begin(t, l, "p", key, "fp").Reservation
-		c, err := l.Complete(bg, r, idem.Response{Status: status, Body: []byte("x")})
-		if err != nil || !c.Stored || c.Response.Status != 500 || c.Response.Body != nil {
-			t.Errorf("status %d: %+v %v", status, c, err)
-		}
-		if d := begin(t, l, "p", key, "fp"); d.Outcome != idem.Replay || d.Response.Status != 500 {
-			t.Errorf("status %d replay: %+v", status, d)
-		}
-	}
-	if _, err := db.Query(bg, `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, response_status, response_body, response_headers, created_at, updated_at)
-VALUES ('p', 'foreign', 'fp', 'completed', 1, 1000, 'x', '{}', 1, 1)`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Begin(bg, "p", "foreign", "fp"); !errors.Is(err, idem.ErrUnreadableRecord) {
-		t.Errorf("a row with status 1000: %v", err)
-	}
-	// response_headers: SQL NULL reads as no headers, as the spec's Worker
-	// reads it (?? "{}"); anything but a JSON object of strings is
-	// unreadable, as JSON.parse or Headers refuse it there.
-	for key, headers := range map[string]any{"null-sql": nil, "empty": "", "null-json": "null", "array": "[]", "number": "1", "nested": `{"a":{"b":"c"}}`} {
-		if _, err := db.Query(bg, `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, response_status, response_body, response_headers, created_at, updated_at)
-VALUES ('p', ?, 'fp', 'completed', 1, 200, 'x', ?, 1, 1)`, key, headers); err != nil {
-			t.Fatal(err)
-		}
-		d, err := l.Begin(bg, "p", key, "fp")
-		if unreadable := errors.Is(err, idem.ErrUnreadableRecord); unreadable != (key != "null-sql") || (!unreadable && (d.Outcome != idem.Replay || len(d.Response.Header) != 0)) {
-			t.Errorf("response_headers %q: %+v %v", headers, d, err)
-		}
-	}
-}
-
 // A principal the ledger cannot hold (not UTF-8, or over 1,024 bytes) is the
 // server's bug: 500 idempotency_principal_invalid, without Retry-After, and
 // a WARN log that does not carry the principal. It is never reported as the
@@ -661,11 +624,11 @@ func TestMiddlewareInvalidPrincipal(t *testing.T) {
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	s := newStack(t, stackOpts{cfg: idem.Config{Logger: slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil))},
-		opts: idem.Options{Principal: func(r *http.Request) (string, error) { return r.Header.Get("X-Principal"), nil }}})
+		opts: idemhttp.Options{Principal: func(r *http.Request) (string, error) { return r.Header.Get("X-Principal"), nil }}})
 	long := strings.Repeat("p", idem.MaxPrincipalLength)
 	for _, p := range []string{"acct\xff", long + "q", "\xc3("} {
 		r := s.do("POST", "/x", "k", "", "{}", "X-Principal", p)
-		if r.status != 500 || r.errorCode(t) != idem.CodePrincipalInvalid || r.header.Get("Retry-After") != "" {
+		if r.status != 500 || r.errorCode(t) != idemhttp.CodePrincipalInvalid || r.header.Get("Retry-After") != "" {
 			t.Errorf("principal %.20q: %+v", p, r)
 		}
 		if _, err := s.ledger.Begin(bg, p, "k", "fp"); !errors.Is(err, idem.ErrInvalidPrincipal) || strings.Contains(err.Error(), p) {
@@ -703,7 +666,7 @@ func TestMiddlewareDuplicateKeyHeaders(t *testing.T) {
 	body, _ := io.ReadAll(res.Body)
 	res.Body.Close()
 	r := reply{status: res.StatusCode, header: res.Header, body: string(body)}
-	if r.status != 400 || r.errorCode(t) != idem.CodeKeyInvalid {
+	if r.status != 400 || r.errorCode(t) != idemhttp.CodeKeyInvalid {
 		t.Fatalf("two fields: %+v", r)
 	}
 	if n := s.runs.Load(); n != 0 {
@@ -737,7 +700,7 @@ func TestMiddlewareLogsToDefaultWithFix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := idem.MustMiddleware(l, idem.Options{Principal: bearer})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := idemhttp.Must(l, idemhttp.Options{Principal: bearer})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t.Error("the handler ran without a ledger")
 	}))
 	req := httptest.NewRequest("POST", "/x", strings.NewReader("{}"))
@@ -745,7 +708,7 @@ func TestMiddlewareLogsToDefaultWithFix(t *testing.T) {
 	req.Header.Set("Idempotency-Key", "k")
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
-	if rec.Code != 503 || !strings.Contains(rec.Body.String(), idem.CodeLedgerUnavailable) {
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), idemhttp.CodeLedgerUnavailable) {
 		t.Fatalf("%d %s", rec.Code, rec.Body)
 	}
 	mu.Lock()
@@ -763,7 +726,7 @@ func TestMiddlewareLogsToDefaultWithFix(t *testing.T) {
 // replays.
 func TestMiddlewareNilBody(t *testing.T) {
 	s := newStack(t, stackOpts{})
-	mw := idem.MustMiddleware(s.ledger, idem.Options{Principal: bearer})
+	mw := idemhttp.Must(s.ledger, idemhttp.Options{Principal: bearer})
 	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
 		if err != nil || len(b) != 0 {
@@ -777,10 +740,10 @@ func TestMiddlewareNilBody(t *testing.T) {
 			req.Body = nil
 		}
 		req.Header.Set("Authorization", "Bearer tok")
-		req.Header.Set(idem.HeaderKey, "nil-body")
+		req.Header.Set(idemhttp.HeaderKey, "nil-body")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
-		if rec.Code != http.StatusCreated || (i == 1) != (rec.Header().Get(idem.HeaderReplayed) == "true") {
+		if rec.Code != http.StatusCreated || (i == 1) != (rec.Header().Get(idemhttp.HeaderReplayed) == "true") {
 			t.Errorf("request %d: %d %v %s", i, rec.Code, rec.Header(), rec.Body)
 		}
 	}

@@ -1,4 +1,4 @@
-package idem
+package idemhttp
 
 import (
 	"bufio"
@@ -123,7 +123,7 @@ func (c *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c.tx.mu.Lock()
 	defer c.tx.mu.Unlock()
 	if len(c.tx.stmts) > 0 {
-		return nil, nil, fmt.Errorf("idem: hijack refused: idem.Tx statements are queued, and they commit only with a stored response: %w", http.ErrNotSupported)
+		return nil, nil, fmt.Errorf("idemhttp: hijack refused: Tx statements are queued, and they commit only with a stored response: %w", http.ErrNotSupported)
 	}
 	conn, rw, err := hj.Hijack()
 	if err == nil {

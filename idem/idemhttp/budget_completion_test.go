@@ -1,4 +1,4 @@
-package idem_test
+package idemhttp_test
 
 import (
 	"net/http"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idem/idemhttp"
 	"github.com/d1idem/d1idem/internal/d1test"
 )
 
@@ -34,23 +35,23 @@ func TestCompletionStoredUnderSaturatedBudget(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 		w.Write([]byte(`{"created":true}`))
 	})
-	opts := idem.Options{Principal: func(*http.Request) (string, error) { return "acct_1", nil }, Timeout: 200 * time.Millisecond}
+	opts := idemhttp.Options{Principal: func(*http.Request) (string, error) { return "acct_1", nil }, Timeout: 200 * time.Millisecond}
 	serve := func(l *idem.Ledger, key string) *httptest.ResponseRecorder {
 		t.Helper()
 		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"sku":"a"}`))
 		req.Header.Set("Idempotency-Key", key)
 		req.Header.Set("Content-Type", "application/json")
 		rec := httptest.NewRecorder()
-		idem.MustMiddleware(l, opts)(handler).ServeHTTP(rec, req)
+		idemhttp.Must(l, opts)(handler).ServeHTTP(rec, req)
 		return rec
 	}
 
 	ledger := newLedger(t, db, idem.Config{Heartbeat: -1})
-	if rec := serve(ledger, "k1"); rec.Code != http.StatusCreated || rec.Header().Get(idem.HeaderReplayed) != "" {
+	if rec := serve(ledger, "k1"); rec.Code != http.StatusCreated || rec.Header().Get(idemhttp.HeaderReplayed) != "" {
 		t.Fatalf("first request: %d %s", rec.Code, rec.Body)
 	}
 	// New work finds the budget spent: it is turned away.
-	if rec := serve(ledger, "k2"); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), idem.CodeBudgetExhausted) {
+	if rec := serve(ledger, "k2"); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), idemhttp.CodeBudgetExhausted) {
 		t.Fatalf("second request: %d %s", rec.Code, rec.Body)
 	}
 	res, err := admin.Query(t.Context(), "SELECT status FROM idempotency_keys WHERE key = 'k1'")
@@ -65,8 +66,8 @@ func TestCompletionStoredUnderSaturatedBudget(t *testing.T) {
 	later := func() time.Time { return time.Now().Add(idem.DefaultTTL + time.Minute) }
 	replica := newLedger(t, admin, idem.Config{Heartbeat: -1, Clock: later})
 	rec := serve(replica, "k1")
-	if rec.Code != http.StatusCreated || rec.Header().Get(idem.HeaderReplayed) != "true" {
-		t.Errorf("the retry: %d %s (replayed %q)", rec.Code, rec.Body, rec.Header().Get(idem.HeaderReplayed))
+	if rec.Code != http.StatusCreated || rec.Header().Get(idemhttp.HeaderReplayed) != "true" {
+		t.Errorf("the retry: %d %s (replayed %q)", rec.Code, rec.Body, rec.Header().Get(idemhttp.HeaderReplayed))
 	}
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the handler ran %d times, want once", n)

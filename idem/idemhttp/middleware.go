@@ -1,4 +1,4 @@
-package idem
+package idemhttp
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/idem"
 )
 
 // HeaderKey is the request header carrying the idempotency key, and
@@ -42,7 +43,10 @@ const (
 	CodeMutationAbandoned = "idempotency_mutation_not_committed"
 )
 
-const defaultUnavailableWait = time.Second
+const (
+	defaultUnavailableWait = time.Second     // Retry-After of a 503 when D1 gave none
+	releaseTimeout         = 5 * time.Second // bound on a release made while unwinding
+)
 
 // Defaults of Options.
 const (
@@ -63,7 +67,7 @@ type Options struct {
 	// account ID, an API key's owner. It must come from authentication, never
 	// from anything the client chooses. An error, or an empty principal,
 	// answers 401 and the handler never runs; a principal that is not valid
-	// UTF-8 or is over MaxPrincipalLength bytes answers 500
+	// UTF-8 or is over idem.MaxPrincipalLength bytes answers 500
 	// idempotency_principal_invalid. Required.
 	Principal func(*http.Request) (string, error)
 	// Methods are the methods guarded; others pass straight through.
@@ -90,7 +94,7 @@ type Options struct {
 
 func (o Options) withDefaults() (Options, error) {
 	if o.Principal == nil {
-		return o, errors.New("idem: Options.Principal is required: derive the principal from authentication")
+		return o, errors.New("idemhttp: Options.Principal is required: derive the principal from authentication")
 	}
 	if o.Methods == nil {
 		o.Methods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
@@ -122,20 +126,46 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
+// configErr is an invalid field of Options.
+func configErr(field string, value any, want string, args ...any) error {
+	return &idem.ConfigError{Field: field, Value: fmt.Sprint(value), Want: fmt.Sprintf(want, args...)}
+}
+
+// validToken reports whether s is an RFC 9110 token, as a method is.
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
 type middleware struct {
-	l       *Ledger
+	l       *idem.Ledger
+	cfg     idem.Config // the ledger's, defaults filled in
 	o       Options
 	methods map[string]bool
+	tel     *telemetry
 }
 
+// log returns Options.Logger, else the ledger's Config.Logger, else
+// slog.Default() at the time of the call.
 func (m *middleware) log() *slog.Logger {
-	if m.o.Logger != nil {
+	switch {
+	case m.o.Logger != nil:
 		return m.o.Logger
+	case m.cfg.Logger != nil:
+		return m.cfg.Logger
 	}
-	return m.l.log()
+	return slog.Default()
 }
 
-// NewMiddleware returns net/http middleware that guards the unsafe methods
+// New returns net/http middleware that guards the unsafe methods
 // of the handlers it wraps with the ledger, or an error naming the invalid
 // option. It works with net/http's ServeMux, chi and gorilla/mux alike.
 //
@@ -148,25 +178,30 @@ func (m *middleware) log() *slog.Logger {
 // reached the handler never runs. The README documents every answer the
 // middleware gives, and what happens when a handler streams, hijacks,
 // panics or uses Tx.
-func NewMiddleware(l *Ledger, opts Options) (func(http.Handler) http.Handler, error) {
+//
+// Its metrics and spans (docs/observability.md) go to the ledger's
+// Config.MeterProvider and TracerProvider, under the ledger's scope
+// (idem.ScopeName).
+func New(l *idem.Ledger, opts Options) (func(http.Handler) http.Handler, error) {
 	if l == nil {
-		return nil, errors.New("idem: NewMiddleware needs a Ledger")
+		return nil, errors.New("idemhttp: New needs a Ledger")
 	}
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	m := &middleware{l: l, o: opts, methods: map[string]bool{}}
+	cfg := l.Config()
+	m := &middleware{l: l, cfg: cfg, o: opts, methods: map[string]bool{}, tel: newTelemetry(cfg.MeterProvider, cfg.TracerProvider)}
 	for _, meth := range opts.Methods {
 		m.methods[strings.ToUpper(meth)] = true
 	}
 	return m.wrap, nil
 }
 
-// MustMiddleware is like NewMiddleware but panics if the options are
-// invalid. It simplifies initialization of global middleware stacks.
-func MustMiddleware(l *Ledger, opts Options) func(http.Handler) http.Handler {
-	mw, err := NewMiddleware(l, opts)
+// Must is like New but panics if the options are invalid. It simplifies
+// initialization of global middleware stacks.
+func Must(l *idem.Ledger, opts Options) func(http.Handler) http.Handler {
+	mw, err := New(l, opts)
 	if err != nil {
 		panic(err)
 	}
@@ -187,12 +222,12 @@ func (m *middleware) wrap(next http.Handler) http.Handler {
 // span in r's context), and records its outcome.
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	start := time.Now()
-	ctx, span := m.l.tel.tracer.Start(r.Context(), requestSpan)
+	ctx, span := m.tel.tracer.Start(r.Context(), requestSpan)
 	if span.IsRecording() {
 		r = r.WithContext(ctx)
 	}
 	var rt requestTrace
-	defer m.l.tel.endRequest(span, &rt, start)
+	defer m.tel.endRequest(span, &rt, start)
 	rt.outcome = m.guard(w, r, next, &rt)
 }
 
@@ -204,8 +239,8 @@ func (m *middleware) guard(w http.ResponseWriter, r *http.Request, next http.Han
 		writeError(w, http.StatusUnauthorized, CodeUnauthenticated, "The request could not be authenticated.", nil)
 		return outUnauthenticated
 	}
-	if err := checkPrincipal(principal); err != nil {
-		m.principalInvalid(w, r, err, len(principal))
+	if !idem.ValidPrincipal(principal) {
+		m.principalInvalid(w, r, principal)
 		return outPrincipalInvalid
 	}
 	rt.principal = principal
@@ -227,7 +262,7 @@ func (m *middleware) guard(w http.ResponseWriter, r *http.Request, next http.Han
 		writeError(w, http.StatusBadRequest, CodeKeyRequired, "This endpoint requires an Idempotency-Key header.", nil)
 		return outKeyMissing
 	}
-	if !ValidKey(key) {
+	if !idem.ValidKey(key) {
 		writeError(w, http.StatusBadRequest, CodeKeyInvalid, "Idempotency-Key must be 1-255 printable ASCII characters.", nil)
 		return outKeyInvalid
 	}
@@ -243,8 +278,11 @@ func (m *middleware) guard(w http.ResponseWriter, r *http.Request, next http.Han
 			fmt.Sprintf("The request body exceeds %d bytes.", m.o.MaxBodyBytes), nil)
 		return outTooLarge
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	fp := fingerprintBytes(r.Method, PathAndQuery(r), r.Header, m.l.cfg.FingerprintHeaders, body)
+	// One reader serves the fingerprint, then, rewound, the handler.
+	br := bytes.NewReader(body)
+	fp, _ := idem.Fingerprint(r.Method, idem.PathAndQuery(r), r.Header, m.cfg.FingerprintHeaders, br) // hashing bytes cannot fail
+	br.Reset(body)
+	r.Body = io.NopCloser(br)
 
 	bctx, cancel := context.WithTimeout(r.Context(), m.o.Timeout)
 	dec, err := m.l.Begin(bctx, principal, key, fp)
@@ -253,16 +291,16 @@ func (m *middleware) guard(w http.ResponseWriter, r *http.Request, next http.Han
 		return m.unavailable(w, r, err)
 	}
 	switch dec.Outcome {
-	case Replay:
+	case idem.Replay:
 		writeResponse(w, dec.Response, true)
 		return outReplay
-	case Reused:
+	case idem.Reused:
 		writeError(w, m.o.ReuseStatus, CodeKeyReused, "This Idempotency-Key was already used for a different request.", nil)
 		return outReused
-	case InProgress:
+	case idem.InProgress:
 		writeInProgress(w, dec.RetryAfter)
 		return outInProgress
-	case Retry:
+	case idem.Retry:
 		writeError(w, http.StatusConflict, CodeKeyRetry, "Retry the request.", nil)
 		return outRetry
 	}
@@ -281,7 +319,7 @@ func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, err err
 	}
 	h := http.Header{"Retry-After": {retryAfterSeconds(wait)}}
 	switch {
-	case errors.Is(err, ErrUnreadableRecord):
+	case errors.Is(err, idem.ErrUnreadableRecord):
 		writeError(w, http.StatusInternalServerError, CodeRecordUnreadable, "The stored response for this Idempotency-Key cannot be read.", nil)
 		return outRecordUnreadable
 	case errors.Is(err, d1client.ErrBudget) || errors.Is(err, d1client.ErrRateLimited):
@@ -293,41 +331,43 @@ func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, err err
 	return outLedgerUnavailable
 }
 
-// principalInvalid answers a principal the ledger cannot hold: the server
-// derived it, so it is the server's bug, and a retry cannot help (no
+// principalInvalid answers a principal p the ledger cannot hold: the
+// server derived it, so it is the server's bug, and a retry cannot help (no
 // Retry-After). The log never carries the principal.
-func (m *middleware) principalInvalid(w http.ResponseWriter, r *http.Request, err error, n int) {
+func (m *middleware) principalInvalid(w http.ResponseWriter, r *http.Request, p string) {
+	why := "not valid UTF-8"
+	if len(p) > idem.MaxPrincipalLength {
+		why = fmt.Sprintf("%d bytes, over the limit of %d", len(p), idem.MaxPrincipalLength)
+	}
 	m.log().LogAttrs(r.Context(), slog.LevelWarn, "idem: Options.Principal returned a principal the ledger cannot hold; request refused",
-		slog.String("error", err.Error()), slog.Int("principal_bytes", n))
+		slog.String("error", fmt.Sprintf("%v: %s", idem.ErrInvalidPrincipal, why)), slog.Int("principal_bytes", len(p)))
 	writeError(w, http.StatusInternalServerError, CodePrincipalInvalid,
-		fmt.Sprintf("The server derived an invalid principal for this request (not UTF-8, or over %d bytes).", MaxPrincipalLength), nil)
+		fmt.Sprintf("The server derived an invalid principal for this request (not UTF-8, or over %d bytes).", idem.MaxPrincipalLength), nil)
 }
 
 // errAttrs are the log attributes of a ledger error: the error, and the fix
 // when it is known.
 func errAttrs(err error) []slog.Attr {
 	attrs := []slog.Attr{slog.String("error", err.Error())}
-	if fix := Remedy(err); fix != "" {
+	if fix := idem.Remedy(err); fix != "" {
 		attrs = append(attrs, slog.String("fix", fix))
 	}
 	return attrs
 }
 
+// execute runs the handler under the reservation's lease, captures its
+// response, and stores it, with the handler's Tx statements, before it is
+// sent.
 func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, rt *requestTrace) {
 	res := rt.res
-	// The handler's context ends when the lease is lost or the handler
-	// returns, not when the client goes away: a mutation that has started is
-	// finished and its response stored, for the client's retry to replay.
-	lease := m.l.hold(context.WithoutCancel(r.Context()), res)
-	defer lease.stop()
 	tx := &Tx{}
-	ctx := withTx(lease.ctx, tx)
-	cw := &captureWriter{w: w, tx: tx, max: m.l.cfg.MaxStoredBody}
+	cw := &captureWriter{w: w, tx: tx, max: m.cfg.MaxStoredBody}
 
 	released := false
 	defer func() {
+		// Hold has stopped the heartbeat by now: no renewal races the
+		// release.
 		if v := recover(); v != nil {
-			lease.stop()
 			tx.finish()
 			if !released {
 				m.release(r, res, "the handler panicked")
@@ -336,8 +376,13 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			panic(v)
 		}
 	}()
-	next.ServeHTTP(cw, r.WithContext(ctx))
-	lease.stop()
+	// The handler's context ends when the lease is lost or the handler
+	// returns, not when the client goes away: a mutation that has started is
+	// finished and its response stored, for the client's retry to replay.
+	_ = m.l.Hold(context.WithoutCancel(r.Context()), res, func(ctx context.Context) error {
+		next.ServeHTTP(cw, r.WithContext(withTx(ctx, tx)))
+		return nil
+	})
 	stmts, refused := tx.finish()
 
 	if cw.streamed || cw.hijacked {
@@ -350,7 +395,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		rt.completion = resReleased
 		if refused > 0 {
 			m.log().LogAttrs(r.Context(), slog.LevelError, "idem: the handler added Tx statements after "+strings.TrimPrefix(why, "the handler ")+"; they were not committed, and the response is aborted",
-				append(logAttrs(res), slog.Int("refused_adds", refused))...)
+				append(res.LogValue().Group(), slog.Int("refused_adds", refused))...)
 			if cw.streamed {
 				// The client must not take this response for a success.
 				panic(http.ErrAbortHandler)
@@ -358,14 +403,14 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		}
 		return
 	}
-	resp := Response{Status: cw.status, Header: w.Header(), Body: cw.body.Bytes()}
+	resp := idem.Response{Status: cw.status, Header: w.Header(), Body: cw.body.Bytes()}
 	if resp.Status == 0 {
 		resp.Status = http.StatusOK
 	}
 	// The completion is written even if the client has gone away: the
 	// mutation ran, and its response must be replayable.
 	cctx := context.WithoutCancel(r.Context())
-	var done Completion
+	var done idem.Completion
 	var err error
 	if len(stmts) > 0 {
 		done, err = m.l.CompleteTx(cctx, res, resp, stmts)
@@ -374,9 +419,9 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	}
 	rt.completion = completionResult(done, err)
 	if err != nil {
-		if errors.Is(err, ErrTxNotCommitted) {
+		if errors.Is(err, idem.ErrTxNotCommitted) {
 			m.log().LogAttrs(r.Context(), slog.LevelError, "idem: the handler's statements were not committed; reservation released",
-				append(logAttrs(res), errAttrs(err)...)...)
+				append(res.LogValue().Group(), errAttrs(err)...)...)
 			resetHeader(w.Header(), nil) // the handler's headers describe what did not happen
 			if errors.Is(err, d1client.ErrSQL) || errors.Is(err, d1client.ErrInvalid) {
 				// Deterministic: the handler's own statements failed, or
@@ -392,7 +437,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			return
 		}
 		m.log().LogAttrs(r.Context(), slog.LevelError, "idem: completion not stored; the response is sent, and a retry after the TTL will run the mutation again",
-			append(logAttrs(res), errAttrs(err)...)...)
+			append(res.LogValue().Group(), errAttrs(err)...)...)
 	}
 	if err == nil && !done.Stored && len(stmts) > 0 {
 		// Fenced out under transactional completion: the handler's writes
@@ -407,14 +452,14 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		// replay will (even when the handler's own status was 500).
 		resetHeader(w.Header(), done.Response.Header)
 	}
-	asStored(w.Header(), m.l.cfg.ReplayableHeaders)
-	writeResponse(w, &Response{Status: done.Response.Status, Body: done.Response.Body}, false)
+	asStored(w.Header(), m.cfg.ReplayableHeaders)
+	writeResponse(w, &idem.Response{Status: done.Response.Status, Body: done.Response.Body}, false)
 }
 
 // answerFromLedger answers a request whose own response must not be sent:
 // the stored response when another owner completed the key, 409 in progress
 // while one is still working on it.
-func (m *middleware) answerFromLedger(w http.ResponseWriter, r *http.Request, res *Reservation) {
+func (m *middleware) answerFromLedger(w http.ResponseWriter, r *http.Request, res *idem.Reservation) {
 	resetHeader(w.Header(), nil)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.o.Timeout)
 	defer cancel()
@@ -422,9 +467,9 @@ func (m *middleware) answerFromLedger(w http.ResponseWriter, r *http.Request, re
 	switch {
 	case err != nil:
 		m.unavailable(w, r, err)
-	case dec.Outcome == Replay:
+	case dec.Outcome == idem.Replay:
 		writeResponse(w, dec.Response, true)
-	case dec.Outcome == InProgress:
+	case dec.Outcome == idem.InProgress:
 		writeInProgress(w, dec.RetryAfter)
 	default:
 		writeError(w, http.StatusConflict, CodeKeyRetry, "Retry the request.", nil)
@@ -432,14 +477,14 @@ func (m *middleware) answerFromLedger(w http.ResponseWriter, r *http.Request, re
 }
 
 // asStored rewrites the replayable headers of h to the one value each is
-// stored and replayed with (see captureHeaders): the fields joined, HTTP
+// stored and replayed with (idem.HeaderValue): the fields joined, HTTP
 // whitespace trimmed, decoded as UTF-8 as workerd decodes them. So the first
 // response carries the same bytes as every replay: a Location of "/caf\xe9"
 // goes out as "/caf\uFFFD" both times.
 func asStored(h http.Header, names []string) {
 	for _, name := range names {
 		if len(h.Values(name)) > 0 {
-			h.Set(name, HeaderValue(h, name))
+			h.Set(name, idem.HeaderValue(h, name))
 		}
 	}
 }
@@ -454,11 +499,13 @@ func resetHeader(h, with http.Header) {
 	}
 }
 
-func (m *middleware) release(r *http.Request, res *Reservation, why string) {
+// release gives up the reservation of a response that will not be stored,
+// so the client may retry, and logs why.
+func (m *middleware) release(r *http.Request, res *idem.Reservation, why string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), releaseTimeout)
 	defer cancel()
 	released, err := m.l.Release(ctx, res)
-	attrs := append(logAttrs(res), slog.String("reason", why), slog.Bool("released", released))
+	attrs := append(res.LogValue().Group(), slog.String("reason", why), slog.Bool("released", released))
 	if err != nil {
 		attrs = append(attrs, slog.String("error", err.Error()))
 	}
@@ -467,7 +514,7 @@ func (m *middleware) release(r *http.Request, res *Reservation, why string) {
 
 // writeResponse sends a response: resp.Header's fields are added to those
 // already on the writer, and replays are marked Idempotent-Replayed: true.
-func writeResponse(w http.ResponseWriter, resp *Response, replayed bool) {
+func writeResponse(w http.ResponseWriter, resp *idem.Response, replayed bool) {
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v
@@ -505,6 +552,8 @@ func writeJSON(w http.ResponseWriter, status int, body any, h http.Header) {
 	_, _ = w.Write(b)
 }
 
+// retryAfterSeconds is d as a Retry-After value: whole seconds, rounded
+// up, at least 1.
 func retryAfterSeconds(d time.Duration) string {
 	s := int64(math.Ceil(d.Seconds()))
 	if s < 1 {
@@ -512,3 +561,13 @@ func retryAfterSeconds(d time.Duration) string {
 	}
 	return strconv.FormatInt(s, 10)
 }
+
+// nullBodyStatus reports whether status never carries a body
+// (docs/contract.md#6-responses).
+func nullBodyStatus(status int) bool {
+	return status == http.StatusNoContent || status == http.StatusResetContent || status == http.StatusNotModified
+}
+
+// httpWhitespace is Fetch's HTTP whitespace, trimmed from the key as from
+// every header value.
+const httpWhitespace = "\t\n\r "
