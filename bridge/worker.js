@@ -1,6 +1,6 @@
 // d1idem bridge: the D1 REST API's query endpoints, served by a Cloudflare
 // Worker over the D1 bindings it is deployed with. A client of the REST API
-// (d1client, the d1idem CLI, the idem middleware) uses it by changing only
+// (d1client, the d1idem CLI, the idemhttp middleware) uses it by changing only
 // its base URL and its token: the calls go to the database's binding, past
 // the account's API budget (1200 calls per 300 s).
 //
@@ -70,7 +70,7 @@
 //   BRIDGE_ALLOWED_STATEMENTS
 //                      a JSON array of further SQL texts accepted in
 //                      ledger-only mode (a TOML array, or a string holding
-//                      JSON): the statements of idem.Tx, for example.
+//                      JSON): the statements of idemhttp.Tx, for example.
 //   BRIDGE_RAW_MODE    "internal" (the default) or "public"; see below.
 //
 // How /raw is made exact (BRIDGE_RAW_MODE "internal"). The public binding
