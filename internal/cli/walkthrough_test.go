@@ -84,7 +84,8 @@ var volatile = []struct {
 	{regexp.MustCompile(`\b[0-9a-f]{64}\b`), "<FINGERPRINT>"},
 	{regexp.MustCompile(`v1\.[A-Za-z0-9_=-]+\.[0-9a-f]+`), "<CURSOR>"},
 	{regexp.MustCompile(`\d+ bytes \(\d+\.\d [KM]iB\)`), "<SIZE>"},
-	{regexp.MustCompile(`"(\w+)_ms": \d+`), `"${1}_ms": <N>`},
+	{regexp.MustCompile(`"(\w+)_ms":\s*\d+`), `"${1}_ms": <N>`},
+	{regexp.MustCompile(`Content-Length: \d+`), "Content-Length: <N>"},
 	{regexp.MustCompile(`\b(\d+(\.\d+)?(ms|s|m|h|d))+\b`), "<DURATION>"},
 	{regexp.MustCompile(`\s+`), " "},
 }
