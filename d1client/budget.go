@@ -179,24 +179,6 @@ const (
 	priority              // round-trip-2 work: see Priority
 )
 
-// clock is the time source of an Account and of group commit; tests replace
-// it.
-type clock interface {
-	Now() time.Time
-	// After returns a channel that receives once d has passed, and a
-	// function that stops the timer.
-	After(d time.Duration) (<-chan time.Time, func() bool)
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-
-func (realClock) After(d time.Duration) (<-chan time.Time, func() bool) {
-	t := time.NewTimer(d)
-	return t.C, t.Stop
-}
-
 // Constants of the account's pacing.
 const (
 	// resetMargin is added to a reset time before calls resume after a
@@ -246,7 +228,6 @@ const (
 // for concurrent use.
 type Account struct {
 	budget  Budget // validated
-	clk     clock
 	burst   int
 	reserve float64
 
@@ -268,8 +249,6 @@ type Account struct {
 
 	blockedUntil time.Time
 	changed      chan struct{} // closed, and replaced, when the view changes
-
-	onTake func(at time.Time, c class) // tests: called under mu for each call taken
 }
 
 // accountView is the account's budget as the last Ratelimit headers gave it.
@@ -295,11 +274,11 @@ func NewAccount(b Budget) (*Account, error) {
 	if err := b.validate(); err != nil {
 		return nil, err
 	}
-	return newAccount(b, realClock{}), nil
+	return newAccount(b), nil
 }
 
-func newAccount(b Budget, clk clock) *Account {
-	a := &Account{budget: b, clk: clk, burst: b.Burst(), reserve: b.Reserve(), changed: make(chan struct{})}
+func newAccount(b Budget) *Account {
+	a := &Account{budget: b, burst: b.Burst(), reserve: b.Reserve(), changed: make(chan struct{})}
 	if !b.unlimited {
 		a.ring = make([]time.Time, 0, b.Calls())
 	}
@@ -344,7 +323,7 @@ type BudgetState struct {
 func (a *Account) State() BudgetState {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	now := a.clk.Now()
+	now := time.Now()
 	st := BudgetState{
 		Seen: a.view.seen, Remaining: a.view.header, Reset: a.view.reset,
 		Quota: a.view.quota, Window: a.view.window, Estimate: -1, OthersRate: a.others,
@@ -631,9 +610,6 @@ func (a *Account) take(now time.Time, c class) {
 	}
 	a.inflight++
 	a.sentAt = append(a.sentAt, now)
-	if a.onTake != nil {
-		a.onTake(now, c)
-	}
 }
 
 // tryTake takes a call of class c if one may go now. Otherwise it returns
@@ -642,7 +618,7 @@ func (a *Account) take(now time.Time, c class) {
 func (a *Account) tryTake(c class) (ok bool, at time.Time, why waitReason, changed <-chan struct{}) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	now := a.clk.Now()
+	now := time.Now()
 	at, why = a.slot(now, c)
 	if why == notWaiting {
 		a.take(now, c)
@@ -673,9 +649,9 @@ func (a *Account) acquire(ctx context.Context, c class) (time.Duration, *Error) 
 			if since.IsZero() {
 				return 0, nil
 			}
-			return a.clk.Now().Sub(since), nil
+			return time.Now().Sub(since), nil
 		}
-		now := a.clk.Now()
+		now := time.Now()
 		wait := at.Sub(now)
 		if why == waitBlock {
 			return 0, blockedError(at, wait)
@@ -687,16 +663,16 @@ func (a *Account) acquire(ctx context.Context, c class) (time.Duration, *Error) 
 		if since.IsZero() {
 			since = now
 		}
-		timer, stop := a.clk.After(wait)
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-			stop()
-			e := a.exhausted(max(at.Sub(a.clk.Now()), 0)) // what is left of the wait
+			timer.Stop()
+			e := a.exhausted(max(time.Until(at), 0)) // what is left of the wait
 			e.Err = ctx.Err()
 			return 0, e
-		case <-timer:
+		case <-timer.C:
 		case <-changed:
-			stop()
+			timer.Stop()
 		}
 	}
 }
@@ -725,13 +701,13 @@ func tooLate(left, rtt time.Duration) *Error {
 func (a *Account) nextSlot(c class) (time.Time, waitReason) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.slot(a.clk.Now(), c)
+	return a.slot(time.Now(), c)
 }
 
 // spare reports whether a call of class c may go now.
 func (a *Account) spare(c class) bool {
-	at, _ := a.nextSlot(c)
-	return !at.After(a.clk.Now())
+	at, why := a.nextSlot(c)
+	return why == notWaiting || !at.After(time.Now())
 }
 
 // plentiful reports whether calls of class c are plentiful: one may go
@@ -739,38 +715,12 @@ func (a *Account) spare(c class) bool {
 func (a *Account) plentiful(c class, n int, rtt time.Duration) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	now := a.clk.Now()
+	now := time.Now()
 	if _, why := a.slot(now, c); why != notWaiting {
 		return false
 	}
 	step := time.Duration(float64(max(a.localInterval(), a.accountInterval(now))) * a.cost(c))
 	return step == 0 || step*time.Duration(n) <= rtt
-}
-
-// plan returns when the n-th call of class c from now could be sent if
-// nothing else took one, and what it would wait for: the next slot, and
-// then one pace interval apart once the burst is spent.
-func (a *Account) plan(c class, n int) (time.Time, waitReason) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	now := a.clk.Now()
-	at, why := a.slot(now, c)
-	if why == waitBlock || n <= 1 {
-		return at, why
-	}
-	if c == priority {
-		return at, why // not held to the pace: the rest may follow at once
-	}
-	step := time.Duration(float64(max(a.localInterval(), a.accountInterval(now))) * a.cost(c))
-	later := n - 1
-	if why == notWaiting {
-		later -= a.classBurst(c) - 1 // some of them may still go at once
-	}
-	if later > 0 && step > 0 {
-		at = at.Add(time.Duration(later) * step)
-		why = waitBudget
-	}
-	return at, why
 }
 
 func (a *Account) exhausted(wait time.Duration) *Error {
@@ -798,7 +748,7 @@ func (a *Account) block(until time.Time) {
 func (a *Account) blocked() *Error {
 	a.mu.Lock()
 	until := a.blockedUntil
-	now := a.clk.Now()
+	now := time.Now()
 	a.mu.Unlock()
 	if now.Before(until) {
 		return blockedError(until, until.Sub(now))
@@ -823,7 +773,7 @@ func (a *Account) answered(h http.Header) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	now := a.clk.Now()
+	now := time.Now()
 	a.inflight = max(a.inflight-1, 0)
 	a.replies++
 	if len(a.sentAt) > 0 {
@@ -911,7 +861,7 @@ func minTime(a, b time.Time) time.Time {
 // the budget; zero when one may be sent now.
 func (c *Client) BudgetWait() time.Duration {
 	at, _ := c.account.nextSlot(normal)
-	return max(0, at.Sub(c.account.clk.Now()))
+	return max(0, time.Until(at))
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -111,8 +111,6 @@ type Client struct {
 	tel     *telemetry
 	bridge  bool // cfg came from a bridge URL: see Config.BridgeURL
 
-	sleep func(ctx context.Context, d time.Duration) error // between retries; replaced in tests
-
 	stats clientStats
 }
 
@@ -157,7 +155,7 @@ func New(cfg Config) (*Client, error) {
 	account := cfg.Account
 	switch {
 	case account == nil:
-		account = newAccount(cfg.Budget, realClock{})
+		account = newAccount(cfg.Budget)
 	case cfg.Budget != Budget{}:
 		return nil, invalidf("Config.Budget and Config.Account are both set: give the Budget to NewAccount")
 	}
@@ -190,10 +188,9 @@ func New(cfg Config) (*Client, error) {
 		account: account,
 		classes: textcache.New[sqlClass](classCacheEntries, classCacheMaxSQL),
 		tel:     newTelemetry(cfg.MeterProvider, cfg.TracerProvider, cfg.DatabaseID),
-		sleep:   sleepCtx,
 		bridge:  bridge,
 	}
-	c.batch = newBatcher(c, coalesce, account.clk)
+	c.batch = newBatcher(c, coalesce)
 	observeBudget(c, cfg.MeterProvider)
 	return c, nil
 }
@@ -362,7 +359,7 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 		c.log.LogAttrs(ctx, slog.LevelWarn, "d1client: retrying",
 			slog.String("kind", err.kind.String()), slog.Int("status", err.StatusCode),
 			slog.Int("attempt", attempt), slog.Duration("delay", delay))
-		if c.sleep(ctx, delay) != nil {
+		if sleepCtx(ctx, delay) != nil {
 			c.stats.failures.Add(1)
 			c.tel.operation(op, err.kind, time.Since(start))
 			return nil, err

@@ -252,3 +252,9 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// notSent is the error of a call its context ended before it was sent:
+// not ambiguous, and matching the context's error.
+func notSent(err error, where string) *Error {
+	return &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error() + where, notSent: true}
+}

@@ -291,7 +291,7 @@ func observeBudget(c *Client, mp metric.MeterProvider) {
 		}
 		if st.Estimate >= 0 { // headers of the current window
 			o.ObserveInt64(remaining, int64(st.Remaining), opt...)
-			o.ObserveFloat64(reset, max(0, st.Reset.Sub(acct.clk.Now()).Seconds()), opt...)
+			o.ObserveFloat64(reset, max(0, time.Until(st.Reset).Seconds()), opt...)
 		}
 		return nil
 	}, remaining, limit, reset)

@@ -1,0 +1,472 @@
+package d1client
+
+import (
+	"cmp"
+	"context"
+	"sync"
+	"time"
+)
+
+// CoalesceConfig configures group commit: the statements of concurrent
+// Exec calls made with Coalesce() travel together in shared D1 batch calls.
+// A caller that finds no call in flight is sent at once; while calls are
+// in flight, callers queue, and the next call carries them, priority work
+// first. Each caller gets exactly its own results; a statement that fails
+// in a shared call makes every caller of it be sent again alone, and any
+// other failure reaches each caller with its cause. gcpolicy.go states the
+// rules by which calls depart.
+type CoalesceConfig struct {
+	// Window bounds how long a call waits, after the previous one
+	// returned, for the callers that one answered to come back: up to 1 s.
+	// Default (0): a round trip; negative: never wait.
+	Window time.Duration
+	// MaxStatements bounds the statements in one call: 1 to 10,000.
+	// Default 512.
+	MaxStatements int
+	// MaxBytes bounds the encoded statements of one call: 1 KiB to 50 MiB.
+	// Default 512 KiB.
+	MaxBytes int
+	// MaxInFlight bounds the coalesced calls in flight at once: 1 to 64.
+	// Default 4.
+	MaxInFlight int
+}
+
+// withDefaults validates c and fills its zero fields with the defaults.
+func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
+	if c.Window > time.Second {
+		return c, invalidf("Config.Coalesce.Window is %s; accepted: negative (never wait), 0 (the default: a round trip) or up to 1s", c.Window)
+	}
+	sizes := []struct {
+		field         string
+		v, lo, hi, df int
+	}{
+		{"MaxStatements", c.MaxStatements, 1, 10_000, 512},
+		{"MaxBytes", c.MaxBytes, 1 << 10, 50 << 20, 512 << 10},
+		{"MaxInFlight", c.MaxInFlight, 1, 64, 4},
+	}
+	for _, s := range sizes {
+		if s.v != 0 && (s.v < s.lo || s.v > s.hi) {
+			return c, invalidf("Config.Coalesce.%s is %d; accepted: 0 (the default, %d) or %d to %d", s.field, s.v, s.df, s.lo, s.hi)
+		}
+	}
+	c.Window = max(c.Window, -1)
+	c.MaxStatements = cmp.Or(c.MaxStatements, sizes[0].df)
+	c.MaxBytes = cmp.Or(c.MaxBytes, sizes[1].df)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, sizes[2].df)
+	return c, nil
+}
+
+// batcher is group commit's mechanism: it queues the statements of
+// concurrent Exec calls made with Coalesce() and sends them together, one
+// D1 call per departure. What it decides (when a call departs, what it
+// carries, whether another starts beside it) is its policy's
+// (gcpolicy.go), from a groupView of its state.
+//
+// A runner is a goroutine that holds one of the policy's maxInFlight call
+// slots. It waits as the policy says, takes a call of the budget (meanwhile
+// more statements join), drains the queue into the call, sends it, hands
+// each caller its results, and then waits for the callers it answered to
+// come back. It ends when it has nothing to carry, or when it hands its
+// callers over to the runner of a call still in flight.
+type batcher struct {
+	pol  groupPolicy
+	c    *Client
+	acct *Account
+
+	mu          sync.Mutex
+	queue       [2][]*pendingGroup // by class: normal, priority
+	stmts, size int                // statements queued, and their share of a body
+	runners     int
+	departing   int // runners not in flight
+	flights     []*flight
+	arrivals    uint64
+	lastArrival time.Time
+	kick        chan struct{} // closed, and replaced, when the queue changes
+	returns     float64       // smoothed share of answered callers that come back
+	cost        costModel
+}
+
+// pendingGroup is one caller's statements waiting for, or riding in, a call.
+type pendingGroup struct {
+	wire     []wireStatement
+	class    class
+	deadline time.Time // the caller's context's; zero: none
+	size     int
+	taken    bool // drained into a call: the caller can no longer withdraw it
+	done     chan struct{}
+	results  []Result
+	err      *Error
+	shared   int // statements of the call that carried it
+}
+
+func newBatcher(c *Client, cfg CoalesceConfig) *batcher {
+	return &batcher{pol: newGroupPolicy(cfg), c: c, acct: c.account, kick: make(chan struct{}), returns: 1}
+}
+
+// batchOverhead is what {"batch":[...]} adds to its statements' shares.
+const batchOverhead = len(`{"batch":[]}`) - 1
+
+// view is the policy's snapshot of the batcher, with b.mu held.
+func (b *batcher) view() groupView {
+	v := groupView{
+		now: time.Now(), groups: len(b.queue[normal]) + len(b.queue[priority]), stmts: b.stmts, size: b.size,
+		arrivals: b.arrivals, lastArrival: b.lastArrival, runners: b.runners, departing: b.departing,
+		rtt: b.acct.roundTrip(),
+	}
+	v.flights = make([]flight, len(b.flights))
+	for i, f := range b.flights {
+		v.flights[i] = *f
+	}
+	cl := b.headClass()
+	v.spare = b.acct.spare(cl)
+	v.plentiful = v.spare && b.acct.plentiful(cl, b.pol.maxInFlight, v.rtt)
+	v.base, v.per = b.cost.estimate()
+	return v
+}
+
+// headClass is the class of the queue's next call: priority when any
+// priority work waits.
+func (b *batcher) headClass() class {
+	if len(b.queue[priority]) > 0 {
+		return priority
+	}
+	return normal
+}
+
+// submit queues the statements for the next shared call and waits for their
+// results, and the number of statements of the call that carried them (0
+// when none did).
+func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl class) ([]Result, int, *Error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, notSent(err, "")
+	}
+	if e := b.acct.blocked(); e != nil {
+		return nil, 0, e
+	}
+	g := &pendingGroup{wire: wire, class: cl, size: groupSize(wire), done: make(chan struct{})}
+	if dl, ok := ctx.Deadline(); ok {
+		g.deadline = dl
+		// The call could not go and come back before the deadline: say so
+		// now, with when a call could go.
+		rtt := b.acct.roundTrip()
+		if left := time.Until(dl); left < rtt {
+			return nil, 0, tooLate(left, rtt)
+		}
+		if at, why := b.acct.nextSlot(cl); why != notWaiting && time.Until(dl) < time.Until(at)+rtt {
+			if why == waitBlock {
+				return nil, 0, blockedError(at, time.Until(at))
+			}
+			return nil, 0, b.acct.exhausted(time.Until(at))
+		}
+	}
+	b.mu.Lock()
+	b.queue[cl] = append(b.queue[cl], g)
+	b.stmts += len(wire)
+	b.size += g.size
+	b.arrivals++
+	b.lastArrival = time.Now()
+	b.changed()
+	if start, gather := b.pol.spawn(b.view()); start {
+		b.start(gather)
+	}
+	b.mu.Unlock()
+
+	select {
+	case <-g.done:
+		return g.results, g.shared, g.err
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	select {
+	case <-g.done: // answered together with the cancellation
+		b.mu.Unlock()
+		return g.results, g.shared, g.err
+	default:
+	}
+	taken := g.taken
+	if !taken {
+		b.withdraw(g)
+	}
+	b.mu.Unlock()
+	if taken {
+		return nil, 0, &Error{kind: kindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
+	}
+	if at, why := b.acct.nextSlot(cl); why == waitBudget {
+		e := b.acct.exhausted(time.Until(at))
+		e.Err = ctx.Err()
+		return nil, 0, e
+	}
+	return nil, 0, notSent(ctx.Err(), " while queued for group commit")
+}
+
+// start starts a runner, with b.mu held.
+func (b *batcher) start(gather bool) {
+	b.runners++
+	b.departing++
+	var w wait
+	if gather {
+		w = b.pol.gathering(b.view())
+	}
+	go b.run(w)
+}
+
+// groupSize is the statements' exact share of a batch body: their encoding
+// and a comma each.
+func groupSize(wire []wireStatement) int {
+	n := 0
+	for _, w := range wire {
+		n += len(w) + 1
+	}
+	return n
+}
+
+// withdraw takes a group that was never sent out of the queue.
+func (b *batcher) withdraw(g *pendingGroup) {
+	q := b.queue[g.class]
+	for i := range q {
+		if q[i] == g {
+			b.queue[g.class] = append(q[:i:i], q[i+1:]...)
+			b.stmts -= len(g.wire)
+			b.size -= g.size
+			b.changed()
+			return
+		}
+	}
+}
+
+// changed wakes the runners waiting to depart.
+func (b *batcher) changed() {
+	close(b.kick)
+	b.kick = make(chan struct{})
+}
+
+// run is a runner's life: it departs whenever it may, waiting as w first,
+// until it has nothing to carry or hands its callers over.
+func (b *batcher) run(w wait) {
+	b.mu.Lock()
+	for {
+		ok := b.await(w)
+		if !w.gathering && w.answered > 0 {
+			back := min(float64(b.arrivals-w.arrivals)/float64(w.answered), 1)
+			b.returns += (back - b.returns) / 8
+		}
+		b.departing--
+		if !ok {
+			b.runners--
+			b.mu.Unlock()
+			return
+		}
+		next, on := b.fly()
+		if !on {
+			return
+		}
+		w = next
+	}
+}
+
+// await waits, with b.mu held, until the runner may depart, and takes the
+// call from the budget. It returns false when there is nothing to carry.
+func (b *batcher) await(w wait) bool {
+	var budgetSince time.Time // when the budget first had no call for it
+	for {
+		b.dropLate()
+		v := b.view()
+		depart, wake := b.pol.depart(v, w, b.returns)
+		if b.stmts == 0 && depart {
+			return false
+		}
+		var changed <-chan struct{}
+		if depart {
+			cl := b.headClass()
+			ok, at, why, ch := b.acct.tryTake(cl)
+			switch {
+			case ok:
+				if !budgetSince.IsZero() {
+					b.c.tel.waited(cl, time.Since(budgetSince))
+				}
+				return true
+			case why == waitBlock:
+				// A 971 arrived while these waited: nothing is sent.
+				groups := b.drainAll()
+				e := blockedError(at, time.Until(at))
+				b.mu.Unlock()
+				fail(groups, e)
+				b.mu.Lock()
+				continue
+			case budgetSince.IsZero():
+				budgetSince = v.now
+			}
+			wake, changed = at, ch
+		}
+		kick := b.kick
+		b.mu.Unlock()
+		timer := time.NewTimer(time.Until(wake))
+		select {
+		case <-timer.C:
+		case <-kick:
+		case <-changed:
+		}
+		timer.Stop()
+		b.mu.Lock()
+	}
+}
+
+// fly drains the queue into a call and sends it, entered with b.mu held
+// and a call taken from the budget. It returns how the runner waits next,
+// with b.mu held; or false, with b.mu released, when the runner handed its
+// callers over to a call in flight and ends.
+func (b *batcher) fly() (wait, bool) {
+	groups, stmts := b.drain(b.pol.capacity(b.view()))
+	if start, gather := b.pol.leftover(b.view()); start {
+		b.start(gather)
+	}
+	f := &flight{start: time.Now(), stmts: stmts}
+	f.first = f.start
+	b.flights = append(b.flights, f)
+	b.mu.Unlock()
+
+	results, err := b.call(groups, stmts)
+
+	b.mu.Lock()
+	for i, x := range b.flights {
+		if x == f {
+			b.flights = append(b.flights[:i:i], b.flights[i+1:]...)
+			break
+		}
+	}
+	b.cost.add(stmts, time.Since(f.start))
+	since, answered := b.arrivals, len(groups)
+	if f.handed > 0 {
+		since, answered = f.since, answered+f.handed
+	}
+	v := b.view()
+	if i := b.pol.handoff(v, f, answered); i >= 0 {
+		// A call that left with this one is due back shortly: its runner
+		// waits for these callers with its own.
+		g := b.flights[i]
+		g.stmts += f.stmts
+		if g.handed == 0 || since < g.since {
+			g.since = since
+		}
+		g.handed += answered
+		g.first = minTime(g.first, f.first)
+		b.runners--
+		b.mu.Unlock()
+		deliver(groups, results, err)
+		return wait{}, false
+	}
+	b.departing++ // before the callers wake: whoever comes back rides with this runner
+	b.mu.Unlock()
+	deliver(groups, results, err)
+	b.mu.Lock()
+	return b.pol.afterReturn(b.view(), since, answered), true
+}
+
+// call sends the groups' statements as one call, whose budget was taken.
+func (b *batcher) call(groups []*pendingGroup, stmts int) ([]Result, *Error) {
+	wire := make([]wireStatement, 0, stmts)
+	for _, g := range groups {
+		wire = append(wire, g.wire...)
+	}
+	results, err := b.c.send(context.Background(), encodeBody(wire), len(wire), true)
+	for _, g := range groups {
+		g.shared = len(wire)
+	}
+	if err != nil && err.kind == kindSQL && len(groups) > 1 {
+		// Nothing committed, and the error does not say whose statement
+		// failed: every caller is sent again alone.
+		err = &Error{kind: kindSQL, siblingAbort: true, Message: err.Message}
+	}
+	return results, err
+}
+
+// deliver hands each group its results, or its own copy of the error.
+func deliver(groups []*pendingGroup, results []Result, err *Error) {
+	if err != nil {
+		fail(groups, err)
+		return
+	}
+	off := 0
+	for _, g := range groups {
+		g.results = results[off : off+len(g.wire) : off+len(g.wire)]
+		off += len(g.wire)
+		close(g.done)
+	}
+}
+
+// fail hands every group its own copy of the error.
+func fail(groups []*pendingGroup, e *Error) {
+	for _, g := range groups {
+		cp := *e
+		g.err = &cp
+		close(g.done)
+	}
+}
+
+// dropLate fails, with b.mu held, the queued groups with less than a round
+// trip left before their deadline: the call would be cut off on its way
+// back, their outcome unknown. Nothing of them was sent.
+func (b *batcher) dropLate() {
+	rtt := b.acct.roundTrip()
+	if rtt == 0 {
+		return
+	}
+	for c := range b.queue {
+		for i := 0; i < len(b.queue[c]); {
+			g := b.queue[c][i]
+			left := time.Until(g.deadline)
+			if g.deadline.IsZero() || left >= rtt {
+				i++
+				continue
+			}
+			b.withdraw(g) // the queue shrinks: i is the next group
+			g.taken = true
+			g.err = tooLate(left, rtt)
+			close(g.done)
+		}
+	}
+}
+
+// drain takes the queued groups for one call of at most capacity
+// statements and MaxBytes, priority work first (a single larger group
+// travels alone). Within a class the queue is first come, first served,
+// and lower-class work joins only once all higher-class work is aboard.
+func (b *batcher) drain(capacity int) ([]*pendingGroup, int) {
+	var groups []*pendingGroup
+	stmts, size := 0, batchOverhead
+	for c := priority; ; c-- {
+		q := b.queue[c]
+		i := 0
+		for ; i < len(q); i++ {
+			g := q[i]
+			if len(groups) > 0 && (stmts+len(g.wire) > capacity || size+g.size > b.pol.maxBytes) {
+				break
+			}
+			g.taken = true
+			groups = append(groups, g)
+			stmts += len(g.wire)
+			size += g.size
+		}
+		b.queue[c] = q[i:]
+		if i < len(q) || c == normal {
+			break
+		}
+	}
+	b.stmts -= stmts
+	b.size -= size - batchOverhead
+	return groups, stmts
+}
+
+// drainAll takes every queued group.
+func (b *batcher) drainAll() []*pendingGroup {
+	var groups []*pendingGroup
+	for c := range b.queue {
+		for _, g := range b.queue[c] {
+			g.taken = true
+			groups = append(groups, g)
+		}
+		b.queue[c] = nil
+	}
+	b.stmts, b.size = 0, 0
+	return groups
+}
