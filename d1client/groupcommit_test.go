@@ -1,0 +1,387 @@
+package d1client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// The mechanism of group commit, in fake time (testing/synctest): calls go
+// through a gate, which holds each call until the test answers it, so the
+// test decides when each D1 call returns; gcpolicy_test.go covers the
+// rules themselves.
+
+// gate is an HTTP transport whose calls wait until the test answers them.
+type gate struct {
+	mu    sync.Mutex
+	calls []*gateCall
+}
+
+type gateCall struct {
+	at     time.Time // when it was sent
+	sqls   []string  // its statements' SQL, in order
+	answer chan http.Header
+}
+
+func (g *gate) RoundTrip(req *http.Request) (*http.Response, error) {
+	body, _ := io.ReadAll(req.Body)
+	c := &gateCall{at: time.Now(), answer: make(chan http.Header, 1)}
+	var one struct {
+		SQL   string `json:"sql"`
+		Batch []struct {
+			SQL string `json:"sql"`
+		} `json:"batch"`
+	}
+	if err := json.Unmarshal(body, &one); err != nil {
+		return nil, err
+	}
+	if one.Batch == nil {
+		c.sqls = []string{one.SQL}
+	}
+	for _, s := range one.Batch {
+		c.sqls = append(c.sqls, s.SQL)
+	}
+	g.mu.Lock()
+	g.calls = append(g.calls, c)
+	g.mu.Unlock()
+	var h http.Header
+	select {
+	case h = <-c.answer:
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
+	res := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(strings.NewReader(okResults(len(c.sqls)))), Request: req}
+	for k, v := range h {
+		res.Header[k] = v
+	}
+	return res, nil
+}
+
+// sent returns the calls made so far, once every goroutine of the bubble
+// is blocked.
+func (g *gate) sent() []*gateCall {
+	synctest.Wait()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.calls)
+}
+
+// answer answers call i (0-based) and waits for the bubble to settle.
+func (g *gate) answer(t *testing.T, i int) {
+	t.Helper()
+	calls := g.sent()
+	if i >= len(calls) {
+		t.Fatalf("no call %d: %d calls", i+1, len(calls))
+	}
+	calls[i].answer <- nil
+	synctest.Wait()
+}
+
+// sizes returns the statements of each call, and when each was sent,
+// after start.
+func (g *gate) sizes(start time.Time) (sizes []int, at []time.Duration) {
+	for _, c := range g.sent() {
+		sizes = append(sizes, len(c.sqls))
+		at = append(at, c.at.Sub(start))
+	}
+	return sizes, at
+}
+
+// gcClient returns a Client whose calls go through a gate. When the test
+// ends, the fake time moves on until its runners have stopped waiting for
+// callers, and calls left unanswered have timed out (time stops once the
+// bubble's main goroutine returns).
+func gcClient(t testing.TB, b Budget, cc CoalesceConfig) (*Client, *gate) {
+	t.Helper()
+	g := &gate{}
+	t.Cleanup(func() { time.Sleep(DefaultAttemptTimeout + time.Second) })
+	if err := b.validate(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Config{BaseURL: testBaseURL, AccountID: testAccount, DatabaseID: testDatabase,
+		HTTPClient: &http.Client{Transport: g}, Account: newAccount(b), Coalesce: cc, Retry: NoRetry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, g
+}
+
+func stmt(sql string) []Statement { return []Statement{{SQL: sql}} }
+
+// execAsync runs coalesced calls of each SQL in turn and returns the
+// channel of the first error (nil when all succeed).
+func execAsync(c *Client, cl ExecOption, sqls ...string) chan error {
+	done := make(chan error, 1)
+	go func() {
+		for _, s := range sqls {
+			if _, err := c.Exec(context.Background(), stmt(s), Coalesce(), cl); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	return done
+}
+
+var normalWork = Operation("exec") // an option that changes nothing
+
+// warm makes one call that takes rtt, so that the Account knows a round
+// trip.
+func warm(t *testing.T, c *Client, g *gate, rtt time.Duration) {
+	t.Helper()
+	done := execAsync(c, normalWork, "SELECT 'warm'")
+	n := len(g.sent())
+	time.Sleep(rtt)
+	g.answer(t, n-1)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A caller that finds group commit idle is sent at once.
+func TestIdleCallerLeavesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, g := gcClient(t, UnlimitedBudget(), CoalesceConfig{Window: time.Second})
+		start := time.Now()
+		done := execAsync(c, normalWork, "SELECT 1")
+		if sizes, at := g.sizes(start); !slices.Equal(sizes, []int{1}) || at[0] != 0 {
+			t.Fatalf("calls %v at %v, want one at once", sizes, at)
+		}
+		g.answer(t, 0)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// The callers a call answers ride in the next one: its runner departs as
+// soon as all of them are back, and when one does not come back, once none
+// came back for the gap (2 ms).
+func TestCallersRideTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, g := gcClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 1})
+		start := time.Now()
+		first := execAsync(c, normalWork, "SELECT 'a0'", "SELECT 'b0'")
+		g.sent()
+		var others []chan error
+		for i := 1; i <= 5; i++ {
+			others = append(others, execAsync(c, normalWork, fmt.Sprintf("SELECT 'a%d'", i), fmt.Sprintf("SELECT 'b%d'", i)))
+		}
+		time.Sleep(20 * time.Millisecond)
+		g.answer(t, 0) // a0: its caller comes back with b0 and rides with a1..a5
+		time.Sleep(20 * time.Millisecond)
+		g.answer(t, 1) // six callers: five come back with b1..b5, the first is done
+		time.Sleep(10 * time.Millisecond)
+		g.answer(t, 2)
+		for _, d := range append(others, first) {
+			if err := <-d; err != nil {
+				t.Fatal(err)
+			}
+		}
+		sizes, at := g.sizes(start)
+		if !slices.Equal(sizes, []int{1, 6, 5}) || !slices.Equal(at, []time.Duration{0, 20 * time.Millisecond, 42 * time.Millisecond}) {
+			t.Errorf("calls of %v statements at %v; want 1, 6, 5 at 0, 20 ms (all back), 42 ms (one missing: the 2 ms gap)", sizes, at)
+		}
+	})
+}
+
+// While calls are plentiful, callers who would each wait long for the call
+// in flight, more than a round trip in all, get a call of their own, which
+// gathers those arriving with them until none arrived for the gap.
+func TestParallelCallGathers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, g := gcClient(t, UnlimitedBudget(), CoalesceConfig{})
+		warm(t, c, g, 20*time.Millisecond)
+		start := time.Now()
+		lone := execAsync(c, normalWork, "SELECT 'lone'")
+		g.sent()
+		time.Sleep(time.Millisecond)
+		var others []chan error
+		for i := range 3 {
+			others = append(others, execAsync(c, normalWork, fmt.Sprintf("SELECT %d", i)))
+			g.sent()
+		}
+		time.Sleep(5 * time.Millisecond)
+		calls := g.sent()
+		sizes, at := g.sizes(start)
+		if !slices.Equal(sizes[1:], []int{1, 3}) || at[2] != 3*time.Millisecond {
+			t.Errorf("calls of %v statements at %v; want the three together 2 ms after the last arrived (3 ms)", sizes[1:], at[1:])
+		}
+		for i := range calls {
+			calls[i].answer <- nil
+		}
+		for _, d := range append(others, lone) {
+			if err := <-d; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// A runner whose call returns while a call that left just after it is
+// still out hands its callers over: they ride on together.
+func TestCallsThatLeftTogetherRideOnTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, g := gcClient(t, UnlimitedBudget(), CoalesceConfig{})
+		warm(t, c, g, 20*time.Millisecond)
+		start := time.Now()
+		a := execAsync(c, normalWork, "SELECT 'a1'", "SELECT 'a2'")
+		g.sent()
+		time.Sleep(time.Millisecond)
+		var rest []chan error
+		for i := range 3 {
+			rest = append(rest, execAsync(c, normalWork, fmt.Sprintf("SELECT 'x%d'", i), fmt.Sprintf("SELECT 'y%d'", i)))
+		}
+		time.Sleep(5 * time.Millisecond)
+		if sizes, _ := g.sizes(start); !slices.Equal(sizes[1:], []int{1, 3}) {
+			t.Fatalf("calls %v, want a's alone and the three together", sizes[1:])
+		}
+		time.Sleep(14 * time.Millisecond) // a's call is back after 20 ms; the other is due 3 ms later
+		g.answer(t, 1)
+		time.Sleep(3 * time.Millisecond)
+		g.answer(t, 2) // the four callers come back, and leave at once together
+		sizes, at := g.sizes(start)
+		if !slices.Equal(sizes[1:], []int{1, 3, 4}) || at[3] != 23*time.Millisecond {
+			t.Fatalf("calls of %v statements at %v; want the four second statements together at 23 ms", sizes[1:], at[1:])
+		}
+		g.answer(t, 3)
+		for _, d := range append(rest, a) {
+			if err := <-d; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// When calls are scarce, statements wait for the budget together, and
+// priority work leaves first: here new work waits for the next window
+// (its last call is kept for priority work), a completion arrives and takes
+// that call at once, and the oldest new work rides along where there is
+// room.
+func TestScarceCallsCarryPriorityFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, g := gcClient(t, NewBudget(2, time.Second).WithBurst(1), CoalesceConfig{MaxStatements: 3})
+		start := time.Now()
+		first := execAsync(c, normalWork, "SELECT 'first'")
+		g.answer(t, 0)
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		var all []chan error
+		for i := range 3 {
+			all = append(all, execAsync(c, normalWork, fmt.Sprintf("SELECT 'new%d'", i)))
+			g.sent()
+		}
+		if n := len(g.sent()); n != 1 {
+			t.Fatalf("%d calls: new work took the window's last call", n)
+		}
+		all = append(all, execAsync(c, Priority(), "SELECT 'done'"))
+		calls := g.sent()
+		if len(calls) != 2 || calls[1].at != start || !slices.Equal(calls[1].sqls, []string{"SELECT 'done'", "SELECT 'new0'", "SELECT 'new1'"}) {
+			for _, c := range calls {
+				t.Logf("call at %v: %v", c.at.Sub(start), c.sqls)
+			}
+			t.Fatal("want a second call at once, the completion first, then the oldest new work")
+		}
+		g.answer(t, 1)
+		time.Sleep(2 * time.Second) // the window moves on
+		if calls := g.sent(); len(calls) != 3 || !slices.Equal(calls[2].sqls, []string{"SELECT 'new2'"}) || calls[2].at.Sub(start) < time.Second {
+			t.Fatalf("%d calls; want the third, with the rest, once the first has left the window", len(calls))
+		}
+		g.answer(t, 2)
+		for _, d := range all {
+			if err := <-d; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// A caller whose deadline comes before the budget's next call is turned
+// away at once, with when a call could go; nothing waits or is sent.
+func TestDeadlineBeforeTheSlotFailsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, g := gcClient(t, NewBudget(2, 10*time.Second).WithBurst(1), CoalesceConfig{})
+		first := execAsync(c, normalWork, "SELECT 1")
+		g.answer(t, 0)
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err := c.Exec(ctx, stmt("SELECT 2"), Coalesce())
+		var e *Error
+		if !errors.As(err, &e) || !errors.Is(err, ErrBudget) || e.RetryAfter <= time.Second || time.Since(start) != 0 {
+			t.Fatalf("err %v after %v, want ErrBudget at once with a Retry-After past the deadline", err, time.Since(start))
+		}
+		if n := len(g.sent()); n != 1 {
+			t.Errorf("%d calls sent", n)
+		}
+	})
+}
+
+// A queued caller whose deadline comes within a round trip is dropped
+// before its call leaves: nothing of it is sent, and the error says so.
+func TestQueuedCallerDroppedBeforeItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, g := gcClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 1})
+		warm(t, c, g, 20*time.Millisecond)
+		busy := execAsync(c, normalWork, "SELECT 'busy'")
+		g.sent()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+		defer cancel()
+		late := make(chan error, 1)
+		go func() { _, err := c.Exec(ctx, stmt("SELECT 'late'"), Coalesce()); late <- err }()
+		g.sent()
+		time.Sleep(15 * time.Millisecond) // 15 ms left: less than the 20 ms round trip
+		g.answer(t, 1)
+		err := <-late
+		var e *Error
+		if !errors.As(err, &e) || !e.notSent || e.Ambiguous || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err %v, want not sent, not ambiguous", err)
+		}
+		for _, call := range g.sent() {
+			if slices.Contains(call.sqls, "SELECT 'late'") {
+				t.Fatal("the late caller's statement was sent")
+			}
+		}
+		if err := <-busy; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A 971 that arrives while callers wait for the budget fails them all,
+// unsent.
+func TestBlockFailsTheQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, g := gcClient(t, NewBudget(2, 10*time.Second).WithBurst(1), CoalesceConfig{})
+		first := execAsync(c, normalWork, "SELECT 1")
+		g.answer(t, 0)
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		waiting := execAsync(c, normalWork, "SELECT 2")
+		g.sent()
+		c.account.block(time.Now().Add(time.Minute))
+		err := <-waiting
+		if !errors.Is(err, ErrRateLimited) {
+			t.Fatalf("err %v, want ErrRateLimited", err)
+		}
+		if n := len(g.sent()); n != 1 {
+			t.Errorf("%d calls sent", n)
+		}
+	})
+}
