@@ -1,0 +1,300 @@
+package d1client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The transport: one HTTP POST to D1's /raw endpoint per call, and the
+// classification of its answer into results or an *Error.
+
+// encodeBody builds the request body: the single form for one statement,
+// the batch form for several.
+func encodeBody(wire []wireStatement) []byte {
+	if len(wire) == 1 {
+		return wire[0]
+	}
+	return appendBatch(nil, wire)
+}
+
+// appendBatch appends {"batch":[...]} holding the statements to dst.
+func appendBatch(dst []byte, wire []wireStatement) []byte {
+	n := len(`{"batch":[]}`) + len(wire)
+	for _, w := range wire {
+		n += len(w)
+	}
+	dst = slices.Grow(dst, n)
+	dst = append(dst, `{"batch":[`...)
+	for i, w := range wire {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, w...)
+	}
+	return append(dst, "]}"...)
+}
+
+// send makes one HTTP attempt, for which a call was taken from the budget:
+// it POSTs body to the /raw endpoint, hands the answer's rate-limit headers
+// to the Account, and classifies the answer.
+//
+// The request is built here rather than by cloudflare-go's d1 package: its
+// request path (option merging, URL resolution, header copies, retry
+// bookkeeping, decoding into its own types that this package never reads)
+// cost most of a call's allocations, while this package had to capture the
+// raw response and classify every shape itself anyway.
+func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (results []Result, e *Error) {
+	start := time.Now()
+	defer func() {
+		var k kind
+		if e != nil {
+			k = e.kind
+		}
+		c.tel.call(coalesced, n, k, time.Since(start))
+	}()
+	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.rawURL, bytes.NewReader(body))
+	if err != nil {
+		c.account.answered(nil)
+		return nil, &Error{kind: kindInvalid, Message: "building the request", Err: err}
+	}
+	req.Header = http.Header{
+		"Content-Type": {"application/json"},
+		"Accept":       {"application/json"},
+		"User-Agent":   {userAgent},
+	}
+	if *c.auth != "" {
+		req.Header["Authorization"] = []string{*c.auth}
+	}
+	c.stats.calls.Add(1)
+	c.stats.statements.Add(int64(n))
+	res, err := c.http.Do(req)
+	if err != nil {
+		c.account.answered(nil)
+		return nil, c.transportError(err)
+	}
+	c.account.answered(res.Header)
+	raw, err := readBody(res)
+	if err != nil {
+		return nil, c.transportError(err)
+	}
+	if len(raw) > maxResponseBytes {
+		return nil, &Error{kind: kindEnvelope, StatusCode: res.StatusCode, Ambiguous: true,
+			Message: fmt.Sprintf("response body exceeds %d bytes", maxResponseBytes)}
+	}
+	results, e = c.classify(res.StatusCode, res.Header, raw, n)
+	if e != nil {
+		c.redact(e)
+	}
+	return results, e
+}
+
+// userAgent names this package in requests.
+const userAgent = "d1idem-d1client (+https://github.com/d1idem/d1idem)"
+
+// readBody reads and closes the response body, at most maxResponseBytes+1
+// bytes, into one buffer when the length is known.
+func readBody(res *http.Response) ([]byte, error) {
+	defer res.Body.Close()
+	r := io.LimitReader(res.Body, maxResponseBytes+1)
+	if n := res.ContentLength; n >= 0 && n <= maxResponseBytes {
+		buf := make([]byte, n, n+1)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		// A body longer than announced is read on, as any other would be.
+		var one [1]byte
+		if k, _ := r.Read(one[:]); k == 0 {
+			return buf, nil
+		}
+		rest, err := io.ReadAll(r)
+		return append(append(buf, one[0]), rest...), err
+	}
+	return io.ReadAll(r)
+}
+
+// transportError wraps a failure that produced no HTTP response. It is
+// ambiguous unless the connection was never established.
+func (c *Client) transportError(err error) *Error {
+	e := &Error{kind: kindTransport, Ambiguous: true, Err: err, Message: err.Error()}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		e.Ambiguous = false
+	}
+	c.redact(e)
+	return e
+}
+
+// redact removes the API token from every text of the error. The token is
+// never put there by this package; this guards against a server or a proxy
+// echoing it back. Only whole occurrences are replaced (see redactText), so
+// a short token never mangles the words around it, and the cause stays
+// reachable by errors.Is.
+func (c *Client) redact(e *Error) {
+	tok := *c.token
+	if tok == "" {
+		return
+	}
+	e.Message = redactText(e.Message, tok)
+	for i := range e.Details {
+		e.Details[i].Message = redactText(e.Details[i].Message, tok)
+	}
+	if e.Err != nil {
+		if s := e.Err.Error(); redactText(s, tok) != s {
+			// The cause's own text names the token, so the cause itself
+			// must not be reachable through Unwrap: it is kept behind its
+			// redacted text, for errors.Is alone.
+			e.Err = &redactedCause{text: redactText(s, tok), cause: e.Err}
+		}
+	}
+}
+
+// envelope is Cloudflare's v4 response envelope. Its result decodes in the
+// same pass, straight into the statements' results.
+type envelope struct {
+	Success optBool       `json:"success"`
+	Errors  []ErrorDetail `json:"errors"`
+	Result  resultList    `json:"result"`
+}
+
+// Codes that mean the token or the account is wrong.
+var authCodes = map[int]bool{
+	10000: true,                         // Authentication error
+	10001: true,                         // unable to authenticate
+	9106:  true, 9107: true, 9109: true, // missing/invalid auth headers or token
+	7403: true,                         // account not authorized for the service
+	7003: true,                         // could not route: bad account or database identifier
+	6003: true, 6111: true, 6103: true, // malformed auth headers
+}
+
+// codeNoDatabase is D1's "database not found".
+const codeNoDatabase = 7404
+
+func (c *Client) classify(status int, header http.Header, body []byte, n int) ([]Result, *Error) {
+	var env envelope
+	if !fastEnvelope(body, n, &env) {
+		if err := json.Unmarshal(body, &env); err != nil || env.Success == unset && !env.Result.present && env.Errors == nil {
+			return nil, &Error{kind: kindNonJSON, StatusCode: status, Ambiguous: true,
+				Message: bodySnippet(header, body), Err: err}
+		}
+	}
+	e := &Error{StatusCode: status, Details: env.Errors}
+	for _, d := range env.Errors {
+		e.Codes = append(e.Codes, d.Code)
+	}
+	if len(env.Errors) > 0 {
+		e.Message = env.Errors[0].Message
+	}
+	if ra, ok := parseRetryAfter(header.Get("Retry-After"), time.Now()); ok {
+		e.RetryAfter = ra
+	}
+	if status >= 400 {
+		switch {
+		case status == http.StatusTooManyRequests && (slices.Contains(e.Codes, 971) || strings.Contains(strings.ToLower(e.Message), "throttl") || strings.Contains(e.Message, "1200")):
+			e.kind = kindRateLimited
+			if e.RetryAfter <= 0 {
+				e.RetryAfter = RateLimitBlock
+			}
+			e.BlockedUntil = time.Now().Add(e.RetryAfter)
+			c.block(e.BlockedUntil)
+		case status == http.StatusTooManyRequests:
+			e.kind = kindOverloaded
+			e.Ambiguous = true
+		case slices.Contains(e.Codes, codeNoDatabase):
+			e.kind = kindNoDatabase
+		case e.hasAnyCode(authCodes) || status == http.StatusUnauthorized || status == http.StatusForbidden:
+			e.kind = kindAuth
+		case status >= 500:
+			e.kind = kindTransient
+			e.Ambiguous = true
+		case slices.Contains(e.Codes, 7500):
+			e.kind = kindSQL
+			e.Message = strings.TrimPrefix(e.Message, "D1_ERROR: ")
+			e.SQLiteCode, e.ExtendedCode = parseSQLiteCode(e.Message)
+			e.violation = isViolation(e.SQLiteCode, e.Message)
+		default:
+			e.kind = kindRejected
+		}
+		return nil, e
+	}
+	if env.Success != isTrue {
+		e.kind = kindEnvelope
+		e.Ambiguous = true
+		if e.Message == "" {
+			e.Message = fmt.Sprintf("HTTP %d with success:false", status)
+		}
+		return nil, e
+	}
+	raws := env.Result
+	if !raws.present && raws.err == nil {
+		raws.err = errors.New("no result")
+	}
+	if raws.err != nil {
+		return nil, &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true,
+			Message: "result is not an array of statement results", Err: raws.err}
+	}
+	if len(raws.items) != n {
+		return nil, &Error{kind: kindResultCount, StatusCode: status, Ambiguous: true,
+			Message: fmt.Sprintf("%d statements sent, %d results returned", n, len(raws.items))}
+	}
+	results := make([]Result, n)
+	for i := range raws.items {
+		r := &raws.items[i]
+		if r.Success == isFalse {
+			return nil, &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true,
+				Message: fmt.Sprintf("statement %d reported success:false", i+1)}
+		}
+		if err := r.Results.err; err != nil {
+			return nil, &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true,
+				Message: fmt.Sprintf("statement %d: %v", i+1, err), Err: err}
+		}
+		results[i] = Result{Columns: r.Results.columns, Rows: r.Results.rows, Meta: r.Meta.meta()}
+	}
+	return results, nil
+}
+
+func (e *Error) hasAnyCode(set map[int]bool) bool {
+	return slices.ContainsFunc(e.Codes, func(c int) bool { return set[c] })
+}
+
+var titlePattern = regexp.MustCompile(`(?is)<title>\s*(.*?)\s*</title>`)
+
+// bodySnippet summarises a non-JSON body: an HTML page's title, or the first
+// bytes of anything else.
+func bodySnippet(header http.Header, body []byte) string {
+	ct := header.Get("Content-Type")
+	if m := titlePattern.FindSubmatch(body); m != nil {
+		return fmt.Sprintf("non-JSON %s body: %q", orUnknown(ct), strings.Join(strings.Fields(string(m[1])), " "))
+	}
+	s := strings.Join(strings.Fields(string(body)), " ")
+	if len(s) > 120 {
+		s = s[:120] + "…"
+	}
+	return fmt.Sprintf("non-JSON %s body: %q", orUnknown(ct), s)
+}
+
+func orUnknown(ct string) string {
+	if ct == "" {
+		return "(no content type)"
+	}
+	return ct
+}
+
+// block stops every call of the account until until, after a 971.
+func (c *Client) block(until time.Time) {
+	c.account.block(until)
+	c.log.Error("d1client: Cloudflare API rate limit reached (code 971); calls are blocked",
+		slog.Time("until", until))
+}
