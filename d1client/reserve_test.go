@@ -1,0 +1,188 @@
+package d1client
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// A Budget without a reserve is refused, by New and NewAccount, with the
+// accepted range: without one, work without Priority could take every
+// call, and a completion meeting the empty budget would fail.
+func TestReserveZeroRefused(t *testing.T) {
+	for _, b := range []Budget{Budget{}.WithReserve(0), NewBudget(10, time.Second).WithBurst(1).WithReserve(0), UnlimitedBudget().WithReserve(0)} {
+		if _, err := New(Config{BaseURL: testBaseURL, AccountID: testAccount, DatabaseID: testDatabase, Budget: b}); !errors.Is(err, ErrInvalid) ||
+			!strings.Contains(err.Error(), "Config.Budget's reserve is 0; accepted: 0.01 to 0.9") {
+			t.Errorf("New with %v and no reserve: %v", b, err)
+		}
+		if _, err := NewAccount(b); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "accepted: 0.01 to 0.9") {
+			t.Errorf("NewAccount with %v and no reserve: %v", b, err)
+		}
+	}
+	if _, err := NewAccount(NewBudget(10, time.Second).WithReserve(MinReserve)); err != nil {
+		t.Errorf("the least reserve: %v", err)
+	}
+}
+
+// Priority work (a completion) is not held to the even pace that paces new
+// work: it goes at once while the account has a call left, even right
+// after other work spent the pace. It is held to the calls really left:
+// the local window's Calls, the headers' remaining calls, a 971 block.
+func TestCompletionBypassesPace(t *testing.T) {
+	t.Run("local pace", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			a := newTestAccount(t, NewBudget(5, 100*time.Second).WithBurst(1))
+			takeAt(t, a, normal, time.Now())
+			if at, _ := a.nextSlot(normal); !at.After(time.Now()) {
+				t.Fatal("the pace lets new work go at once after a call")
+			}
+			for i := range 4 { // the rest of the window's 5 calls
+				if at, why := a.nextSlot(priority); !at.Equal(time.Now()) {
+					t.Fatalf("priority call %d waits %v (%v)", i+2, time.Until(at), why)
+				}
+				a.take(time.Now(), priority)
+			}
+			// The window is spent: the next waits for its first call to leave it.
+			if at, why := a.nextSlot(priority); why != waitBudget || !at.Equal(time.Now().Add(100*time.Second+100*time.Second/ringMargin)) {
+				t.Fatalf("with the window spent, priority may go in %v (%v)", time.Until(at), why)
+			}
+		})
+	})
+	t.Run("account pace", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			a := newTestAccount(t, UnlimitedBudget().WithBurst(1))
+			a.take(time.Now(), normal)
+			a.answered(rateHeaders(3, 60, 1200, 300)) // 3 calls left, one every 20 s
+			takeAt(t, a, normal, time.Now())
+			if at, _ := a.nextSlot(normal); !at.After(time.Now()) {
+				t.Fatal("the pace lets new work go at once after a call")
+			}
+			for i := range 2 {
+				if at, why := a.nextSlot(priority); !at.Equal(time.Now()) {
+					t.Fatalf("priority call %d waits %v (%v)", i+1, time.Until(at), why)
+				}
+				a.take(time.Now(), priority)
+			}
+			// None is left: the next waits for the reset.
+			st := a.State()
+			if at, why := a.nextSlot(priority); why != waitBudget || !at.Equal(st.Reset.Add(resetMargin)) {
+				t.Fatalf("with no call left, priority may go in %v (%v)", time.Until(at), why)
+			}
+		})
+	})
+	t.Run("971", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			a := newTestAccount(t, UnlimitedBudget())
+			a.block(time.Now().Add(time.Minute))
+			if _, why := a.nextSlot(priority); why != waitBlock {
+				t.Fatalf("priority work during a 971 block: %v", why)
+			}
+		})
+	})
+}
+
+// Every accepted Budget, WithBurst(1) and the least reserve included,
+// keeps at least one call of each window that work without Priority never
+// takes: new work taking every call it can, a completion still finds one
+// at once.
+func TestEveryBudgetKeepsACallForPriority(t *testing.T) {
+	for _, b := range []Budget{
+		NewBudget(5, 100*time.Second).WithBurst(1).WithReserve(MinReserve),
+		NewBudget(5, 100*time.Second).WithBurst(1),
+		NewBudget(2, time.Minute),
+		NewBudget(2, time.Minute).WithBurst(1000).WithReserve(MinReserve),
+		NewBudget(20, 20*time.Second).WithBurst(20).WithReserve(MinReserve),
+		NewBudget(20, 20*time.Second).WithBurst(1).WithReserve(MaxReserve),
+		Budget{},
+		Budget{}.WithBurst(1).WithReserve(MinReserve),
+	} {
+		t.Run(fmt.Sprintf("%v, burst %d, reserve %v", b, b.Burst(), b.Reserve()), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				a := newTestAccount(t, b)
+				start := time.Now()
+				n := 0
+				for {
+					at, _ := a.nextSlot(normal)
+					if !at.Before(start.Add(b.Per())) {
+						break
+					}
+					takeAt(t, a, normal, start)
+					n++
+				}
+				if n > b.Calls()-b.Kept() || b.Kept() < 1 {
+					t.Errorf("new work took %d of the window's %d calls, %d of them kept", n, b.Calls(), b.Kept())
+				}
+				if at, why := a.nextSlot(priority); !at.Equal(time.Now()) {
+					t.Errorf("after %d calls of new work, a completion waits %v (%v)", n, time.Until(at), why)
+				}
+			})
+		})
+	}
+	// The account's headers: new work leaves the last of the calls they
+	// say are left.
+	for _, b := range []Budget{UnlimitedBudget().WithBurst(1).WithReserve(MinReserve), UnlimitedBudget().WithBurst(1), UnlimitedBudget()} {
+		t.Run(fmt.Sprintf("headers, burst %d, reserve %v", b.Burst(), b.Reserve()), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				a := newTestAccount(t, b)
+				a.take(time.Now(), normal)
+				a.answered(rateHeaders(5, 60, 1200, 300))
+				reset := a.State().Reset
+				n := 0
+				for {
+					at, _ := a.nextSlot(normal)
+					if !at.Before(reset) {
+						break
+					}
+					takeAt(t, a, normal, time.Now())
+					n++
+				}
+				if n > 5-b.Kept() {
+					t.Errorf("new work took %d of the 5 calls left, %d of them kept", n, b.Kept())
+				}
+				if at, why := a.nextSlot(priority); !at.Equal(time.Now()) {
+					t.Errorf("after %d calls of new work, a completion waits %v (%v)", n, time.Until(at), why)
+				}
+			})
+		})
+	}
+}
+
+// While other processes spend the account's calls, Priority work takes
+// only this process's share of the calls left (its calls in flight,
+// which the others cannot know of yet, counted against it), so that
+// several processes' completions seeing the same headers do not overrun
+// the account; work without Priority leaves Kept calls for each.
+func TestPriorityTakesItsShareOfTheLastCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newTestAccount(t, UnlimitedBudget())
+		a.take(time.Now(), normal)
+		a.answered(rateHeaders(10, 60, 1200, 300))
+		a.mu.Lock()
+		a.ours, a.others = 1, 2 // this process spends a third of the account's calls
+		a.mu.Unlock()
+		// 10 left, less one that others may have in flight: a third of 9.
+		n := 0
+		for ; n < 10; n++ {
+			if at, _ := a.nextSlot(priority); !at.Equal(time.Now()) {
+				break
+			}
+			a.take(time.Now(), priority)
+		}
+		if n != 3 {
+			t.Errorf("priority work took %d calls; want 3, a third of the 9 left", n)
+		}
+		if at, _ := a.nextSlot(normal); !at.Equal(a.State().Reset.Add(resetMargin)) {
+			t.Errorf("new work may go in %v; want the reset", time.Until(at))
+		}
+		// Answered, the calls are the headers' again: a third of what is left.
+		for range 3 {
+			a.answered(nil)
+		}
+		if at, _ := a.nextSlot(priority); !at.Equal(time.Now()) {
+			t.Errorf("with its calls answered, priority work waits %v", time.Until(at))
+		}
+	})
+}
