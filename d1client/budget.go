@@ -649,7 +649,7 @@ func (a *Account) acquire(ctx context.Context, c class) (time.Duration, *Error) 
 			if since.IsZero() {
 				return 0, nil
 			}
-			return time.Now().Sub(since), nil
+			return time.Since(since), nil
 		}
 		now := time.Now()
 		wait := at.Sub(now)

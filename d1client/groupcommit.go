@@ -88,6 +88,7 @@ type batcher struct {
 
 // pendingGroup is one caller's statements waiting for, or riding in, a call.
 type pendingGroup struct {
+	ctx      context.Context // the caller's attempt's
 	wire     []wireStatement
 	class    class
 	deadline time.Time // the caller's context's; zero: none
@@ -143,7 +144,7 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl class) ([
 	if e := b.acct.blocked(); e != nil {
 		return nil, 0, e
 	}
-	g := &pendingGroup{wire: wire, class: cl, size: groupSize(wire), done: make(chan struct{})}
+	g := &pendingGroup{ctx: ctx, wire: wire, class: cl, size: groupSize(wire), done: make(chan struct{})}
 	if dl, ok := ctx.Deadline(); ok {
 		g.deadline = dl
 		// The call could not go and come back before the deadline: say so
@@ -368,7 +369,14 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) ([]Result, *Error) {
 	for _, g := range groups {
 		wire = append(wire, g.wire...)
 	}
-	results, err := b.c.send(context.Background(), encodeBody(wire), len(wire), true)
+	// A shared call outlives any one caller's context. A call carrying one
+	// caller's statements is sent in its context's values (its trace, for
+	// an instrumented HTTP client), without its cancellation.
+	ctx := context.Background()
+	if len(groups) == 1 {
+		ctx = context.WithoutCancel(groups[0].ctx)
+	}
+	results, err := b.c.send(ctx, encodeBody(wire), len(wire), true)
 	for _, g := range groups {
 		g.shared = len(wire)
 	}

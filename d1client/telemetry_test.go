@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/d1idem/d1idem/internal/oteltest"
 )
@@ -174,7 +175,12 @@ func TestTelemetrySuccessAndRetry(t *testing.T) {
 // and its parent is the caller's span.
 func TestTelemetryCoalescedCall(t *testing.T) {
 	rec := oteltest.New()
-	c, _ := mockClient(t, replay(t, "raw_batch_two_results"), withTelemetry(rec))
+	answer := replay(t, "raw_batch_two_results")
+	var sentIn trace.SpanContext // the span in the HTTP request's context
+	c, _ := mockClient(t, func(req *http.Request) (*http.Response, error) {
+		sentIn = trace.SpanContextFromContext(req.Context())
+		return answer(req)
+	}, withTelemetry(rec))
 	ctx, parent := rec.TracerProvider.Tracer("test").Start(context.Background(), "request")
 	if _, err := c.Exec(ctx, []Statement{{SQL: "SELECT 1"}, {SQL: "SELECT 2"}}, Coalesce(), Operation("claim")); err != nil {
 		t.Fatal(err)
@@ -187,6 +193,12 @@ func TestTelemetryCoalescedCall(t *testing.T) {
 	s := spans[0]
 	if s.Parent().SpanID() != parent.SpanContext().SpanID() {
 		t.Error("the D1 span is not a child of the caller's span")
+	}
+	// A call carrying one caller's statements is sent in its attempt's
+	// context: an instrumented HTTP client's span would be the attempt
+	// span's child.
+	if sentIn.SpanID() != s.SpanContext().SpanID() {
+		t.Error("the lone caller's call was not sent in its attempt's context")
 	}
 	kind, _ := oteltest.Attr(s, "d1idem.d1.call.kind")
 	shared, _ := oteltest.Attr(s, "d1idem.d1.call.statements")
