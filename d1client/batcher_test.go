@@ -113,59 +113,6 @@ func TestCoalescerNeverWaitsWhenIdle(t *testing.T) {
 	}
 }
 
-// A failing statement aborts a shared batch; nobody gets a wrong answer:
-// everyone is sent again alone, the failing caller gets its own SQL error,
-// the others their results.
-func TestSharedBatchFailureSplitsAndRetries(t *testing.T) {
-	log := &callLog{delay: 20 * time.Millisecond}
-	b := d1test.LocalConfig(t, d1local.Config{Faults: log.hook})
-	db := b.NewClient(t, func(c *d1client.Config) { c.Coalesce = d1client.CoalesceConfig{MaxInFlight: 1} })
-	newTable(t, db)
-	// Occupy the only in-flight slot so that the next callers queue together.
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_, _ = db.Exec(ctx, []d1client.Statement{{SQL: "SELECT 1"}}, d1client.Coalesce())
-	}()
-	time.Sleep(5 * time.Millisecond)
-	results := make([]error, 6)
-	for i := range results {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sql := "INSERT INTO t (k, v) VALUES (?, ?)"
-			if i == 3 {
-				sql = "INSERT INTO missing_table (k, v) VALUES (?, ?)"
-			}
-			_, results[i] = db.Exec(ctx, []d1client.Statement{{SQL: sql, Params: []any{fmt.Sprint(i), i}}}, d1client.Coalesce())
-		}()
-	}
-	wg.Wait()
-	for i, err := range results {
-		if i == 3 {
-			if !errors.Is(err, d1client.ErrSQL) {
-				t.Errorf("the failing caller got %v", err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("caller %d got %v", i, err)
-		}
-	}
-	res, _ := db.Query(ctx, "SELECT count(*) FROM t")
-	if n, _ := res.Rows[0][0].Int64(); n != 5 {
-		t.Errorf("%d rows, want 5", n)
-	}
-	shared := false
-	for _, s := range log.calls() {
-		shared = shared || s > 1
-	}
-	if !shared {
-		t.Error("the callers never shared a batch; the test proves nothing")
-	}
-}
-
 // A transient failure of a shared call reaches every caller with its cause:
 // idempotent callers retry and succeed, the others get the ambiguous error.
 func TestSharedBatchTransientFailure(t *testing.T) {
@@ -189,33 +136,6 @@ func TestSharedBatchTransientFailure(t *testing.T) {
 	_, err = db.Exec(ctx, []d1client.Statement{{SQL: "INSERT INTO t (k, v) VALUES ('b', 2) ON CONFLICT DO NOTHING"}}, d1client.Coalesce(), d1client.Idempotent())
 	if err != nil {
 		t.Fatalf("idempotent write: %v", err)
-	}
-}
-
-// A caller whose context ends while queued is withdrawn and never sent.
-func TestQueuedCallerWithdraws(t *testing.T) {
-	log := &callLog{delay: 300 * time.Millisecond}
-	b := d1test.LocalConfig(t, d1local.Config{Faults: log.hook})
-	db := b.NewClient(t, func(c *d1client.Config) { c.Coalesce = d1client.CoalesceConfig{MaxInFlight: 1} })
-	go func() {
-		_, _ = db.Exec(ctx, []d1client.Statement{{SQL: "SELECT 1"}}, d1client.Coalesce())
-	}()
-	time.Sleep(50 * time.Millisecond)
-	c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancel()
-	_, err := db.Exec(c, []d1client.Statement{{SQL: "SELECT 'withdrawn'"}}, d1client.Coalesce())
-	var e *d1client.Error
-	if !errors.As(err, &e) || e.Ambiguous || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v", err)
-	}
-	time.Sleep(400 * time.Millisecond)
-	for _, s := range log.calls() {
-		if s != 1 {
-			t.Fatalf("calls %v", log.calls())
-		}
-	}
-	if n := len(log.calls()); n != 1 {
-		t.Fatalf("%d calls: the withdrawn caller was sent", n)
 	}
 }
 

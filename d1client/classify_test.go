@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -101,65 +100,5 @@ func TestMultiStatementSQLIsRefused(t *testing.T) {
 	// A trigger's body is one statement, whatever its semicolons.
 	if _, err := db.Query(ctx, "CREATE TRIGGER log_twice AFTER INSERT ON log WHEN new.x = 1 BEGIN INSERT INTO log VALUES (2); END"); err != nil {
 		t.Fatalf("CREATE TRIGGER: %v", err)
-	}
-}
-
-// One caller's multi-statement SQL never reaches a shared batch: it gets
-// its own ErrInvalid, and every co-batched caller gets its own results.
-func TestMultiStatementCallerCannotSpoilASharedBatch(t *testing.T) {
-	log := &callLog{delay: 20 * time.Millisecond}
-	b := d1test.LocalConfig(t, d1local.Config{Faults: log.hook})
-	db := b.NewClient(t, func(c *d1client.Config) { c.Coalesce = d1client.CoalesceConfig{MaxInFlight: 1} })
-	newTable(t, db)
-	// Occupy the only in-flight slot so that the callers queue together.
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_, _ = db.Exec(ctx, []d1client.Statement{{SQL: "SELECT 1"}}, d1client.Coalesce())
-	}()
-	time.Sleep(5 * time.Millisecond)
-	const callers = 12
-	errs := make([]error, callers)
-	got := make([]int64, callers)
-	for i := 0; i < callers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			stmts := []d1client.Statement{
-				{SQL: "INSERT INTO t (k, v) VALUES (?, ?) RETURNING v", Params: []any{fmt.Sprint(i), i}},
-			}
-			if i%4 == 3 {
-				stmts = append(stmts, d1client.Statement{SQL: "SELECT 1; SELECT 2"})
-			}
-			res, err := db.Exec(ctx, stmts, d1client.Coalesce())
-			if err == nil {
-				err = res[0].Rows[0].Scan(&got[i])
-			}
-			errs[i] = err
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		switch {
-		case i%4 == 3:
-			if !errors.Is(err, d1client.ErrInvalid) {
-				t.Errorf("the multi-statement caller %d got %v, want ErrInvalid", i, err)
-			}
-		case err != nil:
-			t.Errorf("innocent caller %d got %v", i, err)
-		case got[i] != int64(i):
-			t.Errorf("innocent caller %d got %d, want its own row", i, got[i])
-		}
-	}
-	if n := countRows(t, db, "t"); n != callers-callers/4 {
-		t.Errorf("%d rows, want %d", n, callers-callers/4)
-	}
-	shared := false
-	for _, s := range log.calls() {
-		shared = shared || s > 1
-	}
-	if !shared {
-		t.Error("the callers never shared a batch; the test proves nothing")
 	}
 }

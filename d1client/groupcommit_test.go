@@ -21,6 +21,8 @@ import (
 // rules themselves.
 
 // gate is an HTTP transport whose calls wait until the test answers them.
+// A call holding a statement whose SQL contains "missing_table" is
+// answered as D1 answers it: 400, code 7500, no such table.
 type gate struct {
 	mu    sync.Mutex
 	calls []*gateCall
@@ -59,8 +61,12 @@ func (g *gate) RoundTrip(req *http.Request) (*http.Response, error) {
 	case <-req.Context().Done():
 		return nil, req.Context().Err()
 	}
-	res := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}},
-		Body: io.NopCloser(strings.NewReader(okResults(len(c.sqls)))), Request: req}
+	status, answer := 200, okResults(len(c.sqls))
+	if slices.ContainsFunc(c.sqls, func(s string) bool { return strings.Contains(s, "missing_table") }) {
+		status, answer = 400, `{"result":[],"success":false,"errors":[{"code":7500,"message":"no such table: missing_table: SQLITE_ERROR"}],"messages":[]}`
+	}
+	res := &http.Response{StatusCode: status, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(strings.NewReader(answer)), Request: req}
 	for k, v := range h {
 		res.Header[k] = v
 	}
@@ -382,6 +388,117 @@ func TestBlockFailsTheQueue(t *testing.T) {
 		}
 		if n := len(g.sent()); n != 1 {
 			t.Errorf("%d calls sent", n)
+		}
+	})
+}
+
+// answerAll answers every call so far, and again the calls those lead to,
+// until no call is left unanswered.
+func (g *gate) answerAll() {
+	for answered := 0; ; {
+		calls := g.sent()
+		if answered == len(calls) {
+			return
+		}
+		for _, c := range calls[answered:] {
+			c.answer <- nil
+		}
+		answered = len(calls)
+	}
+}
+
+// A statement that fails in a shared call aborts the whole batch, and the
+// error does not say whose it was: every caller is sent again alone, the
+// failing one gets its own SQL error, the others their results.
+func TestSharedBatchFailureResendsEachAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, g := gcClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 1})
+		busy := execAsync(c, normalWork, "SELECT 'busy'")
+		g.sent()
+		var done []chan error
+		for i := range 4 {
+			sql := fmt.Sprintf("INSERT INTO t VALUES (%d)", i)
+			if i == 2 {
+				sql = "INSERT INTO missing_table VALUES (2)"
+			}
+			done = append(done, execAsync(c, normalWork, sql))
+			g.sent()
+		}
+		g.answerAll()
+		if err := <-busy; err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range done {
+			err := <-d
+			switch {
+			case i == 2 && !errors.Is(err, ErrSQL):
+				t.Errorf("the failing caller got %v", err)
+			case i != 2 && err != nil:
+				t.Errorf("caller %d got %v", i, err)
+			}
+		}
+		sizes, _ := g.sizes(time.Now())
+		if !slices.Equal(sizes, []int{1, 4, 1, 1, 1, 1}) {
+			t.Errorf("calls of %v statements; want the four together, then each alone", sizes)
+		}
+	})
+}
+
+// A statement holding several SQL statements is refused before it is
+// queued: it never spoils a shared batch, and the others share theirs.
+func TestMultiStatementCallerNeverJoinsABatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, g := gcClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 1})
+		busy := execAsync(c, normalWork, "SELECT 'busy'")
+		g.sent()
+		var done []chan error
+		for i := range 4 {
+			sql := fmt.Sprintf("SELECT %d", i)
+			if i == 1 {
+				sql = "SELECT 1; SELECT 2"
+			}
+			done = append(done, execAsync(c, normalWork, sql))
+			g.sent()
+		}
+		g.answerAll()
+		if err := <-busy; err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range done {
+			err := <-d
+			switch {
+			case i == 1 && !errors.Is(err, ErrInvalid):
+				t.Errorf("the multi-statement caller got %v", err)
+			case i != 1 && err != nil:
+				t.Errorf("caller %d got %v", i, err)
+			}
+		}
+		if sizes, _ := g.sizes(time.Now()); !slices.Equal(sizes, []int{1, 3}) {
+			t.Errorf("calls of %v statements; want the three valid callers together", sizes)
+		}
+	})
+}
+
+// A caller whose context ends while it is queued is withdrawn: it is
+// never sent, and its error is not ambiguous.
+func TestQueuedCallerWithdraws(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, g := gcClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 1})
+		busy := execAsync(c, normalWork, "SELECT 'busy'")
+		g.sent()
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		_, err := c.Exec(ctx, stmt("SELECT 'withdrawn'"), Coalesce())
+		var e *Error
+		if !errors.As(err, &e) || e.Ambiguous || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v", err)
+		}
+		g.answerAll()
+		if err := <-busy; err != nil {
+			t.Fatal(err)
+		}
+		if sizes, _ := g.sizes(time.Now()); !slices.Equal(sizes, []int{1}) {
+			t.Errorf("calls of %v statements: the withdrawn caller was sent", sizes)
 		}
 	})
 }
