@@ -50,8 +50,8 @@ func (l *Ledger) hold(parent context.Context, r *Reservation) *lease {
 }
 
 func (l *Ledger) heartbeat(ls *lease, r *Reservation) {
-	tick, stopTick := l.ticker(l.cfg.Heartbeat)
-	defer stopTick()
+	tick := time.NewTicker(l.cfg.Heartbeat)
+	defer tick.Stop()
 	maxLease := time.NewTimer(l.cfg.MaxLease - time.Since(r.acquired))
 	defer maxLease.Stop()
 	for {
@@ -66,14 +66,11 @@ func (l *Ledger) heartbeat(ls *lease, r *Reservation) {
 			l.tel.add(l.tel.lost, 1, attrLeaseCause.String(causeMaxLease))
 			ls.cancel(ErrMaxLease)
 			return
-		case <-tick:
+		case <-tick.C:
 		}
 		rctx, cancel := context.WithTimeout(ls.beat, l.cfg.Heartbeat)
 		ok, err := l.Renew(rctx, r)
 		cancel()
-		if l.hooks.afterBeat != nil {
-			l.hooks.afterBeat(r, ok, err)
-		}
 		switch {
 		case err == nil && ok:
 		case ls.beat.Err() != nil:
@@ -99,15 +96,6 @@ func (l *Ledger) heartbeat(ls *lease, r *Reservation) {
 				append(logAttrs(r), slog.String("error", err.Error()))...)
 		}
 	}
-}
-
-// ticker returns the heartbeat's ticks and a function that stops them.
-func (l *Ledger) ticker(d time.Duration) (<-chan time.Time, func()) {
-	if l.hooks.newTicker != nil {
-		return l.hooks.newTicker(d)
-	}
-	t := time.NewTicker(d)
-	return t.C, t.Stop
 }
 
 // stop ends the heartbeat and waits for it, so no renewal races the

@@ -34,10 +34,9 @@ const (
 // heartbeats and releases are d1client.Priority work: they go first when
 // the API budget is scarce, on a reserve that new claims never take.
 type Ledger struct {
-	cfg   Config
-	sql   ledgerSQL
-	hooks testHooks
-	tel   *telemetry
+	cfg Config
+	sql ledgerSQL
+	tel *telemetry
 
 	// single is the one database of a ledger made by New; nil for a
 	// sharded one, whose databases are in shards.
@@ -55,15 +54,6 @@ type home struct {
 	mu        sync.Mutex
 	lastSweep time.Time // when the last sweep was sent (monotonic)
 	backlog   bool      // the last sweep deleted a full batch
-}
-
-// testHooks let tests drive the heartbeat deterministically; nil hooks are
-// the real thing.
-type testHooks struct {
-	// newTicker replaces time.NewTicker for heartbeats.
-	newTicker func(d time.Duration) (<-chan time.Time, func())
-	// afterBeat runs after each heartbeat's renewal.
-	afterBeat func(r *Reservation, renewed bool, err error)
 }
 
 // New returns a Ledger that keeps its rows in db, usually a

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -22,7 +23,8 @@ import (
 const telPrincipal = "acct_secret_principal_42"
 
 // telEnv is a ledger and its D1 client, both reporting to one in-memory
-// SDK, on d1local.
+// SDK, on a d1local reached in process (so that a test may run in fake
+// time).
 type telEnv struct {
 	rec    *oteltest.Recorder
 	b      *d1test.Backend
@@ -44,7 +46,7 @@ func newTelEnv(t *testing.T, cfg idem.Config, faults ...d1local.FaultFunc) *telE
 func newTelEnvWith(t *testing.T, cfg idem.Config, lc d1local.Config, mods ...func(*d1client.Config)) *telEnv {
 	t.Helper()
 	rec := oteltest.New()
-	b := d1test.LocalConfig(t, lc)
+	b := d1test.InProcess(t, lc)
 	db := b.NewClientSchema(t, append([]func(*d1client.Config){func(c *d1client.Config) {
 		c.MeterProvider, c.TracerProvider = rec.MeterProvider, rec.TracerProvider
 		c.Retry = d1client.NoRetry()
@@ -68,10 +70,16 @@ func shortSHA256(s string) string {
 // out, takeovers, renewals, lost leases and releases; and the sweep's
 // deletions and Admin.Stats's counts.
 func TestTelemetryLedgerWrites(t *testing.T) {
+	synctest.Test(t, testTelemetryLedgerWrites)
+}
+
+// testTelemetryLedgerWrites runs in fake time: the heartbeats tick by the
+// bubble's clock, the ledger's own clock (clk) moves only when the test
+// moves it.
+func testTelemetryLedgerWrites(t *testing.T) {
 	clk := newClock()
 	e := newTelEnv(t, idem.Config{Clock: clk.Now, SweepInterval: time.Nanosecond, Heartbeat: time.Second})
 	l := e.ledger
-	beats := newManualBeats(l)
 	resp := idem.Response{Status: 201, Body: []byte(`{}`)}
 
 	// A takeover fences the first owner out; its heartbeat finds the lease
@@ -84,18 +92,14 @@ func TestTelemetryLedgerWrites(t *testing.T) {
 			return context.Cause(ctx)
 		})
 	}()
-	tick := beats.ticker(t)
-	if b := beats.beat(t, tick); !b.renewed {
-		t.Fatalf("renewal: %+v", b)
-	}
+	time.Sleep(time.Second) // a heartbeat renews the lease
+	synctest.Wait()
 	clk.Advance(idem.DefaultTTL + time.Millisecond)
 	second := begin(t, l, telPrincipal, "key-secret-1", "fp")
 	if second.Outcome != idem.Execute || !second.Reservation.Takeover {
 		t.Fatalf("takeover: %+v", second)
 	}
-	if b := beats.beat(t, tick); b.renewed {
-		t.Fatalf("renewal after the takeover: %+v", b)
-	}
+	time.Sleep(time.Second) // the next finds the lease lost
 	if err := <-lost; !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("Hold = %v", err)
 	}
@@ -115,6 +119,7 @@ func TestTelemetryLedgerWrites(t *testing.T) {
 	// Rows past the retention: the next completion's sweep deletes them,
 	// then Admin.Sweep the rest.
 	clk.Advance(idem.DefaultRetention + time.Minute)
+	time.Sleep(time.Millisecond) // the sweep interval passes (by the monotonic clock)
 	third := begin(t, l, telPrincipal, "key-secret-3", "fp").Reservation
 	if _, err := l.Complete(bg, third, resp); err != nil {
 		t.Fatal(err)

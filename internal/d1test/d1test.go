@@ -29,6 +29,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -120,6 +121,53 @@ func LocalConfig(t testing.TB, cfg d1local.Config) *Backend {
 		Local:      srv,
 		newID:      func(testing.TB) string { return randomID() },
 	}
+}
+
+// InProcess returns a d1local reached without a network: its clients'
+// transport calls the server's handler directly. Made inside a
+// testing/synctest bubble, the whole request path runs in fake time (a
+// Fault's latency included); D1's own clock, SQLite's, is the machine's,
+// so such tests inject the ledger's Clock. A dropped connection (a
+// LoseResponse fault) is a transport error, as it is over a network.
+func InProcess(t testing.TB, cfg d1local.Config) *Backend {
+	t.Helper()
+	srv, err := d1local.New(cfg)
+	if err != nil {
+		t.Fatalf("d1test: d1local.New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Close(); err != nil {
+			t.Errorf("d1test: closing d1local: %v", err)
+		}
+	})
+	return &Backend{
+		Name:       NameLocal,
+		BaseURL:    "http://127.0.0.1", // never dialled
+		AccountID:  AccountID,
+		HTTPClient: &http.Client{Transport: handlerTransport{srv}},
+		Local:      srv,
+		newID:      func(testing.TB) string { return randomID() },
+	}
+}
+
+// handlerTransport is an http.RoundTripper that serves each request with a
+// handler, in the caller's goroutine.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(req *http.Request) (res *http.Response, err error) {
+	rec := httptest.NewRecorder()
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				panic(v)
+			}
+			res, err = nil, errors.New("d1test: the server dropped the connection")
+		}
+	}()
+	t.h.ServeHTTP(rec, req)
+	res = rec.Result()
+	res.Request = req
+	return res, nil
 }
 
 // All returns the backends available to this test binary: d1local, and
