@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -131,50 +132,57 @@ func configErr(field string, value any, want string, args ...any) error {
 func (c Config) minRetention() time.Duration { return c.MaxLease + c.TTL + RetentionMargin }
 
 func (c Config) withDefaults() (Config, error) {
-	if c.TTL == 0 {
-		c.TTL = DefaultTTL
+	for _, step := range []func(*Config) error{(*Config).leaseDefaults, (*Config).sweepDefaults, (*Config).headerDefaults} {
+		if err := step(&c); err != nil {
+			return c, err
+		}
 	}
+	return c, nil
+}
+
+// leaseDefaults fills in and checks the TTL, the heartbeat and MaxLease.
+func (c *Config) leaseDefaults() error {
+	c.TTL = cmp.Or(c.TTL, DefaultTTL)
 	if c.TTL < minTTL || c.TTL > maxTTL {
-		return c, configErr("Config.TTL", c.TTL, "use %v to %v", minTTL, maxTTL)
+		return configErr("Config.TTL", c.TTL, "use %v to %v", minTTL, maxTTL)
 	}
-	if c.Heartbeat == 0 {
-		c.Heartbeat = c.TTL / defaultRenewFraction
-	}
+	c.Heartbeat = cmp.Or(c.Heartbeat, c.TTL/defaultRenewFraction)
 	if c.Heartbeat >= 0 && (c.Heartbeat < time.Millisecond || c.Heartbeat >= c.TTL) {
-		return c, configErr("Config.Heartbeat", c.Heartbeat, "use 1ms up to (not including) the TTL (%v), or a negative value to disable heartbeats", c.TTL)
+		return configErr("Config.Heartbeat", c.Heartbeat, "use 1ms up to (not including) the TTL (%v), or a negative value to disable heartbeats", c.TTL)
 	}
-	if c.MaxLease == 0 {
-		c.MaxLease = max(DefaultMaxLease, c.TTL)
-	}
+	c.MaxLease = cmp.Or(c.MaxLease, max(DefaultMaxLease, c.TTL))
 	if c.MaxLease < c.TTL || c.MaxLease > maxMaxLease {
-		return c, configErr("Config.MaxLease", c.MaxLease, "use the TTL (%v) to %v", c.TTL, maxMaxLease)
+		return configErr("Config.MaxLease", c.MaxLease, "use the TTL (%v) to %v", c.TTL, maxMaxLease)
 	}
-	if c.Retention == 0 {
-		c.Retention = DefaultRetention
-	}
+	return nil
+}
+
+// sweepDefaults fills in and checks the retention, the sweep and the
+// stored body's cap.
+func (c *Config) sweepDefaults() error {
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	if c.Retention < c.minRetention() || c.Retention > maxRetention {
-		return c, configErr("Config.Retention", c.Retention,
+		return configErr("Config.Retention", c.Retention,
 			"use MaxLease (%v) + TTL (%v) + %v = %v to %v, so that no row a live owner may still write is swept",
 			c.MaxLease, c.TTL, RetentionMargin, c.minRetention(), maxRetention)
 	}
-	if c.SweepBatch == 0 {
-		c.SweepBatch = DefaultSweepBatch
-	}
+	c.SweepBatch = cmp.Or(c.SweepBatch, DefaultSweepBatch)
 	if c.SweepBatch < 1 || c.SweepBatch > MaxSweepBatch {
-		return c, configErr("Config.SweepBatch", c.SweepBatch, "use 1 to %d", MaxSweepBatch)
+		return configErr("Config.SweepBatch", c.SweepBatch, "use 1 to %d", MaxSweepBatch)
 	}
-	if c.SweepInterval == 0 {
-		c.SweepInterval = DefaultSweepInterval
-	}
+	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
 	if c.SweepInterval < 0 || c.SweepInterval > maxSweepInterval {
-		return c, configErr("Config.SweepInterval", c.SweepInterval, "use a positive duration up to %v", maxSweepInterval)
+		return configErr("Config.SweepInterval", c.SweepInterval, "use a positive duration up to %v", maxSweepInterval)
 	}
-	if c.MaxStoredBody == 0 {
-		c.MaxStoredBody = DefaultMaxStoredBody
-	}
+	c.MaxStoredBody = cmp.Or(c.MaxStoredBody, DefaultMaxStoredBody)
 	if c.MaxStoredBody < 1 || c.MaxStoredBody > maxStoredBody {
-		return c, configErr("Config.MaxStoredBody", c.MaxStoredBody, "use 1 to %d bytes", maxStoredBody)
+		return configErr("Config.MaxStoredBody", c.MaxStoredBody, "use 1 to %d bytes", maxStoredBody)
 	}
+	return nil
+}
+
+// headerDefaults fills in and checks the header lists.
+func (c *Config) headerDefaults() error {
 	if c.FingerprintHeaders == nil {
 		c.FingerprintHeaders = DefaultFingerprintHeaders
 	}
@@ -183,17 +191,17 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	var err error
 	if c.FingerprintHeaders, err = lowerNames("Config.FingerprintHeaders", c.FingerprintHeaders); err != nil {
-		return c, err
+		return err
 	}
 	if c.ReplayableHeaders, err = lowerNames("Config.ReplayableHeaders", c.ReplayableHeaders); err != nil {
-		return c, err
+		return err
 	}
 	for i, h := range c.ReplayableHeaders {
 		if neverReplayed[h] {
-			return c, configErr(fmt.Sprintf("Config.ReplayableHeaders[%d]", i), fmt.Sprintf("%q", h), "this header must never be replayed")
+			return configErr(fmt.Sprintf("Config.ReplayableHeaders[%d]", i), fmt.Sprintf("%q", h), "this header must never be replayed")
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // neverReplayed are response headers that are connection-scoped, computed
