@@ -533,7 +533,9 @@ func writeResponse(w http.ResponseWriter, resp *idem.Response, replayed bool) {
 
 // writeInProgress is the spec's 409 for a pending key.
 func writeInProgress(w http.ResponseWriter, retryAfter time.Duration) {
-	writeJSON(w, http.StatusConflict, map[string]any{"error": CodeKeyInProgress, "retry_after_ms": retryAfter.Milliseconds()},
+	writeJSON(w, http.StatusConflict, map[string]any{"error": CodeKeyInProgress,
+		"message":        "A request with this Idempotency-Key is still being processed; retry after Retry-After seconds.",
+		"retry_after_ms": retryAfter.Milliseconds()},
 		http.Header{"Retry-After": {retryAfterSeconds(retryAfter)}})
 }
 

@@ -137,6 +137,10 @@ func (r reply) errorCode(t *testing.T) string {
 		t.Errorf("error Content-Type = %q", ct)
 	}
 	code, _ := m["error"].(string)
+	// Every error body says what happened in words, too.
+	if msg, _ := m["message"].(string); msg == "" {
+		t.Errorf("error body %s has no message", r.body)
+	}
 	return code
 }
 
