@@ -118,7 +118,7 @@ first-hour-timings:
 # target that fails that way without writing a failing input is run once
 # more; one that writes an input fails at once.
 FUZZTIME ?= 10s
-FUZZ_TARGETS := idem:FuzzValidKey idem:FuzzFingerprintInput d1local:FuzzRequestDecoder d1local:FuzzRequestDecoderMatchesReference d1client:FuzzResponseDecoder d1client:FuzzDecoderMatchesReference d1client:FuzzAppendJSONString d1client:FuzzParseRateLimitHeaders d1client:FuzzClassifySQL internal/sqlite:FuzzSplit
+FUZZ_TARGETS := idem:FuzzValidKey idem:FuzzFingerprintInput d1local:FuzzRequestDecoder d1local:FuzzRequestDecoderMatchesReference d1client:FuzzResponseDecoder d1client:FuzzDecoderMatchesReference d1client:FuzzAppendJSONString d1client/budget:FuzzParseRateLimitHeaders d1client:FuzzClassifySQL internal/sqlite:FuzzSplit
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \

@@ -22,7 +22,7 @@ const module = "github.com/d1idem/d1idem"
 // Package sets of the layering rules.
 var (
 	// core are the library packages a user's production binary imports.
-	core = []string{module, module + "/d1client", module + "/idem", module + "/idem/idemhttp", module + "/schema"}
+	core = []string{module, module + "/d1client", module + "/d1client/budget", module + "/idem", module + "/idem/idemhttp", module + "/schema"}
 	// libraries are every public package that is not a program or an
 	// example: core, and the local D1 with its test server.
 	libraries = append(slices.Clone(core), module+"/d1local", module+"/d1local/d1localtest")
@@ -84,6 +84,14 @@ func TestLintLayering(t *testing.T) {
 	})
 	forbid(core, "a core library does not import the local D1 (d1local, d1localtest)", func(dep string) bool {
 		return under(dep, module+"/d1local")
+	})
+	// The API budget is a package of its own, which never depends on the
+	// client that spends it.
+	if !slices.Contains(all[module+"/d1client"], module+"/d1client/budget") {
+		t.Fatal("the check is broken: d1client should depend on d1client/budget")
+	}
+	forbid([]string{module + "/d1client/budget"}, "the API budget imports no package of this module", func(dep string) bool {
+		return under(dep, module)
 	})
 	// The ledger knows no transport: the middleware is built on its
 	// exported API, as any other transport would be.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/idem/idemhttp"
@@ -158,14 +159,14 @@ func BenchmarkCallsPerRequest(b *testing.B) {
 // scaled to 5 s so the measurement sees the sustained regime, not the burst.
 // 512 concurrent clients, 20 ms per D1 call. Target: at least 100 req/s.
 func BenchmarkSustainedThroughput(b *testing.B) {
-	budget := d1client.NewBudget(20, 5*time.Second)
-	var cloudflare d1client.Budget // the zero Budget: Cloudflare's limit
+	scaled := budget.New(20, 5*time.Second)
+	var cloudflare budget.Budget // the zero Budget: Cloudflare's limit
 	rate := float64(cloudflare.Calls()) / cloudflare.Per().Seconds()
-	if got := float64(budget.Calls()) / budget.Per().Seconds(); got != rate {
+	if got := float64(scaled.Calls()) / scaled.Per().Seconds(); got != rate {
 		b.Fatalf("scaled budget rate %v differs from the default's %v", got, rate)
 	}
 	for i := 0; i < b.N; i++ {
-		e := newEnv(b, func(c *d1client.Config) { c.Budget = budget }, idem.Config{})
+		e := newEnv(b, func(c *d1client.Config) { c.Budget = scaled }, idem.Config{})
 		e.latency.Store(int64(20 * time.Millisecond))
 		const clients = 512
 		warmup, window := 6*time.Second, 12*time.Second
@@ -325,7 +326,7 @@ func BenchmarkMiddlewareOverhead(b *testing.B) {
 	}
 	defer local.Close()
 	db, err := d1client.New(d1client.Config{BaseURL: inProcessURL, AccountID: "acct", DatabaseID: "bench",
-		HTTPClient: &http.Client{Transport: inProcess{local}}, Budget: d1client.UnlimitedBudget()})
+		HTTPClient: &http.Client{Transport: inProcess{local}}, Budget: budget.Unlimited()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/internal/d1test"
 )
 
@@ -21,7 +22,7 @@ import (
 // the default budget's rate, 1200 calls per 300 s (4 calls/s), with its
 // window scaled down 60 times (20 calls per 5 s) so that a run of seconds
 // measures the sustained regime rather than the default's 1200-call burst.
-var restBudget = d1client.NewBudget(20, 5*time.Second)
+var restBudget = budget.New(20, 5*time.Second)
 
 // bridgeVsREST is one side of BenchmarkBridgeVsREST: the full middleware
 // over loopback HTTP, its ledger on one of the two backends.

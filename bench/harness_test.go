@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/idem/idemhttp"
@@ -63,9 +64,9 @@ func newClient(baseURL, databaseID string, hc *http.Client, defaultBudget bool) 
 // clientConfig is newClient's configuration.
 func clientConfig(baseURL, databaseID string, hc *http.Client, defaultBudget bool) d1client.Config {
 	cfg := d1client.Config{BaseURL: baseURL, AccountID: d1test.AccountID, DatabaseID: databaseID, HTTPClient: hc}
-	cfg.Budget = d1client.UnlimitedBudget()
+	cfg.Budget = budget.Unlimited()
 	if defaultBudget {
-		cfg.Budget = d1client.Budget{} // the zero Budget is Cloudflare's default
+		cfg.Budget = budget.Budget{} // the zero Budget is Cloudflare's default
 	}
 	return cfg
 }

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/idem/idemhttp"
@@ -39,7 +40,7 @@ func guardedService(b *testing.B, mp metric.MeterProvider, tp trace.TracerProvid
 	}
 	b.Cleanup(func() { local.Close() })
 	db, err := d1client.New(d1client.Config{BaseURL: inProcessURL, AccountID: "acct", DatabaseID: "bench",
-		HTTPClient: &http.Client{Transport: inProcess{local}}, Budget: d1client.UnlimitedBudget(),
+		HTTPClient: &http.Client{Transport: inProcess{local}}, Budget: budget.Unlimited(),
 		MeterProvider: mp, TracerProvider: tp})
 	if err != nil {
 		b.Fatal(err)

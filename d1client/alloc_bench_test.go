@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/d1idem/d1idem/d1client/budget"
 )
 
 // staticTransport answers every request with the same 200 body, reading
@@ -55,7 +57,7 @@ var benchStatements = []Statement{
 // transport's own copy of the header is counted too.)
 func BenchmarkExecAllocs(b *testing.B) {
 	c, err := New(Config{BaseURL: "http://d1.test/client/v4", APIToken: "t", AccountID: "acct", DatabaseID: "db",
-		HTTPClient: &http.Client{Transport: staticTransport{[]byte(claimLikeResponse), cloudflareHeader}}, Budget: UnlimitedBudget()})
+		HTTPClient: &http.Client{Transport: staticTransport{[]byte(claimLikeResponse), cloudflareHeader}}, Budget: budget.Unlimited()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -74,7 +76,7 @@ func BenchmarkExecAllocsLoopback(b *testing.B) {
 	}))
 	defer srv.Close()
 	c, err := New(Config{BaseURL: srv.URL + "/client/v4", APIToken: "t", AccountID: "acct", DatabaseID: "db",
-		HTTPClient: srv.Client(), Budget: UnlimitedBudget()})
+		HTTPClient: srv.Client(), Budget: budget.Unlimited()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -104,7 +106,7 @@ func BenchmarkDecodeBatch(b *testing.B) {
 		parts = append(parts, claim, lookup)
 	}
 	body := []byte(`{"success":true,"errors":[],"messages":[],"result":[` + strings.Join(parts, ",") + `]}`)
-	c, err := New(Config{AccountID: "acct", DatabaseID: "db", BaseURL: "http://d1.test/", Budget: UnlimitedBudget()})
+	c, err := New(Config{AccountID: "acct", DatabaseID: "db", BaseURL: "http://d1.test/", Budget: budget.Unlimited()})
 	if err != nil {
 		b.Fatal(err)
 	}

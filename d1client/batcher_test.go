@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/internal/d1test"
 )
@@ -144,8 +145,8 @@ func TestSharedBatchTransientFailure(t *testing.T) {
 func TestBudgetPressureGrowsBatches(t *testing.T) {
 	log := &callLog{}
 	b := d1test.LocalConfig(t, d1local.Config{Faults: log.hook})
-	budget := d1client.NewBudget(3, 200*time.Millisecond)
-	db := b.NewClient(t, func(c *d1client.Config) { c.Budget = budget })
+	tight := budget.New(3, 200*time.Millisecond)
+	db := b.NewClient(t, func(c *d1client.Config) { c.Budget = tight })
 	var calls atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -162,8 +163,8 @@ func TestBudgetPressureGrowsBatches(t *testing.T) {
 	wg.Wait()
 	sent := db.Stats().Calls
 	elapsed := time.Since(start)
-	if max := int64(budget.Calls()) * (int64(elapsed/budget.Per()) + 1); sent > max {
-		t.Errorf("%d calls in %v exceeds the budget of %s", sent, elapsed, budget)
+	if max := int64(tight.Calls()) * (int64(elapsed/tight.Per()) + 1); sent > max {
+		t.Errorf("%d calls in %v exceeds the budget of %s", sent, elapsed, tight)
 	}
 	if sent >= 20 {
 		t.Errorf("%d calls for 60 callers under budget pressure", sent)
@@ -198,11 +199,11 @@ func TestUncoalescedCallsTravelAlone(t *testing.T) {
 func TestAccountBudgetIsNeverExceeded(t *testing.T) {
 	const limit, window = 40, 2 * time.Second
 	b := d1test.LocalConfig(t, d1local.Config{Budget: d1local.Budget{Limit: limit, Window: window}})
-	shared, err := d1client.NewAccount(d1client.UnlimitedBudget())
+	shared, err := budget.NewAccount(budget.Unlimited())
 	if err != nil {
 		t.Fatal(err)
 	}
-	useShared := func(c *d1client.Config) { c.Budget, c.Account = d1client.Budget{}, shared }
+	useShared := func(c *d1client.Config) { c.Budget, c.Account = budget.Budget{}, shared }
 	clients := []*d1client.Client{
 		b.NewClient(t, useShared), // two databases on one Account
 		b.NewClient(t, useShared),

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/internal/loopback"
 )
 
@@ -32,7 +33,7 @@ func validSecret(s string) bool {
 // applyBridge resolves the bridge URL, Config.BridgeURL or else $D1IDEM_BRIDGE_URL,
 // and when there is one makes cfg talk to it: its address without the
 // secret becomes BaseURL, the secret replaces APIToken, and the zero Budget
-// becomes UnlimitedBudget (with an Account, the Account's budget counts).
+// becomes budget.Unlimited() (with an Account, the Account's budget counts).
 // It reports whether cfg now names a bridge. BridgeURL is cleared, so that
 // the secret is kept only as the token.
 func (cfg *Config) applyBridge() (bool, error) {
@@ -59,8 +60,8 @@ func (cfg *Config) applyBridge() (bool, error) {
 		return false, err
 	}
 	cfg.BaseURL, cfg.APIToken = base, secret
-	if cfg.Budget == (Budget{}) && cfg.Account == nil {
-		cfg.Budget = UnlimitedBudget()
+	if cfg.Budget == (budget.Budget{}) && cfg.Account == nil {
+		cfg.Budget = budget.Unlimited()
 	}
 	return true, nil
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jarcoal/httpmock"
+
+	"github.com/d1idem/d1idem/d1client/budget"
 )
 
 const bridgeSecretValue = "brs_0f1e2d3c4b5a69788796a5b4"
@@ -102,10 +104,10 @@ func TestBridgeURL(t *testing.T) {
 		paced(t, Config{BaseURL: "https://bridge.example.com", APIToken: bridgeSecretValue})
 	})
 	t.Run("an explicit budget is kept", func(t *testing.T) {
-		paced(t, Config{BridgeURL: "https://:" + bridgeSecretValue + "@bridge.example.com", Budget: NewBudget(2, time.Hour)})
+		paced(t, Config{BridgeURL: "https://:" + bridgeSecretValue + "@bridge.example.com", Budget: budget.New(2, time.Hour)})
 	})
 	t.Run("an Account's budget is kept", func(t *testing.T) {
-		account, err := NewAccount(NewBudget(2, time.Hour))
+		account, err := budget.NewAccount(budget.New(2, time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}

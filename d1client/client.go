@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/internal/textcache"
 )
 
@@ -64,15 +65,16 @@ type Config struct {
 	// AttemptTimeout bounds each HTTP attempt: 10 ms to 10 min. Zero means
 	// DefaultAttemptTimeout.
 	AttemptTimeout time.Duration
-	// Budget is how the client spends the API budget; the zero value is
-	// Cloudflare's limit of 1200 calls per 300 s, with the default burst and
-	// reserve. Leave it zero when Account is set.
-	Budget Budget
+	// Budget is how the client spends the API budget (see package
+	// budget); the zero value is Cloudflare's limit of 1200 calls per
+	// 300 s, with the default burst and reserve. Leave it zero when
+	// Account is set.
+	Budget budget.Budget
 	// Account, if set, is the budget this client shares with every other
 	// Client given the same Account: set it for clients of several
 	// databases, or several Configs, on one Cloudflare account. Nil gives
 	// the client an Account of its own, made from Budget.
-	Account *Account
+	Account *budget.Account
 	// Coalesce configures group commit for calls made with Coalesce().
 	Coalesce CoalesceConfig
 	// Logger receives retry and rate-limit events; nil discards them.
@@ -99,7 +101,7 @@ type Client struct {
 	rawURL  string
 	log     *slog.Logger
 	retry   RetryPolicy
-	account *Account
+	account *budget.Account
 	batch   *batcher
 	classes *textcache.Cache[sqlClass] // classifySQL by SQL text
 	tel     *telemetry
@@ -143,15 +145,15 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.Budget.validate(); err != nil {
-		return nil, err
+	if err := cfg.Budget.Validate(); err != nil {
+		return nil, invalidf("Config.Budget: %v", err)
 	}
 	account := cfg.Account
 	switch {
 	case account == nil:
-		account = newAccount(cfg.Budget)
-	case cfg.Budget != Budget{}:
-		return nil, invalidf("Config.Budget and Config.Account are both set: give the Budget to NewAccount")
+		account, _ = budget.NewAccount(cfg.Budget) // valid: checked above
+	case cfg.Budget != budget.Budget{}:
+		return nil, invalidf("Config.Budget and Config.Account are both set: give the Budget to budget.NewAccount")
 	}
 	coalesce, err := cfg.Coalesce.withDefaults()
 	if err != nil {
@@ -251,8 +253,8 @@ func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 // releases what an earlier call started (an idempotency ledger's completion,
 // heartbeat or release). When calls are scarce it goes before other work:
 // it is not held to the Budget's even pace, only to the calls the account
-// has left (see Account), it may use the calls kept from other work
-// (Budget.Kept), and it waits for the next call up to the context's
+// has left (see budget.Account), it may use the calls kept from other work
+// (budget.Budget.Kept), and it waits for the next call up to the context's
 // deadline. Work without it is turned away (ErrBudget) first.
 func Priority() ExecOption { return func(o *execOptions) { o.priority = true } }
 
@@ -298,9 +300,9 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 	}
 	safe = safe || o.idempotent
 	solo := !o.coalesce
-	cl := normal
+	cl := budget.Normal
 	if o.priority {
-		cl = priority
+		cl = budget.Priority
 	}
 
 	var last *Error // the previous attempt's failure
@@ -381,11 +383,11 @@ func redactAll(stmts []Statement) []string {
 
 // call makes one HTTP attempt for the statements: it takes a call of class
 // cl from the budget (honouring a 971 block), sends, and decodes.
-func (c *Client) call(ctx context.Context, wire []wireStatement, cl class) ([]Result, *Error) {
+func (c *Client) call(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, *Error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error(), notSent: true}
 	}
-	waited, e := c.account.acquire(ctx, cl)
+	waited, e := c.acquire(ctx, cl)
 	if waited > 0 {
 		c.tel.waited(cl, waited)
 	}
@@ -419,7 +421,7 @@ func (c *Client) Stats() Stats {
 
 // Account returns the Account whose budget the client spends: its State is
 // the budget the client last saw.
-func (c *Client) Account() *Account { return c.account }
+func (c *Client) Account() *budget.Account { return c.account }
 
 // AccountID returns the configured account ID.
 func (c *Client) AccountID() string { return c.cfg.AccountID }

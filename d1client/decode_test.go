@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/d1idem/d1idem/d1client/budget"
 )
 
 // refDecode is the response decoder as it was before results decoded in
@@ -197,7 +199,7 @@ func FuzzDecoderMatchesReference(f *testing.F) {
 		f.Add([]byte(seed), 1)
 		f.Add([]byte(seed), 2)
 	}
-	c, err := New(Config{AccountID: "acct", DatabaseID: "db", BaseURL: "http://127.0.0.1:1", Budget: UnlimitedBudget()})
+	c, err := New(Config{AccountID: "acct", DatabaseID: "db", BaseURL: "http://127.0.0.1:1", Budget: budget.Unlimited()})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -93,36 +93,18 @@
 //
 // Cloudflare allows 1200 API calls per 5 minutes per user, across every
 // token, tool and the dashboard; going over blocks every call of the
-// account for 5 minutes (HTTP 429, code 971). Every response says what is
-// left to the whole account (Ratelimit: "default";r=<remaining>;t=<seconds
-// to reset>, and Ratelimit-Policy: "burst";q=<quota>;w=<window>). An
-// Account reads them and paces the calls of every Client that shares it.
-// Values past sense are bounded before any arithmetic: a reset is at most
-// the policy's window (24 h without one), a Retry-After at most an hour.
-//
-//   - The remaining calls are spread evenly over the time to the reset,
-//     less what other clients of the account (replicas, wrangler, the
-//     dashboard) are seen to spend, after a burst of Budget.Burst calls.
-//     Replicas share the budget this way with no coordination of their own.
-//   - The local Budget (Calls per Per) is an upper bound, and the pace when
-//     the headers are absent (d1local without a budget sends none).
-//   - Calls made with Priority (completions, heartbeats, releases) are not
-//     held to the even pace: they go while the account has a call left, by
-//     the headers' remaining calls (this process's share of them while
-//     other clients spend, so that several replicas' completions do not
-//     overrun the account), the local Budget's Calls per Per and a 971
-//     block. Others go at most at (1 - Budget.Reserve) of the pace, so
-//     new work is turned away first, and never take the last Budget.Kept()
-//     calls of a window (at least one): a completion always finds a call,
-//     whatever the Budget. There is always a reserve: WithReserve accepts
-//     0.01 to 0.9, and NewBudget at least 2 calls.
-//   - A call waits for its slot as long as its context allows; one whose
-//     deadline comes first, or less than a round trip after the slot,
-//     fails at once with ErrBudget, its RetryAfter saying when a call
-//     could go. Nothing is sent during a 971 block.
-//
-// Account.State shows the budget as last seen. Clients of several
-// databases on one account should share one Account (Config.Account).
+// account for 5 minutes (HTTP 429, code 971). Every call takes its slot
+// from a budget.Account (package github.com/d1idem/d1idem/d1client/budget),
+// which reads the account's Ratelimit headers from every answer and paces
+// the calls of every Client that shares it: new work at an even pace, and
+// calls made with Priority (completions, heartbeats, releases) as long as
+// the account has a call left. A call whose deadline comes before its
+// slot, or less than a round trip after it, fails at once with ErrBudget,
+// its RetryAfter saying when a call could go; nothing is sent during a 971
+// block (ErrRateLimited), and a Retry-After is read as an hour at most.
+// Config.Budget sets the local limit; clients of several databases on one
+// account should share one Account (Config.Account), whose State shows the
+// budget as last seen. Package budget says how the pace is kept.
 //
 // # Group commit
 //

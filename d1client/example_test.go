@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 )
 
@@ -20,7 +21,7 @@ func ExampleClient_Exec() {
 	srv := httptest.NewServer(local)
 	defer srv.Close()
 
-	db, err := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: "example", Budget: d1client.UnlimitedBudget()})
+	db, err := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: "example", Budget: budget.Unlimited()})
 	if err != nil {
 		panic(err)
 	}
@@ -52,13 +53,13 @@ func ExampleClient_Exec() {
 // budget through one Account: they pace their calls together, from the
 // account's own Ratelimit headers, which d1local sends when it plays the
 // account's budget.
-func ExampleNewAccount() {
+func ExampleConfig_account() {
 	local, _ := d1local.New(d1local.Config{Budget: d1local.CloudflareBudget()})
 	defer local.Close()
 	srv := httptest.NewServer(local)
 	defer srv.Close()
 
-	account, err := d1client.NewAccount(d1client.Budget{}) // Cloudflare's limit, default burst and reserve
+	account, err := budget.NewAccount(budget.Budget{}) // Cloudflare's limit, default burst and reserve
 	if err != nil {
 		panic(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/d1idem/d1idem/d1client/budget"
 )
 
 // The response decoder never panics: any status and body becomes either
@@ -31,7 +33,7 @@ func FuzzResponseDecoder(f *testing.F) {
 	f.Add(200, []byte(`{"result":[{"results":{"columns":["a"],"rows":[[1],[null],["x"],[[1,2]],[1.5],[true]]},"success":true,"meta":{"changes":1.0}}],"success":true,"errors":[]}`), 1)
 	f.Add(200, []byte(`{"result":[{"results":[{"a":1,"b":2},{"a":3,"b":4}],"success":true,"meta":null}],"success":true}`), 1)
 	f.Add(200, []byte(`{"result":[{"results":{"columns":["a"],"rows":[[1,2]]}}],"success":true}`), 1)
-	c, err := New(Config{AccountID: "acct", DatabaseID: "db", BaseURL: "http://127.0.0.1:1", Budget: UnlimitedBudget()})
+	c, err := New(Config{AccountID: "acct", DatabaseID: "db", BaseURL: "http://127.0.0.1:1", Budget: budget.Unlimited()})
 	if err != nil {
 		f.Fatal(err)
 	}

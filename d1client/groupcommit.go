@@ -5,6 +5,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/d1idem/d1idem/d1client/budget"
 )
 
 // CoalesceConfig configures group commit: the statements of concurrent
@@ -71,10 +73,10 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 type batcher struct {
 	pol  groupPolicy
 	c    *Client
-	acct *Account
+	acct *budget.Account
 
 	mu          sync.Mutex
-	queue       [2][]*pendingGroup // by class: normal, priority
+	queue       [2][]*pendingGroup // by class: budget.Normal, budget.Priority
 	stmts, size int                // statements queued, and their share of a body
 	runners     int
 	departing   int // runners not in flight
@@ -90,7 +92,7 @@ type batcher struct {
 type pendingGroup struct {
 	ctx      context.Context // the caller's attempt's
 	wire     []wireStatement
-	class    class
+	class    budget.Class
 	deadline time.Time // the caller's context's; zero: none
 	size     int
 	taken    bool // drained into a call: the caller can no longer withdraw it
@@ -110,38 +112,38 @@ const batchOverhead = len(`{"batch":[]}`) - 1
 // view is the policy's snapshot of the batcher, with b.mu held.
 func (b *batcher) view() groupView {
 	v := groupView{
-		now: time.Now(), groups: len(b.queue[normal]) + len(b.queue[priority]), stmts: b.stmts, size: b.size,
+		now: time.Now(), groups: len(b.queue[budget.Normal]) + len(b.queue[budget.Priority]), stmts: b.stmts, size: b.size,
 		arrivals: b.arrivals, lastArrival: b.lastArrival, runners: b.runners, departing: b.departing,
-		rtt: b.acct.roundTrip(),
+		rtt: b.acct.RoundTrip(),
 	}
 	v.flights = make([]flight, len(b.flights))
 	for i, f := range b.flights {
 		v.flights[i] = *f
 	}
 	cl := b.headClass()
-	v.spare = b.acct.spare(cl)
-	v.plentiful = v.spare && b.acct.plentiful(cl, b.pol.maxInFlight, v.rtt)
+	v.spare = b.acct.Spare(cl)
+	v.plentiful = v.spare && b.acct.Plentiful(cl, b.pol.maxInFlight, v.rtt)
 	v.base, v.per = b.cost.estimate()
 	return v
 }
 
 // headClass is the class of the queue's next call: priority when any
 // priority work waits.
-func (b *batcher) headClass() class {
-	if len(b.queue[priority]) > 0 {
-		return priority
+func (b *batcher) headClass() budget.Class {
+	if len(b.queue[budget.Priority]) > 0 {
+		return budget.Priority
 	}
-	return normal
+	return budget.Normal
 }
 
 // submit queues the statements for the next shared call and waits for their
 // results, and the number of statements of the call that carried them (0
 // when none did).
-func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl class) ([]Result, int, *Error) {
+func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, int, *Error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, notSent(err, "")
 	}
-	if e := b.acct.blocked(); e != nil {
+	if e := blocked(b.acct); e != nil {
 		return nil, 0, e
 	}
 	g := &pendingGroup{ctx: ctx, wire: wire, class: cl, size: groupSize(wire), done: make(chan struct{})}
@@ -149,15 +151,15 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl class) ([
 		g.deadline = dl
 		// The call could not go and come back before the deadline: say so
 		// now, with when a call could go.
-		rtt := b.acct.roundTrip()
+		rtt := b.acct.RoundTrip()
 		if left := time.Until(dl); left < rtt {
 			return nil, 0, tooLate(left, rtt)
 		}
-		if at, why := b.acct.nextSlot(cl); why != notWaiting && time.Until(dl) < time.Until(at)+rtt {
-			if why == waitBlock {
+		if at, why := b.acct.NextSlot(cl); why != budget.NotWaiting && time.Until(dl) < time.Until(at)+rtt {
+			if why == budget.WaitBlock {
 				return nil, 0, blockedError(at, time.Until(at))
 			}
-			return nil, 0, b.acct.exhausted(time.Until(at))
+			return nil, 0, exhausted(b.acct, time.Until(at))
 		}
 	}
 	b.mu.Lock()
@@ -192,8 +194,8 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl class) ([
 	if taken {
 		return nil, 0, &Error{kind: kindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
 	}
-	if at, why := b.acct.nextSlot(cl); why == waitBudget {
-		e := b.acct.exhausted(time.Until(at))
+	if at, why := b.acct.NextSlot(cl); why == budget.WaitBudget {
+		e := exhausted(b.acct, time.Until(at))
 		e.Err = ctx.Err()
 		return nil, 0, e
 	}
@@ -279,14 +281,14 @@ func (b *batcher) await(w wait) bool {
 		var changed <-chan struct{}
 		if depart {
 			cl := b.headClass()
-			ok, at, why, ch := b.acct.tryTake(cl)
+			ok, at, why, ch := b.acct.TryTake(cl)
 			switch {
 			case ok:
 				if !budgetSince.IsZero() {
 					b.c.tel.waited(cl, time.Since(budgetSince))
 				}
 				return true
-			case why == waitBlock:
+			case why == budget.WaitBlock:
 				// A 971 arrived while these waited: nothing is sent.
 				groups := b.drainAll()
 				e := blockedError(at, time.Until(at))
@@ -415,7 +417,7 @@ func fail(groups []*pendingGroup, e *Error) {
 // trip left before their deadline: the call would be cut off on its way
 // back, their outcome unknown. Nothing of them was sent.
 func (b *batcher) dropLate() {
-	rtt := b.acct.roundTrip()
+	rtt := b.acct.RoundTrip()
 	if rtt == 0 {
 		return
 	}
@@ -442,7 +444,7 @@ func (b *batcher) dropLate() {
 func (b *batcher) drain(capacity int) ([]*pendingGroup, int) {
 	var groups []*pendingGroup
 	stmts, size := 0, batchOverhead
-	for c := priority; ; c-- {
+	for c := budget.Priority; ; c-- {
 		q := b.queue[c]
 		i := 0
 		for ; i < len(q); i++ {
@@ -456,7 +458,7 @@ func (b *batcher) drain(capacity int) ([]*pendingGroup, int) {
 			size += g.size
 		}
 		b.queue[c] = q[i:]
-		if i < len(q) || c == normal {
+		if i < len(q) || c == budget.Normal {
 			break
 		}
 	}
@@ -477,4 +479,18 @@ func (b *batcher) drainAll() []*pendingGroup {
 	}
 	b.stmts, b.size = 0, 0
 	return groups
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/d1idem/d1idem/d1client/budget"
 )
 
 // The mechanism of group commit, in fake time (testing/synctest): calls go
@@ -107,15 +109,12 @@ func (g *gate) sizes(start time.Time) (sizes []int, at []time.Duration) {
 // ends, the fake time moves on until its runners have stopped waiting for
 // callers, and calls left unanswered have timed out (time stops once the
 // bubble's main goroutine returns).
-func gcClient(t testing.TB, b Budget, cc CoalesceConfig) (*Client, *gate) {
+func gcClient(t testing.TB, b budget.Budget, cc CoalesceConfig) (*Client, *gate) {
 	t.Helper()
 	g := &gate{}
 	t.Cleanup(func() { time.Sleep(DefaultAttemptTimeout + time.Second) })
-	if err := b.validate(); err != nil {
-		t.Fatal(err)
-	}
 	c, err := New(Config{BaseURL: testBaseURL, AccountID: testAccount, DatabaseID: testDatabase,
-		HTTPClient: &http.Client{Transport: g}, Account: newAccount(b), Coalesce: cc, Retry: NoRetry()})
+		HTTPClient: &http.Client{Transport: g}, Account: newTestAccount(t, b), Coalesce: cc, Retry: NoRetry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +157,7 @@ func warm(t *testing.T, c *Client, g *gate, rtt time.Duration) {
 // A caller that finds group commit idle is sent at once.
 func TestIdleCallerLeavesAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, g := gcClient(t, UnlimitedBudget(), CoalesceConfig{Window: time.Second})
+		c, g := gcClient(t, budget.Unlimited(), CoalesceConfig{Window: time.Second})
 		start := time.Now()
 		done := execAsync(c, normalWork, "SELECT 1")
 		if sizes, at := g.sizes(start); !slices.Equal(sizes, []int{1}) || at[0] != 0 {
@@ -176,7 +175,7 @@ func TestIdleCallerLeavesAtOnce(t *testing.T) {
 // came back for the gap (2 ms).
 func TestCallersRideTogether(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, g := gcClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 1})
+		c, g := gcClient(t, budget.Unlimited(), CoalesceConfig{MaxInFlight: 1})
 		start := time.Now()
 		first := execAsync(c, normalWork, "SELECT 'a0'", "SELECT 'b0'")
 		g.sent()
@@ -207,7 +206,7 @@ func TestCallersRideTogether(t *testing.T) {
 // gathers those arriving with them until none arrived for the gap.
 func TestParallelCallGathers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, g := gcClient(t, UnlimitedBudget(), CoalesceConfig{})
+		c, g := gcClient(t, budget.Unlimited(), CoalesceConfig{})
 		warm(t, c, g, 20*time.Millisecond)
 		start := time.Now()
 		lone := execAsync(c, normalWork, "SELECT 'lone'")
@@ -239,7 +238,7 @@ func TestParallelCallGathers(t *testing.T) {
 // still out hands its callers over: they ride on together.
 func TestCallsThatLeftTogetherRideOnTogether(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, g := gcClient(t, UnlimitedBudget(), CoalesceConfig{})
+		c, g := gcClient(t, budget.Unlimited(), CoalesceConfig{})
 		warm(t, c, g, 20*time.Millisecond)
 		start := time.Now()
 		a := execAsync(c, normalWork, "SELECT 'a1'", "SELECT 'a2'")
@@ -277,7 +276,7 @@ func TestCallsThatLeftTogetherRideOnTogether(t *testing.T) {
 // room.
 func TestScarceCallsCarryPriorityFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, g := gcClient(t, NewBudget(2, time.Second).WithBurst(1), CoalesceConfig{MaxStatements: 3})
+		c, g := gcClient(t, budget.New(2, time.Second).WithBurst(1), CoalesceConfig{MaxStatements: 3})
 		start := time.Now()
 		first := execAsync(c, normalWork, "SELECT 'first'")
 		g.answer(t, 0)
@@ -318,7 +317,7 @@ func TestScarceCallsCarryPriorityFirst(t *testing.T) {
 // away at once, with when a call could go; nothing waits or is sent.
 func TestDeadlineBeforeTheSlotFailsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, g := gcClient(t, NewBudget(2, 10*time.Second).WithBurst(1), CoalesceConfig{})
+		c, g := gcClient(t, budget.New(2, 10*time.Second).WithBurst(1), CoalesceConfig{})
 		first := execAsync(c, normalWork, "SELECT 1")
 		g.answer(t, 0)
 		if err := <-first; err != nil {
@@ -342,7 +341,7 @@ func TestDeadlineBeforeTheSlotFailsAtOnce(t *testing.T) {
 // before its call leaves: nothing of it is sent, and the error says so.
 func TestQueuedCallerDroppedBeforeItsDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, g := gcClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 1})
+		c, g := gcClient(t, budget.Unlimited(), CoalesceConfig{MaxInFlight: 1})
 		warm(t, c, g, 20*time.Millisecond)
 		busy := execAsync(c, normalWork, "SELECT 'busy'")
 		g.sent()
@@ -373,7 +372,7 @@ func TestQueuedCallerDroppedBeforeItsDeadline(t *testing.T) {
 // unsent.
 func TestBlockFailsTheQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, g := gcClient(t, NewBudget(2, 10*time.Second).WithBurst(1), CoalesceConfig{})
+		c, g := gcClient(t, budget.New(2, 10*time.Second).WithBurst(1), CoalesceConfig{})
 		first := execAsync(c, normalWork, "SELECT 1")
 		g.answer(t, 0)
 		if err := <-first; err != nil {
@@ -381,7 +380,7 @@ func TestBlockFailsTheQueue(t *testing.T) {
 		}
 		waiting := execAsync(c, normalWork, "SELECT 2")
 		g.sent()
-		c.account.block(time.Now().Add(time.Minute))
+		c.account.Block(time.Now().Add(time.Minute))
 		err := <-waiting
 		if !errors.Is(err, ErrRateLimited) {
 			t.Fatalf("err %v, want ErrRateLimited", err)
@@ -412,7 +411,7 @@ func (g *gate) answerAll() {
 // failing one gets its own SQL error, the others their results.
 func TestSharedBatchFailureResendsEachAlone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, g := gcClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 1})
+		c, g := gcClient(t, budget.Unlimited(), CoalesceConfig{MaxInFlight: 1})
 		busy := execAsync(c, normalWork, "SELECT 'busy'")
 		g.sent()
 		var done []chan error
@@ -448,7 +447,7 @@ func TestSharedBatchFailureResendsEachAlone(t *testing.T) {
 // queued: it never spoils a shared batch, and the others share theirs.
 func TestMultiStatementCallerNeverJoinsABatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, g := gcClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 1})
+		c, g := gcClient(t, budget.Unlimited(), CoalesceConfig{MaxInFlight: 1})
 		busy := execAsync(c, normalWork, "SELECT 'busy'")
 		g.sent()
 		var done []chan error
@@ -483,7 +482,7 @@ func TestMultiStatementCallerNeverJoinsABatch(t *testing.T) {
 // never sent, and its error is not ambiguous.
 func TestQueuedCallerWithdraws(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, g := gcClient(t, UnlimitedBudget(), CoalesceConfig{MaxInFlight: 1})
+		c, g := gcClient(t, budget.Unlimited(), CoalesceConfig{MaxInFlight: 1})
 		busy := execAsync(c, normalWork, "SELECT 'busy'")
 		g.sent()
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)

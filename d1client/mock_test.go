@@ -3,6 +3,7 @@ package d1client
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/jarcoal/httpmock"
+
+	"github.com/d1idem/d1idem/d1client/budget"
 )
 
 const (
@@ -77,7 +80,7 @@ func mockClient(t testing.TB, responder httpmock.Responder, mod ...func(*Config)
 		AccountID:  testAccount,
 		DatabaseID: testDatabase,
 		HTTPClient: &http.Client{Transport: tr},
-		Budget:     UnlimitedBudget(),
+		Budget:     budget.Unlimited(),
 		Retry:      RetryPolicy{BaseDelay: 1e6, MaxDelay: 4e6}, // 1 ms, 4 ms: fast tests
 	}
 	for _, m := range mod {
@@ -88,4 +91,27 @@ func mockClient(t testing.TB, responder httpmock.Responder, mod ...func(*Config)
 		t.Fatal(err)
 	}
 	return c, tr
+}
+
+// newTestAccount returns an Account of b; in a synctest bubble, make it
+// inside the test's bubble.
+func newTestAccount(t testing.TB, b budget.Budget) *budget.Account {
+	t.Helper()
+	a, err := budget.NewAccount(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// rateHeaders are Cloudflare's rate-limit headers: r calls left of the
+// account's, the window resetting in t seconds, and a policy of q calls per
+// w seconds when q is positive.
+func rateHeaders(r, t, q, w int) http.Header {
+	h := http.Header{}
+	h.Set("Ratelimit", fmt.Sprintf(`"default";r=%d;t=%d`, r, t))
+	if q > 0 {
+		h.Set("Ratelimit-Policy", fmt.Sprintf(`"burst";q=%d;w=%d`, q, w))
+	}
+	return h
 }

@@ -15,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jarcoal/httpmock"
+
+	"github.com/d1idem/d1idem/d1client/budget"
 )
 
 type userID int64
@@ -191,21 +193,21 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"huge max delay", func(c *Config) { c.Retry.MaxDelay = time.Hour }, "Config.Retry.MaxDelay is 1h0m0s; accepted: 0 (the default) or 1ms to 10m0s"},
 		{"max delay under base delay", func(c *Config) { c.Retry.BaseDelay, c.Retry.MaxDelay = time.Second, time.Millisecond }, "Config.Retry.MaxDelay (1ms) is shorter than Config.Retry.BaseDelay (1s)"},
 		{"negative max retry after", func(c *Config) { c.Retry.MaxRetryAfter = -time.Second }, "Config.Retry.MaxRetryAfter is -1s; accepted: 0 (the default) or 1ms to 1h0m0s"},
-		{"budget of no calls", func(c *Config) { c.Budget = NewBudget(0, time.Second) }, "Config.Budget is 0 calls per 1s; accepted:"},
-		{"negative budget", func(c *Config) { c.Budget = NewBudget(-1, time.Second) }, "Config.Budget is -1 calls per 1s"},
-		{"budget without window", func(c *Config) { c.Budget = NewBudget(5, 0) }, "Config.Budget is 5 calls per 0s"},
-		{"budget of a week", func(c *Config) { c.Budget = NewBudget(5, 7*24*time.Hour) }, "NewBudget with 2 to 1000000 calls per 1ms to 24h"},
-		{"budget of one call", func(c *Config) { c.Budget = NewBudget(1, time.Hour) }, "Config.Budget is 1 calls per 1h0m0s; accepted:"},
-		{"burst of none", func(c *Config) { c.Budget = NewBudget(10, time.Second).WithBurst(0) }, "Config.Budget's burst is 0; accepted: 1 to 1000 (the default is 10)"},
-		{"negative burst", func(c *Config) { c.Budget = UnlimitedBudget().WithBurst(-3) }, "Config.Budget's burst is -3"},
-		{"reserve of all", func(c *Config) { c.Budget = Budget{}.WithReserve(1) }, "Config.Budget's reserve is 1; accepted: 0.01 to 0.9 (the default is 0.2)"},
-		{"no reserve", func(c *Config) { c.Budget = Budget{}.WithReserve(0) }, "Config.Budget's reserve is 0; accepted: 0.01 to 0.9"},
-		{"a reserve too small", func(c *Config) { c.Budget = NewBudget(10, time.Second).WithBurst(1).WithReserve(0.001) }, "Config.Budget's reserve is 0.001; accepted: 0.01 to 0.9"},
-		{"NaN reserve", func(c *Config) { c.Budget = Budget{}.WithReserve(math.NaN()) }, "Config.Budget's reserve is NaN"},
+		{"budget of no calls", func(c *Config) { c.Budget = budget.New(0, time.Second) }, "Config.Budget: 0 calls per 1s; accepted:"},
+		{"negative budget", func(c *Config) { c.Budget = budget.New(-1, time.Second) }, "Config.Budget: -1 calls per 1s"},
+		{"budget without window", func(c *Config) { c.Budget = budget.New(5, 0) }, "Config.Budget: 5 calls per 0s"},
+		{"budget of a week", func(c *Config) { c.Budget = budget.New(5, 7*24*time.Hour) }, "Config.Budget: 5 calls per 168h0m0s; accepted: the zero Budget (1200 calls per 300 s), Unlimited(), or New with 2 to 1000000 calls per 1ms to 24h"},
+		{"budget of one call", func(c *Config) { c.Budget = budget.New(1, time.Hour) }, "Config.Budget: 1 calls per 1h0m0s; accepted:"},
+		{"burst of none", func(c *Config) { c.Budget = budget.New(10, time.Second).WithBurst(0) }, "Config.Budget: burst is 0; accepted: 1 to 1000 (the default is 10)"},
+		{"negative burst", func(c *Config) { c.Budget = budget.Unlimited().WithBurst(-3) }, "Config.Budget: burst is -3"},
+		{"reserve of all", func(c *Config) { c.Budget = budget.Budget{}.WithReserve(1) }, "Config.Budget: reserve is 1; accepted: 0.01 to 0.9 (the default is 0.2)"},
+		{"no reserve", func(c *Config) { c.Budget = budget.Budget{}.WithReserve(0) }, "Config.Budget: reserve is 0; accepted: 0.01 to 0.9"},
+		{"a reserve too small", func(c *Config) { c.Budget = budget.New(10, time.Second).WithBurst(1).WithReserve(0.001) }, "Config.Budget: reserve is 0.001; accepted: 0.01 to 0.9"},
+		{"NaN reserve", func(c *Config) { c.Budget = budget.Budget{}.WithReserve(math.NaN()) }, "Config.Budget: reserve is NaN"},
 		{"budget and account", func(c *Config) {
-			c.Budget = NewBudget(5, time.Second)
-			c.Account, _ = NewAccount(Budget{})
-		}, "Config.Budget and Config.Account are both set: give the Budget to NewAccount"},
+			c.Budget = budget.New(5, time.Second)
+			c.Account, _ = budget.NewAccount(budget.Budget{})
+		}, "Config.Budget and Config.Account are both set: give the Budget to budget.NewAccount"},
 		{"long coalesce window", func(c *Config) { c.Coalesce.Window = time.Minute }, "Config.Coalesce.Window is 1m0s; accepted: negative (never wait), 0 (the default: a round trip) or up to 1s"},
 		{"negative batch statements", func(c *Config) { c.Coalesce.MaxStatements = -1 }, "Config.Coalesce.MaxStatements is -1; accepted: 0 (the default, 512) or 1 to 10000"},
 		{"tiny batch bytes", func(c *Config) { c.Coalesce.MaxBytes = 100 }, "Config.Coalesce.MaxBytes is 100; accepted: 0 (the default, 524288) or 1024 to 52428800"},
@@ -227,22 +229,25 @@ func TestNewValidatesConfig(t *testing.T) {
 		"lowest bounds": func(c *Config) {
 			c.AttemptTimeout = 10 * time.Millisecond
 			c.Retry = RetryPolicy{MaxAttempts: 1, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond, MaxRetryAfter: time.Millisecond}
-			c.Budget = NewBudget(2, time.Millisecond)
+			c.Budget = budget.New(2, time.Millisecond)
 			c.Coalesce = CoalesceConfig{Window: -1, MaxStatements: 1, MaxBytes: 1024, MaxInFlight: 1}
 		},
 		"highest bounds": func(c *Config) {
 			c.AttemptTimeout = 10 * time.Minute
 			c.Retry = RetryPolicy{MaxAttempts: 100, BaseDelay: time.Minute, MaxDelay: 10 * time.Minute, MaxRetryAfter: time.Hour}
-			c.Budget = NewBudget(1_000_000, 24*time.Hour)
+			c.Budget = budget.New(1_000_000, 24*time.Hour)
 			c.Coalesce = CoalesceConfig{Window: time.Second, MaxStatements: 10_000, MaxBytes: 50 << 20, MaxInFlight: 64}
 		},
-		"explicit forms": func(c *Config) { c.Retry = NoRetry(); c.Budget = UnlimitedBudget() },
-		"pacing bounds":  func(c *Config) { c.Budget = NewBudget(5, time.Second).WithBurst(1).WithReserve(0.9) },
+		"explicit forms": func(c *Config) { c.Retry = NoRetry(); c.Budget = budget.Unlimited() },
+		"pacing bounds":  func(c *Config) { c.Budget = budget.New(5, time.Second).WithBurst(1).WithReserve(0.9) },
 		"pacing bounds, high": func(c *Config) {
-			c.Budget = UnlimitedBudget().WithBurst(1000).WithReserve(MinReserve)
+			c.Budget = budget.Unlimited().WithBurst(1000).WithReserve(budget.MinReserve)
 		},
-		"an account": func(c *Config) { c.Budget = Budget{}; c.Account, _ = NewAccount(NewBudget(5, time.Second)) },
-		"defaults":   func(c *Config) { c.Retry = DefaultRetryPolicy() },
+		"an account": func(c *Config) {
+			c.Budget = budget.Budget{}
+			c.Account, _ = budget.NewAccount(budget.New(5, time.Second))
+		},
+		"defaults": func(c *Config) { c.Retry = DefaultRetryPolicy() },
 	} {
 		cfg := base
 		mod(&cfg)
@@ -252,38 +257,12 @@ func TestNewValidatesConfig(t *testing.T) {
 	}
 }
 
-// The zero Budget is Cloudflare's limit; UnlimitedBudget() has none; a
-// Budget is a value, so changing one changes no other client's.
-func TestBudgetValues(t *testing.T) {
-	var zero Budget
-	if zero.Calls() != 1200 || zero.Per() != 300*time.Second || zero.Unlimited() || zero.String() != "1200 calls per 5m0s" {
-		t.Errorf("zero Budget = %v (%d, %v)", zero, zero.Calls(), zero.Per())
-	}
-	if u := UnlimitedBudget(); !u.Unlimited() || u.Calls() != 0 || u.String() != "unlimited" {
-		t.Errorf("UnlimitedBudget() = %v", u)
-	}
-	if b := NewBudget(7, time.Minute); b.Calls() != 7 || b.Per() != time.Minute || b.Unlimited() {
-		t.Errorf("NewBudget(7, 1m) = %v", b)
-	}
-	c, _ := mockClient(t, ok1(t), func(c *Config) { c.Budget = Budget{} })
-	if c.account.budget.Calls() != 1200 || c.account.budget.Per() != 300*time.Second {
-		t.Errorf("a Config without a Budget gets %v, want Cloudflare's limit", c.account.budget)
-	}
-	if b := (Budget{}); b.Burst() != DefaultBurst || b.Reserve() != DefaultReserve {
-		t.Errorf("zero Budget: burst %d, reserve %v", b.Burst(), b.Reserve())
-	}
-	b := NewBudget(30, time.Minute)
-	if w := b.WithBurst(5).WithReserve(0.5); w.Burst() != 5 || w.Reserve() != 0.5 || b.Burst() != DefaultBurst || w.Calls() != 30 {
-		t.Errorf("WithBurst/WithReserve: %d %v, the original %d", w.Burst(), w.Reserve(), b.Burst())
-	}
-	if _, err := NewAccount(NewBudget(0, time.Second)); !errors.Is(err, ErrInvalid) {
-		t.Errorf("NewAccount of an invalid budget: %v", err)
-	}
-	if _, err := NewAccount(Budget{}.WithReserve(0)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "accepted: 0.01 to 0.9") {
-		t.Errorf("NewAccount without a reserve: %v", err)
-	}
-	if a, _ := NewAccount(Budget{}); a.String() != "d1client.Account{1200 calls per 5m0s}" || a.Budget() != (Budget{}) {
-		t.Errorf("Account = %v", a)
+// A Config without a Budget gets Cloudflare's limit, and the default
+// retry policy is a fresh value each time.
+func TestConfigDefaults(t *testing.T) {
+	c, _ := mockClient(t, ok1(t), func(c *Config) { c.Budget = budget.Budget{} })
+	if b := c.Account().Budget(); b.Calls() != 1200 || b.Per() != 300*time.Second {
+		t.Errorf("a Config without a Budget gets %v, want Cloudflare's limit", b)
 	}
 	if p := DefaultRetryPolicy(); p != (RetryPolicy{MaxAttempts: 4, BaseDelay: 100 * time.Millisecond, MaxDelay: 2 * time.Second, MaxRetryAfter: 10 * time.Second}) {
 		t.Errorf("DefaultRetryPolicy() = %+v", p)

@@ -72,7 +72,7 @@ func redactText(s, tok string) string {
 // wordByte reports whether c continues a word for redactText: an ASCII
 // letter or digit, '_', '-', or a byte of a multi-byte UTF-8 character.
 func wordByte(c byte) bool {
-	return isAlpha(c) || c >= '0' && c <= '9' || c == '_' || c == '-' || c >= 0x80
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c >= 0x80
 }
 
 // redactedCause stands for an error cause whose text names the token: its

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/jarcoal/httpmock"
+
+	"github.com/d1idem/d1idem/d1client/budget"
 )
 
 // sqlError answers with D1's SQL error (HTTP 400, code 7500) of message msg.
@@ -86,7 +88,7 @@ func TestRedactKeepsErrorChain(t *testing.T) {
 	ln.Close() // nothing listens there now: a dial is refused
 	c, err := New(Config{
 		BaseURL: fmt.Sprintf("http://localhost:%d/", port), APIToken: "local",
-		AccountID: testAccount, DatabaseID: testDatabase, Budget: UnlimitedBudget(), Retry: NoRetry(),
+		AccountID: testAccount, DatabaseID: testDatabase, Budget: budget.Unlimited(), Retry: NoRetry(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -122,8 +122,20 @@ func (c *Client) retryDelay(ctx context.Context, e *Error, attempt int, safe, un
 		}
 		delay = max(delay, e.RetryAfter)
 	}
-	if hasDeadline && time.Until(deadline) <= delay+c.account.roundTrip() {
+	if hasDeadline && time.Until(deadline) <= delay+c.account.RoundTrip() {
 		return 0, false // the deadline wins: no attempt could finish in time
 	}
 	return delay, true
+}
+
+// sleepCtx sleeps for d, or until ctx ends, returning its error then.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/internal/otelscope"
 )
 
@@ -155,7 +156,7 @@ func (t *telemetry) fillSets() {
 		}
 	}
 	for cl := range 2 {
-		p := attrPriority.Bool(class(cl) == priority)
+		p := attrPriority.Bool(budget.Class(cl) == budget.Priority)
 		t.waitSets[cl] = recordWith(t.db, p)
 		t.shedSets[cl] = addWith(t.db, p)
 	}
@@ -259,12 +260,12 @@ func (t *telemetry) retry(o *opTelemetry, k kind) {
 }
 
 // waited records a call of class cl that waited d for the budget.
-func (t *telemetry) waited(cl class, d time.Duration) {
+func (t *telemetry) waited(cl budget.Class, d time.Duration) {
 	t.budgetWait.Record(context.Background(), float64(d)*secondsPerNano, t.waitSets[cl]...)
 }
 
 // shed records a call of class cl refused for the budget.
-func (t *telemetry) shed(cl class) {
+func (t *telemetry) shed(cl budget.Class) {
 	t.sheds.Add(context.Background(), 1, t.shedSets[cl]...)
 }
 
@@ -286,8 +287,8 @@ func observeBudget(c *Client, mp metric.MeterProvider) {
 		switch {
 		case st.Quota > 0:
 			o.ObserveInt64(limit, int64(st.Quota), opt...)
-		case !acct.budget.unlimited:
-			o.ObserveInt64(limit, int64(acct.budget.Calls()), opt...)
+		case !acct.Budget().IsUnlimited():
+			o.ObserveInt64(limit, int64(acct.Budget().Calls()), opt...)
 		}
 		if st.Estimate >= 0 { // headers of the current window
 			o.ObserveInt64(remaining, int64(st.Remaining), opt...)

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/internal/oteltest"
 )
 
@@ -255,8 +256,8 @@ func TestTelemetryBudgetGauges(t *testing.T) {
 func TestTelemetryBudgetWaitAndShed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := oteltest.New()
-		acct := newTestAccount(t, NewBudget(2, time.Second))
-		c, _ := mockClient(t, ok1(t), withTelemetry(rec), func(c *Config) { c.Budget, c.Account = Budget{}, acct })
+		acct := newTestAccount(t, budget.New(2, time.Second))
+		c, _ := mockClient(t, ok1(t), withTelemetry(rec), func(c *Config) { c.Budget, c.Account = budget.Budget{}, acct })
 		for range 2 { // the window's two calls
 			if _, err := c.Exec(context.Background(), readStmt, Priority()); err != nil {
 				t.Fatal(err)
@@ -271,7 +272,7 @@ func TestTelemetryBudgetWaitAndShed(t *testing.T) {
 		if _, err := c.Exec(context.Background(), readStmt, Priority()); err != nil {
 			t.Fatal(err)
 		}
-		window := time.Second + time.Second/ringMargin // the ring's window, with its margin
+		window := time.Second + time.Second/300 // the ring's window, with its margin of a 300th
 		if waited := time.Since(start); waited != window {
 			t.Fatalf("the call waited %v, want %v", waited, window)
 		}
@@ -297,7 +298,7 @@ func TestTelemetryUnregistersWithTheClient(t *testing.T) {
 	func() {
 		c, _ := mockClient(t, ok1(t), func(c *Config) {
 			c.MeterProvider, c.TracerProvider = mp, rec.TracerProvider
-			c.Budget = NewBudget(10, time.Second)
+			c.Budget = budget.New(10, time.Second)
 		})
 		if v := rec.Collect(t).Value("d1idem.d1.budget.limit"); v != 10 {
 			t.Fatalf("limit = %g", v)

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/jarcoal/httpmock"
+
+	"github.com/d1idem/d1idem/d1client/budget"
 )
 
 // The API token never appears in an error's text, its formatted fields, or
@@ -93,7 +95,7 @@ func TestConfigAndClientNeverShowTheToken(t *testing.T) {
 	var logs bytes.Buffer
 	cfg := Config{
 		BaseURL: testBaseURL, APIToken: testToken, AccountID: testAccount, DatabaseID: testDatabase,
-		HTTPClient: &http.Client{}, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Budget: NewBudget(5, time.Second),
+		HTTPClient: &http.Client{}, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Budget: budget.New(5, time.Second),
 	}
 	client, err := New(cfg)
 	if err != nil {
@@ -181,7 +183,7 @@ const bridgeSecret = "brSECRET_0123456789abcdef"
 // with every field set (an HTTP client holds a func, which json.Marshal
 // cannot write).
 func TestConfigMarshalJSONHidesSecrets(t *testing.T) {
-	acct, _ := NewAccount(NewBudget(100, time.Minute))
+	acct, _ := budget.NewAccount(budget.New(100, time.Minute))
 	for name, cfg := range map[string]Config{
 		"token":      {BaseURL: testBaseURL, APIToken: testToken, AccountID: testAccount, DatabaseID: testDatabase},
 		"bridge URL": {BridgeURL: "https://:" + bridgeSecret + "@bridge.example.com", AccountID: testAccount, DatabaseID: testDatabase},

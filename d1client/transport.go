@@ -67,7 +67,7 @@ func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.rawURL, bytes.NewReader(body))
 	if err != nil {
-		c.account.answered(nil)
+		c.account.Answered(nil)
 		return nil, &Error{kind: kindInvalid, Message: "building the request", Err: err}
 	}
 	req.Header = http.Header{
@@ -82,10 +82,10 @@ func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (
 	c.stats.statements.Add(int64(n))
 	res, err := c.http.Do(req)
 	if err != nil {
-		c.account.answered(nil)
+		c.account.Answered(nil)
 		return nil, c.transportError(err)
 	}
-	c.account.answered(res.Header)
+	c.account.Answered(res.Header)
 	raw, err := readBody(res)
 	if err != nil {
 		return nil, c.transportError(err)
@@ -294,7 +294,7 @@ func orUnknown(ct string) string {
 
 // block stops every call of the account until until, after a 971.
 func (c *Client) block(until time.Time) {
-	c.account.block(until)
+	c.account.Block(until)
 	c.log.Error("d1client: Cloudflare API rate limit reached (code 971); calls are blocked",
 		slog.Time("until", until))
 }

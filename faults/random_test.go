@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/idem/idemhttp"
@@ -221,7 +222,7 @@ const (
 // The starved instance's D1 budget: one call in 4 s for claims, and the
 // one d1client keeps of every window for completions, so that a completion
 // never finds the budget empty: it is starved by a 971 instead.
-var starvedBudget = d1client.NewBudget(2, 4*time.Second)
+var starvedBudget = budget.New(2, 4*time.Second)
 
 // runRandomized runs the workload and returns its observations.
 func runRandomized(t *testing.T, cfg runConfig) (*observations, *randomRun) {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/idem/idemhttp"
@@ -55,7 +56,7 @@ func TestHelperProcess(t *testing.T) {
 		fail("bad TTL or heartbeat: %v %v", err1, err2)
 	}
 	db, err := d1client.New(d1client.Config{BaseURL: os.Getenv(envD1URL), AccountID: d1test.AccountID,
-		DatabaseID: os.Getenv(envD1DB), Budget: d1client.UnlimitedBudget()})
+		DatabaseID: os.Getenv(envD1DB), Budget: budget.Unlimited()})
 	if err != nil {
 		fail("%v", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
 )
@@ -20,7 +21,7 @@ import (
 func exampleDB() (*d1client.Client, func()) {
 	local, _ := d1local.New(d1local.Config{})
 	srv := httptest.NewServer(local)
-	db, _ := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: "example", Budget: d1client.UnlimitedBudget()})
+	db, _ := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: "example", Budget: budget.Unlimited()})
 	var schema []d1client.Statement
 	for _, s := range d1idem.SchemaStatements() {
 		schema = append(schema, d1client.Statement{SQL: s})
@@ -93,7 +94,7 @@ func exampleDBs(ids ...string) ([]*d1client.Client, func()) {
 	}
 	var dbs []*d1client.Client
 	for _, id := range ids {
-		db, _ := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: id, Budget: d1client.UnlimitedBudget()})
+		db, _ := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: id, Budget: budget.Unlimited()})
 		if _, err := db.Exec(context.Background(), schema); err != nil {
 			panic(err)
 		}

@@ -33,6 +33,7 @@ import (
 
 	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 )
 
@@ -163,7 +164,7 @@ func (s *Server) NewClient(databaseID string, mods ...func(*d1client.Config)) (*
 // unlimited gives cfg no request budget: d1local has no API limit unless
 // its Config.Budget sets one.
 func unlimited(cfg *d1client.Config) {
-	cfg.Budget = d1client.UnlimitedBudget()
+	cfg.Budget = budget.Unlimited()
 }
 
 // applySchema runs the ledger schema's statements as one batch.

@@ -52,6 +52,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/examples/orders/ordersapi"
 	"github.com/d1idem/d1idem/idem"
@@ -224,7 +225,7 @@ func startLocal(dir string, mp metric.MeterProvider) (*d1client.Client, func(), 
 	// d1local checks neither the account ID nor, without a token, the token,
 	// and has no API budget to respect.
 	db, err := d1client.New(d1client.Config{BaseURL: "http://" + ln.Addr().String(), AccountID: d1local.DefaultAccountID,
-		DatabaseID: d1local.LocalDatabaseID, Budget: d1client.UnlimitedBudget(), MeterProvider: mp})
+		DatabaseID: d1local.LocalDatabaseID, Budget: budget.Unlimited(), MeterProvider: mp})
 	if err != nil {
 		stop()
 		return nil, nil, err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/idem/idemhttp"
 	"github.com/d1idem/d1idem/internal/d1test"
@@ -26,7 +27,7 @@ func TestCompletionStoredUnderSaturatedBudget(t *testing.T) {
 	b := d1test.Local(t)
 	admin := b.NewClientSchema(t) // the schema, outside the budget
 	db := b.Database(admin.DatabaseID()).Client(t, func(c *d1client.Config) {
-		c.Budget = d1client.NewBudget(2, time.Hour).WithBurst(1)
+		c.Budget = budget.New(2, time.Hour).WithBurst(1)
 	})
 	var runs atomic.Int64
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

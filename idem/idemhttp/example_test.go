@@ -10,6 +10,7 @@ import (
 
 	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/idem/idemhttp"
@@ -21,7 +22,7 @@ import (
 func exampleDB() (*d1client.Client, func()) {
 	local, _ := d1local.New(d1local.Config{})
 	srv := httptest.NewServer(local)
-	db, _ := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: "example", Budget: d1client.UnlimitedBudget()})
+	db, _ := d1client.New(d1client.Config{BaseURL: srv.URL, AccountID: "acct", DatabaseID: "example", Budget: budget.Unlimited()})
 	var schema []d1client.Statement
 	for _, s := range d1idem.SchemaStatements() {
 		schema = append(schema, d1client.Statement{SQL: s})

@@ -20,6 +20,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/idem/idemhttp"
@@ -315,7 +316,7 @@ func TestMiddlewareBudgetExhausted(t *testing.T) {
 	// reserve, which new claims never take); the second claim is refused.
 	s := newStack(t, stackOpts{
 		opts:  idemhttp.Options{Timeout: 200 * time.Millisecond},
-		dbMod: func(c *d1client.Config) { c.Budget = d1client.NewBudget(4, time.Hour) },
+		dbMod: func(c *d1client.Config) { c.Budget = budget.New(4, time.Hour) },
 	})
 	if r := s.do("POST", "/x", "k1", "tok", "{}"); r.status != 201 {
 		t.Fatalf("first: %+v", r)

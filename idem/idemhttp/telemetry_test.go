@@ -20,6 +20,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/idem/idemhttp"
@@ -380,7 +381,7 @@ func TestTelemetryRareOutcomes(t *testing.T) {
 	})
 	t.Run("budget_shed", func(t *testing.T) {
 		e := newTelEnvWith(t, idem.Config{}, d1local.Config{}, func(c *d1client.Config) {
-			c.Budget = d1client.NewBudget(2, time.Hour)
+			c.Budget = budget.New(2, time.Hour)
 		})
 		// The schema took the hour's one call for work without priority
 		// (the other is kept for completions).

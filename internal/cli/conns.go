@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/internal/embedded"
 	"github.com/d1idem/d1idem/internal/wrangler"
@@ -206,7 +207,7 @@ func (cn *conn) named(c *cli.Context, err error) error {
 }
 
 // openSet connects to the databases the flags name. All Cloudflare clients
-// share one d1client.Account (the account's API budget, --max-calls's
+// share one budget.Account (the account's API budget, --max-calls's
 // included), and so do all local ones.
 func openSet(c *cli.Context, o *options, acc access, mods ...func(*d1client.Config)) (*dbSet, error) {
 	if !severalDatabases(c) {
@@ -241,18 +242,18 @@ func noEnvDatabaseID(c *cli.Context) error {
 }
 
 // sharedAccount returns the Account every client of a set spends, made
-// from the budget that mods give a configuration starting with budget,
-// and the adjustment that gives a client's configuration that Account.
-func sharedAccount(budget d1client.Budget, mods []func(*d1client.Config)) (func(*d1client.Config), error) {
-	scratch := d1client.Config{Budget: budget}
+// from the budget that mods give a configuration starting with base, and
+// the adjustment that gives a client's configuration that Account.
+func sharedAccount(base budget.Budget, mods []func(*d1client.Config)) (func(*d1client.Config), error) {
+	scratch := d1client.Config{Budget: base}
 	for _, m := range mods {
 		m(&scratch)
 	}
-	account, err := d1client.NewAccount(scratch.Budget)
+	account, err := budget.NewAccount(scratch.Budget)
 	if err != nil {
 		return nil, clientError(err)
 	}
-	return func(cfg *d1client.Config) { cfg.Budget, cfg.Account = d1client.Budget{}, account }, nil
+	return func(cfg *d1client.Config) { cfg.Budget, cfg.Account = budget.Budget{}, account }, nil
 }
 
 // clientError is an error of d1client.New: a setting it refuses (two
@@ -281,11 +282,11 @@ func openCloudflareSet(c *cli.Context, o *options, mods ...func(*d1client.Config
 		return nil, err
 	}
 	all := append(slices.Clone(mods), o.clientMods...)
-	budget := d1client.Budget{} // Cloudflare's API limit
+	limit := budget.Budget{} // Cloudflare's API limit
 	if bridge {
-		budget = d1client.UnlimitedBudget()
+		limit = budget.Unlimited()
 	}
-	share, err := sharedAccount(budget, all)
+	share, err := sharedAccount(limit, all)
 	if err != nil {
 		return nil, err
 	}
@@ -440,7 +441,7 @@ func (s *dbSet) addLocal(c *cli.Context, dir string, acc access, mods []func(*d1
 	if err != nil {
 		return err
 	}
-	share, err := sharedAccount(d1client.UnlimitedBudget(), mods)
+	share, err := sharedAccount(budget.Unlimited(), mods)
 	if err != nil {
 		return err
 	}

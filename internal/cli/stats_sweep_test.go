@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 )
 
 func TestStatsGolden(t *testing.T) {
@@ -217,7 +217,7 @@ func TestSweepBudgetGivesMaxCalls(t *testing.T) {
 		if got := b.Calls() - b.Kept(); got != n || b.Per() != 5*time.Minute {
 			t.Errorf("--max-calls %d: %v keeping %d gives the sweep %d", n, b, b.Kept(), got)
 		}
-		if _, err := d1client.NewAccount(b); err != nil {
+		if _, err := budget.NewAccount(b); err != nil {
 			t.Errorf("--max-calls %d: %v", n, err)
 		}
 	}

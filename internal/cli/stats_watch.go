@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/idem"
 )
 
@@ -50,7 +50,7 @@ func watchInterval(c *cli.Context) (time.Duration, error) {
 type watchView struct {
 	at     time.Time // of the refresh, by the command's clock
 	stats  idem.Stats
-	budget d1client.BudgetState
+	budget budget.State
 	// seen is when the budget was read, by the D1 client's clock (the
 	// local one), which its times are in.
 	seen time.Time
@@ -159,7 +159,7 @@ func watchJSONOf(v watchView, base statsJSON) watchJSON {
 	return out
 }
 
-func budgetJSONOf(b d1client.BudgetState, now time.Time) *budgetJSON {
+func budgetJSONOf(b budget.State, now time.Time) *budgetJSON {
 	if b.Seen.IsZero() {
 		return nil
 	}
@@ -189,7 +189,7 @@ func renderWatch(w io.Writer, v watchView, base statsJSON, interval time.Duratio
 }
 
 // budgetText describes the API budget the last response's headers gave.
-func budgetText(b d1client.BudgetState, now time.Time) string {
+func budgetText(b budget.State, now time.Time) string {
 	if b.Seen.IsZero() {
 		return "not reported: no response carried Ratelimit headers (d1local sends none unless it plays a budget)"
 	}

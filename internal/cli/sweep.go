@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
 )
@@ -96,10 +97,10 @@ func (o *options) sweep(c *cli.Context) error {
 // calls of every window for Priority work (Budget.Kept), which the sweep
 // never does, so the budget is that much larger. The least reserve keeps
 // the sweep's pace that of the whole budget, within 1 %.
-func sweepBudget(maxCalls int, window time.Duration) d1client.Budget {
+func sweepBudget(maxCalls int, window time.Duration) budget.Budget {
 	calls := maxCalls + 1
 	for {
-		b := d1client.NewBudget(calls, window).WithReserve(d1client.MinReserve)
+		b := budget.New(calls, window).WithReserve(budget.MinReserve)
 		if calls-b.Kept() >= maxCalls {
 			return b
 		}

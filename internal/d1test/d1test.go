@@ -39,6 +39,7 @@ import (
 
 	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 )
 
@@ -252,7 +253,7 @@ func (d *Database) Client(t testing.TB, mod ...func(*d1client.Config)) *d1client
 		AccountID:  d.Backend.AccountID,
 		DatabaseID: d.ID,
 		HTTPClient: d.Backend.HTTPClient,
-		Budget:     d1client.UnlimitedBudget(),
+		Budget:     budget.Unlimited(),
 	}
 	for _, m := range mod {
 		m(&cfg)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 )
 
@@ -63,7 +64,7 @@ func (s *Server) Client(databaseID string, mod ...func(*d1client.Config)) (*d1cl
 	if databaseID == "" {
 		databaseID = DatabaseID
 	}
-	cfg := d1client.Config{BaseURL: s.URL, APIToken: s.token, AccountID: AccountID, DatabaseID: databaseID, Budget: d1client.UnlimitedBudget()}
+	cfg := d1client.Config{BaseURL: s.URL, APIToken: s.token, AccountID: AccountID, DatabaseID: databaseID, Budget: budget.Unlimited()}
 	for _, m := range mod {
 		m(&cfg)
 	}

@@ -1,4 +1,4 @@
-package d1client
+package budget
 
 import (
 	"context"
@@ -21,61 +21,69 @@ import (
 // newTestAccount returns an Account of b; make it inside the test's bubble.
 func newTestAccount(t testing.TB, b Budget) *Account {
 	t.Helper()
-	if err := b.validate(); err != nil {
+	if err := b.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	return newAccount(b)
 }
 
-// takeAt takes a call of class c at its slot, sleeping until then, and
+// takeAt takes a call of Class c at its slot, sleeping until then, and
 // returns the slot's offset from start.
-func takeAt(t testing.TB, a *Account, c class, start time.Time) time.Duration {
+func takeAt(t testing.TB, a *Account, c Class, start time.Time) time.Duration {
 	t.Helper()
-	at, why := a.nextSlot(c)
-	if why == waitBlock {
+	at, why := a.NextSlot(c)
+	if why == WaitBlock {
 		t.Fatal("blocked")
 	}
 	time.Sleep(time.Until(at))
-	if ok, _, _, _ := a.tryTake(c); !ok {
+	if ok, _, _, _ := a.TryTake(c); !ok {
 		t.Fatalf("no call at the slot %v", at.Sub(start))
 	}
 	return at.Sub(start)
 }
 
-// wait is acquire without the time waited.
-func (a *Account) wait(ctx context.Context, c class) *Error {
-	_, e := a.acquire(ctx, c)
-	return e
+// wait is Acquire without the time waited, its error as the *Refusal it
+// always is.
+func (a *Account) wait(ctx context.Context, c Class) *Refusal {
+	_, err := a.Acquire(ctx, c)
+	if err == nil {
+		return nil
+	}
+	var r *Refusal
+	if !errors.As(err, &r) {
+		panic(fmt.Sprintf("Acquire's error %v (%T) is not a *Refusal", err, err))
+	}
+	return r
 }
 
 func TestBudgetWaitsOrFailsByDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := newTestAccount(t, NewBudget(3, time.Second))
+		a := newTestAccount(t, New(3, time.Second))
 		start := time.Now()
 		ctx := context.Background()
 		for i := 0; i < 3; i++ {
-			if e := a.wait(ctx, priority); e != nil {
+			if e := a.wait(ctx, Priority); e != nil {
 				t.Fatalf("call %d: %v", i, e)
 			}
 		}
-		// A caller whose deadline comes before a call frees gets ErrBudget at
+		// A caller whose deadline comes before a call frees is refused at
 		// once, with the wait it would need: the oldest call leaves the window
 		// after 1 s, and a 300th of it (the ring's margin for calls that
 		// arrive later than they left).
 		window := time.Second + time.Second/ringMargin
 		dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		defer cancel()
-		e := a.wait(dctx, priority)
-		if e == nil || !errors.Is(e, ErrBudget) || e.RetryAfter != window || time.Since(start) != 0 {
+		e := a.wait(dctx, Priority)
+		if e == nil || e.Cause != CauseBudget || e.Wait != window || e.Err != nil || time.Since(start) != 0 {
 			t.Fatalf("err = %v after %v", e, time.Since(start))
 		}
 		// A caller without a deadline waits for it.
 		type result struct {
-			e  *Error
+			e  *Refusal
 			at time.Time
 		}
 		done := make(chan result, 1)
-		go func() { e := a.wait(ctx, priority); done <- result{e, time.Now()} }()
+		go func() { e := a.wait(ctx, Priority); done <- result{e, time.Now()} }()
 		synctest.Wait()
 		select {
 		case r := <-done:
@@ -90,8 +98,8 @@ func TestBudgetWaitsOrFailsByDeadline(t *testing.T) {
 			t.Fatalf("waited %v, want %v", waited, window)
 		}
 	})
-	if got := UnlimitedBudget().String(); got != "unlimited" {
-		t.Errorf("UnlimitedBudget() = %q", got)
+	if got := Unlimited().String(); got != "unlimited" {
+		t.Errorf("Unlimited() = %q", got)
 	}
 }
 
@@ -99,14 +107,14 @@ func TestBudgetWaitsOrFailsByDeadline(t *testing.T) {
 // budget's even pace: a burst, then one call per Per/Calls/(1 - Reserve).
 func TestPacingSpreadsCallsEvenly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		// One call a second, half of it kept for priority work: other work
+		// One call a second, half of it kept for Priority work: other work
 		// bursts 2 calls (half of the burst's 4 further calls, and the
 		// first), then one per 2 s.
-		a := newTestAccount(t, NewBudget(100, 100*time.Second).WithBurst(5).WithReserve(0.5))
+		a := newTestAccount(t, New(100, 100*time.Second).WithBurst(5).WithReserve(0.5))
 		start := time.Now()
 		var got []time.Duration
 		for range 12 {
-			got = append(got, takeAt(t, a, normal, start))
+			got = append(got, takeAt(t, a, Normal, start))
 		}
 		want := []time.Duration{0, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20}
 		for i := range want {
@@ -119,7 +127,7 @@ func TestPacingSpreadsCallsEvenly(t *testing.T) {
 		start = time.Now()
 		got = got[:0]
 		for range 4 {
-			got = append(got, takeAt(t, a, normal, start))
+			got = append(got, takeAt(t, a, Normal, start))
 		}
 		if got[1] != 0 || got[2] != 2*time.Second || got[3] != 4*time.Second {
 			t.Fatalf("after a quiet minute: calls at %v", got)
@@ -131,14 +139,14 @@ func TestPacingSpreadsCallsEvenly(t *testing.T) {
 // Calls calls.
 func TestBudgetIsNeverExceeded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := NewBudget(7, 300*time.Millisecond).WithBurst(7)
+		b := New(7, 300*time.Millisecond).WithBurst(7)
 		a := newTestAccount(t, b)
 		var mu sync.Mutex
 		var stamps []time.Time
 		var wg sync.WaitGroup
 		for g := 0; g < 32; g++ {
 			wg.Go(func() {
-				c := class(g % 2)
+				c := Class(g % 2)
 				for i := 0; i < 20; i++ {
 					if e := a.wait(context.Background(), c); e != nil {
 						t.Error(e)
@@ -150,7 +158,7 @@ func TestBudgetIsNeverExceeded(t *testing.T) {
 					mu.Lock()
 					stamps = append(stamps, at)
 					mu.Unlock()
-					a.answered(nil)
+					a.Answered(nil)
 				}
 			})
 		}
@@ -171,32 +179,32 @@ func TestBudgetIsNeverExceeded(t *testing.T) {
 // never takes the window's last calls; Priority work may take all of it.
 func TestReserveKeepsCallsForPriority(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := newTestAccount(t, NewBudget(20, 20*time.Second).WithBurst(10).WithReserve(0.5))
+		a := newTestAccount(t, New(20, 20*time.Second).WithBurst(10).WithReserve(0.5))
 		start := time.Now()
 		// Normal work gets half the burst (4 of 9 intervals of tolerance at
 		// twice the interval): 4 go at once, then one per 2 s (1 s / (1 - 0.5)).
 		var normals []time.Duration
 		for range 6 {
-			normals = append(normals, takeAt(t, a, normal, start))
+			normals = append(normals, takeAt(t, a, Normal, start))
 		}
 		if normals[3] != 0 || normals[4] != 2*time.Second || normals[5] != 4*time.Second {
-			t.Fatalf("normal calls at %v", normals)
+			t.Fatalf("Normal calls at %v", normals)
 		}
 		// Priority work finds a call at once: the reserve.
-		if at, _ := a.nextSlot(priority); at.After(time.Now()) {
-			t.Fatalf("priority waits %v", time.Until(at))
+		if at, _ := a.NextSlot(Priority); at.After(time.Now()) {
+			t.Fatalf("Priority waits %v", time.Until(at))
 		}
-		// Normal work waits while priority work goes.
+		// Normal work waits while Priority work goes.
 		for range 3 {
-			takeAt(t, a, priority, start)
+			takeAt(t, a, Priority, start)
 		}
-		pAt, _ := a.nextSlot(priority)
-		nAt, _ := a.nextSlot(normal)
+		pAt, _ := a.NextSlot(Priority)
+		nAt, _ := a.NextSlot(Normal)
 		if !nAt.After(pAt) {
-			t.Fatalf("normal slot %v not after priority slot %v", nAt.Sub(start), pAt.Sub(start))
+			t.Fatalf("Normal slot %v not after Priority slot %v", nAt.Sub(start), pAt.Sub(start))
 		}
 	})
-	if got := NewBudget(20, time.Second).WithBurst(50).Burst(); got != 20 {
+	if got := New(20, time.Second).WithBurst(50).Burst(); got != 20 {
 		t.Errorf("a burst above Calls is %d", got)
 	}
 }
@@ -214,13 +222,13 @@ func rateHeaders(r, t, q, w int) http.Header {
 // set the pace, whatever the local budget allows.
 func TestRateLimitHeadersSetThePace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := newTestAccount(t, UnlimitedBudget().WithBurst(1).WithReserve(MinReserve))
+		a := newTestAccount(t, Unlimited().WithBurst(1).WithReserve(MinReserve))
 		start := time.Now()
-		if at, _ := a.nextSlot(normal); !at.Equal(start) {
+		if at, _ := a.NextSlot(Normal); !at.Equal(start) {
 			t.Fatal("no headers, no limit: a call should go at once")
 		}
-		a.take(start, normal)
-		a.answered(rateHeaders(60, 60, 1200, 300))
+		a.take(start, Normal)
+		a.Answered(rateHeaders(60, 60, 1200, 300))
 		st := a.State()
 		if st.Remaining != 60 || !st.Reset.Equal(start.Add(time.Minute)) || st.Quota != 1200 || st.Window != 300*time.Second ||
 			!st.Seen.Equal(start) || st.Estimate != 60 || st.Pace != time.Second {
@@ -230,7 +238,7 @@ func TestRateLimitHeadersSetThePace(t *testing.T) {
 		// the time left, after each call).
 		var got []time.Duration
 		for i := range 4 {
-			got = append(got, takeAt(t, a, normal, start))
+			got = append(got, takeAt(t, a, Normal, start))
 			if lo, hi := time.Duration(i)*time.Second, time.Duration(i)*1050*time.Millisecond; got[i] < lo || got[i] > hi {
 				t.Fatalf("calls at %v", got)
 			}
@@ -240,32 +248,32 @@ func TestRateLimitHeadersSetThePace(t *testing.T) {
 		}
 		// Nothing left: wait for the reset (plus a margin for the rounding of t).
 		for range 4 {
-			a.answered(nil)
+			a.Answered(nil)
 		}
 		time.Sleep(time.Second)
-		a.take(time.Now(), priority)
-		a.answered(rateHeaders(0, 30, 1200, 300))
+		a.take(time.Now(), Priority)
+		a.Answered(rateHeaders(0, 30, 1200, 300))
 		reset := time.Now().Add(30 * time.Second)
-		at, why := a.nextSlot(priority)
-		if why != waitBudget || !at.Equal(reset.Add(resetMargin)) {
+		at, why := a.NextSlot(Priority)
+		if why != WaitBudget || !at.Equal(reset.Add(resetMargin)) {
 			t.Fatalf("slot %v (%v), want the reset + margin", at.Sub(start), why)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if e := a.wait(ctx, priority); !errors.Is(e, ErrBudget) || e.RetryAfter != 31*time.Second {
+		if e := a.wait(ctx, Priority); e == nil || e.Cause != CauseBudget || e.Wait != 31*time.Second {
 			t.Fatalf("err = %v", e)
 		}
 		// After the reset, until new headers come, the policy's even pace:
-		// 1200 calls per 300 s, of which work without priority takes 99 %.
+		// 1200 calls per 300 s, of which work without Priority takes 99 %.
 		time.Sleep(time.Until(reset.Add(resetMargin)))
-		p0 := takeAt(t, a, normal, time.Now())
-		p1 := takeAt(t, a, normal, time.Now())
-		if want := time.Duration(math.Ceil(a.cost(normal) * float64(250*time.Millisecond))); p0 != 0 || p1 != want {
+		p0 := takeAt(t, a, Normal, time.Now())
+		p1 := takeAt(t, a, Normal, time.Now())
+		if want := time.Duration(math.Ceil(a.cost(Normal) * float64(250*time.Millisecond))); p0 != 0 || p1 != want {
 			t.Fatalf("after the reset: %v, %v; want 0, %v", p0, p1, want)
 		}
 		// Priority work is not held to the pace.
-		if at, _ := a.nextSlot(priority); !at.Equal(time.Now()) {
-			t.Fatalf("priority work waits %v", time.Until(at))
+		if at, _ := a.NextSlot(Priority); !at.Equal(time.Now()) {
+			t.Fatalf("Priority work waits %v", time.Until(at))
 		}
 	})
 }
@@ -274,25 +282,25 @@ func TestRateLimitHeadersSetThePace(t *testing.T) {
 // a new window replaces it; calls in flight count as spent.
 func TestHeaderViewMerging(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := newTestAccount(t, UnlimitedBudget())
+		a := newTestAccount(t, Unlimited())
 		for range 3 {
-			a.take(time.Now(), normal)
+			a.take(time.Now(), Normal)
 		}
-		a.answered(rateHeaders(100, 60, 0, 0)) // two more in flight
+		a.Answered(rateHeaders(100, 60, 0, 0)) // two more in flight
 		if st := a.State(); st.Estimate != 98 || st.Remaining != 100 {
 			t.Fatalf("state %+v", st)
 		}
-		a.answered(rateHeaders(90, 60, 0, 0)) // one in flight
+		a.Answered(rateHeaders(90, 60, 0, 0)) // one in flight
 		if st := a.State(); st.Estimate != 89 {
 			t.Fatalf("after r=90: %+v", st)
 		}
-		a.answered(rateHeaders(95, 60, 0, 0)) // an older answer, late
+		a.Answered(rateHeaders(95, 60, 0, 0)) // an older answer, late
 		if st := a.State(); st.Estimate != 89 || st.Remaining != 95 {
 			t.Fatalf("after a late r=95: %+v", st)
 		}
 		time.Sleep(61 * time.Second)
-		a.take(time.Now(), normal)
-		a.answered(rateHeaders(1199, 300, 0, 0))
+		a.take(time.Now(), Normal)
+		a.Answered(rateHeaders(1199, 300, 0, 0))
 		if st := a.State(); st.Estimate != 1199 || !st.Reset.Equal(time.Now().Add(300*time.Second)) {
 			t.Fatalf("new window: %+v", st)
 		}
@@ -342,7 +350,7 @@ func simulateReplicas(t *testing.T, replicas int, rtt time.Duration) {
 		// The next event: an answer, or the earliest replica's slot.
 		next, who := end, -1
 		for i, a := range accts {
-			if at, why := a.nextSlot(normal); why != waitBlock && at.Before(next) {
+			if at, why := a.NextSlot(Normal); why != WaitBlock && at.Before(next) {
 				next, who = at, i
 			}
 		}
@@ -359,10 +367,10 @@ func simulateReplicas(t *testing.T, replicas int, rtt time.Duration) {
 		if ans >= 0 {
 			p := pending[ans]
 			pending = append(pending[:ans], pending[ans+1:]...)
-			accts[p.acct].answered(p.h)
+			accts[p.acct].Answered(p.h)
 			continue
 		}
-		if ok, _, _, _ := accts[who].tryTake(normal); !ok {
+		if ok, _, _, _ := accts[who].TryTake(Normal); !ok {
 			continue // the pace moved on as time did: plan again
 		}
 		now := time.Now()
@@ -423,60 +431,6 @@ func (s *simAccount) call(now time.Time) (http.Header, bool) {
 	return rateHeaders(s.quota-s.count, int((reset+time.Second-1)/time.Second), s.quota, int(s.window/time.Second)), false
 }
 
-// Clients given one Account share what any of them learns: the headers of
-// one client's answer pace the other, and a 971 blocks both.
-func TestClientsShareTheAccount(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		acct, err := NewAccount(UnlimitedBudget())
-		if err != nil {
-			t.Fatal(err)
-		}
-		spent := func(req *http.Request) (*http.Response, error) {
-			res, err := ok1(t)(req)
-			if err == nil {
-				res.Header = rateHeaders(0, 60, 1200, 300)
-			}
-			return res, err
-		}
-		a, trA := mockClient(t, spent, func(c *Config) { c.Budget, c.Account = Budget{}, acct })
-		b, trB := mockClient(t, ok1(t), func(c *Config) { c.Budget, c.Account = Budget{}, acct })
-		if _, err := a.Exec(context.Background(), readStmt); err != nil {
-			t.Fatal(err)
-		}
-		if a.Account() != b.Account() || b.Account().State().Remaining != 0 {
-			t.Fatalf("b sees %+v", b.Account().State())
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_, err = b.Exec(ctx, readStmt)
-		var e *Error
-		if !errors.As(err, &e) || !errors.Is(err, ErrBudget) || e.RetryAfter < 59*time.Second {
-			t.Fatalf("b: %v", err)
-		}
-		if w := b.BudgetWait(); w < 59*time.Second {
-			t.Errorf("BudgetWait = %v", w)
-		}
-		if trA.GetTotalCallCount() != 1 || trB.GetTotalCallCount() != 0 {
-			t.Fatalf("calls: a %d, b %d", trA.GetTotalCallCount(), trB.GetTotalCallCount())
-		}
-		// A client with an Account of its own is not held back.
-		c, _ := mockClient(t, ok1(t))
-		if _, err := c.Exec(ctx, readStmt); err != nil {
-			t.Fatal(err)
-		}
-		// A 971 seen by one client blocks the other.
-		acct2, _ := NewAccount(UnlimitedBudget())
-		x, _ := mockClient(t, replay(t, "rate_limit_971"), func(c *Config) { c.Budget, c.Account = Budget{}, acct2 })
-		y, trY := mockClient(t, ok1(t), func(c *Config) { c.Budget, c.Account = Budget{}, acct2 })
-		if _, err := x.Exec(ctx, readStmt); !errors.Is(err, ErrRateLimited) {
-			t.Fatalf("x: %v", err)
-		}
-		if _, err := y.Exec(ctx, readStmt); !errors.Is(err, ErrRateLimited) || trY.GetTotalCallCount() != 0 {
-			t.Fatalf("y: %v after %d calls", err, trY.GetTotalCallCount())
-		}
-	})
-}
-
 // Calls are plentiful when one may go now and the even pace allows n of
 // them in a round trip: never under Cloudflare's default budget, always
 // without a limit, and not while the account's headers say calls are
@@ -489,39 +443,39 @@ func TestPlentiful(t *testing.T) {
 			b    Budget
 			want bool
 		}{
-			{"unlimited", UnlimitedBudget(), true},
+			{"unlimited", Unlimited(), true},
 			{"the default budget", Budget{}, false},
-			{"a pace of 1 ms", NewBudget(300_000, 300*time.Second), true},
-			{"a pace of 10 ms", NewBudget(30_000, 300*time.Second), false},
+			{"a pace of 1 ms", New(300_000, 300*time.Second), true},
+			{"a pace of 10 ms", New(30_000, 300*time.Second), false},
 		} {
 			a := newTestAccount(t, tc.b)
-			if got := a.plentiful(normal, 4, rtt); got != tc.want {
+			if got := a.Plentiful(Normal, 4, rtt); got != tc.want {
 				t.Errorf("%s: plentiful = %v, want %v", tc.name, got, tc.want)
 			}
 		}
 		// Unlimited here, but the account's headers set a pace: 60 calls
 		// left in 60 s.
-		a := newTestAccount(t, UnlimitedBudget())
-		a.take(time.Now(), normal)
-		a.answered(rateHeaders(60, 60, 1200, 300))
-		if a.plentiful(normal, 4, rtt) {
+		a := newTestAccount(t, Unlimited())
+		a.take(time.Now(), Normal)
+		a.Answered(rateHeaders(60, 60, 1200, 300))
+		if a.Plentiful(Normal, 4, rtt) {
 			t.Error("plentiful at one call a second")
 		}
 		// A budget with no call now is not plentiful, whatever its pace.
-		a = newTestAccount(t, NewBudget(300_000, 300*time.Second).WithBurst(1))
-		a.take(time.Now(), priority)
-		if a.plentiful(normal, 4, rtt) {
+		a = newTestAccount(t, New(300_000, 300*time.Second).WithBurst(1))
+		a.take(time.Now(), Priority)
+		if a.Plentiful(Normal, 4, rtt) {
 			t.Error("plentiful with no call to spare now")
 		}
 		time.Sleep(time.Millisecond)
-		if !a.plentiful(normal, 4, rtt) {
+		if !a.Plentiful(Normal, 4, rtt) {
 			t.Error("not plentiful once the pace has a call again")
 		}
 		// During a 971 block nothing is.
-		a = newTestAccount(t, UnlimitedBudget())
-		a.take(time.Now(), normal)
-		a.block(time.Now().Add(time.Minute))
-		if a.plentiful(normal, 4, rtt) {
+		a = newTestAccount(t, Unlimited())
+		a.take(time.Now(), Normal)
+		a.Block(time.Now().Add(time.Minute))
+		if a.Plentiful(Normal, 4, rtt) {
 			t.Error("plentiful during a 971 block")
 		}
 	})

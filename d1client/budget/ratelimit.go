@@ -1,4 +1,4 @@
-package d1client
+package budget
 
 import (
 	"strconv"

@@ -1,4 +1,4 @@
-package d1client
+package budget
 
 import (
 	"context"
@@ -9,174 +9,18 @@ import (
 	"time"
 )
 
-// Budget is how a client spends Cloudflare's API budget: a local limit of
-// Calls calls in any window of length Per (kept with a margin of Per/300,
-// since Cloudflare counts calls as they arrive), the Burst of calls that may go
-// at once ahead of the even pace, and the Reserve kept for Priority work.
-// Cloudflare allows 1200 API calls per 5 minutes per user, counted across
-// every token, tool and the dashboard, and going over blocks every API call
-// of the account for 5 minutes.
-//
-// The local limit is an upper bound, and the account's pace when
-// Cloudflare's rate-limit headers are absent; when they are present, the
-// account's own remaining calls and reset time set the pace (see Account).
-// The zero Budget is Cloudflare's limit, 1200 calls per 300 s, with the
-// default burst and reserve. Make others with NewBudget and UnlimitedBudget,
-// and adjust them with WithBurst and WithReserve.
-type Budget struct {
-	calls      int
-	per        time.Duration
-	unlimited  bool
-	burst      int // valid when burstSet
-	burstSet   bool
-	reserve    float64 // valid when reserveSet
-	reserveSet bool
-}
-
-// Cloudflare's global API limit, the zero Budget's.
-const (
-	defaultBudgetCalls = 1200
-	defaultBudgetPer   = 300 * time.Second
-)
-
-// DefaultBurst is the calls a Budget lets go at once, ahead of the even
-// pace, unless WithBurst says otherwise.
-const DefaultBurst = 10
-
-// DefaultReserve is the share of the pace a Budget keeps for Priority work
-// unless WithReserve says otherwise.
-const DefaultReserve = 0.2
-
-// MinReserve and MaxReserve bound the share WithReserve accepts. There is
-// always a reserve: without one, work without Priority could take every
-// call, and a completion meeting an empty budget would fail, leaving its
-// request to run a second time once its reservation expired.
-const (
-	MinReserve = 0.01
-	MaxReserve = 0.9
-)
-
-// NewBudget returns a Budget of calls calls in any window of length per.
-// New refuses it unless calls is from 2 to 1,000,000 (at least one call of
-// every window is kept for Priority work) and per from 1 ms to 24 h.
-func NewBudget(calls int, per time.Duration) Budget {
-	return Budget{calls: calls, per: per}
-}
-
-// UnlimitedBudget returns a Budget with no local limit, for d1local and
-// tests. Cloudflare's rate-limit headers, where a server sends them, still
-// set the pace.
-func UnlimitedBudget() Budget { return Budget{unlimited: true} }
-
-// WithBurst returns b with a burst of calls calls: how many may go at once,
-// ahead of the even pace, after a quiet spell. New refuses a burst outside
-// 1 to 1000. It is never more than the local limit's Calls.
-func (b Budget) WithBurst(calls int) Budget {
-	b.burst, b.burstSet = calls, true
-	return b
-}
-
-// WithReserve returns b with share (MinReserve to MaxReserve, 0.01 to 0.9)
-// of the pace kept for Priority work: calls without Priority go at most at
-// (1 - share) of the pace, with a burst that much smaller, and never take
-// the last calls of a window that their smaller burst leaves, and never the
-// last one. New and NewAccount refuse any other share, 0 included.
-func (b Budget) WithReserve(share float64) Budget {
-	b.reserve, b.reserveSet = share, true
-	return b
-}
-
-// isDefaultLimit reports whether b's local limit is the zero Budget's.
-func (b Budget) isDefaultLimit() bool { return !b.unlimited && b.calls == 0 && b.per == 0 }
-
-// Calls returns the calls allowed per window; 0 for an unlimited budget.
-func (b Budget) Calls() int {
-	switch {
-	case b.unlimited:
-		return 0
-	case b.isDefaultLimit():
-		return defaultBudgetCalls
-	}
-	return b.calls
-}
-
-// Per returns the window; 0 for an unlimited budget.
-func (b Budget) Per() time.Duration {
-	switch {
-	case b.unlimited:
-		return 0
-	case b.isDefaultLimit():
-		return defaultBudgetPer
-	}
-	return b.per
-}
-
-// Burst returns the calls that may go at once ahead of the even pace.
-func (b Budget) Burst() int {
-	n := b.burst
-	if !b.burstSet {
-		n = DefaultBurst
-	}
-	if c := b.Calls(); c > 0 && n > c {
-		n = c
-	}
-	return n
-}
-
-// Reserve returns the share of the pace kept for Priority work.
-func (b Budget) Reserve() float64 {
-	if !b.reserveSet {
-		return DefaultReserve
-	}
-	return b.reserve
-}
-
-// Kept returns the calls of each window, the local Budget's and the
-// account's (see Account), that work without Priority never takes: the
-// burst it does not get, and at least one. A completion meeting a budget
-// that new work has spent still finds them.
-func (b Budget) Kept() int {
-	burst := b.Burst()
-	return max(1, burst-normalBurst(burst, b.Reserve()))
-}
-
-// normalBurst is the burst of work without Priority: the rest of a burst
-// of burst calls after the reserve's share, at least one call.
-func normalBurst(burst int, reserve float64) int {
-	return max(1, int(float64(burst-1)*(1-reserve)))
-}
-
-// Unlimited reports whether the budget has no local limit.
-func (b Budget) Unlimited() bool { return b.unlimited }
-
-// String describes the budget, such as "1200 calls per 5m0s".
-func (b Budget) String() string {
-	if b.unlimited {
-		return "unlimited"
-	}
-	return fmt.Sprintf("%d calls per %s", b.Calls(), b.Per())
-}
-
-func (b Budget) validate() error {
-	if !b.unlimited && !b.isDefaultLimit() &&
-		(b.calls < 2 || b.calls > 1_000_000 || b.per < time.Millisecond || b.per > 24*time.Hour) {
-		return invalidf("Config.Budget is %d calls per %s; accepted: the zero Budget (1200 calls per 300 s), UnlimitedBudget(), or NewBudget with 2 to 1000000 calls per 1ms to 24h (one call of each window is kept for Priority work)", b.calls, b.per)
-	}
-	if b.burstSet && (b.burst < 1 || b.burst > 1000) {
-		return invalidf("Config.Budget's burst is %d; accepted: 1 to 1000 (the default is %d)", b.burst, DefaultBurst)
-	}
-	if b.reserveSet && !(b.reserve >= MinReserve && b.reserve <= MaxReserve) {
-		return invalidf("Config.Budget's reserve is %v; accepted: %v to %v (the default is %v): Priority work (completions) always keeps a share", b.reserve, MinReserve, MaxReserve, DefaultReserve)
-	}
-	return nil
-}
-
-// class is how a call draws on the budget.
-type class uint8
+// Class is how a call draws on the budget. Its values index arrays: Normal
+// is 0, Priority 1.
+type Class uint8
 
 const (
-	normal   class = iota // new work: claims, lookups, reads
-	priority              // round-trip-2 work: see Priority
+	// Normal is new work (claims, lookups, reads): held to (1 - Reserve)
+	// of the even pace, and never taking the calls Budget.Kept keeps.
+	Normal Class = iota
+	// Priority is work that finishes what was started (completions,
+	// heartbeats, releases): not held to the even pace, it goes while the
+	// account has a call left.
+	Priority
 )
 
 // Constants of the account's pacing.
@@ -223,9 +67,11 @@ const (
 //     away.
 //   - After an HTTP 429 with code 971, nothing is sent until the block ends.
 //
-// Clients given the same Account (Config.Account) share all of this, as
-// clients of several databases on one account should. An Account is safe
-// for concurrent use.
+// Everything that calls the API on one account in this process (clients
+// of several databases, several configurations) should share one Account.
+// A caller takes a call with Acquire (or TryTake) before sending it and
+// hands its answer's headers to Answered; Block records a 971. An Account
+// is safe for concurrent use.
 type Account struct {
 	budget  Budget // validated
 	burst   int
@@ -245,7 +91,7 @@ type Account struct {
 	ours    float64       // and this process
 	replies int64         // answers received
 	sentAt  []time.Time   // send times of the calls in flight, oldest first
-	rtt     time.Duration // smoothed time from a call's send to its answer; see roundTrip
+	rtt     time.Duration // smoothed time from a call's send to its answer; see RoundTrip
 
 	blockedUntil time.Time
 	changed      chan struct{} // closed, and replaced, when the view changes
@@ -268,18 +114,19 @@ type headerSample struct {
 	replies int64
 }
 
-// NewAccount returns an Account that paces calls within b. Pass it to the
-// Config of every Client that uses the same Cloudflare account (user).
+// NewAccount returns an Account that paces calls within b, or Validate's
+// error. Share it among everything of this process that calls the API on
+// the same Cloudflare account (user).
 func NewAccount(b Budget) (*Account, error) {
-	if err := b.validate(); err != nil {
-		return nil, err
+	if err := b.Validate(); err != nil {
+		return nil, fmt.Errorf("budget: %w", err)
 	}
 	return newAccount(b), nil
 }
 
 func newAccount(b Budget) *Account {
 	a := &Account{budget: b, burst: b.Burst(), reserve: b.Reserve(), changed: make(chan struct{})}
-	if !b.unlimited {
+	if !b.IsUnlimited() {
 		a.ring = make([]time.Time, 0, b.Calls())
 	}
 	return a
@@ -289,10 +136,10 @@ func newAccount(b Budget) *Account {
 func (a *Account) Budget() Budget { return a.budget }
 
 // String describes the Account by its Budget.
-func (a *Account) String() string { return "d1client.Account{" + a.budget.String() + "}" }
+func (a *Account) String() string { return "budget.Account{" + a.budget.String() + "}" }
 
-// BudgetState is what an Account knows of its budget at one moment.
-type BudgetState struct {
+// State is what an Account knows of its budget at one moment.
+type State struct {
 	// Seen is when the last Ratelimit headers arrived; zero when none have.
 	// Remaining and Reset are what they said: the calls left to the whole
 	// account, and when its window resets. Quota and Window are the
@@ -320,11 +167,11 @@ type BudgetState struct {
 }
 
 // State returns the Account's view of the budget.
-func (a *Account) State() BudgetState {
+func (a *Account) State() State {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
-	st := BudgetState{
+	st := State{
 		Seen: a.view.seen, Remaining: a.view.header, Reset: a.view.reset,
 		Quota: a.view.quota, Window: a.view.window, Estimate: -1, OthersRate: a.others,
 		InFlight: a.inflight,
@@ -339,20 +186,20 @@ func (a *Account) State() BudgetState {
 	return st
 }
 
-// waitReason says what a call waits for.
-type waitReason uint8
+// Reason says what a call waits for.
+type Reason uint8
 
 const (
-	notWaiting waitReason = iota
-	waitBudget
-	waitBlock
+	NotWaiting Reason = iota // a call may go now
+	WaitBudget               // the budget has no call for it until then
+	WaitBlock                // a 971 block is on until then
 )
 
 // slot returns the earliest time a call of class c may be sent, and what it
 // waits for until then.
-func (a *Account) slot(now time.Time, c class) (time.Time, waitReason) {
+func (a *Account) slot(now time.Time, c Class) (time.Time, Reason) {
 	if now.Before(a.blockedUntil) {
-		return a.blockedUntil, waitBlock
+		return a.blockedUntil, WaitBlock
 	}
 	at := now
 	if t := a.localSlot(now, c); t.After(at) {
@@ -362,16 +209,16 @@ func (a *Account) slot(now time.Time, c class) (time.Time, waitReason) {
 		at = t
 	}
 	if at.After(now) {
-		return at, waitBudget
+		return at, WaitBudget
 	}
-	return now, notWaiting
+	return now, NotWaiting
 }
 
 // classBurst is the burst of class c. Work without Priority bursts less,
 // so that Priority work finds a call at once even when the rest of the
 // pace is spent.
-func (a *Account) classBurst(c class) int {
-	if c == priority {
+func (a *Account) classBurst(c Class) int {
+	if c == Priority {
 		return a.burst
 	}
 	return normalBurst(a.burst, a.reserve)
@@ -380,8 +227,8 @@ func (a *Account) classBurst(c class) int {
 // cost is what a call of class c adds to a pace's debt: work without
 // Priority counts for 1/(1 - Reserve) calls, so it gets at most
 // (1 - Reserve) of the pace.
-func (a *Account) cost(c class) float64 {
-	if c == normal {
+func (a *Account) cost(c Class) float64 {
+	if c == Normal {
 		return 1 / (1 - a.reserve)
 	}
 	return 1
@@ -389,7 +236,7 @@ func (a *Account) cost(c class) float64 {
 
 // tolerance is the debt at which a call of class c with a burst of burst
 // calls may still go.
-func (a *Account) tolerance(c class, burst int) float64 {
+func (a *Account) tolerance(c Class, burst int) float64 {
 	return float64(burst-1) * a.cost(c)
 }
 
@@ -433,7 +280,7 @@ func (p *pace) take(now time.Time, interval time.Duration, cost float64) {
 // localInterval is the time between calls at the local Budget's even
 // pace; 0 when unlimited.
 func (a *Account) localInterval() time.Duration {
-	if a.budget.unlimited {
+	if a.budget.IsUnlimited() {
 		return 0
 	}
 	return a.budget.Per() / time.Duration(a.budget.Calls())
@@ -442,8 +289,8 @@ func (a *Account) localInterval() time.Duration {
 // localSlot is when the local Budget lets a call of class c go: its ring
 // (never more than Calls in any window of length Per) and, without
 // Priority, its even pace.
-func (a *Account) localSlot(now time.Time, c class) time.Time {
-	if a.budget.unlimited {
+func (a *Account) localSlot(now time.Time, c Class) time.Time {
+	if a.budget.IsUnlimited() {
 		return now
 	}
 	calls, per := a.budget.Calls(), a.budget.Per()
@@ -451,7 +298,7 @@ func (a *Account) localSlot(now time.Time, c class) time.Time {
 	// The ring: a call may go once the window holds fewer than Calls
 	// calls, or, without Priority, fewer than Calls - floor.
 	keep := 0
-	if c == normal {
+	if c == Normal {
 		keep = min(a.reserveFloor(), calls-1)
 	}
 	if n := len(a.ring); n >= calls-keep {
@@ -461,7 +308,7 @@ func (a *Account) localSlot(now time.Time, c class) time.Time {
 			at = t
 		}
 	}
-	if c == priority {
+	if c == Priority {
 		return at // not held to the even pace
 	}
 	if t := a.localPace.slot(now, a.localInterval(), a.tolerance(c, a.classBurst(c))); t.After(at) {
@@ -564,8 +411,8 @@ func (a *Account) estimate(now time.Time) int {
 // ourShare), so that the Priority work of several processes seeing the
 // same headers does not overrun the account (a 971). Work without
 // Priority leaves enough of them for it (see accountFloor).
-func (a *Account) accountSlot(now time.Time, c class) time.Time {
-	if c == priority {
+func (a *Account) accountSlot(now time.Time, c Class) time.Time {
+	if c == Priority {
 		// Calls in flight are this process's own since the headers, which
 		// other processes cannot know of yet: they count against its share.
 		if a.fresh(now) && a.ourShare(a.estimate(now)+a.inflight) <= a.inflight {
@@ -589,8 +436,8 @@ func (a *Account) accountSlot(now time.Time, c class) time.Time {
 }
 
 // take records a call of class c sent at now, which slot allowed.
-func (a *Account) take(now time.Time, c class) {
-	if !a.budget.unlimited {
+func (a *Account) take(now time.Time, c Class) {
+	if !a.budget.IsUnlimited() {
 		if len(a.ring) < cap(a.ring) {
 			a.ring = append(a.ring, now)
 		} else {
@@ -612,39 +459,44 @@ func (a *Account) take(now time.Time, c class) {
 	a.sentAt = append(a.sentAt, now)
 }
 
-// tryTake takes a call of class c if one may go now. Otherwise it returns
-// when one may, what it waits for, and a channel closed when the view
-// changes.
-func (a *Account) tryTake(c class) (ok bool, at time.Time, why waitReason, changed <-chan struct{}) {
+// TryTake takes a call of class c if one may go now: the caller sends it,
+// and hands its answer to Answered. Otherwise it returns when one may, what
+// it waits for, and a channel closed when the Account's view changes (an
+// answer, a block), when that time may have moved.
+func (a *Account) TryTake(c Class) (ok bool, at time.Time, why Reason, changed <-chan struct{}) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
 	at, why = a.slot(now, c)
-	if why == notWaiting {
+	if why == NotWaiting {
 		a.take(now, c)
-		return true, now, notWaiting, nil
+		return true, now, NotWaiting, nil
 	}
 	return false, at, why, a.changed
 }
 
-// acquire takes a call of class c, waiting for it as long as the context
+// Acquire takes a call of class c, waiting for it as long as the context
 // allows, and returns how long it waited (zero when it took one at once or
-// took none). It gives up at once, with an ErrBudget error that says when a
-// call may go, when it is clear the call could not go and come back (a
-// round trip, see roundTrip) before the context's deadline; during a 971
-// block it gives up at once with ErrRateLimited. It takes no call when less
-// than a round trip is left before the deadline (tooLate).
-func (a *Account) acquire(ctx context.Context, c class) (time.Duration, *Error) {
+// took none). The caller sends the call, and hands its answer to Answered.
+//
+// Its error, when it took no call, is a *Refusal, and nothing is to be
+// sent. It takes none when less than a round trip (see RoundTrip) is left
+// before the context's deadline (CauseDeadline); during a 971 block it
+// gives up at once (CauseBlock); and it gives up at once, saying when a
+// call may go, when it is clear the call could not go and come back
+// before the deadline, or when the context ends while it waits
+// (CauseBudget).
+func (a *Account) Acquire(ctx context.Context, c Class) (waited time.Duration, err error) {
 	var since time.Time // when it started waiting
 	dl, hasDeadline := ctx.Deadline()
 	for {
-		rtt := a.roundTrip()
+		rtt := a.RoundTrip()
 		if hasDeadline {
 			if left := time.Until(dl); left < rtt {
-				return 0, tooLate(left, rtt)
+				return 0, &Refusal{Cause: CauseDeadline, Left: max(left, 0), RoundTrip: rtt, Err: context.DeadlineExceeded}
 			}
 		}
-		ok, at, why, changed := a.tryTake(c)
+		ok, at, why, changed := a.TryTake(c)
 		if ok {
 			if since.IsZero() {
 				return 0, nil
@@ -653,12 +505,12 @@ func (a *Account) acquire(ctx context.Context, c class) (time.Duration, *Error) 
 		}
 		now := time.Now()
 		wait := at.Sub(now)
-		if why == waitBlock {
-			return 0, blockedError(at, wait)
+		if why == WaitBlock {
+			return 0, &Refusal{Cause: CauseBlock, Wait: wait, Until: at}
 		}
 		if hasDeadline && time.Until(dl) < wait+rtt {
 			// The call could not go, and finish, before the deadline.
-			return 0, a.exhausted(wait)
+			return 0, &Refusal{Cause: CauseBudget, Wait: wait}
 		}
 		if since.IsZero() {
 			since = now
@@ -667,9 +519,8 @@ func (a *Account) acquire(ctx context.Context, c class) (time.Duration, *Error) 
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			e := a.exhausted(max(time.Until(at), 0)) // what is left of the wait
-			e.Err = ctx.Err()
-			return 0, e
+			// What is left of the wait.
+			return 0, &Refusal{Cause: CauseBudget, Wait: max(time.Until(at), 0), Err: ctx.Err()}
 		case <-timer.C:
 		case <-changed:
 			timer.Stop()
@@ -677,65 +528,98 @@ func (a *Account) acquire(ctx context.Context, c class) (time.Duration, *Error) 
 	}
 }
 
-// roundTrip is the expected time from a call's send to its answer: the
-// smoothed round trip of the answers so far; zero before the first. A call
-// is not sent with less than that left before its context's deadline: it
-// would be cut off on its way back, its outcome unknown (see tooLate).
-func (a *Account) roundTrip() time.Duration {
+// Cause is why Acquire took no call.
+type Cause uint8
+
+const (
+	// CauseBudget: the budget has no call for it before the context's
+	// deadline, a round trip included, or the context ended while it
+	// waited for one.
+	CauseBudget Cause = iota + 1
+	// CauseBlock: a 971 block is on.
+	CauseBlock
+	// CauseDeadline: less than a round trip is left before the context's
+	// deadline: the call could not come back in time, and a write's
+	// outcome would be unknown.
+	CauseDeadline
+)
+
+// Refusal is Acquire's error: it took no call, and nothing is to be sent,
+// so nothing can have happened. Cause says why; the fields each cause sets
+// are named beside them.
+type Refusal struct {
+	Cause Cause
+	// Wait is the time until a call may go (CauseBudget), or until the
+	// block ends (CauseBlock).
+	Wait time.Duration
+	// Until is the end of the 971 block (CauseBlock).
+	Until time.Time
+	// Left is the time that was left before the context's deadline, less
+	// than RoundTrip, the expected round trip (CauseDeadline).
+	Left, RoundTrip time.Duration
+	// Err is the context's error when it ended while Acquire waited
+	// (CauseBudget), and context.DeadlineExceeded for CauseDeadline; nil
+	// otherwise.
+	Err error
+}
+
+func (r *Refusal) Error() string {
+	switch r.Cause {
+	case CauseBlock:
+		return "budget: Cloudflare's global API rate limit (971) blocks the account until " + r.Until.UTC().Format(time.RFC3339)
+	case CauseDeadline:
+		return fmt.Sprintf("budget: %s left before the context's deadline, less than a round trip (%s)",
+			r.Left.Round(time.Millisecond), r.RoundTrip.Round(time.Millisecond))
+	}
+	if r.Err != nil {
+		return fmt.Sprintf("budget: no call before the context ended (%v); one may go in %s", r.Err, r.Wait.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("budget: no call before the context's deadline; one may go in %s", r.Wait.Round(time.Millisecond))
+}
+
+// Unwrap returns Err.
+func (r *Refusal) Unwrap() error { return r.Err }
+
+// RoundTrip is the expected time from a call's send to its answer: the
+// smoothed round trip of the answers so far; zero before the first.
+// Acquire sends no call with less than that left before its context's
+// deadline: it would be cut off on its way back, its outcome unknown.
+func (a *Account) RoundTrip() time.Duration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.rtt
 }
 
-// tooLate is the error of a call not sent because only left, less than a
-// round trip of rtt, remained before its context's deadline. Nothing was
-// sent, so it is not ambiguous; it matches context.DeadlineExceeded.
-func tooLate(left, rtt time.Duration) *Error {
-	return &Error{kind: kindTransport, Err: context.DeadlineExceeded, notSent: true,
-		Message: fmt.Sprintf("not sent: %s left before the context's deadline, less than a round trip (%s): the call could not finish in time",
-			max(left, 0).Round(time.Millisecond), rtt.Round(time.Millisecond))}
-}
-
-// nextSlot returns when a call of class c could be sent, and what it
+// NextSlot returns when a call of class c could be sent, and what it
 // would wait for.
-func (a *Account) nextSlot(c class) (time.Time, waitReason) {
+func (a *Account) NextSlot(c Class) (time.Time, Reason) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.slot(time.Now(), c)
 }
 
-// spare reports whether a call of class c may go now.
-func (a *Account) spare(c class) bool {
-	at, why := a.nextSlot(c)
-	return why == notWaiting || !at.After(time.Now())
+// Spare reports whether a call of class c may go now.
+func (a *Account) Spare(c Class) bool {
+	at, why := a.NextSlot(c)
+	return why == NotWaiting || !at.After(time.Now())
 }
 
-// plentiful reports whether calls of class c are plentiful: one may go
+// Plentiful reports whether calls of class c are plentiful: one may go
 // now, and the even pace allows at least n of them in a round trip of rtt.
-func (a *Account) plentiful(c class, n int, rtt time.Duration) bool {
+func (a *Account) Plentiful(c Class, n int, rtt time.Duration) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
-	if _, why := a.slot(now, c); why != notWaiting {
+	if _, why := a.slot(now, c); why != NotWaiting {
 		return false
 	}
 	step := time.Duration(float64(max(a.localInterval(), a.accountInterval(now))) * a.cost(c))
 	return step == 0 || step*time.Duration(n) <= rtt
 }
 
-func (a *Account) exhausted(wait time.Duration) *Error {
-	return &Error{kind: kindBudget, RetryAfter: wait, notSent: true,
-		Message: fmt.Sprintf("not sent: the request budget (%s) has no call for it; one may go in %s", a.budget, wait.Round(time.Millisecond))}
-}
-
-func blockedError(until time.Time, wait time.Duration) *Error {
-	return &Error{kind: kindRateLimited, StatusCode: http.StatusTooManyRequests, Codes: []int{971},
-		RetryAfter: wait, BlockedUntil: until, notSent: true,
-		Message: "not sent: Cloudflare's global API rate limit blocks this account until " + until.UTC().Format(time.RFC3339)}
-}
-
-// block stops every call until until (a 971 answer).
-func (a *Account) block(until time.Time) {
+// Block stops every call until until: Cloudflare answered 429 with code
+// 971, its global limit's block of the account.
+func (a *Account) Block(until time.Time) {
 	a.mu.Lock()
 	if until.After(a.blockedUntil) {
 		a.blockedUntil = until
@@ -744,16 +628,14 @@ func (a *Account) block(until time.Time) {
 	a.mu.Unlock()
 }
 
-// blocked returns the 971 error while a block is on.
-func (a *Account) blocked() *Error {
+// Blocked returns the end of the 971 block, and whether one is on.
+func (a *Account) Blocked() (until time.Time, on bool) {
 	a.mu.Lock()
-	until := a.blockedUntil
-	now := time.Now()
-	a.mu.Unlock()
-	if now.Before(until) {
-		return blockedError(until, until.Sub(now))
+	defer a.mu.Unlock()
+	if time.Now().Before(a.blockedUntil) {
+		return a.blockedUntil, true
 	}
-	return nil
+	return time.Time{}, false
 }
 
 func (a *Account) notify() {
@@ -761,9 +643,11 @@ func (a *Account) notify() {
 	a.changed = make(chan struct{})
 }
 
-// answered records the answer to a call taken earlier: its rate-limit
-// headers, if it had any (h is nil when no response arrived).
-func (a *Account) answered(h http.Header) {
+// Answered records the answer to a call taken earlier (by Acquire or
+// TryTake): its rate-limit headers, if it had any. h is nil when no
+// response arrived: the call counts as answered, and measures no round
+// trip.
+func (a *Account) Answered(h http.Header) {
 	var lim rateLimit
 	var pol ratePolicy
 	var okLim, okPol bool
@@ -848,29 +732,4 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
-// BudgetWait returns how long the next call without Priority would wait for
-// the budget; zero when one may be sent now.
-func (c *Client) BudgetWait() time.Duration {
-	at, _ := c.account.nextSlot(normal)
-	return max(0, time.Until(at))
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

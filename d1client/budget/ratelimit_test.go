@@ -1,4 +1,4 @@
-package d1client
+package budget
 
 import (
 	"net/http"
@@ -108,20 +108,20 @@ func TestRateLimitResetClamped(t *testing.T) {
 			{"with a policy", `"default";q=1200;w=300`, 300 * time.Second},
 			{"without one", "", maxRateWindow},
 		} {
-			a := newTestAccount(t, UnlimitedBudget())
+			a := newTestAccount(t, Unlimited())
 			h := http.Header{"Ratelimit": {`"default";r=0;t=9300000000`}}
 			if tc.policy != "" {
 				h.Set("Ratelimit-Policy", tc.policy)
 			}
-			a.take(time.Now(), priority)
-			a.answered(h)
+			a.take(time.Now(), Priority)
+			a.Answered(h)
 			st := a.State()
 			if !st.Reset.Equal(time.Now().Add(tc.reset)) {
 				t.Errorf("%s: reset in %v, want %v", tc.name, time.Until(st.Reset), tc.reset)
 			}
-			for _, c := range []class{normal, priority} {
-				if at, why := a.nextSlot(c); why != waitBudget || !at.Equal(time.Now().Add(tc.reset+resetMargin)) {
-					t.Errorf("%s: class %d may go in %v (%v); want the reset, %v", tc.name, c, time.Until(at), why, tc.reset+resetMargin)
+			for _, c := range []Class{Normal, Priority} {
+				if at, why := a.NextSlot(c); why != WaitBudget || !at.Equal(time.Now().Add(tc.reset+resetMargin)) {
+					t.Errorf("%s: Class %d may go in %v (%v); want the reset, %v", tc.name, c, time.Until(at), why, tc.reset+resetMargin)
 				}
 			}
 		}

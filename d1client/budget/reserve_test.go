@@ -1,7 +1,6 @@
-package d1client
+package budget
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,20 +8,19 @@ import (
 	"time"
 )
 
-// A Budget without a reserve is refused, by New and NewAccount, with the
-// accepted range: without one, work without Priority could take every
+// A Budget without a reserve is refused, by Validate and NewAccount, with
+// the accepted range: without one, work without Priority could take every
 // call, and a completion meeting the empty budget would fail.
 func TestReserveZeroRefused(t *testing.T) {
-	for _, b := range []Budget{Budget{}.WithReserve(0), NewBudget(10, time.Second).WithBurst(1).WithReserve(0), UnlimitedBudget().WithReserve(0)} {
-		if _, err := New(Config{BaseURL: testBaseURL, AccountID: testAccount, DatabaseID: testDatabase, Budget: b}); !errors.Is(err, ErrInvalid) ||
-			!strings.Contains(err.Error(), "Config.Budget's reserve is 0; accepted: 0.01 to 0.9") {
-			t.Errorf("New with %v and no reserve: %v", b, err)
+	for _, b := range []Budget{Budget{}.WithReserve(0), New(10, time.Second).WithBurst(1).WithReserve(0), Unlimited().WithReserve(0)} {
+		if err := b.Validate(); err == nil || !strings.Contains(err.Error(), "reserve is 0; accepted: 0.01 to 0.9") {
+			t.Errorf("Validate of %v with no reserve: %v", b, err)
 		}
-		if _, err := NewAccount(b); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "accepted: 0.01 to 0.9") {
+		if _, err := NewAccount(b); err == nil || !strings.Contains(err.Error(), "accepted: 0.01 to 0.9") {
 			t.Errorf("NewAccount with %v and no reserve: %v", b, err)
 		}
 	}
-	if _, err := NewAccount(NewBudget(10, time.Second).WithReserve(MinReserve)); err != nil {
+	if _, err := NewAccount(New(10, time.Second).WithReserve(MinReserve)); err != nil {
 		t.Errorf("the least reserve: %v", err)
 	}
 }
@@ -34,51 +32,51 @@ func TestReserveZeroRefused(t *testing.T) {
 func TestCompletionBypassesPace(t *testing.T) {
 	t.Run("local pace", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			a := newTestAccount(t, NewBudget(5, 100*time.Second).WithBurst(1))
-			takeAt(t, a, normal, time.Now())
-			if at, _ := a.nextSlot(normal); !at.After(time.Now()) {
+			a := newTestAccount(t, New(5, 100*time.Second).WithBurst(1))
+			takeAt(t, a, Normal, time.Now())
+			if at, _ := a.NextSlot(Normal); !at.After(time.Now()) {
 				t.Fatal("the pace lets new work go at once after a call")
 			}
 			for i := range 4 { // the rest of the window's 5 calls
-				if at, why := a.nextSlot(priority); !at.Equal(time.Now()) {
-					t.Fatalf("priority call %d waits %v (%v)", i+2, time.Until(at), why)
+				if at, why := a.NextSlot(Priority); !at.Equal(time.Now()) {
+					t.Fatalf("Priority call %d waits %v (%v)", i+2, time.Until(at), why)
 				}
-				a.take(time.Now(), priority)
+				a.take(time.Now(), Priority)
 			}
 			// The window is spent: the next waits for its first call to leave it.
-			if at, why := a.nextSlot(priority); why != waitBudget || !at.Equal(time.Now().Add(100*time.Second+100*time.Second/ringMargin)) {
-				t.Fatalf("with the window spent, priority may go in %v (%v)", time.Until(at), why)
+			if at, why := a.NextSlot(Priority); why != WaitBudget || !at.Equal(time.Now().Add(100*time.Second+100*time.Second/ringMargin)) {
+				t.Fatalf("with the window spent, Priority may go in %v (%v)", time.Until(at), why)
 			}
 		})
 	})
 	t.Run("account pace", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			a := newTestAccount(t, UnlimitedBudget().WithBurst(1))
-			a.take(time.Now(), normal)
-			a.answered(rateHeaders(3, 60, 1200, 300)) // 3 calls left, one every 20 s
-			takeAt(t, a, normal, time.Now())
-			if at, _ := a.nextSlot(normal); !at.After(time.Now()) {
+			a := newTestAccount(t, Unlimited().WithBurst(1))
+			a.take(time.Now(), Normal)
+			a.Answered(rateHeaders(3, 60, 1200, 300)) // 3 calls left, one every 20 s
+			takeAt(t, a, Normal, time.Now())
+			if at, _ := a.NextSlot(Normal); !at.After(time.Now()) {
 				t.Fatal("the pace lets new work go at once after a call")
 			}
 			for i := range 2 {
-				if at, why := a.nextSlot(priority); !at.Equal(time.Now()) {
-					t.Fatalf("priority call %d waits %v (%v)", i+1, time.Until(at), why)
+				if at, why := a.NextSlot(Priority); !at.Equal(time.Now()) {
+					t.Fatalf("Priority call %d waits %v (%v)", i+1, time.Until(at), why)
 				}
-				a.take(time.Now(), priority)
+				a.take(time.Now(), Priority)
 			}
 			// None is left: the next waits for the reset.
 			st := a.State()
-			if at, why := a.nextSlot(priority); why != waitBudget || !at.Equal(st.Reset.Add(resetMargin)) {
-				t.Fatalf("with no call left, priority may go in %v (%v)", time.Until(at), why)
+			if at, why := a.NextSlot(Priority); why != WaitBudget || !at.Equal(st.Reset.Add(resetMargin)) {
+				t.Fatalf("with no call left, Priority may go in %v (%v)", time.Until(at), why)
 			}
 		})
 	})
 	t.Run("971", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			a := newTestAccount(t, UnlimitedBudget())
-			a.block(time.Now().Add(time.Minute))
-			if _, why := a.nextSlot(priority); why != waitBlock {
-				t.Fatalf("priority work during a 971 block: %v", why)
+			a := newTestAccount(t, Unlimited())
+			a.Block(time.Now().Add(time.Minute))
+			if _, why := a.NextSlot(Priority); why != WaitBlock {
+				t.Fatalf("Priority work during a 971 block: %v", why)
 			}
 		})
 	})
@@ -90,12 +88,12 @@ func TestCompletionBypassesPace(t *testing.T) {
 // at once.
 func TestEveryBudgetKeepsACallForPriority(t *testing.T) {
 	for _, b := range []Budget{
-		NewBudget(5, 100*time.Second).WithBurst(1).WithReserve(MinReserve),
-		NewBudget(5, 100*time.Second).WithBurst(1),
-		NewBudget(2, time.Minute),
-		NewBudget(2, time.Minute).WithBurst(1000).WithReserve(MinReserve),
-		NewBudget(20, 20*time.Second).WithBurst(20).WithReserve(MinReserve),
-		NewBudget(20, 20*time.Second).WithBurst(1).WithReserve(MaxReserve),
+		New(5, 100*time.Second).WithBurst(1).WithReserve(MinReserve),
+		New(5, 100*time.Second).WithBurst(1),
+		New(2, time.Minute),
+		New(2, time.Minute).WithBurst(1000).WithReserve(MinReserve),
+		New(20, 20*time.Second).WithBurst(20).WithReserve(MinReserve),
+		New(20, 20*time.Second).WithBurst(1).WithReserve(MaxReserve),
 		Budget{},
 		Budget{}.WithBurst(1).WithReserve(MinReserve),
 	} {
@@ -105,17 +103,17 @@ func TestEveryBudgetKeepsACallForPriority(t *testing.T) {
 				start := time.Now()
 				n := 0
 				for {
-					at, _ := a.nextSlot(normal)
+					at, _ := a.NextSlot(Normal)
 					if !at.Before(start.Add(b.Per())) {
 						break
 					}
-					takeAt(t, a, normal, start)
+					takeAt(t, a, Normal, start)
 					n++
 				}
 				if n > b.Calls()-b.Kept() || b.Kept() < 1 {
 					t.Errorf("new work took %d of the window's %d calls, %d of them kept", n, b.Calls(), b.Kept())
 				}
-				if at, why := a.nextSlot(priority); !at.Equal(time.Now()) {
+				if at, why := a.NextSlot(Priority); !at.Equal(time.Now()) {
 					t.Errorf("after %d calls of new work, a completion waits %v (%v)", n, time.Until(at), why)
 				}
 			})
@@ -123,26 +121,26 @@ func TestEveryBudgetKeepsACallForPriority(t *testing.T) {
 	}
 	// The account's headers: new work leaves the last of the calls they
 	// say are left.
-	for _, b := range []Budget{UnlimitedBudget().WithBurst(1).WithReserve(MinReserve), UnlimitedBudget().WithBurst(1), UnlimitedBudget()} {
+	for _, b := range []Budget{Unlimited().WithBurst(1).WithReserve(MinReserve), Unlimited().WithBurst(1), Unlimited()} {
 		t.Run(fmt.Sprintf("headers, burst %d, reserve %v", b.Burst(), b.Reserve()), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				a := newTestAccount(t, b)
-				a.take(time.Now(), normal)
-				a.answered(rateHeaders(5, 60, 1200, 300))
+				a.take(time.Now(), Normal)
+				a.Answered(rateHeaders(5, 60, 1200, 300))
 				reset := a.State().Reset
 				n := 0
 				for {
-					at, _ := a.nextSlot(normal)
+					at, _ := a.NextSlot(Normal)
 					if !at.Before(reset) {
 						break
 					}
-					takeAt(t, a, normal, time.Now())
+					takeAt(t, a, Normal, time.Now())
 					n++
 				}
 				if n > 5-b.Kept() {
 					t.Errorf("new work took %d of the 5 calls left, %d of them kept", n, b.Kept())
 				}
-				if at, why := a.nextSlot(priority); !at.Equal(time.Now()) {
+				if at, why := a.NextSlot(Priority); !at.Equal(time.Now()) {
 					t.Errorf("after %d calls of new work, a completion waits %v (%v)", n, time.Until(at), why)
 				}
 			})
@@ -157,32 +155,32 @@ func TestEveryBudgetKeepsACallForPriority(t *testing.T) {
 // the account; work without Priority leaves Kept calls for each.
 func TestPriorityTakesItsShareOfTheLastCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := newTestAccount(t, UnlimitedBudget())
-		a.take(time.Now(), normal)
-		a.answered(rateHeaders(10, 60, 1200, 300))
+		a := newTestAccount(t, Unlimited())
+		a.take(time.Now(), Normal)
+		a.Answered(rateHeaders(10, 60, 1200, 300))
 		a.mu.Lock()
 		a.ours, a.others = 1, 2 // this process spends a third of the account's calls
 		a.mu.Unlock()
 		// 10 left, less one that others may have in flight: a third of 9.
 		n := 0
 		for ; n < 10; n++ {
-			if at, _ := a.nextSlot(priority); !at.Equal(time.Now()) {
+			if at, _ := a.NextSlot(Priority); !at.Equal(time.Now()) {
 				break
 			}
-			a.take(time.Now(), priority)
+			a.take(time.Now(), Priority)
 		}
 		if n != 3 {
-			t.Errorf("priority work took %d calls; want 3, a third of the 9 left", n)
+			t.Errorf("Priority work took %d calls; want 3, a third of the 9 left", n)
 		}
-		if at, _ := a.nextSlot(normal); !at.Equal(a.State().Reset.Add(resetMargin)) {
+		if at, _ := a.NextSlot(Normal); !at.Equal(a.State().Reset.Add(resetMargin)) {
 			t.Errorf("new work may go in %v; want the reset", time.Until(at))
 		}
 		// Answered, the calls are the headers' again: a third of what is left.
 		for range 3 {
-			a.answered(nil)
+			a.Answered(nil)
 		}
-		if at, _ := a.nextSlot(priority); !at.Equal(time.Now()) {
-			t.Errorf("with its calls answered, priority work waits %v", time.Until(at))
+		if at, _ := a.NextSlot(Priority); !at.Equal(time.Now()) {
+			t.Errorf("with its calls answered, Priority work waits %v", time.Until(at))
 		}
 	})
 }

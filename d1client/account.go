@@ -1,0 +1,75 @@
+package d1client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/d1idem/d1idem/d1client/budget"
+)
+
+// acquire takes a call of class cl from the client's Account (see
+// budget.Account.Acquire), and returns how long it waited and, when it
+// took none, its refusal as an *Error: ErrBudget with the wait, ErrRateLimited
+// during a 971 block, or a not-sent transport error for want of a round
+// trip before the deadline.
+func (c *Client) acquire(ctx context.Context, cl budget.Class) (time.Duration, *Error) {
+	waited, err := c.account.Acquire(ctx, cl)
+	if err == nil {
+		return waited, nil
+	}
+	var r *budget.Refusal
+	if !errors.As(err, &r) {
+		return waited, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error(), notSent: true}
+	}
+	switch r.Cause {
+	case budget.CauseBlock:
+		return waited, blockedError(r.Until, r.Wait)
+	case budget.CauseDeadline:
+		return waited, tooLate(r.Left, r.RoundTrip)
+	}
+	e := exhausted(c.account, r.Wait)
+	e.Err = r.Err
+	return waited, e
+}
+
+// tooLate is the error of a call not sent because only left, less than a
+// round trip of rtt, remained before its context's deadline. Nothing was
+// sent, so it is not ambiguous; it matches context.DeadlineExceeded.
+func tooLate(left, rtt time.Duration) *Error {
+	return &Error{kind: kindTransport, Err: context.DeadlineExceeded, notSent: true,
+		Message: fmt.Sprintf("not sent: %s left before the context's deadline, less than a round trip (%s): the call could not finish in time",
+			max(left, 0).Round(time.Millisecond), rtt.Round(time.Millisecond))}
+}
+
+// exhausted is the error of a call not sent because a's budget had no call
+// for it in time; one may go after wait.
+func exhausted(a *budget.Account, wait time.Duration) *Error {
+	return &Error{kind: kindBudget, RetryAfter: wait, notSent: true,
+		Message: fmt.Sprintf("not sent: the request budget (%s) has no call for it; one may go in %s", a.Budget(), wait.Round(time.Millisecond))}
+}
+
+// blockedError is the error of a call not sent during a 971 block, which
+// ends at until, after wait.
+func blockedError(until time.Time, wait time.Duration) *Error {
+	return &Error{kind: kindRateLimited, StatusCode: http.StatusTooManyRequests, Codes: []int{971},
+		RetryAfter: wait, BlockedUntil: until, notSent: true,
+		Message: "not sent: Cloudflare's global API rate limit blocks this account until " + until.UTC().Format(time.RFC3339)}
+}
+
+// blocked returns the 971 error while a block of a is on.
+func blocked(a *budget.Account) *Error {
+	if until, on := a.Blocked(); on {
+		return blockedError(until, time.Until(until))
+	}
+	return nil
+}
+
+// BudgetWait returns how long the next call without Priority would wait for
+// the budget; zero when one may be sent now.
+func (c *Client) BudgetWait() time.Duration {
+	at, _ := c.account.NextSlot(budget.Normal)
+	return max(0, time.Until(at))
+}
