@@ -171,99 +171,188 @@ func Next(sql string) Token {
 
 // scan returns the length and kind of the token at the start of s.
 func scan(s string) (int, Kind) {
-	at := func(i int) byte { return byteAt(s, i) }
-	switch c := s[0]; {
-	case c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\r': // not '\v'
-		i := 1
-		for isSpace(at(i)) {
-			i++
+	if f := scanners[s[0]]; f != nil {
+		return f(s)
+	}
+	return 1, Illegal
+}
+
+// scanners is the scanner of a token by its first byte (nil: a byte no
+// token starts with), as SQLite's tokenizer classes the first byte in its
+// aiClass table.
+var scanners = func() (t [256]func(string) (int, Kind)) {
+	set := func(bytes string, f func(string) (int, Kind)) {
+		for i := range len(bytes) {
+			t[bytes[i]] = f
 		}
-		return i, Space
-	case c == '-' && at(1) == '-':
+	}
+	for c := range len(t) {
+		if isIDChar(byte(c)) {
+			t[c] = word
+		}
+	}
+	set(" \t\n\f\r", space) // not '\v', which only continues a run
+	set("-", minus)
+	set("/", slash)
+	set("=<>!|%,&~+*", operator)
+	set("();", punctuation)
+	set("'\"`", quoted)
+	set("[", bracketed)
+	set(".", dot)
+	set("0123456789", number)
+	set("?", numbered)
+	set("$@:#", variable)
+	set("xX", blobOrWord)
+	set("\xef", bomOrWord)
+	return t
+}()
+
+// space scans a run of whitespace.
+func space(s string) (int, Kind) {
+	i := 1
+	for isSpace(byteAt(s, i)) {
+		i++
+	}
+	return i, Space
+}
+
+// minus scans a '-': a comment to the end of the line ("--"), the JSON
+// operators "->" and "->>", or a minus.
+func minus(s string) (int, Kind) {
+	switch byteAt(s, 1) {
+	case '-':
 		if i := strings.IndexByte(s, '\n'); i >= 0 {
 			return i, Comment
 		}
 		return len(s), Comment
-	case c == '-' && at(1) == '>':
-		if at(2) == '>' {
+	case '>':
+		if byteAt(s, 2) == '>' {
 			return 3, Operator
 		}
 		return 2, Operator
-	case c == '/' && at(1) == '*' && at(2) != 0:
-		if i := strings.Index(s[2:], "*/"); i >= 0 {
-			return i + 4, Comment
-		}
-		return len(s), Comment
-	case c == '(':
-		return 1, LParen
-	case c == ')':
-		return 1, RParen
-	case c == ';':
-		return 1, Semicolon
-	case c == '!' && at(1) != '=':
+	}
+	return 1, Operator
+}
+
+// slash scans a '/': a comment "/* */", running to the end of the text
+// when unterminated, or a division. A "/*" that ends the text is a '/'.
+func slash(s string) (int, Kind) {
+	if byteAt(s, 1) != '*' || byteAt(s, 2) == 0 {
+		return 1, Operator
+	}
+	if i := strings.Index(s[2:], "*/"); i >= 0 {
+		return i + 4, Comment
+	}
+	return len(s), Comment
+}
+
+// operator scans an operator of one or two bytes other than those of minus
+// and slash. A '!' alone is illegal.
+func operator(s string) (int, Kind) {
+	switch s[:min(len(s), 2)] {
+	case "==", "<=", "<>", "<<", ">=", ">>", "!=", "||":
+		return 2, Operator
+	}
+	if s[0] == '!' {
 		return 1, Illegal
-	case strings.IndexByte("=<>!|", c) >= 0:
-		switch s[:min(len(s), 2)] {
-		case "==", "<=", "<>", "<<", ">=", ">>", "!=", "||":
-			return 2, Operator
+	}
+	return 1, Operator
+}
+
+// punctuation scans a '(', a ')' or a ';'.
+func punctuation(s string) (int, Kind) {
+	switch s[0] {
+	case '(':
+		return 1, LParen
+	case ')':
+		return 1, RParen
+	}
+	return 1, Semicolon
+}
+
+// quoted scans a string literal ('...') or a quoted identifier ("..." or
+// `...`), where a doubled quote stands for itself. An unterminated one is
+// illegal and runs to the end of the text.
+func quoted(s string) (int, Kind) {
+	q := s[0]
+	for i := 1; i < len(s); i++ {
+		if s[i] != q {
+			continue
 		}
-		return 1, Operator
-	case strings.IndexByte("%,&~+*-/", c) >= 0:
-		return 1, Operator
-	case c == '\'' || c == '"' || c == '`':
-		for i := 1; i < len(s); i++ {
-			if s[i] != c {
-				continue
+		if byteAt(s, i+1) != q {
+			if q == '\'' {
+				return i + 1, String
 			}
-			if at(i+1) != c {
-				if c == '\'' {
-					return i + 1, String
-				}
-				return i + 1, QuotedID
-			}
-			i++ // a doubled quote stands for itself
-		}
-		return len(s), Illegal
-	case c == '[':
-		if i := strings.IndexByte(s, ']'); i >= 0 {
 			return i + 1, QuotedID
 		}
-		return len(s), Illegal
-	case c == '.' && !isDigit(at(1)):
-		return 1, Operator
-	case c == '.' || isDigit(c):
-		return number(s)
-	case c == '?':
-		i := 1
-		for isDigit(at(i)) {
-			i++
-		}
-		return i, Variable
-	case c == '$' || c == '@' || c == ':' || c == '#':
-		return variable(s)
-	case (c == 'x' || c == 'X') && at(1) == '\'':
-		i := 2
-		for isHexDigit(at(i)) {
-			i++
-		}
-		kind := Blob
-		if at(i) != '\'' || i%2 != 0 {
-			kind = Illegal
-			for i < len(s) && s[i] != '\'' {
-				i++
-			}
-		}
-		return min(i+1, len(s)), kind
-	case c == 0xEF && at(1) == 0xBB && at(2) == 0xBF:
-		return 3, Comment // a byte order mark
-	case isIDChar(c) && !isDigit(c): // '$' was taken above
-		i := 1
-		for isIDChar(at(i)) {
-			i++
-		}
-		return i, Word
+		i++ // a doubled quote stands for itself
 	}
-	return 1, Illegal
+	return len(s), Illegal
+}
+
+// bracketed scans a quoted identifier [...], which has no escape.
+func bracketed(s string) (int, Kind) {
+	if i := strings.IndexByte(s, ']'); i >= 0 {
+		return i + 1, QuotedID
+	}
+	return len(s), Illegal
+}
+
+// dot scans a '.': a number when a digit follows (".5"), an operator
+// otherwise.
+func dot(s string) (int, Kind) {
+	if isDigit(byteAt(s, 1)) {
+		return number(s)
+	}
+	return 1, Operator
+}
+
+// numbered scans a numbered parameter: ? or ?NNN.
+func numbered(s string) (int, Kind) {
+	i := 1
+	for isDigit(byteAt(s, i)) {
+		i++
+	}
+	return i, Variable
+}
+
+// blobOrWord scans a blob literal, x'00ff', whose hexadecimal digits come
+// in pairs (otherwise it is illegal, and runs to its closing quote), or a
+// word that starts with an x.
+func blobOrWord(s string) (int, Kind) {
+	if byteAt(s, 1) != '\'' {
+		return word(s)
+	}
+	i := 2
+	for isHexDigit(byteAt(s, i)) {
+		i++
+	}
+	kind := Blob
+	if byteAt(s, i) != '\'' || i%2 != 0 {
+		kind = Illegal
+		for i < len(s) && s[i] != '\'' {
+			i++
+		}
+	}
+	return min(i+1, len(s)), kind
+}
+
+// bomOrWord scans a UTF-8 byte order mark, which SQLite reads as a
+// comment, or a word that starts with the byte 0xEF.
+func bomOrWord(s string) (int, Kind) {
+	if byteAt(s, 1) == 0xBB && byteAt(s, 2) == 0xBF {
+		return 3, Comment
+	}
+	return word(s)
+}
+
+// word scans a keyword or a bare identifier.
+func word(s string) (int, Kind) {
+	i := 1
+	for isIDChar(byteAt(s, i)) {
+		i++
+	}
+	return i, Word
 }
 
 // number scans a numeric literal: decimal, with an optional fraction and
