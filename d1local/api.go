@@ -62,9 +62,31 @@ var (
 	exportRoute = &route{name: routeExport, methods: map[string]handler{http.MethodPost: serveExport}}
 )
 
+// apiRoutes are the API's paths (without the /client/v4 prefix and the
+// leading '/') and their routes. A segment in braces is a parameter: "{}"
+// any segment, "{a|b}" one of the words listed.
+var apiRoutes = []struct {
+	pattern []string
+	route   *route
+}{
+	{segments("user/tokens/verify"), verifyRoute},
+	{segments("user"), userRoute},
+	{segments("memberships"), membershipsRoute},
+	{segments("accounts"), accountsRoute},
+	{segments("accounts/{}/tokens/verify"), verifyRoute},
+	{segments("accounts/{}/d1/database"), databasesRoute},
+	{segments("accounts/{}/d1/database/{}"), databaseRoute},
+	{segments("accounts/{}/d1/database/{}/{query|raw}"), queryRoute},
+	{segments("accounts/{}/d1/database/{}/{import}"), importRoute},
+	{segments("accounts/{}/d1/database/{}/{export}"), exportRoute},
+}
+
+// segments splits a pattern of apiRoutes at its slashes.
+func segments(pattern string) []string { return strings.Split(pattern, "/") }
+
 // matchRoute finds the route of an API path (without the /client/v4
 // prefix) and its parameters: the account, the database and the endpoint,
-// as far as the path has them.
+// as far as the path has them. A path with an empty segment has no route.
 func matchRoute(path string) (*route, []string) {
 	rest, ok := strings.CutPrefix(path, "/")
 	if !ok {
@@ -74,33 +96,34 @@ func matchRoute(path string) (*route, []string) {
 	if slices.Contains(p, "") {
 		return nil, nil
 	}
-	switch {
-	case len(p) == 3 && p[0] == "user" && p[1] == "tokens" && p[2] == "verify":
-		return verifyRoute, nil
-	case len(p) == 1 && p[0] == "user":
-		return userRoute, nil
-	case len(p) == 1 && p[0] == "memberships":
-		return membershipsRoute, nil
-	case len(p) == 1 && p[0] == "accounts":
-		return accountsRoute, nil
-	case len(p) < 2 || p[0] != "accounts":
-		return nil, nil
-	case len(p) == 4 && p[2] == "tokens" && p[3] == "verify":
-		return verifyRoute, p[1:2]
-	case len(p) < 4 || p[2] != "d1" || p[3] != "database":
-		return nil, nil
-	case len(p) == 4:
-		return databasesRoute, []string{p[1], ""}
-	case len(p) == 5:
-		return databaseRoute, []string{p[1], p[4]}
-	case len(p) == 6 && (p[5] == "query" || p[5] == "raw"):
-		return queryRoute, []string{p[1], p[4], p[5]}
-	case len(p) == 6 && p[5] == "import":
-		return importRoute, []string{p[1], p[4], p[5]}
-	case len(p) == 6 && p[5] == "export":
-		return exportRoute, []string{p[1], p[4], p[5]}
+	for _, r := range apiRoutes {
+		if args, ok := matchPattern(r.pattern, p); ok {
+			return r.route, args
+		}
 	}
 	return nil, nil
+}
+
+// matchPattern reports whether the segments p match pattern, and returns
+// the parameters.
+func matchPattern(pattern, p []string) ([]string, bool) {
+	if len(p) != len(pattern) {
+		return nil, false
+	}
+	var args []string
+	for i, seg := range pattern {
+		if !strings.HasPrefix(seg, "{") {
+			if p[i] != seg {
+				return nil, false
+			}
+			continue
+		}
+		if words := strings.Trim(seg, "{}"); words != "" && !slices.Contains(strings.Split(words, "|"), p[i]) {
+			return nil, false
+		}
+		args = append(args, p[i])
+	}
+	return args, true
 }
 
 // writeOK writes a success envelope holding result, with result_info when

@@ -300,3 +300,59 @@ func TestDeleteWhileInUse(t *testing.T) {
 		}
 	}
 }
+
+// TestMatchRoute: each of the API's paths finds its route and its
+// parameters (account, database, endpoint, as far as the path has them);
+// any other path, one with an empty segment included, finds none.
+func TestMatchRoute(t *testing.T) {
+	for _, tc := range []struct {
+		path, route string
+		args        []string
+	}{
+		{"/user/tokens/verify", routeVerify, nil},
+		{"/user", routeUser, nil},
+		{"/memberships", routeMemberships, nil},
+		{"/accounts", routeAccounts, nil},
+		{"/accounts/acc/tokens/verify", routeVerify, []string{"acc"}},
+		{"/accounts/acc/d1/database", routeDatabases, []string{"acc"}},
+		{"/accounts/acc/d1/database/db", routeDatabase, []string{"acc", "db"}},
+		{"/accounts/acc/d1/database/query", routeDatabase, []string{"acc", "query"}},
+		{"/accounts/tokens/tokens/verify", routeVerify, []string{"tokens"}},
+		{"/accounts/acc/d1/database/db/query", routeQuery, []string{"acc", "db", "query"}},
+		{"/accounts/acc/d1/database/db/raw", routeQuery, []string{"acc", "db", "raw"}},
+		{"/accounts/acc/d1/database/db/import", routeImport, []string{"acc", "db", "import"}},
+		{"/accounts/acc/d1/database/db/export", routeExport, []string{"acc", "db", "export"}},
+		{"", "", nil},
+		{"/", "", nil},
+		{"user", "", nil},
+		{"/user/", "", nil},
+		{"//user", "", nil},
+		{"/user/tokens", "", nil},
+		{"/user/tokens/verify/x", "", nil},
+		{"/users", "", nil},
+		{"/memberships/x", "", nil},
+		{"/accounts/acc", "", nil},
+		{"/accounts/acc/tokens", "", nil},
+		{"/accounts/acc/tokens/verify/x", "", nil},
+		{"/accounts/acc/d1", "", nil},
+		{"/accounts/acc/d1/databases", "", nil},
+		{"/accounts/acc/d2/database", "", nil},
+		{"/accounts//d1/database", "", nil},
+		{"/accounts/acc/d1/database/", "", nil},
+		{"/accounts/acc/d1/database//query", "", nil},
+		{"/accounts/acc/d1/database/db/backup", "", nil},
+		{"/accounts/acc/d1/database/db/query/x", "", nil},
+		{"/accounts/acc/d1/database/db/Query", "", nil},
+		{"/zones/acc/d1/database/db/query", "", nil},
+		{"/user/acc/d1/database/db/query", "", nil},
+	} {
+		rt, args := matchRoute(tc.path)
+		name := ""
+		if rt != nil {
+			name = rt.name
+		}
+		if name != tc.route || !slices.Equal(args, tc.args) {
+			t.Errorf("matchRoute(%q) = %q %q, want %q %q", tc.path, name, args, tc.route, tc.args)
+		}
+	}
+}
