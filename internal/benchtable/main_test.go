@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"io"
 	"os"
 	"strings"
@@ -214,5 +215,35 @@ BenchmarkCallsVsLatency/cap=32x64-2 	1	1 ns/op	0.2000 d1-calls/req	2.000 naive-d
 		if strings.Contains(what, "calls bounded") {
 			t.Errorf("row %q without CallsVsLatency results", what)
 		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/all.figures.md from testdata/all.bench")
+
+// TestFiguresTable: the whole figures table, in order, of a run that has
+// every benchmark the table reads (testdata/all.bench), is the one in
+// testdata/all.figures.md (-update rewrites it).
+func TestFiguresTable(t *testing.T) {
+	in, err := os.ReadFile("testdata/all.bench")
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, _, failed, err := parse(strings.NewReader(string(in)), io.Discard)
+	if err != nil || failed {
+		t.Fatalf("parse: %v, failed %v", err, failed)
+	}
+	got := markdown("AMD EPYC, 2 cores", figures(latest(results)))
+	const golden = "testdata/all.figures.md"
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Errorf("figures table:\n%s\nwant (%s):\n%s", got, golden, want)
 	}
 }
