@@ -209,37 +209,60 @@ var (
 
 var concurrencies = []string{"1", "8", "64", "256"}
 
-// figures derives the summary rows from the results.
-func figures(results []result) []row {
-	find := func(name string) (result, bool) {
-		for _, r := range results {
-			if r.name == name {
-				return r, true
-			}
-		}
-		return result{}, false
-	}
-	// series returns unit of each name, or false if one is missing.
-	series := func(unit string, names ...string) ([]float64, bool) {
-		var out []float64
-		for _, n := range names {
-			r, ok := find(n)
-			if !ok {
-				return nil, false
-			}
-			out = append(out, r.value(unit))
-		}
-		return out, true
-	}
-	var rows []row
+// benches are the results of a run.
+type benches []result
 
+// find returns the result of the benchmark named name.
+func (b benches) find(name string) (result, bool) {
+	for _, r := range b {
+		if r.name == name {
+			return r, true
+		}
+	}
+	return result{}, false
+}
+
+// series returns unit of each benchmark named, or false if one is missing.
+func (b benches) series(unit string, names ...string) ([]float64, bool) {
+	var out []float64
+	for _, n := range names {
+		r, ok := b.find(n)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, r.value(unit))
+	}
+	return out, true
+}
+
+// figures derives the summary rows from the results, group by group, in
+// the order of the table.
+func figures(results []result) []row {
+	var rows []row
+	for _, group := range []func(benches) []row{
+		callsPerRequestRows, openLoopRows, vsSpecRows, callsVsLatencyRows,
+		throughputRows, addedLatencyRows, clientAllocRows, middlewareCPURows,
+		telemetryRows, fingerprintRows, sweepRows, claimLookupRows,
+		shardScalingRows, shardTransitionRows, bridgeOverheadRows, bridgeRows,
+		replicaRows,
+	} {
+		rows = append(rows, group(results)...)
+	}
+	return rows
+}
+
+// callsPerRequestRows are the ledger's D1 calls per request by path
+// (BenchmarkLedgerCalls), and per first execution and replay by
+// concurrency (BenchmarkCallsPerRequest).
+func callsPerRequestRows(b benches) []row {
+	var rows []row
 	paths := []string{"first_execution", "replay", "in_progress", "takeover"}
 	want := []float64{2, 1, 1, 2}
 	var names []string
 	for _, p := range paths {
 		names = append(names, "LedgerCalls/"+p)
 	}
-	if v, ok := series("d1-calls/req", names...); ok {
+	if v, ok := b.series("d1-calls/req", names...); ok {
 		met := true
 		for i := range v {
 			met = met && v[i] == want[i]
@@ -252,14 +275,19 @@ func figures(results []result) []row {
 		for _, c := range concurrencies {
 			names = append(names, "CallsPerRequest/"+path+"/c"+c)
 		}
-		if v, ok := series("d1-calls/req", names...); ok {
+		if v, ok := b.series("d1-calls/req", names...); ok {
 			rows = append(rows, row{fmt.Sprintf("D1 calls per %s at concurrency 1 / 8 / 64 / 256 (20 ms per call)", strings.ReplaceAll(path, "_", " ")),
 				join(v, format), "≤ 0.1 at 64", ptr(v[2] <= 0.1)})
 		}
 	}
+	return rows
+}
 
-	// The open-loop runs, in the order they ran.
-	for _, r := range results {
+// openLoopRows are two rows per open-loop run (BenchmarkOpenLoop), in the
+// order they ran: what was answered and lost, and the latency.
+func openLoopRows(b benches) []row {
+	var rows []row
+	for _, r := range b {
 		rate, ok := strings.CutPrefix(r.name, "OpenLoop/default_budget/rate=")
 		if !ok {
 			continue
@@ -278,138 +306,220 @@ func figures(results []result) []row {
 				format(r.value("d1-calls/s")), count(r.value("peak-calls/300s"))),
 			"p99 < 1500 ms", ptr(ok && p99 < 1500)})
 	}
+	return rows
+}
 
-	// The side-by-side with the spec's sequence (internal/specseq).
+// vsSpecRows are the side-by-side with the spec's sequence
+// (internal/specseq, BenchmarkVsSpec), by D1 latency: p50, p99, and D1
+// calls per first execution.
+func vsSpecRows(b benches) []row {
+	var rows []row
 	for _, rtt := range []string{"20ms", "50ms"} {
-		names = names[:0]
+		var names []string
 		for _, c := range concurrencies {
 			names = append(names, "VsSpec/rtt="+rtt+"/c="+c)
 		}
-		if _, ok := series("p50-ms", names...); !ok {
+		if _, ok := b.series("p50-ms", names...); !ok {
 			continue
 		}
 		for _, p := range []string{"p50", "p99"} {
-			ours, _ := series(p+"-ms", names...)
-			naive, _ := series("naive-"+p+"-ms", names...)
-			ratio, _ := series(p+"-ratio", names...)
-			var parts []string
-			met := true
-			for i := range ours {
-				r := ratioFormat(ratio[i])
-				res, _ := find(names[i])
-				if in, ok := res.interval(p); ok { // not in output of before the intervals
-					r += ", " + in
-				}
-				parts = append(parts, fmt.Sprintf("%s / %s (%s)", format(ours[i]), format(naive[i]), r))
-				met = met && ratio[i] <= 1
-			}
-			rows = append(rows, row{fmt.Sprintf("first execution vs the spec's sequence, %s per call, concurrency 1; 8; 64; 256: %s d1idem / naive ms (ratio, its 95 %% interval)", strings.TrimSuffix(rtt, "ms")+" ms", p),
-				strings.Join(parts, "; "), "ratio ≤ 1", &met})
+			rows = append(rows, vsSpecLatencyRow(b, rtt, p, names))
 		}
-		ours, _ := series("d1-calls/req", names...)
-		naive, _ := series("naive-d1-calls/req", names...)
-		today := todayCallsPerReq[rtt]
-		met := true
-		for i := range ours {
-			met = met && ours[i] <= 1.1*today[i]
-		}
-		rows = append(rows, row{fmt.Sprintf("D1 calls per first execution vs the spec's sequence, %s per call, concurrency 1 / 8 / 64 / 256", strings.TrimSuffix(rtt, "ms")+" ms"),
-			fmt.Sprintf("%s (naive %s)", join(ours, format), join(naive, format)), "≤ today's " + join(today, format) + ", within 10 %", &met})
+		rows = append(rows, vsSpecCallsRow(b, rtt, names))
 	}
+	return rows
+}
 
-	// What a lower p50 costs in calls (BenchmarkCallsVsLatency): the
-	// concurrency-256, 50 ms cell with group commit's calls bounded
-	// smaller, beside the default's.
-	if def, ok := find("VsSpec/rtt=50ms/c=256"); ok {
-		parts := []string{"default (512 × 4): " + callsForRatio(def)}
-		for _, r := range results {
-			if cfg, ok := strings.CutPrefix(r.name, "CallsVsLatency/cap="); ok {
-				parts = append(parts, strings.Replace(cfg, "x", " × ", 1)+": "+callsForRatio(r))
-			}
+// vsSpecLatencyRow is the row of percentile p ("p50", "p99") of the
+// side-by-side cells names at D1 latency rtt.
+func vsSpecLatencyRow(b benches, rtt, p string, names []string) row {
+	ours, _ := b.series(p+"-ms", names...)
+	naive, _ := b.series("naive-"+p+"-ms", names...)
+	ratio, _ := b.series(p+"-ratio", names...)
+	var parts []string
+	met := true
+	for i := range ours {
+		r := ratioFormat(ratio[i])
+		res, _ := b.find(names[i])
+		if in, ok := res.interval(p); ok {
+			r += ", " + in
 		}
-		if len(parts) > 1 {
-			rows = append(rows, row{"first execution vs the spec's sequence, 50 ms per call, concurrency 256, group commit's calls bounded to MaxStatements × MaxInFlight: D1 calls per request → p50 ratio (its 95 % interval)",
-				strings.Join(parts, "; "), "", nil})
-		}
+		parts = append(parts, fmt.Sprintf("%s / %s (%s)", format(ours[i]), format(naive[i]), r))
+		met = met && ratio[i] <= 1
 	}
+	return row{fmt.Sprintf("first execution vs the spec's sequence, %s per call, concurrency 1; 8; 64; 256: %s d1idem / naive ms (ratio, its 95 %% interval)", strings.TrimSuffix(rtt, "ms")+" ms", p),
+		strings.Join(parts, "; "), "ratio ≤ 1", &met}
+}
 
-	if r, ok := find("SustainedThroughput"); ok {
-		v := r.value("req/s")
-		rows = append(rows, row{"idempotent requests per second at the default budget's rate, its window scaled 60× (20 calls per 5 s), 512 closed-loop clients",
-			fmt.Sprintf("%s (%s D1 calls/s)", format(v), format(r.value("d1-calls/s"))), "≥ 100", ptr(v >= 100)})
+// vsSpecCallsRow is the row of D1 calls per first execution of the
+// side-by-side cells names at D1 latency rtt, against today's.
+func vsSpecCallsRow(b benches, rtt string, names []string) row {
+	ours, _ := b.series("d1-calls/req", names...)
+	naive, _ := b.series("naive-d1-calls/req", names...)
+	today := todayCallsPerReq[rtt]
+	met := true
+	for i := range ours {
+		met = met && ours[i] <= 1.1*today[i]
 	}
+	return row{fmt.Sprintf("D1 calls per first execution vs the spec's sequence, %s per call, concurrency 1 / 8 / 64 / 256", strings.TrimSuffix(rtt, "ms")+" ms"),
+		fmt.Sprintf("%s (naive %s)", join(ours, format), join(naive, format)), "≤ today's " + join(today, format) + ", within 10 %", &met}
+}
+
+// callsVsLatencyRows is what a lower p50 costs in calls
+// (BenchmarkCallsVsLatency): the concurrency-256, 50 ms cell with group
+// commit's calls bounded smaller, beside the default's.
+func callsVsLatencyRows(b benches) []row {
+	def, ok := b.find("VsSpec/rtt=50ms/c=256")
+	if !ok {
+		return nil
+	}
+	parts := []string{"default (512 × 4): " + callsForRatio(def)}
+	for _, r := range b {
+		if cfg, ok := strings.CutPrefix(r.name, "CallsVsLatency/cap="); ok {
+			parts = append(parts, strings.Replace(cfg, "x", " × ", 1)+": "+callsForRatio(r))
+		}
+	}
+	if len(parts) == 1 {
+		return nil
+	}
+	return []row{{"first execution vs the spec's sequence, 50 ms per call, concurrency 256, group commit's calls bounded to MaxStatements × MaxInFlight: D1 calls per request → p50 ratio (its 95 % interval)",
+		strings.Join(parts, "; "), "", nil}}
+}
+
+// throughputRows is the sustained rate of idempotent requests at the
+// default budget's rate (BenchmarkSustainedThroughput).
+func throughputRows(b benches) []row {
+	r, ok := b.find("SustainedThroughput")
+	if !ok {
+		return nil
+	}
+	v := r.value("req/s")
+	return []row{{"idempotent requests per second at the default budget's rate, its window scaled 60× (20 calls per 5 s), 512 closed-loop clients",
+		fmt.Sprintf("%s (%s D1 calls/s)", format(v), format(r.value("d1-calls/s"))), "≥ 100", ptr(v >= 100)}}
+}
+
+// addedLatencyRows are the round trips and own time the ledger adds to a
+// first execution and a replay (BenchmarkAddedLatency).
+func addedLatencyRows(b benches) []row {
+	var rows []row
 	for _, path := range []string{"first_execution", "replay"} {
-		if r, ok := find("AddedLatency/ours/" + path); ok {
-			trips, own := r.value("round-trips"), r.value("own-p99-ms")
-			want := 2.0
-			if path == "replay" {
-				want = 1
-			}
-			rows = append(rows, row{
-				what: fmt.Sprintf("added latency, %s: round trips + own time p50 / p99 (RTT %s ms)", strings.ReplaceAll(path, "_", " "), format(r.value("rtt-ms"))),
-				measured: fmt.Sprintf("%s + %s / %s ms (total p50 %s, p99 %s ms)", format(trips), format(r.value("own-p50-ms")), format(own),
-					format(r.value("p50-ms")), format(r.value("p99-ms"))),
-				target: fmt.Sprintf("≤ %g RTT + 3 ms", want),
-				ok:     ptr(trips <= want && own <= 3),
-			})
+		r, ok := b.find("AddedLatency/ours/" + path)
+		if !ok {
+			continue
 		}
-	}
-	if v, ok := series("allocs/op", "ClientExec/client_only/one_statement", "ClientExec/client_only/batch_of_2"); ok {
-		met := true
-		half := make([]float64, len(v))
-		for i := range v {
-			half[i] = todayAllocs[i] / 2
-			met = met && v[i] <= half[i]
+		trips, own := r.value("round-trips"), r.value("own-p99-ms")
+		want := 2.0
+		if path == "replay" {
+			want = 1
 		}
-		measured := join(v, count)
-		if r, ok := find("ClientExec/d1local_in_process/one_statement"); ok {
-			measured += fmt.Sprintf(" (%s with d1local's own work, in process)", count(r.value("allocs/op")))
-		}
-		rows = append(rows, row{"client allocations per D1 call, d1local's answer replayed: one statement / batch of 2",
-			measured, fmt.Sprintf("≤ %s (half of today's %s)", join(half, count), join(todayAllocs, count)), &met})
+		rows = append(rows, row{
+			what: fmt.Sprintf("added latency, %s: round trips + own time p50 / p99 (RTT %s ms)", strings.ReplaceAll(path, "_", " "), format(r.value("rtt-ms"))),
+			measured: fmt.Sprintf("%s + %s / %s ms (total p50 %s, p99 %s ms)", format(trips), format(r.value("own-p50-ms")), format(own),
+				format(r.value("p50-ms")), format(r.value("p99-ms"))),
+			target: fmt.Sprintf("≤ %g RTT + 3 ms", want),
+			ok:     ptr(trips <= want && own <= 3),
+		})
 	}
-	if v, ok := series("ns/op", "MiddlewareOverhead/bare", "MiddlewareOverhead/middleware/first_execution", "MiddlewareOverhead/middleware/replay"); ok {
-		a, _ := series("allocs/op", "MiddlewareOverhead/bare", "MiddlewareOverhead/middleware/first_execution", "MiddlewareOverhead/middleware/replay")
-		var parts []string
-		for i := range v {
-			parts = append(parts, fmt.Sprintf("%s µs, %s allocs", format(v[i]/1000), count(a[i])))
-		}
-		rows = append(rows, row{"middleware CPU, 1 KB body, d1local in process: bare / first execution / replay", strings.Join(parts, " / "), "", nil})
-	}
-	telemetry := []string{"MiddlewareTelemetry/first_execution", "MiddlewareTelemetry/replay"}
-	if pct, ok := series("overhead-%", telemetry...); ok {
-		off, _ := series("off-cpu-µs/req", telemetry...)
-		on, _ := series("on-cpu-µs/req", telemetry...)
-		var parts []string
-		met := true
-		for i := range pct {
-			parts = append(parts, fmt.Sprintf("%s %% (%s vs %s µs)", format(pct[i]), format(on[i]), format(off[i])))
-			met = met && pct[i] < 10
-		}
-		rows = append(rows, row{"middleware CPU per request, instrumentation on (OpenTelemetry SDK, in-memory reader, every span recorded) vs off, d1local in process: first execution / replay: overhead (on vs off)",
-			strings.Join(parts, " / "), "< 10 %", &met})
-	}
-	if a, ok := find("Fingerprint/idem.Fingerprint"); ok {
-		if b, ok := find("Fingerprint/crypto/sha256"); ok {
-			x, y := a.value("MB/s"), b.value("MB/s")
-			rows = append(rows, row{"fingerprint throughput vs raw crypto/sha256, 1 MiB",
-				fmt.Sprintf("%s %% (%s vs %s MB/s)", format(100*x/y), format(x), format(y)), "≥ 90 %", ptr(x >= 0.9*y)})
-		}
-	}
-	if a, ok := find("SweepBatch/rows=10000"); ok {
-		if b, ok := find("SweepBatch/rows=1000000"); ok {
-			x, y := a.value("ns/op"), b.value("ns/op")
-			rows = append(rows, row{"sweep batch (20 rows), 1M rows vs 10k rows",
-				fmt.Sprintf("%s x (%s vs %s µs)", format(y/x), format(y/1000), format(x/1000)), "≤ 1.5 x", ptr(y <= 1.5*x)})
-		}
-	}
-	if v, ok := series("stmts/s", "ClaimLookup/d1local/seq", "ClaimLookup/workerd/seq", "ClaimLookup/d1local/c16", "ClaimLookup/workerd/c16"); ok {
-		rows = append(rows, row{"claim+lookup batch, d1local / workerd: sequential; 16-way",
-			fmt.Sprintf("%s / %s stmts/s; %s / %s stmts/s", count(v[0]), count(v[1]), count(v[2]), count(v[3])), "", nil})
-	}
+	return rows
+}
 
-	// Sharding (issue 17): first executions per second with 1 to 8
-	// databases, one writer each, and the cost of a change of the ring.
+// clientAllocRows are d1client's allocations per D1 call
+// (BenchmarkClientExec), against half of today's.
+func clientAllocRows(b benches) []row {
+	v, ok := b.series("allocs/op", "ClientExec/client_only/one_statement", "ClientExec/client_only/batch_of_2")
+	if !ok {
+		return nil
+	}
+	met := true
+	half := make([]float64, len(v))
+	for i := range v {
+		half[i] = todayAllocs[i] / 2
+		met = met && v[i] <= half[i]
+	}
+	measured := join(v, count)
+	if r, ok := b.find("ClientExec/d1local_in_process/one_statement"); ok {
+		measured += fmt.Sprintf(" (%s with d1local's own work, in process)", count(r.value("allocs/op")))
+	}
+	return []row{{"client allocations per D1 call, d1local's answer replayed: one statement / batch of 2",
+		measured, fmt.Sprintf("≤ %s (half of today's %s)", join(half, count), join(todayAllocs, count)), &met}}
+}
+
+// middlewareCPURows is the middleware's CPU time and allocations per
+// request beside a bare handler's (BenchmarkMiddlewareOverhead).
+func middlewareCPURows(b benches) []row {
+	names := []string{"MiddlewareOverhead/bare", "MiddlewareOverhead/middleware/first_execution", "MiddlewareOverhead/middleware/replay"}
+	v, ok := b.series("ns/op", names...)
+	if !ok {
+		return nil
+	}
+	a, _ := b.series("allocs/op", names...)
+	var parts []string
+	for i := range v {
+		parts = append(parts, fmt.Sprintf("%s µs, %s allocs", format(v[i]/1000), count(a[i])))
+	}
+	return []row{{"middleware CPU, 1 KB body, d1local in process: bare / first execution / replay", strings.Join(parts, " / "), "", nil}}
+}
+
+// telemetryRows is the CPU the instrumentation adds to the middleware
+// (BenchmarkMiddlewareTelemetry).
+func telemetryRows(b benches) []row {
+	names := []string{"MiddlewareTelemetry/first_execution", "MiddlewareTelemetry/replay"}
+	pct, ok := b.series("overhead-%", names...)
+	if !ok {
+		return nil
+	}
+	off, _ := b.series("off-cpu-µs/req", names...)
+	on, _ := b.series("on-cpu-µs/req", names...)
+	var parts []string
+	met := true
+	for i := range pct {
+		parts = append(parts, fmt.Sprintf("%s %% (%s vs %s µs)", format(pct[i]), format(on[i]), format(off[i])))
+		met = met && pct[i] < 10
+	}
+	return []row{{"middleware CPU per request, instrumentation on (OpenTelemetry SDK, in-memory reader, every span recorded) vs off, d1local in process: first execution / replay: overhead (on vs off)",
+		strings.Join(parts, " / "), "< 10 %", &met}}
+}
+
+// fingerprintRows is the fingerprint's throughput against crypto/sha256's
+// (BenchmarkFingerprint).
+func fingerprintRows(b benches) []row {
+	v, ok := b.series("MB/s", "Fingerprint/idem.Fingerprint", "Fingerprint/crypto/sha256")
+	if !ok {
+		return nil
+	}
+	x, y := v[0], v[1]
+	return []row{{"fingerprint throughput vs raw crypto/sha256, 1 MiB",
+		fmt.Sprintf("%s %% (%s vs %s MB/s)", format(100*x/y), format(x), format(y)), "≥ 90 %", ptr(x >= 0.9*y)}}
+}
+
+// sweepRows is a sweep batch's time on a large ledger against a small one
+// (BenchmarkSweepBatch).
+func sweepRows(b benches) []row {
+	v, ok := b.series("ns/op", "SweepBatch/rows=10000", "SweepBatch/rows=1000000")
+	if !ok {
+		return nil
+	}
+	x, y := v[0], v[1]
+	return []row{{"sweep batch (20 rows), 1M rows vs 10k rows",
+		fmt.Sprintf("%s x (%s vs %s µs)", format(y/x), format(y/1000), format(x/1000)), "≤ 1.5 x", ptr(y <= 1.5*x)}}
+}
+
+// claimLookupRows is the rate of the claim and lookup batch on d1local and
+// workerd (BenchmarkClaimLookup).
+func claimLookupRows(b benches) []row {
+	v, ok := b.series("stmts/s", "ClaimLookup/d1local/seq", "ClaimLookup/workerd/seq", "ClaimLookup/d1local/c16", "ClaimLookup/workerd/c16")
+	if !ok {
+		return nil
+	}
+	return []row{{"claim+lookup batch, d1local / workerd: sequential; 16-way",
+		fmt.Sprintf("%s / %s stmts/s; %s / %s stmts/s", count(v[0]), count(v[1]), count(v[2]), count(v[3])), "", nil}}
+}
+
+// shardScalingRows are the first executions per second of a sharded
+// ledger with 1 to 8 databases, one writer each (BenchmarkShardScaling),
+// by backend.
+func shardScalingRows(b benches) []row {
+	var rows []row
 	for _, be := range []struct{ name, what string }{
 		{"d1local", "d1local, 1 ms per statement per database"},
 		{"workerd_busy", "workerd, 1 ms per statement per database held by a proxy"},
@@ -419,7 +529,7 @@ func figures(results []result) []row {
 		for _, n := range []string{"1", "2", "4", "8"} {
 			names = append(names, "ShardScaling/"+be.name+"/dbs="+n)
 		}
-		if v, ok := series("first-exec/s", names...); ok && v[0] > 0 {
+		if v, ok := b.series("first-exec/s", names...); ok && v[0] > 0 {
 			x := v[2] / v[0]
 			r := row{"idempotent first executions/s with 1 / 2 / 4 / 8 databases, " + be.what + ": rate (1 → 4 databases)",
 				fmt.Sprintf("%s (%s×)", join(v, count), format(x)), "", nil}
@@ -429,30 +539,50 @@ func figures(results []result) []row {
 			rows = append(rows, r)
 		}
 	}
-	if r, ok := find("ShardTransitionCalls"); ok {
-		units := []string{"unmoved-first-exec", "unmoved-replay", "moved-first-exec", "moved-replay", "moved-replay-old-home", "after-first-exec"}
-		var v []float64
-		for _, u := range units {
-			v = append(v, r.value("extra-calls/"+u))
-		}
-		met := v[0] == 0 && v[1] == 0 && v[2] <= 1 && v[3] <= 1 && v[4] == 0 && v[5] == 0
-		rows = append(rows, row{"extra D1 calls per request while the ring grows (2 → 3 databases, two retention windows): unmoved first execution / replay; moved first execution / replay / replay from the old home; after the change",
-			fmt.Sprintf("%s / %s; %s / %s / %s; %s", format(v[0]), format(v[1]), format(v[2]), format(v[3]), format(v[4]), format(v[5])),
-			"unmoved 0; moved ≤ 1; after 0", &met})
-	}
+	return rows
+}
 
+// shardTransitionRows is the cost in D1 calls of a change of the ring
+// (BenchmarkShardTransitionCalls).
+func shardTransitionRows(b benches) []row {
+	r, ok := b.find("ShardTransitionCalls")
+	if !ok {
+		return nil
+	}
+	units := []string{"unmoved-first-exec", "unmoved-replay", "moved-first-exec", "moved-replay", "moved-replay-old-home", "after-first-exec"}
+	var v []float64
+	for _, u := range units {
+		v = append(v, r.value("extra-calls/"+u))
+	}
+	met := v[0] == 0 && v[1] == 0 && v[2] <= 1 && v[3] <= 1 && v[4] == 0 && v[5] == 0
+	return []row{{"extra D1 calls per request while the ring grows (2 → 3 databases, two retention windows): unmoved first execution / replay; moved first execution / replay / replay from the old home; after the change",
+		fmt.Sprintf("%s / %s; %s / %s / %s; %s", format(v[0]), format(v[1]), format(v[2]), format(v[3]), format(v[4]), format(v[5])),
+		"unmoved 0; moved ≤ 1; after 0", &met}}
+}
+
+// bridgeOverheadRows are the bridge's statements per second against raw
+// binding calls from a Worker (BenchmarkBridgeOverhead).
+func bridgeOverheadRows(b benches) []row {
+	var rows []row
 	for _, v := range []string{"write/single", "write/batch16", "read/single", "read/batch16"} {
-		if r, ok := find("BridgeOverhead/" + v); ok {
-			pct := r.value("bridge-%-of-raw")
-			rows = append(rows, row{"D1 statements/s through the bridge vs raw binding calls from a Worker, " + v,
-				fmt.Sprintf("%s %% (%s vs %s stmts/s)", format(pct), count(r.value("bridge-stmts/s")), count(r.value("raw-stmts/s"))),
-				"≥ 70 %", ptr(pct >= 70)})
+		r, ok := b.find("BridgeOverhead/" + v)
+		if !ok {
+			continue
 		}
+		pct := r.value("bridge-%-of-raw")
+		rows = append(rows, row{"D1 statements/s through the bridge vs raw binding calls from a Worker, " + v,
+			fmt.Sprintf("%s %% (%s vs %s stmts/s)", format(pct), count(r.value("bridge-stmts/s")), count(r.value("raw-stmts/s"))),
+			"≥ 70 %", ptr(pct >= 70)})
 	}
+	return rows
+}
 
-	rows = append(rows, bridgeRows(find, series)...)
-
-	for _, r := range results {
+// replicaRows are the runs of replica processes sharing one account
+// (BenchmarkReplicas): whether D1 answered 971 and every replica served.
+// The 971 row is judged only when d1local played the account's budget.
+func replicaRows(b benches) []row {
+	var rows []row
+	for _, r := range b {
 		name, ok := strings.CutPrefix(r.name, "Replicas/")
 		if !ok {
 			continue
@@ -478,22 +608,22 @@ func figures(results []result) []row {
 // bridgeConcurrencies are those of BenchmarkBridgeVsREST.
 var bridgeConcurrencies = []string{"1", "64", "256"}
 
-// bridgeRows are the figures of BenchmarkBridgeVsREST (issue 15): the
-// bridge's sustained throughput against the REST shape's under the budget,
-// their latencies, and the latency the middleware adds through the bridge.
-func bridgeRows(find func(string) (result, bool), series func(string, ...string) ([]float64, bool)) []row {
+// bridgeRows are the figures of BenchmarkBridgeVsREST: the bridge's
+// sustained throughput against the REST shape's under the budget, their
+// latencies, and the latency the middleware adds through the bridge.
+func bridgeRows(b benches) []row {
 	var names []string
 	for _, c := range bridgeConcurrencies {
 		names = append(names, "BridgeVsREST/c="+c)
 	}
-	bridge, ok := series("bridge-req/s", names...)
+	bridge, ok := b.series("bridge-req/s", names...)
 	if !ok {
 		return nil
 	}
-	rest, _ := series("rest-req/s", names...)
-	ratio, _ := series("bridge/rest", names...)
-	ceiling, _ := series("rest-ceiling-req/s", names...)
-	memory, _ := series("bridge-d1-in-memory", names...)
+	rest, _ := b.series("rest-req/s", names...)
+	ratio, _ := b.series("bridge/rest", names...)
+	ceiling, _ := b.series("rest-ceiling-req/s", names...)
+	memory, _ := b.series("bridge-d1-in-memory", names...)
 	where := "local workerd, its D1 in memory"
 	if memory[0] != 1 {
 		where = "local workerd, its D1 on disk"
@@ -512,13 +642,13 @@ func bridgeRows(find func(string) (result, bool), series func(string, ...string)
 	}}
 	var lat []string
 	for _, n := range names {
-		r, _ := find(n)
+		r, _ := b.find(n)
 		lat = append(lat, fmt.Sprintf("%s / %s vs %s / %s", format(r.value("bridge-p50-ms")), format(r.value("bridge-p99-ms")),
 			format(r.value("rest-p50-ms")), count(r.value("rest-p99-ms"))))
 	}
 	rows = append(rows, row{what: "latency p50 / p99 of those requests, concurrency 1; 64; 256: bridge vs REST (its budget waits are those of the scaled window), ms",
 		measured: strings.Join(lat, "; ")})
-	if r, ok := find("BridgeVsREST/c=1/added_latency"); ok {
+	if r, ok := b.find("BridgeVsREST/c=1/added_latency"); ok {
 		added, target := r.value("added-p50-ms"), r.value("target-ms")
 		rows = append(rows, row{
 			what:     fmt.Sprintf("latency the middleware adds through the bridge, concurrency 1, first execution: p50 (p99); round trip = a bare bridge call, %s ms", format(r.value("rtt-ms"))),
