@@ -41,9 +41,9 @@ conformance-deps:
 	fi
 
 # Every benchmark, printed as one table with the machine noted and each
-# figure an issue sets a target for beside its target (about 10 minutes).
+# figure beside its target (about 10 minutes).
 # The telemetry overhead runs first, on a quiet machine, with a fixed 10,000
-# requests per side (at the default benchtime a single run ranged from 0.2 %
+# requests per side (at the default benchtime a single run ranges from 0.2 %
 # to 29 %). The raw output is kept in bench.out, for readme-figures.
 bench: conformance-deps
 	@{ $(GO) test -run '^$$' -bench . -benchtime 200x ./idem/ ./d1local/ && \
@@ -52,7 +52,7 @@ bench: conformance-deps
 	   $(GO) test -run '^$$' -bench MiddlewareTelemetry -benchtime 10000x ./bench/ && \
 	   $(GO) test -run '^$$' -bench . -skip MiddlewareTelemetry -timeout 20m ./bench/ ; } 2>&1 | tee bench.out | $(GO) run ./internal/benchtable
 
-# The long forms of the API-budget benchmarks (issue 13): open-loop load at
+# The long forms of the API-budget benchmarks: open-loop load at
 # 20, 150 and 400 first executions per second and four replica processes,
 # each run BENCH_DURATION long (600 s, two budget windows: about 45 minutes
 # in all). The raw output is kept in bench-budget.out, for readme-figures.
@@ -61,7 +61,7 @@ bench-budget:
 	@$(GO) test -run '^$$' -bench '^Benchmark(OpenLoop|Replicas)$$' -timeout 4h ./bench/ \
 		-bench.long -bench.duration $(BENCH_DURATION) 2>&1 | tee bench-budget.out | $(GO) run ./internal/benchtable
 
-# The long randomized fault runs (issue 11): rounds of fresh keys for
+# The long randomized fault runs: rounds of fresh keys for
 # FAULTS_DURATION (10 minutes) on d1local, or on the bridge in workerd. Each
 # ends with one SUMMARY line of counts; a violation fails the run.
 FAULTS_DURATION ?= 10m

@@ -24,13 +24,13 @@
 //     through the middleware, as above, with the OpenTelemetry
 //     instrumentation on (the SDK, an in-memory metric reader, every span
 //     recorded) and off (no provider), the two taking turns; the overhead
-//     is the median over rounds (issue 16: under 10 %).
+//     is the median over rounds (target: under 10 %).
 //   - BenchmarkFingerprint: idem.Fingerprint against raw crypto/sha256 over
 //     1 MiB.
 //   - BenchmarkSweepBatch: one sweep batch (20 rows) on a table of 10k rows
 //     and of 1M rows, wall time and D1's own duration.
 //
-// And the measurements of issue 13 (the API budget):
+// And the measurements of the API budget:
 //
 //   - BenchmarkOpenLoop: the full middleware, served over loopback HTTP,
 //     its ledger on a d1client with the default budget (1200 calls per
@@ -60,7 +60,7 @@
 //     d1local's answer replayed (the client's own) and with d1local in
 //     process.
 //
-// And those of issue 15 (the bridge):
+// And those of the bridge:
 //
 //   - BenchmarkBridgeVsREST: the full middleware under closed-loop load
 //     (first executions, 1 KB bodies, 1, 64 and 256 clients), side by side

@@ -78,7 +78,7 @@ func (c *spanCounter) ForceFlush(context.Context) error                { return 
 // by blocks of telemetryBlock requests, so that a busy machine slows both
 // alike; overhead-% is the median of the overheads of each four blocks
 // (off, on, on, off), off-cpu-µs/req and on-cpu-µs/req are the means.
-// Target (issue 16): under 10 % overhead.
+// Target: under 10 % overhead.
 func BenchmarkMiddlewareTelemetry(b *testing.B) {
 	if _, ok := processCPU(); !ok {
 		b.Skip("the process's CPU time is not available on this system")

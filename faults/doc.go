@@ -26,8 +26,8 @@
 //     TestSkewedLocalClocksHazard, TestD1ClockDecidesTakeover.
 //   - A seeded randomized run of N clients x M keys through the middleware,
 //     with random faults on every D1 call, slow handlers, panics, duplicates
-//     and abandoned requests, and the paths issue 11's review found holes
-//     in: handlers that flush or hijack with Tx statements queued or call
+//     and abandoned requests, and the paths where the guarantees are
+//     easiest to break: handlers that flush or hijack with Tx statements queued or call
 //     Tx.Add after a flush, Location bytes that are not UTF-8, requests with
 //     two Idempotency-Key fields, an operator releasing keys through the
 //     admin API (with and without Force, pending, stuck and completed ones)
@@ -37,15 +37,15 @@
 //     writes and multi-statement SQL into the ledger's shared batches:
 //     TestRandomizedFaults. TestCheckerCatchesEachViolation shows each check
 //     firing on a history that breaks it; TestRandomizedCatchesReintroducedBugs
-//     puts each issue-11 finding the run covers back in, from the test side
-//     (mutants_test.go lists how), and the checker must report it, while
+//     puts back in each bug mutants_test.go lists, from the test side
+//     (the list says how), and the checker must report it, while
 //     the same run without it passes; TestRandomizedCatchesNonTransactionalVariant
 //     does the same for a handler writing outside idemhttp.Tx.
 //     TestRandomizedFaultsBridge runs it (12 clients x 16 keys) against the
 //     bridge in real workerd D1, the same faults injected by a proxy in
 //     front of it (bridge_test.go).
-//   - Regression tests for the bugs this suite found in other packages, now
-//     fixed: TestRegression*.
+//   - Regression tests of the bugs this suite found in other packages:
+//     TestRegression*.
 //
 // # How the suite observes
 //

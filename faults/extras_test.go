@@ -64,8 +64,10 @@ func (run *randomRun) recordOp(op opRec) {
 // recent key (Admin.Get) and releases it: a pending one with or without
 // Force ("release_force", "release"), a completed one with Force, which
 // forgets its response ("forget"), or without, which must be refused
-// ("release_completed"). Every release that lands is followed by a sweep,
-// the interleaving that made issue 11's finding 2. Its calls are never
+// ("release_completed"). Every release that lands is followed by a sweep:
+// a release that set updated_at back past the retention would have that
+// sweep delete the row, and a retry claim the key afresh at a generation
+// its owner may still write with (mutantCLIRelease). Its calls are never
 // faulted. Its first look at a pending key and at a completed key always
 // forces, so every run has both.
 func (run *randomRun) operate(done <-chan struct{}) {
@@ -144,8 +146,9 @@ func (run *randomRun) recentKey(rng *rand.Rand) (pk, bool) {
 }
 
 // release releases k at gen through the admin API (or, in the
-// mutantCLIRelease run, a pending key with the CLI's own statement of
-// before the fix) and records it; after a release it sweeps.
+// mutantCLIRelease run, a pending key with cliRelease, which sets
+// updated_at back past the retention) and records it; after a release it
+// sweeps.
 func (run *randomRun) release(ctx context.Context, admin *idem.Admin, db *d1client.Client, kind string, k pk, gen int64, force bool) bool {
 	op := opRec{Kind: kind, Key: k, Gen: gen}
 	if run.cfg.Mutant == mutantCLIRelease && kind != "forget" && kind != "release_completed" {
@@ -219,7 +222,7 @@ type sideRec struct {
 }
 
 // sideShapes are the side writes' statements: writes that a classifier
-// splitting on whitespace took for reads (issue 11, finding 3), and
+// splitting on whitespace would take for reads (mutantWriteResent), and
 // plainer ones. Each inserts one row with its token.
 var sideShapes = []string{
 	"WITH v AS (SELECT ? AS x)INSERT INTO side_writes (token) SELECT x FROM v /*%s%s*/",

@@ -1,9 +1,9 @@
 package faults
 
-// Mutation tests of the randomized run: each issue-11 finding the run
-// covers is put back in, from the test side only (a wrapper around the
-// middleware or the handler, the operator's own SQL, a proxy rewriting a
-// statement on its way to D1, an option on a side caller's call), and the
+// Mutation tests of the randomized run: each bug of the request path that
+// the run covers is put back in, from the test side only (a wrapper around
+// the middleware or the handler, the operator's own SQL, a proxy rewriting
+// a statement on its way to D1, an option on a side caller's call), and the
 // run's invariant checker must report it. Production code has no hook for
 // any of them.
 
@@ -23,7 +23,7 @@ import (
 )
 
 // The mutants. Each name says what is put back in; mutants lists how, and
-// which finding of issue 11 it is.
+// the bug it is.
 const (
 	mutantFlushStreams       = "tx_flush_streams"
 	mutantHijackAllowed      = "tx_hijack_allowed"
@@ -40,39 +40,39 @@ const (
 // break none.
 var mutants = []struct {
 	name    string
-	finding string // issue 11's finding
+	finding string // the bug put back in, as a failure names it
 	how     string // how the bug is put back in
 	cfg     func(c runConfig) runConfig
 	want    string
 }{
-	{mutantFlushStreams, "1: Tx + flush data loss",
-		"a writer between the middleware and the handler streams the response on a flush whatever the Tx holds (with Content-Length, so the client gets all of it), then aborts the handler, so the middleware releases the key and never sends the Tx, as before the fix",
+	{mutantFlushStreams, "a flush with Tx statements queued streams the response and the statements are never sent",
+		"a writer between the middleware and the handler streams the response on a flush whatever the Tx holds (with Content-Length, so the client gets all of it), then aborts the handler, so the middleware releases the key and never sends the Tx",
 		func(c runConfig) runConfig { c.Modes = []string{modeFlush}; return c }, invNo2xx},
-	{mutantHijackAllowed, "1: Tx + hijack data loss",
+	{mutantHijackAllowed, "a hijack with Tx statements queued is allowed and the statements are never sent",
 		"the same writer lets the handler hijack the connection with Tx statements queued; the handler answers 201 on the raw connection, and the middleware releases the key without sending the Tx",
 		func(c runConfig) runConfig { c.Modes = []string{modeHijack}; return c }, invNo2xx},
-	{mutantLateAddNotAborted, "1: Tx.Add after the response streamed",
+	{mutantLateAddNotAborted, "a Tx.Add refused after the response streamed does not abort the handler",
 		"a wrapper outside the middleware swallows the abort the middleware raises when the handler's Tx.Add was refused after a flush, so the streamed 201 completes normally although its write was never queued",
 		func(c runConfig) runConfig { c.Modes = []string{modeLateAdd}; return c }, invNo2xx},
-	{mutantCLIRelease, "2: CLI release + sweep reuses a generation",
-		"the operator releases pending keys with the CLI's own statement of before the fix (updated_at set back max(1 h, 2 TTL)), so the next sweep deletes the row and a retry claims the key afresh at generation 1 while its owner is alive",
+	{mutantCLIRelease, "a release (the CLI's) that sets updated_at back past the retention lets the sweep delete the row, so a generation is granted twice",
+		"the operator releases pending keys with a statement of its own that sets updated_at back max(1 h, 2 TTL), so the next sweep deletes the row and a retry claims the key afresh at generation 1 while its owner is alive",
 		func(c runConfig) runConfig { c.Operator, c.Slow = true, true; return c }, invGeneration},
-	{mutantMultiStatementSent, "4: multi-statement SQL poisons a shared batch",
+	{mutantMultiStatementSent, "multi-statement SQL sent in a shared batch fails the other callers' statements",
 		"a proxy in front of D1 turns a side caller's one-statement SQL into \"...; SELECT 2\" as if d1client had let it through, in calls coalesced with the ledger's and other callers' statements",
 		func(c runConfig) runConfig { c.Side = true; return c }, invInnocent},
-	{mutantWriteResent, "3: a write taken for a read is resent after its commit",
-		"side writes whose SQL a whitespace classifier took for reads (WITH ... INSERT, INSERT/**/INTO) are sent with d1client.Idempotent(), which makes d1client resend them as it did, while their calls fail with 500 after the commit",
+	{mutantWriteResent, "a write taken for a read is resent after its commit",
+		"side writes whose SQL a whitespace classifier took for reads (WITH ... INSERT, INSERT/**/INTO) are sent with d1client.Idempotent(), which lets d1client resend them, while their calls fail with 500 after the commit",
 		func(c runConfig) runConfig { c.Side, c.SideFaults = true, true; return c }, invInnocent},
-	{mutantRawFirstHeaders, "8: the first response's header bytes differ from the replay's",
+	{mutantRawFirstHeaders, "the first response's header bytes differ from the replay's",
 		"a wrapper outside the middleware puts the handler's raw Location (a byte 0xE9, not UTF-8) back on the first response, which the stored row and every replay carry as U+FFFD",
 		func(c runConfig) runConfig { c.Modes, c.Latin1 = []string{modePlain}, true; return c }, invReplay},
-	{mutantMergeKeyFields, "13: two Idempotency-Key fields merged into one key",
-		"a wrapper outside the middleware joins two Idempotency-Key fields into one (\"k, k~2\"), as net/http's Header.Get-and-join did, so the request is keyed and executed instead of refused",
+	{mutantMergeKeyFields, "two Idempotency-Key fields are merged into one key",
+		"a wrapper outside the middleware joins two Idempotency-Key fields into one (\"k, k~2\"), so the request is keyed and executed instead of refused",
 		func(c runConfig) runConfig { c.TwoKeys, c.AllTwoKeys = true, true; return c }, invAnswers},
 }
 
-// Each bug of issue 11 that the randomized run covers, put back in, is
-// reported by the run's invariant checker; the same run without it passes.
+// Each bug of mutants, put back in, is reported by the run's invariant
+// checker; the same run without it passes.
 // (TestRandomizedCatchesNonTransactionalVariant does the same for a
 // handler writing outside idemhttp.Tx.)
 func TestRandomizedCatchesReintroducedBugs(t *testing.T) {
@@ -95,7 +95,7 @@ func TestRandomizedCatchesReintroducedBugs(t *testing.T) {
 					}
 				}
 				if len(caught) == 0 {
-					t.Fatalf("finding %s, put back in (%s), was not caught: no violation of %q (violations: %+v)", m.finding, m.how, m.want, res.Violations)
+					t.Fatalf("bug %q, put back in (%s), was not caught: no violation of %q (violations: %+v)", m.finding, m.how, m.want, res.Violations)
 				}
 				t.Logf("caught, as it must be: [%s] %s: %s", caught[0].Invariant, caught[0].Key, caught[0].Detail)
 			})
@@ -179,10 +179,10 @@ func (run *randomRun) inner(h http.Handler) http.Handler {
 	})
 }
 
-// preFixWriter is the middleware's response writer as it was before the
-// fix of finding 1: a flush streamed the response whatever the Tx held,
-// and a hijack was allowed; either way the middleware then released the
-// key, and the queued Tx statements were never sent. It holds the
+// preFixWriter puts back in the bugs of mutantFlushStreams and
+// mutantHijackAllowed: a flush streams the response whatever the Tx holds,
+// and a hijack is allowed; either way the middleware then releases the key,
+// and the queued Tx statements are never sent. It holds the
 // handler's response and, when the handler returns, sends it itself on a
 // flush (with Content-Length: the client gets all of it) and aborts the
 // handler so that the middleware releases the key without committing.
@@ -267,10 +267,9 @@ func (w *rawHeaderWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 func (w *rawHeaderWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// cliRelease is `d1idem keys release` as it was before the fix of finding
-// 2: the CLI's own statement, which set updated_at back max(1 h, 2 TTL),
-// past any retention of an hour or less, instead of the ledger's TTL + 1
-// ms.
+// cliRelease is a release with the bug of mutantCLIRelease: a statement of
+// its own that sets updated_at back max(1 h, 2 TTL), past any retention of
+// an hour or less, where the ledger's release sets it back TTL + 1 ms.
 func cliRelease(ctx context.Context, db *d1client.Client, k pk, gen int64, ttl time.Duration, force bool) (bool, string) {
 	const now = "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
 	sql := "UPDATE idempotency_keys SET generation = generation + 1, updated_at = " + now +

@@ -1,8 +1,8 @@
 package faults
 
-// Regression tests for bugs this suite found in other packages, now fixed.
-// Each comment says what went wrong and what the fix was; a failure message
-// starts with "BUG(<package>)" and names the symptom.
+// Regression tests of bugs this suite found in other packages. Each comment
+// says what must hold and what breaks without it; a failure message starts
+// with "BUG(<package>)" and names the symptom.
 
 import (
 	"context"
@@ -16,12 +16,12 @@ import (
 	"github.com/d1idem/d1idem/idem"
 )
 
-// Was BUG(idem): under transactional completion, an owner whose completion
-// is fenced out (a takeover superseded it) has had its business write
-// aborted with the batch, yet the middleware sent the handler's own response
-// to its client: 201 with the Location of an order that does not exist.
-// Fixed: the middleware answers such a request with what the ledger holds
-// (a replay of the stored response, or 409 in progress).
+// Under transactional completion, an owner whose completion is fenced out
+// (a takeover superseded it) has had its business write aborted with the
+// batch: the middleware answers its request with what the ledger holds (a
+// replay of the stored response, or 409 in progress), never with the
+// handler's own response, which would be a 201 with the Location of an
+// order that does not exist.
 func TestRegressionFencedOutTxOwnerAnswersUncommittedWrite(t *testing.T) {
 	t.Parallel()
 	const ttl = 500 * time.Millisecond
@@ -72,13 +72,13 @@ func TestRegressionFencedOutTxOwnerAnswersUncommittedWrite(t *testing.T) {
 	}
 }
 
-// Was BUG(idem): Release deleted the pending row, so the next claim of the
-// key started again at generation 1, a generation an earlier, superseded
-// owner still held (ABA). A claims (generation 1) and stalls past the TTL; B
-// takes over (generation 2) and releases (its handler panicked); C claims
-// afresh at generation 1 again, and A's completion passed the fence over C's
-// live reservation. Fixed: a release moves the generation on and makes the
-// lease stale instead of deleting, so every generation of a key is unique.
+// A release moves the generation on and makes the lease stale, rather than
+// deleting the pending row: a deleted row would let the next claim start
+// again at generation 1, a generation an earlier, superseded owner still
+// holds (ABA). A claims (generation 1) and stalls past the TTL; B takes
+// over (generation 2) and releases (its handler panicked); C's claim must
+// not get generation 1, or A's completion passes the fence over C's live
+// reservation. Every generation of a key is unique.
 func TestRegressionReleaseRestartsGenerationABA(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -115,14 +115,13 @@ func TestRegressionReleaseRestartsGenerationABA(t *testing.T) {
 	}
 }
 
-// Was BUG(examples/orders/ordersapi): a client that disconnected while the
-// handler was still working cancelled the handler's context; the handler
-// took that for a lost lease and answered 503, which the middleware stored
-// as the key's response, so every retry replayed that 503. Fixed: the
-// middleware keeps client disconnects out of the handler's context (a
-// started mutation is finished and stored), and the orders handler gives up
-// with panic(http.ErrAbortHandler), which releases the key, when its lease
-// is lost.
+// A client that disconnects while the handler is still working does not
+// cancel the handler's context: the middleware keeps client disconnects out
+// of it (a started mutation is finished and stored), and the orders handler
+// gives up with panic(http.ErrAbortHandler), which releases the key, only
+// when its lease is lost. A handler that took the disconnect for a lost
+// lease would answer 503, which the middleware would store as the key's
+// response, and every retry would replay that 503.
 func TestRegressionOrdersClientDisconnectPoisonsKey(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
