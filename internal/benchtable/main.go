@@ -711,15 +711,31 @@ const (
 	bridgeEndMarker   = "<!-- bridge-figures:end -->"
 )
 
+// between returns where the lines between the line beginLine of doc and
+// the next line endLine start and end. The markers are whole lines, so that
+// a page may name them in its prose.
+func between(doc []byte, beginLine, endLine string) (begin, end int, ok bool) {
+	at, begin := 0, -1
+	for line := range bytes.Lines(doc) {
+		text := string(bytes.TrimSuffix(line, []byte("\n")))
+		switch {
+		case begin < 0 && text == beginLine && len(text) < len(line):
+			begin = at + len(line)
+		case begin >= 0 && text == endLine:
+			return begin, at, true
+		}
+		at += len(line)
+	}
+	return 0, 0, false
+}
+
 // rewriteBetween replaces what lies between the lines begin and end of doc
 // with table.
 func rewriteBetween(doc []byte, beginLine, endLine, table string) ([]byte, error) {
-	begin := bytes.Index(doc, []byte(beginLine+"\n"))
-	end := bytes.Index(doc, []byte(endLine))
-	if begin < 0 || end < begin {
+	begin, end, ok := between(doc, beginLine, endLine)
+	if !ok {
 		return nil, errors.New("no " + beginLine + " ... " + endLine + " lines")
 	}
-	begin += len(beginLine) + 1
 	out := append([]byte{}, doc[:begin]...)
 	out = append(out, table...)
 	return append(out, doc[end:]...), nil
@@ -737,9 +753,8 @@ func isBridgeRow(r row) bool {
 // benchmark was not in this run: make bench-budget's, after a make bench);
 // rows new to the table follow.
 func keepRows(doc []byte, beginLine, endLine string, rows []row) []row {
-	begin := bytes.Index(doc, []byte(beginLine+"\n"))
-	end := bytes.Index(doc, []byte(endLine))
-	if begin < 0 || end < begin {
+	begin, end, ok := between(doc, beginLine, endLine)
+	if !ok {
 		return rows
 	}
 	byWhat := map[string]row{}

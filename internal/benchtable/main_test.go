@@ -114,7 +114,22 @@ func TestRewrite(t *testing.T) {
 	if want := "# T\n\nbefore\n" + beginMarker + "\nnew\n" + endMarker + "\nafter\n"; string(got) != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
-	for _, bad := range []string{"no markers\n", endMarker + "\n" + beginMarker + "\n", beginMarker + "\nunterminated\n"} {
+	// A page that names the markers in its prose, before the table, keeps
+	// that prose: only whole lines are markers.
+	doc = "run `make bench-figures` (" + beginMarker + " ... " + endMarker + ")\n" + doc
+	got, err = rewrite([]byte(doc), "new\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Replace(doc, "\nold | table\n", "\nnew\n", 1); string(got) != want {
+		t.Errorf("markers named in the prose: got\n%s\nwant\n%s", got, want)
+	}
+	table := "see " + beginMarker + " and " + endMarker + "\n" + beginMarker + "\n| in | 1 |  |  |\n" + endMarker + "\n| out | 2 |  |  |\n"
+	if rows := keepRows([]byte(table), beginMarker, endMarker, nil); len(rows) != 1 || rows[0].what != "in" {
+		t.Errorf("keepRows = %+v, want the row between the marker lines alone", rows)
+	}
+	for _, bad := range []string{"no markers\n", endMarker + "\n" + beginMarker + "\n", beginMarker + "\nunterminated\n",
+		beginMarker + "\nx " + endMarker + "\n"} {
 		if _, err := rewrite([]byte(bad), "new\n"); err == nil {
 			t.Errorf("rewrite(%q): no error", bad)
 		}
