@@ -3,7 +3,7 @@ GO ?= go
 NPM ?= npm
 PKGS := ./...
 
-.PHONY: all build test test-short bench bench-budget readme-figures lint demo fuzz conformance-deps clean bridge-statements faults-long faults-long-bridge first-hour-timings
+.PHONY: all build test test-short bench bench-budget bench-figures lint demo fuzz conformance-deps clean bridge-statements faults-long faults-long-bridge first-hour-timings
 
 all: lint test
 
@@ -44,7 +44,7 @@ conformance-deps:
 # figure beside its target (about 10 minutes).
 # The telemetry overhead runs first, on a quiet machine, with a fixed 10,000
 # requests per side (at the default benchtime a single run ranges from 0.2 %
-# to 29 %). The raw output is kept in bench.out, for readme-figures.
+# to 29 %). The raw output is kept in bench.out, for bench-figures.
 bench: conformance-deps
 	@{ $(GO) test -run '^$$' -bench . -benchtime 200x ./idem/ ./d1local/ && \
 	   $(GO) test -run '^$$' -bench ClaimLookup -benchtime 200x ./conformance/ && \
@@ -55,7 +55,7 @@ bench: conformance-deps
 # The long forms of the API-budget benchmarks: open-loop load at
 # 20, 150 and 400 first executions per second and four replica processes,
 # each run BENCH_DURATION long (600 s, two budget windows: about 45 minutes
-# in all). The raw output is kept in bench-budget.out, for readme-figures.
+# in all). The raw output is kept in bench-budget.out, for bench-figures.
 BENCH_DURATION ?= 600s
 bench-budget:
 	@$(GO) test -run '^$$' -bench '^Benchmark(OpenLoop|Replicas)$$' -timeout 4h ./bench/ \
@@ -71,13 +71,13 @@ faults-long:
 faults-long-bridge: conformance-deps
 	$(GO) test ./faults -run '^TestRandomizedFaultsBridge$$/^long$$' -v -count=1 -timeout 40m -faults.long -faults.duration $(FAULTS_DURATION)
 
-# Rewrite the README's figures table (between <!-- bench:begin --> and
-# <!-- bench:end -->), and docs/bridge.md's (the bridge's rows), from the
-# output of the last make bench, and of the last make bench-budget if there
-# is one.
-readme-figures:
+# Rewrite the figures table of docs/benchmarks.md (between
+# <!-- bench:begin --> and <!-- bench:end -->), and docs/bridge.md's (the
+# bridge's rows), from the output of the last make bench, and of the last
+# make bench-budget if there is one.
+bench-figures:
 	@test -f bench.out || { echo "no bench.out: run make bench first"; exit 1; }
-	@$(GO) run ./internal/benchtable -readme README.md -bridge docs/bridge.md bench.out $(wildcard bench-budget.out) >/dev/null
+	@$(GO) run ./internal/benchtable -doc docs/benchmarks.md -bridge docs/bridge.md bench.out $(wildcard bench-budget.out) >/dev/null
 
 # Regenerate bridge/ledger-statements.js after changing the idem package's
 # statements (go test ./idem fails while it is stale).
