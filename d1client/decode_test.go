@@ -14,9 +14,9 @@ import (
 	"github.com/d1idem/d1idem/d1client/budget"
 )
 
-// refDecode is the response decoder as it was before results decoded in
-// the envelope's own pass: the envelope into raw messages, then the result
-// array, then each statement's results, then each cell. The one-pass
+// refDecode is a reference response decoder in several passes: the
+// envelope into raw messages, then the result array, then each
+// statement's results, then each cell. The one-pass
 // decoder must agree with it on every body (FuzzDecoderMatchesReference).
 func refDecode(body []byte, n int) ([]Result, string) {
 	var env struct {

@@ -168,7 +168,7 @@ func (run *randomRun) inner(h http.Handler) http.Handler {
 		switch {
 		case ms == nil:
 		case run.cfg.Mutant == mutantFlushStreams || run.cfg.Mutant == mutantHijackAllowed:
-			pw := &preFixWriter{capture: w, real: ms.real}
+			pw := &bugWriter{capture: w, real: ms.real}
 			h.ServeHTTP(pw, r)
 			pw.finish()
 			return
@@ -179,7 +179,7 @@ func (run *randomRun) inner(h http.Handler) http.Handler {
 	})
 }
 
-// preFixWriter puts back in the bugs of mutantFlushStreams and
+// bugWriter puts back in the bugs of mutantFlushStreams and
 // mutantHijackAllowed: a flush streams the response whatever the Tx holds,
 // and a hijack is allowed; either way the middleware then releases the key,
 // and the queued Tx statements are never sent. It holds the
@@ -187,7 +187,7 @@ func (run *randomRun) inner(h http.Handler) http.Handler {
 // flush (with Content-Length: the client gets all of it) and aborts the
 // handler so that the middleware releases the key without committing.
 // Without a flush or hijack it hands the response to the middleware.
-type preFixWriter struct {
+type bugWriter struct {
 	capture  http.ResponseWriter // the middleware's writer
 	real     http.ResponseWriter // the connection's; its Header is capture's
 	status   int
@@ -196,30 +196,30 @@ type preFixWriter struct {
 	hijacked bool
 }
 
-func (p *preFixWriter) Header() http.Header { return p.capture.Header() }
+func (p *bugWriter) Header() http.Header { return p.capture.Header() }
 
-func (p *preFixWriter) WriteHeader(code int) {
+func (p *bugWriter) WriteHeader(code int) {
 	if p.status == 0 {
 		p.status = code
 	}
 }
 
-func (p *preFixWriter) Write(b []byte) (int, error) {
+func (p *bugWriter) Write(b []byte) (int, error) {
 	if p.status == 0 {
 		p.status = http.StatusOK
 	}
 	return p.body.Write(b)
 }
 
-func (p *preFixWriter) Flush() { p.streamed = true }
+func (p *bugWriter) Flush() { p.streamed = true }
 
-func (p *preFixWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (p *bugWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, brw, err := http.NewResponseController(p.real).Hijack()
 	p.hijacked = err == nil
 	return conn, brw, err
 }
 
-func (p *preFixWriter) finish() {
+func (p *bugWriter) finish() {
 	switch {
 	case p.hijacked:
 		panic(http.ErrAbortHandler)

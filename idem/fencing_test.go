@@ -14,8 +14,8 @@ import (
 	"github.com/d1idem/d1idem/internal/d1test"
 )
 
-// The reproduction of the review's finding 2, which ran with a retention of
-// 10 minutes: an operator released a stuck key (the CLI backdated it by an
+// A generation reused while its owner could still write, with a retention
+// of 10 minutes: an operator released a stuck key (the CLI backdated it by an
 // hour), the next piggybacked sweep deleted the row, a different request
 // claimed the key afresh at generation 1, the stuck owner's late completion
 // (generation 1) passed the fence and was stored, and the new request was
