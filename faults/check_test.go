@@ -3,6 +3,7 @@ package faults
 import (
 	"encoding/json"
 	"fmt"
+	"iter"
 	"net/http"
 	"sort"
 	"strings"
@@ -160,98 +161,231 @@ func genKey(k pk, gen int64) string { return fmt.Sprintf("%s/%s/%d", k.P, k.K, g
 
 // check verifies the invariants on a run's observations.
 func check(o *observations) checkResult {
-	var res checkResult
-	bad := func(k pk, inv, format string, args ...any) {
-		res.Violations = append(res.Violations, violation{k, inv, fmt.Sprintf(format, args...)})
-	}
-	reqs := map[pk][]reqRec{}
+	c := newChecker(o)
+	c.oneCompletion()
+	c.retention()
+	c.generations()
+	c.exactlyOnce()
+	c.answers()
+	c.no2xx()
+	c.replays()
+	c.settles()
+	c.innocent()
+	return c.res
+}
+
+// checker holds a run's observations indexed for the invariants, and the
+// verdict as the checks add to it.
+type checker struct {
+	o   *observations
+	res checkResult
+
+	reqs      map[pk][]reqRec          // per key, in the order the answers arrived
+	execStart map[string]time.Duration // per execution
+	hist      map[pk]keyHistory
+	ends      map[string]int64             // the end of each completion's standing, D1 ms
+	comps     map[pk][]completion          // per key, in D1's order
+	byGen     map[string]completion        // per generation (genKey)
+	stored    map[pk]map[string]completion // per key: execution -> its stored completion
+	rowsOf    map[pk]map[string]int        // per key: execution -> its business rows
+}
+
+// keyHistory is one key's audited events in D1's order, with the
+// completion standing when each happened: a completion stands from its
+// "completed" event until the operator releases the row or the sweep
+// deletes it.
+type keyHistory struct {
+	events []event
+	before []*event // the completion standing just before events[i], or nil
+	final  *event   // the completion standing at the end, or nil
+}
+
+func newChecker(o *observations) *checker {
+	c := &checker{o: o, reqs: map[pk][]reqRec{}, execStart: map[string]time.Duration{}, hist: map[pk]keyHistory{},
+		ends: map[string]int64{}, comps: map[pk][]completion{}, byGen: map[string]completion{},
+		stored: map[pk]map[string]completion{}, rowsOf: map[pk]map[string]int{}}
 	for _, r := range o.Requests {
-		reqs[r.Key] = append(reqs[r.Key], r)
+		c.reqs[r.Key] = append(c.reqs[r.Key], r)
 	}
-	planned := map[pk]bool{}
-	for _, k := range o.Keys {
-		planned[k] = true
+	for _, rs := range c.reqs {
+		sort.SliceStable(rs, func(i, j int) bool { return rs[i].End < rs[j].End })
 	}
-	execStart := map[string]time.Duration{}
 	for _, e := range o.Execs {
-		execStart[e.Exec] = e.Start
-		if !planned[e.Key] {
-			bad(e.Key, invAnswers, "execution %s ran under key %q, which no client sent (two Idempotency-Key fields merged?)", e.Exec, e.Key.K)
-		}
+		c.execStart[e.Exec] = e.Start
 	}
 	evs := map[pk][]event{}
 	for _, e := range o.Events {
 		evs[pk{e.P, e.K}] = append(evs[pk{e.P, e.K}], e)
 	}
-	comps := map[pk][]completion{}
-	byGen := map[string]completion{}
-	perGen := map[string]int{}
-	stored := map[pk]map[string]completion{} // per key: execution -> its stored completion
-	for _, c := range o.Completions {
-		k := pk{c.P, c.K}
-		comps[k] = append(comps[k], c)
-		byGen[genKey(k, c.Generation)] = c
-		if perGen[genKey(k, c.Generation)]++; perGen[genKey(k, c.Generation)] == 2 {
-			bad(k, invOneCompletion, "two completions stored at generation %d", c.Generation)
-		}
-		if stored[k] == nil {
-			stored[k] = map[string]completion{}
-		}
-		stored[k][execOf(deref(c.Body))] = c
+	for k, es := range evs {
+		c.hist[k] = c.walkStandings(k, es)
 	}
+	for _, cm := range o.Completions {
+		k := pk{cm.P, cm.K}
+		c.comps[k] = append(c.comps[k], cm)
+		c.byGen[genKey(k, cm.Generation)] = cm
+		if c.stored[k] == nil {
+			c.stored[k] = map[string]completion{}
+		}
+		c.stored[k][execOf(deref(cm.Body))] = cm
+	}
+	c.countBusinessRows()
+	return c
+}
 
-	// The operator's releases of completed rows (the only legitimate change
-	// of one): the generation each moved the row to. A release whose call
-	// failed may have landed.
+// walkStandings follows which completion stands through one key's
+// history, and records in c.ends when each stops standing.
+func (c *checker) walkStandings(k pk, es []event) keyHistory {
+	h := keyHistory{events: es, before: make([]*event, len(es))}
+	var standing *event
+	for i, e := range es {
+		h.before[i] = standing
+		switch e.Kind {
+		case "completed", "completed_row_released", "completed_row_deleted":
+			if standing != nil {
+				c.ends[genKey(k, standing.gen())] = e.At
+			}
+			standing = nil
+			if e.Kind == "completed" {
+				standing = &es[i]
+			}
+		}
+	}
+	h.final = standing
+	return h
+}
+
+// countBusinessRows counts each execution's business rows, for every key
+// that has some or was planned.
+func (c *checker) countBusinessRows() {
+	for k, rows := range c.o.Business {
+		n := map[string]int{}
+		for _, b := range rows {
+			n[b.Exec]++
+		}
+		c.rowsOf[k] = n
+	}
+	for _, k := range c.o.Keys {
+		if c.rowsOf[k] == nil {
+			c.rowsOf[k] = map[string]int{}
+		}
+	}
+}
+
+func (c *checker) bad(k pk, inv, format string, args ...any) {
+	c.res.Violations = append(c.res.Violations, violation{k, inv, fmt.Sprintf(format, args...)})
+}
+
+// answered yields, for each planned key, its requests that got an answer
+// and were not the two-key probe, in the order the answers arrived.
+func (c *checker) answered() iter.Seq2[pk, reqRec] {
+	return func(yield func(pk, reqRec) bool) {
+		for _, k := range c.o.Keys {
+			for _, q := range c.reqs[k] {
+				if q.Role == "twokeys" || q.Err != "" {
+					continue
+				}
+				if !yield(k, q) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// ownAnswer is whether q is an execution's own answer: a 201, or the
+// handler's 422, not replayed.
+func ownAnswer(q reqRec) bool {
+	return !q.Replayed && (q.Status == http.StatusCreated || q.Status == http.StatusUnprocessableEntity && q.Code == "invalid_order")
+}
+
+// oneCompletion: one stored completion per generation, and per key no
+// second completion while one stands (until the operator forgets it or
+// the sweep deletes it past the retention).
+func (c *checker) oneCompletion() {
+	perGen := map[string]int{}
+	for _, cm := range c.o.Completions {
+		g := genKey(pk{cm.P, cm.K}, cm.Generation)
+		if perGen[g]++; perGen[g] == 2 {
+			c.bad(pk{cm.P, cm.K}, invOneCompletion, "two completions stored at generation %d", cm.Generation)
+		}
+	}
+	for k, h := range c.hist {
+		for i, e := range h.events {
+			if e.Kind == "completed" && h.before[i] != nil {
+				c.bad(k, invOneCompletion, "completed at generation %d while generation %d's completion stands (no forget, no sweep in between)", e.gen(), h.before[i].gen())
+			}
+		}
+	}
+}
+
+// retention: a completed row changes only by the operator's release, no
+// row is deleted inside the retention, and the completion standing at the
+// end is the row.
+func (c *checker) retention() {
+	forgets := c.forgets()
+	for k, h := range c.hist {
+		for _, e := range h.events {
+			switch e.Kind {
+			case "completed_row_released":
+				if !forgets[genKey(k, e.gen())] {
+					c.bad(k, invRetention, "a completed row was released, and not by the operator: %s", e)
+				}
+			case "completed_row_deleted", "pending_row_deleted":
+				if e.Extra != nil && e.At-*e.Extra < c.o.Retention {
+					c.bad(k, invRetention, "swept %d ms after its last update, inside the retention (%d ms): %s", e.At-*e.Extra, c.o.Retention, e)
+				}
+			case "completed_row_updated":
+				c.bad(k, invRetention, "audit: %s", e)
+			}
+		}
+		if h.final != nil {
+			c.standingIsRow(k, h.final)
+		}
+	}
+}
+
+// forgets is the operator's releases of completed rows (the only
+// legitimate change of one): the generation each moved the row to. A
+// release whose call failed may have landed.
+func (c *checker) forgets() map[string]bool {
 	forgets := map[string]bool{}
-	for _, op := range o.Ops {
+	for _, op := range c.o.Ops {
 		if op.Kind != "sweep" && op.Key.K != "" && (op.Released && op.Before == idem.StatusCompleted || op.Err != "") {
 			forgets[genKey(op.Key, op.Gen+1)] = true
 		}
 	}
+	return forgets
+}
 
-	// Each key's history, in D1's order. A completion stands until the
-	// operator forgets it or the sweep deletes it past the retention; no
-	// second completion while one stands; no row is deleted inside the
-	// retention; the standing completion is the row at the end. A
-	// generation is granted (claim, takeover) at most once while an owner
-	// of it may be alive.
-	ends := map[string]int64{} // the end of each completion's standing, D1 ms
-	for k, es := range evs {
-		var standing *event
+// standingIsRow checks that the completion standing at the end of k's
+// history is what its row holds.
+func (c *checker) standingIsRow(k pk, standing *event) {
+	cm, ok := c.byGen[genKey(k, standing.gen())]
+	r, exists := c.o.Rows[k]
+	switch {
+	case !ok:
+	case !exists:
+		c.bad(k, invRetention, "completed at generation %d, and the row is gone", cm.Generation)
+	case r.Status != "completed" || r.Generation != cm.Generation || !eqPtr(r.RespStatus, cm.Status) ||
+		!eqPtr(r.RespBody, cm.Body) || !eqPtr(r.RespHeaders, cm.Hdrs):
+		c.bad(k, invRetention, "completed at generation %d with %s, the row now holds %s generation %d %s", cm.Generation, deref(cm.Body), r.Status, r.Generation, r.body())
+	}
+}
+
+// generations: a generation is granted (claim, takeover) at most once
+// while an owner of it may be alive, and a completion is stored by the
+// execution its generation was granted to, never by one that began before
+// that grant (a superseded owner whose generation came round again).
+func (c *checker) generations() {
+	for k, h := range c.hist {
 		grants := map[int64][]int64{}
-		end := func(at int64) {
-			if standing != nil {
-				ends[genKey(k, standing.gen())] = at
-				standing = nil
-			}
-		}
-		for i, e := range es {
+		for _, e := range h.events {
 			switch e.Kind {
-			case "completed":
-				if standing != nil {
-					bad(k, invOneCompletion, "completed at generation %d while generation %d's completion stands (no forget, no sweep in between)", e.gen(), standing.gen())
-				}
-				end(e.At)
-				standing = &es[i]
-			case "completed_row_released":
-				if !forgets[genKey(k, e.gen())] {
-					bad(k, invRetention, "a completed row was released, and not by the operator: %s", e)
-				}
-				end(e.At)
-			case "completed_row_deleted", "pending_row_deleted":
-				if e.Extra != nil && e.At-*e.Extra < o.Retention {
-					bad(k, invRetention, "swept %d ms after its last update, inside the retention (%d ms): %s", e.At-*e.Extra, o.Retention, e)
-				}
-				if e.Kind == "completed_row_deleted" {
-					end(e.At)
-				}
-			case "completed_row_updated":
-				bad(k, invRetention, "audit: %s", e)
 			case "claim", "takeover":
 				for _, at := range grants[e.gen()] {
-					if e.At-at < o.Window {
-						bad(k, invGeneration, "generation %d granted again (%s) %d ms after it was first granted, within the %d ms its owner may still write", e.gen(), e.Kind, e.At-at, o.Window)
+					if e.At-at < c.o.Window {
+						c.bad(k, invGeneration, "generation %d granted again (%s) %d ms after it was first granted, within the %d ms its owner may still write", e.gen(), e.Kind, e.At-at, c.o.Window)
 						break
 					}
 				}
@@ -260,186 +394,226 @@ func check(o *observations) checkResult {
 				grants[e.gen()] = append(grants[e.gen()], e.At)
 			}
 		}
-		if standing != nil {
-			c, ok := byGen[genKey(k, standing.gen())]
-			r, exists := o.Rows[k]
-			switch {
-			case !ok:
-			case !exists:
-				bad(k, invRetention, "completed at generation %d, and the row is gone", c.Generation)
-			case r.Status != "completed" || r.Generation != c.Generation || !eqPtr(r.RespStatus, c.Status) ||
-				!eqPtr(r.RespBody, c.Body) || !eqPtr(r.RespHeaders, c.Hdrs):
-				bad(k, invRetention, "completed at generation %d with %s, the row now holds %s generation %d %s", c.Generation, deref(c.Body), r.Status, r.Generation, r.body())
-			}
-		}
 	}
+	for _, cm := range c.o.Completions {
+		c.storedByGrantee(cm)
+	}
+}
 
-	// A completion is stored by the execution its generation was granted
-	// to, never by one that began before that grant (a superseded owner
-	// whose generation came round again).
-	for _, c := range o.Completions {
-		k := pk{c.P, c.K}
-		exec := execOf(deref(c.Body))
-		start, ok := execStart[exec]
-		if !ok {
-			continue
-		}
-		var granted int64 = -1
-		for _, e := range evs[k] {
-			if (e.Kind == "claim" || e.Kind == "takeover") && e.gen() == c.Generation && e.At <= c.At {
-				granted = e.At
-			}
-		}
-		if granted >= 0 && granted-o.Start > start.Milliseconds()+stolenMargin+o.Skew {
-			bad(k, invGeneration, "the completion at generation %d was stored by %s, which started %d ms before that generation was granted", c.Generation, exec, granted-o.Start-start.Milliseconds())
+// storedByGrantee checks that the execution that stored cm did not start
+// before cm's generation was granted.
+func (c *checker) storedByGrantee(cm completion) {
+	k := pk{cm.P, cm.K}
+	exec := execOf(deref(cm.Body))
+	start, ok := c.execStart[exec]
+	if !ok {
+		return
+	}
+	var granted int64 = -1
+	for _, e := range c.hist[k].events {
+		if (e.Kind == "claim" || e.Kind == "takeover") && e.gen() == cm.Generation && e.At <= cm.At {
+			granted = e.At
 		}
 	}
+	if granted >= 0 && granted-c.o.Start > start.Milliseconds()+stolenMargin+c.o.Skew {
+		c.bad(k, invGeneration, "the completion at generation %d was stored by %s, which started %d ms before that generation was granted", cm.Generation, exec, granted-c.o.Start-start.Milliseconds())
+	}
+}
 
-	// Business writes: one per stored 201, by its execution; none for a
-	// stored 422 or by an execution whose 201 is not stored.
-	bizKeys := map[pk]bool{}
-	for k := range o.Business {
-		bizKeys[k] = true
-	}
-	for _, k := range o.Keys {
-		bizKeys[k] = true
-	}
-	rowsOf := map[pk]map[string]int{}
-	for k := range bizKeys {
-		n := map[string]int{}
-		for _, b := range o.Business[k] {
-			n[b.Exec]++
-		}
-		rowsOf[k] = n
-		for exec, c := range stored[k] {
-			switch derefInt(c.Status) {
+// exactlyOnce: business writes are one per stored 201, by its execution;
+// none for a stored 422 or by an execution whose 201 is not stored.
+func (c *checker) exactlyOnce() {
+	for k, n := range c.rowsOf {
+		for exec, cm := range c.stored[k] {
+			switch derefInt(cm.Status) {
 			case http.StatusCreated:
 				if n[exec] != 1 {
-					bad(k, invExactlyOnce, "the stored 201 of %s has %d business rows %v", exec, n[exec], execsOf(o.Business[k]))
+					c.bad(k, invExactlyOnce, "the stored 201 of %s has %d business rows %v", exec, n[exec], execsOf(c.o.Business[k]))
 				}
 			case http.StatusUnprocessableEntity:
 				if n[exec] != 0 {
-					bad(k, invExactlyOnce, "the stored 422 of %s has %d business rows", exec, n[exec])
+					c.bad(k, invExactlyOnce, "the stored 422 of %s has %d business rows", exec, n[exec])
 				}
 			default:
-				bad(k, invExactlyOnce, "completed with unexpected status %d: %s", derefInt(c.Status), deref(c.Body))
+				c.bad(k, invExactlyOnce, "completed with unexpected status %d: %s", derefInt(cm.Status), deref(cm.Body))
 			}
 		}
 		for exec, m := range n {
-			if c, ok := stored[k][exec]; !ok || derefInt(c.Status) != http.StatusCreated {
-				bad(k, invExactlyOnce, "%s wrote %d business rows, but no 201 of it is stored (completions %d)", exec, m, len(comps[k]))
+			if cm, ok := c.stored[k][exec]; !ok || derefInt(cm.Status) != http.StatusCreated {
+				c.bad(k, invExactlyOnce, "%s wrote %d business rows, but no 201 of it is stored (completions %d)", exec, m, len(c.comps[k]))
 			}
 		}
 	}
+}
 
-	for _, k := range o.Keys {
-		rs := reqs[k]
-		sort.SliceStable(rs, func(i, j int) bool { return rs[i].End < rs[j].End })
+// answers: every answer is one the middleware documents for this
+// workload (a request with two Idempotency-Key fields is refused), and
+// every execution ran under a key a client sent.
+func (c *checker) answers() {
+	planned := map[pk]bool{}
+	for _, k := range c.o.Keys {
+		planned[k] = true
+	}
+	for _, e := range c.o.Execs {
+		if !planned[e.Key] {
+			c.bad(e.Key, invAnswers, "execution %s ran under key %q, which no client sent (two Idempotency-Key fields merged?)", e.Exec, e.Key.K)
+		}
+	}
+	for _, k := range c.o.Keys {
+		for _, q := range c.reqs[k] {
+			switch {
+			case q.Role == "twokeys":
+				if q.Err == "" && (q.Status != http.StatusBadRequest || q.Code != idemhttp.CodeKeyInvalid) {
+					c.bad(k, invAnswers, "a request with two Idempotency-Key fields got %s", q)
+				}
+			case !documented(q):
+				c.bad(k, invAnswers, "unexpected answer %s", q)
+			}
+		}
+	}
+}
+
+// documented is whether q's answer is one the middleware documents for
+// this workload (a transport error is no answer at all).
+func documented(q reqRec) bool {
+	switch {
+	case q.Err != "":
+		return true
+	case q.Status == 201 || q.Status == 422:
+		return true
+	case q.Status == 409 && (q.Code == idemhttp.CodeKeyInProgress || q.Code == idemhttp.CodeKeyRetry):
+		return true
+	case q.Status == 503 && (q.Code == idemhttp.CodeLedgerUnavailable || q.Code == idemhttp.CodeBudgetExhausted || q.Code == idemhttp.CodeMutationAbandoned):
+		return true
+	}
+	return false
+}
+
+// no2xx: an execution's 201 describes a business write that committed.
+// It also collects the superseded answers: an execution's own answers
+// whose response is not a stored one.
+func (c *checker) no2xx() {
+	for k, q := range c.answered() {
+		if !ownAnswer(q) {
+			continue
+		}
+		exec := execOf(q.Body)
+		_, ok := c.stored[k][exec]
+		if !ok {
+			c.res.Superseded = append(c.res.Superseded, q)
+		}
+		if q.Status != http.StatusCreated {
+			continue
+		}
+		switch {
+		case c.o.Transactional && !ok:
+			c.bad(k, invNo2xx, "%s answered %s, but no completion of it is stored: its write was never committed", exec, q.replayable())
+		case c.rowsOf[k][exec] == 0:
+			c.bad(k, invNo2xx, "%s answered %s, and wrote no business row", exec, q.replayable())
+		}
+	}
+}
+
+// replays: every replay is the completion that stood while it was made,
+// and an execution's own answer is its stored response, byte for byte.
+func (c *checker) replays() {
+	for k, q := range c.answered() {
+		switch {
+		case q.Replayed:
+			c.res.Replays++
+			c.replay(k, q)
+		case ownAnswer(q):
+			if cm, ok := c.stored[k][execOf(q.Body)]; ok && q.replayable() != cm.canonical() {
+				c.bad(k, invReplay, "the owner's own answer %s differs from its stored response %s", q.replayable(), cm.canonical())
+			}
+		}
+	}
+}
+
+// replay checks one replay against the completions that may have stood
+// while it was made.
+func (c *checker) replay(k pk, q reqRec) {
+	cs := c.comps[k]
+	if len(cs) == 0 {
+		c.bad(k, invReplay, "replay %s of a key that never completed", q)
+		return
+	}
+	matched, last := false, ""
+	for _, cm := range cs {
+		endAt, ended := c.ends[genKey(k, cm.Generation)]
+		margin := replayMargin + c.o.Skew
+		if len(cs) > 1 && (cm.At-c.o.Start > q.End.Milliseconds()+margin || ended && endAt-c.o.Start < q.Start.Milliseconds()-margin) {
+			continue
+		}
+		last = cm.canonical()
+		matched = matched || q.replayable() == last
+	}
+	if !matched {
+		c.bad(k, invReplay, "replay %s differs from the stored response %s", q.replayable(), last)
+	}
+}
+
+// settles: every operation a client did not abandon gets a final answer
+// (a concurrent duplicate's or the two-key probe's does not count).
+func (c *checker) settles() {
+	for _, k := range c.o.Keys {
+		rs := c.reqs[k]
 		settled := false
 		for _, q := range rs {
 			if q.final() && q.Role != "dup" && q.Role != "twokeys" {
 				settled = true
 			}
-			// Answers: only what the middleware documents, for this workload.
-			switch {
-			case q.Role == "twokeys":
-				if q.Err == "" && (q.Status != http.StatusBadRequest || q.Code != idemhttp.CodeKeyInvalid) {
-					bad(k, invAnswers, "a request with two Idempotency-Key fields got %s", q)
-				}
-				continue
-			case q.Err != "":
-				continue
-			case q.Status == 201 || q.Status == 422:
-			case q.Status == 409 && (q.Code == idemhttp.CodeKeyInProgress || q.Code == idemhttp.CodeKeyRetry):
-			case q.Status == 503 && (q.Code == idemhttp.CodeLedgerUnavailable || q.Code == idemhttp.CodeBudgetExhausted || q.Code == idemhttp.CodeMutationAbandoned):
-			default:
-				bad(k, invAnswers, "unexpected answer %s", q)
-			}
-			exec := execOf(q.Body)
-			switch {
-			case q.Replayed:
-				// A replay is the completion that stood while it was made.
-				res.Replays++
-				cs := comps[k]
-				if len(cs) == 0 {
-					bad(k, invReplay, "replay %s of a key that never completed", q)
-					break
-				}
-				matched, last := false, ""
-				for _, c := range cs {
-					endAt, ended := ends[genKey(k, c.Generation)]
-					margin := replayMargin + o.Skew
-					if len(cs) > 1 && (c.At-o.Start > q.End.Milliseconds()+margin || ended && endAt-o.Start < q.Start.Milliseconds()-margin) {
-						continue
-					}
-					last = c.canonical()
-					matched = matched || q.replayable() == last
-				}
-				if !matched {
-					bad(k, invReplay, "replay %s differs from the stored response %s", q.replayable(), last)
-				}
-			case q.Status == http.StatusCreated || q.Status == http.StatusUnprocessableEntity && q.Code == "invalid_order":
-				c, ok := stored[k][exec]
-				if !ok {
-					res.Superseded = append(res.Superseded, q)
-				}
-				if q.Status == http.StatusCreated {
-					switch {
-					case o.Transactional && !ok:
-						bad(k, invNo2xx, "%s answered %s, but no completion of it is stored: its write was never committed", exec, q.replayable())
-					case rowsOf[k][exec] == 0:
-						bad(k, invNo2xx, "%s answered %s, and wrote no business row", exec, q.replayable())
-					}
-				}
-				if ok && q.replayable() != c.canonical() {
-					bad(k, invReplay, "the owner's own answer %s differs from its stored response %s", q.replayable(), c.canonical())
-				}
-			}
 		}
-		if !settled && !o.Abandoned[k] {
-			bad(k, invSettles, "no final answer after %d requests", len(rs))
+		if !settled && !c.o.Abandoned[k] {
+			c.bad(k, invSettles, "no final answer after %d requests", len(rs))
 		}
 	}
+}
 
-	// The side callers: each gets its own result, or an error only when its
-	// own call was faulted, never sent (a 971 block, the budget) or not
-	// answered by its own deadline (a loaded machine);
-	// multi-statement SQL is refused before it is sent; a write runs once
-	// (none when its error says nothing was committed).
-	for _, sc := range o.Side {
+// innocent: the side callers each get their own result, or an error only
+// when their own call was faulted, never sent (a 971 block, the budget) or
+// not answered by its own deadline (a loaded machine); multi-statement SQL
+// is refused before it is sent; a write runs once (none when its error
+// says nothing was committed).
+func (c *checker) innocent() {
+	for _, sc := range c.o.Side {
 		k := pk{"side", sc.Token}
-		excused := sc.ErrKind == "rate_limited" || sc.ErrKind == "budget" || sc.Timeout || o.Faulted[sc.Token]
-		if o.MultiSQL[sc.Token] {
-			bad(k, invInnocent, "multi-statement SQL reached D1: %s", sc.SQL)
+		excused := sc.ErrKind == "rate_limited" || sc.ErrKind == "budget" || sc.Timeout || c.o.Faulted[sc.Token]
+		if c.o.MultiSQL[sc.Token] {
+			c.bad(k, invInnocent, "multi-statement SQL reached D1: %s", sc.SQL)
 		}
 		switch sc.Kind {
 		case "multi":
 			if sc.ErrKind != "invalid" {
-				bad(k, invInnocent, "multi-statement SQL was not refused before sending: %q", sc.Err)
+				c.bad(k, invInnocent, "multi-statement SQL was not refused before sending: %q", sc.Err)
 			}
 		case "echo":
 			switch {
 			case sc.Err == "" && sc.Result != sc.Token:
-				bad(k, invInnocent, "an echo of %q returned %q", sc.Token, sc.Result)
+				c.bad(k, invInnocent, "an echo of %q returned %q", sc.Token, sc.Result)
 			case sc.Err != "" && !excused:
-				bad(k, invInnocent, "an echo got an error although its call was never faulted: %s", sc.Err)
+				c.bad(k, invInnocent, "an echo got an error although its call was never faulted: %s", sc.Err)
 			}
 		case "write":
-			n := o.SideRows[sc.Token]
-			switch {
-			case n > 1:
-				bad(k, invInnocent, "the write %q ran %d times (error: %q)", sc.SQL, n, sc.Err)
-			case sc.Err == "" && n != 1:
-				bad(k, invInnocent, "the write %q succeeded with %d rows", sc.SQL, n)
-			case sc.Err != "" && !sc.Ambiguous && n != 0:
-				bad(k, invInnocent, "the write's error says nothing was committed, yet it left %d row: %s", n, sc.Err)
-			}
-			if sc.Err != "" && !excused {
-				bad(k, invInnocent, "a write got an error although its call was never faulted (committed: %d rows): %s", n, sc.Err)
-			}
+			c.sideWrite(k, sc, excused)
 		}
 	}
-	return res
+}
+
+// sideWrite checks one side caller's write against the rows it left.
+func (c *checker) sideWrite(k pk, sc sideRec, excused bool) {
+	n := c.o.SideRows[sc.Token]
+	switch {
+	case n > 1:
+		c.bad(k, invInnocent, "the write %q ran %d times (error: %q)", sc.SQL, n, sc.Err)
+	case sc.Err == "" && n != 1:
+		c.bad(k, invInnocent, "the write %q succeeded with %d rows", sc.SQL, n)
+	case sc.Err != "" && !sc.Ambiguous && n != 0:
+		c.bad(k, invInnocent, "the write's error says nothing was committed, yet it left %d row: %s", n, sc.Err)
+	}
+	if sc.Err != "" && !excused {
+		c.bad(k, invInnocent, "a write got an error although its call was never faulted (committed: %d rows): %s", n, sc.Err)
+	}
 }
 
 func eqPtr[T comparable](a, b *T) bool {

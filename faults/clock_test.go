@@ -90,27 +90,11 @@ func TestD1ClockDecidesTakeover(t *testing.T) {
 	t.Parallel()
 	const ttl = 3 * time.Second
 	w := newWorld(t)
-	var claimSQL []string
-	w.setPolicy(func(req d1local.Request, c calls) d1local.Fault {
-		if c.claim {
-			for _, s := range req.Statements {
-				if strings.HasPrefix(s, "INSERT INTO idempotency_keys") {
-					claimSQL = append(claimSQL, s)
-				}
-			}
-		}
-		return d1local.Fault{}
-	})
 	a := mustLedger(t, w.client(), idem.Config{TTL: ttl, Heartbeat: -1})
 	b := mustLedger(t, w.client(), idem.Config{TTL: ttl, Heartbeat: -1})
 
-	if d := mustBegin(t, a, "acct", "d1clock"); d.Outcome != idem.Execute {
-		t.Fatal(d)
-	}
-	w.setPolicy(nil)
-	if len(claimSQL) == 0 || !strings.Contains(claimSQL[0], "unixepoch('subsec')") || strings.Contains(claimSQL[0], "?5") {
-		t.Fatalf("the default claim does not read D1's clock:\n%s", claimSQL)
-	}
+	claimReadsD1Clock(t, w, a, "d1clock")
+
 	// Age the row to 2 s short of the TTL, by D1's clock.
 	const margin = 2000
 	w.mustExec(d1client.Statement{SQL: adminMark + `UPDATE idempotency_keys SET updated_at = CAST(unixepoch('subsec') * 1000 AS INTEGER) - ? WHERE key = ?`,
@@ -168,8 +152,38 @@ func TestD1ClockDecidesTakeover(t *testing.T) {
 		t.Errorf("taken over when the row was %d ms old by D1's clock, within the TTL %v", age, ttl)
 	}
 
-	// A fresh row, made with D1's clock: skew has no say for default
-	// instances, but a +20 s injected clock sharing the table takes over.
+	skewedInstanceTakesOverFreshRow(t, w, a, b, ttl)
+}
+
+// claimReadsD1Clock claims key with l, and checks that the claim's SQL
+// reads D1's clock and binds no time of its own.
+func claimReadsD1Clock(t *testing.T, w *world, l *idem.Ledger, key string) {
+	t.Helper()
+	var claimSQL []string
+	w.setPolicy(func(req d1local.Request, c calls) d1local.Fault {
+		if c.claim {
+			for _, s := range req.Statements {
+				if strings.HasPrefix(s, "INSERT INTO idempotency_keys") {
+					claimSQL = append(claimSQL, s)
+				}
+			}
+		}
+		return d1local.Fault{}
+	})
+	if d := mustBegin(t, l, "acct", key); d.Outcome != idem.Execute {
+		t.Fatal(d)
+	}
+	w.setPolicy(nil)
+	if len(claimSQL) == 0 || !strings.Contains(claimSQL[0], "unixepoch('subsec')") || strings.Contains(claimSQL[0], "?5") {
+		t.Fatalf("the default claim does not read D1's clock:\n%s", claimSQL)
+	}
+}
+
+// skewedInstanceTakesOverFreshRow checks a fresh row, made with D1's
+// clock: skew has no say for the default instances a and b, but a +20 s
+// injected clock sharing the table takes over.
+func skewedInstanceTakesOverFreshRow(t *testing.T, w *world, a, b *idem.Ledger, ttl time.Duration) {
+	t.Helper()
 	if d := mustBegin(t, a, "acct", "mixed"); d.Outcome != idem.Execute {
 		t.Fatal(d)
 	}

@@ -26,20 +26,7 @@ func TestLostResponseOnClaim(t *testing.T) {
 	st := w.newStack(idem.Config{TTL: ttl}, func(db *d1client.Client) http.Handler { h.db = db; return h })
 	w.setPolicy(once(isClaim, d1local.Fault{LoseResponse: true}))
 
-	a1 := post(bg, st.srv.URL, "acct", "lost-claim", `{"n":1}`)
-	if a1.Status != http.StatusServiceUnavailable || a1.code() != idemhttp.CodeLedgerUnavailable || a1.Header.Get("Retry-After") == "" {
-		t.Fatalf("first answer: %s, want 503 %s with Retry-After", a1, idemhttp.CodeLedgerUnavailable)
-	}
-	if h.runs() != 0 {
-		t.Fatal("the handler ran although round trip 1 failed")
-	}
-	if n := w.injectedCount("lost_response@claim"); n != 1 {
-		t.Fatalf("%d lost claim answers injected", n)
-	}
-	r, ok := w.row("acct", "lost-claim")
-	if !ok || r.Status != "pending" || r.Generation != 1 {
-		t.Fatalf("the lost claim did not commit: %+v %v", r, ok)
-	}
+	r := lostClaimFailsClosed(t, w, h, post(bg, st.srv.URL, "acct", "lost-claim", `{"n":1}`))
 	// Before the TTL: in progress, with a Retry-After of at most the TTL
 	// (the estimate of when the owner is done, within its lease). Checked
 	// when D1's clock shows the retry ended inside the TTL (a machine
@@ -69,16 +56,44 @@ func TestLostResponseOnClaim(t *testing.T) {
 		t.Errorf("replay %s differs from the first answer %s", a, first)
 	}
 
-	// The same failure seen through the ledger: Begin's error is an
-	// ambiguous transport error, and it is not retried (a claim is not
-	// idempotent by itself).
+	lostClaimThroughLedger(t, w, st.ledger, ttl)
+}
+
+// lostClaimFailsClosed checks the first answer a1 to a request whose
+// claim committed and whose answer was lost: a 503 with Retry-After, the
+// handler not run, and the claim's row pending at generation 1, which it
+// returns.
+func lostClaimFailsClosed(t *testing.T, w *world, h *bizHandler, a1 answer) ledgerRow {
+	t.Helper()
+	if a1.Status != http.StatusServiceUnavailable || a1.code() != idemhttp.CodeLedgerUnavailable || a1.Header.Get("Retry-After") == "" {
+		t.Fatalf("first answer: %s, want 503 %s with Retry-After", a1, idemhttp.CodeLedgerUnavailable)
+	}
+	if h.runs() != 0 {
+		t.Fatal("the handler ran although round trip 1 failed")
+	}
+	if n := w.injectedCount("lost_response@claim"); n != 1 {
+		t.Fatalf("%d lost claim answers injected", n)
+	}
+	r, ok := w.row("acct", "lost-claim")
+	if !ok || r.Status != "pending" || r.Generation != 1 {
+		t.Fatalf("the lost claim did not commit: %+v %v", r, ok)
+	}
+	return r
+}
+
+// lostClaimThroughLedger checks the same failure seen through the ledger:
+// Begin's error is an ambiguous transport error, and it is not retried (a
+// claim is not idempotent by itself); Begin again finds the key in
+// progress while the TTL, by D1's clock, has not passed.
+func lostClaimThroughLedger(t *testing.T, w *world, ledger *idem.Ledger, ttl time.Duration) {
+	t.Helper()
 	w.setPolicy(once(isClaim, d1local.Fault{LoseResponse: true}))
-	_, err := st.ledger.Begin(bg, "acct", "lost-claim-2", "fp")
+	_, err := ledger.Begin(bg, "acct", "lost-claim-2", "fp")
 	var de *d1client.Error
 	if !errors.Is(err, d1client.ErrTransport) || !errors.As(err, &de) || !de.Ambiguous || de.Attempts != 1 {
 		t.Fatalf("Begin after a lost claim answer: %v (%+v)", err, de)
 	}
-	d, err := st.ledger.Begin(bg, "acct", "lost-claim-2", "fp")
+	d, err := ledger.Begin(bg, "acct", "lost-claim-2", "fp")
 	r2, _ := w.row("acct", "lost-claim-2")
 	if age := w.d1Now() - r2.CreatedAt; err != nil || age <= ttl.Milliseconds() && d.Outcome != idem.InProgress {
 		t.Fatalf("Begin again, %d ms after the lost claim by D1's clock: %+v %v", age, d, err)

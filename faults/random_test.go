@@ -667,13 +667,29 @@ func (run *randomRun) fault(req d1local.Request, c calls) d1local.Fault {
 		return d1local.Fault{RateLimit: true, RetryAfter: 1500 * time.Millisecond}
 	}
 	if !starved && (rt == "claim" || rt == "completion") && req.Seq > 60 && req.Seq%5 == 0 {
-		for _, f := range requiredFaults {
-			if run.w.injectedAt(faultName(f)+"@"+rt) == 0 && (!f.RateLimit || run.may971()) {
-				return f
-			}
+		if f, ok := run.requiredFault(rt); ok {
+			return f
 		}
 	}
-	rng := rngFor(run.cfg.Seed, "fault", req.Seq)
+	return run.randomFault(req.Seq, rt, starved)
+}
+
+// requiredFault is the first required fault not yet seen on round trip rt,
+// if there is one that may be injected now.
+func (run *randomRun) requiredFault(rt string) (d1local.Fault, bool) {
+	for _, f := range requiredFaults {
+		if run.w.injectedAt(faultName(f)+"@"+rt) == 0 && (!f.RateLimit || run.may971()) {
+			return f, true
+		}
+	}
+	return d1local.Fault{}, false
+}
+
+// randomFault is the random part of the policy for call number seq on
+// round trip rt: a pure function of (seed, seq), but for the spacing of
+// 971s.
+func (run *randomRun) randomFault(seq int64, rt string, starved bool) d1local.Fault {
+	rng := rngFor(run.cfg.Seed, "fault", seq)
 	var f d1local.Fault
 	switch u := rng.Float64(); {
 	case u < 0.06:
@@ -935,38 +951,11 @@ func (run *randomRun) stats(o *observations, res checkResult) runStats {
 		Answers: map[string]int{}, Outcomes: map[string]int{}, Ops: map[string]int{}, Side: map[string]int{},
 		Faults: run.w.injectedSnapshot(), Replays: res.Replays, Superseded: len(res.Superseded),
 		Violations: len(res.Violations), Monitored: int(run.monitored.Load())}
-	for _, r := range o.Requests {
-		switch {
-		case r.Err != "":
-			s.Answers["transport_error"]++
-		case r.Replayed:
-			s.Answers[fmt.Sprintf("%d_replayed", r.Status)]++
-		case r.Code != "":
-			s.Answers[fmt.Sprintf("%d_%s", r.Status, r.Code)]++
-		default:
-			s.Answers[strconv.Itoa(r.Status)]++
-		}
-		if r.Instance == instStarved && r.Err == "" {
-			s.Answers["C:"+strconv.Itoa(r.Status)+"_"+r.Code]++
-		}
-	}
+	s.countAnswers(o.Requests)
 	for _, e := range o.Execs {
 		s.Outcomes[e.Outcome]++
 	}
-	for _, e := range o.Events {
-		switch e.Kind {
-		case "takeover":
-			s.Takeovers++
-		case "released":
-			s.Releases++
-		case "claim":
-			s.Claims++
-		case "completed_row_released":
-			s.Forgotten++
-		case "completed_row_deleted", "pending_row_deleted":
-			s.Deleted++
-		}
-	}
+	s.countEvents(o.Events)
 	s.Completions = int64(len(o.Completions))
 	for _, c := range o.Completions {
 		if strings.Contains(deref(c.Hdrs), "/caf\uFFFD") {
@@ -990,7 +979,59 @@ func (run *randomRun) stats(o *observations, res checkResult) runStats {
 			}
 		}
 	}
-	for _, op := range o.Ops {
+	s.countCalls(o.Ops, o.Side)
+	for _, r := range res.Superseded {
+		if r.Status == http.StatusCreated && !run.cfg.Direct {
+			s.SupersededTx++
+		}
+	}
+	for _, n := range s.Faults {
+		s.FaultTotal += n
+	}
+	return s
+}
+
+// countAnswers counts the clients' answers by status and code.
+func (s *runStats) countAnswers(reqs []reqRec) {
+	for _, r := range reqs {
+		switch {
+		case r.Err != "":
+			s.Answers["transport_error"]++
+		case r.Replayed:
+			s.Answers[fmt.Sprintf("%d_replayed", r.Status)]++
+		case r.Code != "":
+			s.Answers[fmt.Sprintf("%d_%s", r.Status, r.Code)]++
+		default:
+			s.Answers[strconv.Itoa(r.Status)]++
+		}
+		if r.Instance == instStarved && r.Err == "" {
+			s.Answers["C:"+strconv.Itoa(r.Status)+"_"+r.Code]++
+		}
+	}
+}
+
+// countEvents counts D1's audited events by kind.
+func (s *runStats) countEvents(events []event) {
+	for _, e := range events {
+		switch e.Kind {
+		case "takeover":
+			s.Takeovers++
+		case "released":
+			s.Releases++
+		case "claim":
+			s.Claims++
+		case "completed_row_released":
+			s.Forgotten++
+		case "completed_row_deleted", "pending_row_deleted":
+			s.Deleted++
+		}
+	}
+}
+
+// countCalls counts the operator's actions and the side callers' calls by
+// kind and result.
+func (s *runStats) countCalls(ops []opRec, side []sideRec) {
+	for _, op := range ops {
 		switch {
 		case op.Err != "":
 			s.Ops[op.Kind+"_error"]++
@@ -1003,7 +1044,7 @@ func (run *randomRun) stats(o *observations, res checkResult) runStats {
 			s.Ops[op.Kind+"_refused"]++
 		}
 	}
-	for _, c := range o.Side {
+	for _, c := range side {
 		switch {
 		case c.Err == "":
 			s.Side[c.Kind+"_ok"]++
@@ -1011,15 +1052,6 @@ func (run *randomRun) stats(o *observations, res checkResult) runStats {
 			s.Side[c.Kind+"_"+c.ErrKind]++
 		}
 	}
-	for _, r := range res.Superseded {
-		if r.Status == http.StatusCreated && !run.cfg.Direct {
-			s.SupersededTx++
-		}
-	}
-	for _, n := range s.Faults {
-		s.FaultTotal += n
-	}
-	return s
 }
 
 func (s runStats) report(cfg runConfig, elapsed time.Duration) string {
