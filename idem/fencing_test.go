@@ -119,122 +119,165 @@ func TestGenerationNeverReused(t *testing.T) {
 // owners' writes were refused as expired, and how many of those would
 // otherwise have reached a row claimed afresh at the owner's generation.
 func generationModel(t *testing.T, seed uint64, steps int) (expired, reused int) {
-	rng := rand.New(rand.NewPCG(seed, seed*7919))
 	db := d1test.Local(t).NewClientSchema(t)
-	clk := newClock()
-	cfg := idem.Config{Clock: clk.Now, Heartbeat: -1, TTL: 30 * time.Second, MaxLease: 30 * time.Second, SweepBatch: 5}
+	cfg := idem.Config{Heartbeat: -1, TTL: 30 * time.Second, MaxLease: 30 * time.Second, SweepBatch: 5}
 	cfg.Retention = cfg.MaxLease + cfg.TTL + idem.RetentionMargin // the shortest accepted
-	l := newLedger(t, db, cfg)
-	a := l.Admin()
-	keys := []string{"k0", "k1", "k2"}
-	var owners []owner
-	var swept, stored int
-
-	row := func(key string) (idem.KeyRecord, bool) {
-		k, err := a.Get(bg, "p", key)
-		if errors.Is(err, idem.ErrKeyNotFound) {
-			return k, false
+	m := &genModel{rng: rand.New(rand.NewPCG(seed, seed*7919)), db: db, clk: newClock(), keys: []string{"k0", "k1", "k2"}}
+	cfg.Clock = m.clk.Now
+	m.cfg = cfg
+	m.l = newLedger(t, db, cfg)
+	m.a = m.l.Admin()
+	for step := 0; step < steps; step++ {
+		if m.step(t) {
+			m.clk.Advance(time.Millisecond) // every step at its own time
 		}
+	}
+	t.Logf("seed %d: %d owners, %d completions stored, %d refused as expired, %d of them at a reused generation, %d rows swept by Admin.Sweep",
+		seed, len(m.owners), m.stored, m.expired, m.reused, m.swept)
+	return m.expired, m.reused
+}
+
+// genModel is one run of generationModel: its random source, its
+// database, clock, ledger and administrative API, its keys and owners, and
+// its counts.
+type genModel struct {
+	rng    *rand.Rand
+	db     *d1client.Client
+	clk    *clock
+	cfg    idem.Config
+	l      *idem.Ledger
+	a      *idem.Admin
+	keys   []string
+	owners []owner
+
+	swept, stored, expired, reused int
+}
+
+// step takes one random step of the model; it reports false when the
+// step found no owner to act, which takes no time.
+func (m *genModel) step(t *testing.T) bool {
+	switch m.rng.IntN(10) {
+	case 0: // a long stall
+		m.clk.Advance(time.Duration(m.rng.Int64N(int64(3 * time.Minute))))
+	case 1, 2: // time passes
+		m.clk.Advance(time.Duration(m.rng.Int64N(int64(20 * time.Second))))
+	case 3, 4: // a request: a fresh claim, a takeover, or none
+		key := m.keys[m.rng.IntN(len(m.keys))]
+		fp := fmt.Sprint("fp", m.rng.IntN(2))
+		d := begin(t, m.l, "p", key, fp)
+		if d.Outcome == idem.Execute {
+			k, _ := m.row(t, key)
+			m.owners = append(m.owners, owner{d.Reservation, k.CreatedAt.UnixMilli()})
+		}
+	case 5: // an owner completes (and the completion may carry a sweep)
+		return m.complete(t)
+	case 6: // an owner renews, or releases its reservation
+		return m.renewOrRelease(t)
+	case 7, 8: // an operator releases a key at its current generation
+		key := m.keys[m.rng.IntN(len(m.keys))]
+		if k, ok := m.row(t, key); ok {
+			if _, err := m.a.Release(bg, "p", key, k.Generation, idem.ReleaseOptions{Force: m.rng.IntN(2) == 0}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	case 9: // an operator sweeps
+		n, err := m.a.Sweep(bg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return k, true
+		m.swept += int(n)
 	}
-	// check verifies that a write o was told succeeded reached o's row.
-	check := func(o owner, what string) {
-		t.Helper()
-		k, ok := row(o.r.Key)
-		if !ok || k.CreatedAt.UnixMilli() != o.created {
-			t.Fatalf("step %s: owner of %s generation %d (row created %d) wrote to a row created %d: a generation was reused",
-				what, o.r.Key, o.r.Generation, o.created, k.CreatedAt.UnixMilli())
-		}
+	return true
+}
+
+// complete has an owner complete, through this instance or a new one
+// (whose first completion carries a sweep), and checks that a stored
+// completion reached the owner's row. It reports false when there is no
+// owner yet.
+func (m *genModel) complete(t *testing.T) bool {
+	o, ok := m.pick()
+	if !ok {
+		return false
 	}
-	// pick chooses an owner, the recent ones more often.
-	pick := func() (owner, bool) {
-		if len(owners) == 0 {
-			return owner{}, false
-		}
-		if n := len(owners); rng.IntN(3) > 0 {
-			return owners[max(0, n-1-rng.IntN(4))], true
-		}
-		return owners[rng.IntN(len(owners))], true
+	if k, ok := m.row(t, o.r.Key); ok && k.Generation == o.r.Generation && k.CreatedAt.UnixMilli() != o.created {
+		m.reused++ // the dangerous case: only the expiry keeps this write away
 	}
-	for step := 0; step < steps; step++ {
-		switch rng.IntN(10) {
-		case 0: // a long stall
-			clk.Advance(time.Duration(rng.Int64N(int64(3 * time.Minute))))
-		case 1, 2: // time passes
-			clk.Advance(time.Duration(rng.Int64N(int64(20 * time.Second))))
-		case 3, 4: // a request: a fresh claim, a takeover, or none
-			key := keys[rng.IntN(len(keys))]
-			fp := fmt.Sprint("fp", rng.IntN(2))
-			d := begin(t, l, "p", key, fp)
-			if d.Outcome == idem.Execute {
-				k, _ := row(key)
-				owners = append(owners, owner{d.Reservation, k.CreatedAt.UnixMilli()})
-			}
-		case 5: // an owner completes (and the completion may carry a sweep)
-			o, ok := pick()
-			if !ok {
-				continue
-			}
-			if k, ok := row(o.r.Key); ok && k.Generation == o.r.Generation && k.CreatedAt.UnixMilli() != o.created {
-				reused++ // the dangerous case: only the expiry keeps this write away
-			}
-			// Half of the completions come from a new instance, whose first
-			// completion carries a sweep.
-			by := l
-			if rng.IntN(2) == 0 {
-				by = newLedger(t, db, cfg)
-			}
-			c, err := by.Complete(bg, o.r, idem.Response{Status: 201, Body: []byte("x")})
-			switch {
-			case errors.Is(err, idem.ErrReservationExpired):
-				expired++
-			case err != nil:
-				t.Fatal(err)
-			case c.Stored:
-				stored++
-				check(o, "complete")
-			}
-		case 6: // an owner renews, or releases its reservation
-			o, ok := pick()
-			if !ok {
-				continue
-			}
-			var err error
-			what := "renew"
-			if rng.IntN(2) == 0 {
-				ok, err = l.Renew(bg, o.r)
-			} else {
-				what = "release"
-				ok, err = l.Release(bg, o.r)
-			}
-			if err != nil && !errors.Is(err, idem.ErrReservationExpired) {
-				t.Fatal(err)
-			}
-			if ok {
-				check(o, what)
-			}
-		case 7, 8: // an operator releases a key at its current generation
-			key := keys[rng.IntN(len(keys))]
-			if k, ok := row(key); ok {
-				if _, err := a.Release(bg, "p", key, k.Generation, idem.ReleaseOptions{Force: rng.IntN(2) == 0}); err != nil {
-					t.Fatal(err)
-				}
-			}
-		case 9: // an operator sweeps
-			n, err := a.Sweep(bg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			swept += int(n)
-		}
-		clk.Advance(time.Millisecond) // every step at its own time
+	// Half of the completions come from a new instance, whose first
+	// completion carries a sweep.
+	by := m.l
+	if m.rng.IntN(2) == 0 {
+		by = newLedger(t, m.db, m.cfg)
 	}
-	t.Logf("seed %d: %d owners, %d completions stored, %d refused as expired, %d of them at a reused generation, %d rows swept by Admin.Sweep",
-		seed, len(owners), stored, expired, reused, swept)
-	return expired, reused
+	c, err := by.Complete(bg, o.r, idem.Response{Status: 201, Body: []byte("x")})
+	switch {
+	case errors.Is(err, idem.ErrReservationExpired):
+		m.expired++
+	case err != nil:
+		t.Fatal(err)
+	case c.Stored:
+		m.stored++
+		m.check(t, o, "complete")
+	}
+	return true
+}
+
+// renewOrRelease has an owner renew, or release its reservation, and
+// checks that a renewal or release that succeeded reached the owner's
+// row. It reports false when there is no owner yet.
+func (m *genModel) renewOrRelease(t *testing.T) bool {
+	o, ok := m.pick()
+	if !ok {
+		return false
+	}
+	var err error
+	what := "renew"
+	if m.rng.IntN(2) == 0 {
+		ok, err = m.l.Renew(bg, o.r)
+	} else {
+		what = "release"
+		ok, err = m.l.Release(bg, o.r)
+	}
+	if err != nil && !errors.Is(err, idem.ErrReservationExpired) {
+		t.Fatal(err)
+	}
+	if ok {
+		m.check(t, o, what)
+	}
+	return true
+}
+
+// row returns key's row, and whether there is one.
+func (m *genModel) row(t *testing.T, key string) (idem.KeyRecord, bool) {
+	t.Helper()
+	k, err := m.a.Get(bg, "p", key)
+	if errors.Is(err, idem.ErrKeyNotFound) {
+		return k, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k, true
+}
+
+// check verifies that a write o was told succeeded reached o's row.
+func (m *genModel) check(t *testing.T, o owner, what string) {
+	t.Helper()
+	k, ok := m.row(t, o.r.Key)
+	if !ok || k.CreatedAt.UnixMilli() != o.created {
+		t.Fatalf("step %s: owner of %s generation %d (row created %d) wrote to a row created %d: a generation was reused",
+			what, o.r.Key, o.r.Generation, o.created, k.CreatedAt.UnixMilli())
+	}
+}
+
+// pick chooses an owner, the recent ones more often.
+func (m *genModel) pick() (owner, bool) {
+	if len(m.owners) == 0 {
+		return owner{}, false
+	}
+	if n := len(m.owners); m.rng.IntN(3) > 0 {
+		return m.owners[max(0, n-1-m.rng.IntN(4))], true
+	}
+	return m.owners[m.rng.IntN(len(m.owners))], true
 }
 
 // The generation model catches the bug it exists for: without the expiry

@@ -74,88 +74,104 @@ func TestStateMachine(t *testing.T) {
 	d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
 		db := b.NewClientSchema(t)
 		l := newLedger(t, db, idem.Config{TTL: 400 * time.Millisecond, Heartbeat: -1})
-
-		// A fresh key: Execute, generation 1, not a takeover.
-		d := begin(t, l, "acct_1", "k1", "fpA")
-		if d.Outcome != idem.Execute || d.Reservation.Generation != 1 || d.Reservation.Takeover {
-			t.Fatalf("fresh: %+v", d)
-		}
-		r1 := d.Reservation
-
-		// The same request while pending: InProgress, with a Retry-After
-		// within the owner's lease.
-		d = begin(t, l, "acct_1", "k1", "fpA")
-		if d.Outcome != idem.InProgress || d.RetryAfter <= 0 || d.RetryAfter > 400*time.Millisecond {
-			t.Fatalf("pending: %+v", d)
-		}
-		// Another request with the same key while pending: Reused.
-		if d = begin(t, l, "acct_1", "k1", "fpB"); d.Outcome != idem.Reused {
-			t.Fatalf("pending, other fingerprint: %+v", d)
-		}
-
-		// Completion stores; the same request replays.
-		if c := complete(t, l, r1, 201, `{"id":1}`); !c.Stored {
-			t.Fatal("completion not stored")
-		}
-		d = begin(t, l, "acct_1", "k1", "fpA")
-		if d.Outcome != idem.Replay || d.Response.Status != 201 || string(d.Response.Body) != `{"id":1}` ||
-			d.Response.Header.Get("Content-Type") != "application/json" {
-			t.Fatalf("replay: %+v", d)
-		}
-		// A different request with a completed key: Reused, never replayed.
-		if d = begin(t, l, "acct_1", "k1", "fpB"); d.Outcome != idem.Reused || d.Response != nil {
-			t.Fatalf("completed, other fingerprint: %+v", d)
-		}
-		// Completing twice is fenced (status is no longer pending).
-		if c := complete(t, l, r1, 500, "again"); c.Stored {
-			t.Fatal("a second completion was stored")
-		}
-
-		// Takeover after the TTL: the old owner's completion is fenced out,
-		// the new owner's is stored.
-		old := begin(t, l, "acct_1", "k2", "fpA").Reservation
-		time.Sleep(450 * time.Millisecond)
-		if d = begin(t, l, "acct_1", "k2", "fpB"); d.Outcome != idem.Reused {
-			t.Fatalf("stale pending, other fingerprint must not take over: %+v", d)
-		}
-		d = begin(t, l, "acct_1", "k2", "fpA")
-		if d.Outcome != idem.Execute || !d.Reservation.Takeover || d.Reservation.Generation != 2 {
-			t.Fatalf("takeover: %+v", d)
-		}
-		if c := complete(t, l, old, 200, "old owner"); c.Stored {
-			t.Fatal("the superseded owner's completion was stored")
-		}
-		if c := complete(t, l, d.Reservation, 200, "new owner"); !c.Stored {
-			t.Fatal("the new owner's completion was not stored")
-		}
-		if d = begin(t, l, "acct_1", "k2", "fpA"); d.Outcome != idem.Replay || string(d.Response.Body) != "new owner" {
-			t.Fatalf("after takeover: %+v", d)
-		}
-
-		// Release is fenced: it deletes only our own pending row.
-		r3 := begin(t, l, "acct_1", "k3", "fpA").Reservation
-		stale := *r3
-		stale.Generation = 7
-		if ok, err := l.Release(bg, &stale); err != nil || ok {
-			t.Fatalf("release of another generation: %v %v", ok, err)
-		}
-		if ok, err := l.Release(bg, r3); err != nil || !ok {
-			t.Fatalf("release: %v %v", ok, err)
-		}
-		// The released row moved one generation on with a stale lease: the
-		// same request takes it over at once, the generation never repeats,
-		// and a different request is still refused.
-		if d = begin(t, l, "acct_1", "k3", "fpB"); d.Outcome != idem.Reused {
-			t.Fatalf("after release, another request: %+v", d)
-		}
-		d = begin(t, l, "acct_1", "k3", "fpA")
-		if d.Outcome != idem.Execute || !d.Reservation.Takeover || d.Reservation.Generation != 3 {
-			t.Fatalf("after release: %+v", d)
-		}
-		if c := complete(t, l, r3, 200, "released owner"); c.Stored {
-			t.Fatal("the released owner's completion was stored")
-		}
+		freshPendingCompleted(t, l, "k1")
+		takeoverAfterTTL(t, l, "k2")
+		releaseIsFenced(t, l, "k3")
 	})
+}
+
+// freshPendingCompleted walks key through the branches of a fresh key
+// (its TTL 400ms): Execute, then InProgress and Reused while pending, then
+// Replay and Reused once completed, and a second completion fenced.
+func freshPendingCompleted(t *testing.T, l *idem.Ledger, key string) {
+	t.Helper()
+	// A fresh key: Execute, generation 1, not a takeover.
+	d := begin(t, l, "acct_1", key, "fpA")
+	if d.Outcome != idem.Execute || d.Reservation.Generation != 1 || d.Reservation.Takeover {
+		t.Fatalf("fresh: %+v", d)
+	}
+	r1 := d.Reservation
+
+	// The same request while pending: InProgress, with a Retry-After
+	// within the owner's lease.
+	d = begin(t, l, "acct_1", key, "fpA")
+	if d.Outcome != idem.InProgress || d.RetryAfter <= 0 || d.RetryAfter > 400*time.Millisecond {
+		t.Fatalf("pending: %+v", d)
+	}
+	// Another request with the same key while pending: Reused.
+	if d = begin(t, l, "acct_1", key, "fpB"); d.Outcome != idem.Reused {
+		t.Fatalf("pending, other fingerprint: %+v", d)
+	}
+
+	// Completion stores; the same request replays.
+	if c := complete(t, l, r1, 201, `{"id":1}`); !c.Stored {
+		t.Fatal("completion not stored")
+	}
+	d = begin(t, l, "acct_1", key, "fpA")
+	if d.Outcome != idem.Replay || d.Response.Status != 201 || string(d.Response.Body) != `{"id":1}` ||
+		d.Response.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("replay: %+v", d)
+	}
+	// A different request with a completed key: Reused, never replayed.
+	if d = begin(t, l, "acct_1", key, "fpB"); d.Outcome != idem.Reused || d.Response != nil {
+		t.Fatalf("completed, other fingerprint: %+v", d)
+	}
+	// Completing twice is fenced (status is no longer pending).
+	if c := complete(t, l, r1, 500, "again"); c.Stored {
+		t.Fatal("a second completion was stored")
+	}
+}
+
+// takeoverAfterTTL checks the takeover of key after the TTL (400ms): only
+// by the same request; the old owner's completion is fenced out, the new
+// owner's is stored.
+func takeoverAfterTTL(t *testing.T, l *idem.Ledger, key string) {
+	t.Helper()
+	old := begin(t, l, "acct_1", key, "fpA").Reservation
+	time.Sleep(450 * time.Millisecond)
+	if d := begin(t, l, "acct_1", key, "fpB"); d.Outcome != idem.Reused {
+		t.Fatalf("stale pending, other fingerprint must not take over: %+v", d)
+	}
+	d := begin(t, l, "acct_1", key, "fpA")
+	if d.Outcome != idem.Execute || !d.Reservation.Takeover || d.Reservation.Generation != 2 {
+		t.Fatalf("takeover: %+v", d)
+	}
+	if c := complete(t, l, old, 200, "old owner"); c.Stored {
+		t.Fatal("the superseded owner's completion was stored")
+	}
+	if c := complete(t, l, d.Reservation, 200, "new owner"); !c.Stored {
+		t.Fatal("the new owner's completion was not stored")
+	}
+	if d = begin(t, l, "acct_1", key, "fpA"); d.Outcome != idem.Replay || string(d.Response.Body) != "new owner" {
+		t.Fatalf("after takeover: %+v", d)
+	}
+}
+
+// releaseIsFenced checks that Release is fenced: it releases only our
+// own pending row, which moves one generation on with a stale lease: the
+// same request takes it over at once, the generation never repeats, and a
+// different request is still refused.
+func releaseIsFenced(t *testing.T, l *idem.Ledger, key string) {
+	t.Helper()
+	r3 := begin(t, l, "acct_1", key, "fpA").Reservation
+	stale := *r3
+	stale.Generation = 7
+	if ok, err := l.Release(bg, &stale); err != nil || ok {
+		t.Fatalf("release of another generation: %v %v", ok, err)
+	}
+	if ok, err := l.Release(bg, r3); err != nil || !ok {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	if d := begin(t, l, "acct_1", key, "fpB"); d.Outcome != idem.Reused {
+		t.Fatalf("after release, another request: %+v", d)
+	}
+	d := begin(t, l, "acct_1", key, "fpA")
+	if d.Outcome != idem.Execute || !d.Reservation.Takeover || d.Reservation.Generation != 3 {
+		t.Fatalf("after release: %+v", d)
+	}
+	if c := complete(t, l, r3, 200, "released owner"); c.Stored {
+		t.Fatal("the released owner's completion was stored")
+	}
 }
 
 func TestBeginRejectsBadInput(t *testing.T) {

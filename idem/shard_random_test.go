@@ -721,17 +721,47 @@ func (r *shardRun) drop(delay time.Duration) func() {
 // the databases hold and what the clients saw, and returns the violations.
 func checkShards(t testing.TB, c *cluster, answers []shardAnswer, keys []string) []string {
 	t.Helper()
-	type state struct {
-		biz       []string // "db:exec"
-		rows      []string // "db:status"
-		bodies    map[string]string
-		completed map[string]bool // by database
-		inserted  map[string]bool
-		movedOut  map[string]bool // deleted while pending
-	}
-	st := map[string]*state{}
+	st := readShardStates(t, c, keys)
+	var out []string
+	bad := func(k, format string, args ...any) { out = append(out, k+": "+fmt.Sprintf(format, args...)) }
 	for _, k := range keys {
-		st[k] = &state{bodies: map[string]string{}, completed: map[string]bool{}, inserted: map[string]bool{}, movedOut: map[string]bool{}}
+		st[k].check(k, bad)
+	}
+	// Byte-identical replays, and no 201 from an execution that is not
+	// the key's one.
+	for _, a := range answers {
+		k := a.principal + "/" + a.key
+		s := st[k]
+		if s == nil || a.status != http.StatusCreated || len(s.biz) != 1 {
+			continue
+		}
+		db, _, _ := strings.Cut(s.biz[0], ":")
+		if a.body != s.bodies[db] {
+			bad(k, "answered 201 (replayed %v) with %q, the stored response is %q", a.replayed, a.body, s.bodies[db])
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// shardState is what the databases hold of one key: its business writes,
+// its rows, their stored responses, and what the audit saw per database.
+type shardState struct {
+	biz       []string // "db:exec"
+	rows      []string // "db:status"
+	bodies    map[string]string
+	completed map[string]bool // by database
+	inserted  map[string]bool
+	movedOut  map[string]bool // deleted while pending
+}
+
+// readShardStates reads what every database of c holds of keys
+// ("principal/key").
+func readShardStates(t testing.TB, c *cluster, keys []string) map[string]*shardState {
+	t.Helper()
+	st := map[string]*shardState{}
+	for _, k := range keys {
+		st[k] = &shardState{bodies: map[string]string{}, completed: map[string]bool{}, inserted: map[string]bool{}, movedOut: map[string]bool{}}
 	}
 	query := func(id, sql string, fn func(r d1client.Row)) {
 		res, err := c.dbs[id].Query(bg, checkMarker+sql)
@@ -773,52 +803,38 @@ func checkShards(t testing.TB, c *cluster, answers []shardAnswer, keys []string)
 			}
 		})
 	}
-	var out []string
-	bad := func(k, format string, args ...any) { out = append(out, k+": "+fmt.Sprintf(format, args...)) }
-	for _, k := range keys {
-		s := st[k]
-		// One execution per key.
-		if len(s.biz) != 1 {
-			bad(k, "executed %d times %v", len(s.biz), s.biz)
-		}
-		// No key claimed in two homes: completed in one database, and
-		// alive (inserted, not moved out) in one.
-		var completed, alive []string
-		for id := range s.completed {
-			completed = append(completed, id)
-		}
-		for id := range s.inserted {
-			if !s.movedOut[id] || s.completed[id] {
-				alive = append(alive, id)
-			}
-		}
-		if len(completed) > 1 || len(alive) > 1 || len(s.rows) != 1 {
-			bad(k, "claimed in several homes: completed in %v, alive in %v, rows %v", completed, alive, s.rows)
-		}
-		if len(s.biz) != 1 || len(s.rows) != 1 {
-			continue
-		}
-		db, exec, _ := strings.Cut(s.biz[0], ":")
-		stored := s.bodies[db]
-		if !strings.Contains(stored, fmt.Sprintf(`"exec":%q`, exec)) {
-			bad(k, "the stored response %q is not the execution %s that wrote at %s (row in %v)", stored, exec, db, s.rows)
+	return st
+}
+
+// check verifies key k's invariants on what the databases hold, and
+// reports each violation to bad.
+func (s *shardState) check(k string, bad func(k, format string, args ...any)) {
+	// One execution per key.
+	if len(s.biz) != 1 {
+		bad(k, "executed %d times %v", len(s.biz), s.biz)
+	}
+	// No key claimed in two homes: completed in one database, and
+	// alive (inserted, not moved out) in one.
+	var completed, alive []string
+	for id := range s.completed {
+		completed = append(completed, id)
+	}
+	for id := range s.inserted {
+		if !s.movedOut[id] || s.completed[id] {
+			alive = append(alive, id)
 		}
 	}
-	// Byte-identical replays, and no 201 from an execution that is not
-	// the key's one.
-	for _, a := range answers {
-		k := a.principal + "/" + a.key
-		s := st[k]
-		if s == nil || a.status != http.StatusCreated || len(s.biz) != 1 {
-			continue
-		}
-		db, _, _ := strings.Cut(s.biz[0], ":")
-		if a.body != s.bodies[db] {
-			bad(k, "answered 201 (replayed %v) with %q, the stored response is %q", a.replayed, a.body, s.bodies[db])
-		}
+	if len(completed) > 1 || len(alive) > 1 || len(s.rows) != 1 {
+		bad(k, "claimed in several homes: completed in %v, alive in %v, rows %v", completed, alive, s.rows)
 	}
-	sort.Strings(out)
-	return out
+	if len(s.biz) != 1 || len(s.rows) != 1 {
+		return
+	}
+	db, exec, _ := strings.Cut(s.biz[0], ":")
+	stored := s.bodies[db]
+	if !strings.Contains(stored, fmt.Sprintf(`"exec":%q`, exec)) {
+		bad(k, "the stored response %q is not the execution %s that wrote at %s (row in %v)", stored, exec, db, s.rows)
+	}
 }
 
 // runShardGrowth grows the ring 2 -> 3 -> 5 under load and faults, in

@@ -133,20 +133,7 @@ func TestShardedLedgerRoutesPrincipals(t *testing.T) {
 	d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
 		c := newCluster(t, b, 3)
 		l := c.ledger(t, idem.Config{Heartbeat: -1})
-		if _, err := l.Begin(bg, "p", "k", "fp"); !errors.Is(err, idem.ErrNoRing) {
-			t.Fatalf("Begin before InitRing: %v, want ErrNoRing", err)
-		}
-		st, err := l.Admin().InitRing(bg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := idem.Ring{Version: 1, Phase: idem.RingStable, Homes: c.ids}
-		if st.Ring.String() != want.String() || len(st.Homes) != 3 {
-			t.Fatalf("InitRing: %+v", st)
-		}
-		if _, err := l.Admin().InitRing(bg); !errors.Is(err, idem.ErrRingConflict) {
-			t.Fatalf("a second InitRing: %v, want ErrRingConflict", err)
-		}
+		initRingOnce(t, c, l)
 		r := mustRing(t, l)
 		const n = 24
 		per := map[string]int{}
@@ -165,66 +152,11 @@ func TestShardedLedgerRoutesPrincipals(t *testing.T) {
 				t.Errorf("%s: replay %v %s", p, d.Outcome, d.Response.Body)
 			}
 		}
-		// The ring row and the identity row are the only other rows, and
-		// only requests' rows are read by the administrative API.
-		for _, id := range c.ids {
-			res, err := c.dbs[id].Query(bg, "SELECT key, fingerprint FROM idempotency_keys WHERE principal = '' ORDER BY key")
-			if err != nil || len(res.Rows) != 2 {
-				t.Fatalf("%s: ring rows %v %v", id, res, err)
-			}
-			var homeKey, identity string
-			if err := res.Rows[0].Scan(&homeKey, &identity); err != nil || homeKey != "d1idem:home" || identity != id {
-				t.Errorf("%s: identity row %s %s, %v", id, homeKey, identity, err)
-			}
-		}
-		if _, err := l.Begin(bg, "", "d1idem:ring", "fp"); !errors.Is(err, idem.ErrNoPrincipal) {
-			t.Errorf("Begin on the ring row: %v", err)
-		}
-		if _, err := l.Admin().Get(bg, "", "d1idem:ring"); !errors.Is(err, idem.ErrNoPrincipal) {
-			t.Errorf("Admin.Get on the ring row: %v", err)
-		}
+		ringRowsHidden(t, c, l)
 		a := l.Admin()
-		stats, err := a.Stats(bg)
-		if err != nil || stats.Keys != n || stats.ByStatus[idem.StatusCompleted] != n || stats.Oldest == nil || stats.Created != n || stats.FirstCreated.IsZero() {
-			t.Fatalf("Stats: %+v, %v", stats, err)
-		}
-		hs, err := a.HomeStats(bg)
-		if err != nil || len(hs) != 3 {
-			t.Fatalf("HomeStats: %v %v", hs, err)
-		}
-		for _, h := range hs {
-			if h.Stats.Keys != int64(per[h.Home]) {
-				t.Errorf("HomeStats %s: %d keys, want %d", h.Home, h.Stats.Keys, per[h.Home])
-			}
-		}
-		// Pages merge the databases in List's order.
-		var listed []string
-		cursor := ""
-		for pages := 0; ; pages++ {
-			page, err := a.List(bg, idem.ListOptions{Limit: 5, Cursor: cursor})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, k := range page.Keys {
-				listed = append(listed, fmt.Sprintf("%d/%s/%s", k.UpdatedAt.UnixMilli(), k.Principal, k.Key))
-			}
-			if cursor = page.NextCursor; cursor == "" {
-				break
-			}
-			if pages > n {
-				t.Fatal("List does not end")
-			}
-		}
-		if len(listed) != n || !slices.IsSortedFunc(listed, func(x, y string) int {
-			var a, b int64
-			var ra, rb string
-			fmt.Sscanf(x, "%d/%s", &a, &ra)
-			fmt.Sscanf(y, "%d/%s", &b, &rb)
-			if a != b {
-				return int(a - b)
-			}
-			return strings.Compare(ra, rb)
-		}) {
+		shardedStats(t, a, n, per)
+		listed := listAllPages(t, a, n)
+		if len(listed) != n || !slices.IsSortedFunc(listed, byUpdatedAt) {
 			t.Errorf("List gave %d keys, out of order? %v", len(listed), listed)
 		}
 		p0 := "acct-0"
@@ -245,6 +177,106 @@ func TestShardedLedgerRoutesPrincipals(t *testing.T) {
 			t.Errorf("Stuck: %+v %v", s, err)
 		}
 	})
+}
+
+// initRingOnce checks that l, sharded over c, refuses requests before its
+// ring is recorded, that InitRing records version 1 over every home, and
+// that a second InitRing is refused.
+func initRingOnce(t *testing.T, c *cluster, l *idem.Ledger) {
+	t.Helper()
+	if _, err := l.Begin(bg, "p", "k", "fp"); !errors.Is(err, idem.ErrNoRing) {
+		t.Fatalf("Begin before InitRing: %v, want ErrNoRing", err)
+	}
+	st, err := l.Admin().InitRing(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := idem.Ring{Version: 1, Phase: idem.RingStable, Homes: c.ids}
+	if st.Ring.String() != want.String() || len(st.Homes) != 3 {
+		t.Fatalf("InitRing: %+v", st)
+	}
+	if _, err := l.Admin().InitRing(bg); !errors.Is(err, idem.ErrRingConflict) {
+		t.Fatalf("a second InitRing: %v, want ErrRingConflict", err)
+	}
+}
+
+// ringRowsHidden checks that the ring row and the identity row are the
+// only other rows of each database, and that neither a request nor the
+// administrative API reads them.
+func ringRowsHidden(t *testing.T, c *cluster, l *idem.Ledger) {
+	t.Helper()
+	for _, id := range c.ids {
+		res, err := c.dbs[id].Query(bg, "SELECT key, fingerprint FROM idempotency_keys WHERE principal = '' ORDER BY key")
+		if err != nil || len(res.Rows) != 2 {
+			t.Fatalf("%s: ring rows %v %v", id, res, err)
+		}
+		var homeKey, identity string
+		if err := res.Rows[0].Scan(&homeKey, &identity); err != nil || homeKey != "d1idem:home" || identity != id {
+			t.Errorf("%s: identity row %s %s, %v", id, homeKey, identity, err)
+		}
+	}
+	if _, err := l.Begin(bg, "", "d1idem:ring", "fp"); !errors.Is(err, idem.ErrNoPrincipal) {
+		t.Errorf("Begin on the ring row: %v", err)
+	}
+	if _, err := l.Admin().Get(bg, "", "d1idem:ring"); !errors.Is(err, idem.ErrNoPrincipal) {
+		t.Errorf("Admin.Get on the ring row: %v", err)
+	}
+}
+
+// shardedStats checks that Stats sums the n completed keys across the
+// databases, and that HomeStats gives each database its own (per home).
+func shardedStats(t *testing.T, a *idem.Admin, n int, per map[string]int) {
+	t.Helper()
+	stats, err := a.Stats(bg)
+	if err != nil || stats.Keys != int64(n) || stats.ByStatus[idem.StatusCompleted] != int64(n) || stats.Oldest == nil || stats.Created != int64(n) || stats.FirstCreated.IsZero() {
+		t.Fatalf("Stats: %+v, %v", stats, err)
+	}
+	hs, err := a.HomeStats(bg)
+	if err != nil || len(hs) != 3 {
+		t.Fatalf("HomeStats: %v %v", hs, err)
+	}
+	for _, h := range hs {
+		if h.Stats.Keys != int64(per[h.Home]) {
+			t.Errorf("HomeStats %s: %d keys, want %d", h.Home, h.Stats.Keys, per[h.Home])
+		}
+	}
+}
+
+// listAllPages follows List's cursor in pages of 5 and returns each key
+// as "updated_at/principal/key"; more than n+1 pages fail t.
+func listAllPages(t *testing.T, a *idem.Admin, n int) []string {
+	t.Helper()
+	var listed []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		page, err := a.List(bg, idem.ListOptions{Limit: 5, Cursor: cursor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range page.Keys {
+			listed = append(listed, fmt.Sprintf("%d/%s/%s", k.UpdatedAt.UnixMilli(), k.Principal, k.Key))
+		}
+		if cursor = page.NextCursor; cursor == "" {
+			break
+		}
+		if pages > n {
+			t.Fatal("List does not end")
+		}
+	}
+	return listed
+}
+
+// byUpdatedAt orders listAllPages's "updated_at/principal/key" entries as
+// List does.
+func byUpdatedAt(x, y string) int {
+	var a, b int64
+	var ra, rb string
+	fmt.Sscanf(x, "%d/%s", &a, &ra)
+	fmt.Sscanf(y, "%d/%s", &b, &rb)
+	if a != b {
+		return int(a - b)
+	}
+	return strings.Compare(ra, rb)
 }
 
 // A ledger on one database is the N = 1 case of a sharded one, and the
@@ -340,8 +372,9 @@ func TestGrowPhases(t *testing.T) {
 		}
 		v2 := grown(v1, c.ids[2])
 		moved := principal(t, func(p string) bool { return v2.PreviousHome(p) != "" })
-		unmoved := principal(t, func(p string) bool { return v2.PreviousHome(p) == "" })
-		oldHome, newHome := v1.Home(moved), v2.Home(moved)
+		g := growPhases{c: c, clk: clk, op: op, r1: r1, late: late, v1: v1, v2: v2, moved: moved,
+			unmoved: principal(t, func(p string) bool { return v2.PreviousHome(p) == "" }),
+			oldHome: v1.Home(moved), newHome: v2.Home(moved)}
 
 		// Keys of the moved principal before the change, at its old home.
 		d := begin(t, r1, moved, "done", "fp")
@@ -357,97 +390,142 @@ func TestGrowPhases(t *testing.T) {
 			t.Errorf("DropAt %s, want two retentions less the TTL and half the margin after %s", st.DropAt, clk.Now())
 		}
 
-		// r1 still routes by v1: the old home refuses, r1 learns v2 and
-		// claims the new key at the new home.
-		d = begin(t, r1, moved, "new", "fp")
-		if d.Outcome != idem.Execute {
-			t.Fatalf("new key: %v", d.Outcome)
-		}
-		complete(t, r1, d.Reservation, 201, "new")
-		if got := mustRing(t, r1); got.String() != v2.String() {
-			t.Fatalf("r1 routes by %s after the refusal, want %s", got, v2)
-		}
-		if got := c.where(t, moved, "new"); !slices.Equal(got, []string{newHome}) {
-			t.Errorf("new key in %v, want the new home %s", got, newHome)
-		}
-		// Keys at the old home are answered from there.
-		if d := begin(t, r1, moved, "done", "fp"); d.Outcome != idem.Replay || string(d.Response.Body) != "done" {
-			t.Errorf("replay from the old home: %v", d.Outcome)
-		}
-		if d := begin(t, r1, moved, "done", "other"); d.Outcome != idem.Reused {
-			t.Errorf("reuse at the old home: %v", d.Outcome)
-		}
-		if d := begin(t, r1, moved, "live", "fp"); d.Outcome != idem.InProgress {
-			t.Errorf("in progress at the old home: %v", d.Outcome)
-		}
-		if d := begin(t, r1, moved, "new", "fp"); d.Outcome != idem.Replay || string(d.Response.Body) != "new" {
-			t.Errorf("replay from the new home: %v", d.Outcome)
-		}
-		// A stale reservation at the old home moves to the new home; its
-		// owner is fenced out, while a live owner there completes.
-		clk.Advance(2 * time.Second)
-		if ok, err := r1.Renew(bg, live); !ok || err != nil {
-			t.Fatalf("renewing a live reservation at the old home: %v %v", ok, err)
-		}
-		d = begin(t, r1, moved, "abandoned", "fp")
-		if d.Outcome != idem.Execute {
-			t.Fatalf("stale reservation: %v", d.Outcome)
-		}
-		if got := c.where(t, moved, "abandoned"); !slices.Equal(got, []string{newHome}) {
-			t.Errorf("moved reservation in %v, want %s", got, newHome)
-		}
-		if done := complete(t, r1, abandoned, 201, "late"); done.Stored {
-			t.Error("the superseded owner's completion at the old home was stored")
-		}
-		complete(t, r1, d.Reservation, 201, "retried")
-		if done := complete(t, r1, live, 201, "live"); !done.Stored {
-			t.Error("the live owner's completion at the old home was fenced out")
-		}
-		if d := begin(t, r1, moved, "live", "fp"); d.Outcome != idem.Replay || string(d.Response.Body) != "live" {
-			t.Errorf("replay of the live key: %v", d.Outcome)
-		}
-		// An unmoved principal stays where it was.
-		d = begin(t, r1, unmoved, "k", "fp")
-		if got := c.where(t, unmoved, "k"); !slices.Equal(got, []string{v1.Home(unmoved)}) {
-			t.Errorf("unmoved principal's key in %v, want %s", got, v1.Home(unmoved))
-		}
-		complete(t, r1, d.Reservation, 200, "")
-
-		// The old route is not dropped before DropAt.
-		st, err = op.Admin().AdvanceRing(bg)
-		if !errors.Is(err, idem.ErrDropNotDue) || st.Ring.String() != v2.String() {
-			t.Fatalf("AdvanceRing before DropAt: %s, %v", st.Ring, err)
-		}
-		clk.Advance(st.DropAt.Sub(clk.Now()))
-		st, err = op.Admin().AdvanceRing(bg)
-		stable := idem.Ring{Version: 2, Phase: idem.RingStable, Homes: v2.Homes}
-		if err != nil || st.Ring.String() != stable.String() {
-			t.Fatalf("AdvanceRing at DropAt: %s, %v", st.Ring, err)
-		}
-		for _, h := range st.Homes {
-			if h.Ring == nil || h.Ring.String() != stable.String() {
-				t.Errorf("home %s holds %v", h.ID, h.Ring)
-			}
-		}
-		// late still routes by v1, r1 by v2 moving: both learn v2 stable.
-		if d := begin(t, late, moved, "new", "fp"); d.Outcome != idem.Replay {
-			t.Errorf("late replica: %v", d.Outcome)
-		}
-		if d := begin(t, r1, moved, "new", "fp"); d.Outcome != idem.Replay {
-			t.Errorf("r1: %v", d.Outcome)
-		}
-		for _, l := range []*idem.Ledger{late, r1} {
-			if got := mustRing(t, l); got.String() != stable.String() {
-				t.Errorf("a replica routes by %s, want %s", got, stable)
-			}
-		}
-		if got := c.where(t, moved, "done"); !slices.Equal(got, []string{oldHome}) {
-			t.Errorf("the old key moved: %v", got)
-		}
-		if _, err := op.Admin().Grow(bg, c.ids[2]); err == nil {
-			t.Error("Grow accepted a home already in the ring")
-		}
+		g.newKeyAtNewHome(t)
+		g.oldKeysAnsweredFromOldHome(t)
+		g.staleReservationMoves(t, live, abandoned)
+		g.unmovedPrincipalStays(t)
+		g.oldRouteDroppedAtDropAt(t)
 	})
+}
+
+// growPhases is TestGrowPhases's cluster, clock and ledgers (the
+// operator's, a replica r1 that serves the requests, and a replica late
+// that sees no request until the end), its rings before (v1) and after
+// (v2) the growth, a principal that moves (from oldHome to newHome) and
+// one that does not.
+type growPhases struct {
+	c                *cluster
+	clk              *clock
+	op, r1, late     *idem.Ledger
+	v1, v2           idem.Ring
+	moved, unmoved   string
+	oldHome, newHome string
+}
+
+// newKeyAtNewHome checks that r1, which still routes by v1, is refused at
+// the old home, learns v2 and claims the moved principal's new key at its
+// new home.
+func (g growPhases) newKeyAtNewHome(t *testing.T) {
+	t.Helper()
+	d := begin(t, g.r1, g.moved, "new", "fp")
+	if d.Outcome != idem.Execute {
+		t.Fatalf("new key: %v", d.Outcome)
+	}
+	complete(t, g.r1, d.Reservation, 201, "new")
+	if got := mustRing(t, g.r1); got.String() != g.v2.String() {
+		t.Fatalf("r1 routes by %s after the refusal, want %s", got, g.v2)
+	}
+	if got := g.c.where(t, g.moved, "new"); !slices.Equal(got, []string{g.newHome}) {
+		t.Errorf("new key in %v, want the new home %s", got, g.newHome)
+	}
+}
+
+// oldKeysAnsweredFromOldHome checks that the moved principal's keys at
+// the old home are answered from there (replay, reuse, in progress), and
+// its new key from the new home.
+func (g growPhases) oldKeysAnsweredFromOldHome(t *testing.T) {
+	t.Helper()
+	if d := begin(t, g.r1, g.moved, "done", "fp"); d.Outcome != idem.Replay || string(d.Response.Body) != "done" {
+		t.Errorf("replay from the old home: %v", d.Outcome)
+	}
+	if d := begin(t, g.r1, g.moved, "done", "other"); d.Outcome != idem.Reused {
+		t.Errorf("reuse at the old home: %v", d.Outcome)
+	}
+	if d := begin(t, g.r1, g.moved, "live", "fp"); d.Outcome != idem.InProgress {
+		t.Errorf("in progress at the old home: %v", d.Outcome)
+	}
+	if d := begin(t, g.r1, g.moved, "new", "fp"); d.Outcome != idem.Replay || string(d.Response.Body) != "new" {
+		t.Errorf("replay from the new home: %v", d.Outcome)
+	}
+}
+
+// staleReservationMoves checks that a stale reservation at the old home
+// (abandoned's) moves to the new home, its owner fenced out, while a live
+// owner there (live, renewed) completes.
+func (g growPhases) staleReservationMoves(t *testing.T, live, abandoned *idem.Reservation) {
+	t.Helper()
+	g.clk.Advance(2 * time.Second)
+	if ok, err := g.r1.Renew(bg, live); !ok || err != nil {
+		t.Fatalf("renewing a live reservation at the old home: %v %v", ok, err)
+	}
+	d := begin(t, g.r1, g.moved, "abandoned", "fp")
+	if d.Outcome != idem.Execute {
+		t.Fatalf("stale reservation: %v", d.Outcome)
+	}
+	if got := g.c.where(t, g.moved, "abandoned"); !slices.Equal(got, []string{g.newHome}) {
+		t.Errorf("moved reservation in %v, want %s", got, g.newHome)
+	}
+	if done := complete(t, g.r1, abandoned, 201, "late"); done.Stored {
+		t.Error("the superseded owner's completion at the old home was stored")
+	}
+	complete(t, g.r1, d.Reservation, 201, "retried")
+	if done := complete(t, g.r1, live, 201, "live"); !done.Stored {
+		t.Error("the live owner's completion at the old home was fenced out")
+	}
+	if d := begin(t, g.r1, g.moved, "live", "fp"); d.Outcome != idem.Replay || string(d.Response.Body) != "live" {
+		t.Errorf("replay of the live key: %v", d.Outcome)
+	}
+}
+
+// unmovedPrincipalStays checks that a principal the growth does not move
+// keeps its new keys where they were.
+func (g growPhases) unmovedPrincipalStays(t *testing.T) {
+	t.Helper()
+	d := begin(t, g.r1, g.unmoved, "k", "fp")
+	if got := g.c.where(t, g.unmoved, "k"); !slices.Equal(got, []string{g.v1.Home(g.unmoved)}) {
+		t.Errorf("unmoved principal's key in %v, want %s", got, g.v1.Home(g.unmoved))
+	}
+	complete(t, g.r1, d.Reservation, 200, "")
+}
+
+// oldRouteDroppedAtDropAt checks that the old route is not dropped before
+// DropAt and is at DropAt, in every home; that late (routing by v1) and
+// r1 (by v2 moving) both learn v2 stable; that no key moved; and that a
+// home already in the ring cannot be added again.
+func (g growPhases) oldRouteDroppedAtDropAt(t *testing.T) {
+	t.Helper()
+	st, err := g.op.Admin().AdvanceRing(bg)
+	if !errors.Is(err, idem.ErrDropNotDue) || st.Ring.String() != g.v2.String() {
+		t.Fatalf("AdvanceRing before DropAt: %s, %v", st.Ring, err)
+	}
+	g.clk.Advance(st.DropAt.Sub(g.clk.Now()))
+	st, err = g.op.Admin().AdvanceRing(bg)
+	stable := idem.Ring{Version: 2, Phase: idem.RingStable, Homes: g.v2.Homes}
+	if err != nil || st.Ring.String() != stable.String() {
+		t.Fatalf("AdvanceRing at DropAt: %s, %v", st.Ring, err)
+	}
+	for _, h := range st.Homes {
+		if h.Ring == nil || h.Ring.String() != stable.String() {
+			t.Errorf("home %s holds %v", h.ID, h.Ring)
+		}
+	}
+	if d := begin(t, g.late, g.moved, "new", "fp"); d.Outcome != idem.Replay {
+		t.Errorf("late replica: %v", d.Outcome)
+	}
+	if d := begin(t, g.r1, g.moved, "new", "fp"); d.Outcome != idem.Replay {
+		t.Errorf("r1: %v", d.Outcome)
+	}
+	for _, l := range []*idem.Ledger{g.late, g.r1} {
+		if got := mustRing(t, l); got.String() != stable.String() {
+			t.Errorf("a replica routes by %s, want %s", got, stable)
+		}
+	}
+	if got := g.c.where(t, g.moved, "done"); !slices.Equal(got, []string{g.oldHome}) {
+		t.Errorf("the old key moved: %v", got)
+	}
+	if _, err := g.op.Admin().Grow(bg, g.c.ids[2]); err == nil {
+		t.Error("Grow accepted a home already in the ring")
+	}
 }
 
 // A database that cannot be written during a change: the change is
@@ -621,21 +699,7 @@ func TestShardFaultIsolation(t *testing.T) {
 			io.WriteString(w, "created")
 		})))
 	defer srv.Close()
-	post := func(principal, key string) (int, string) {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/things", strings.NewReader("{}"))
-		req.Header.Set("Authorization", "Bearer "+principal)
-		req.Header.Set(idemhttp.HeaderKey, key)
-		res, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		body, _ := io.ReadAll(res.Body)
-		if res.StatusCode == http.StatusServiceUnavailable && res.Header.Get("Retry-After") == "" {
-			t.Errorf("503 without Retry-After: %s", body)
-		}
-		return res.StatusCode, string(body)
-	}
+	post := func(principal, key string) (int, string) { return postThing(t, srv, principal, key) }
 	var ps []string
 	for i := range 30 {
 		ps = append(ps, fmt.Sprint("acct-", i))
@@ -692,6 +756,26 @@ func TestShardFaultIsolation(t *testing.T) {
 	if got, want := runs.Load()-before, int64(len(ps)-moved); got != want || moved == 0 {
 		t.Errorf("%d executions for %d principals (%d moving to the faulty database), want %d", got, len(ps), moved, want)
 	}
+}
+
+// postThing sends POST /v1/things for principal with Idempotency-Key key
+// to srv, and returns the answer's status and body; a 503 must carry
+// Retry-After.
+func postThing(t *testing.T, srv *httptest.Server, principal, key string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/things", strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer "+principal)
+	req.Header.Set(idemhttp.HeaderKey, key)
+	res, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode == http.StatusServiceUnavailable && res.Header.Get("Retry-After") == "" {
+		t.Errorf("503 without Retry-After: %s", body)
+	}
+	return res.StatusCode, string(body)
 }
 
 // calls returns the D1 calls the cluster's clients have sent.

@@ -41,42 +41,10 @@ func TestSpecWorkerServesOneHome(t *testing.T) {
 		io.WriteString(rw, `{"by":"go"}`)
 	})))
 	defer goSrv.Close()
-	post := func(url, principal, key string, hdr ...string) (int, string, bool) {
-		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"a":1}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(idemhttp.HeaderKey, key)
-		req.Header.Set("X-Spec-Principal", principal)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		body, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(body), res.Header.Get(idemhttp.HeaderReplayed) == "true"
-	}
 	goURL := goSrv.URL + "/v1/orders"
 	workerURL := w.HarnessURL + "/__spec/mutate/" + home + "/v1/orders"
-	worker := []string{"X-Spec-Status", "201", "X-Spec-Body", `{"by":"worker"}`, "X-Spec-Set-Content-Type", "application/json"}
 	for _, p := range ps {
-		if st, body, _ := post(goURL, p, "from-go"); st != 201 || body != `{"by":"go"}` {
-			t.Fatalf("%s: Go: %d %s", p, st, body)
-		}
-		if st, body, _ := post(workerURL, p, "from-go", worker...); st != 201 || body != `{"by":"go"}` {
-			t.Errorf("%s: the Worker does not replay the Go side's key: %d %s", p, st, body)
-		}
-		if st, body, _ := post(workerURL, p, "from-worker", worker...); st != 201 || body != `{"by":"worker"}` {
-			t.Fatalf("%s: Worker: %d %s", p, st, body)
-		}
-		if st, body, replayed := post(goURL, p, "from-worker"); st != 201 || body != `{"by":"worker"}` || !replayed {
-			t.Errorf("%s: the Go side does not replay the Worker's key: %d %s %v", p, st, body, replayed)
-		}
-		if st, body, _ := post(workerURL, p, "from-go", "X-Spec-Body", "changed"); st != 201 || body != `{"by":"go"}` {
-			t.Errorf("%s: second Worker replay: %d %s", p, st, body)
-		}
+		keysSharedBothWays(t, goURL, workerURL, p)
 	}
 	// The principals' keys are in their home only, next to the ring row.
 	for _, id := range c.ids {
@@ -94,4 +62,47 @@ func TestSpecWorkerServesOneHome(t *testing.T) {
 			t.Errorf("home %s after the Worker: %+v", h.ID, h)
 		}
 	}
+}
+
+// keysSharedBothWays checks that the Go side (goURL) and the spec's
+// Worker (workerURL) replay each other's keys for principal p.
+func keysSharedBothWays(t *testing.T, goURL, workerURL, p string) {
+	t.Helper()
+	worker := []string{"X-Spec-Status", "201", "X-Spec-Body", `{"by":"worker"}`, "X-Spec-Set-Content-Type", "application/json"}
+	if st, body, _ := postSpec(t, goURL, p, "from-go"); st != 201 || body != `{"by":"go"}` {
+		t.Fatalf("%s: Go: %d %s", p, st, body)
+	}
+	if st, body, _ := postSpec(t, workerURL, p, "from-go", worker...); st != 201 || body != `{"by":"go"}` {
+		t.Errorf("%s: the Worker does not replay the Go side's key: %d %s", p, st, body)
+	}
+	if st, body, _ := postSpec(t, workerURL, p, "from-worker", worker...); st != 201 || body != `{"by":"worker"}` {
+		t.Fatalf("%s: Worker: %d %s", p, st, body)
+	}
+	if st, body, replayed := postSpec(t, goURL, p, "from-worker"); st != 201 || body != `{"by":"worker"}` || !replayed {
+		t.Errorf("%s: the Go side does not replay the Worker's key: %d %s %v", p, st, body, replayed)
+	}
+	if st, body, _ := postSpec(t, workerURL, p, "from-go", "X-Spec-Body", "changed"); st != 201 || body != `{"by":"go"}` {
+		t.Errorf("%s: second Worker replay: %d %s", p, st, body)
+	}
+}
+
+// postSpec sends POST url for principal (in X-Spec-Principal) with
+// Idempotency-Key key and the header pairs hdr, and returns the answer's
+// status, body, and whether it was a replay.
+func postSpec(t *testing.T, url, principal, key string, hdr ...string) (int, string, bool) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"a":1}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(idemhttp.HeaderKey, key)
+	req.Header.Set("X-Spec-Principal", principal)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(body), res.Header.Get(idemhttp.HeaderReplayed) == "true"
 }
