@@ -19,40 +19,9 @@ func TestFixtureSuccessShapes(t *testing.T) {
 		stmts   []Statement
 		check   func(t *testing.T, res []Result)
 	}{
-		{"raw_real_slingdata", select1, func(t *testing.T, res []Result) {
-			r := res[0]
-			wantCols(t, r, "schema_name", "table_name", "is_view")
-			wantRow(t, r.Rows[1], TextValue("main"), TextValue("table_name"), TextValue("false"))
-			if r.Meta.ServedBy != "v3-prod" || r.Meta.Duration != 0.2294 || r.Meta.SizeAfter != 16384 || r.Meta.RowsRead != 4 {
-				t.Errorf("meta = %+v", r.Meta)
-			}
-		}},
-		{"raw_insert_returning", select1, func(t *testing.T, res []Result) {
-			r := res[0]
-			wantCols(t, r, "id", "email")
-			wantRow(t, r.Rows[0], IntValue(42), TextValue("a@example.com"))
-			m := r.Meta
-			if m.Changes != 1 || m.LastRowID != 42 || !m.ChangedDB || m.RowsRead != 1 || m.RowsWritten != 2 ||
-				m.SizeAfter != 45056 || m.Duration != 0.41 || m.ServedByColo != "AMS" || m.ServedByRegion != "WEUR" || !m.ServedByPrimary {
-				t.Errorf("meta = %+v", m)
-			}
-			var id int64
-			var email string
-			if err := r.Rows[0].Scan(&id, &email); err != nil || id != 42 || email != "a@example.com" {
-				t.Errorf("Scan = %d %q %v", id, email, err)
-			}
-		}},
-		{"query_real_storecraft", select1, func(t *testing.T, res []Result) {
-			// A /query-shaped answer (objects) still decodes, in key order.
-			r := res[0]
-			wantCols(t, r, "name", "sql", "type")
-			if v, _ := r.Get(0, "name"); v != TextValue("_cf_KV") {
-				t.Errorf("name = %v", v)
-			}
-			if r.Meta.ServedByRegion != "APAC" || r.Meta.RowsRead != 2 || r.Meta.SizeAfter != 12288 {
-				t.Errorf("meta = %+v", r.Meta)
-			}
-		}},
+		{"raw_real_slingdata", select1, checkRawRealSlingdata},
+		{"raw_insert_returning", select1, checkRawInsertReturning},
+		{"query_real_storecraft", select1, checkQueryRealStorecraft},
 		{"query_insert_returning", select1, func(t *testing.T, res []Result) {
 			wantCols(t, res[0], "id", "email")
 			wantRow(t, res[0].Rows[0], IntValue(42), TextValue("a@example.com"))
@@ -101,24 +70,7 @@ func TestFixtureSuccessShapes(t *testing.T) {
 				RealValue(9223372036854775807), RealValue(-9223372036854775808),
 				TextValue("9007199254740993"), RealValue(0.30000000000000004), IntValue(0), NullValue())
 		}},
-		{"raw_types_blob_duplicates", select1, func(t *testing.T, res []Result) {
-			r := res[0]
-			wantCols(t, r, "a", "a", "blob", "t", "r", "n", "exact")
-			wantRow(t, r.Rows[0], IntValue(1), IntValue(2), BlobValue([]byte{1, 2, 255}), TextValue("42.0"),
-				RealValue(1.5), NullValue(), IntValue(9007199254740993))
-			var a1, a2 int
-			var blob []byte
-			var text string
-			var real float64
-			var null *string
-			var exact int64
-			if err := r.Rows[0].Scan(&a1, &a2, &blob, &text, &real, &null, &exact); err != nil {
-				t.Fatal(err)
-			}
-			if a1 != 1 || a2 != 2 || string(blob) != "\x01\x02\xff" || text != "42.0" || real != 1.5 || null != nil || exact != 9007199254740993 {
-				t.Errorf("scanned %d %d %v %q %v %v %d", a1, a2, blob, text, real, null, exact)
-			}
-		}},
+		{"raw_types_blob_duplicates", select1, checkRawTypesBlobDuplicates},
 	}
 	for _, tc := range tests {
 		t.Run(tc.fixture, func(t *testing.T) {
@@ -132,6 +84,69 @@ func TestFixtureSuccessShapes(t *testing.T) {
 			}
 			tc.check(t, res)
 		})
+	}
+}
+
+// checkRawRealSlingdata checks raw_real_slingdata (a real /raw capture):
+// its columns, a row and its meta.
+func checkRawRealSlingdata(t *testing.T, res []Result) {
+	r := res[0]
+	wantCols(t, r, "schema_name", "table_name", "is_view")
+	wantRow(t, r.Rows[1], TextValue("main"), TextValue("table_name"), TextValue("false"))
+	if r.Meta.ServedBy != "v3-prod" || r.Meta.Duration != 0.2294 || r.Meta.SizeAfter != 16384 || r.Meta.RowsRead != 4 {
+		t.Errorf("meta = %+v", r.Meta)
+	}
+}
+
+// checkRawInsertReturning checks raw_insert_returning: the returned row,
+// every field of its meta, and the row scanned into Go values.
+func checkRawInsertReturning(t *testing.T, res []Result) {
+	r := res[0]
+	wantCols(t, r, "id", "email")
+	wantRow(t, r.Rows[0], IntValue(42), TextValue("a@example.com"))
+	m := r.Meta
+	if m.Changes != 1 || m.LastRowID != 42 || !m.ChangedDB || m.RowsRead != 1 || m.RowsWritten != 2 ||
+		m.SizeAfter != 45056 || m.Duration != 0.41 || m.ServedByColo != "AMS" || m.ServedByRegion != "WEUR" || !m.ServedByPrimary {
+		t.Errorf("meta = %+v", m)
+	}
+	var id int64
+	var email string
+	if err := r.Rows[0].Scan(&id, &email); err != nil || id != 42 || email != "a@example.com" {
+		t.Errorf("Scan = %d %q %v", id, email, err)
+	}
+}
+
+// checkQueryRealStorecraft checks query_real_storecraft (a real /query
+// capture): a /query-shaped answer (objects) still decodes, in key order.
+func checkQueryRealStorecraft(t *testing.T, res []Result) {
+	r := res[0]
+	wantCols(t, r, "name", "sql", "type")
+	if v, _ := r.Get(0, "name"); v != TextValue("_cf_KV") {
+		t.Errorf("name = %v", v)
+	}
+	if r.Meta.ServedByRegion != "APAC" || r.Meta.RowsRead != 2 || r.Meta.SizeAfter != 12288 {
+		t.Errorf("meta = %+v", r.Meta)
+	}
+}
+
+// checkRawTypesBlobDuplicates checks raw_types_blob_duplicates: duplicate
+// column names, a blob and every type, decoded and scanned.
+func checkRawTypesBlobDuplicates(t *testing.T, res []Result) {
+	r := res[0]
+	wantCols(t, r, "a", "a", "blob", "t", "r", "n", "exact")
+	wantRow(t, r.Rows[0], IntValue(1), IntValue(2), BlobValue([]byte{1, 2, 255}), TextValue("42.0"),
+		RealValue(1.5), NullValue(), IntValue(9007199254740993))
+	var a1, a2 int
+	var blob []byte
+	var text string
+	var real float64
+	var null *string
+	var exact int64
+	if err := r.Rows[0].Scan(&a1, &a2, &blob, &text, &real, &null, &exact); err != nil {
+		t.Fatal(err)
+	}
+	if a1 != 1 || a2 != 2 || string(blob) != "\x01\x02\xff" || text != "42.0" || real != 1.5 || null != nil || exact != 9007199254740993 {
+		t.Errorf("scanned %d %d %v %q %v %v %d", a1, a2, blob, text, real, null, exact)
 	}
 }
 
