@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,138 +112,190 @@ func TestLedgerOnlyLedgerWorks(t *testing.T) {
 		if injected {
 			name = "injected clock"
 		}
-		t.Run(name, func(t *testing.T) {
-			_, c, admin := ledgerDB(t, b)
-			clk := &testClock{now: time.Now()}
-			cfg := idem.Config{Heartbeat: -1}
-			if injected {
-				cfg.Clock = clk.Now
-			}
-			l, err := idem.New(c, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := t.Context()
-			begin := func(key string) idem.Decision {
-				t.Helper()
-				d, err := l.Begin(ctx, "acct", key, "fp-"+key)
-				if err != nil {
-					t.Fatalf("Begin(%s): %v", key, err)
-				}
-				return d
-			}
-			stored := idem.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"ok":true}`)}
+		t.Run(name, func(t *testing.T) { ledgerOnlyLedgerWorks(t, b, injected) })
+	}
+}
 
-			// Claim, renew, complete, replay.
-			d := begin("k1")
-			if d.Outcome != idem.Execute || d.Reservation.Generation != 1 {
-				t.Fatalf("k1: %+v", d)
-			}
-			if ok, err := l.Renew(ctx, d.Reservation); err != nil || !ok {
-				t.Fatalf("Renew: %v %v", ok, err)
-			}
-			if cp, err := l.Complete(ctx, d.Reservation, stored); err != nil || !cp.Stored {
-				t.Fatalf("Complete: %+v %v", cp, err)
-			}
-			if d := begin("k1"); d.Outcome != idem.Replay || string(d.Response.Body) != `{"ok":true}` {
-				t.Fatalf("replay of k1: %+v", d)
-			}
-			if d, err := l.Lookup(ctx, "acct", "k1", "fp-k1"); err != nil || d.Outcome != idem.Replay {
-				t.Fatalf("Lookup: %+v %v", d, err)
-			}
+// ledgerOnlyLedgerWorks is TestLedgerOnlyLedgerWorks on a fresh database
+// of b, on D1's clock or on an injected one.
+func ledgerOnlyLedgerWorks(t *testing.T, b *d1test.Backend, injected bool) {
+	_, c, admin := ledgerDB(t, b)
+	clk := &testClock{now: time.Now()}
+	cfg := idem.Config{Heartbeat: -1}
+	if injected {
+		cfg.Clock = clk.Now
+	}
+	l, err := idem.New(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo := ledgerOnlyRun{ctx: t.Context(), l: l, admin: admin,
+		stored: idem.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"ok":true}`)}}
 
-			// Release, then the next request takes the key over.
-			d = begin("k2")
-			if ok, err := l.Release(ctx, d.Reservation); err != nil || !ok {
-				t.Fatalf("Release: %v %v", ok, err)
-			}
-			d = begin("k2")
-			if d.Outcome != idem.Execute || !d.Reservation.Takeover || d.Reservation.Generation < 2 {
-				t.Fatalf("after the release: %+v", d)
-			}
+	lo.claimRenewCompleteReplay(t)
+	d := lo.releaseThenTakeover(t)
 
-			// Transactional completion with the operator's statement.
-			biz := d1client.Statement{SQL: bizInsert, Params: []any{"acct", "k2", "from CompleteTx"}}
-			if cp, err := l.CompleteTx(ctx, d.Reservation, stored, []d1client.Statement{biz}); err != nil || !cp.Stored {
-				t.Fatalf("CompleteTx: %+v %v", cp, err)
-			}
-			if n := count(t, admin, "SELECT count(*) FROM business WHERE key = 'k2'"); n != 1 {
-				t.Fatalf("%d business rows for k2, want 1", n)
-			}
+	// Transactional completion with the operator's statement.
+	biz := d1client.Statement{SQL: bizInsert, Params: []any{"acct", "k2", "from CompleteTx"}}
+	if cp, err := l.CompleteTx(lo.ctx, d.Reservation, lo.stored, []d1client.Statement{biz}); err != nil || !cp.Stored {
+		t.Fatalf("CompleteTx: %+v %v", cp, err)
+	}
+	if n := count(t, admin, "SELECT count(*) FROM business WHERE key = 'k2'"); n != 1 {
+		t.Fatalf("%d business rows for k2, want 1", n)
+	}
 
-			// ... and with one the operator did not list: refused whole.
-			d = begin("k3")
-			unlisted := d1client.Statement{SQL: "INSERT INTO business (principal, key) VALUES (?, ?)", Params: []any{"acct", "k3"}}
-			_, err = l.CompleteTx(ctx, d.Reservation, stored, []d1client.Statement{unlisted})
-			if e := refusedError(t, err); e == nil {
-				return
-			}
-			if n := count(t, admin, "SELECT count(*) FROM business WHERE key = 'k3'"); n != 0 {
-				t.Errorf("the refused batch wrote %d business rows", n)
-			}
-			if n := count(t, admin, "SELECT count(*) FROM idempotency_keys WHERE key = 'k3' AND status = 'pending'"); n != 1 {
-				t.Errorf("k3 is not pending after the refused completion")
-			}
+	if !lo.unlistedRefusedWhole(t) {
+		return
+	}
+	lo.sweep(t, clk, injected)
+	lo.middlewareEndToEnd(t)
+}
 
-			// Sweep: a row past the retention goes.
-			old := time.Now().Add(-48 * time.Hour).UnixMilli()
-			if _, err := admin.Query(ctx, `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, created_at, updated_at)
+// ledgerOnlyRun is one run of TestLedgerOnlyLedgerWorks: its ledger
+// through the ledger-only bridge, a client on the admin bridge, and the
+// response its completions store.
+type ledgerOnlyRun struct {
+	ctx    context.Context
+	l      *idem.Ledger
+	admin  *d1client.Client
+	stored idem.Response
+}
+
+// begin begins key for principal "acct" with the fingerprint "fp-"+key.
+func (lo ledgerOnlyRun) begin(t *testing.T, key string) idem.Decision {
+	t.Helper()
+	d, err := lo.l.Begin(lo.ctx, "acct", key, "fp-"+key)
+	if err != nil {
+		t.Fatalf("Begin(%s): %v", key, err)
+	}
+	return d
+}
+
+// claimRenewCompleteReplay claims k1, renews, completes, and checks that
+// Begin and Lookup replay it.
+func (lo ledgerOnlyRun) claimRenewCompleteReplay(t *testing.T) {
+	t.Helper()
+	d := lo.begin(t, "k1")
+	if d.Outcome != idem.Execute || d.Reservation.Generation != 1 {
+		t.Fatalf("k1: %+v", d)
+	}
+	if ok, err := lo.l.Renew(lo.ctx, d.Reservation); err != nil || !ok {
+		t.Fatalf("Renew: %v %v", ok, err)
+	}
+	if cp, err := lo.l.Complete(lo.ctx, d.Reservation, lo.stored); err != nil || !cp.Stored {
+		t.Fatalf("Complete: %+v %v", cp, err)
+	}
+	if d := lo.begin(t, "k1"); d.Outcome != idem.Replay || string(d.Response.Body) != `{"ok":true}` {
+		t.Fatalf("replay of k1: %+v", d)
+	}
+	if d, err := lo.l.Lookup(lo.ctx, "acct", "k1", "fp-k1"); err != nil || d.Outcome != idem.Replay {
+		t.Fatalf("Lookup: %+v %v", d, err)
+	}
+}
+
+// releaseThenTakeover claims k2 and releases it, and checks that the next
+// request takes the key over; it returns that request's decision.
+func (lo ledgerOnlyRun) releaseThenTakeover(t *testing.T) idem.Decision {
+	t.Helper()
+	d := lo.begin(t, "k2")
+	if ok, err := lo.l.Release(lo.ctx, d.Reservation); err != nil || !ok {
+		t.Fatalf("Release: %v %v", ok, err)
+	}
+	d = lo.begin(t, "k2")
+	if d.Outcome != idem.Execute || !d.Reservation.Takeover || d.Reservation.Generation < 2 {
+		t.Fatalf("after the release: %+v", d)
+	}
+	return d
+}
+
+// unlistedRefusedWhole claims k3 and completes it transactionally with a
+// statement the operator did not list, and checks that the bridge refuses
+// the batch whole: no business row, the key still pending. It reports
+// false when the error is not the bridge's refusal (refusedError has then
+// failed t).
+func (lo ledgerOnlyRun) unlistedRefusedWhole(t *testing.T) bool {
+	t.Helper()
+	d := lo.begin(t, "k3")
+	unlisted := d1client.Statement{SQL: "INSERT INTO business (principal, key) VALUES (?, ?)", Params: []any{"acct", "k3"}}
+	_, err := lo.l.CompleteTx(lo.ctx, d.Reservation, lo.stored, []d1client.Statement{unlisted})
+	if e := refusedError(t, err); e == nil {
+		return false
+	}
+	if n := count(t, lo.admin, "SELECT count(*) FROM business WHERE key = 'k3'"); n != 0 {
+		t.Errorf("the refused batch wrote %d business rows", n)
+	}
+	if n := count(t, lo.admin, "SELECT count(*) FROM idempotency_keys WHERE key = 'k3' AND status = 'pending'"); n != 1 {
+		t.Errorf("k3 is not pending after the refused completion")
+	}
+	return true
+}
+
+// sweep checks that the sweep deletes a row past the retention; on the
+// injected clock, 48 hours on, it deletes the run's other rows too.
+func (lo ledgerOnlyRun) sweep(t *testing.T, clk *testClock, injected bool) {
+	t.Helper()
+	old := time.Now().Add(-48 * time.Hour).UnixMilli()
+	if _, err := lo.admin.Query(lo.ctx, `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, created_at, updated_at)
 VALUES ('acct', 'old', 'fp', 'completed', 1, ?, ?)`, old, old); err != nil {
-				t.Fatal(err)
-			}
-			if n, err := l.Admin().Sweep(ctx); err != nil || n != 1 {
-				t.Fatalf("Sweep: %d %v, want 1 row", n, err)
-			}
-			if n := count(t, admin, "SELECT count(*) FROM idempotency_keys WHERE key = 'old'"); n != 0 {
-				t.Errorf("the swept row is still there")
-			}
-			if injected {
-				clk.Advance(48 * time.Hour)
-				if n, err := l.Admin().Sweep(ctx); err != nil || n < 3 {
-					t.Fatalf("Sweep after 48 h: %d %v", n, err)
-				}
-			}
+		t.Fatal(err)
+	}
+	if n, err := lo.l.Admin().Sweep(lo.ctx); err != nil || n != 1 {
+		t.Fatalf("Sweep: %d %v, want 1 row", n, err)
+	}
+	if n := count(t, lo.admin, "SELECT count(*) FROM idempotency_keys WHERE key = 'old'"); n != 0 {
+		t.Errorf("the swept row is still there")
+	}
+	if injected {
+		clk.Advance(48 * time.Hour)
+		if n, err := lo.l.Admin().Sweep(lo.ctx); err != nil || n < 3 {
+			t.Fatalf("Sweep after 48 h: %d %v", n, err)
+		}
+	}
+}
 
-			// The middleware end to end, the handler's write through idemhttp.Tx.
-			mw, err := idemhttp.New(l, idemhttp.Options{Principal: func(r *http.Request) (string, error) {
-				if p := r.Header.Get("X-Principal"); p != "" {
-					return p, nil
-				}
-				return "", errors.New("no principal")
-			}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var runs int
-			srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				runs++
-				tx, _ := idemhttp.TxFromContext(r.Context())
-				tx.Add(d1client.Statement{SQL: bizInsert, Params: []any{r.Header.Get("X-Principal"), r.Header.Get(idemhttp.HeaderKey), "from the middleware"}})
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusCreated)
-				fmt.Fprint(w, `{"order":"created"}`)
-			})))
-			defer srv.Close()
-			for i := range 2 {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/orders", strings.NewReader(`{"sku":"a"}`))
-				req.Header.Set("X-Principal", "acct")
-				req.Header.Set(idemhttp.HeaderKey, "order-1")
-				req.Header.Set("Content-Type", "application/json")
-				res, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				body, _ := io.ReadAll(res.Body)
-				res.Body.Close()
-				replayed := res.Header.Get(idemhttp.HeaderReplayed) == "true"
-				if res.StatusCode != http.StatusCreated || string(body) != `{"order":"created"}` || replayed != (i == 1) {
-					t.Fatalf("request %d: %d %q replayed=%v", i+1, res.StatusCode, body, replayed)
-				}
-			}
-			if runs != 1 || count(t, admin, "SELECT count(*) FROM business WHERE key = 'order-1'") != 1 {
-				t.Errorf("handler ran %d times; want once, with one business row", runs)
-			}
-		})
+// middlewareEndToEnd sends one request twice through the middleware,
+// whose handler writes through idemhttp.Tx, and checks that the second is
+// the first's replay, and that the handler ran once, with one business
+// row.
+func (lo ledgerOnlyRun) middlewareEndToEnd(t *testing.T) {
+	t.Helper()
+	mw, err := idemhttp.New(lo.l, idemhttp.Options{Principal: func(r *http.Request) (string, error) {
+		if p := r.Header.Get("X-Principal"); p != "" {
+			return p, nil
+		}
+		return "", errors.New("no principal")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs int
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		tx, _ := idemhttp.TxFromContext(r.Context())
+		tx.Add(d1client.Statement{SQL: bizInsert, Params: []any{r.Header.Get("X-Principal"), r.Header.Get(idemhttp.HeaderKey), "from the middleware"}})
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"order":"created"}`)
+	})))
+	defer srv.Close()
+	for i := range 2 {
+		req, _ := http.NewRequestWithContext(lo.ctx, http.MethodPost, srv.URL+"/orders", strings.NewReader(`{"sku":"a"}`))
+		req.Header.Set("X-Principal", "acct")
+		req.Header.Set(idemhttp.HeaderKey, "order-1")
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		replayed := res.Header.Get(idemhttp.HeaderReplayed) == "true"
+		if res.StatusCode != http.StatusCreated || string(body) != `{"order":"created"}` || replayed != (i == 1) {
+			t.Fatalf("request %d: %d %q replayed=%v", i+1, res.StatusCode, body, replayed)
+		}
+	}
+	if runs != 1 || count(t, lo.admin, "SELECT count(*) FROM business WHERE key = 'order-1'") != 1 {
+		t.Errorf("handler ran %d times; want once, with one business row", runs)
 	}
 }
 
