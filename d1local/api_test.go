@@ -105,96 +105,123 @@ type dbObject struct {
 
 func TestDatabaseEndpoints(t *testing.T) {
 	for _, dir := range []string{"", t.TempDir()} {
-		t.Run("dir="+filepath.Base(dir), func(t *testing.T) {
-			h := newHarness(t, Config{Dir: dir})
-			base := "/client/v4/accounts/acc/d1/database"
-			list := func(t *testing.T, query string) []dbObject {
-				t.Helper()
-				var dbs []dbObject
-				h.do(t, "GET", base+query, nil).decode(t, &dbs)
-				return dbs
-			}
-			if got := list(t, ""); len(got) != 0 {
-				t.Fatalf("list of a new server = %+v", got)
-			}
+		t.Run("dir="+filepath.Base(dir), func(t *testing.T) { databaseEndpoints(t, dir) })
+	}
+}
 
-			// Create.
-			var created dbObject
-			h.do(t, "POST", base, `{"name":"alpha","primary_location_hint":"weur"}`).decode(t, &created)
-			if created.UUID != "alpha" || created.Name != "alpha" || created.Version != "production" ||
-				created.NumTables == nil || *created.NumTables != 0 || created.FileSize == nil || *created.FileSize < 0 ||
-				string(created.ReadReplication) != `{"mode":"disabled"}` {
-				t.Errorf("created = %+v", created)
-			}
-			r := h.do(t, "POST", base, `{"name":"alpha"}`)
-			checkError(t, r, 400, 7502)
-			if r.env.Errors[0].Message != "A database with that name already exists." {
-				t.Errorf("message %q", r.env.Errors[0].Message)
-			}
-			checkError(t, h.do(t, "POST", base, `{"name":"../x"}`), 400, 7400)
-			checkError(t, h.do(t, "POST", base, `{}`), 400, 7400)
-			checkError(t, h.do(t, "POST", base, `not json`), 400, 7400)
-			h.exec(t, "beta", "CREATE TABLE a (x)", "CREATE TABLE b (x)") // created on first use
+// databasesPath is the path of the database management endpoints.
+const databasesPath = "/client/v4/accounts/acc/d1/database"
 
-			// List, paginated and filtered.
-			var names []string
-			for _, d := range list(t, "") {
-				names = append(names, d.Name)
-			}
-			if !slices.Equal(names, []string{"alpha", "beta"}) {
-				t.Errorf("list = %q", names)
-			}
-			if got := list(t, "?per_page=1&page=2"); len(got) != 1 || got[0].UUID != "beta" {
-				t.Errorf("page 2 of 1 = %+v", got)
-			}
-			if got := list(t, "?per_page=1&page=3"); len(got) != 0 {
-				t.Errorf("page 3 of 1 = %+v", got)
-			}
-			if got := list(t, "?name=beta"); len(got) != 1 || got[0].UUID != "beta" {
-				t.Errorf("name=beta: %+v", got)
-			}
-			if got := list(t, "?name=gamma"); len(got) != 0 {
-				t.Errorf("name=gamma: %+v", got)
-			}
-			checkError(t, h.do(t, "GET", base+"?page=0", nil), 400, 7400)
-			checkError(t, h.do(t, "GET", "/accounts/a%20b/d1/database", nil), 400, 7003)
+// databaseEndpoints is TestDatabaseEndpoints on a server keeping its
+// databases in dir (in memory when it is empty): create, list, get and
+// delete, in that order.
+func databaseEndpoints(t *testing.T, dir string) {
+	h := newHarness(t, Config{Dir: dir})
+	if got := listDatabases(t, h, ""); len(got) != 0 {
+		t.Fatalf("list of a new server = %+v", got)
+	}
+	createDatabases(t, h)
+	listDatabasesPaged(t, h)
 
-			// Get.
-			var got dbObject
-			h.do(t, "GET", base+"/beta", nil).decode(t, &got)
-			if got.UUID != "beta" || got.NumTables == nil || *got.NumTables != 2 || *got.FileSize <= 0 {
-				t.Errorf("get beta = %+v", got)
-			}
-			r = h.do(t, "GET", base+"/gamma", nil)
-			checkError(t, r, 404, 7404)
-			if r.env.Errors[0].Message != "The database gamma could not be found" {
-				t.Errorf("message %q", r.env.Errors[0].Message)
-			}
+	// Get.
+	var got dbObject
+	h.do(t, "GET", databasesPath+"/beta", nil).decode(t, &got)
+	if got.UUID != "beta" || got.NumTables == nil || *got.NumTables != 2 || *got.FileSize <= 0 {
+		t.Errorf("get beta = %+v", got)
+	}
+	r := h.do(t, "GET", databasesPath+"/gamma", nil)
+	checkError(t, r, 404, 7404)
+	if r.env.Errors[0].Message != "The database gamma could not be found" {
+		t.Errorf("message %q", r.env.Errors[0].Message)
+	}
 
-			// Delete.
-			r = h.do(t, "DELETE", base+"/beta", nil)
-			if r.status != 200 || string(r.env.Result) != "null" {
-				t.Fatalf("delete: %d %s", r.status, r.body)
-			}
-			checkError(t, h.do(t, "DELETE", base+"/beta", nil), 404, 7404)
-			checkError(t, h.do(t, "GET", base+"/beta", nil), 404, 7404)
-			if ids, err := h.srv.Databases(); err != nil || !slices.Equal(ids, []string{"alpha"}) {
-				t.Errorf("Databases() = %q, %v", ids, err)
-			}
-			if dir != "" {
-				matches, _ := filepath.Glob(filepath.Join(dir, "beta.sqlite*"))
-				if len(matches) != 0 {
-					t.Errorf("files left by delete: %q", matches)
-				}
-			}
-			// Recreated empty on its next query (auto-create is on).
-			if got := h.rows(t, "beta", q("SELECT count(*) AS n FROM sqlite_master")); got != `[{"n":0}]` {
-				t.Errorf("recreated beta: %s", got)
-			}
-			if err := h.srv.DeleteDatabase("nope"); !errors.Is(err, ErrNoDatabase) {
-				t.Errorf("DeleteDatabase(missing) = %v, want ErrNoDatabase", err)
-			}
-		})
+	deleteDatabase(t, h, dir)
+}
+
+// listDatabases returns the list endpoint's databases for query.
+func listDatabases(t *testing.T, h *harness, query string) []dbObject {
+	t.Helper()
+	var dbs []dbObject
+	h.do(t, "GET", databasesPath+query, nil).decode(t, &dbs)
+	return dbs
+}
+
+// createDatabases creates "alpha" through the endpoint, checks what it
+// answers and what it refuses, and creates "beta", with two tables, on
+// first use.
+func createDatabases(t *testing.T, h *harness) {
+	t.Helper()
+	var created dbObject
+	h.do(t, "POST", databasesPath, `{"name":"alpha","primary_location_hint":"weur"}`).decode(t, &created)
+	if created.UUID != "alpha" || created.Name != "alpha" || created.Version != "production" ||
+		created.NumTables == nil || *created.NumTables != 0 || created.FileSize == nil || *created.FileSize < 0 ||
+		string(created.ReadReplication) != `{"mode":"disabled"}` {
+		t.Errorf("created = %+v", created)
+	}
+	r := h.do(t, "POST", databasesPath, `{"name":"alpha"}`)
+	checkError(t, r, 400, 7502)
+	if r.env.Errors[0].Message != "A database with that name already exists." {
+		t.Errorf("message %q", r.env.Errors[0].Message)
+	}
+	checkError(t, h.do(t, "POST", databasesPath, `{"name":"../x"}`), 400, 7400)
+	checkError(t, h.do(t, "POST", databasesPath, `{}`), 400, 7400)
+	checkError(t, h.do(t, "POST", databasesPath, `not json`), 400, 7400)
+	h.exec(t, "beta", "CREATE TABLE a (x)", "CREATE TABLE b (x)") // created on first use
+}
+
+// listDatabasesPaged checks the list of "alpha" and "beta", paginated and
+// filtered, and its refusals.
+func listDatabasesPaged(t *testing.T, h *harness) {
+	t.Helper()
+	var names []string
+	for _, d := range listDatabases(t, h, "") {
+		names = append(names, d.Name)
+	}
+	if !slices.Equal(names, []string{"alpha", "beta"}) {
+		t.Errorf("list = %q", names)
+	}
+	if got := listDatabases(t, h, "?per_page=1&page=2"); len(got) != 1 || got[0].UUID != "beta" {
+		t.Errorf("page 2 of 1 = %+v", got)
+	}
+	if got := listDatabases(t, h, "?per_page=1&page=3"); len(got) != 0 {
+		t.Errorf("page 3 of 1 = %+v", got)
+	}
+	if got := listDatabases(t, h, "?name=beta"); len(got) != 1 || got[0].UUID != "beta" {
+		t.Errorf("name=beta: %+v", got)
+	}
+	if got := listDatabases(t, h, "?name=gamma"); len(got) != 0 {
+		t.Errorf("name=gamma: %+v", got)
+	}
+	checkError(t, h.do(t, "GET", databasesPath+"?page=0", nil), 400, 7400)
+	checkError(t, h.do(t, "GET", "/accounts/a%20b/d1/database", nil), 400, 7003)
+}
+
+// deleteDatabase deletes "beta" and checks that it is gone, its files too
+// (in dir), and that it is recreated empty on its next query (auto-create
+// is on); deleting a missing database is ErrNoDatabase.
+func deleteDatabase(t *testing.T, h *harness, dir string) {
+	t.Helper()
+	r := h.do(t, "DELETE", databasesPath+"/beta", nil)
+	if r.status != 200 || string(r.env.Result) != "null" {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	checkError(t, h.do(t, "DELETE", databasesPath+"/beta", nil), 404, 7404)
+	checkError(t, h.do(t, "GET", databasesPath+"/beta", nil), 404, 7404)
+	if ids, err := h.srv.Databases(); err != nil || !slices.Equal(ids, []string{"alpha"}) {
+		t.Errorf("Databases() = %q, %v", ids, err)
+	}
+	if dir != "" {
+		matches, _ := filepath.Glob(filepath.Join(dir, "beta.sqlite*"))
+		if len(matches) != 0 {
+			t.Errorf("files left by delete: %q", matches)
+		}
+	}
+	// Recreated empty on its next query (auto-create is on).
+	if got := h.rows(t, "beta", q("SELECT count(*) AS n FROM sqlite_master")); got != `[{"n":0}]` {
+		t.Errorf("recreated beta: %s", got)
+	}
+	if err := h.srv.DeleteDatabase("nope"); !errors.Is(err, ErrNoDatabase) {
+		t.Errorf("DeleteDatabase(missing) = %v, want ErrNoDatabase", err)
 	}
 }
 

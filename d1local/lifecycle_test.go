@@ -110,99 +110,118 @@ func pending(t *testing.T, what string, ch <-chan answer) {
 // one (with NoAutoCreate: 404 at once).
 func TestDeleteBusyDatabase(t *testing.T) {
 	for _, noAutoCreate := range []bool{false, true} {
-		t.Run(fmt.Sprintf("NoAutoCreate=%v", noAutoCreate), func(t *testing.T) {
-			dir := t.TempDir()
-			h := newHarness(t, Config{Dir: dir, NoAutoCreate: noAutoCreate})
-			for _, id := range []string{"slow2", "other"} {
-				if err := h.srv.CreateDatabase(id); err != nil {
-					t.Fatal(err)
-				}
-				h.exec(t, id, "CREATE TABLE t (x)", "INSERT INTO t VALUES (1)")
-			}
-			cancel, long := startEndless(t, h, "slow2")
+		t.Run(fmt.Sprintf("NoAutoCreate=%v", noAutoCreate), func(t *testing.T) { deleteBusyDatabase(t, noAutoCreate) })
+	}
+}
 
-			del := make(chan answer, 1)
-			go func() {
-				del <- send(context.Background(), h.url, "DELETE", "/accounts/acc/d1/database/slow2", "")
-			}()
-			ctx, stop := context.WithTimeout(context.Background(), failAfter)
-			defer stop()
-			call := func(method, path, body string) answer {
-				t.Helper()
-				a := send(ctx, h.url, method, "/accounts/acc/d1/database"+path, body)
-				if a.err != nil {
-					t.Fatalf("%s %s while slow2 is being deleted: %v (the server froze)", method, path, a.err)
-				}
-				return a
-			}
-			// Once the deletion has begun, slow2 is absent. (A get of
-			// slow2 sent before would wait for the endless query; a list
-			// takes no database.)
-			for a := call("GET", "", ""); strings.Contains(a.body, `"slow2"`); a = call("GET", "", "") {
-				pending(t, "the delete", del)
-				time.Sleep(time.Millisecond)
-			}
-			if a := call("GET", "/slow2", ""); a.status != http.StatusNotFound {
-				t.Errorf("get slow2: %v", a)
-			}
-			if a := call("POST", "/other/query", `{"sql":"INSERT INTO t VALUES (2)"}`); a.status != 200 {
-				t.Errorf("query other: %v", a)
-			}
-			if a := call("GET", "", ""); a.status != 200 || strings.Contains(a.body, "slow2") || !strings.Contains(a.body, `"other"`) {
-				t.Errorf("list: %v", a)
-			}
-			if a := call("GET", "/other", ""); a.status != 200 {
-				t.Errorf("get other: %v", a)
-			}
-			if a := call("POST", "", `{"name":"fresh"}`); a.status != 200 {
-				t.Errorf("create fresh: %v", a)
-			}
-			if a := call("DELETE", "/slow2", ""); a.status != http.StatusNotFound {
-				t.Errorf("second delete of slow2: %v", a)
-			}
-			again := make(chan answer, 1)
-			if noAutoCreate {
-				if a := call("POST", "/slow2/query", `{"sql":"SELECT 1"}`); a.status != http.StatusNotFound {
-					t.Errorf("query slow2 with NoAutoCreate: %v", a)
-				}
-			} else {
-				go func() {
-					again <- send(ctx, h.url, "POST", "/accounts/acc/d1/database/slow2/query", `{"sql":"SELECT count(*) FROM t"}`)
-				}()
-			}
-			pending(t, "the delete", del)
-			pending(t, "the endless query", long)
+// deleteBusyDatabase is TestDeleteBusyDatabase, with or without
+// NoAutoCreate.
+func deleteBusyDatabase(t *testing.T, noAutoCreate bool) {
+	dir := t.TempDir()
+	h := newHarness(t, Config{Dir: dir, NoAutoCreate: noAutoCreate})
+	for _, id := range []string{"slow2", "other"} {
+		if err := h.srv.CreateDatabase(id); err != nil {
+			t.Fatal(err)
+		}
+		h.exec(t, id, "CREATE TABLE t (x)", "INSERT INTO t VALUES (1)")
+	}
+	cancel, long := startEndless(t, h, "slow2")
 
-			cancel()
-			if a := <-long; a.err == nil {
-				t.Errorf("the endless query answered %v", a)
-			}
-			if a := <-del; a.err != nil || a.status != 200 {
-				t.Fatalf("delete slow2: %v", a)
-			}
-			if noAutoCreate {
-				if a := call("GET", "/slow2", ""); a.status != http.StatusNotFound {
-					t.Errorf("get slow2 after the delete: %v", a)
-				}
-				if ids, err := h.srv.Databases(); err != nil || strings.Join(ids, ",") != "fresh,other" {
-					t.Errorf("Databases() = %v, %v", ids, err)
-				}
-				for _, suffix := range []string{"", "-wal", "-shm", "-journal"} {
-					if _, err := os.Stat(filepath.Join(dir, "slow2.sqlite"+suffix)); !errors.Is(err, os.ErrNotExist) {
-						t.Errorf("slow2.sqlite%s exists after the delete (%v)", suffix, err)
-					}
-				}
-			} else {
-				// The query waited for the deletion and found a new database.
-				a := <-again
-				if a.err != nil || a.status != 400 || !strings.Contains(a.body, "no such table: t") {
-					t.Errorf("query slow2 made during the delete: %v, want no such table", a)
-				}
-			}
-			if got := h.rows(t, "other", q("SELECT count(*) AS n FROM t")); got != `[{"n":2}]` {
-				t.Errorf("other: %s", got)
-			}
-		})
+	del := make(chan answer, 1)
+	go func() {
+		del <- send(context.Background(), h.url, "DELETE", "/accounts/acc/d1/database/slow2", "")
+	}()
+	ctx, stop := context.WithTimeout(context.Background(), failAfter)
+	defer stop()
+	call := func(method, path, body string) answer {
+		t.Helper()
+		a := send(ctx, h.url, method, "/accounts/acc/d1/database"+path, body)
+		if a.err != nil {
+			t.Fatalf("%s %s while slow2 is being deleted: %v (the server froze)", method, path, a.err)
+		}
+		return a
+	}
+	// Once the deletion has begun, slow2 is absent. (A get of
+	// slow2 sent before would wait for the endless query; a list
+	// takes no database.)
+	for a := call("GET", "", ""); strings.Contains(a.body, `"slow2"`); a = call("GET", "", "") {
+		pending(t, "the delete", del)
+		time.Sleep(time.Millisecond)
+	}
+	othersAnswerDuringDelete(t, call)
+	again := make(chan answer, 1)
+	if noAutoCreate {
+		if a := call("POST", "/slow2/query", `{"sql":"SELECT 1"}`); a.status != http.StatusNotFound {
+			t.Errorf("query slow2 with NoAutoCreate: %v", a)
+		}
+	} else {
+		go func() {
+			again <- send(ctx, h.url, "POST", "/accounts/acc/d1/database/slow2/query", `{"sql":"SELECT count(*) FROM t"}`)
+		}()
+	}
+	pending(t, "the delete", del)
+	pending(t, "the endless query", long)
+
+	cancel()
+	if a := <-long; a.err == nil {
+		t.Errorf("the endless query answered %v", a)
+	}
+	if a := <-del; a.err != nil || a.status != 200 {
+		t.Fatalf("delete slow2: %v", a)
+	}
+	if noAutoCreate {
+		deletedForGood(t, h, dir, call)
+	} else {
+		// The query waited for the deletion and found a new database.
+		a := <-again
+		if a.err != nil || a.status != 400 || !strings.Contains(a.body, "no such table: t") {
+			t.Errorf("query slow2 made during the delete: %v, want no such table", a)
+		}
+	}
+	if got := h.rows(t, "other", q("SELECT count(*) AS n FROM t")); got != `[{"n":2}]` {
+		t.Errorf("other: %s", got)
+	}
+}
+
+// othersAnswerDuringDelete checks, through call, that while slow2 is
+// being deleted it is absent, and that everything else answers: a query
+// of another database, list, get, create, and a second delete of slow2.
+func othersAnswerDuringDelete(t *testing.T, call func(method, path, body string) answer) {
+	t.Helper()
+	if a := call("GET", "/slow2", ""); a.status != http.StatusNotFound {
+		t.Errorf("get slow2: %v", a)
+	}
+	if a := call("POST", "/other/query", `{"sql":"INSERT INTO t VALUES (2)"}`); a.status != 200 {
+		t.Errorf("query other: %v", a)
+	}
+	if a := call("GET", "", ""); a.status != 200 || strings.Contains(a.body, "slow2") || !strings.Contains(a.body, `"other"`) {
+		t.Errorf("list: %v", a)
+	}
+	if a := call("GET", "/other", ""); a.status != 200 {
+		t.Errorf("get other: %v", a)
+	}
+	if a := call("POST", "", `{"name":"fresh"}`); a.status != 200 {
+		t.Errorf("create fresh: %v", a)
+	}
+	if a := call("DELETE", "/slow2", ""); a.status != http.StatusNotFound {
+		t.Errorf("second delete of slow2: %v", a)
+	}
+}
+
+// deletedForGood checks, with NoAutoCreate, that slow2 stays deleted: a
+// get is 404, it is not listed, and none of its files is left in dir.
+func deletedForGood(t *testing.T, h *harness, dir string, call func(method, path, body string) answer) {
+	t.Helper()
+	if a := call("GET", "/slow2", ""); a.status != http.StatusNotFound {
+		t.Errorf("get slow2 after the delete: %v", a)
+	}
+	if ids, err := h.srv.Databases(); err != nil || strings.Join(ids, ",") != "fresh,other" {
+		t.Errorf("Databases() = %v, %v", ids, err)
+	}
+	for _, suffix := range []string{"", "-wal", "-shm", "-journal"} {
+		if _, err := os.Stat(filepath.Join(dir, "slow2.sqlite"+suffix)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("slow2.sqlite%s exists after the delete (%v)", suffix, err)
+		}
 	}
 }
 
@@ -462,102 +481,124 @@ func TestOpenFailureHidesDirectory(t *testing.T) {
 // was reopened after its deletion.
 func TestLifecycleRace(t *testing.T) {
 	for _, inMemory := range []bool{false, true} {
-		t.Run(fmt.Sprintf("memory=%v", inMemory), func(t *testing.T) {
-			cfg := Config{MaxOpenDatabases: 2}
-			if !inMemory {
-				cfg.Dir = t.TempDir()
-			}
-			srv, err := New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Close()
-			serve := func(method, path, body string) (int, string) {
-				rec := httptest.NewRecorder()
-				req := httptest.NewRequest(method, "/accounts/acc/d1/database"+path, strings.NewReader(body))
-				req.Host = "127.0.0.1"
-				srv.ServeHTTP(rec, req)
-				return rec.Code, rec.Body.String()
-			}
-			const workers, ops = 12, 150
-			ids := []string{"a", "b", "c", "d", "e"}
-			var wg sync.WaitGroup
-			errs := make(chan string, workers*ops)
-			for w := range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					rng := rand.New(rand.NewPCG(uint64(w), 1))
-					for range ops {
-						id := ids[rng.IntN(len(ids))]
-						var code int
-						var body string
-						switch op := rng.IntN(10); {
-						case op < 5:
-							code, body = serve("POST", "/"+id+"/query", `{"batch":[`+
-								`{"sql":"CREATE TABLE IF NOT EXISTS t (x)"},{"sql":"INSERT INTO t VALUES (1)"},{"sql":"SELECT count(*) FROM t"}]}`)
-						case op < 7:
-							code, body = serve("DELETE", "/"+id, "")
-						case op == 7:
-							code, body = serve("POST", "", `{"name":"`+id+`"}`)
-							if code == 400 && strings.Contains(body, `"code":7502`) {
-								code = 200 // exists
-							}
-						case op == 8:
-							code, body = serve("GET", "/"+id, "")
-						default:
-							code, body = serve("GET", "", "")
-						}
-						if code != 200 && !(code == 404 && strings.Contains(body, `"code":7404`)) {
-							errs <- fmt.Sprintf("%s: %d %s", id, code, body)
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for e := range errs {
-				t.Error(e)
-			}
+		t.Run(fmt.Sprintf("memory=%v", inMemory), func(t *testing.T) { lifecycleRace(t, inMemory) })
+	}
+}
 
-			// Every counted connection belongs to a database in the map.
-			srv.mu.Lock()
-			dbs := make([]*database, 0, len(srv.dbs))
-			for _, d := range srv.dbs {
-				dbs = append(dbs, d)
+// lifecycleRace is TestLifecycleRace, on files or in memory.
+func lifecycleRace(t *testing.T, inMemory bool) {
+	cfg := Config{MaxOpenDatabases: 2}
+	if !inMemory {
+		cfg.Dir = t.TempDir()
+	}
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	const workers, ops = 12, 150
+	var wg sync.WaitGroup
+	errs := make(chan string, workers*ops)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lifecycleWorker(srv, rand.New(rand.NewPCG(uint64(w), 1)), ops, errs)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+
+	// Every counted connection belongs to a database in the map.
+	srv.mu.Lock()
+	dbs := make([]*database, 0, len(srv.dbs))
+	for _, d := range srv.dbs {
+		dbs = append(dbs, d)
+	}
+	srv.mu.Unlock()
+	live := 0
+	for _, d := range dbs {
+		d.lock <- struct{}{}
+		if d.conn != nil {
+			live++
+		}
+		<-d.lock
+	}
+	if open := srv.openFiles(); !inMemory && (open != live || open > cfg.MaxOpenDatabases) {
+		t.Errorf("%d files counted open, %d databases open; bound %d", open, live, cfg.MaxOpenDatabases)
+	}
+	if srv.handles != nil && srv.handles.lru.Len() != live {
+		t.Errorf("%d databases listed open, %d open", srv.handles.lru.Len(), live)
+	}
+	deleteEveryDatabase(t, srv, cfg.Dir)
+}
+
+// lifecycleWorker sends ops random calls (query, delete, create, get,
+// list) on five overlapping databases to srv, and sends to errs each
+// answer D1 could not give: anything but 200, or 404 for a database
+// deleted under it.
+func lifecycleWorker(srv *Server, rng *rand.Rand, ops int, errs chan<- string) {
+	ids := []string{"a", "b", "c", "d", "e"}
+	for range ops {
+		id := ids[rng.IntN(len(ids))]
+		var code int
+		var body string
+		switch op := rng.IntN(10); {
+		case op < 5:
+			code, body = serveDatabases(srv, "POST", "/"+id+"/query", `{"batch":[`+
+				`{"sql":"CREATE TABLE IF NOT EXISTS t (x)"},{"sql":"INSERT INTO t VALUES (1)"},{"sql":"SELECT count(*) FROM t"}]}`)
+		case op < 7:
+			code, body = serveDatabases(srv, "DELETE", "/"+id, "")
+		case op == 7:
+			code, body = serveDatabases(srv, "POST", "", `{"name":"`+id+`"}`)
+			if code == 400 && strings.Contains(body, `"code":7502`) {
+				code = 200 // exists
 			}
-			srv.mu.Unlock()
-			live := 0
-			for _, d := range dbs {
-				d.lock <- struct{}{}
-				if d.conn != nil {
-					live++
-				}
-				<-d.lock
-			}
-			if open := srv.openFiles(); !inMemory && (open != live || open > cfg.MaxOpenDatabases) {
-				t.Errorf("%d files counted open, %d databases open; bound %d", open, live, cfg.MaxOpenDatabases)
-			}
-			if srv.handles != nil && srv.handles.lru.Len() != live {
-				t.Errorf("%d databases listed open, %d open", srv.handles.lru.Len(), live)
-			}
-			left, err := srv.Databases()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, id := range left {
-				if err := srv.DeleteDatabase(id); err != nil {
-					t.Errorf("delete %s: %v", id, err)
-				}
-			}
-			if !inMemory {
-				if entries, _ := os.ReadDir(cfg.Dir); len(entries) != 0 {
-					t.Errorf("%d files left after deleting every database: %v", len(entries), entries)
-				}
-				if open := srv.openFiles(); open != 0 {
-					t.Errorf("%d files open after deleting every database", open)
-				}
-			}
-		})
+		case op == 8:
+			code, body = serveDatabases(srv, "GET", "/"+id, "")
+		default:
+			code, body = serveDatabases(srv, "GET", "", "")
+		}
+		if code != 200 && !(code == 404 && strings.Contains(body, `"code":7404`)) {
+			errs <- fmt.Sprintf("%s: %d %s", id, code, body)
+		}
+	}
+}
+
+// serveDatabases serves one call of the database endpoints (path is
+// below /accounts/acc/d1/database) in process, and returns its status and
+// body.
+func serveDatabases(srv *Server, method, path, body string) (int, string) {
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(method, "/accounts/acc/d1/database"+path, strings.NewReader(body))
+	req.Host = "127.0.0.1"
+	srv.ServeHTTP(rec, req)
+	return rec.Code, rec.Body.String()
+}
+
+// deleteEveryDatabase deletes srv's databases and checks that no file is
+// left in dir (when there is one) and none is open: none was reopened
+// after its deletion.
+func deleteEveryDatabase(t *testing.T, srv *Server, dir string) {
+	t.Helper()
+	left, err := srv.Databases()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range left {
+		if err := srv.DeleteDatabase(id); err != nil {
+			t.Errorf("delete %s: %v", id, err)
+		}
+	}
+	if dir != "" {
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Errorf("%d files left after deleting every database: %v", len(entries), entries)
+		}
+		if open := srv.openFiles(); open != 0 {
+			t.Errorf("%d files open after deleting every database", open)
+		}
 	}
 }

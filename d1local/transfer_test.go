@@ -125,19 +125,7 @@ func TestImport(t *testing.T) {
 		t.Errorf("poll answer: %+v", poll)
 	}
 
-	t.Run("an SQL error rolls everything back", func(t *testing.T) {
-		ans := h.importSQL(t, "db", "CREATE TABLE u (x);\nINSERT INTO nope VALUES (1);\n")
-		if ans.Success || ans.Status != "error" || ans.Error != "no such table: nope: SQLITE_ERROR" {
-			t.Errorf("answer: %+v", ans)
-		}
-		if got := h.rows(t, "db", q("SELECT count(*) AS n FROM sqlite_master WHERE name = 'u'")); got != `[{"n":0}]` {
-			t.Errorf("table u committed by a failed import: %s", got)
-		}
-		ans = h.importSQL(t, "db", "BEGIN TRANSACTION;\nCREATE TABLE u (x);\nCOMMIT;\n")
-		if ans.Success || !strings.Contains(ans.Error, "To execute a transaction") {
-			t.Errorf("a dump with BEGIN TRANSACTION: %+v", ans)
-		}
-	})
+	t.Run("an SQL error rolls everything back", func(t *testing.T) { importRollsBackOnError(t, h) })
 	t.Run("a new database on import", func(t *testing.T) {
 		ans := h.importSQL(t, "fresh", "CREATE TABLE f (x); INSERT INTO f VALUES (1)")
 		if ans.Status != "complete" {
@@ -147,61 +135,9 @@ func TestImport(t *testing.T) {
 			t.Errorf("rows = %s", got)
 		}
 	})
-	t.Run("flow errors", func(t *testing.T) {
-		sql := "SELECT 1"
-		etag := md5Hex(sql)
-		var init transferAnswer
-		h.do(t, "POST", path, map[string]any{"action": "init", "etag": etag}).decode(t, &init)
-		ingest := map[string]any{"action": "ingest", "filename": init.Filename, "etag": etag}
-		checkError(t, h.do(t, "POST", path, ingest), 400, 7400) // not uploaded yet
-		if status, _, _ := rawHTTP(t, "GET", init.UploadURL, nil); status != 405 {
-			t.Errorf("GET upload URL: %d, want 405", status)
-		}
-		if status, _, _ := rawHTTP(t, "PUT", init.UploadURL+"x", nil); status != 404 {
-			t.Errorf("PUT to an unknown link: %d, want 404", status)
-		}
-		if status, _, _ := rawHTTP(t, "PUT", init.UploadURL, []byte("SELECT 2")); status != 200 {
-			t.Errorf("upload: %d", status)
-		}
-		checkError(t, h.do(t, "POST", path, ingest), 400, 7400) // MD5 differs from the etag
-		checkError(t, h.do(t, "POST", path, map[string]any{"action": "ingest", "filename": init.Filename, "etag": md5Hex("x")}), 400, 7400)
-		checkError(t, h.do(t, "POST", path, map[string]any{"action": "ingest", "filename": "other.sql", "etag": etag}), 400, 7400)
-		checkError(t, h.do(t, "POST", path, `{"action":"init"}`), 400, 7400)
-		checkError(t, h.do(t, "POST", path, `{"action":"restore"}`), 400, 7400)
-		checkError(t, h.do(t, "POST", path, `{"action":`), 400, 7400)
-	})
-	t.Run("with a token", func(t *testing.T) {
-		// The API calls need the token; the upload link needs none (its
-		// secret is the credential, as in an R2 presigned URL).
-		h := newHarness(t, Config{Token: "tok"})
-		ans := h.importSQL(t, "db", "CREATE TABLE t (x)", "Authorization", "Bearer tok")
-		if ans.Status != "complete" {
-			t.Errorf("answer: %+v", ans)
-		}
-		checkError(t, h.do(t, "POST", "/accounts/acc/d1/database/db/import", `{"action":"init","etag":"00"}`), 403, 10000)
-		checkError(t, h.do(t, "POST", "/accounts/acc/d1/database/db/export", `{"output_format":"polling"}`), 403, 10000)
-		if dump := h.exportSQL(t, "db", nil, "Authorization", "Bearer tok"); !strings.Contains(dump, "CREATE TABLE t (x);") {
-			t.Errorf("dump: %s", dump)
-		}
-	})
-	t.Run("a second init replaces the first", func(t *testing.T) {
-		sql := "CREATE TABLE again (x)"
-		etag := md5Hex(sql)
-		var first, second transferAnswer
-		h.do(t, "POST", path, map[string]any{"action": "init", "etag": etag}).decode(t, &first)
-		h.do(t, "POST", path, map[string]any{"action": "init", "etag": etag}).decode(t, &second)
-		if status, _, _ := rawHTTP(t, "PUT", first.UploadURL, []byte(sql)); status != 404 {
-			t.Errorf("PUT to the replaced link: %d, want 404", status)
-		}
-		if status, _, _ := rawHTTP(t, "PUT", second.UploadURL, []byte(sql)); status != 200 {
-			t.Errorf("PUT to the new link: %d", status)
-		}
-		var ans transferAnswer
-		h.do(t, "POST", path, map[string]any{"action": "ingest", "filename": second.Filename, "etag": etag}).decode(t, &ans)
-		if ans.Status != "complete" {
-			t.Errorf("ingest: %+v", ans)
-		}
-	})
+	t.Run("flow errors", func(t *testing.T) { importFlowErrors(t, h, path) })
+	t.Run("with a token", func(t *testing.T) { importWithToken(t) })
+	t.Run("a second init replaces the first", func(t *testing.T) { importSecondInitReplaces(t, h, path) })
 	t.Run("links expire after an hour", func(t *testing.T) {
 		var init transferAnswer
 		h.do(t, "POST", path, map[string]any{"action": "init", "etag": md5Hex("SELECT 1")}).decode(t, &init)
@@ -210,6 +146,86 @@ func TestImport(t *testing.T) {
 			t.Errorf("PUT to an expired link: %d, want 404", status)
 		}
 	})
+}
+
+// importRollsBackOnError checks that an import whose SQL fails commits
+// nothing, and that a dump with its own transaction is refused.
+func importRollsBackOnError(t *testing.T, h *harness) {
+	ans := h.importSQL(t, "db", "CREATE TABLE u (x);\nINSERT INTO nope VALUES (1);\n")
+	if ans.Success || ans.Status != "error" || ans.Error != "no such table: nope: SQLITE_ERROR" {
+		t.Errorf("answer: %+v", ans)
+	}
+	if got := h.rows(t, "db", q("SELECT count(*) AS n FROM sqlite_master WHERE name = 'u'")); got != `[{"n":0}]` {
+		t.Errorf("table u committed by a failed import: %s", got)
+	}
+	ans = h.importSQL(t, "db", "BEGIN TRANSACTION;\nCREATE TABLE u (x);\nCOMMIT;\n")
+	if ans.Success || !strings.Contains(ans.Error, "To execute a transaction") {
+		t.Errorf("a dump with BEGIN TRANSACTION: %+v", ans)
+	}
+}
+
+// importFlowErrors checks the import flow's refusals at path: an ingest
+// before the upload, or whose MD5, etag or file name differs; a bad
+// action or body; the wrong method or an unknown link for the upload.
+func importFlowErrors(t *testing.T, h *harness, path string) {
+	sql := "SELECT 1"
+	etag := md5Hex(sql)
+	var init transferAnswer
+	h.do(t, "POST", path, map[string]any{"action": "init", "etag": etag}).decode(t, &init)
+	ingest := map[string]any{"action": "ingest", "filename": init.Filename, "etag": etag}
+	checkError(t, h.do(t, "POST", path, ingest), 400, 7400) // not uploaded yet
+	if status, _, _ := rawHTTP(t, "GET", init.UploadURL, nil); status != 405 {
+		t.Errorf("GET upload URL: %d, want 405", status)
+	}
+	if status, _, _ := rawHTTP(t, "PUT", init.UploadURL+"x", nil); status != 404 {
+		t.Errorf("PUT to an unknown link: %d, want 404", status)
+	}
+	if status, _, _ := rawHTTP(t, "PUT", init.UploadURL, []byte("SELECT 2")); status != 200 {
+		t.Errorf("upload: %d", status)
+	}
+	checkError(t, h.do(t, "POST", path, ingest), 400, 7400) // MD5 differs from the etag
+	checkError(t, h.do(t, "POST", path, map[string]any{"action": "ingest", "filename": init.Filename, "etag": md5Hex("x")}), 400, 7400)
+	checkError(t, h.do(t, "POST", path, map[string]any{"action": "ingest", "filename": "other.sql", "etag": etag}), 400, 7400)
+	checkError(t, h.do(t, "POST", path, `{"action":"init"}`), 400, 7400)
+	checkError(t, h.do(t, "POST", path, `{"action":"restore"}`), 400, 7400)
+	checkError(t, h.do(t, "POST", path, `{"action":`), 400, 7400)
+}
+
+// importWithToken checks that the API calls need the token, and the
+// upload link none (its secret is the credential, as in an R2 presigned
+// URL).
+func importWithToken(t *testing.T) {
+	h := newHarness(t, Config{Token: "tok"})
+	ans := h.importSQL(t, "db", "CREATE TABLE t (x)", "Authorization", "Bearer tok")
+	if ans.Status != "complete" {
+		t.Errorf("answer: %+v", ans)
+	}
+	checkError(t, h.do(t, "POST", "/accounts/acc/d1/database/db/import", `{"action":"init","etag":"00"}`), 403, 10000)
+	checkError(t, h.do(t, "POST", "/accounts/acc/d1/database/db/export", `{"output_format":"polling"}`), 403, 10000)
+	if dump := h.exportSQL(t, "db", nil, "Authorization", "Bearer tok"); !strings.Contains(dump, "CREATE TABLE t (x);") {
+		t.Errorf("dump: %s", dump)
+	}
+}
+
+// importSecondInitReplaces checks that a second init at path voids the
+// first's upload link, and that the flow completes on the second's.
+func importSecondInitReplaces(t *testing.T, h *harness, path string) {
+	sql := "CREATE TABLE again (x)"
+	etag := md5Hex(sql)
+	var first, second transferAnswer
+	h.do(t, "POST", path, map[string]any{"action": "init", "etag": etag}).decode(t, &first)
+	h.do(t, "POST", path, map[string]any{"action": "init", "etag": etag}).decode(t, &second)
+	if status, _, _ := rawHTTP(t, "PUT", first.UploadURL, []byte(sql)); status != 404 {
+		t.Errorf("PUT to the replaced link: %d, want 404", status)
+	}
+	if status, _, _ := rawHTTP(t, "PUT", second.UploadURL, []byte(sql)); status != 200 {
+		t.Errorf("PUT to the new link: %d", status)
+	}
+	var ans transferAnswer
+	h.do(t, "POST", path, map[string]any{"action": "ingest", "filename": second.Filename, "etag": etag}).decode(t, &ans)
+	if ans.Status != "complete" {
+		t.Errorf("ingest: %+v", ans)
+	}
 }
 
 func TestExport(t *testing.T) {
