@@ -48,38 +48,7 @@ func TestHelp(t *testing.T) {
 	// Every command has a usage line, a description with an example, and
 	// every flag a usage text.
 	for _, path := range commandPaths {
-		r := mustRun(t, nil, append(path, "--help")...)
-		name := "d1idem " + strings.Join(path, " ")
-		if !strings.Contains(r.stdout, "NAME:\n   "+name+" - ") {
-			t.Errorf("%s --help: no name line:\n%s", name, r.stdout)
-		}
-		// "local" (cli/local.go) is owned elsewhere and has no description yet.
-		if !strings.Contains(r.stdout, "DESCRIPTION:") && name != "d1idem local" {
-			t.Errorf("%s --help: no description", name)
-		}
-		if len(path) > 1 || path[0] == "sweep" || path[0] == "stats" {
-			if !strings.Contains(r.stdout, "\n      "+name) && !strings.Contains(r.stdout, "\n      d1idem "+path[0]) {
-				t.Errorf("%s --help: no example", name)
-			}
-		}
-		for _, line := range strings.Split(r.stdout, "\n") {
-			if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "--") {
-				t.Errorf("%s --help: flag without usage: %q", name, line)
-			}
-			// Every value is named (urfave/cli says "value" for a flag whose
-			// usage has no `PLACEHOLDER`), and a required flag has no
-			// default.
-			if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[0], "--") && (f[1] == "value" || f[1] == "value,") {
-				t.Errorf("%s --help: a flag's value is not named: %q", name, line)
-			}
-			if strings.Contains(line, "(required) (default") || strings.Contains(line, "(default: none)") {
-				t.Errorf("%s --help: a required flag shows a default: %q", name, line)
-			}
-		}
-		// "help CMD" says the same.
-		if h := mustRun(t, nil, append([]string{"help"}, path...)...); len(path) == 1 && h.stdout == "" {
-			t.Errorf("d1idem help %s printed nothing", strings.Join(path, " "))
-		}
+		checkCommandHelp(t, path)
 	}
 
 	for _, tc := range []struct {
@@ -95,16 +64,67 @@ func TestHelp(t *testing.T) {
 		{[]string{"sweep"}, []string{"--retention DURATION", "(default: 24h0m0s)", "--batch N", "(default: 20)", "--all", "--dry-run", "--max-calls N", "(default: 200, unlimited with --local or a bridge)", "1200 API calls per 5 minutes"}},
 		{[]string{"stats"}, []string{"--ttl TTL", "--retention DURATION", "database size"}},
 	} {
-		r := mustRun(t, nil, append(tc.path, "--help")...)
-		for _, want := range tc.want {
-			if !strings.Contains(r.stdout, want) {
-				t.Errorf("%v --help lacks %q:\n%s", tc.path, want, r.stdout)
-			}
+		checkHelpMentions(t, tc.path, tc.want)
+	}
+}
+
+// checkCommandHelp checks the help of the command at path: a name line,
+// a description with an example, every flag with a usage text and a named
+// value, no default for a required flag; and "help CMD" says it too.
+func checkCommandHelp(t *testing.T, path []string) {
+	t.Helper()
+	r := mustRun(t, nil, append(path, "--help")...)
+	name := "d1idem " + strings.Join(path, " ")
+	if !strings.Contains(r.stdout, "NAME:\n   "+name+" - ") {
+		t.Errorf("%s --help: no name line:\n%s", name, r.stdout)
+	}
+	// "local" (cli/local.go) is owned elsewhere and has no description yet.
+	if !strings.Contains(r.stdout, "DESCRIPTION:") && name != "d1idem local" {
+		t.Errorf("%s --help: no description", name)
+	}
+	if len(path) > 1 || path[0] == "sweep" || path[0] == "stats" {
+		if !strings.Contains(r.stdout, "\n      "+name) && !strings.Contains(r.stdout, "\n      d1idem "+path[0]) {
+			t.Errorf("%s --help: no example", name)
 		}
-		for _, conn := range []string{"--account-id ID", "--api-token TOKEN", "--database-id ID", "--database NAME", "--config FILE", "--env NAME", "--preview", "--base-url URL", "--local DIR", "[$CLOUDFLARE_API_TOKEN]"} {
-			if !strings.Contains(r.stdout, conn) {
-				t.Errorf("%v --help lacks the connection flag %q", tc.path, conn)
-			}
+	}
+	for _, line := range strings.Split(r.stdout, "\n") {
+		checkFlagLine(t, name, line)
+	}
+	// "help CMD" says the same.
+	if h := mustRun(t, nil, append([]string{"help"}, path...)...); len(path) == 1 && h.stdout == "" {
+		t.Errorf("d1idem help %s printed nothing", strings.Join(path, " "))
+	}
+}
+
+// checkFlagLine checks one line of command name's help: a flag has a
+// usage text and a named value (urfave/cli says "value" for a flag whose
+// usage has no `PLACEHOLDER`), and a required flag has no default.
+func checkFlagLine(t *testing.T, name, line string) {
+	t.Helper()
+	if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "--") {
+		t.Errorf("%s --help: flag without usage: %q", name, line)
+	}
+	if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[0], "--") && (f[1] == "value" || f[1] == "value,") {
+		t.Errorf("%s --help: a flag's value is not named: %q", name, line)
+	}
+	if strings.Contains(line, "(required) (default") || strings.Contains(line, "(default: none)") {
+		t.Errorf("%s --help: a required flag shows a default: %q", name, line)
+	}
+}
+
+// checkHelpMentions checks that the help of the command at path says
+// each of wants, and lists every connection flag.
+func checkHelpMentions(t *testing.T, path, wants []string) {
+	t.Helper()
+	r := mustRun(t, nil, append(path, "--help")...)
+	for _, want := range wants {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("%v --help lacks %q:\n%s", path, want, r.stdout)
+		}
+	}
+	for _, conn := range []string{"--account-id ID", "--api-token TOKEN", "--database-id ID", "--database NAME", "--config FILE", "--env NAME", "--preview", "--base-url URL", "--local DIR", "[$CLOUDFLARE_API_TOKEN]"} {
+		if !strings.Contains(r.stdout, conn) {
+			t.Errorf("%v --help lacks the connection flag %q", path, conn)
 		}
 	}
 }

@@ -328,6 +328,33 @@ func TestKeysRelease(t *testing.T) {
 	l.insert(t, testNow, scenario...)
 	o := fixedClock()
 
+	releaseStuckKey(t, l, o)
+	releaseAtWrongGeneration(t, l, o)
+	releaseCompletedNeedsForce(t, l, o)
+	releaseLivePendingNeedsForce(t, l, o)
+
+	// Usage errors.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--principal", "p", "--key", "k"}, "--generation is required: it fences the release"},
+		{[]string{"--principal", "p", "--key", "k", "--generation", "0"}, "--generation 0 must be 1 or more"},
+		{[]string{"--key", "k", "--generation", "1"}, "--principal is required"},
+		{[]string{"--principal", "p", "--key", "k", "--generation", "one"}, `--generation "one" is not a whole number; give it as --generation 1`},
+	} {
+		r := runCLI(t, o, l.args(append([]string{"keys", "release"}, tc.args...)...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: want exit 2 with %q; %s", tc.args, tc.want, r)
+		}
+	}
+}
+
+// releaseStuckKey releases the stuck key acct_42/order-7 at its generation,
+// and checks the row it leaves, the fence, a second release, that no
+// release deletes a row, and the refusal of a missing key.
+func releaseStuckKey(t *testing.T, l *ledgerDB, o *options) {
+	t.Helper()
 	// The stuck key at its generation: released.
 	r := mustRun(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-7", "--generation", "1")...)
 	golden(t, "keys_release", r.stdout)
@@ -357,9 +384,14 @@ func TestKeysRelease(t *testing.T) {
 	if r.code != exitError || !strings.Contains(r.stderr, `no key "nope" of principal "acct_42" on database ops: nothing to release`) {
 		t.Errorf("missing key: %s", r)
 	}
+}
 
-	// A wrong generation says the current one, and deletes nothing.
-	r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-8", "--generation", "1")...)
+// releaseAtWrongGeneration checks that a release of acct_42/order-8 at a
+// wrong generation says the current one, and deletes nothing; at the
+// right one it releases.
+func releaseAtWrongGeneration(t *testing.T, l *ledgerDB, o *options) {
+	t.Helper()
+	r := runCLI(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-8", "--generation", "1")...)
 	if r.code != exitError || r.stderr != "d1idem: not released: key \"order-8\" of principal \"acct_42\" is now at generation 2 (awaiting retry, updated 5m ago), not 1; look again with 'd1idem keys get --principal acct_42 --key order-8"+l.hint()+"'\n" {
 		t.Errorf("wrong generation: %s", r)
 	}
@@ -369,9 +401,14 @@ func TestKeysRelease(t *testing.T) {
 		rel.SinceUpdateMS != 300000 || rel.Forced {
 		t.Errorf("release --json: %+v %v\n%s", rel, err, r.stdout)
 	}
+}
 
-	// A completed row is refused without --force, and deleted with it.
-	r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-1", "--generation", "1")...)
+// releaseCompletedNeedsForce checks that the completed row acct_42/order-1
+// is refused without --force, and released, its response forgotten, with
+// it.
+func releaseCompletedNeedsForce(t *testing.T, l *ledgerDB, o *options) {
+	t.Helper()
+	r := runCLI(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-1", "--generation", "1")...)
 	if r.code != exitError || !strings.Contains(r.stderr, "is completed (response 201): retries replay it; --force forgets the response, and the next retry executes the request again") {
 		t.Errorf("completed without --force: %s", r)
 	}
@@ -384,10 +421,14 @@ func TestKeysRelease(t *testing.T) {
 		l.count(t, "key = 'order-1' AND status = 'pending' AND generation = 2 AND response_status IS NULL AND response_body IS NULL") != 1 {
 		t.Errorf("completed with --force: %s", r)
 	}
+}
 
-	// A pending row inside the TTL: refused without --force, saying
-	// whether its owner is renewing it.
-	r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_7", "--key", "pay-1", "--generation", "1")...)
+// releaseLivePendingNeedsForce checks that a pending row inside the TTL is
+// refused without --force, saying whether its owner is renewing it, and
+// released once older than --ttl.
+func releaseLivePendingNeedsForce(t *testing.T, l *ledgerDB, o *options) {
+	t.Helper()
+	r := runCLI(t, o, l.args("keys", "release", "--principal", "acct_7", "--key", "pay-1", "--generation", "1")...)
 	if r.code != exitError || !strings.Contains(r.stderr, "was updated 5s ago, inside the 30s TTL: its owner is alive and renewing it; wait, or use --force") {
 		t.Errorf("fresh pending: %s", r)
 	}
@@ -399,22 +440,6 @@ func TestKeysRelease(t *testing.T) {
 	r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_7", "--key", "pay-1", "--generation", "1", "--ttl", "2s")...)
 	if r.code != 0 || l.count(t, "key = 'pay-1' AND generation = 2") != 1 {
 		t.Errorf("pending older than --ttl 2s: %s", r)
-	}
-
-	// Usage errors.
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--principal", "p", "--key", "k"}, "--generation is required: it fences the release"},
-		{[]string{"--principal", "p", "--key", "k", "--generation", "0"}, "--generation 0 must be 1 or more"},
-		{[]string{"--key", "k", "--generation", "1"}, "--principal is required"},
-		{[]string{"--principal", "p", "--key", "k", "--generation", "one"}, `--generation "one" is not a whole number; give it as --generation 1`},
-	} {
-		r := runCLI(t, o, l.args(append([]string{"keys", "release"}, tc.args...)...)...)
-		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
-			t.Errorf("%v: want exit 2 with %q; %s", tc.args, tc.want, r)
-		}
 	}
 }
 
