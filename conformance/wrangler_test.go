@@ -197,94 +197,9 @@ func (w *wranglerEnv) query(t *testing.T, db, sql string) string {
 func TestWrangler(t *testing.T) {
 	w := newWranglerEnv(t)
 
-	t.Run("execute, info and export", func(t *testing.T) {
-		t.Parallel()
-		dir := w.project(t, []string{"notes"}, map[string]string{
-			"data.sql": "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT);\n" +
-				"INSERT INTO notes (body) VALUES ('hello'), ('it''s; fine');\n-- the end\n",
-		})
-		// --file: the import flow (init, upload, ingest).
-		var file []struct {
-			Results []map[string]any `json:"results"`
-			Success bool             `json:"success"`
-		}
-		w.run(t, dir, nil, "d1", "execute", "notes", "--remote", "--file", "data.sql", "--json").mustJSON(t, &file)
-		if len(file) != 1 || !file[0].Success || len(file[0].Results) != 1 || file[0].Results[0]["Total queries executed"] != 2.0 {
-			t.Errorf("execute --file: %+v", file)
-		}
-		var cmd []struct {
-			Results []map[string]any `json:"results"`
-			Success bool             `json:"success"`
-		}
-		w.run(t, dir, nil, "d1", "execute", "notes", "--remote", "--json",
-			"--command", "SELECT body FROM notes ORDER BY id").mustJSON(t, &cmd)
-		if len(cmd) != 1 || !cmd[0].Success || len(cmd[0].Results) != 2 || cmd[0].Results[1]["body"] != "it's; fine" {
-			t.Errorf("execute --command: %+v", cmd)
-		}
-		var info map[string]any
-		w.run(t, dir, nil, "d1", "info", "notes", "--json").mustJSON(t, &info)
-		if info["uuid"] != "notes" || info["num_tables"] != 1.0 || info["database_size"] == nil {
-			t.Errorf("info: %v", info)
-		}
-		r := w.run(t, dir, nil, "d1", "export", "notes", "--remote", "--output", "dump.sql", "-y")
-		if r.err != nil {
-			t.Fatalf("export: %v", r.err)
-		}
-		dump, err := os.ReadFile(filepath.Join(dir, "dump.sql"))
-		want := "PRAGMA defer_foreign_keys=TRUE;\n" +
-			"CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT);\n" +
-			"INSERT INTO \"notes\" VALUES(1,'hello');\n" +
-			"INSERT INTO \"notes\" VALUES(2,'it''s; fine');\n"
-		if err != nil || string(dump) != want {
-			t.Errorf("dump.sql (%v):\n%s\nwant:\n%s", err, dump, want)
-		}
-	})
-
-	t.Run("create, list and delete", func(t *testing.T) {
-		t.Parallel()
-		dir := w.project(t, nil, map[string]string{})
-		r := w.run(t, dir, nil, "d1", "create", "made")
-		if r.err != nil || !strings.Contains(r.output, "Successfully created DB 'made'") ||
-			!strings.Contains(r.output, `database_id = "made"`) {
-			t.Fatalf("create: %v", r.err)
-		}
-		if r := w.run(t, dir, nil, "d1", "create", "made"); r.err == nil ||
-			!strings.Contains(r.output, "A database with that name already exists") {
-			t.Errorf("create of an existing name: %v", r.err)
-		}
-		var list []struct{ UUID, Name, Version string }
-		w.run(t, dir, nil, "d1", "list", "--json").mustJSON(t, &list)
-		if !slices.ContainsFunc(list, func(d struct{ UUID, Name, Version string }) bool {
-			return d.UUID == "made" && d.Name == "made" && d.Version == "production"
-		}) {
-			t.Errorf("list: %+v", list)
-		}
-		r = w.run(t, dir, nil, "d1", "delete", "made", "-y")
-		if r.err != nil || !strings.Contains(r.output, "Deleted 'made' successfully.") {
-			t.Errorf("delete: %v", r.err)
-		}
-		if ids, _ := w.srv.Databases(); slices.Contains(ids, "made") {
-			t.Errorf("made still exists after delete: %q", ids)
-		}
-	})
-
-	t.Run("migrations apply", func(t *testing.T) {
-		t.Parallel()
-		dir := w.project(t, []string{"migr"}, map[string]string{
-			"migrations/0001_init.sql":   "CREATE TABLE m (x INTEGER);\n-- a comment after the last statement\n",
-			"migrations/0002_rename.sql": "ALTER TABLE m RENAME COLUMN x TO y;\nINSERT INTO m (y) VALUES (1);\n",
-		})
-		r := w.run(t, dir, nil, "d1", "migrations", "apply", "migr", "--remote")
-		if r.err != nil || strings.Count(r.output, "0002_rename.sql │ ✅") != 1 {
-			t.Fatalf("migrations apply: %v", r.err)
-		}
-		if got := w.query(t, "migr", "SELECT name FROM d1_migrations ORDER BY id"); got != `[{"name":"0001_init.sql"},{"name":"0002_rename.sql"}]` {
-			t.Errorf("d1_migrations: %s", got)
-		}
-		if got := w.query(t, "migr", "SELECT y FROM m"); got != `[{"y":1}]` {
-			t.Errorf("m: %s", got)
-		}
-	})
+	t.Run("execute, info and export", func(t *testing.T) { t.Parallel(); wranglerExecuteInfoExport(t, w) })
+	t.Run("create, list and delete", func(t *testing.T) { t.Parallel(); wranglerCreateListDelete(t, w) })
+	t.Run("migrations apply", func(t *testing.T) { t.Parallel(); wranglerMigrationsApply(t, w) })
 
 	t.Run("a wrong token", func(t *testing.T) {
 		t.Parallel()
@@ -310,4 +225,96 @@ func TestWrangler(t *testing.T) {
 			t.Errorf("no account ID and a wrong token: %v", r.err)
 		}
 	})
+}
+
+// wranglerExecuteInfoExport: d1 execute (--file, through the import flow,
+// and --command), d1 info and d1 export on one database.
+func wranglerExecuteInfoExport(t *testing.T, w *wranglerEnv) {
+	dir := w.project(t, []string{"notes"}, map[string]string{
+		"data.sql": "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT);\n" +
+			"INSERT INTO notes (body) VALUES ('hello'), ('it''s; fine');\n-- the end\n",
+	})
+	// --file: the import flow (init, upload, ingest).
+	var file []struct {
+		Results []map[string]any `json:"results"`
+		Success bool             `json:"success"`
+	}
+	w.run(t, dir, nil, "d1", "execute", "notes", "--remote", "--file", "data.sql", "--json").mustJSON(t, &file)
+	if len(file) != 1 || !file[0].Success || len(file[0].Results) != 1 || file[0].Results[0]["Total queries executed"] != 2.0 {
+		t.Errorf("execute --file: %+v", file)
+	}
+	var cmd []struct {
+		Results []map[string]any `json:"results"`
+		Success bool             `json:"success"`
+	}
+	w.run(t, dir, nil, "d1", "execute", "notes", "--remote", "--json",
+		"--command", "SELECT body FROM notes ORDER BY id").mustJSON(t, &cmd)
+	if len(cmd) != 1 || !cmd[0].Success || len(cmd[0].Results) != 2 || cmd[0].Results[1]["body"] != "it's; fine" {
+		t.Errorf("execute --command: %+v", cmd)
+	}
+	var info map[string]any
+	w.run(t, dir, nil, "d1", "info", "notes", "--json").mustJSON(t, &info)
+	if info["uuid"] != "notes" || info["num_tables"] != 1.0 || info["database_size"] == nil {
+		t.Errorf("info: %v", info)
+	}
+	r := w.run(t, dir, nil, "d1", "export", "notes", "--remote", "--output", "dump.sql", "-y")
+	if r.err != nil {
+		t.Fatalf("export: %v", r.err)
+	}
+	dump, err := os.ReadFile(filepath.Join(dir, "dump.sql"))
+	want := "PRAGMA defer_foreign_keys=TRUE;\n" +
+		"CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT);\n" +
+		"INSERT INTO \"notes\" VALUES(1,'hello');\n" +
+		"INSERT INTO \"notes\" VALUES(2,'it''s; fine');\n"
+	if err != nil || string(dump) != want {
+		t.Errorf("dump.sql (%v):\n%s\nwant:\n%s", err, dump, want)
+	}
+}
+
+// wranglerCreateListDelete: d1 create (and its refusal of an existing
+// name), d1 list and d1 delete.
+func wranglerCreateListDelete(t *testing.T, w *wranglerEnv) {
+	dir := w.project(t, nil, map[string]string{})
+	r := w.run(t, dir, nil, "d1", "create", "made")
+	if r.err != nil || !strings.Contains(r.output, "Successfully created DB 'made'") ||
+		!strings.Contains(r.output, `database_id = "made"`) {
+		t.Fatalf("create: %v", r.err)
+	}
+	if r := w.run(t, dir, nil, "d1", "create", "made"); r.err == nil ||
+		!strings.Contains(r.output, "A database with that name already exists") {
+		t.Errorf("create of an existing name: %v", r.err)
+	}
+	var list []struct{ UUID, Name, Version string }
+	w.run(t, dir, nil, "d1", "list", "--json").mustJSON(t, &list)
+	if !slices.ContainsFunc(list, func(d struct{ UUID, Name, Version string }) bool {
+		return d.UUID == "made" && d.Name == "made" && d.Version == "production"
+	}) {
+		t.Errorf("list: %+v", list)
+	}
+	r = w.run(t, dir, nil, "d1", "delete", "made", "-y")
+	if r.err != nil || !strings.Contains(r.output, "Deleted 'made' successfully.") {
+		t.Errorf("delete: %v", r.err)
+	}
+	if ids, _ := w.srv.Databases(); slices.Contains(ids, "made") {
+		t.Errorf("made still exists after delete: %q", ids)
+	}
+}
+
+// wranglerMigrationsApply: d1 migrations apply runs both migrations and
+// records them in d1_migrations.
+func wranglerMigrationsApply(t *testing.T, w *wranglerEnv) {
+	dir := w.project(t, []string{"migr"}, map[string]string{
+		"migrations/0001_init.sql":   "CREATE TABLE m (x INTEGER);\n-- a comment after the last statement\n",
+		"migrations/0002_rename.sql": "ALTER TABLE m RENAME COLUMN x TO y;\nINSERT INTO m (y) VALUES (1);\n",
+	})
+	r := w.run(t, dir, nil, "d1", "migrations", "apply", "migr", "--remote")
+	if r.err != nil || strings.Count(r.output, "0002_rename.sql │ ✅") != 1 {
+		t.Fatalf("migrations apply: %v", r.err)
+	}
+	if got := w.query(t, "migr", "SELECT name FROM d1_migrations ORDER BY id"); got != `[{"name":"0001_init.sql"},{"name":"0002_rename.sql"}]` {
+		t.Errorf("d1_migrations: %s", got)
+	}
+	if got := w.query(t, "migr", "SELECT y FROM m"); got != `[{"y":1}]` {
+		t.Errorf("m: %s", got)
+	}
 }
