@@ -186,61 +186,78 @@ func TestSplit(t *testing.T) {
 // semicolons.
 func checkSplit(t *testing.T, sql string) {
 	t.Helper()
-	type token struct {
-		Token
-		at int
-	}
-	var all []token
-	for i := 0; i < len(sql); {
-		tok := Next(sql[i:])
-		if tok.Text == "" {
-			t.Fatalf("%q: an empty token at %d", sql, i)
-		}
-		all = append(all, token{tok, i})
-		i += len(tok.Text)
-	}
+	all := tokensAt(t, sql)
 	prev := 0
 	for _, st := range Split(sql) {
-		if st.End <= prev || st.End > len(sql) || st.End < len(sql) && sql[st.End-1] != ';' {
-			t.Fatalf("%q: a statement ends at %d, after one that ended at %d", sql, st.End, prev)
-		}
-		from := prev + strings.LastIndex(sql[prev:st.End], st.SQL)
-		to := from + len(st.SQL)
-		if st.SQL == "" || from < prev {
-			t.Fatalf("%q: statement %q is not in its part of the text, %q", sql, st.SQL, sql[prev:st.End])
-		}
-		var inside []Token
-		for _, tok := range all {
-			end := tok.at + len(tok.Text)
-			switch {
-			case tok.at >= from && end <= to:
-				if tok.Kind > Comment {
-					inside = append(inside, tok.Token)
-				}
-			case end > prev && tok.at < from:
-				if tok.Kind > Comment && tok.Kind != Semicolon {
-					t.Fatalf("%q: %q before statement %q", sql, tok.Text, st.SQL)
-				}
-			case end > to && tok.at < st.End:
-				if tok.Kind != Space && !(tok.Kind == Semicolon && end == st.End) {
-					t.Fatalf("%q: %q after statement %q", sql, tok.Text, st.SQL)
-				}
-			}
-		}
-		if !slices.ContainsFunc(inside, func(t Token) bool { return t.Kind != Semicolon }) {
-			t.Fatalf("%q: statement %q holds no token but whitespace, comments and ';'", sql, st.SQL)
-		}
-		if !slices.Equal(slices.Collect(Tokens(st.SQL)), inside) {
-			t.Fatalf("%q: statement %q reads alone as other tokens", sql, st.SQL)
-		}
-		if again := Split(st.SQL); len(again) != 1 || again[0] != (Statement{st.SQL, len(st.SQL)}) {
-			t.Fatalf("%q: statement %q splits alone as %+v", sql, st.SQL, again)
-		}
+		checkSplitStatement(t, sql, all, prev, st)
 		prev = st.End
 	}
 	for _, tok := range all {
 		if tok.at >= prev && tok.Kind > Comment && tok.Kind != Semicolon {
 			t.Fatalf("%q: %q after the last statement", sql, tok.Text)
 		}
+	}
+}
+
+// posToken is a token of a text, and where it starts in it.
+type posToken struct {
+	Token
+	at int
+}
+
+// tokensAt reads sql as tokens, each with its offset.
+func tokensAt(t *testing.T, sql string) []posToken {
+	t.Helper()
+	var all []posToken
+	for i := 0; i < len(sql); {
+		tok := Next(sql[i:])
+		if tok.Text == "" {
+			t.Fatalf("%q: an empty token at %d", sql, i)
+		}
+		all = append(all, posToken{tok, i})
+		i += len(tok.Text)
+	}
+	return all
+}
+
+// checkSplitStatement checks checkSplit's guarantees for statement st of
+// sql (whose tokens are all), the statement before it having ended at
+// prev.
+func checkSplitStatement(t *testing.T, sql string, all []posToken, prev int, st Statement) {
+	t.Helper()
+	if st.End <= prev || st.End > len(sql) || st.End < len(sql) && sql[st.End-1] != ';' {
+		t.Fatalf("%q: a statement ends at %d, after one that ended at %d", sql, st.End, prev)
+	}
+	from := prev + strings.LastIndex(sql[prev:st.End], st.SQL)
+	to := from + len(st.SQL)
+	if st.SQL == "" || from < prev {
+		t.Fatalf("%q: statement %q is not in its part of the text, %q", sql, st.SQL, sql[prev:st.End])
+	}
+	var inside []Token
+	for _, tok := range all {
+		end := tok.at + len(tok.Text)
+		switch {
+		case tok.at >= from && end <= to:
+			if tok.Kind > Comment {
+				inside = append(inside, tok.Token)
+			}
+		case end > prev && tok.at < from:
+			if tok.Kind > Comment && tok.Kind != Semicolon {
+				t.Fatalf("%q: %q before statement %q", sql, tok.Text, st.SQL)
+			}
+		case end > to && tok.at < st.End:
+			if tok.Kind != Space && !(tok.Kind == Semicolon && end == st.End) {
+				t.Fatalf("%q: %q after statement %q", sql, tok.Text, st.SQL)
+			}
+		}
+	}
+	if !slices.ContainsFunc(inside, func(t Token) bool { return t.Kind != Semicolon }) {
+		t.Fatalf("%q: statement %q holds no token but whitespace, comments and ';'", sql, st.SQL)
+	}
+	if !slices.Equal(slices.Collect(Tokens(st.SQL)), inside) {
+		t.Fatalf("%q: statement %q reads alone as other tokens", sql, st.SQL)
+	}
+	if again := Split(st.SQL); len(again) != 1 || again[0] != (Statement{st.SQL, len(st.SQL)}) {
+		t.Fatalf("%q: statement %q splits alone as %+v", sql, st.SQL, again)
 	}
 }
