@@ -22,18 +22,13 @@ const (
 	Blob
 )
 
+var typeNames = [...]string{Null: "null", Integer: "integer", Real: "real", Text: "text", Blob: "blob"}
+
+// String returns the type's name: "null", "integer", "real", "text" or
+// "blob".
 func (t Type) String() string {
-	switch t {
-	case Null:
-		return "null"
-	case Integer:
-		return "integer"
-	case Real:
-		return "real"
-	case Text:
-		return "text"
-	case Blob:
-		return "blob"
+	if int(t) < len(typeNames) {
+		return typeNames[t]
 	}
 	return "unknown"
 }
@@ -154,7 +149,7 @@ func (v Value) MarshalJSON() ([]byte, error) {
 	return json.Marshal(v.s)
 }
 
-// IntValue, RealValue, TextValue and NullValue construct values, mainly for
+// IntValue, RealValue, TextValue, BlobValue and NullValue construct values, mainly for
 // tests and for comparing results.
 func IntValue(i int64) Value    { return Value{typ: Integer, i: i} }
 func RealValue(f float64) Value { return Value{typ: Real, f: f} }
@@ -278,6 +273,12 @@ func scanValue(v Value, dest any) error {
 		}
 		return fmt.Errorf("NULL cannot be stored in %T; scan into a pointer to a pointer or an sql.Null type", dest)
 	}
+	return scanNonNull(v, dest)
+}
+
+// scanNonNull is scanValue for a value that is not NULL and a destination
+// of a plain type.
+func scanNonNull(v Value, dest any) error {
 	switch d := dest.(type) {
 	case *int64:
 		i, ok := v.Int64()
