@@ -47,38 +47,17 @@ var callKindNames = [numCallKinds]string{"single", "batch", "coalesced"}
 // statementBuckets are those of the statements-per-call histogram.
 var statementBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
 
-// class is the name of a kind of failure in metrics and spans, "ok" for
+// kindClasses name the kinds of failure in metrics and spans, "ok" for
 // none.
+var kindClasses = [numResults]string{0: resultOK, kindSQL: "sql", kindAuth: "auth", kindNoDatabase: "no_database",
+	kindRateLimited: "rate_limited", kindOverloaded: "overloaded", kindTransient: "transient", kindNonJSON: "non_json",
+	kindEnvelope: "envelope", kindResultCount: "result_count", kindTransport: "transport", kindInvalid: "invalid",
+	kindRejected: "rejected", kindBudget: "budget"}
+
+// class is the name of a kind of failure in metrics and spans.
 func (k kind) class() string {
-	switch k {
-	case 0:
-		return resultOK
-	case kindSQL:
-		return "sql"
-	case kindAuth:
-		return "auth"
-	case kindNoDatabase:
-		return "no_database"
-	case kindRateLimited:
-		return "rate_limited"
-	case kindOverloaded:
-		return "overloaded"
-	case kindTransient:
-		return "transient"
-	case kindNonJSON:
-		return "non_json"
-	case kindEnvelope:
-		return "envelope"
-	case kindResultCount:
-		return "result_count"
-	case kindTransport:
-		return "transport"
-	case kindInvalid:
-		return "invalid"
-	case kindRejected:
-		return "rejected"
-	case kindBudget:
-		return "budget"
+	if k >= 0 && int(k) < len(kindClasses) {
+		return kindClasses[k]
 	}
 	return "unknown"
 }
