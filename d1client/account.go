@@ -22,7 +22,7 @@ func (c *Client) acquire(ctx context.Context, cl budget.Class) (time.Duration, *
 	}
 	var r *budget.Refusal
 	if !errors.As(err, &r) {
-		return waited, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error(), notSent: true}
+		return waited, notSent(err, "")
 	}
 	switch r.Cause {
 	case budget.CauseBlock:

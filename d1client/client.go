@@ -277,28 +277,12 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 	}
 	op := c.tel.op(cmp.Or(o.operation, defaultOperation))
 	start := time.Now()
-	if len(stmts) == 0 {
+	wire, readOnly, e := c.encode(stmts)
+	if e != nil {
 		c.tel.operation(op, kindInvalid, time.Since(start))
-		return nil, invalidf("no statements")
+		return nil, e
 	}
-	wire := make([]wireStatement, len(stmts))
-	safe := true // every statement is read-only, or the call is idempotent
-	for i, s := range stmts {
-		w, err := s.encode(i + 1)
-		if err == nil {
-			cl := c.classes.Get(s.SQL, classifySQL)
-			err = cl.check(i + 1)
-			safe = safe && cl.readOnly
-		}
-		if err != nil {
-			e := invalidf("%v", err)
-			e.Statements = redactAll(stmts)
-			c.tel.operation(op, kindInvalid, time.Since(start))
-			return nil, e
-		}
-		wire[i] = w
-	}
-	safe = safe || o.idempotent
+	safe := readOnly || o.idempotent // may be sent again even if delivered
 	solo := !o.coalesce
 	cl := budget.Normal
 	if o.priority {
@@ -338,17 +322,13 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 			// The deadline (or the budget) ended the retries before this
 			// attempt was sent: the previous attempt's failure is the one
 			// worth reporting, above all when it may have committed.
-			c.stats.failures.Add(1)
-			c.tel.operation(op, last.kind, time.Since(start))
-			return nil, last
+			return c.failed(op, start, last)
 		}
 		err.Statements = redactAll(stmts)
 		err.Attempts = attempt
 		delay, retry := c.retryDelay(ctx, err, attempt, safe, o.untilDeadline)
 		if !retry {
-			c.stats.failures.Add(1)
-			c.tel.operation(op, err.kind, time.Since(start))
-			return nil, err
+			return c.failed(op, start, err)
 		}
 		c.stats.retries.Add(1)
 		c.tel.retry(op, err.kind)
@@ -356,12 +336,17 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 			slog.String("kind", err.kind.String()), slog.Int("status", err.StatusCode),
 			slog.Int("attempt", attempt), slog.Duration("delay", delay))
 		if sleepCtx(ctx, delay) != nil {
-			c.stats.failures.Add(1)
-			c.tel.operation(op, err.kind, time.Since(start))
-			return nil, err
+			return c.failed(op, start, err)
 		}
 		last = err
 	}
+}
+
+// failed counts a failed Exec call, started at start, and returns its error.
+func (c *Client) failed(op *opTelemetry, start time.Time, e *Error) ([]Result, error) {
+	c.stats.failures.Add(1)
+	c.tel.operation(op, e.kind, time.Since(start))
+	return nil, e
 }
 
 // Query runs one statement and returns its result.
@@ -371,6 +356,31 @@ func (c *Client) Query(ctx context.Context, sql string, params ...any) (*Result,
 		return nil, err
 	}
 	return &res[0], nil
+}
+
+// encode validates and encodes the statements, and reports whether every
+// one is proven read-only.
+func (c *Client) encode(stmts []Statement) ([]wireStatement, bool, *Error) {
+	if len(stmts) == 0 {
+		return nil, false, invalidf("no statements")
+	}
+	wire := make([]wireStatement, len(stmts))
+	readOnly := true
+	for i, s := range stmts {
+		w, err := s.encode(i + 1)
+		if err == nil {
+			cl := c.classes.Get(s.SQL, classifySQL)
+			err = cl.check(i + 1)
+			readOnly = readOnly && cl.readOnly
+		}
+		if err != nil {
+			e := invalidf("%v", err)
+			e.Statements = redactAll(stmts)
+			return nil, false, e
+		}
+		wire[i] = w
+	}
+	return wire, readOnly, nil
 }
 
 func redactAll(stmts []Statement) []string {
@@ -385,7 +395,7 @@ func redactAll(stmts []Statement) []string {
 // cl from the budget (honouring a 971 block), sends, and decodes.
 func (c *Client) call(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, *Error) {
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error(), notSent: true}
+		return nil, notSent(err, "")
 	}
 	waited, e := c.acquire(ctx, cl)
 	if waited > 0 {
