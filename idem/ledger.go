@@ -120,18 +120,12 @@ const (
 	Retry
 )
 
+var outcomeNames = [...]string{Execute: "execute", Replay: "replay", Reused: "reused", InProgress: "in_progress", Retry: "retry"}
+
+// String returns the outcome's name, such as "in_progress".
 func (o Outcome) String() string {
-	switch o {
-	case Execute:
-		return "execute"
-	case Replay:
-		return "replay"
-	case Reused:
-		return "reused"
-	case InProgress:
-		return "in_progress"
-	case Retry:
-		return "retry"
+	if o > 0 && int(o) < len(outcomeNames) {
+		return outcomeNames[o]
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -660,26 +654,30 @@ func truncate(s string, n int) string {
 // The row is not deleted: a fresh claim would restart at generation 1, a
 // generation an earlier owner superseded by a takeover may still hold.
 func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
-	ok, err := l.release(ctx, r)
+	stmt := l.sql.release(r.Principal, r.Key, r.Generation, l.cfg.TTL, releaseOwner, l.now())
+	ok, err := l.fencedWrite(ctx, r, "release", stmt, opRelease)
+	if errors.Is(err, ErrReservationExpired) {
+		l.expired(ctx, r, "release")
+	}
 	l.tel.add(l.tel.releases, 1, attrReleaseResult.String(writeResult(ok, err, resReleased)))
 	return ok, err
 }
 
-func (l *Ledger) release(ctx context.Context, r *Reservation) (bool, error) {
+// fencedWrite sends stmt, a write of r's owner fenced by its generation,
+// before r's write deadline, and reports whether it matched r's row.
+func (l *Ledger) fencedWrite(ctx context.Context, r *Reservation, what string, stmt d1client.Statement, op d1client.ExecOption) (bool, error) {
 	h, err := l.homeOf(r)
 	if err != nil {
-		return false, fmt.Errorf("idem: release: %w", err)
+		return false, fmt.Errorf("idem: %s: %w", what, err)
 	}
 	ctx, cancel, err := l.writeContext(ctx, r, time.Time{})
 	if err != nil {
-		l.expired(ctx, r, "release")
-		return false, fmt.Errorf("idem: release: %w", err)
+		return false, fmt.Errorf("idem: %s: %w", what, err)
 	}
 	defer cancel()
-	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.release(r.Principal, r.Key, r.Generation, l.cfg.TTL, releaseOwner, l.now())},
-		d1client.Idempotent(), d1client.Coalesce(), d1client.Priority(), opRelease)
+	res, err := h.db.Exec(ctx, []d1client.Statement{stmt}, d1client.Idempotent(), d1client.Coalesce(), d1client.Priority(), op)
 	if err != nil {
-		return false, fmt.Errorf("idem: release: %w", err)
+		return false, fmt.Errorf("idem: %s: %w", what, err)
 	}
 	return len(res[0].Rows) == 1, nil
 }
@@ -701,31 +699,13 @@ func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string)
 // generation and status. False means the lease is lost: the reservation was
 // taken over, released or swept, or it expired (ErrReservationExpired).
 func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
-	ok, err := l.renew(ctx, r)
-	l.tel.add(l.tel.renewals, 1, attrRenewalResult.String(writeResult(ok, err, resRenewed)))
-	return ok, err
-}
-
-func (l *Ledger) renew(ctx context.Context, r *Reservation) (bool, error) {
-	h, err := l.homeOf(r)
-	if err != nil {
-		return false, fmt.Errorf("idem: renew: %w", err)
-	}
-	ctx, cancel, err := l.writeContext(ctx, r, time.Time{})
-	if err != nil {
-		return false, fmt.Errorf("idem: renew: %w", err)
-	}
-	defer cancel()
 	start := time.Now()
-	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.renew(r, l.now())}, d1client.Idempotent(), d1client.Coalesce(), d1client.Priority(), opRenew)
-	if err != nil {
-		return false, fmt.Errorf("idem: renew: %w", err)
-	}
-	renewed := len(res[0].Rows) == 1
-	if renewed {
+	ok, err := l.fencedWrite(ctx, r, "renew", l.sql.renew(r, l.now()), opRenew)
+	if ok {
 		r.markRenewed(start)
 	}
-	return renewed, nil
+	l.tel.add(l.tel.renewals, 1, attrRenewalResult.String(writeResult(ok, err, resRenewed)))
+	return ok, err
 }
 
 // sweepDue reports whether the next completion at h should carry a sweep,
