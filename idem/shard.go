@@ -255,22 +255,31 @@ func readState(h *home, res d1client.Result) (homeState, error) {
 		if err := row.Scan(&key, &epoch, &fp, &body); err != nil {
 			return st, fmt.Errorf("home %s: %w: %v", h.id, errBadRing, err)
 		}
-		switch key {
-		case ringKey:
-			r, err := decodeRing(epoch, fp, body)
-			if err != nil {
-				return st, fmt.Errorf("home %s: %w", h.id, err)
-			}
-			st.ring, st.digest = &r, fp
-		case homeKey:
-			id, err := decodeHome(fp, body)
-			if err != nil {
-				return st, fmt.Errorf("home %s: %w", h.id, err)
-			}
-			st.ident = &id
+		if err := st.add(key, epoch, fp, body); err != nil {
+			return st, fmt.Errorf("home %s: %w", h.id, err)
 		}
 	}
 	return st, nil
+}
+
+// add reads one ring or identity row into st: its key, generation,
+// fingerprint and response_body.
+func (st *homeState) add(key string, epoch int64, fp, body string) error {
+	switch key {
+	case ringKey:
+		r, err := decodeRing(epoch, fp, body)
+		if err != nil {
+			return err
+		}
+		st.ring, st.digest = &r, fp
+	case homeKey:
+		id, err := decodeHome(fp, body)
+		if err != nil {
+			return err
+		}
+		st.ident = &id
+	}
+	return nil
 }
 
 // readHome reads what h has recorded.
@@ -285,9 +294,15 @@ func (l *Ledger) readHome(ctx context.Context, h *home) (homeState, error) {
 // checkIdentity refuses a database whose identity row names another home.
 func checkIdentity(h *home, st homeState) error {
 	if st.ident != nil && st.ident.ID != h.id {
-		return fmt.Errorf("%w: the database given as home %q recorded that it is home %q (one database given under two IDs, or IDs that differ between replicas)", ErrHomeMismatch, h.id, st.ident.ID)
+		return mismatch(h.id, st.ident.ID)
 	}
 	return nil
+}
+
+// mismatch is the error of the database given as home id that recorded
+// that it is home recorded.
+func mismatch(id, recorded string) error {
+	return fmt.Errorf("%w: the database given as home %q recorded that it is home %q (one database given under two IDs, or IDs that differ between replicas)", ErrHomeMismatch, id, recorded)
 }
 
 // consistent checks rings recorded by different databases against each
