@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/internal/jsonstr"
 )
 
 // ErrUnreadableRecord is returned when a completed row cannot be turned back
@@ -146,55 +147,32 @@ func (l *Ledger) normalize(resp Response) (Response, string, *string) {
 // by a Worker and by this package alike: a row replays identically whoever
 // wrote it and whoever replays it.
 func captureHeaders(h http.Header, names []string) string {
-	var b strings.Builder
-	b.WriteByte('{')
-	first := true
+	b := []byte{'{'}
 	for _, name := range names {
 		if len(h.Values(name)) == 0 {
 			continue
 		}
-		if !first {
-			b.WriteByte(',')
+		if len(b) > 1 {
+			b = append(b, ',')
 		}
-		first = false
-		writeJSString(&b, name)
-		b.WriteByte(':')
-		writeJSString(&b, HeaderValue(h, name))
+		b = appendJSString(b, name)
+		b = append(b, ':')
+		b = appendJSString(b, HeaderValue(h, name))
 	}
-	b.WriteByte('}')
-	return b.String()
+	return string(append(b, '}'))
 }
 
-// writeJSString writes s as JavaScript's JSON.stringify would (Go's encoder
-// also escapes U+2028 and U+2029, which JSON.stringify leaves alone).
-func writeJSString(b *strings.Builder, s string) {
-	const hex = "0123456789abcdef"
-	b.WriteByte('"')
+// appendJSString appends s as JavaScript's JSON.stringify writes it (Go's
+// encoder also escapes U+2028 and U+2029, which JSON.stringify leaves
+// alone).
+func appendJSString(b []byte, s string) []byte {
+	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case '"', '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case '\b':
-			b.WriteString(`\b`)
-		case '\f':
-			b.WriteString(`\f`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		case '\t':
-			b.WriteString(`\t`)
-		default:
-			if c < 0x20 {
-				b.WriteString(`\u00`)
-				b.WriteByte(hex[c>>4])
-				b.WriteByte(hex[c&0xf])
-			} else {
-				b.WriteByte(c)
-			}
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' {
+			b = jsonstr.AppendEscaped(b, c)
+		} else {
+			b = append(b, c)
 		}
 	}
-	b.WriteByte('"')
+	return append(b, '"')
 }
