@@ -231,13 +231,7 @@ func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 		cond().add("(updated_at, principal, key) > (?, ?, ?)", after.UpdatedAt, after.Principal, after.Key)
 	}
 	q.add(orderByUpdate+" LIMIT ?", limit+1)
-	hs, err := homes(ctx)
-	if err != nil {
-		return KeyPage{}, fmt.Errorf("idem: list: %w", err)
-	}
-	res, err := eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
-		return h.db.Exec(ctx, []d1client.Statement{q.statement()})
-	})
+	res, err := a.at(ctx, homes, q.statement())
 	if err != nil {
 		return KeyPage{}, fmt.Errorf("idem: list: %w", err)
 	}
@@ -285,13 +279,7 @@ func (a *Admin) Stuck(ctx context.Context, limit int) (StuckKeys, error) {
 	list := stale(a.selectRows(false).add(" WHERE status = ? AND ", string(StatusPending)), a.l.cfg.TTL).
 		add(orderByUpdate+" LIMIT ?", limit)
 	count := stale(a.l.sql.query(a.l.now()).add("SELECT count(*) FROM "+d1idem.Table+" WHERE status = ? AND ", string(StatusPending)), a.l.cfg.TTL)
-	hs, err := a.l.ringHomes(ctx)
-	if err != nil {
-		return StuckKeys{}, fmt.Errorf("idem: stuck: %w", err)
-	}
-	res, err := eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
-		return h.db.Exec(ctx, []d1client.Statement{list.statement(), count.statement()})
-	})
+	res, err := a.at(ctx, a.l.ringHomes, list.statement(), count.statement())
 	if err != nil {
 		return StuckKeys{}, fmt.Errorf("idem: stuck: %w", err)
 	}
@@ -383,14 +371,7 @@ func (a *Admin) Release(ctx context.Context, principal, key string, generation i
 // failed.
 func (a *Admin) Sweep(ctx context.Context) (int64, error) {
 	l := a.l
-	hs, err := l.ringHomes(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("idem: sweep: %w", err)
-	}
-	stmt := l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now())
-	res, err := eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
-		return h.db.Exec(ctx, []d1client.Statement{stmt}, d1client.Idempotent())
-	})
+	res, err := a.at(ctx, a.l.ringHomes, l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now()))
 	var n int64
 	for _, r := range res {
 		if len(r) > 0 { // the homes that failed have no result
@@ -410,13 +391,7 @@ func (a *Admin) Sweep(ctx context.Context) (int64, error) {
 // more than Retention ago.
 func (a *Admin) SweepBacklog(ctx context.Context) (int64, error) {
 	q := stale(a.l.sql.query(a.l.now()).add("SELECT count(*) FROM "+d1idem.Table+" WHERE "), a.l.cfg.Retention)
-	hs, err := a.l.ringHomes(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("idem: sweep backlog: %w", err)
-	}
-	res, err := eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
-		return h.db.Exec(ctx, []d1client.Statement{q.statement()})
-	})
+	res, err := a.at(ctx, a.l.ringHomes, q.statement())
 	if err != nil {
 		return 0, fmt.Errorf("idem: sweep backlog: %w", err)
 	}
@@ -614,6 +589,18 @@ func eachHome[T any](ctx context.Context, hs []*home, fn func(ctx context.Contex
 	}
 	wg.Wait()
 	return out, errors.Join(errs...)
+}
+
+// at runs stmts, as one idempotent call, at each of the databases homes
+// returns, at once (see eachHome).
+func (a *Admin) at(ctx context.Context, homes func(context.Context) ([]*home, error), stmts ...d1client.Statement) ([][]d1client.Result, error) {
+	hs, err := homes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
+		return h.db.Exec(ctx, stmts, d1client.Idempotent())
+	})
 }
 
 // cursor is a position in List's order: after this row.

@@ -101,18 +101,18 @@ func newTelemetry(mp metric.MeterProvider) *telemetry {
 	t.keys = gauge("d1idem.keys", "{key}", "Rows of the ledger by status, as Admin.Stats last counted them.")
 	t.stuck = gauge("d1idem.keys.stuck", "{key}", "Pending rows with no update for longer than the TTL, as Admin.Stats last counted them.")
 	t.backlog = gauge("d1idem.sweep.backlog", "{row}", "Rows older than the retention, awaiting the sweep, as Admin.Stats last counted them.")
-	for _, kv := range []attribute.KeyValue{
-		attrCompletionResult.String(resStored), attrCompletionResult.String(resFencedOut),
-		attrCompletionResult.String(resFailed), attrCompletionResult.String(resExpired),
-		attrRenewalResult.String(resRenewed), attrRenewalResult.String(resNotHeld),
-		attrRenewalResult.String(resFailed), attrRenewalResult.String(resExpired),
-		attrLeaseCause.String(causeSuperseded), attrLeaseCause.String(causeUnreachable),
-		attrLeaseCause.String(causeExpired), attrLeaseCause.String(causeMaxLease),
-		attrReleaseResult.String(resReleased), attrReleaseResult.String(resNotHeld),
-		attrReleaseResult.String(resFailed), attrReleaseResult.String(resExpired),
-		attrSweepSource.String("completion"), attrSweepSource.String("admin"),
-	} {
-		t.sets[kv] = []metric.AddOption{metric.WithAttributes(kv)}
+	results := map[attribute.Key][]string{
+		attrCompletionResult: {resStored, resFencedOut, resFailed, resExpired},
+		attrRenewalResult:    {resRenewed, resNotHeld, resFailed, resExpired},
+		attrLeaseCause:       {causeSuperseded, causeUnreachable, causeExpired, causeMaxLease},
+		attrReleaseResult:    {resReleased, resNotHeld, resFailed, resExpired},
+		attrSweepSource:      {"completion", "admin"},
+	}
+	for key, values := range results {
+		for _, v := range values {
+			kv := key.String(v)
+			t.sets[kv] = []metric.AddOption{metric.WithAttributes(kv)}
+		}
 	}
 	return t
 }
