@@ -24,15 +24,11 @@ const (
 )
 
 // Ledger is the spec's claim-before-mutate idempotency ledger on D1. It is
-// safe for concurrent use by many goroutines, and many Ledgers (in many
-// processes, or Workers running the spec's code) may share one table.
-//
-// A first execution costs 2 D1 calls (Begin, Complete); a replay, a reuse or
-// an in-progress answer costs 1 (Begin). With d1client's group commit
-// (d1client.Coalesce), which the Ledger uses for every statement that cannot
-// fail by design, concurrent requests share those calls. Completions,
-// heartbeats and releases are d1client.Priority work: they go first when
-// the API budget is scarce, on a reserve that new claims never take.
+// safe for concurrent use, and many Ledgers (in many processes, or Workers
+// running the spec's code) may share one table. A first execution costs 2
+// D1 calls (Begin, Complete); a replay, a reuse or an in-progress answer 1.
+// Concurrent requests share calls through d1client's group commit, and
+// completions, heartbeats and releases are d1client.Priority work.
 type Ledger struct {
 	cfg Config
 	sql ledgerSQL
@@ -385,12 +381,10 @@ type Completion struct {
 	// Complete), with only the replayable headers in that case. A 204, 205 or
 	// 304 carries no body.
 	Response Response
-	// Sentinel reports whether Response is the spec's sentinel, status 500
-	// with no body, stored in place of a response a replay could not
-	// reproduce (see Complete). Response.Header then holds only the stored
-	// replayable headers, which a transport should send in place of the
-	// handler's own, as a replay will; a handler's own 500 is not the
-	// sentinel.
+	// Sentinel reports whether Response is the spec's sentinel, stored in
+	// place of a response a replay could not reproduce (see Complete); a
+	// handler's own 500 is not. A transport should send its stored
+	// replayable headers in place of the handler's, as a replay will.
 	Sentinel bool
 }
 
@@ -403,12 +397,11 @@ type Completion struct {
 // valid UTF-8, or a status outside 200-599 (a Worker cannot construct such
 // a response). The caller gets the sentinel too.
 //
-// A completion that fails transiently is retried (it is safe: the write is
-// fenced by generation and status) until it lands or the lease would expire.
-// A fenced-out completion is logged and reported as Stored == false; it is
-// never an error. An error means the ledger could not be reached in time, or
-// the reservation expired (ErrReservationExpired); the caller should still
-// send Completion.Response, which is always set.
+// A completion that fails transiently is retried, fenced, until it lands or
+// the lease would expire. A fenced-out completion is logged and reported as
+// Stored == false, never as an error. An error means the ledger could not be
+// reached in time, or ErrReservationExpired; the caller should still send
+// Completion.Response, which is always set.
 func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (done Completion, err error) {
 	defer l.completed(r, &done, &err)
 	w := l.prepare(r, resp)
@@ -472,11 +465,9 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 		if userStmts == 0 || !errors.Is(err, d1client.ErrSQL) {
 			return fmt.Errorf("idem: completion: %w", err)
 		}
-		// An SQL error aborted the batch, so nothing of it committed: the
-		// fence guard's (a takeover fenced us out, or an
-		// earlier attempt of this very batch landed before its answer was
-		// lost, and the retry's guard tripped), or one of the caller's
-		// statements'. The row tells them apart, not the error's text.
+		// An SQL error aborted the batch: the fence guard's (we were fenced
+		// out, or an earlier attempt landed and the retry's guard tripped),
+		// or a caller's statement's. The row tells them apart.
 	} else {
 		if sweep {
 			deleted := res[len(res)-1].Meta.Changes
@@ -554,8 +545,8 @@ func equalNullable(a, b *string) bool {
 }
 
 // completionDeadline is when completion retries stop: when the lease would
-// expire (the claim or the last renewal, plus the TTL: a takeover may then
-// legitimately happen), but never sooner than a short window after now.
+// expire and a takeover may legitimately happen, but never sooner than
+// minCompletionWindow from now.
 func (l *Ledger) completionDeadline(r *Reservation) time.Time {
 	deadline := r.leaseStart().Add(l.cfg.TTL)
 	if min := time.Now().Add(minCompletionWindow); deadline.Before(min) {
@@ -566,17 +557,14 @@ func (l *Ledger) completionDeadline(r *Reservation) time.Time {
 
 // writeDeadline is the last moment, by the local monotonic clock, at which
 // a write of r's owner may still be sent: its claim plus Retention - TTL -
-// RetentionMargin/2.
+// RetentionMargin/2 (with an injected Clock, by that clock too).
 //
-// Why this is safe: every write to a row sets updated_at to the time of the
-// write, or (a release) to at most TTL + 1ms before it. The claim is a write,
-// so the row's updated_at is never older than the claim minus the TTL + 1ms,
-// and the sweep (updated_at older than Retention) cannot delete it before
-// claim + Retention - TTL - 1ms. The owner's writes end RetentionMargin/2
-// earlier, leaving half a minute for a request still in flight. A key is
-// only ever claimed afresh (at generation 1) after its row was deleted, so
-// no write of r's owner can reach another owner's row of the same
-// generation. With an injected Clock, the clock's elapsed time counts too.
+// Why this is safe: every write sets updated_at to its time, or (a release)
+// at most TTL + 1ms before it, so the sweep cannot delete the row before
+// claim + Retention - TTL - 1ms; the owner's writes end RetentionMargin/2
+// earlier, for a request still in flight. A key is claimed afresh (at
+// generation 1) only after its row was deleted, so no write of r's owner
+// reaches another owner's row of the same generation.
 func (l *Ledger) writeDeadline(r *Reservation) time.Time {
 	window := l.cfg.Retention - l.cfg.TTL - RetentionMargin/2
 	deadline := r.acquired.Add(window)
@@ -614,12 +602,10 @@ func (l *Ledger) fencedOut(ctx context.Context, r *Reservation, what string) {
 }
 
 // LogValue identifies the reservation in logs without its principal or its
-// full key: the principal's short SHA-256 digest (principal_sha256), the
-// key's first characters (key) and its digest (key_sha256), and the
-// generation. The digests are the first 12 hex digits of the SHA-256.
-// Logged under an empty key, as slog.Any("", r), or spliced in with
-// r.LogValue().Group(), the attributes sit beside the line's own, as the
-// ledger logs them.
+// full key: principal_sha256 and key_sha256 (the first 12 hex digits of
+// their SHA-256), the key's first characters (key), and the generation.
+// Logged as slog.Any("", r), or spliced in with r.LogValue().Group(), the
+// attributes sit beside the line's own, as the ledger logs them.
 func (r *Reservation) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("principal_sha256", shortHash(r.Principal)),
@@ -646,13 +632,10 @@ func truncate(s string, n int) string {
 
 // Release gives up a pending reservation, fenced by generation and status,
 // so the client may retry at once, and reports whether it released the row.
-// It applies the ledger's one release rule (Admin.Release applies it too):
-// the row moves one generation on and its updated_at is set one millisecond
-// past the TTL, so the client's retry of the same request takes it over at
-// once. It never touches a newer owner's row or a completed one.
-//
-// The row is not deleted: a fresh claim would restart at generation 1, a
-// generation an earlier owner superseded by a takeover may still hold.
+// It applies the ledger's one release rule, as Admin.Release does: the row
+// moves one generation on and its updated_at is set one millisecond past the
+// TTL, so the client's retry takes it over at once. It never touches a newer
+// owner's row or a completed one, and never deletes the row (see sql.go).
 func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
 	stmt := l.sql.release(r.Principal, r.Key, r.Generation, l.cfg.TTL, releaseOwner, l.now())
 	ok, err := l.fencedWrite(ctx, r, "release", stmt, opRelease)
