@@ -129,14 +129,20 @@ func (a *Admin) scan(row d1client.Row, detail bool) (KeyRecord, error) {
 	return k, nil
 }
 
-func (a *Admin) scanAll(rows []d1client.Row) ([]KeyRecord, error) {
-	out := make([]KeyRecord, 0, len(rows))
-	for _, r := range rows {
-		k, err := a.scan(r, false)
-		if err != nil {
-			return nil, err
+// mergeRows reads the rows of each database's first result, each in List's
+// order, and merges them, keeping the first n.
+func (a *Admin) mergeRows(res [][]d1client.Result, n int) ([]KeyRecord, error) {
+	var out []KeyRecord
+	for _, r := range res {
+		keys := make([]KeyRecord, 0, len(r[0].Rows))
+		for _, row := range r[0].Rows {
+			k, err := a.scan(row, false)
+			if err != nil {
+				return nil, err
+			}
+			keys = append(keys, k)
 		}
-		out = append(out, k)
+		out = mergeKeys(out, keys, n)
 	}
 	return out, nil
 }
@@ -235,13 +241,9 @@ func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 	if err != nil {
 		return KeyPage{}, fmt.Errorf("idem: list: %w", err)
 	}
-	var keys []KeyRecord
-	for _, r := range res {
-		ks, err := a.scanAll(r[0].Rows)
-		if err != nil {
-			return KeyPage{}, err
-		}
-		keys = mergeKeys(keys, ks, limit+1)
+	keys, err := a.mergeRows(res, limit+1)
+	if err != nil {
+		return KeyPage{}, err
 	}
 	page := KeyPage{Keys: keys}
 	if len(keys) > limit {
@@ -284,12 +286,10 @@ func (a *Admin) Stuck(ctx context.Context, limit int) (StuckKeys, error) {
 		return StuckKeys{}, fmt.Errorf("idem: stuck: %w", err)
 	}
 	var out StuckKeys
+	if out.Keys, err = a.mergeRows(res, limit); err != nil {
+		return StuckKeys{}, err
+	}
 	for _, r := range res {
-		ks, err := a.scanAll(r[0].Rows)
-		if err != nil {
-			return StuckKeys{}, err
-		}
-		out.Keys = mergeKeys(out.Keys, ks, limit)
 		var n int64
 		if err := r[1].Rows[0].Scan(&n); err != nil {
 			return StuckKeys{}, fmt.Errorf("idem: stuck: reading the count: %w", err)
@@ -321,17 +321,12 @@ type ReleaseResult struct {
 }
 
 // Release releases one key at the given generation, with the ledger's one
-// release rule (see Ledger.Release): the row moves one generation on, is
-// pending with no response, and its last update is set one millisecond past
-// the TTL, so the client's next request with the same fingerprint takes it
-// over at once and executes. A request with another fingerprint is still
-// refused as a reused key.
-//
-// Without Force only a stuck row (pending, no update for longer than the
-// TTL) is released. The row is never deleted, so no generation of the key
-// is ever used twice. Released is false, and Before says why, when the row
-// is at another generation, completed, or (without Force) not stuck; a
-// missing row is ErrKeyNotFound.
+// release rule (see Ledger.Release): the row moves one generation on, pending
+// with no response, so the client's next request with the same fingerprint
+// takes it over at once and executes; another fingerprint is still refused
+// as a reused key. Without Force only a stuck row is released. Released is
+// false, and Before says why, when the row is at another generation,
+// completed, or (without Force) not stuck; a missing row is ErrKeyNotFound.
 func (a *Admin) Release(ctx context.Context, principal, key string, generation int64, opts ReleaseOptions) (ReleaseResult, error) {
 	mode := releaseStuck
 	if opts.Force {
@@ -363,15 +358,13 @@ func (a *Admin) Release(ctx context.Context, principal, key string, generation i
 	return out, nil
 }
 
-// Sweep deletes up to SweepBatch rows last updated more than Retention
-// ago, with the spec's bounded DELETE, and returns how many it deleted. The
-// request path sweeps on its own; Sweep is for clearing a backlog. On a
-// sharded ledger it sweeps every database of the ring (up to SweepBatch
-// rows each) and returns the total; the error names the databases that
-// failed.
+// Sweep deletes up to SweepBatch rows last updated more than Retention ago
+// in each database of the ledger, with the spec's bounded DELETE, and
+// returns how many it deleted; the error names the databases that failed.
+// The request path sweeps on its own; Sweep is for clearing a backlog.
 func (a *Admin) Sweep(ctx context.Context) (int64, error) {
 	l := a.l
-	res, err := a.at(ctx, a.l.ringHomes, l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now()))
+	res, err := a.at(ctx, l.ringHomes, l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now()))
 	var n int64
 	for _, r := range res {
 		if len(r) > 0 { // the homes that failed have no result
@@ -426,13 +419,11 @@ type Stats struct {
 	AsOf         time.Time
 }
 
-// Stats summarises the ledger in one read-only D1 call (one per database
-// of a sharded ledger, whose figures are the totals: see HomeStats for each
-// database's). Counting reads the whole table, which D1 bills as rows read.
-// Stats and HomeStats record each database's counts in the gauges
-// d1idem.keys, d1idem.keys.stuck and d1idem.sweep.backlog
-// (docs/observability.md): an application that alerts on stuck keys calls
-// Stats periodically, from one replica.
+// Stats summarises the ledger in one read-only D1 call per database (the
+// totals of a sharded ledger: see HomeStats). Counting reads the whole table,
+// which D1 bills as rows read. Stats and HomeStats record each database's
+// counts in the gauges of docs/observability.md: an application that alerts
+// on stuck keys calls Stats periodically, from one replica.
 func (a *Admin) Stats(ctx context.Context) (Stats, error) {
 	per, err := a.HomeStats(ctx)
 	if err != nil {
