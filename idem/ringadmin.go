@@ -252,6 +252,11 @@ func (a *Admin) join(ctx context.Context, h *home, r Ring) HomeRing {
 	return hr
 }
 
+// joinAll runs join at each of the homes with these IDs, updating st.
+func (a *Admin) joinAll(ctx context.Context, st *RingStatus, ids []string, r Ring) error {
+	return errors.Join(a.atEach(st, ids, func(h *home) HomeRing { return a.join(ctx, h, r) })...)
+}
+
 // writeRing records r at h, unless h holds a newer ring, with h's identity
 // if it has none, and returns what h holds then: ErrRingConflict if that
 // is not r, ErrHomeMismatch if h is recorded as another home.
@@ -302,19 +307,15 @@ func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, 
 }
 
 // InitRing records the first ring, version 1, Stable, over every database
-// of the ledger (those given to NewSharded), which must hold the schema
-// and no ring. Several databases must also hold no key: keys already in
-// one database stay where the ring routes their principals only when it
-// is the only one. Run it once, before the first request of a sharded
-// ledger; an existing ledger on one database becomes the N = 1 case, and
-// grows with Grow.
+// of the ledger (those given to NewSharded), which must hold the schema and
+// no ring; several databases must also hold no key (an existing ledger on
+// one database becomes a ring of one, and grows with Grow). Run it once,
+// before the first request of a sharded ledger.
 //
-// It first records in every database its home ID and the ring it joins,
-// and records the ring only once all of them have: a database that joined
-// another ring (an earlier InitRing that did not finish, another
-// operator's) or that is recorded as another home is refused, so two
-// rings can never share a database. If InitRing fails once the ring is
-// recorded somewhere, AdvanceRing finishes it.
+// It records the ring only once every database has recorded its home ID and
+// the ring it joins: a database that joined another ring or is recorded as
+// another home is refused, so two rings never share a database. If InitRing
+// fails once the ring is recorded somewhere, AdvanceRing finishes it.
 func (a *Admin) InitRing(ctx context.Context) (RingStatus, error) {
 	st, err := a.RingStatus(ctx)
 	if err != nil {
@@ -333,7 +334,7 @@ func (a *Admin) InitRing(ctx context.Context) (RingStatus, error) {
 		}
 	}
 	r := Ring{Version: 1, Phase: RingStable, Homes: slices.Clone(ids)}
-	if err := errors.Join(a.atEach(&st, ids, func(h *home) HomeRing { return a.join(ctx, h, r) })...); err != nil {
+	if err := a.joinAll(ctx, &st, ids, r); err != nil {
 		return st, fmt.Errorf("idem: init ring: no ring was recorded: %w", err)
 	}
 	return st, a.record(ctx, &st, ids[0], r)
@@ -343,16 +344,15 @@ func (a *Admin) InitRing(ctx context.Context) (RingStatus, error) {
 // (each given to NewSharded, holding the schema, and empty): it records in
 // each new database its home ID and the ring it joins, then the next
 // version, Moving, in the current homes' first database (which decides
-// between racing operators), then in every other one. From then
-// on about len(ids)/(len(homes)+len(ids)) of the principals move to the
-// new databases: their new keys go there, and the keys they have at their
-// old homes are still answered from there. After DropAt (two retention
-// windows: see docs/sharding.md), AdvanceRing ends the change.
+// between racing operators), then in every other one. From then on about
+// len(ids)/(len(homes)+len(ids)) of the principals have their new keys in
+// the new databases, their old ones still answered from their old homes,
+// until AdvanceRing ends the change after DropAt (docs/sharding.md).
 //
-// The current ring must be Stable and recorded in all of its databases.
-// Every replica must already have a Home for each new database. If some
-// database cannot be written, the error says so and AdvanceRing finishes
-// the recording; the ledger stays exactly-once meanwhile.
+// The current ring must be Stable and recorded in all of its databases, and
+// every replica must already have a Home for each new database. If some
+// database cannot be written, AdvanceRing finishes the recording; the
+// ledger stays exactly-once meanwhile.
 func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 	st, err := a.RingStatus(ctx)
 	if err != nil {
@@ -394,19 +394,16 @@ func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 	}
 	slices.Sort(homes)
 	next := Ring{Version: cur.Version + 1, Phase: RingMoving, Homes: homes, Previous: cur.Homes}
-	if err := errors.Join(a.atEach(&st, ids, func(h *home) HomeRing { return a.join(ctx, h, next) })...); err != nil {
+	if err := a.joinAll(ctx, &st, ids, next); err != nil {
 		return st, fmt.Errorf("idem: grow: no ring was recorded: %w", err)
 	}
 	return st, a.record(ctx, &st, cur.Homes[0], next)
 }
 
-// AdvanceRing moves a change of the ring on: it records the newest ring
-// in every database of it that does not hold it yet (after a failure of
-// Grow or of an earlier AdvanceRing), then, if that ring is Moving, makes
-// it Stable once DropAt has passed: the moved principals' old homes are no
-// longer read. Before DropAt it returns ErrDropNotDue (and the status,
-// whose DropAt says when). On a Stable ring it only finishes the
-// recording.
+// AdvanceRing moves a change of the ring on: it records the newest ring in
+// every database of it that lacks it, then, if that ring is Moving, makes it
+// Stable once DropAt has passed, and the old homes are no longer read.
+// Before DropAt it returns ErrDropNotDue with the status.
 func (a *Admin) AdvanceRing(ctx context.Context) (RingStatus, error) {
 	st, err := a.RingStatus(ctx)
 	if err != nil {
