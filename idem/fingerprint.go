@@ -102,18 +102,16 @@ func illFormedLength(s string) int {
 	return n
 }
 
-// Fingerprint computes a request's fingerprint (docs/contract.md#3-fingerprint),
-// byte for byte as a Worker running the spec computes it: the
-// lowercase hex SHA-256 of
+// Fingerprint computes a request's fingerprint (docs/contract.md#3-fingerprint)
+// byte for byte as a Worker running the spec does: the lowercase hex SHA-256
+// of
 //
 //	METHOD "\n" pathAndQuery "\n" name1 ":" value1 "\n" ... nameN ":" valueN "\n" body
 //
 // where METHOD is upper-cased, each name is one of headerNames (lower-case,
-// in the given order) with its value as HeaderValue gives it, and body is
-// streamed into the hash as raw bytes: no concatenated copy is made and the
-// bytes are never decoded as text. pathAndQuery is hashed as given; use
-// PathAndQuery to derive it from a request the way a Worker's
-// new URL(request.url) does.
+// in order) with its value as HeaderValue gives it, and body is streamed into
+// the hash as raw bytes. pathAndQuery is hashed as given: PathAndQuery
+// derives it from a request as a Worker does.
 func Fingerprint(method, pathAndQuery string, header http.Header, headerNames []string, body io.Reader) (string, error) {
 	h := sha256.New()
 	writePrefix(h, method, pathAndQuery, header, headerNames)

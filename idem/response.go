@@ -51,11 +51,10 @@ func (r *storedRow) stale(ttl time.Duration) bool {
 }
 
 // response reconstructs a completed row's response as a Worker replays it
-// (docs/contract.md#6-responses): status (500 when null), the stored headers (never
-// set-cookie or connection headers, whoever wrote the row), and the body
-// unless the status forbids one. A status outside 200-599 cannot come from
-// a Worker (a Fetch Response cannot carry it) nor from this
-// package: the row is unreadable.
+// (docs/contract.md#6-responses): status (500 when null), the stored headers
+// but those never replayed, and the body unless the status forbids one. A
+// status outside 200-599 cannot come from a Worker nor from this package:
+// the row is unreadable.
 func (r *storedRow) response() (*Response, error) {
 	status := http.StatusInternalServerError
 	if r.responseStatus != nil {
@@ -107,15 +106,10 @@ func decodeHeaders(s *string) (http.Header, error) {
 }
 
 // normalize applies the completion rules (docs/contract.md#6-responses) to
-// a handler's response. It
-// returns what this caller gets, the response_headers JSON, and the body to
-// store (nil for SQL NULL).
-//
-// A body over MaxStoredBody bytes is not stored: the row records status 500
-// with a null body, and the caller gets that too, so a replay never serves a
-// truncated body. A body that is not valid UTF-8 cannot live in the TEXT
-// column without being altered, and a status outside 200-599 cannot be
-// replayed by a Worker, so both are treated the same way.
+// a handler's response, and returns what this caller gets, the
+// response_headers JSON, and the body to store (nil for SQL NULL). A
+// response a replay could not reproduce (see Complete) is stored, and
+// returned, as status 500 with a null body.
 func (l *Ledger) normalize(resp Response) (Response, string, *string) {
 	if resp.Status == 0 {
 		resp.Status = http.StatusOK
@@ -134,18 +128,10 @@ func (l *Ledger) normalize(resp Response) (Response, string, *string) {
 }
 
 // captureHeaders encodes response_headers (docs/contract.md#6-responses): a
-// JSON object of the
-// replayable headers present on the response, in allowlist order, each value
-// as a Worker's Headers.get gives it (see HeaderValue), encoded as
-// JSON.stringify encodes it.
-//
-// Header bytes are text to a Worker: workerd decodes a header value as
-// UTF-8, each ill-formed sequence becoming one U+FFFD (the WHATWG decoder),
-// and sends a value as UTF-8. So a value that is valid UTF-8 (é as C3 A9, €,
-// emoji) is stored as those characters and replayed byte for byte by either
-// side, while a byte that is not UTF-8 (Latin-1 é, 0xE9) is stored as U+FFFD
-// by a Worker and by this package alike: a row replays identically whoever
-// wrote it and whoever replays it.
+// JSON object of the replayable headers present on the response, in
+// allowlist order, each value as a Worker's Headers.get gives it (see
+// HeaderValue), encoded as JSON.stringify encodes it; so a row replays
+// identically whoever wrote it and whoever replays it.
 func captureHeaders(h http.Header, names []string) string {
 	b := []byte{'{'}
 	for _, name := range names {
