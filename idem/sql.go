@@ -9,10 +9,9 @@ import (
 )
 
 // ledgerSQL holds the ledger's statements (docs/contract.md#4-claim,
-// #5-fencing, #7-sweep). Each is the spec's, with one change where the D1 clock is used: the timestamp the spec binds
-// from Date.now() is computed in SQL instead (d1Now), so every instance reads
-// one clock. With an injected clock the timestamp is bound as a parameter,
-// exactly as in the spec.
+// #5-fencing, #7-sweep): the spec's, except that with D1's clock the
+// timestamp the spec binds from Date.now() is computed in SQL (d1Now), so
+// every instance reads one clock.
 type ledgerSQL struct {
 	injected bool
 
@@ -138,12 +137,10 @@ RETURNING generation`,
 	}
 }
 
-func ms(t time.Time) int64 { return t.UnixMilli() }
-
 // withNow appends the injected time as the statement's last parameter.
 func (s ledgerSQL) withNow(params []any, now time.Time) []any {
 	if s.injected {
-		return append(params, ms(now))
+		return append(params, now.UnixMilli())
 	}
 	return params
 }
@@ -186,10 +183,7 @@ func (s ledgerSQL) release(principal, key string, generation int64, ttl time.Dur
 	backdate := (ttl + time.Millisecond).Milliseconds()
 	anyPending, completed := mode != releaseStuck, mode == releaseForce
 	params := []any{principal, key, generation, backdate, anyPending, ttl.Milliseconds(), completed}
-	if s.injected {
-		params = append(params, ms(now))
-	}
-	return d1client.Statement{SQL: s.releaseSQL, Params: params}
+	return d1client.Statement{SQL: s.releaseSQL, Params: s.withNow(params, now)}
 }
 
 func (s ledgerSQL) lookupRow(principal, key string, now time.Time) d1client.Statement {
@@ -242,7 +236,7 @@ func (q *query) add(sql string, params ...any) *query {
 // parameter.
 func (q *query) clock() *query {
 	if q.injected {
-		return q.add("?", ms(q.now))
+		return q.add("?", q.now.UnixMilli())
 	}
 	return q.add(d1Now)
 }
