@@ -274,54 +274,49 @@ func (d *fastDecoder) meta(w *metaWire) bool {
 		if d.Literal("null") {
 			return true
 		}
-		switch key {
-		case "changed_db", "served_by_primary":
+		switch p := w.field(key).(type) {
+		case *bool:
 			var b optBool
-			if !d.boolean(&b) {
-				return false
-			}
-			if key == "changed_db" {
-				w.ChangedDB = b == isTrue
-			} else {
-				w.ServedByPrimary = b == isTrue
-			}
-			return true
-		case "served_by", "served_by_colo", "served_by_region":
-			s, ok := d.intern()
-			switch key {
-			case "served_by":
-				w.ServedBy = s
-			case "served_by_colo":
-				w.ServedByColo = s
-			default:
-				w.ServedByRegion = s
-			}
+			ok := d.boolean(&b)
+			*p = b == isTrue
 			return ok
+		case *string:
+			s, ok := d.intern()
+			*p = s
+			return ok
+		case *metaNumber:
+			num, ok := d.Number()
+			return ok && p.UnmarshalJSON(num) == nil
 		}
-		num, ok := d.Number()
-		if !ok {
-			return false
-		}
-		var m metaNumber
-		if m.UnmarshalJSON(num) != nil {
-			return false
-		}
-		switch key {
-		case "changes":
-			w.Changes = m
-		case "last_row_id":
-			w.LastRowID = m
-		case "duration":
-			w.Duration = m
-		case "rows_read":
-			w.RowsRead = m
-		case "rows_written":
-			w.RowsWritten = m
-		case "size_after":
-			w.SizeAfter = m
-		default:
-			w.TotalAttempts = m
-		}
-		return true
+		return false
 	})
+}
+
+// field returns a pointer to the field of w named key, one of metaKeys.
+func (w *metaWire) field(key string) any {
+	switch key {
+	case "changes":
+		return &w.Changes
+	case "last_row_id":
+		return &w.LastRowID
+	case "changed_db":
+		return &w.ChangedDB
+	case "duration":
+		return &w.Duration
+	case "rows_read":
+		return &w.RowsRead
+	case "rows_written":
+		return &w.RowsWritten
+	case "size_after":
+		return &w.SizeAfter
+	case "served_by":
+		return &w.ServedBy
+	case "served_by_colo":
+		return &w.ServedByColo
+	case "served_by_region":
+		return &w.ServedByRegion
+	case "served_by_primary":
+		return &w.ServedByPrimary
+	}
+	return &w.TotalAttempts
 }
