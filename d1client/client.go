@@ -45,13 +45,13 @@ type Config struct {
 	// or $CLOUDFLARE_BASE_URL, and then DefaultBaseURL. Point it at a
 	// d1local server for local work.
 	BaseURL string
-	// BridgeURL is the address of a d1idem bridge (bridge/README.md) with
-	// its secret, https://:SECRET@HOST. It replaces BaseURL and APIToken
-	// (the API token is then never sent), and makes the zero Budget mean
-	// no budget (an Account's budget still counts): calls through the
-	// bridge are not metered by Cloudflare's API limit. Empty means $D1IDEM_BRIDGE_URL, read only when BaseURL is
-	// empty too. BridgeURL with BaseURL, or the variable with a base-URL
-	// variable, is an error; http:// is accepted for this machine only.
+	// BridgeURL is the address of a d1idem bridge (docs/bridge.md) with its
+	// secret, https://:SECRET@HOST. It replaces BaseURL and APIToken, and
+	// makes the zero Budget mean no budget: calls through the bridge are
+	// not metered by Cloudflare's API limit. Empty means $D1IDEM_BRIDGE_URL,
+	// read only when BaseURL is empty too. BridgeURL with BaseURL, or the
+	// variable with a base-URL variable, is an error; http:// is accepted
+	// for this machine only.
 	BridgeURL string
 	// APIToken is sent as a bearer token.
 	APIToken string
@@ -88,11 +88,8 @@ type Config struct {
 
 // Client is a D1 REST client. It is safe for concurrent use. Its String,
 // GoString, Format, LogValue and MarshalJSON methods never show the API
-// token.
-//
-// A Client sends everything to the /raw endpoint rather than /query: /raw
-// keeps column order and duplicate column names ("SELECT a.id, b.id"), which
-// /query's JSON objects lose.
+// token. It sends everything to /raw, which keeps column order and duplicate
+// column names ("SELECT a.id, b.id"); /query's JSON objects lose them.
 type Client struct {
 	cfg     Config  // APIToken cleared: see token
 	token   *string // behind a pointer, so that printing a Client shows an address
@@ -123,16 +120,14 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	cfg.BaseURL = base
-	if cfg.AccountID == "" {
+	switch {
+	case cfg.AccountID == "":
 		return nil, invalidf("account ID is required (CLOUDFLARE_ACCOUNT_ID)")
-	}
-	if !idPattern.MatchString(cfg.AccountID) {
+	case !idPattern.MatchString(cfg.AccountID):
 		return nil, invalidf("account ID %q is not a Cloudflare identifier", cfg.AccountID)
-	}
-	if cfg.DatabaseID == "" {
+	case cfg.DatabaseID == "":
 		return nil, invalidf("database ID is required (D1_DATABASE_ID)")
-	}
-	if !idPattern.MatchString(cfg.DatabaseID) {
+	case !idPattern.MatchString(cfg.DatabaseID):
 		return nil, invalidf("database ID %q is not a D1 database UUID", cfg.DatabaseID)
 	}
 	switch t := cfg.AttemptTimeout; {
