@@ -59,14 +59,6 @@ func blockedError(until time.Time, wait time.Duration) *Error {
 		Message: "not sent: Cloudflare's global API rate limit blocks this account until " + until.UTC().Format(time.RFC3339)}
 }
 
-// blocked returns the 971 error while a block of a is on.
-func blocked(a *budget.Account) *Error {
-	if until, on := a.Blocked(); on {
-		return blockedError(until, time.Until(until))
-	}
-	return nil
-}
-
 // BudgetWait returns how long the next call without Priority would wait for
 // the budget; zero when one may be sent now.
 func (c *Client) BudgetWait() time.Duration {

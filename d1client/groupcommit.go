@@ -9,14 +9,13 @@ import (
 	"github.com/d1idem/d1idem/d1client/budget"
 )
 
-// CoalesceConfig configures group commit: the statements of concurrent
-// Exec calls made with Coalesce() travel together in shared D1 batch calls.
-// A caller that finds no call in flight is sent at once; while calls are
-// in flight, callers queue, and the next call carries them, priority work
-// first. Each caller gets exactly its own results; a statement that fails
-// in a shared call makes every caller of it be sent again alone, and any
-// other failure reaches each caller with its cause. gcpolicy.go states the
-// rules by which calls depart.
+// CoalesceConfig configures group commit: the statements of concurrent Exec
+// calls made with Coalesce() travel together in shared D1 batch calls. A
+// caller that finds no call in flight is sent at once; while calls are in
+// flight, callers queue for the next, priority work first. Each caller gets
+// its own results; a statement that fails in a shared call makes each of
+// its callers be sent again alone, and any other failure reaches each
+// caller. gcpolicy.go states the rules by which calls depart.
 type CoalesceConfig struct {
 	// Window bounds how long a call waits, after the previous one
 	// returned, for the callers that one answered to come back: up to 1 s.
@@ -59,17 +58,14 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 }
 
 // batcher is group commit's mechanism: it queues the statements of
-// concurrent Exec calls made with Coalesce() and sends them together, one
-// D1 call per departure. What it decides (when a call departs, what it
-// carries, whether another starts beside it) is its policy's
-// (gcpolicy.go), from a groupView of its state.
+// coalesced Exec calls and sends them together, one D1 call per departure,
+// as its policy (gcpolicy.go) decides from a groupView of its state.
 //
-// A runner is a goroutine that holds one of the policy's maxInFlight call
-// slots. It waits as the policy says, takes a call of the budget (meanwhile
-// more statements join), drains the queue into the call, sends it, hands
-// each caller its results, and then waits for the callers it answered to
-// come back. It ends when it has nothing to carry, or when it hands its
-// callers over to the runner of a call still in flight.
+// A runner is a goroutine that holds one of the maxInFlight call slots. It
+// waits as the policy says, takes a call of the budget, drains the queue
+// into the call, sends it, hands each caller its results, and waits for the
+// callers it answered to come back. It ends when it has nothing to carry,
+// or when it hands its callers over to the runner of a call in flight.
 type batcher struct {
 	pol  groupPolicy
 	c    *Client
@@ -143,8 +139,8 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 	if err := ctx.Err(); err != nil {
 		return nil, 0, notSent(err, "")
 	}
-	if e := blocked(b.acct); e != nil {
-		return nil, 0, e
+	if until, on := b.acct.Blocked(); on {
+		return nil, 0, blockedError(until, time.Until(until))
 	}
 	g := &pendingGroup{ctx: ctx, wire: wire, class: cl, size: groupSize(wire), done: make(chan struct{})}
 	if dl, ok := ctx.Deadline(); ok {
