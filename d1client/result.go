@@ -149,8 +149,8 @@ func (v Value) MarshalJSON() ([]byte, error) {
 	return json.Marshal(v.s)
 }
 
-// IntValue, RealValue, TextValue, BlobValue and NullValue construct values, mainly for
-// tests and for comparing results.
+// IntValue, RealValue, TextValue, BlobValue and NullValue construct values,
+// mainly for tests and for comparing results.
 func IntValue(i int64) Value    { return Value{typ: Integer, i: i} }
 func RealValue(f float64) Value { return Value{typ: Real, f: f} }
 func TextValue(s string) Value  { return Value{typ: Text, s: s} }
@@ -433,11 +433,9 @@ func (n *metaNumber) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// smallInteger reads b as UnmarshalJSON would, when it is an integer of
-// at most 18 digits (most of meta), without ParseFloat and ParseInt: its
-// value is then exact both as an int64 and as a float64 converted from
-// it, as ParseFloat would round it. -0 is left to ParseFloat (its float
-// is negative).
+// smallInteger reads b, an integer of at most 18 digits (most of meta),
+// without ParseFloat and ParseInt: its value is exact both as an int64 and
+// as a float64. -0 is left to ParseFloat (its float is negative).
 func smallInteger(b []byte) (metaNumber, bool) {
 	digits := bytes.TrimPrefix(b, []byte("-"))
 	if len(digits) > 18 || !integerLiteral(b) {
@@ -457,8 +455,7 @@ func smallInteger(b []byte) (metaNumber, bool) {
 }
 
 // integerLiteral reports whether b is written as an integer: digits after
-// an optional minus sign. (Trying strconv.ParseInt on every number would
-// allocate an error for each one that is not.)
+// an optional minus sign. (A failed strconv.ParseInt allocates its error.)
 func integerLiteral(b []byte) bool {
 	if len(b) > 0 && b[0] == '-' {
 		b = b[1:]
@@ -521,8 +518,8 @@ func (r *Result) Map(i int) map[string]Value {
 }
 
 // resultList is the envelope's result: an array of statement results. It
-// keeps a decoding error to itself, so that the envelope around it still
-// decodes and the error can be reported for what it is.
+// keeps a decoding error to itself, so that the envelope still decodes and
+// the error is reported for what it is.
 type resultList struct {
 	present bool // the envelope has a result, null included
 	items   []rawResult

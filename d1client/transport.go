@@ -124,10 +124,8 @@ func (c *Client) transportError(err error) *Error {
 	return e
 }
 
-// redact removes the API token from every text of the error. The token is
-// never put there by this package; this guards against a server or a proxy
-// echoing it back. Only whole occurrences are replaced (see redactText), so
-// a short token never mangles the words around it, and the cause stays
+// redact removes the API token from every text of the error, against a
+// server or a proxy echoing it back (see redactText); the cause stays
 // reachable by errors.Is.
 func (c *Client) redact(e *Error) {
 	tok := *c.token
