@@ -22,9 +22,9 @@ const (
 )
 
 // RetentionMargin is how much longer than MaxLease plus the TTL the
-// retention must be. Within it an owner whose handler was cancelled at
-// MaxLease still completes, and a write still in flight lands, before the
-// sweep may delete the row: see Config.Retention.
+// retention must be: within it an owner cancelled at MaxLease still
+// completes, and a write in flight lands, before the sweep may delete the
+// row.
 const RetentionMargin = time.Minute
 
 // MaxSweepBatch is the largest Config.SweepBatch.
@@ -60,9 +60,7 @@ type Config struct {
 	// Retention is how long any row is kept after its last update before the
 	// sweep deletes it: the retention promised to clients. It must be at
 	// least MaxLease + TTL + RetentionMargin, so that no row an owner may
-	// still write is ever swept (a fresh claim of a swept key restarts at
-	// generation 1, which a live owner may hold). Up to 10 years; default
-	// 24h.
+	// still write is swept. Up to 10 years; default 24h.
 	Retention time.Duration
 	// SweepBatch bounds the rows one sweep deletes. 1 to 1000; default 20.
 	SweepBatch int
@@ -97,17 +95,14 @@ type Config struct {
 	MaxLease time.Duration
 
 	// Logger receives fenced-out completions, lost leases, released
-	// reservations and ledger failures. Logs carry short SHA-256 digests of
-	// principals and a truncated key, never a full principal. nil means
-	// slog.Default().
+	// reservations and ledger failures, never with a full principal (see
+	// Reservation.LogValue). nil means slog.Default().
 	Logger *slog.Logger
 
-	// MeterProvider receives the ledger's metrics, and the net/http
-	// middleware's (idemhttp) too; TracerProvider receives the
-	// middleware's request spans (docs/observability.md). nil means otel's
-	// global providers, which do nothing until the application sets them.
-	// The D1 clients' own metrics and spans come from their
-	// d1client.Config.
+	// MeterProvider receives the ledger's and idemhttp's metrics, and
+	// TracerProvider idemhttp's request spans (docs/observability.md); the
+	// D1 clients' come from their d1client.Config. nil means otel's global
+	// providers, which do nothing until the application sets them.
 	MeterProvider  metric.MeterProvider
 	TracerProvider trace.TracerProvider
 }

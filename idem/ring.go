@@ -12,25 +12,18 @@ import (
 	"unicode/utf8"
 )
 
-// ringKey is the key of the reserved row that records a sharded ledger's
-// ring in each of its databases, under the empty principal, which no
-// request can address (Begin refuses it).
-const ringKey = "d1idem:ring"
-
-// homeKey is the key of the reserved row that records, in each database
-// of a sharded ledger, the home ID it was given when it joined a ring:
-// written once, so that one database is never used under two IDs.
-const homeKey = "d1idem:home"
-
-// ringFormat names the ring row's JSON format and its routing function;
-// homeFormat the identity row's.
+// The reserved rows of a sharded ledger, under the empty principal, which no
+// request can address: each database's ring, and the home ID it was given
+// when it joined a ring (written once, so that one database is never used
+// under two IDs). Their formats name their JSON, and the ring's its routing
+// function.
 const (
+	ringKey    = "d1idem:ring"
+	homeKey    = "d1idem:home"
 	ringFormat = "d1idem-ring/1"
 	homeFormat = "d1idem-home/1"
+	maxHomeID  = 255 // the longest Home.ID accepted
 )
-
-// maxHomeID is the longest Home.ID accepted.
-const maxHomeID = 255
 
 // RingPhase is the phase of a ring.
 type RingPhase string
@@ -134,11 +127,9 @@ func (r Ring) drops(next Ring) []string {
 // Rendezvous returns the ID, among ids, of principal's home by rendezvous
 // (highest random weight) hashing: the ID whose score, the first 8 bytes
 // (big-endian) of SHA-256(principal || 0x00 || ID), is highest; on a tie,
-// the smaller ID. It returns "" when ids is empty. Every replica, and any
-// other tool, computes the same home from the same IDs: the function is
-// part of the ring's recorded format ("d1idem-ring/1"). Adding an ID moves
-// only the principals that the new ID wins, about 1/(len(ids)+1) of them,
-// and each of them to the new ID.
+// the smaller ID; "" when ids is empty. The function is part of the ring's
+// recorded format ("d1idem-ring/1"). Adding an ID moves only the principals
+// that the new ID wins, about 1/(len(ids)+1) of them.
 func Rendezvous(principal string, ids []string) string {
 	best, bestScore := "", uint64(0)
 	for _, id := range ids {
