@@ -10,11 +10,9 @@ import (
 	"github.com/d1idem/d1idem/d1client/budget"
 )
 
-// acquire takes a call of class cl from the client's Account (see
-// budget.Account.Acquire), and returns how long it waited and, when it
-// took none, its refusal as an *Error: ErrBudget with the wait, ErrRateLimited
-// during a 971 block, or a not-sent transport error for want of a round
-// trip before the deadline.
+// acquire takes a call of class cl from the client's Account, and returns
+// how long it waited and, when it took none, the refusal as an *Error:
+// ErrBudget, ErrRateLimited, or ErrTransport for want of a round trip.
 func (c *Client) acquire(ctx context.Context, cl budget.Class) (time.Duration, *Error) {
 	waited, err := c.account.Acquire(ctx, cl)
 	if err == nil {

@@ -7,13 +7,12 @@ import (
 )
 
 // fastEnvelope decodes a response body in the shape D1 answers a successful
-// call with, in one pass over the bytes, into env, exactly as
-// json.Unmarshal would. It gives up (false) on anything else: an error
-// body, a body without "success", a key it does not know spelled like one it does, a repeated key,
-// the /query form of results, a blob, a cell or meta value of an unusual
-// type, a surrogate escape, bytes that are not UTF-8, or JSON that is not
-// valid; the caller then decodes with encoding/json, which says what is
-// wrong. n is the number of results expected.
+// call with into env, in one pass, exactly as json.Unmarshal would, n
+// results expected. It gives up (false) on anything else (an error body, a
+// missing "success", a key spelled like a known one in another case, a
+// repeated key, the /query form, a blob, an unusual cell or meta value, a
+// surrogate escape, invalid UTF-8 or JSON): encoding/json then says what is
+// wrong.
 func fastEnvelope(body []byte, n int, env *envelope) bool {
 	d := fastDecoder{Scanner: jsonscan.Scanner{Data: body}}
 	ok := d.envelope(n, env) && d.End() && env.Success != unset
@@ -31,9 +30,8 @@ type fastDecoder struct {
 	depth  int        // arrays and objects skip is in
 }
 
-// maxSkipDepth bounds the nesting skip reads, as encoding/json bounds
-// its own (at 10,000): deeper, it gives up, and encoding/json says what is
-// wrong, rather than the stack growing with the body.
+// maxSkipDepth bounds the nesting skip reads, as encoding/json bounds its
+// own: deeper, it gives up rather than the stack growing with the body.
 const maxSkipDepth = 10_000
 
 // object reads an object, calling member for each key; member reads the

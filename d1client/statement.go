@@ -140,10 +140,8 @@ func appendStringParam(dst []byte, s string) ([]byte, error) {
 }
 
 // appendJSONString appends s, valid UTF-8, as a JSON string the way
-// encoding/json does with SetEscapeHTML(false): only '"', '\\', control
-// characters, U+2028 and U+2029 are escaped. encoding/json's default escapes
-// '<', '>' and '&' as six bytes each, which would make an HTML body up to six
-// times longer on the wire.
+// encoding/json does with SetEscapeHTML(false), so that an HTML body does
+// not grow sixfold on the wire.
 func appendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
