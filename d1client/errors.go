@@ -150,13 +150,11 @@ func (e *Error) Error() string {
 	if st := e.Status(); st != "" {
 		b.WriteString(" (" + st + ")")
 	}
-	if e.Message != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Message)
-	}
-	if e.Err != nil && e.Message == "" {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
+	switch {
+	case e.Message != "":
+		b.WriteString(": " + e.Message)
+	case e.Err != nil:
+		b.WriteString(": " + e.Err.Error())
 	}
 	if e.RetryAfter > 0 {
 		fmt.Fprintf(&b, "; retry after %s", e.RetryAfter.Round(time.Millisecond))

@@ -198,7 +198,10 @@ func (p groupPolicy) depart(v groupView, w wait, returns float64) (bool, time.Ti
 			quiet = max(quiet, time.Duration(returns*float64(missing)*float64(v.rtt)/float64(v.groups)))
 		}
 	}
-	wake := maxTime(w.start, v.lastArrival).Add(quiet)
+	wake := w.start.Add(quiet)
+	if v.lastArrival.After(w.start) {
+		wake = v.lastArrival.Add(quiet)
+	}
 	if w.until.Before(wake) {
 		wake = w.until
 	}

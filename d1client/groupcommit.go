@@ -348,7 +348,9 @@ func (b *batcher) fly() (wait, bool) {
 			g.since = since
 		}
 		g.handed += answered
-		g.first = minTime(g.first, f.first)
+		if f.first.Before(g.first) {
+			g.first = f.first
+		}
 		b.runners--
 		b.mu.Unlock()
 		deliver(groups, results, err)
@@ -475,18 +477,4 @@ func (b *batcher) drainAll() []*pendingGroup {
 	}
 	b.stmts, b.size = 0, 0
 	return groups
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }

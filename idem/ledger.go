@@ -415,7 +415,7 @@ func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (d
 // completed counts a completion by its result and, when it stored the
 // response, measures the time since the claim (see retryAfter).
 func (l *Ledger) completed(r *Reservation, done *Completion, err *error) {
-	l.tel.add(l.tel.completions, 1, attrCompletionResult.String(completionResult(*done, *err)))
+	l.tel.add(l.tel.completions, 1, attrCompletionResult.String(writeResult(done.Stored, *err, resStored, resFencedOut)))
 	if *err == nil && done.Stored && !r.acquired.IsZero() {
 		l.handlerTime.add(time.Since(r.acquired))
 	}
@@ -642,7 +642,7 @@ func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
 	if errors.Is(err, ErrReservationExpired) {
 		l.expired(ctx, r, "release")
 	}
-	l.tel.add(l.tel.releases, 1, attrReleaseResult.String(writeResult(ok, err, resReleased)))
+	l.tel.add(l.tel.releases, 1, attrReleaseResult.String(writeResult(ok, err, resReleased, resNotHeld)))
 	return ok, err
 }
 
@@ -687,7 +687,7 @@ func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
 	if ok {
 		r.markRenewed(start)
 	}
-	l.tel.add(l.tel.renewals, 1, attrRenewalResult.String(writeResult(ok, err, resRenewed)))
+	l.tel.add(l.tel.renewals, 1, attrRenewalResult.String(writeResult(ok, err, resRenewed, resNotHeld)))
 	return ok, err
 }
 

@@ -123,23 +123,10 @@ func (t *telemetry) add(c metric.Int64Counter, n int64, kv attribute.KeyValue) {
 	c.Add(context.Background(), n, t.sets[kv]...)
 }
 
-// completionResult is the result of a completion that returned done and
-// err.
-func completionResult(done Completion, err error) string {
-	switch {
-	case errors.Is(err, ErrReservationExpired):
-		return resExpired
-	case err != nil:
-		return resFailed
-	case done.Stored:
-		return resStored
-	}
-	return resFencedOut
-}
-
-// writeResult is the result of a renewal or a release that returned ok
-// and err.
-func writeResult(ok bool, err error, success string) string {
+// writeResult is the result of a completion, renewal or release that
+// returned ok and err: success, notHeld when it matched no row, failed, or
+// expired.
+func writeResult(ok bool, err error, success, notHeld string) string {
 	switch {
 	case errors.Is(err, ErrReservationExpired):
 		return resExpired
@@ -148,7 +135,7 @@ func writeResult(ok bool, err error, success string) string {
 	case ok:
 		return success
 	}
-	return resNotHeld
+	return notHeld
 }
 
 // stats records what Admin.Stats counted in database db.
