@@ -245,12 +245,10 @@ func RetryUntilDeadline() ExecOption { return func(o *execOptions) { o.untilDead
 func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 
 // Priority marks the call as round-trip-2 work: it completes, renews or
-// releases what an earlier call started (an idempotency ledger's completion,
-// heartbeat or release). When calls are scarce it goes before other work:
-// it is not held to the Budget's even pace, only to the calls the account
-// has left (see budget.Account), it may use the calls kept from other work
-// (budget.Budget.Kept), and it waits for the next call up to the context's
-// deadline. Work without it is turned away (ErrBudget) first.
+// releases what an earlier call started. When calls are scarce it goes
+// first: it is held only to the calls the account has left, not to the
+// Budget's even pace, may use the calls kept from other work
+// (budget.Budget.Kept), and waits for a call up to its deadline.
 func Priority() ExecOption { return func(o *execOptions) { o.priority = true } }
 
 // Operation names the call in the client's metrics and spans (the
@@ -259,12 +257,9 @@ func Priority() ExecOption { return func(o *execOptions) { o.priority = true } }
 func Operation(name string) ExecOption { return func(o *execOptions) { o.operation = name } }
 
 // Exec runs the statements as one D1 call, one transaction, and returns one
-// Result per statement. Each Statement must hold exactly one SQL statement;
-// SQL holding several is refused with ErrInvalid before anything is sent.
-//
-// Reads and calls marked Idempotent are retried on transient failures
-// according to the RetryPolicy; other writes only when the failure proves
-// nothing was delivered. The context's deadline always wins.
+// Result per statement. Each Statement must hold exactly one SQL statement,
+// or ErrInvalid is returned before anything is sent. Failures are retried
+// by the RetryPolicy and the package's rules, within the context's deadline.
 func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption) ([]Result, error) {
 	var o execOptions
 	for _, opt := range opts {

@@ -141,19 +141,14 @@ func writePrefix(w io.Writer, method, pathAndQuery string, header http.Header, h
 
 // PathAndQuery returns url.pathname + url.search for the request as a
 // Worker computes it from new URL(request.url): the request target as
-// received (r.RequestURI), serialised the way the WHATWG URL parser does for
-// an http(s) URL. For a well-formed target that is the target verbatim;
-// otherwise:
-//
-//   - a fragment ("#...") is dropped, and so is an empty query ("/a?" is "/a");
-//   - "." and ".." path segments (also spelled %2e) are resolved, and "\" is a
-//     path separator;
-//   - bytes outside the URL code points are percent-encoded: in the path,
-//     controls, space, '"', '<', '>', '`', '{', '}' and non-ASCII; in the
-//     query, controls, space, '"', '<', '>', '\” and non-ASCII. Existing
-//     percent-escapes are kept exactly as sent (no decoding, no case change).
-//
-// Query parameters are never sorted, deduplicated or decoded.
+// received (r.RequestURI), serialised as the WHATWG URL parser does. For a
+// well-formed target that is the target verbatim; otherwise a fragment and
+// an empty query are dropped, "." and ".." segments (also spelled %2e) are
+// resolved, "\" is a path separator, and bytes outside the URL code points
+// are percent-encoded (in the path, controls, space, '"', '<', '>', '`',
+// '{', '}' and non-ASCII; in the query, controls, space, '"', '<', '>', the
+// single quote and non-ASCII). Existing escapes and the query's parameters
+// are kept exactly as sent.
 func PathAndQuery(r *http.Request) string {
 	target := r.RequestURI
 	if target == "" && r.URL != nil {

@@ -79,13 +79,11 @@ func (l *Ledger) heartbeat(ls *lease, r *Reservation) {
 	}
 }
 
-// Hold runs fn under a context that keeps r's lease alive with heartbeats
-// and is cancelled, with cause ErrLeaseLost or ErrMaxLease, when the lease
-// is lost. Run the mutation of an Execute decision under it, between Begin
-// and Complete. When fn returns, or panics, the heartbeat has stopped and
-// fn's context is cancelled before Hold returns or the panic goes on (Hold
-// does not recover it): no renewal races the completion or a release. It
-// returns fn's error.
+// Hold runs fn, the mutation of an Execute decision, under a context that
+// heartbeats keep r's lease alive for, cancelled with cause ErrLeaseLost or
+// ErrMaxLease when the lease is lost, and returns fn's error. When fn
+// returns or panics, the heartbeat stops and fn's context is cancelled
+// before Hold returns or the panic goes on: no renewal races the completion.
 func (l *Ledger) Hold(ctx context.Context, r *Reservation, fn func(ctx context.Context) error) error {
 	hctx, cancel := context.WithCancelCause(ctx)
 	beat, end := context.WithCancel(context.WithoutCancel(ctx))

@@ -392,10 +392,9 @@ type Completion struct {
 // response only if the reservation's generation is still current and the row
 // still pending, plus a bounded sweep when one is due.
 //
-// A response is stored as the spec's sentinel, status 500 with no body,
-// when a replay could not reproduce it: a body over MaxStoredBody or not
-// valid UTF-8, or a status outside 200-599 (a Worker cannot construct such
-// a response). The caller gets the sentinel too.
+// A response a replay could not reproduce (a body over MaxStoredBody or not
+// valid UTF-8, a status outside 200-599) is stored, and returned, as the
+// spec's sentinel: status 500 with no body.
 //
 // A completion that fails transiently is retried, fenced, until it lands or
 // the lease would expire. A fenced-out completion is logged and reported as
