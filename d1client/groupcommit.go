@@ -59,9 +59,7 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 
 // batcher is group commit's mechanism: it queues the statements of
 // coalesced Exec calls and sends them together, one D1 call per departure,
-// as its policy (gcpolicy.go) decides from a groupView of its state.
-//
-// A runner is a goroutine that holds one of the maxInFlight call slots. It
+// as its policy (gcpolicy.go) decides from a groupView of its state. A runner is a goroutine that holds one of the maxInFlight call slots. It
 // waits as the policy says, takes a call of the budget, drains the queue
 // into the call, sends it, hands each caller its results, and waits for the
 // callers it answered to come back. It ends when it has nothing to carry,

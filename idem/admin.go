@@ -301,11 +301,10 @@ func (a *Admin) Stuck(ctx context.Context, limit int) (StuckKeys, error) {
 
 // ReleaseOptions adjusts Admin.Release.
 type ReleaseOptions struct {
-	// Force also releases a pending row updated within the TTL (its owner is
-	// probably alive: its heartbeat will find the lease lost, and its
-	// completion will be fenced out), and a completed row: its stored
-	// response is forgotten, and the next request with the same fingerprint
-	// executes again.
+	// Force also releases a pending row updated within the TTL (its owner,
+	// probably alive, will find its lease lost and be fenced out), and a
+	// completed row, whose response is forgotten: the next request with
+	// the same fingerprint executes again.
 	Force bool
 }
 
@@ -411,9 +410,8 @@ type Stats struct {
 	// when D1 does not report it.
 	SizeBytes int64
 	// Created counts the rows created within the last Retention, and
-	// FirstCreated is when the oldest row was created (zero if there is
-	// none): with AsOf, the ledger clock's time of the read, they measure
-	// the rate at which rows are written.
+	// FirstCreated is when the oldest was (zero if none): with AsOf, the
+	// ledger clock's time of the read, they measure the write rate.
 	Created      int64
 	FirstCreated time.Time
 	AsOf         time.Time

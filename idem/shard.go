@@ -162,13 +162,11 @@ func (l *Ledger) Homes() []Home {
 // it has not yet. A ledger made by New has none: ErrNotSharded.
 func (l *Ledger) Ring(ctx context.Context) (Ring, error) { return l.ringBy(ctx, (*shards).current) }
 
-// RefreshRing reads the ring recorded in every home and adopts the newest
-// if it is newer than the one the ledger routes by. A ledger learns a new
-// ring by itself, from the first database that refuses a request routed by
-// an older one; RefreshRing only makes it learn sooner. Rings that
-// conflict (two of one epoch, a newer one that drops a home) or a home
-// that is not the database it is given as are refused: the ledger then
-// serves nothing until they are fixed, and the error says what it found.
+// RefreshRing reads the ring recorded in every home and adopts the newest if
+// it is newer than the one the ledger routes by, as the ledger does by
+// itself when a database refuses a request routed by an older one. Rings
+// that conflict, or a home that is not the database it is given as, are
+// refused: the ledger serves nothing until they are fixed.
 func (l *Ledger) RefreshRing(ctx context.Context) (Ring, error) { return l.ringBy(ctx, (*shards).load) }
 
 // ringBy returns the ring of the route that get (current or load) returns.
