@@ -59,7 +59,8 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 
 // batcher is group commit's mechanism: it queues the statements of
 // coalesced Exec calls and sends them together, one D1 call per departure,
-// as its policy (gcpolicy.go) decides from a groupView of its state. A runner is a goroutine that holds one of the maxInFlight call slots. It
+// as its policy (gcpolicy.go) decides from a groupView of its state. A
+// runner is a goroutine that holds one of the maxInFlight call slots: it
 // waits as the policy says, takes a call of the budget, drains the queue
 // into the call, sends it, hands each caller its results, and waits for the
 // callers it answered to come back. It ends when it has nothing to carry,
@@ -308,10 +309,10 @@ func (b *batcher) await(w wait) bool {
 	}
 }
 
-// fly drains the queue into a call and sends it, entered with b.mu held
-// and a call taken from the budget. It returns how the runner waits next,
-// with b.mu held; or false, with b.mu released, when the runner handed its
-// callers over to a call in flight and ends.
+// fly drains the queue into a call and sends it, entered with b.mu held and
+// a call taken from the budget. It returns how the runner waits next, with
+// b.mu held; or false, b.mu released, when the runner handed its callers
+// over and ends.
 func (b *batcher) fly() (wait, bool) {
 	groups, stmts := b.drain(b.pol.capacity(b.view()))
 	if start, gather := b.pol.leftover(b.view()); start {
@@ -410,8 +411,7 @@ func fail(groups []*pendingGroup, e *Error) {
 }
 
 // dropLate fails, with b.mu held, the queued groups with less than a round
-// trip left before their deadline: the call would be cut off on its way
-// back, their outcome unknown. Nothing of them was sent.
+// trip left before their deadline, which would be cut off on the way back.
 func (b *batcher) dropLate() {
 	rtt := b.acct.RoundTrip()
 	if rtt == 0 {

@@ -195,10 +195,8 @@ type Response struct {
 	Body   []byte
 }
 
-// ErrNoPrincipal is returned for an empty principal. The principal must be
-// derived by the server from authentication (an account ID, an API key's
-// owner), never taken from the client: it is what keeps one account from
-// replaying or blocking another's keys.
+// ErrNoPrincipal is returned for an empty principal, which the server must
+// derive from authentication (see the package doc).
 var ErrNoPrincipal = errors.New("idem: empty principal: derive it from the authenticated caller")
 
 // ErrInvalidKey is returned for a key outside the spec's pattern.
@@ -209,9 +207,8 @@ var ErrInvalidKey = errors.New("idem: Idempotency-Key must be 1-255 printable AS
 const MaxPrincipalLength = 1024
 
 // ErrInvalidPrincipal is returned for a principal that is not valid UTF-8 or
-// is longer than MaxPrincipalLength bytes. The principal comes from the
-// server's own authentication, so this is the server's bug, not the
-// client's; the error never includes the principal.
+// is longer than MaxPrincipalLength bytes: the server's bug, not the
+// client's. The error never includes the principal.
 var ErrInvalidPrincipal = errors.New("idem: invalid principal")
 
 // ValidPrincipal reports whether the ledger can hold principal p: 1 to
@@ -329,11 +326,9 @@ func (l *Ledger) decideRow(row *storedRow, fingerprint string) (Decision, error)
 const minRetryAfter = 100 * time.Millisecond
 
 // retryAfter estimates when the owner of a pending row will be done: the
-// time its handler typically takes (see handlerTime), less the time since
-// the row was claimed. It is at least minRetryAfter and at most the rest
-// of the owner's lease (its last write plus the TTL): a retry after that
-// may take the reservation over. The spec answers the whole TTL
-// (docs/contract.md#4-claim).
+// time handlers typically take less the row's age, at least minRetryAfter
+// and at most the rest of the owner's lease, after which a retry may take
+// it over. The spec answers the whole TTL (docs/contract.md#4-claim).
 func (l *Ledger) retryAfter(row *storedRow) time.Duration {
 	age := time.Duration(row.now-row.createdAt) * time.Millisecond
 	lease := time.Duration(row.updatedAt-row.now)*time.Millisecond + l.cfg.TTL
