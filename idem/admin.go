@@ -37,10 +37,9 @@ func ParseStatus(s string) (Status, error) {
 	return "", fmt.Errorf("idem: %q is not a status: use %s or %s", s, StatusPending, StatusCompleted)
 }
 
-// Admin is the ledger's administrative API: it reads rows, releases keys
-// and sweeps, with the ledger's clock, TTL and retention, and owns every
-// statement for them (the d1idem CLI is built on it). Configure its Ledger
-// with the TTL and retention the application uses.
+// Admin is the ledger's administrative API, which the d1idem CLI is built
+// on: it reads rows, releases keys and sweeps, with its Ledger's clock, TTL
+// and retention (configure them as the application does).
 type Admin struct{ l *Ledger }
 
 // Admin returns the ledger's administrative API.
@@ -197,9 +196,8 @@ type KeyPage struct {
 }
 
 // List returns rows ordered by their last update, then principal and key,
-// without their stored responses. Pages are keyset-paginated, so paging is
-// stable while rows are added, updated or deleted. On a sharded ledger the
-// rows of every database of the ring are merged in that order.
+// without their stored responses, from every database of the ledger. Pages
+// are keyset-paginated: stable while rows are added, updated or deleted.
 func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 	limit, err := listLimit(opts.Limit)
 	if err != nil {
@@ -271,8 +269,7 @@ type StuckKeys struct {
 }
 
 // Stuck returns the pending keys with no update for longer than the TTL,
-// oldest first, at most limit of them (0 means DefaultListLimit), and how
-// many there are.
+// oldest first, at most limit (0: DefaultListLimit), and how many there are.
 func (a *Admin) Stuck(ctx context.Context, limit int) (StuckKeys, error) {
 	limit, err := listLimit(limit)
 	if err != nil {
@@ -532,9 +529,8 @@ func (a *Admin) statsAt(ctx context.Context, h *home) (Stats, error) {
 	return out, nil
 }
 
-// keyBefore reports whether a comes before b in List's order: by last
-// update, then principal, then key (SQLite's BINARY collation compares
-// bytes, as Go compares strings).
+// keyBefore reports whether a comes before b in List's order (SQLite's
+// BINARY collation compares bytes, as Go compares strings).
 func keyBefore(a, b KeyRecord) bool {
 	if x, y := a.UpdatedAt.UnixMilli(), b.UpdatedAt.UnixMilli(); x != y {
 		return x < y
@@ -600,9 +596,8 @@ type cursor struct {
 }
 
 // A cursor token is "v1." + base64url(JSON [updated_at, principal, key]) +
-// "." + the first 8 hex digits of the JSON's SHA-256. The digest catches a
-// token cut short or edited by hand, which would otherwise resume at a
-// wrong place without a word.
+// "." + the first 8 hex digits of the JSON's SHA-256, which catches a token
+// cut short or edited by hand.
 const cursorVersion = "v1"
 
 func (c cursor) encode() string {

@@ -52,9 +52,8 @@ type home struct {
 	backlog   bool      // the last sweep deleted a full batch
 }
 
-// New returns a Ledger that keeps its rows in db, usually a
-// *d1client.Client. The table must exist: apply d1idem.Schema (the CLI's
-// "schema apply" does).
+// New returns a Ledger that keeps its rows in db, usually a *d1client.Client,
+// whose table must exist (d1idem.Schema, or the CLI's "schema apply").
 func New(db d1client.Executor, cfg Config) (*Ledger, error) {
 	if db == nil {
 		return nil, errors.New("idem: nil D1 client")
@@ -433,9 +432,8 @@ func (l *Ledger) prepare(r *Reservation, resp Response) completionWrite {
 	}
 }
 
-// finish sends a completion batch whose last statement is the fenced UPDATE
-// (after the guard and the caller's statements, if any), with a sweep
-// appended when one is due, and records the outcome in w.done.
+// finish sends a completion batch that ends with the fenced UPDATE, and a
+// sweep when one is due, and records the outcome in w.done.
 func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1client.Statement, userStmts int, w *completionWrite) error {
 	ctx, cancel, err := l.writeContext(ctx, r, l.completionDeadline(r))
 	if err != nil {
@@ -672,9 +670,9 @@ func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string)
 	return l.decide([]d1client.Result{{}, res[0]}, principal, key, fingerprint, time.Time{})
 }
 
-// Renew extends a pending reservation's lease (updated_at = now), fenced by
-// generation and status. False means the lease is lost: the reservation was
-// taken over, released or swept, or it expired (ErrReservationExpired).
+// Renew extends a pending reservation's lease, fenced by generation and
+// status. False means the lease is lost (taken over, released, swept, or,
+// with ErrReservationExpired, expired).
 func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
 	start := time.Now()
 	ok, err := l.fencedWrite(ctx, r, "renew", l.sql.renew(r, l.now()), opRenew)

@@ -75,8 +75,7 @@ func (r *storedRow) response() (*Response, error) {
 }
 
 // replayableStatus reports whether a response with this status can be
-// stored and replayed by both this package and a Worker: a Fetch
-// Response is constructed with a status in 200-599 only.
+// replayed by this package and a Worker (a Fetch Response's is 200-599).
 func replayableStatus[T int | int64](status T) bool { return status >= 200 && status <= 599 }
 
 // decodeHeaders turns a stored response_headers object into header fields.
@@ -148,9 +147,8 @@ func captureHeaders(h http.Header, names []string) string {
 	return string(append(b, '}'))
 }
 
-// appendJSString appends s as JavaScript's JSON.stringify writes it (Go's
-// encoder also escapes U+2028 and U+2029, which JSON.stringify leaves
-// alone).
+// appendJSString appends s as JavaScript's JSON.stringify writes it (which,
+// unlike Go's encoder, leaves U+2028 and U+2029 alone).
 func appendJSString(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {

@@ -29,9 +29,8 @@ const (
 type RingPhase string
 
 // The phases of a ring. A ring is created Stable; Admin.Grow moves it to
-// the next version in the Moving phase; Admin.AdvanceRing, once no key of
-// the previous version can still be replayed from its old home, makes that
-// version Stable.
+// the next version, Moving; Admin.AdvanceRing makes that version Stable
+// once no key can still be replayed from an old home.
 const (
 	// RingStable: every principal's keys are at Ring.Home(principal).
 	RingStable RingPhase = "stable"
@@ -41,9 +40,8 @@ const (
 	RingMoving RingPhase = "moving"
 )
 
-// Ring is the versioned set of databases a sharded ledger spans, as
-// recorded in each of them. Principals map to databases by rendezvous
-// hashing (see Rendezvous).
+// Ring is the versioned set of databases a sharded ledger spans, as recorded
+// in each of them; principals map to databases by Rendezvous.
 type Ring struct {
 	// Version counts the ring's changes; the first ring is version 1.
 	Version int64
@@ -97,8 +95,7 @@ func (r Ring) equal(o Ring) bool {
 }
 
 // digest is the SHA-256 of the ring's encoding, in hex: the ring row's
-// fingerprint, which the ring guard compares so that two rings of one
-// epoch are told apart.
+// fingerprint, which tells two rings of one epoch apart.
 func (r Ring) digest() string {
 	sum := sha256.Sum256([]byte(r.encode()))
 	return hex.EncodeToString(sum[:])

@@ -292,8 +292,7 @@ func mismatch(id, recorded string) error {
 }
 
 // consistent checks rings recorded by different databases against each
-// other: one ring per epoch, and rings only grow. It names both rings of a
-// conflict.
+// other: one ring per epoch, and rings only grow.
 func consistent(rings map[string]Ring) error {
 	ids := slices.Sorted(maps.Keys(rings))
 	for i, a := range ids {
@@ -458,8 +457,7 @@ func (s *shards) recheck(ctx context.Context, l *Ledger, h *home, want expect, e
 }
 
 // beginSharded is Begin on a sharded ledger: round trip 1 where the ring
-// routes the principal, routed again whenever a database shows a newer
-// ring or the key moved on the way.
+// routes the principal, routed again as beginRouted asks.
 func (l *Ledger) beginSharded(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
 	for attempt := 1; ; attempt++ {
 		rt, err := l.shards.current(ctx, l)
@@ -549,8 +547,7 @@ func (l *Ledger) beginRouted(ctx context.Context, rt *route, principal, key, fin
 }
 
 // claimGuarded claims at h behind the guard of ring want; when the guard
-// refuses, it adopts h's ring and asks for the request to be routed
-// again, or says why h does not stand.
+// refuses, recheck says why.
 func (l *Ledger) claimGuarded(ctx context.Context, h *home, want expect, principal, key, fingerprint string) (Decision, error) {
 	g := l.sql.ringGuard(want, h.id)
 	d, err := l.claimAt(ctx, h, &g, principal, key, fingerprint)

@@ -12,9 +12,8 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// ScopeName is the instrumentation scope of the ledger's metrics and
-// spans, and of the net/http middleware's (idemhttp): one scope, whichever
-// package records.
+// ScopeName is the instrumentation scope of the ledger's metrics and spans,
+// and of idemhttp's.
 const ScopeName = "github.com/d1idem/d1idem/idem"
 
 // Attribute keys of the ledger's metrics (docs/observability.md). None
@@ -60,9 +59,8 @@ const (
 	causeMaxLease    = "max_lease"   // the handler ran past Config.MaxLease
 )
 
-// telemetry is a Ledger's instrumentation through the OpenTelemetry API.
-// With the global providers left unset, every instrument is a no-op; the
-// measurement options of the request path are built once, so that
+// telemetry is a Ledger's instrumentation through the OpenTelemetry API;
+// the measurement options of the request path are built once, so that
 // recording allocates nothing.
 type telemetry struct {
 	takeovers   metric.Int64Counter
@@ -78,9 +76,8 @@ type telemetry struct {
 	sets map[attribute.KeyValue][]metric.AddOption // of the counters, by their one attribute
 }
 
-// newTelemetry makes the ledger's instruments from the meter provider (nil:
-// otel's global one). An instrument the provider refuses is replaced by
-// its no-op, as the API's contract allows.
+// newTelemetry makes the ledger's instruments from mp (nil: otel's global
+// one); one the provider refuses is a no-op, as the API's contract allows.
 func newTelemetry(mp metric.MeterProvider) *telemetry {
 	m, _ := otelscope.New(mp, nil, ScopeName)
 	t := &telemetry{sets: map[attribute.KeyValue][]metric.AddOption{}}

@@ -9,9 +9,9 @@ import (
 )
 
 // ErrTxNotCommitted wraps the cause when a transactional completion's batch
-// failed for a reason other than the fence: nothing of it was committed (or,
-// if Ambiguous, it may have been; the reservation was then left to decide).
-// The reservation has been released, so the client may retry.
+// failed for a reason other than the fence: nothing of it was committed
+// (unless the failure was ambiguous and the row could not be read after
+// it), and the reservation was released so the client may retry.
 var ErrTxNotCommitted = errors.New("idem: the mutation was not committed")
 
 // CompleteTx is Complete with the caller's statements committed in the same
