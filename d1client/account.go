@@ -34,8 +34,7 @@ func (c *Client) acquire(ctx context.Context, cl budget.Class) (time.Duration, *
 }
 
 // tooLate is the error of a call not sent because only left, less than a
-// round trip of rtt, remained before its context's deadline. Nothing was
-// sent, so it is not ambiguous; it matches context.DeadlineExceeded.
+// round trip of rtt, remained before its deadline: context.DeadlineExceeded.
 func tooLate(left, rtt time.Duration) *Error {
 	return &Error{kind: kindTransport, Err: context.DeadlineExceeded, notSent: true,
 		Message: fmt.Sprintf("not sent: %s left before the context's deadline, less than a round trip (%s): the call could not finish in time",

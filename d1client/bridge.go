@@ -64,8 +64,7 @@ func (cfg *Config) applyBridge() (bool, error) {
 }
 
 // parseBridgeURL splits a bridge URL, https://:SECRET@HOST[/PATH], into its
-// base URL and its secret. Its errors never show the URL: it holds the
-// secret.
+// base URL and its secret. Its errors never show the URL.
 func parseBridgeURL(name, raw string) (base, secret string, err error) {
 	const form = "https://:SECRET@HOST"
 	u, perr := url.Parse(raw)
@@ -99,13 +98,11 @@ func parseBridgeURL(name, raw string) (base, secret string, err error) {
 }
 
 // Bridge reports whether the client talks to a d1idem bridge (see
-// Config.BridgeURL): then it applies no request budget unless its Config
-// set one.
+// Config.BridgeURL).
 func (c *Client) Bridge() bool { return c.bridge }
 
-// redactURL shows a bridge URL with its secret replaced by "[REDACTED]"
-// (and any query or fragment left out); what is not a URL is shown as
-// "[REDACTED]" whole.
+// redactURL shows a bridge URL with its secret, query and fragment left out;
+// what is not a URL is shown as "[REDACTED]" whole.
 func redactURL(raw string) string {
 	if raw == "" {
 		return ""

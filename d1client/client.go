@@ -252,8 +252,7 @@ func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 func Priority() ExecOption { return func(o *execOptions) { o.priority = true } }
 
 // Operation names the call in the client's metrics and spans (the
-// d1idem.d1.operation attribute; docs/observability.md): "claim",
-// "complete", ... Use a small fixed set of names; the default is "exec".
+// d1idem.d1.operation attribute): use a small fixed set; the default is "exec".
 func Operation(name string) ExecOption { return func(o *execOptions) { o.operation = name } }
 
 // Exec runs the statements as one D1 call, one transaction, and returns one
@@ -430,6 +429,5 @@ func (c *Client) AccountID() string { return c.cfg.AccountID }
 func (c *Client) DatabaseID() string { return c.cfg.DatabaseID }
 
 // BaseURL returns the API base URL the client sends to, with a trailing
-// slash: Config.BaseURL, or the one the environment names, or
-// DefaultBaseURL.
+// slash: Config.BaseURL, the environment's, or DefaultBaseURL.
 func (c *Client) BaseURL() string { return c.cfg.BaseURL }

@@ -62,9 +62,8 @@ func knownIndex(known []string, key []byte) int {
 	return -1
 }
 
-// foldsToKnown reports whether key matches a known key regardless of case,
-// as encoding/json would match it. A key spelled exactly like one is never
-// asked about: known keys differ by more than case.
+// foldsToKnown reports whether key, spelled like no known key, matches one
+// regardless of case, as encoding/json would match it.
 func foldsToKnown(known []string, key []byte) bool {
 	for _, k := range known {
 		if bytes.EqualFold(key, []byte(k)) {

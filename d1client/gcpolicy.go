@@ -140,9 +140,8 @@ func (p groupPolicy) gatherTime(v groupView) time.Duration {
 }
 
 // wait is how a runner waits before it departs: for the callers its call
-// answered to come back with their next statements (a claim's completion,
-// say), or, a runner started beside others, for the callers arriving with
-// it.
+// answered to come back with their next statements (a claim's completion),
+// or, a runner started beside others, for the callers arriving with it.
 type wait struct {
 	gathering bool
 	start     time.Time // when the call returned, or the runner started
@@ -164,8 +163,7 @@ func (p groupPolicy) gathering(v groupView) wait {
 }
 
 // afterReturn is the wait of a runner whose call returned at v.now having
-// answered callers since arrival number since: at most the window (a
-// round trip by default).
+// answered callers since arrival number since: at most the window.
 func (p groupPolicy) afterReturn(v groupView, since uint64, answered int) wait {
 	window := p.window
 	if window == 0 {

@@ -200,9 +200,8 @@ func decodeValue(raw json.RawMessage) (Value, error) {
 	}
 }
 
-// plainJSONString reports whether the inside of a JSON string literal holds
-// no escape, no quote, no control character and only valid UTF-8, so that
-// it is its own value.
+// plainJSONString reports whether the inside of a JSON string literal is
+// its own value: no escape, quote or control character, valid UTF-8.
 func plainJSONString(b []byte) bool {
 	for _, c := range b {
 		if c < 0x20 || c == '"' || c == '\\' {
@@ -564,9 +563,8 @@ type rawResult struct {
 	Meta    metaWire `json:"meta"`
 }
 
-// rawTable is a statement's results: the documented
-// {"columns":[...],"rows":[[...]]}, null, missing, an empty array, or the
-// /query form (an array of objects) that some emulators answer /raw with.
+// rawTable is a statement's results: {"columns":[...],"rows":[[...]]},
+// null, missing, [], or the /query form some emulators answer /raw with.
 // Like resultList, it keeps its decoding error.
 type rawTable struct {
 	columns []string

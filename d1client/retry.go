@@ -7,8 +7,7 @@ import (
 )
 
 // RateLimitBlock is how long Cloudflare blocks every API call of an account
-// after its global rate limit (code 971) trips, when no Retry-After says
-// otherwise.
+// after code 971, when no Retry-After says otherwise.
 const RateLimitBlock = 5 * time.Minute
 
 // RetryPolicy says how transient failures are retried: how many attempts,

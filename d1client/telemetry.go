@@ -62,10 +62,9 @@ func (k kind) class() string {
 	return "unknown"
 }
 
-// telemetry is a Client's instrumentation through the OpenTelemetry API.
-// With the global providers left unset, every instrument and the tracer
-// are no-ops; the measurement options are built once, so that recording
-// allocates nothing.
+// telemetry is a Client's instrumentation through the OpenTelemetry API;
+// the measurement options are built once, so that recording allocates
+// nothing.
 type telemetry struct {
 	tracer         trace.Tracer
 	callDuration   metric.Float64Histogram
@@ -101,8 +100,7 @@ func addWith(kvs ...attribute.KeyValue) []metric.AddOption {
 }
 
 // newTelemetry makes the instruments of a client of database db from the
-// providers (nil: otel's global ones). An instrument the provider refuses
-// is replaced by its no-op, as the API's contract allows.
+// providers (nil: otel's global ones); one a provider refuses is a no-op.
 func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, db string) *telemetry {
 	m, tracer := otelscope.New(mp, tp, ScopeName)
 	t := &telemetry{tracer: tracer, db: attrDatabase.String(db), ops: map[string]*opTelemetry{}}
@@ -185,9 +183,9 @@ func (t *telemetry) call(coalesced bool, n int, k kind, d time.Duration) {
 	t.callStatements.Record(ctx, int64(n), t.stmtSets[ck]...)
 }
 
-// startAttempt starts the span of one attempt of an Exec call. It returns
-// ctx unchanged when the span does not record. The span's attributes are
-// set when it ends, in one call: cheaper than at its start and then again.
+// startAttempt starts the span of one attempt of an Exec call, and returns
+// ctx unchanged when the span does not record. endAttempt sets its
+// attributes, in one call.
 func (t *telemetry) startAttempt(ctx context.Context, o *opTelemetry) (context.Context, trace.Span) {
 	sctx, span := t.tracer.Start(ctx, o.span)
 	if !span.IsRecording() {
@@ -196,10 +194,9 @@ func (t *telemetry) startAttempt(ctx context.Context, o *opTelemetry) (context.C
 	return sctx, span
 }
 
-// endAttempt ends the span of an attempt, the attempt-th, of operation o
-// with its result: the caller's stmts statements, the kind of call that
-// carried them and, when it was a shared one, its statements in all, and a
-// failure's class and HTTP status.
+// endAttempt ends the span of attempt number attempt of operation o with
+// its result: the caller's statements, the call that carried them (shared:
+// its statements in all), and a failure's class and HTTP status.
 func (t *telemetry) endAttempt(span trace.Span, o *opTelemetry, attempt int, coalesced bool, stmts, shared int, err *Error) {
 	if !span.IsRecording() {
 		span.End()
