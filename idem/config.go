@@ -178,17 +178,11 @@ func (c *Config) sweepDefaults() error {
 
 // headerDefaults fills in and checks the header lists.
 func (c *Config) headerDefaults() error {
-	if c.FingerprintHeaders == nil {
-		c.FingerprintHeaders = DefaultFingerprintHeaders
-	}
-	if c.ReplayableHeaders == nil {
-		c.ReplayableHeaders = DefaultReplayableHeaders
-	}
 	var err error
-	if c.FingerprintHeaders, err = lowerNames("Config.FingerprintHeaders", c.FingerprintHeaders); err != nil {
+	if c.FingerprintHeaders, err = lowerNames("Config.FingerprintHeaders", c.FingerprintHeaders, DefaultFingerprintHeaders); err != nil {
 		return err
 	}
-	if c.ReplayableHeaders, err = lowerNames("Config.ReplayableHeaders", c.ReplayableHeaders); err != nil {
+	if c.ReplayableHeaders, err = lowerNames("Config.ReplayableHeaders", c.ReplayableHeaders, DefaultReplayableHeaders); err != nil {
 		return err
 	}
 	for i, h := range c.ReplayableHeaders {
@@ -206,7 +200,12 @@ var neverReplayed = map[string]bool{
 	"keep-alive": true, "date": true, "trailer": true, "upgrade": true, "idempotent-replayed": true,
 }
 
-func lowerNames(field string, names []string) ([]string, error) {
+// lowerNames returns the header names in lower case, or def's when names is
+// nil, checking each.
+func lowerNames(field string, names, def []string) ([]string, error) {
+	if names == nil {
+		names = def
+	}
 	out := make([]string, len(names))
 	for i, n := range names {
 		n = strings.ToLower(strings.TrimSpace(n))

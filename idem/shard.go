@@ -320,20 +320,16 @@ func (s *shards) load(ctx context.Context, l *Ledger) (*route, error) {
 		st  homeState
 		err error
 	}
-	answers := make([]answer, len(s.ids))
-	var wg sync.WaitGroup
-	for i, id := range s.ids {
-		wg.Go(func() {
-			st, err := l.readHome(ctx, s.homes[id])
-			answers[i] = answer{st, err}
-		})
-	}
-	wg.Wait()
+	hs, _ := s.resolve(s.ids) // every ID is configured
+	answers, _ := eachHome(ctx, hs, func(ctx context.Context, h *home) (answer, error) {
+		st, err := l.readHome(ctx, h)
+		return answer{st, err}, nil
+	})
 	rings := map[string]Ring{}
 	var newest *Ring
 	var errs []error
 	for i, a := range answers {
-		h := s.homes[s.ids[i]]
+		h := hs[i]
 		switch {
 		case a.err != nil:
 			errs = append(errs, a.err)
