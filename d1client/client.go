@@ -24,8 +24,7 @@ import (
 const DefaultBaseURL = "https://api.cloudflare.com/client/v4/"
 
 // Environment variables that New reads for the API base URL when
-// Config.BaseURL is empty: wrangler's and cloudflare-go's. If both are set
-// and differ, New refuses to guess.
+// Config.BaseURL is empty (wrangler's and cloudflare-go's); they must agree.
 const (
 	APIBaseURLEnv = "CLOUDFLARE_API_BASE_URL"
 	BaseURLEnv    = "CLOUDFLARE_BASE_URL"
@@ -229,8 +228,7 @@ type execOptions struct {
 
 // Idempotent marks the call safe to send again even when an earlier attempt
 // may have reached D1: running it twice has the effect of running it once
-// (a fenced UPDATE, an INSERT ... ON CONFLICT DO NOTHING, a read). Without
-// it, a call that writes is never retried once it may have been delivered.
+// (a fenced UPDATE, an INSERT ... ON CONFLICT DO NOTHING, a read).
 func Idempotent() ExecOption { return func(o *execOptions) { o.idempotent = true } }
 
 // RetryUntilDeadline keeps retrying transient failures of a retryable call
@@ -239,9 +237,8 @@ func Idempotent() ExecOption { return func(o *execOptions) { o.idempotent = true
 func RetryUntilDeadline() ExecOption { return func(o *execOptions) { o.untilDeadline = true } }
 
 // Coalesce lets the call share one D1 batch with concurrent callers' calls
-// (group commit). Use it only for statements that cannot fail by design,
-// because a batch is one transaction: one failing statement aborts every
-// caller's statements in it. See CoalesceConfig for what happens then.
+// (group commit; see CoalesceConfig). Use it only for statements that cannot
+// fail by design: one failing statement aborts the whole batch.
 func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 
 // Priority marks the call as round-trip-2 work: it completes, renews or

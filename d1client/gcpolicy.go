@@ -77,9 +77,8 @@ func (v *groupView) due(f *flight) time.Duration {
 }
 
 // capacity is how many statements the next call carries: maxStatements,
-// or, while calls are plentiful and a call slot is free, as many as the
-// database runs in the serial bound. A larger call would cost its callers
-// more waiting for one another than a parallel call costs.
+// or, while calls are plentiful and a slot is free, as many as D1 runs in
+// the serial bound, since a parallel call then costs its callers less.
 func (p groupPolicy) capacity(v groupView) int {
 	if v.per <= 0 || v.runners >= p.maxInFlight || !v.plentiful {
 		return p.maxStatements

@@ -131,9 +131,8 @@ func (b *batcher) headClass() budget.Class {
 	return budget.Normal
 }
 
-// submit queues the statements for the next shared call and waits for their
-// results, and the number of statements of the call that carried them (0
-// when none did).
+// submit queues the statements for the next shared call and returns their
+// results and the statements of the call that carried them (0: none did).
 func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, int, *Error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, notSent(err, "")
@@ -433,10 +432,9 @@ func (b *batcher) dropLate() {
 	}
 }
 
-// drain takes the queued groups for one call of at most capacity
-// statements and MaxBytes, priority work first (a single larger group
-// travels alone). Within a class the queue is first come, first served,
-// and lower-class work joins only once all higher-class work is aboard.
+// drain takes the queued groups for one call of at most capacity statements
+// and MaxBytes (a single larger group travels alone): first come, first
+// served, and normal work only once all priority work is aboard.
 func (b *batcher) drain(capacity int) ([]*pendingGroup, int) {
 	var groups []*pendingGroup
 	stmts, size := 0, batchOverhead

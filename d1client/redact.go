@@ -31,9 +31,8 @@ const opaqueToken = 16
 
 // redactText returns s with the token's occurrences replaced by
 // "[REDACTED]". A token shorter than opaqueToken is replaced only where it
-// stands as a whole word, not inside a longer run of letters, digits, '_'
-// and '-': a token "t" leaves "constraint" alone, "local" leaves
-// "localhost" alone.
+// stands as a whole word (see wordByte): a token "local" leaves "localhost"
+// alone.
 func redactText(s, tok string) string {
 	if tok == "" || !strings.Contains(s, tok) {
 		return s

@@ -169,9 +169,8 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// wireStatement is a statement as it travels, its JSON encoding:
-// {"sql":"...","params":[...]}, with "params" left out when there are none.
-// Its length is the statement's exact share of a request body.
+// wireStatement is a statement's JSON encoding, {"sql":"...","params":[...]}
+// ("params" only when there are some): its exact share of a request body.
 type wireStatement []byte
 
 // encode validates the statement against D1's limits and encodes it. index
