@@ -397,9 +397,8 @@ func (w *metaWire) meta() Meta {
 	}
 }
 
-// metaNumber is a number of meta: an integer read exactly when it is
-// written as one, otherwise a float. null is 0; so is a number written as
-// a string, as json.Number would accept it.
+// metaNumber is a number of meta: exact when written as an integer, else a
+// float; null is 0, and a number may be written as a string.
 type metaNumber struct {
 	i     int64
 	f     float64
@@ -516,9 +515,8 @@ func (r *Result) Map(i int) map[string]Value {
 	return m
 }
 
-// resultList is the envelope's result: an array of statement results. It
-// keeps a decoding error to itself, so that the envelope still decodes and
-// the error is reported for what it is.
+// resultList is the envelope's result, an array of statement results; it
+// keeps its decoding error, so that the rest of the envelope still decodes.
 type resultList struct {
 	present bool // the envelope has a result, null included
 	items   []rawResult

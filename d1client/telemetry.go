@@ -245,9 +245,8 @@ func (t *telemetry) shed(cl budget.Class) {
 	t.sheds.Add(context.Background(), 1, t.shedSets[cl]...)
 }
 
-// observeBudget registers the observable gauges of the account's budget
-// as the client sees it. The registration ends when the client becomes
-// unreachable: the callback holds the Account, never the Client.
+// observeBudget registers the gauges of the account's budget as the client
+// sees it, until the client is unreachable (the callback holds the Account).
 func observeBudget(c *Client, mp metric.MeterProvider) {
 	m, _ := otelscope.New(mp, nil, ScopeName)
 	remaining, _ := m.Int64ObservableGauge("d1idem.d1.budget.remaining", metric.WithUnit("{call}"),

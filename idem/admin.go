@@ -88,9 +88,8 @@ func (k *KeyRecord) Age() time.Duration { return k.AsOf.Sub(k.CreatedAt) }
 // taken over, renewed, completed or released).
 func (k *KeyRecord) SinceUpdate() time.Duration { return k.AsOf.Sub(k.UpdatedAt) }
 
-// StoredHeaders decodes ResponseHeaders, the JSON object of replay headers
-// as stored (names as stored, values as replayed); nil when there is none,
-// and the JSON error when it is not a JSON object of strings.
+// StoredHeaders decodes ResponseHeaders, the stored JSON object of replay
+// headers; nil when there is none, and the JSON error when it is not one.
 func (k *KeyRecord) StoredHeaders() (map[string]string, error) {
 	if k.ResponseHeaders == nil {
 		return nil, nil

@@ -49,9 +49,8 @@ var (
 	DefaultReplayableHeaders  = []string{"content-type", "location"}
 )
 
-// Config configures a Ledger. The zero value of every field means its
-// default. Every Ledger sharing one table should use the same TTL and
-// Retention.
+// Config configures a Ledger; a zero field means its default. Every Ledger
+// sharing one table should use the same TTL and Retention.
 type Config struct {
 	// TTL is how long a pending reservation is presumed alive: after it, a
 	// retry with the same fingerprint takes the reservation over. Set it well

@@ -47,10 +47,9 @@ func HeaderValue(h http.Header, name string) string {
 // httpWhitespace is Fetch's HTTP whitespace.
 const httpWhitespace = "\t\n\r "
 
-// decodeUTF8 decodes s as the WHATWG Encoding Standard's UTF-8 decoder does,
-// with replacement: valid UTF-8 is kept, and each maximal ill-formed
-// subsequence (a lead byte and the valid continuation bytes after it, or a
-// stray byte) becomes one U+FFFD.
+// decodeUTF8 decodes s as the WHATWG UTF-8 decoder does: valid UTF-8 is
+// kept, and each maximal ill-formed subsequence (a lead byte and the valid
+// continuation bytes after it, or a stray byte) becomes one U+FFFD.
 func decodeUTF8(s string) string {
 	if utf8.ValidString(s) {
 		return s

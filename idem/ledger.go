@@ -140,8 +140,7 @@ type Decision struct {
 
 // Reservation is the right to execute one request's mutation: the
 // principal's key at one generation of the fencing token. Only Begin makes
-// one: it records when the claim was made, which bounds how long the owner
-// may still write (see ErrReservationExpired).
+// one, recording when the claim was made (see ErrReservationExpired).
 type Reservation struct {
 	Principal   string
 	Key         string
@@ -537,8 +536,7 @@ func equalNullable(a, b *string) bool {
 }
 
 // completionDeadline is when completion retries stop: when the lease would
-// expire and a takeover may legitimately happen, but never sooner than
-// minCompletionWindow from now.
+// expire, but never sooner than minCompletionWindow from now.
 func (l *Ledger) completionDeadline(r *Reservation) time.Time {
 	deadline := r.leaseStart().Add(l.cfg.TTL)
 	if min := time.Now().Add(minCompletionWindow); deadline.Before(min) {

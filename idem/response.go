@@ -53,8 +53,7 @@ func (r *storedRow) stale(ttl time.Duration) bool {
 // response reconstructs a completed row's response as a Worker replays it
 // (docs/contract.md#6-responses): status (500 when null), the stored headers
 // but those never replayed, and the body unless the status forbids one. A
-// status outside 200-599 cannot come from a Worker nor from this package:
-// the row is unreadable.
+// status outside 200-599 makes the row unreadable.
 func (r *storedRow) response() (*Response, error) {
 	status := http.StatusInternalServerError
 	if r.responseStatus != nil {
@@ -106,9 +105,8 @@ func decodeHeaders(s *string) (http.Header, error) {
 
 // normalize applies the completion rules (docs/contract.md#6-responses) to
 // a handler's response, and returns what this caller gets, the
-// response_headers JSON, and the body to store (nil for SQL NULL). A
-// response a replay could not reproduce (see Complete) is stored, and
-// returned, as status 500 with a null body.
+// response_headers JSON, and the body to store (nil for SQL NULL), as
+// Complete says.
 func (l *Ledger) normalize(resp Response) (Response, string, *string) {
 	if resp.Status == 0 {
 		resp.Status = http.StatusOK

@@ -13,10 +13,8 @@ import (
 )
 
 // The reserved rows of a sharded ledger, under the empty principal, which no
-// request can address: each database's ring, and the home ID it was given
-// when it joined a ring (written once, so that one database is never used
-// under two IDs). Their formats name their JSON, and the ring's its routing
-// function.
+// request can address: each database's ring, and the home ID it joined a ring
+// under (written once); and their formats, the ring's naming its routing.
 const (
 	ringKey    = "d1idem:ring"
 	homeKey    = "d1idem:home"
@@ -54,8 +52,7 @@ type Ring struct {
 }
 
 // Epoch orders rings: version v is epoch 2v-1 while Moving and 2v when
-// Stable. It is what the ring row's generation column holds, and what the
-// ring guard compares.
+// Stable. The ring row's generation holds it, and the ring guard compares it.
 func (r Ring) Epoch() int64 {
 	if r.Phase == RingMoving {
 		return 2*r.Version - 1
@@ -67,9 +64,8 @@ func (r Ring) Epoch() int64 {
 // Rendezvous(principal, r.Homes).
 func (r Ring) Home(principal string) string { return Rendezvous(principal, r.Homes) }
 
-// PreviousHome returns, while the ring is Moving and principal is a moved
-// principal, the ID of its old home, which still holds the keys it had
-// there; otherwise "".
+// PreviousHome returns the ID of a moved principal's old home while the
+// ring is Moving; otherwise "".
 func (r Ring) PreviousHome(principal string) string {
 	if r.Phase != RingMoving {
 		return ""
@@ -175,8 +171,7 @@ func (r Ring) encode() string {
 	return string(b)
 }
 
-// errBadRing is wrapped by every error about a recorded ring that cannot
-// be read.
+// errBadRing is wrapped by every error about an unreadable recorded ring.
 var errBadRing = errors.New("idem: the recorded ring is unreadable")
 
 // decodeRing reads a ring row: its generation (the epoch), its
@@ -213,8 +208,7 @@ func decodeRingBody(body string) (Ring, error) {
 }
 
 // homeJSON is the identity row's response_body: the ID the database was
-// given and the ring it joined under that ID. The row's fingerprint is the
-// ID, which the ring guard compares.
+// given (also the row's fingerprint) and the ring it joined under that ID.
 type homeJSON struct {
 	Format string          `json:"format"`
 	ID     string          `json:"id"`

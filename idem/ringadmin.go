@@ -147,9 +147,8 @@ func (a *Admin) atEach(st *RingStatus, ids []string, fn func(h *home) HomeRing) 
 	return errs
 }
 
-// RingStatus reads the ring recorded in each of the ledger's databases.
-// It fails only for a ledger made by New (ErrNotSharded); a database that
-// cannot be read has its HomeRing.Err set.
+// RingStatus reads the ring recorded in each of the ledger's databases; one
+// that cannot be read has its HomeRing.Err set. New's ledger: ErrNotSharded.
 func (a *Admin) RingStatus(ctx context.Context) (RingStatus, error) {
 	if a.l.shards == nil {
 		return RingStatus{}, ErrNotSharded
@@ -197,9 +196,8 @@ func (st *RingStatus) home(id string) *HomeRing {
 }
 
 // check returns an error when one of the databases with these IDs is not
-// the ledger's, or is recorded as another home; when the rings of all the
-// databases conflict (two of one epoch, or a newer one that drops a home);
-// and, if readable is set, when one could not be read.
+// the ledger's or is recorded as another home, when the databases' rings
+// conflict, and, if readable is set, when one could not be read.
 func (st *RingStatus) check(ids []string, readable bool) error {
 	var errs []error
 	for _, id := range ids {

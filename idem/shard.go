@@ -189,9 +189,8 @@ func (s *shards) home(id string) (*home, error) {
 	return nil, fmt.Errorf("%w: %q", ErrUnknownHome, id)
 }
 
-// current returns the route the ledger routes by, loading it from the
-// homes on first use (one load at a time; the others wait for it) and,
-// after a refusal, once reloadBackoff has passed.
+// current returns the route the ledger routes by, loading it (one load at a
+// time) on first use and, after a refusal, once reloadBackoff has passed.
 func (s *shards) current(ctx context.Context, l *Ledger) (*route, error) {
 	for {
 		s.mu.Lock()
@@ -312,9 +311,9 @@ func consistent(rings map[string]Ring) error {
 	return nil
 }
 
-// load reads the ring and identity of every home at once and adopts the
-// newest ring. Homes that cannot be read are passed over, unless none
-// can be. Conflicting rings and mismatched homes are refused.
+// load reads every home at once and adopts the newest ring, passing over
+// homes it cannot read unless none can be; it refuses conflicting rings and
+// mismatched homes.
 func (s *shards) load(ctx context.Context, l *Ledger) (*route, error) {
 	type answer struct {
 		st  homeState
@@ -356,9 +355,8 @@ func (s *shards) load(ctx context.Context, l *Ledger) (*route, error) {
 	return nil, ErrNoRing
 }
 
-// refuse stops the ledger from routing by any ring: it logs err and
-// returns it to every request until a load, reloadBackoff later, finds the
-// rings consistent again.
+// refuse stops the ledger from routing: it logs err and returns it to every
+// request until a load, reloadBackoff later, finds the rings consistent.
 func (s *shards) refuse(l *Ledger, err error) error {
 	s.mu.Lock()
 	s.route, s.refused, s.refuseAt = nil, err, time.Now()
