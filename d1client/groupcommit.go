@@ -140,7 +140,10 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 	if until, on := b.acct.Blocked(); on {
 		return nil, 0, blockedError(until, time.Until(until))
 	}
-	g := &pendingGroup{ctx: ctx, wire: wire, class: cl, size: groupSize(wire), done: make(chan struct{})}
+	g := &pendingGroup{ctx: ctx, wire: wire, class: cl, done: make(chan struct{})}
+	for _, w := range wire {
+		g.size += len(w) + 1 // its encoding and a comma: its exact share of a batch body
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		g.deadline = dl
 		// The call could not go and come back before the deadline: say so
@@ -205,16 +208,6 @@ func (b *batcher) start(gather bool) {
 		w = b.pol.gathering(b.view())
 	}
 	go b.run(w)
-}
-
-// groupSize is the statements' exact share of a batch body: their encoding
-// and a comma each.
-func groupSize(wire []wireStatement) int {
-	n := 0
-	for _, w := range wire {
-		n += len(w) + 1
-	}
-	return n
 }
 
 // withdraw takes a group that was never sent out of the queue.
