@@ -10,11 +10,9 @@ import (
 	"github.com/d1idem/d1idem/d1client/budget"
 )
 
-// acquire takes a call of class cl from the client's Account (see
-// budget.Account.Acquire), and returns how long it waited and, when it
-// took none, its refusal as an *Error: ErrBudget with the wait, ErrRateLimited
-// during a 971 block, or a not-sent transport error for want of a round
-// trip before the deadline.
+// acquire takes a call of class cl from the client's Account, and returns
+// how long it waited and, when it took none, the refusal as an *Error:
+// ErrBudget, ErrRateLimited, or ErrTransport for want of a round trip.
 func (c *Client) acquire(ctx context.Context, cl budget.Class) (time.Duration, *Error) {
 	waited, err := c.account.Acquire(ctx, cl)
 	if err == nil {
@@ -22,7 +20,7 @@ func (c *Client) acquire(ctx context.Context, cl budget.Class) (time.Duration, *
 	}
 	var r *budget.Refusal
 	if !errors.As(err, &r) {
-		return waited, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error(), notSent: true}
+		return waited, notSent(err, "")
 	}
 	switch r.Cause {
 	case budget.CauseBlock:
@@ -36,8 +34,7 @@ func (c *Client) acquire(ctx context.Context, cl budget.Class) (time.Duration, *
 }
 
 // tooLate is the error of a call not sent because only left, less than a
-// round trip of rtt, remained before its context's deadline. Nothing was
-// sent, so it is not ambiguous; it matches context.DeadlineExceeded.
+// round trip of rtt, remained before its deadline: context.DeadlineExceeded.
 func tooLate(left, rtt time.Duration) *Error {
 	return &Error{kind: kindTransport, Err: context.DeadlineExceeded, notSent: true,
 		Message: fmt.Sprintf("not sent: %s left before the context's deadline, less than a round trip (%s): the call could not finish in time",
@@ -57,14 +54,6 @@ func blockedError(until time.Time, wait time.Duration) *Error {
 	return &Error{kind: kindRateLimited, StatusCode: http.StatusTooManyRequests, Codes: []int{971},
 		RetryAfter: wait, BlockedUntil: until, notSent: true,
 		Message: "not sent: Cloudflare's global API rate limit blocks this account until " + until.UTC().Format(time.RFC3339)}
-}
-
-// blocked returns the 971 error while a block of a is on.
-func blocked(a *budget.Account) *Error {
-	if until, on := a.Blocked(); on {
-		return blockedError(until, time.Until(until))
-	}
-	return nil
 }
 
 // BudgetWait returns how long the next call without Priority would wait for

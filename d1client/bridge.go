@@ -11,8 +11,7 @@ import (
 
 // BridgeURLEnv is the environment variable New reads for the bridge URL
 // (see Config.BridgeURL) when neither Config.BridgeURL nor Config.BaseURL
-// is set. Setting it is how a deployment moves from the REST API to the
-// bridge: nothing else changes.
+// is set: how a deployment moves from the REST API to the bridge.
 const BridgeURLEnv = "D1IDEM_BRIDGE_URL"
 
 // validSecret reports whether the bridge accepts s as its secret: 16 to
@@ -30,12 +29,10 @@ func validSecret(s string) bool {
 	return true
 }
 
-// applyBridge resolves the bridge URL, Config.BridgeURL or else $D1IDEM_BRIDGE_URL,
-// and when there is one makes cfg talk to it: its address without the
-// secret becomes BaseURL, the secret replaces APIToken, and the zero Budget
-// becomes budget.Unlimited() (with an Account, the Account's budget counts).
-// It reports whether cfg now names a bridge. BridgeURL is cleared, so that
-// the secret is kept only as the token.
+// applyBridge resolves the bridge URL (Config.BridgeURL, else the
+// environment's) and reports whether there is one; then BaseURL is its
+// address, APIToken its secret (kept nowhere else: BridgeURL is cleared),
+// and the zero Budget without an Account budget.Unlimited().
 func (cfg *Config) applyBridge() (bool, error) {
 	raw, name := cfg.BridgeURL, "Config.BridgeURL"
 	cfg.BridgeURL = ""
@@ -67,8 +64,7 @@ func (cfg *Config) applyBridge() (bool, error) {
 }
 
 // parseBridgeURL splits a bridge URL, https://:SECRET@HOST[/PATH], into its
-// base URL and its secret. Its errors never show the URL: it holds the
-// secret.
+// base URL and its secret. Its errors never show the URL.
 func parseBridgeURL(name, raw string) (base, secret string, err error) {
 	const form = "https://:SECRET@HOST"
 	u, perr := url.Parse(raw)
@@ -102,13 +98,11 @@ func parseBridgeURL(name, raw string) (base, secret string, err error) {
 }
 
 // Bridge reports whether the client talks to a d1idem bridge (see
-// Config.BridgeURL): then it applies no request budget unless its Config
-// set one.
+// Config.BridgeURL).
 func (c *Client) Bridge() bool { return c.bridge }
 
-// redactURL shows a bridge URL with its secret replaced by "[REDACTED]"
-// (and any query or fragment left out); what is not a URL is shown as
-// "[REDACTED]" whole.
+// redactURL shows a bridge URL with its secret, query and fragment left out;
+// what is not a URL is shown as "[REDACTED]" whole.
 func redactURL(raw string) string {
 	if raw == "" {
 		return ""

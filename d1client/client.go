@@ -24,8 +24,7 @@ import (
 const DefaultBaseURL = "https://api.cloudflare.com/client/v4/"
 
 // Environment variables that New reads for the API base URL when
-// Config.BaseURL is empty: wrangler's and cloudflare-go's. If both are set
-// and differ, New refuses to guess.
+// Config.BaseURL is empty (wrangler's and cloudflare-go's); they must agree.
 const (
 	APIBaseURLEnv = "CLOUDFLARE_API_BASE_URL"
 	BaseURLEnv    = "CLOUDFLARE_BASE_URL"
@@ -45,13 +44,13 @@ type Config struct {
 	// or $CLOUDFLARE_BASE_URL, and then DefaultBaseURL. Point it at a
 	// d1local server for local work.
 	BaseURL string
-	// BridgeURL is the address of a d1idem bridge (bridge/README.md) with
-	// its secret, https://:SECRET@HOST. It replaces BaseURL and APIToken
-	// (the API token is then never sent), and makes the zero Budget mean
-	// no budget (an Account's budget still counts): calls through the
-	// bridge are not metered by Cloudflare's API limit. Empty means $D1IDEM_BRIDGE_URL, read only when BaseURL is
-	// empty too. BridgeURL with BaseURL, or the variable with a base-URL
-	// variable, is an error; http:// is accepted for this machine only.
+	// BridgeURL is the address of a d1idem bridge (docs/bridge.md) with its
+	// secret, https://:SECRET@HOST. It replaces BaseURL and APIToken, and
+	// makes the zero Budget mean no budget: calls through the bridge are
+	// not metered by Cloudflare's API limit. Empty means $D1IDEM_BRIDGE_URL,
+	// read only when BaseURL is empty too. BridgeURL with BaseURL, or the
+	// variable with a base-URL variable, is an error; http:// is accepted
+	// for this machine only.
 	BridgeURL string
 	// APIToken is sent as a bearer token.
 	APIToken string
@@ -88,11 +87,8 @@ type Config struct {
 
 // Client is a D1 REST client. It is safe for concurrent use. Its String,
 // GoString, Format, LogValue and MarshalJSON methods never show the API
-// token.
-//
-// A Client sends everything to the /raw endpoint rather than /query: /raw
-// keeps column order and duplicate column names ("SELECT a.id, b.id"), which
-// /query's JSON objects lose.
+// token. It sends everything to /raw, which keeps column order and duplicate
+// column names ("SELECT a.id, b.id"); /query's JSON objects lose them.
 type Client struct {
 	cfg     Config  // APIToken cleared: see token
 	token   *string // behind a pointer, so that printing a Client shows an address
@@ -123,16 +119,14 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	cfg.BaseURL = base
-	if cfg.AccountID == "" {
+	switch {
+	case cfg.AccountID == "":
 		return nil, invalidf("account ID is required (CLOUDFLARE_ACCOUNT_ID)")
-	}
-	if !idPattern.MatchString(cfg.AccountID) {
+	case !idPattern.MatchString(cfg.AccountID):
 		return nil, invalidf("account ID %q is not a Cloudflare identifier", cfg.AccountID)
-	}
-	if cfg.DatabaseID == "" {
+	case cfg.DatabaseID == "":
 		return nil, invalidf("database ID is required (D1_DATABASE_ID)")
-	}
-	if !idPattern.MatchString(cfg.DatabaseID) {
+	case !idPattern.MatchString(cfg.DatabaseID):
 		return nil, invalidf("database ID %q is not a D1 database UUID", cfg.DatabaseID)
 	}
 	switch t := cfg.AttemptTimeout; {
@@ -234,8 +228,7 @@ type execOptions struct {
 
 // Idempotent marks the call safe to send again even when an earlier attempt
 // may have reached D1: running it twice has the effect of running it once
-// (a fenced UPDATE, an INSERT ... ON CONFLICT DO NOTHING, a read). Without
-// it, a call that writes is never retried once it may have been delivered.
+// (a fenced UPDATE, an INSERT ... ON CONFLICT DO NOTHING, a read).
 func Idempotent() ExecOption { return func(o *execOptions) { o.idempotent = true } }
 
 // RetryUntilDeadline keeps retrying transient failures of a retryable call
@@ -244,32 +237,25 @@ func Idempotent() ExecOption { return func(o *execOptions) { o.idempotent = true
 func RetryUntilDeadline() ExecOption { return func(o *execOptions) { o.untilDeadline = true } }
 
 // Coalesce lets the call share one D1 batch with concurrent callers' calls
-// (group commit). Use it only for statements that cannot fail by design,
-// because a batch is one transaction: one failing statement aborts every
-// caller's statements in it. See CoalesceConfig for what happens then.
+// (group commit; see CoalesceConfig). Use it only for statements that cannot
+// fail by design: one failing statement aborts the whole batch.
 func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 
 // Priority marks the call as round-trip-2 work: it completes, renews or
-// releases what an earlier call started (an idempotency ledger's completion,
-// heartbeat or release). When calls are scarce it goes before other work:
-// it is not held to the Budget's even pace, only to the calls the account
-// has left (see budget.Account), it may use the calls kept from other work
-// (budget.Budget.Kept), and it waits for the next call up to the context's
-// deadline. Work without it is turned away (ErrBudget) first.
+// releases what an earlier call started. When calls are scarce it goes
+// first: it is held only to the calls the account has left, not to the
+// Budget's even pace, may use the calls kept from other work
+// (budget.Budget.Kept), and waits for a call up to its deadline.
 func Priority() ExecOption { return func(o *execOptions) { o.priority = true } }
 
 // Operation names the call in the client's metrics and spans (the
-// d1idem.d1.operation attribute; docs/observability.md): "claim",
-// "complete", ... Use a small fixed set of names; the default is "exec".
+// d1idem.d1.operation attribute): use a small fixed set; the default is "exec".
 func Operation(name string) ExecOption { return func(o *execOptions) { o.operation = name } }
 
 // Exec runs the statements as one D1 call, one transaction, and returns one
-// Result per statement. Each Statement must hold exactly one SQL statement;
-// SQL holding several is refused with ErrInvalid before anything is sent.
-//
-// Reads and calls marked Idempotent are retried on transient failures
-// according to the RetryPolicy; other writes only when the failure proves
-// nothing was delivered. The context's deadline always wins.
+// Result per statement. Each Statement must hold exactly one SQL statement,
+// or ErrInvalid is returned before anything is sent. Failures are retried
+// by the RetryPolicy and the package's rules, within the context's deadline.
 func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption) ([]Result, error) {
 	var o execOptions
 	for _, opt := range opts {
@@ -277,28 +263,12 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 	}
 	op := c.tel.op(cmp.Or(o.operation, defaultOperation))
 	start := time.Now()
-	if len(stmts) == 0 {
+	wire, readOnly, e := c.encode(stmts)
+	if e != nil {
 		c.tel.operation(op, kindInvalid, time.Since(start))
-		return nil, invalidf("no statements")
+		return nil, e
 	}
-	wire := make([]wireStatement, len(stmts))
-	safe := true // every statement is read-only, or the call is idempotent
-	for i, s := range stmts {
-		w, err := s.encode(i + 1)
-		if err == nil {
-			cl := c.classes.Get(s.SQL, classifySQL)
-			err = cl.check(i + 1)
-			safe = safe && cl.readOnly
-		}
-		if err != nil {
-			e := invalidf("%v", err)
-			e.Statements = redactAll(stmts)
-			c.tel.operation(op, kindInvalid, time.Since(start))
-			return nil, e
-		}
-		wire[i] = w
-	}
-	safe = safe || o.idempotent
+	safe := readOnly || o.idempotent // may be sent again even if delivered
 	solo := !o.coalesce
 	cl := budget.Normal
 	if o.priority {
@@ -338,17 +308,13 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 			// The deadline (or the budget) ended the retries before this
 			// attempt was sent: the previous attempt's failure is the one
 			// worth reporting, above all when it may have committed.
-			c.stats.failures.Add(1)
-			c.tel.operation(op, last.kind, time.Since(start))
-			return nil, last
+			return c.failed(op, start, last)
 		}
 		err.Statements = redactAll(stmts)
 		err.Attempts = attempt
 		delay, retry := c.retryDelay(ctx, err, attempt, safe, o.untilDeadline)
 		if !retry {
-			c.stats.failures.Add(1)
-			c.tel.operation(op, err.kind, time.Since(start))
-			return nil, err
+			return c.failed(op, start, err)
 		}
 		c.stats.retries.Add(1)
 		c.tel.retry(op, err.kind)
@@ -356,12 +322,17 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 			slog.String("kind", err.kind.String()), slog.Int("status", err.StatusCode),
 			slog.Int("attempt", attempt), slog.Duration("delay", delay))
 		if sleepCtx(ctx, delay) != nil {
-			c.stats.failures.Add(1)
-			c.tel.operation(op, err.kind, time.Since(start))
-			return nil, err
+			return c.failed(op, start, err)
 		}
 		last = err
 	}
+}
+
+// failed counts a failed Exec call, started at start, and returns its error.
+func (c *Client) failed(op *opTelemetry, start time.Time, e *Error) ([]Result, error) {
+	c.stats.failures.Add(1)
+	c.tel.operation(op, e.kind, time.Since(start))
+	return nil, e
 }
 
 // Query runs one statement and returns its result.
@@ -371,6 +342,31 @@ func (c *Client) Query(ctx context.Context, sql string, params ...any) (*Result,
 		return nil, err
 	}
 	return &res[0], nil
+}
+
+// encode validates and encodes the statements, and reports whether every
+// one is proven read-only.
+func (c *Client) encode(stmts []Statement) ([]wireStatement, bool, *Error) {
+	if len(stmts) == 0 {
+		return nil, false, invalidf("no statements")
+	}
+	wire := make([]wireStatement, len(stmts))
+	readOnly := true
+	for i, s := range stmts {
+		w, err := s.encode(i + 1)
+		if err == nil {
+			cl := c.classes.Get(s.SQL, classifySQL)
+			err = cl.check(i + 1)
+			readOnly = readOnly && cl.readOnly
+		}
+		if err != nil {
+			e := invalidf("%v", err)
+			e.Statements = redactAll(stmts)
+			return nil, false, e
+		}
+		wire[i] = w
+	}
+	return wire, readOnly, nil
 }
 
 func redactAll(stmts []Statement) []string {
@@ -385,7 +381,7 @@ func redactAll(stmts []Statement) []string {
 // cl from the budget (honouring a 971 block), sends, and decodes.
 func (c *Client) call(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, *Error) {
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{kind: kindTransport, Err: err, Message: "not sent: " + err.Error(), notSent: true}
+		return nil, notSent(err, "")
 	}
 	waited, e := c.acquire(ctx, cl)
 	if waited > 0 {
@@ -430,6 +426,5 @@ func (c *Client) AccountID() string { return c.cfg.AccountID }
 func (c *Client) DatabaseID() string { return c.cfg.DatabaseID }
 
 // BaseURL returns the API base URL the client sends to, with a trailing
-// slash: Config.BaseURL, or the one the environment names, or
-// DefaultBaseURL.
+// slash: Config.BaseURL, the environment's, or DefaultBaseURL.
 func (c *Client) BaseURL() string { return c.cfg.BaseURL }

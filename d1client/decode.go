@@ -7,13 +7,12 @@ import (
 )
 
 // fastEnvelope decodes a response body in the shape D1 answers a successful
-// call with, in one pass over the bytes, into env, exactly as
-// json.Unmarshal would. It gives up (false) on anything else: an error
-// body, a body without "success", a key it does not know spelled like one it does, a repeated key,
-// the /query form of results, a blob, a cell or meta value of an unusual
-// type, a surrogate escape, bytes that are not UTF-8, or JSON that is not
-// valid; the caller then decodes with encoding/json, which says what is
-// wrong. n is the number of results expected.
+// call with into env, in one pass, exactly as json.Unmarshal would, n
+// results expected. It gives up (false) on anything else (an error body, a
+// missing "success", a key spelled like a known one in another case, a
+// repeated key, the /query form, a blob, an unusual cell or meta value, a
+// surrogate escape, invalid UTF-8 or JSON): encoding/json then says what is
+// wrong.
 func fastEnvelope(body []byte, n int, env *envelope) bool {
 	d := fastDecoder{Scanner: jsonscan.Scanner{Data: body}}
 	ok := d.envelope(n, env) && d.End() && env.Success != unset
@@ -31,9 +30,8 @@ type fastDecoder struct {
 	depth  int        // arrays and objects skip is in
 }
 
-// maxSkipDepth bounds the nesting skip reads, as encoding/json bounds
-// its own (at 10,000): deeper, it gives up, and encoding/json says what is
-// wrong, rather than the stack growing with the body.
+// maxSkipDepth bounds the nesting skip reads, as encoding/json bounds its
+// own: deeper, it gives up rather than the stack growing with the body.
 const maxSkipDepth = 10_000
 
 // object reads an object, calling member for each key; member reads the
@@ -64,9 +62,8 @@ func knownIndex(known []string, key []byte) int {
 	return -1
 }
 
-// foldsToKnown reports whether key matches a known key regardless of case,
-// as encoding/json would match it. A key spelled exactly like one is never
-// asked about: known keys differ by more than case.
+// foldsToKnown reports whether key, spelled like no known key, matches one
+// regardless of case, as encoding/json would match it.
 func foldsToKnown(known []string, key []byte) bool {
 	for _, k := range known {
 		if bytes.EqualFold(key, []byte(k)) {
@@ -274,54 +271,49 @@ func (d *fastDecoder) meta(w *metaWire) bool {
 		if d.Literal("null") {
 			return true
 		}
-		switch key {
-		case "changed_db", "served_by_primary":
+		switch p := w.field(key).(type) {
+		case *bool:
 			var b optBool
-			if !d.boolean(&b) {
-				return false
-			}
-			if key == "changed_db" {
-				w.ChangedDB = b == isTrue
-			} else {
-				w.ServedByPrimary = b == isTrue
-			}
-			return true
-		case "served_by", "served_by_colo", "served_by_region":
-			s, ok := d.intern()
-			switch key {
-			case "served_by":
-				w.ServedBy = s
-			case "served_by_colo":
-				w.ServedByColo = s
-			default:
-				w.ServedByRegion = s
-			}
+			ok := d.boolean(&b)
+			*p = b == isTrue
 			return ok
+		case *string:
+			s, ok := d.intern()
+			*p = s
+			return ok
+		case *metaNumber:
+			num, ok := d.Number()
+			return ok && p.UnmarshalJSON(num) == nil
 		}
-		num, ok := d.Number()
-		if !ok {
-			return false
-		}
-		var m metaNumber
-		if m.UnmarshalJSON(num) != nil {
-			return false
-		}
-		switch key {
-		case "changes":
-			w.Changes = m
-		case "last_row_id":
-			w.LastRowID = m
-		case "duration":
-			w.Duration = m
-		case "rows_read":
-			w.RowsRead = m
-		case "rows_written":
-			w.RowsWritten = m
-		case "size_after":
-			w.SizeAfter = m
-		default:
-			w.TotalAttempts = m
-		}
-		return true
+		return false
 	})
+}
+
+// field returns a pointer to the field of w named key, one of metaKeys.
+func (w *metaWire) field(key string) any {
+	switch key {
+	case "changes":
+		return &w.Changes
+	case "last_row_id":
+		return &w.LastRowID
+	case "changed_db":
+		return &w.ChangedDB
+	case "duration":
+		return &w.Duration
+	case "rows_read":
+		return &w.RowsRead
+	case "rows_written":
+		return &w.RowsWritten
+	case "size_after":
+		return &w.SizeAfter
+	case "served_by":
+		return &w.ServedBy
+	case "served_by_colo":
+		return &w.ServedByColo
+	case "served_by_region":
+		return &w.ServedByRegion
+	case "served_by_primary":
+		return &w.ServedByPrimary
+	}
+	return &w.TotalAttempts
 }

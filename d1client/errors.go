@@ -67,9 +67,8 @@ var (
 	ErrResultCount = errors.New("d1: result count does not match statement count")
 	// ErrTransport: no HTTP response arrived (connection refused or lost, a
 	// timeout), or the call was not sent because its context was done or
-	// had less than a round trip left (then the error also matches the
-	// context's error, context.DeadlineExceeded for the latter).
-	// Error.Ambiguous says whether the request may have reached D1.
+	// had less than a round trip left (the error then matches the context's
+	// error). Error.Ambiguous says whether the request may have reached D1.
 	ErrTransport = errors.New("d1: transport error")
 	// ErrInvalid: refused before anything was sent: a bad Config, too many
 	// parameters, SQL too long or holding several statements, an
@@ -138,17 +137,10 @@ type Error struct {
 	// Err is the underlying cause, if any.
 	Err error
 
-	kind kind
-	// violation records, at classification, that SQLite refused the
-	// statement with a constraint violation: it is read from the message
-	// as D1 sent it, before the token is redacted from it.
-	violation bool
-	// notSent marks an error raised before the call was sent: the budget,
-	// a 971 block, a deadline too close. No retry follows it.
-	notSent bool
-	// siblingAbort marks an SQL error of a shared (coalesced) call, whose
-	// statements must each be sent again alone.
-	siblingAbort bool
+	kind         kind
+	violation    bool // a constraint violation, read from the message before redaction
+	notSent      bool // raised before the call was sent (budget, 971, deadline): never retried
+	siblingAbort bool // an SQL error of a shared call: each caller is sent again alone
 }
 
 func (e *Error) Error() string {
@@ -158,13 +150,11 @@ func (e *Error) Error() string {
 	if st := e.Status(); st != "" {
 		b.WriteString(" (" + st + ")")
 	}
-	if e.Message != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Message)
-	}
-	if e.Err != nil && e.Message == "" {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
+	switch {
+	case e.Message != "":
+		b.WriteString(": " + e.Message)
+	case e.Err != nil:
+		b.WriteString(": " + e.Err.Error())
 	}
 	if e.RetryAfter > 0 {
 		fmt.Fprintf(&b, "; retry after %s", e.RetryAfter.Round(time.Millisecond))
@@ -232,8 +222,7 @@ func parseSQLiteCode(msg string) (code, extended string) {
 }
 
 // maxRetryAfter bounds a server's Retry-After: Cloudflare's longest block
-// is 5 minutes, and a larger value (1e12 seconds) would overflow a
-// time.Duration into the past.
+// is 5 minutes, and 1e12 seconds would overflow a time.Duration.
 const maxRetryAfter = time.Hour
 
 // parseRetryAfter reads Retry-After as seconds or an HTTP date, at most

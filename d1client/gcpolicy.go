@@ -6,10 +6,9 @@ import (
 )
 
 // groupPolicy is what group commit (groupcommit.go) decides: when a call
-// departs, what it carries, and whether another call starts beside it. It
-// is a pure function of a groupView, a snapshot of the batcher, so that
-// every rule and every constant is here and table tests drive it without
-// goroutines or clocks.
+// departs, what it carries, and whether another starts beside it. It is a
+// pure function of a groupView, a snapshot of the batcher, so that every
+// rule and constant is here, and table tests need no goroutines or clocks.
 type groupPolicy struct {
 	maxInFlight   int // calls in flight at once (CoalesceConfig.MaxInFlight)
 	maxStatements int // statements one call carries (CoalesceConfig.MaxStatements)
@@ -25,9 +24,8 @@ type groupPolicy struct {
 	// within it of each other count as leaving together (see handoff).
 	gather float64
 	// serial: while calls are plentiful, a call carries no more statements
-	// than the database runs in this time (D1 runs a call's statements
-	// one after another, and each caller waits for all of them), nor in
-	// serialShare of a round trip.
+	// than D1 runs, one after another, in this time, nor in serialShare of
+	// a round trip: each caller waits for all of them.
 	serial      time.Duration
 	serialShare float64
 }
@@ -51,12 +49,10 @@ type groupView struct {
 	departing   int       // runners not in flight
 	flights     []flight  // the calls in flight
 	rtt         time.Duration
-	// plentiful: the budget has a call now and its pace allows
+	// spare: the budget has a call now; plentiful: and its pace allows
 	// maxInFlight of them in a round trip (an unlimited budget, or one far
-	// above the traffic). Cloudflare's own budget never is.
-	plentiful bool
-	// spare: the budget has a call now.
-	spare bool
+	// above the traffic; never Cloudflare's own).
+	spare, plentiful bool
 	// base and per: a call's duration as base + per × statements, from
 	// the calls so far; zero until known.
 	base, per time.Duration
@@ -81,9 +77,8 @@ func (v *groupView) due(f *flight) time.Duration {
 }
 
 // capacity is how many statements the next call carries: maxStatements,
-// or, while calls are plentiful and a call slot is free, as many as the
-// database runs in the serial bound. A larger call would cost its callers
-// more waiting for one another than a parallel call costs.
+// or, while calls are plentiful and a slot is free, as many as D1 runs in
+// the serial bound, since a parallel call then costs its callers less.
 func (p groupPolicy) capacity(v groupView) int {
 	if v.per <= 0 || v.runners >= p.maxInFlight || !v.plentiful {
 		return p.maxStatements
@@ -98,13 +93,12 @@ func (p groupPolicy) full(v groupView) bool {
 }
 
 // spawn says whether a caller just queued gets a new runner, and whether
-// that runner gathers the callers still arriving before it departs. An
-// idle batcher starts one at once. Otherwise the queue waits for the
-// runners about to depart, or for a call in flight to return, unless that
-// would cost it more than a round trip: the queue holds more than those
-// runners will carry, or calls are plentiful and the queued callers would
-// each wait more than the gather time for the first return, a round trip
-// in all. A further runner needs a call of the budget now.
+// that runner gathers the callers still arriving before it departs. An idle
+// batcher starts one at once. Otherwise the queue waits for the runners
+// about to depart, or for a return, unless that would cost more than a
+// round trip: the queue holds more than those runners carry, or calls are
+// plentiful and the queued callers would each wait more than the gather
+// time, a round trip in all. A further runner needs a call of the budget.
 func (p groupPolicy) spawn(v groupView) (start, gather bool) {
 	switch {
 	case v.runners >= p.maxInFlight:
@@ -145,9 +139,8 @@ func (p groupPolicy) gatherTime(v groupView) time.Duration {
 }
 
 // wait is how a runner waits before it departs: for the callers its call
-// answered to come back with their next statements (a claim's completion,
-// say), or, a runner started beside others, for the callers arriving with
-// it.
+// answered to come back with their next statements (a claim's completion),
+// or, a runner started beside others, for the callers arriving with it.
 type wait struct {
 	gathering bool
 	start     time.Time // when the call returned, or the runner started
@@ -169,8 +162,7 @@ func (p groupPolicy) gathering(v groupView) wait {
 }
 
 // afterReturn is the wait of a runner whose call returned at v.now having
-// answered callers since arrival number since: at most the window (a
-// round trip by default).
+// answered callers since arrival number since: at most the window.
 func (p groupPolicy) afterReturn(v groupView, since uint64, answered int) wait {
 	window := p.window
 	if window == 0 {
@@ -183,11 +175,10 @@ func (p groupPolicy) afterReturn(v groupView, since uint64, answered int) wait {
 // again at the time it returns, or when the queue changes. It waits while
 // the call has room, w.until has not passed, and callers keep coming: a
 // gathering runner while they arrive less than gap apart; a returned one
-// while some it answered are missing and the last arrival was less than
-// gap ago. While calls are scarce, the missing callers are worth more
-// waiting: each would wait a round trip for the next call, if it comes
-// back at all (returns, the share that usually does), against the queued
-// callers' wait.
+// while some it answered are missing and the last arrival was less than gap
+// ago. While calls are scarce a missing caller is worth more waiting: it
+// would wait a round trip for the next call, if it comes back at all
+// (returns, the share that does), against the queued callers' wait.
 func (p groupPolicy) depart(v groupView, w wait, returns float64) (bool, time.Time) {
 	if p.full(v) || !v.now.Before(w.until) {
 		return true, v.now
@@ -204,20 +195,21 @@ func (p groupPolicy) depart(v groupView, w wait, returns float64) (bool, time.Ti
 			quiet = max(quiet, time.Duration(returns*float64(missing)*float64(v.rtt)/float64(v.groups)))
 		}
 	}
-	wake := maxTime(w.start, v.lastArrival).Add(quiet)
+	wake := w.start.Add(quiet)
+	if v.lastArrival.After(w.start) {
+		wake = v.lastArrival.Add(quiet)
+	}
 	if w.until.Before(wake) {
 		wake = w.until
 	}
 	return !v.now.Before(wake), wake
 }
 
-// handoff returns the index of a call in flight to whose runner the
-// runner of call f, returned at v.now having answered callers, hands
-// them over: one that left within the gather time of f (or of the earliest
-// call handed to f), whose statements fit one call with f's, and, while
-// calls are plentiful, whose return the callers would wait for a round
-// trip at most in all. -1 when none: the runner waits for its callers
-// itself.
+// handoff returns the index of the call in flight whose runner takes over
+// the callers that call f, just returned, answered: one that left within
+// the gather time of f (or of the earliest call handed to f), whose
+// statements fit one call with f's, and, while calls are plentiful, whose
+// return they would wait for a round trip at most in all. -1 when none.
 func (p groupPolicy) handoff(v groupView, f *flight, answered int) int {
 	if v.rtt == 0 || p.window < 0 {
 		return -1

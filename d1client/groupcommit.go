@@ -9,14 +9,13 @@ import (
 	"github.com/d1idem/d1idem/d1client/budget"
 )
 
-// CoalesceConfig configures group commit: the statements of concurrent
-// Exec calls made with Coalesce() travel together in shared D1 batch calls.
-// A caller that finds no call in flight is sent at once; while calls are
-// in flight, callers queue, and the next call carries them, priority work
-// first. Each caller gets exactly its own results; a statement that fails
-// in a shared call makes every caller of it be sent again alone, and any
-// other failure reaches each caller with its cause. gcpolicy.go states the
-// rules by which calls depart.
+// CoalesceConfig configures group commit: the statements of concurrent Exec
+// calls made with Coalesce() travel together in shared D1 batch calls. A
+// caller that finds no call in flight is sent at once; while calls are in
+// flight, callers queue for the next, priority work first. Each caller gets
+// its own results; a statement that fails in a shared call makes each of
+// its callers be sent again alone, and any other failure reaches each
+// caller. gcpolicy.go states the rules by which calls depart.
 type CoalesceConfig struct {
 	// Window bounds how long a call waits, after the previous one
 	// returned, for the callers that one answered to come back: up to 1 s.
@@ -59,17 +58,13 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 }
 
 // batcher is group commit's mechanism: it queues the statements of
-// concurrent Exec calls made with Coalesce() and sends them together, one
-// D1 call per departure. What it decides (when a call departs, what it
-// carries, whether another starts beside it) is its policy's
-// (gcpolicy.go), from a groupView of its state.
-//
-// A runner is a goroutine that holds one of the policy's maxInFlight call
-// slots. It waits as the policy says, takes a call of the budget (meanwhile
-// more statements join), drains the queue into the call, sends it, hands
-// each caller its results, and then waits for the callers it answered to
-// come back. It ends when it has nothing to carry, or when it hands its
-// callers over to the runner of a call still in flight.
+// coalesced Exec calls and sends them together, one D1 call per departure,
+// as its policy (gcpolicy.go) decides from a groupView of its state. A
+// runner is a goroutine that holds one of the maxInFlight call slots: it
+// waits as the policy says, takes a call of the budget, drains the queue
+// into the call, sends it, hands each caller its results, and waits for the
+// callers it answered to come back. It ends when it has nothing to carry,
+// or when it hands its callers over to the runner of a call in flight.
 type batcher struct {
 	pol  groupPolicy
 	c    *Client
@@ -136,17 +131,19 @@ func (b *batcher) headClass() budget.Class {
 	return budget.Normal
 }
 
-// submit queues the statements for the next shared call and waits for their
-// results, and the number of statements of the call that carried them (0
-// when none did).
+// submit queues the statements for the next shared call and returns their
+// results and the statements of the call that carried them (0: none did).
 func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, int, *Error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, notSent(err, "")
 	}
-	if e := blocked(b.acct); e != nil {
-		return nil, 0, e
+	if until, on := b.acct.Blocked(); on {
+		return nil, 0, blockedError(until, time.Until(until))
 	}
-	g := &pendingGroup{ctx: ctx, wire: wire, class: cl, size: groupSize(wire), done: make(chan struct{})}
+	g := &pendingGroup{ctx: ctx, wire: wire, class: cl, done: make(chan struct{})}
+	for _, w := range wire {
+		g.size += len(w) + 1 // its encoding and a comma: its exact share of a batch body
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		g.deadline = dl
 		// The call could not go and come back before the deadline: say so
@@ -211,16 +208,6 @@ func (b *batcher) start(gather bool) {
 		w = b.pol.gathering(b.view())
 	}
 	go b.run(w)
-}
-
-// groupSize is the statements' exact share of a batch body: their encoding
-// and a comma each.
-func groupSize(wire []wireStatement) int {
-	n := 0
-	for _, w := range wire {
-		n += len(w) + 1
-	}
-	return n
 }
 
 // withdraw takes a group that was never sent out of the queue.
@@ -314,10 +301,10 @@ func (b *batcher) await(w wait) bool {
 	}
 }
 
-// fly drains the queue into a call and sends it, entered with b.mu held
-// and a call taken from the budget. It returns how the runner waits next,
-// with b.mu held; or false, with b.mu released, when the runner handed its
-// callers over to a call in flight and ends.
+// fly drains the queue into a call and sends it, entered with b.mu held and
+// a call taken from the budget. It returns how the runner waits next, with
+// b.mu held; or false, b.mu released, when the runner handed its callers
+// over and ends.
 func (b *batcher) fly() (wait, bool) {
 	groups, stmts := b.drain(b.pol.capacity(b.view()))
 	if start, gather := b.pol.leftover(b.view()); start {
@@ -352,7 +339,9 @@ func (b *batcher) fly() (wait, bool) {
 			g.since = since
 		}
 		g.handed += answered
-		g.first = minTime(g.first, f.first)
+		if f.first.Before(g.first) {
+			g.first = f.first
+		}
 		b.runners--
 		b.mu.Unlock()
 		deliver(groups, results, err)
@@ -414,8 +403,7 @@ func fail(groups []*pendingGroup, e *Error) {
 }
 
 // dropLate fails, with b.mu held, the queued groups with less than a round
-// trip left before their deadline: the call would be cut off on its way
-// back, their outcome unknown. Nothing of them was sent.
+// trip left before their deadline, which would be cut off on the way back.
 func (b *batcher) dropLate() {
 	rtt := b.acct.RoundTrip()
 	if rtt == 0 {
@@ -437,10 +425,9 @@ func (b *batcher) dropLate() {
 	}
 }
 
-// drain takes the queued groups for one call of at most capacity
-// statements and MaxBytes, priority work first (a single larger group
-// travels alone). Within a class the queue is first come, first served,
-// and lower-class work joins only once all higher-class work is aboard.
+// drain takes the queued groups for one call of at most capacity statements
+// and MaxBytes (a single larger group travels alone): first come, first
+// served, and normal work only once all priority work is aboard.
 func (b *batcher) drain(capacity int) ([]*pendingGroup, int) {
 	var groups []*pendingGroup
 	stmts, size := 0, batchOverhead
@@ -479,18 +466,4 @@ func (b *batcher) drainAll() []*pendingGroup {
 	}
 	b.stmts, b.size = 0, 0
 	return groups
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }

@@ -23,19 +23,16 @@ func redactToken(token string) string {
 	return redacted
 }
 
-// opaqueToken is the length from which a token is taken to be opaque: so
-// long that it is never part of another word by chance (the bridge's
-// secrets are at least this long, Cloudflare's API tokens 40 characters).
-// Every occurrence of such a token is redacted, even one glued to other
-// characters (a URL-encoded "Bearer%20TOKEN"); a shorter one only where it
-// stands as a whole word.
+// opaqueToken is the length from which a token is never part of another
+// word by chance (the bridge's secrets are at least this long, Cloudflare's
+// API tokens 40 characters): every occurrence of it is redacted, even one
+// glued to other characters ("Bearer%20TOKEN").
 const opaqueToken = 16
 
 // redactText returns s with the token's occurrences replaced by
 // "[REDACTED]". A token shorter than opaqueToken is replaced only where it
-// stands as a whole word, not inside a longer run of letters, digits, '_'
-// and '-': a token "t" leaves "constraint" alone, "local" leaves
-// "localhost" alone.
+// stands as a whole word (see wordByte): a token "local" leaves "localhost"
+// alone.
 func redactText(s, tok string) string {
 	if tok == "" || !strings.Contains(s, tok) {
 		return s
@@ -75,10 +72,10 @@ func wordByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c >= 0x80
 }
 
-// redactedCause stands for an error cause whose text names the token: its
-// text is the redacted one, and it has no Unwrap, so that the cause's own
-// text is out of reach; errors.Is still sees through it (Is), so that
-// errors.Is(err, syscall.ECONNREFUSED) holds as it did.
+// redactedCause stands for an error cause whose text names the token: it
+// has the redacted text and no Unwrap, so the cause's own text is out of
+// reach, but errors.Is sees through it (errors.Is(err, syscall.ECONNREFUSED)
+// holds as it did).
 type redactedCause struct {
 	text  string
 	cause error
@@ -129,11 +126,9 @@ func (c Config) LogValue() slog.Value {
 }
 
 // MarshalJSON implements json.Marshaler, so that json.Marshal and slog's
-// JSON handler (for a Config inside another value) never show the API
-// token or the bridge URL's secret: the fields that are data, named as
-// json.Marshal names them, with both secrets replaced by "[REDACTED]", the
-// Budget and the Account as their String. HTTPClient, Logger and the
-// providers are left out.
+// JSON handler never show the API token or the bridge URL's secret: the
+// fields that are data, both secrets "[REDACTED]", the Budget and the
+// Account as their String.
 func (c Config) MarshalJSON() ([]byte, error) {
 	v := struct {
 		BaseURL, BridgeURL, APIToken, AccountID, DatabaseID string

@@ -22,18 +22,13 @@ const (
 	Blob
 )
 
+var typeNames = [...]string{Null: "null", Integer: "integer", Real: "real", Text: "text", Blob: "blob"}
+
+// String returns the type's name: "null", "integer", "real", "text" or
+// "blob".
 func (t Type) String() string {
-	switch t {
-	case Null:
-		return "null"
-	case Integer:
-		return "integer"
-	case Real:
-		return "real"
-	case Text:
-		return "text"
-	case Blob:
-		return "blob"
+	if int(t) < len(typeNames) {
+		return typeNames[t]
 	}
 	return "unknown"
 }
@@ -154,8 +149,8 @@ func (v Value) MarshalJSON() ([]byte, error) {
 	return json.Marshal(v.s)
 }
 
-// IntValue, RealValue, TextValue and NullValue construct values, mainly for
-// tests and for comparing results.
+// IntValue, RealValue, TextValue, BlobValue and NullValue construct values,
+// mainly for tests and for comparing results.
 func IntValue(i int64) Value    { return Value{typ: Integer, i: i} }
 func RealValue(f float64) Value { return Value{typ: Real, f: f} }
 func TextValue(s string) Value  { return Value{typ: Text, s: s} }
@@ -205,9 +200,8 @@ func decodeValue(raw json.RawMessage) (Value, error) {
 	}
 }
 
-// plainJSONString reports whether the inside of a JSON string literal holds
-// no escape, no quote, no control character and only valid UTF-8, so that
-// it is its own value.
+// plainJSONString reports whether the inside of a JSON string literal is
+// its own value: no escape, quote or control character, valid UTF-8.
 func plainJSONString(b []byte) bool {
 	for _, c := range b {
 		if c < 0x20 || c == '"' || c == '\\' {
@@ -278,6 +272,12 @@ func scanValue(v Value, dest any) error {
 		}
 		return fmt.Errorf("NULL cannot be stored in %T; scan into a pointer to a pointer or an sql.Null type", dest)
 	}
+	return scanNonNull(v, dest)
+}
+
+// scanNonNull is scanValue for a value that is not NULL and a destination
+// of a plain type.
+func scanNonNull(v Value, dest any) error {
 	switch d := dest.(type) {
 	case *int64:
 		i, ok := v.Int64()
@@ -397,9 +397,8 @@ func (w *metaWire) meta() Meta {
 	}
 }
 
-// metaNumber is a number of meta: an integer read exactly when it is
-// written as one, otherwise a float. null is 0; so is a number written as
-// a string, as json.Number would accept it.
+// metaNumber is a number of meta: exact when written as an integer, else a
+// float; null is 0, and a number may be written as a string.
 type metaNumber struct {
 	i     int64
 	f     float64
@@ -432,11 +431,9 @@ func (n *metaNumber) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// smallInteger reads b as UnmarshalJSON would, when it is an integer of
-// at most 18 digits (most of meta), without ParseFloat and ParseInt: its
-// value is then exact both as an int64 and as a float64 converted from
-// it, as ParseFloat would round it. -0 is left to ParseFloat (its float
-// is negative).
+// smallInteger reads b, an integer of at most 18 digits (most of meta),
+// without ParseFloat and ParseInt: its value is exact both as an int64 and
+// as a float64. -0 is left to ParseFloat (its float is negative).
 func smallInteger(b []byte) (metaNumber, bool) {
 	digits := bytes.TrimPrefix(b, []byte("-"))
 	if len(digits) > 18 || !integerLiteral(b) {
@@ -456,8 +453,7 @@ func smallInteger(b []byte) (metaNumber, bool) {
 }
 
 // integerLiteral reports whether b is written as an integer: digits after
-// an optional minus sign. (Trying strconv.ParseInt on every number would
-// allocate an error for each one that is not.)
+// an optional minus sign. (A failed strconv.ParseInt allocates its error.)
 func integerLiteral(b []byte) bool {
 	if len(b) > 0 && b[0] == '-' {
 		b = b[1:]
@@ -519,9 +515,8 @@ func (r *Result) Map(i int) map[string]Value {
 	return m
 }
 
-// resultList is the envelope's result: an array of statement results. It
-// keeps a decoding error to itself, so that the envelope around it still
-// decodes and the error can be reported for what it is.
+// resultList is the envelope's result, an array of statement results; it
+// keeps its decoding error, so that the rest of the envelope still decodes.
 type resultList struct {
 	present bool // the envelope has a result, null included
 	items   []rawResult
@@ -566,9 +561,8 @@ type rawResult struct {
 	Meta    metaWire `json:"meta"`
 }
 
-// rawTable is a statement's results: the documented
-// {"columns":[...],"rows":[[...]]}, null, missing, an empty array, or the
-// /query form (an array of objects) that some emulators answer /raw with.
+// rawTable is a statement's results: {"columns":[...],"rows":[[...]]},
+// null, missing, [], or the /query form some emulators answer /raw with.
 // Like resultList, it keeps its decoding error.
 type rawTable struct {
 	columns []string

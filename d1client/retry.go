@@ -7,18 +7,15 @@ import (
 )
 
 // RateLimitBlock is how long Cloudflare blocks every API call of an account
-// after its global rate limit (code 971) trips, when no Retry-After says
-// otherwise.
+// after code 971, when no Retry-After says otherwise.
 const RateLimitBlock = 5 * time.Minute
 
 // RetryPolicy says how transient failures are retried: how many attempts,
 // and the backoff between them. A zero field takes its default, so the zero
-// RetryPolicy is DefaultRetryPolicy(). NoRetry() makes one attempt only.
-//
-// Whatever the policy, a call that may write is retried only after a
-// failure that proves nothing was delivered (a refused connection), unless
-// it is marked Idempotent; SQL, auth and envelope errors are never retried;
-// and nothing is sent during a 971 rate-limit block.
+// RetryPolicy is DefaultRetryPolicy(). Whatever the policy, a call that may
+// write is retried only after a failure that proves nothing was delivered,
+// unless it is marked Idempotent; SQL, auth and envelope errors are never
+// retried; and nothing is sent during a 971 block.
 type RetryPolicy struct {
 	// MaxAttempts is the number of attempts, the first included: 1 to 100.
 	// Default 4.

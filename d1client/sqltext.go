@@ -20,9 +20,8 @@ type sqlClass struct {
 	readOnly bool
 }
 
-// check refuses SQL that holds no statement or several: D1 refuses
-// parameters with several statements, and its answer would not have one
-// result per Statement.
+// check refuses SQL that holds no statement or several: D1 would refuse
+// its parameters, or answer with more results than Statements.
 func (c sqlClass) check(index int) error {
 	switch {
 	case c.statements == 0:
@@ -54,10 +53,9 @@ func classifySQL(sql string) sqlClass {
 	return c
 }
 
-// readsOnly reports whether one statement's tokens make a statement that
-// cannot write. SQLite's grammar has no data-changing statement inside a
-// SELECT or a common table expression, so the statement's main verb
-// decides. toks is not empty: sqlite.Split keeps no empty statement.
+// readsOnly reports whether one statement's tokens, not empty, make a
+// statement that cannot write. SQLite's grammar has no data-changing
+// statement inside a SELECT or a CTE, so the main verb decides.
 func readsOnly(toks []sqlite.Token) bool {
 	switch toks[0].Keyword() {
 	case "SELECT", "VALUES":

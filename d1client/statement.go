@@ -33,30 +33,15 @@ type Statement struct {
 	Params []any
 }
 
-// appendParam appends to dst the JSON D1 binds one Go value as, the way
-// the caller means it. The rules, decided deliberately:
-//
-//   - nil, and nil pointers, become null (SQL NULL).
-//   - bool becomes 0 or 1: D1 has no boolean type and the REST API's handling
-//     of JSON true/false is undocumented.
-//   - Integers with |v| <= 2^53 travel as JSON numbers. Larger ones travel as
-//     decimal strings: D1's service is JavaScript, where a JSON number is a
-//     double and 2^53+1 silently becomes 2^53. A string arrives exactly, and
-//     SQLite's INTEGER affinity converts it back to the exact int64 when it is
-//     stored in or compared with an INTEGER column. (Outside an INTEGER
-//     column it stays TEXT; say CAST(? AS INTEGER) there.) uint64 values above
-//     MaxInt64 are refused: SQLite cannot hold them as integers.
-//   - Floats travel as JSON numbers; NaN and ±Inf are refused (JSON has no
-//     spelling for them). Note that D1 binds every JSON number as REAL.
-//   - Strings travel as JSON strings and must be valid UTF-8: JSON would
-//     silently replace invalid bytes with U+FFFD.
-//   - []byte is refused: JSON has no binary type and D1's handling of byte
-//     arrays over REST is unverified. Bind hex text and write unhex(?) in SQL.
-//   - time.Time is refused: D1 has no time type, and any implicit format
-//     would be a silent choice. Bind t.UnixMilli() or t.Format(time.RFC3339Nano).
-//   - json.Number is sent as written, after validation.
-//   - driver.Valuer values are converted with Value first; named types with
-//     a basic underlying kind (type UserID int64) encode as that kind.
+// appendParam appends to dst the JSON D1 binds one Go value as, by the
+// package's table of encodings. Why the choices: D1 has no boolean, time or
+// binary type; its service path is JavaScript, where a JSON number is a
+// double and 2^53+1 silently becomes 2^53, so larger integers travel as
+// decimal strings, which SQLite's INTEGER affinity converts back exactly
+// (outside an INTEGER column, say CAST(? AS INTEGER)); D1 binds every JSON
+// number as REAL; and JSON would replace invalid UTF-8 with U+FFFD.
+// driver.Valuer values are converted with Value first; named types with a
+// basic underlying kind (type UserID int64) encode as that kind.
 func appendParam(dst []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case nil:
@@ -95,6 +80,13 @@ func appendParam(dst []byte, v any) ([]byte, error) {
 		}
 		return appendParam(dst, dv)
 	}
+	return appendKind(dst, v)
+}
+
+// appendKind is appendParam for the types it does not name: pointers, and
+// named types by their underlying kind. A uint64 above MaxInt64 is refused:
+// SQLite cannot hold it as an integer.
+func appendKind(dst []byte, v any) ([]byte, error) {
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {
 	case reflect.Pointer:
@@ -148,10 +140,8 @@ func appendStringParam(dst []byte, s string) ([]byte, error) {
 }
 
 // appendJSONString appends s, valid UTF-8, as a JSON string the way
-// encoding/json does with SetEscapeHTML(false): only '"', '\\', control
-// characters, U+2028 and U+2029 are escaped. encoding/json's default escapes
-// '<', '>' and '&' as six bytes each, which would make an HTML body up to six
-// times longer on the wire.
+// encoding/json does with SetEscapeHTML(false), so that an HTML body does
+// not grow sixfold on the wire.
 func appendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
@@ -179,9 +169,8 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// wireStatement is a statement as it travels, its JSON encoding:
-// {"sql":"...","params":[...]}, with "params" left out when there are none.
-// Its length is the statement's exact share of a request body.
+// wireStatement is a statement's JSON encoding, {"sql":"...","params":[...]}
+// ("params" only when there are some): its exact share of a request body.
 type wireStatement []byte
 
 // encode validates the statement against D1's limits and encodes it. index

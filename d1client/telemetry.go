@@ -47,46 +47,24 @@ var callKindNames = [numCallKinds]string{"single", "batch", "coalesced"}
 // statementBuckets are those of the statements-per-call histogram.
 var statementBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
 
-// class is the name of a kind of failure in metrics and spans, "ok" for
+// kindClasses name the kinds of failure in metrics and spans, "ok" for
 // none.
+var kindClasses = [numResults]string{0: resultOK, kindSQL: "sql", kindAuth: "auth", kindNoDatabase: "no_database",
+	kindRateLimited: "rate_limited", kindOverloaded: "overloaded", kindTransient: "transient", kindNonJSON: "non_json",
+	kindEnvelope: "envelope", kindResultCount: "result_count", kindTransport: "transport", kindInvalid: "invalid",
+	kindRejected: "rejected", kindBudget: "budget"}
+
+// class is the name of a kind of failure in metrics and spans.
 func (k kind) class() string {
-	switch k {
-	case 0:
-		return resultOK
-	case kindSQL:
-		return "sql"
-	case kindAuth:
-		return "auth"
-	case kindNoDatabase:
-		return "no_database"
-	case kindRateLimited:
-		return "rate_limited"
-	case kindOverloaded:
-		return "overloaded"
-	case kindTransient:
-		return "transient"
-	case kindNonJSON:
-		return "non_json"
-	case kindEnvelope:
-		return "envelope"
-	case kindResultCount:
-		return "result_count"
-	case kindTransport:
-		return "transport"
-	case kindInvalid:
-		return "invalid"
-	case kindRejected:
-		return "rejected"
-	case kindBudget:
-		return "budget"
+	if k >= 0 && int(k) < len(kindClasses) {
+		return kindClasses[k]
 	}
 	return "unknown"
 }
 
-// telemetry is a Client's instrumentation through the OpenTelemetry API.
-// With the global providers left unset, every instrument and the tracer
-// are no-ops; the measurement options are built once, so that recording
-// allocates nothing.
+// telemetry is a Client's instrumentation through the OpenTelemetry API;
+// the measurement options are built once, so that recording allocates
+// nothing.
 type telemetry struct {
 	tracer         trace.Tracer
 	callDuration   metric.Float64Histogram
@@ -122,8 +100,7 @@ func addWith(kvs ...attribute.KeyValue) []metric.AddOption {
 }
 
 // newTelemetry makes the instruments of a client of database db from the
-// providers (nil: otel's global ones). An instrument the provider refuses
-// is replaced by its no-op, as the API's contract allows.
+// providers (nil: otel's global ones); one a provider refuses is a no-op.
 func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, db string) *telemetry {
 	m, tracer := otelscope.New(mp, tp, ScopeName)
 	t := &telemetry{tracer: tracer, db: attrDatabase.String(db), ops: map[string]*opTelemetry{}}
@@ -206,9 +183,9 @@ func (t *telemetry) call(coalesced bool, n int, k kind, d time.Duration) {
 	t.callStatements.Record(ctx, int64(n), t.stmtSets[ck]...)
 }
 
-// startAttempt starts the span of one attempt of an Exec call. It returns
-// ctx unchanged when the span does not record. The span's attributes are
-// set when it ends, in one call: cheaper than at its start and then again.
+// startAttempt starts the span of one attempt of an Exec call, and returns
+// ctx unchanged when the span does not record. endAttempt sets its
+// attributes, in one call.
 func (t *telemetry) startAttempt(ctx context.Context, o *opTelemetry) (context.Context, trace.Span) {
 	sctx, span := t.tracer.Start(ctx, o.span)
 	if !span.IsRecording() {
@@ -217,10 +194,9 @@ func (t *telemetry) startAttempt(ctx context.Context, o *opTelemetry) (context.C
 	return sctx, span
 }
 
-// endAttempt ends the span of an attempt, the attempt-th, of operation o
-// with its result: the caller's stmts statements, the kind of call that
-// carried them and, when it was a shared one, its statements in all, and a
-// failure's class and HTTP status.
+// endAttempt ends the span of attempt number attempt of operation o with
+// its result: the caller's statements, the call that carried them (shared:
+// its statements in all), and a failure's class and HTTP status.
 func (t *telemetry) endAttempt(span trace.Span, o *opTelemetry, attempt int, coalesced bool, stmts, shared int, err *Error) {
 	if !span.IsRecording() {
 		span.End()
@@ -269,9 +245,8 @@ func (t *telemetry) shed(cl budget.Class) {
 	t.sheds.Add(context.Background(), 1, t.shedSets[cl]...)
 }
 
-// observeBudget registers the observable gauges of the account's budget
-// as the client sees it. The registration ends when the client becomes
-// unreachable: the callback holds the Account, never the Client.
+// observeBudget registers the gauges of the account's budget as the client
+// sees it, until the client is unreachable (the callback holds the Account).
 func observeBudget(c *Client, mp metric.MeterProvider) {
 	m, _ := otelscope.New(mp, nil, ScopeName)
 	remaining, _ := m.Int64ObservableGauge("d1idem.d1.budget.remaining", metric.WithUnit("{call}"),

@@ -2,6 +2,7 @@ package d1client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,25 +17,17 @@ import (
 	"time"
 )
 
-// The transport: one HTTP POST to D1's /raw endpoint per call, and the
-// classification of its answer into results or an *Error.
-
 // encodeBody builds the request body: the single form for one statement,
-// the batch form for several.
+// {"batch":[...]} for several.
 func encodeBody(wire []wireStatement) []byte {
 	if len(wire) == 1 {
 		return wire[0]
 	}
-	return appendBatch(nil, wire)
-}
-
-// appendBatch appends {"batch":[...]} holding the statements to dst.
-func appendBatch(dst []byte, wire []wireStatement) []byte {
 	n := len(`{"batch":[]}`) + len(wire)
 	for _, w := range wire {
 		n += len(w)
 	}
-	dst = slices.Grow(dst, n)
+	dst := make([]byte, 0, n)
 	dst = append(dst, `{"batch":[`...)
 	for i, w := range wire {
 		if i > 0 {
@@ -48,12 +41,6 @@ func appendBatch(dst []byte, wire []wireStatement) []byte {
 // send makes one HTTP attempt, for which a call was taken from the budget:
 // it POSTs body to the /raw endpoint, hands the answer's rate-limit headers
 // to the Account, and classifies the answer.
-//
-// The request is built here rather than by cloudflare-go's d1 package: its
-// request path (option merging, URL resolution, header copies, retry
-// bookkeeping, decoding into its own types that this package never reads)
-// cost most of a call's allocations, while this package had to capture the
-// raw response and classify every shape itself anyway.
 func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (results []Result, e *Error) {
 	start := time.Now()
 	defer func() {
@@ -137,10 +124,8 @@ func (c *Client) transportError(err error) *Error {
 	return e
 }
 
-// redact removes the API token from every text of the error. The token is
-// never put there by this package; this guards against a server or a proxy
-// echoing it back. Only whole occurrences are replaced (see redactText), so
-// a short token never mangles the words around it, and the cause stays
+// redact removes the API token from every text of the error, against a
+// server or a proxy echoing it back (see redactText); the cause stays
 // reachable by errors.Is.
 func (c *Client) redact(e *Error) {
 	tok := *c.token
@@ -182,6 +167,8 @@ var authCodes = map[int]bool{
 // codeNoDatabase is D1's "database not found".
 const codeNoDatabase = 7404
 
+// classify turns an answer into the results of its n statements, or an
+// *Error of the kind its shape says.
 func (c *Client) classify(status int, header http.Header, body []byte, n int) ([]Result, *Error) {
 	var env envelope
 	if !fastEnvelope(body, n, &env) {
@@ -197,76 +184,85 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 	if len(env.Errors) > 0 {
 		e.Message = env.Errors[0].Message
 	}
-	if ra, ok := parseRetryAfter(header.Get("Retry-After"), time.Now()); ok {
-		e.RetryAfter = ra
-	}
-	if status >= 400 {
-		switch {
-		case status == http.StatusTooManyRequests && (slices.Contains(e.Codes, 971) || strings.Contains(strings.ToLower(e.Message), "throttl") || strings.Contains(e.Message, "1200")):
-			e.kind = kindRateLimited
-			if e.RetryAfter <= 0 {
-				e.RetryAfter = RateLimitBlock
-			}
-			e.BlockedUntil = time.Now().Add(e.RetryAfter)
-			c.block(e.BlockedUntil)
-		case status == http.StatusTooManyRequests:
-			e.kind = kindOverloaded
-			e.Ambiguous = true
-		case slices.Contains(e.Codes, codeNoDatabase):
-			e.kind = kindNoDatabase
-		case e.hasAnyCode(authCodes) || status == http.StatusUnauthorized || status == http.StatusForbidden:
-			e.kind = kindAuth
-		case status >= 500:
-			e.kind = kindTransient
-			e.Ambiguous = true
-		case slices.Contains(e.Codes, 7500):
-			e.kind = kindSQL
-			e.Message = strings.TrimPrefix(e.Message, "D1_ERROR: ")
-			e.SQLiteCode, e.ExtendedCode = parseSQLiteCode(e.Message)
-			e.violation = isViolation(e.SQLiteCode, e.Message)
-		default:
-			e.kind = kindRejected
-		}
+	e.RetryAfter, _ = parseRetryAfter(header.Get("Retry-After"), time.Now())
+	switch {
+	case status >= 400:
+		c.classifyFailure(e)
 		return nil, e
-	}
-	if env.Success != isTrue {
-		e.kind = kindEnvelope
-		e.Ambiguous = true
+	case env.Success != isTrue:
+		e.kind, e.Ambiguous = kindEnvelope, true
 		if e.Message == "" {
 			e.Message = fmt.Sprintf("HTTP %d with success:false", status)
 		}
 		return nil, e
 	}
-	raws := env.Result
-	if !raws.present && raws.err == nil {
-		raws.err = errors.New("no result")
+	return env.Result.results(status, n)
+}
+
+// classifyFailure sets the kind of e, an answer with an HTTP status of 400
+// or more. A 971 blocks the account.
+func (c *Client) classifyFailure(e *Error) {
+	status := e.StatusCode
+	switch {
+	case status == http.StatusTooManyRequests && e.globalLimit():
+		e.kind = kindRateLimited
+		if e.RetryAfter <= 0 {
+			e.RetryAfter = RateLimitBlock
+		}
+		e.BlockedUntil = time.Now().Add(e.RetryAfter)
+		c.block(e.BlockedUntil)
+	case status == http.StatusTooManyRequests:
+		e.kind, e.Ambiguous = kindOverloaded, true
+	case slices.Contains(e.Codes, codeNoDatabase):
+		e.kind = kindNoDatabase
+	case slices.ContainsFunc(e.Codes, func(c int) bool { return authCodes[c] }),
+		status == http.StatusUnauthorized, status == http.StatusForbidden:
+		e.kind = kindAuth
+	case status >= 500:
+		e.kind, e.Ambiguous = kindTransient, true
+	case slices.Contains(e.Codes, 7500):
+		e.kind = kindSQL
+		e.Message = strings.TrimPrefix(e.Message, "D1_ERROR: ")
+		e.SQLiteCode, e.ExtendedCode = parseSQLiteCode(e.Message)
+		e.violation = isViolation(e.SQLiteCode, e.Message)
+	default:
+		e.kind = kindRejected
 	}
-	if raws.err != nil {
-		return nil, &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true,
-			Message: "result is not an array of statement results", Err: raws.err}
+}
+
+// globalLimit reports whether a 429 is Cloudflare's global API limit (code
+// 971, or a message that says so) rather than D1's overload.
+func (e *Error) globalLimit() bool {
+	return slices.Contains(e.Codes, 971) || strings.Contains(strings.ToLower(e.Message), "throttl") || strings.Contains(e.Message, "1200")
+}
+
+// results returns the statements' results of a successful answer, checked
+// against n, the number of statements sent.
+func (l *resultList) results(status, n int) ([]Result, *Error) {
+	malformed := func(msg string, err error) *Error {
+		return &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true, Message: msg, Err: err}
 	}
-	if len(raws.items) != n {
+	switch {
+	case l.err != nil:
+		return nil, malformed("result is not an array of statement results", l.err)
+	case !l.present:
+		return nil, malformed("result is not an array of statement results", errors.New("no result"))
+	case len(l.items) != n:
 		return nil, &Error{kind: kindResultCount, StatusCode: status, Ambiguous: true,
-			Message: fmt.Sprintf("%d statements sent, %d results returned", n, len(raws.items))}
+			Message: fmt.Sprintf("%d statements sent, %d results returned", n, len(l.items))}
 	}
 	results := make([]Result, n)
-	for i := range raws.items {
-		r := &raws.items[i]
+	for i := range l.items {
+		r := &l.items[i]
 		if r.Success == isFalse {
-			return nil, &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true,
-				Message: fmt.Sprintf("statement %d reported success:false", i+1)}
+			return nil, malformed(fmt.Sprintf("statement %d reported success:false", i+1), nil)
 		}
 		if err := r.Results.err; err != nil {
-			return nil, &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true,
-				Message: fmt.Sprintf("statement %d: %v", i+1, err), Err: err}
+			return nil, malformed(fmt.Sprintf("statement %d: %v", i+1, err), err)
 		}
 		results[i] = Result{Columns: r.Results.columns, Rows: r.Results.rows, Meta: r.Meta.meta()}
 	}
 	return results, nil
-}
-
-func (e *Error) hasAnyCode(set map[int]bool) bool {
-	return slices.ContainsFunc(e.Codes, func(c int) bool { return set[c] })
 }
 
 var titlePattern = regexp.MustCompile(`(?is)<title>\s*(.*?)\s*</title>`)
@@ -274,22 +270,13 @@ var titlePattern = regexp.MustCompile(`(?is)<title>\s*(.*?)\s*</title>`)
 // bodySnippet summarises a non-JSON body: an HTML page's title, or the first
 // bytes of anything else.
 func bodySnippet(header http.Header, body []byte) string {
-	ct := header.Get("Content-Type")
-	if m := titlePattern.FindSubmatch(body); m != nil {
-		return fmt.Sprintf("non-JSON %s body: %q", orUnknown(ct), strings.Join(strings.Fields(string(m[1])), " "))
-	}
 	s := strings.Join(strings.Fields(string(body)), " ")
-	if len(s) > 120 {
+	if m := titlePattern.FindSubmatch(body); m != nil {
+		s = strings.Join(strings.Fields(string(m[1])), " ")
+	} else if len(s) > 120 {
 		s = s[:120] + "…"
 	}
-	return fmt.Sprintf("non-JSON %s body: %q", orUnknown(ct), s)
-}
-
-func orUnknown(ct string) string {
-	if ct == "" {
-		return "(no content type)"
-	}
-	return ct
+	return fmt.Sprintf("non-JSON %s body: %q", cmp.Or(header.Get("Content-Type"), "(no content type)"), s)
 }
 
 // block stops every call of the account until until, after a 971.

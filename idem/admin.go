@@ -37,10 +37,9 @@ func ParseStatus(s string) (Status, error) {
 	return "", fmt.Errorf("idem: %q is not a status: use %s or %s", s, StatusPending, StatusCompleted)
 }
 
-// Admin is the ledger's administrative API: it reads rows, releases keys
-// and sweeps, with the ledger's clock, TTL and retention, and owns every
-// statement for them (the d1idem CLI is built on it). Configure its Ledger
-// with the TTL and retention the application uses.
+// Admin is the ledger's administrative API, which the d1idem CLI is built
+// on: it reads rows, releases keys and sweeps, with its Ledger's clock, TTL
+// and retention (configure them as the application does).
 type Admin struct{ l *Ledger }
 
 // Admin returns the ledger's administrative API.
@@ -89,9 +88,8 @@ func (k *KeyRecord) Age() time.Duration { return k.AsOf.Sub(k.CreatedAt) }
 // taken over, renewed, completed or released).
 func (k *KeyRecord) SinceUpdate() time.Duration { return k.AsOf.Sub(k.UpdatedAt) }
 
-// StoredHeaders decodes ResponseHeaders, the JSON object of replay headers
-// as stored (names as stored, values as replayed); nil when there is none,
-// and the JSON error when it is not a JSON object of strings.
+// StoredHeaders decodes ResponseHeaders, the stored JSON object of replay
+// headers; nil when there is none, and the JSON error when it is not one.
 func (k *KeyRecord) StoredHeaders() (map[string]string, error) {
 	if k.ResponseHeaders == nil {
 		return nil, nil
@@ -129,14 +127,20 @@ func (a *Admin) scan(row d1client.Row, detail bool) (KeyRecord, error) {
 	return k, nil
 }
 
-func (a *Admin) scanAll(rows []d1client.Row) ([]KeyRecord, error) {
-	out := make([]KeyRecord, 0, len(rows))
-	for _, r := range rows {
-		k, err := a.scan(r, false)
-		if err != nil {
-			return nil, err
+// mergeRows reads the rows of each database's first result, each in List's
+// order, and merges them, keeping the first n.
+func (a *Admin) mergeRows(res [][]d1client.Result, n int) ([]KeyRecord, error) {
+	var out []KeyRecord
+	for _, r := range res {
+		keys := make([]KeyRecord, 0, len(r[0].Rows))
+		for _, row := range r[0].Rows {
+			k, err := a.scan(row, false)
+			if err != nil {
+				return nil, err
+			}
+			keys = append(keys, k)
 		}
-		out = append(out, k)
+		out = mergeKeys(out, keys, n)
 	}
 	return out, nil
 }
@@ -191,9 +195,8 @@ type KeyPage struct {
 }
 
 // List returns rows ordered by their last update, then principal and key,
-// without their stored responses. Pages are keyset-paginated, so paging is
-// stable while rows are added, updated or deleted. On a sharded ledger the
-// rows of every database of the ring are merged in that order.
+// without their stored responses, from every database of the ledger. Pages
+// are keyset-paginated: stable while rows are added, updated or deleted.
 func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 	limit, err := listLimit(opts.Limit)
 	if err != nil {
@@ -231,23 +234,13 @@ func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 		cond().add("(updated_at, principal, key) > (?, ?, ?)", after.UpdatedAt, after.Principal, after.Key)
 	}
 	q.add(orderByUpdate+" LIMIT ?", limit+1)
-	hs, err := homes(ctx)
+	res, err := a.at(ctx, homes, q.statement())
 	if err != nil {
 		return KeyPage{}, fmt.Errorf("idem: list: %w", err)
 	}
-	res, err := eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
-		return h.db.Exec(ctx, []d1client.Statement{q.statement()})
-	})
+	keys, err := a.mergeRows(res, limit+1)
 	if err != nil {
-		return KeyPage{}, fmt.Errorf("idem: list: %w", err)
-	}
-	var keys []KeyRecord
-	for _, r := range res {
-		ks, err := a.scanAll(r[0].Rows)
-		if err != nil {
-			return KeyPage{}, err
-		}
-		keys = mergeKeys(keys, ks, limit+1)
+		return KeyPage{}, err
 	}
 	page := KeyPage{Keys: keys}
 	if len(keys) > limit {
@@ -275,8 +268,7 @@ type StuckKeys struct {
 }
 
 // Stuck returns the pending keys with no update for longer than the TTL,
-// oldest first, at most limit of them (0 means DefaultListLimit), and how
-// many there are.
+// oldest first, at most limit (0: DefaultListLimit), and how many there are.
 func (a *Admin) Stuck(ctx context.Context, limit int) (StuckKeys, error) {
 	limit, err := listLimit(limit)
 	if err != nil {
@@ -285,23 +277,15 @@ func (a *Admin) Stuck(ctx context.Context, limit int) (StuckKeys, error) {
 	list := stale(a.selectRows(false).add(" WHERE status = ? AND ", string(StatusPending)), a.l.cfg.TTL).
 		add(orderByUpdate+" LIMIT ?", limit)
 	count := stale(a.l.sql.query(a.l.now()).add("SELECT count(*) FROM "+d1idem.Table+" WHERE status = ? AND ", string(StatusPending)), a.l.cfg.TTL)
-	hs, err := a.l.ringHomes(ctx)
-	if err != nil {
-		return StuckKeys{}, fmt.Errorf("idem: stuck: %w", err)
-	}
-	res, err := eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
-		return h.db.Exec(ctx, []d1client.Statement{list.statement(), count.statement()})
-	})
+	res, err := a.at(ctx, a.l.ringHomes, list.statement(), count.statement())
 	if err != nil {
 		return StuckKeys{}, fmt.Errorf("idem: stuck: %w", err)
 	}
 	var out StuckKeys
+	if out.Keys, err = a.mergeRows(res, limit); err != nil {
+		return StuckKeys{}, err
+	}
 	for _, r := range res {
-		ks, err := a.scanAll(r[0].Rows)
-		if err != nil {
-			return StuckKeys{}, err
-		}
-		out.Keys = mergeKeys(out.Keys, ks, limit)
 		var n int64
 		if err := r[1].Rows[0].Scan(&n); err != nil {
 			return StuckKeys{}, fmt.Errorf("idem: stuck: reading the count: %w", err)
@@ -313,11 +297,10 @@ func (a *Admin) Stuck(ctx context.Context, limit int) (StuckKeys, error) {
 
 // ReleaseOptions adjusts Admin.Release.
 type ReleaseOptions struct {
-	// Force also releases a pending row updated within the TTL (its owner is
-	// probably alive: its heartbeat will find the lease lost, and its
-	// completion will be fenced out), and a completed row: its stored
-	// response is forgotten, and the next request with the same fingerprint
-	// executes again.
+	// Force also releases a pending row updated within the TTL (its owner,
+	// probably alive, will find its lease lost and be fenced out), and a
+	// completed row, whose response is forgotten: the next request with
+	// the same fingerprint executes again.
 	Force bool
 }
 
@@ -333,17 +316,12 @@ type ReleaseResult struct {
 }
 
 // Release releases one key at the given generation, with the ledger's one
-// release rule (see Ledger.Release): the row moves one generation on, is
-// pending with no response, and its last update is set one millisecond past
-// the TTL, so the client's next request with the same fingerprint takes it
-// over at once and executes. A request with another fingerprint is still
-// refused as a reused key.
-//
-// Without Force only a stuck row (pending, no update for longer than the
-// TTL) is released. The row is never deleted, so no generation of the key
-// is ever used twice. Released is false, and Before says why, when the row
-// is at another generation, completed, or (without Force) not stuck; a
-// missing row is ErrKeyNotFound.
+// release rule (see Ledger.Release): the row moves one generation on, pending
+// with no response, so the client's next request with the same fingerprint
+// takes it over at once and executes; another fingerprint is still refused
+// as a reused key. Without Force only a stuck row is released. Released is
+// false, and Before says why, when the row is at another generation,
+// completed, or (without Force) not stuck; a missing row is ErrKeyNotFound.
 func (a *Admin) Release(ctx context.Context, principal, key string, generation int64, opts ReleaseOptions) (ReleaseResult, error) {
 	mode := releaseStuck
 	if opts.Force {
@@ -375,22 +353,13 @@ func (a *Admin) Release(ctx context.Context, principal, key string, generation i
 	return out, nil
 }
 
-// Sweep deletes up to SweepBatch rows last updated more than Retention
-// ago, with the spec's bounded DELETE, and returns how many it deleted. The
-// request path sweeps on its own; Sweep is for clearing a backlog. On a
-// sharded ledger it sweeps every database of the ring (up to SweepBatch
-// rows each) and returns the total; the error names the databases that
-// failed.
+// Sweep deletes up to SweepBatch rows last updated more than Retention ago
+// in each database of the ledger, with the spec's bounded DELETE, and
+// returns how many it deleted; the error names the databases that failed.
+// The request path sweeps on its own; Sweep is for clearing a backlog.
 func (a *Admin) Sweep(ctx context.Context) (int64, error) {
 	l := a.l
-	hs, err := l.ringHomes(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("idem: sweep: %w", err)
-	}
-	stmt := l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now())
-	res, err := eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
-		return h.db.Exec(ctx, []d1client.Statement{stmt}, d1client.Idempotent())
-	})
+	res, err := a.at(ctx, l.ringHomes, l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now()))
 	var n int64
 	for _, r := range res {
 		if len(r) > 0 { // the homes that failed have no result
@@ -410,13 +379,7 @@ func (a *Admin) Sweep(ctx context.Context) (int64, error) {
 // more than Retention ago.
 func (a *Admin) SweepBacklog(ctx context.Context) (int64, error) {
 	q := stale(a.l.sql.query(a.l.now()).add("SELECT count(*) FROM "+d1idem.Table+" WHERE "), a.l.cfg.Retention)
-	hs, err := a.l.ringHomes(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("idem: sweep backlog: %w", err)
-	}
-	res, err := eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
-		return h.db.Exec(ctx, []d1client.Statement{q.statement()})
-	})
+	res, err := a.at(ctx, a.l.ringHomes, q.statement())
 	if err != nil {
 		return 0, fmt.Errorf("idem: sweep backlog: %w", err)
 	}
@@ -443,21 +406,18 @@ type Stats struct {
 	// when D1 does not report it.
 	SizeBytes int64
 	// Created counts the rows created within the last Retention, and
-	// FirstCreated is when the oldest row was created (zero if there is
-	// none): with AsOf, the ledger clock's time of the read, they measure
-	// the rate at which rows are written.
+	// FirstCreated is when the oldest was (zero if none): with AsOf, the
+	// ledger clock's time of the read, they measure the write rate.
 	Created      int64
 	FirstCreated time.Time
 	AsOf         time.Time
 }
 
-// Stats summarises the ledger in one read-only D1 call (one per database
-// of a sharded ledger, whose figures are the totals: see HomeStats for each
-// database's). Counting reads the whole table, which D1 bills as rows read.
-// Stats and HomeStats record each database's counts in the gauges
-// d1idem.keys, d1idem.keys.stuck and d1idem.sweep.backlog
-// (docs/observability.md): an application that alerts on stuck keys calls
-// Stats periodically, from one replica.
+// Stats summarises the ledger in one read-only D1 call per database (the
+// totals of a sharded ledger: see HomeStats). Counting reads the whole table,
+// which D1 bills as rows read. Stats and HomeStats record each database's
+// counts in the gauges of docs/observability.md: an application that alerts
+// on stuck keys calls Stats periodically, from one replica.
 func (a *Admin) Stats(ctx context.Context) (Stats, error) {
 	per, err := a.HomeStats(ctx)
 	if err != nil {
@@ -568,9 +528,8 @@ func (a *Admin) statsAt(ctx context.Context, h *home) (Stats, error) {
 	return out, nil
 }
 
-// keyBefore reports whether a comes before b in List's order: by last
-// update, then principal, then key (SQLite's BINARY collation compares
-// bytes, as Go compares strings).
+// keyBefore reports whether a comes before b in List's order (SQLite's
+// BINARY collation compares bytes, as Go compares strings).
 func keyBefore(a, b KeyRecord) bool {
 	if x, y := a.UpdatedAt.UnixMilli(), b.UpdatedAt.UnixMilli(); x != y {
 		return x < y
@@ -616,6 +575,18 @@ func eachHome[T any](ctx context.Context, hs []*home, fn func(ctx context.Contex
 	return out, errors.Join(errs...)
 }
 
+// at runs stmts, as one idempotent call, at each of the databases homes
+// returns, at once (see eachHome).
+func (a *Admin) at(ctx context.Context, homes func(context.Context) ([]*home, error), stmts ...d1client.Statement) ([][]d1client.Result, error) {
+	hs, err := homes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return eachHome(ctx, hs, func(ctx context.Context, h *home) ([]d1client.Result, error) {
+		return h.db.Exec(ctx, stmts, d1client.Idempotent())
+	})
+}
+
 // cursor is a position in List's order: after this row.
 type cursor struct {
 	UpdatedAt int64
@@ -624,9 +595,8 @@ type cursor struct {
 }
 
 // A cursor token is "v1." + base64url(JSON [updated_at, principal, key]) +
-// "." + the first 8 hex digits of the JSON's SHA-256. The digest catches a
-// token cut short or edited by hand, which would otherwise resume at a
-// wrong place without a word.
+// "." + the first 8 hex digits of the JSON's SHA-256, which catches a token
+// cut short or edited by hand.
 const cursorVersion = "v1"
 
 func (c cursor) encode() string {

@@ -22,9 +22,9 @@ const (
 )
 
 // RetentionMargin is how much longer than MaxLease plus the TTL the
-// retention must be. Within it an owner whose handler was cancelled at
-// MaxLease still completes, and a write still in flight lands, before the
-// sweep may delete the row: see Config.Retention.
+// retention must be: within it an owner cancelled at MaxLease still
+// completes, and a write in flight lands, before the sweep may delete the
+// row.
 const RetentionMargin = time.Minute
 
 // MaxSweepBatch is the largest Config.SweepBatch.
@@ -49,9 +49,8 @@ var (
 	DefaultReplayableHeaders  = []string{"content-type", "location"}
 )
 
-// Config configures a Ledger. The zero value of every field means its
-// default. Every Ledger sharing one table should use the same TTL and
-// Retention.
+// Config configures a Ledger; a zero field means its default. Every Ledger
+// sharing one table should use the same TTL and Retention.
 type Config struct {
 	// TTL is how long a pending reservation is presumed alive: after it, a
 	// retry with the same fingerprint takes the reservation over. Set it well
@@ -60,9 +59,7 @@ type Config struct {
 	// Retention is how long any row is kept after its last update before the
 	// sweep deletes it: the retention promised to clients. It must be at
 	// least MaxLease + TTL + RetentionMargin, so that no row an owner may
-	// still write is ever swept (a fresh claim of a swept key restarts at
-	// generation 1, which a live owner may hold). Up to 10 years; default
-	// 24h.
+	// still write is swept. Up to 10 years; default 24h.
 	Retention time.Duration
 	// SweepBatch bounds the rows one sweep deletes. 1 to 1000; default 20.
 	SweepBatch int
@@ -97,17 +94,14 @@ type Config struct {
 	MaxLease time.Duration
 
 	// Logger receives fenced-out completions, lost leases, released
-	// reservations and ledger failures. Logs carry short SHA-256 digests of
-	// principals and a truncated key, never a full principal. nil means
-	// slog.Default().
+	// reservations and ledger failures, never with a full principal (see
+	// Reservation.LogValue). nil means slog.Default().
 	Logger *slog.Logger
 
-	// MeterProvider receives the ledger's metrics, and the net/http
-	// middleware's (idemhttp) too; TracerProvider receives the
-	// middleware's request spans (docs/observability.md). nil means otel's
-	// global providers, which do nothing until the application sets them.
-	// The D1 clients' own metrics and spans come from their
-	// d1client.Config.
+	// MeterProvider receives the ledger's and idemhttp's metrics, and
+	// TracerProvider idemhttp's request spans (docs/observability.md); the
+	// D1 clients' come from their d1client.Config. nil means otel's global
+	// providers, which do nothing until the application sets them.
 	MeterProvider  metric.MeterProvider
 	TracerProvider trace.TracerProvider
 }
@@ -183,17 +177,11 @@ func (c *Config) sweepDefaults() error {
 
 // headerDefaults fills in and checks the header lists.
 func (c *Config) headerDefaults() error {
-	if c.FingerprintHeaders == nil {
-		c.FingerprintHeaders = DefaultFingerprintHeaders
-	}
-	if c.ReplayableHeaders == nil {
-		c.ReplayableHeaders = DefaultReplayableHeaders
-	}
 	var err error
-	if c.FingerprintHeaders, err = lowerNames("Config.FingerprintHeaders", c.FingerprintHeaders); err != nil {
+	if c.FingerprintHeaders, err = lowerNames("Config.FingerprintHeaders", c.FingerprintHeaders, DefaultFingerprintHeaders); err != nil {
 		return err
 	}
-	if c.ReplayableHeaders, err = lowerNames("Config.ReplayableHeaders", c.ReplayableHeaders); err != nil {
+	if c.ReplayableHeaders, err = lowerNames("Config.ReplayableHeaders", c.ReplayableHeaders, DefaultReplayableHeaders); err != nil {
 		return err
 	}
 	for i, h := range c.ReplayableHeaders {
@@ -211,7 +199,12 @@ var neverReplayed = map[string]bool{
 	"keep-alive": true, "date": true, "trailer": true, "upgrade": true, "idempotent-replayed": true,
 }
 
-func lowerNames(field string, names []string) ([]string, error) {
+// lowerNames returns the header names in lower case, or def's when names is
+// nil, checking each.
+func lowerNames(field string, names, def []string) ([]string, error) {
+	if names == nil {
+		names = def
+	}
 	out := make([]string, len(names))
 	for i, n := range names {
 		n = strings.ToLower(strings.TrimSpace(n))

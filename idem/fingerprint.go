@@ -47,10 +47,9 @@ func HeaderValue(h http.Header, name string) string {
 // httpWhitespace is Fetch's HTTP whitespace.
 const httpWhitespace = "\t\n\r "
 
-// decodeUTF8 decodes s as the WHATWG Encoding Standard's UTF-8 decoder does,
-// with replacement: valid UTF-8 is kept, and each maximal ill-formed
-// subsequence (a lead byte and the valid continuation bytes after it, or a
-// stray byte) becomes one U+FFFD.
+// decodeUTF8 decodes s as the WHATWG UTF-8 decoder does: valid UTF-8 is
+// kept, and each maximal ill-formed subsequence (a lead byte and the valid
+// continuation bytes after it, or a stray byte) becomes one U+FFFD.
 func decodeUTF8(s string) string {
 	if utf8.ValidString(s) {
 		return s
@@ -102,18 +101,16 @@ func illFormedLength(s string) int {
 	return n
 }
 
-// Fingerprint computes a request's fingerprint (docs/contract.md#3-fingerprint),
-// byte for byte as a Worker running the spec computes it: the
-// lowercase hex SHA-256 of
+// Fingerprint computes a request's fingerprint (docs/contract.md#3-fingerprint)
+// byte for byte as a Worker running the spec does: the lowercase hex SHA-256
+// of
 //
 //	METHOD "\n" pathAndQuery "\n" name1 ":" value1 "\n" ... nameN ":" valueN "\n" body
 //
 // where METHOD is upper-cased, each name is one of headerNames (lower-case,
-// in the given order) with its value as HeaderValue gives it, and body is
-// streamed into the hash as raw bytes: no concatenated copy is made and the
-// bytes are never decoded as text. pathAndQuery is hashed as given; use
-// PathAndQuery to derive it from a request the way a Worker's
-// new URL(request.url) does.
+// in order) with its value as HeaderValue gives it, and body is streamed into
+// the hash as raw bytes. pathAndQuery is hashed as given: PathAndQuery
+// derives it from a request as a Worker does.
 func Fingerprint(method, pathAndQuery string, header http.Header, headerNames []string, body io.Reader) (string, error) {
 	h := sha256.New()
 	writePrefix(h, method, pathAndQuery, header, headerNames)
@@ -143,19 +140,14 @@ func writePrefix(w io.Writer, method, pathAndQuery string, header http.Header, h
 
 // PathAndQuery returns url.pathname + url.search for the request as a
 // Worker computes it from new URL(request.url): the request target as
-// received (r.RequestURI), serialised the way the WHATWG URL parser does for
-// an http(s) URL. For a well-formed target that is the target verbatim;
-// otherwise:
-//
-//   - a fragment ("#...") is dropped, and so is an empty query ("/a?" is "/a");
-//   - "." and ".." path segments (also spelled %2e) are resolved, and "\" is a
-//     path separator;
-//   - bytes outside the URL code points are percent-encoded: in the path,
-//     controls, space, '"', '<', '>', '`', '{', '}' and non-ASCII; in the
-//     query, controls, space, '"', '<', '>', '\” and non-ASCII. Existing
-//     percent-escapes are kept exactly as sent (no decoding, no case change).
-//
-// Query parameters are never sorted, deduplicated or decoded.
+// received (r.RequestURI), serialised as the WHATWG URL parser does. For a
+// well-formed target that is the target verbatim; otherwise a fragment and
+// an empty query are dropped, "." and ".." segments (also spelled %2e) are
+// resolved, "\" is a path separator, and bytes outside the URL code points
+// are percent-encoded (in the path, controls, space, '"', '<', '>', '`',
+// '{', '}' and non-ASCII; in the query, controls, space, '"', '<', '>', the
+// single quote and non-ASCII). Existing escapes and the query's parameters
+// are kept exactly as sent.
 func PathAndQuery(r *http.Request) string {
 	target := r.RequestURI
 	if target == "" && r.URL != nil {

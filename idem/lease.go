@@ -18,37 +18,18 @@ var (
 	ErrMaxLease = errors.New("idem: maximum lease duration exceeded")
 )
 
-// lease keeps a reservation alive while its handler runs: every
-// Config.Heartbeat it renews updated_at, fenced by generation, so a slow but
-// live owner is never taken over. When a renewal matches no row, the lease is
-// lost: the handler's context is cancelled at once, with ErrLeaseLost as its
-// cause, and a log line says so.
+// lease is what a reservation's heartbeat needs while its handler runs.
 type lease struct {
 	ctx    context.Context // the handler's context
 	cancel context.CancelCauseFunc
-	beat   context.Context // the heartbeat's own context, ended by stop
-	end    context.CancelFunc
-	wg     sync.WaitGroup
-	once   sync.Once
+	beat   context.Context // the heartbeat's own, ended when the handler returns
 }
 
-// hold starts the heartbeat for r and returns the lease whose ctx the
-// handler runs under.
-func (l *Ledger) hold(parent context.Context, r *Reservation) *lease {
-	ctx, cancel := context.WithCancelCause(parent)
-	beat, end := context.WithCancel(context.WithoutCancel(parent))
-	ls := &lease{ctx: ctx, cancel: cancel, beat: beat, end: end}
-	if l.cfg.Heartbeat <= 0 {
-		return ls
-	}
-	ls.wg.Add(1)
-	go func() {
-		defer ls.wg.Done()
-		l.heartbeat(ls, r)
-	}()
-	return ls
-}
-
+// heartbeat keeps r alive while its handler runs: every Config.Heartbeat it
+// renews updated_at, fenced by generation, so a slow but live owner is never
+// taken over. When the lease is lost, the handler's context is cancelled at
+// once, with ErrLeaseLost (or ErrMaxLease) as its cause, and a log line says
+// so.
 func (l *Ledger) heartbeat(ls *lease, r *Reservation) {
 	tick := time.NewTicker(l.cfg.Heartbeat)
 	defer tick.Stop()
@@ -98,26 +79,22 @@ func (l *Ledger) heartbeat(ls *lease, r *Reservation) {
 	}
 }
 
-// stop ends the heartbeat and waits for it, so no renewal races the
-// completion, then cancels the handler's context (its work is over). It is
-// safe to call more than once.
-func (ls *lease) stop() {
-	ls.once.Do(func() {
-		ls.end()
-		ls.wg.Wait()
-		ls.cancel(nil)
-	})
-}
-
-// Hold runs fn under a context that keeps r's lease alive with heartbeats
-// and is cancelled, with cause ErrLeaseLost or ErrMaxLease, when the lease
-// is lost. Run the mutation of an Execute decision under it, between Begin
-// and Complete. When fn returns, or panics, the heartbeat has stopped and
-// fn's context is cancelled before Hold returns or the panic goes on (Hold
-// does not recover it): no renewal races the completion or a release. It
-// returns fn's error.
+// Hold runs fn, the mutation of an Execute decision, under a context that
+// heartbeats keep r's lease alive for, cancelled with cause ErrLeaseLost or
+// ErrMaxLease when the lease is lost, and returns fn's error. When fn
+// returns or panics, the heartbeat stops and fn's context is cancelled
+// before Hold returns or the panic goes on: no renewal races the completion.
 func (l *Ledger) Hold(ctx context.Context, r *Reservation, fn func(ctx context.Context) error) error {
-	ls := l.hold(ctx, r)
-	defer ls.stop()
-	return fn(ls.ctx)
+	hctx, cancel := context.WithCancelCause(ctx)
+	beat, end := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	if l.cfg.Heartbeat > 0 {
+		wg.Go(func() { l.heartbeat(&lease{ctx: hctx, cancel: cancel, beat: beat}, r) })
+	}
+	defer func() {
+		end()
+		wg.Wait() // no renewal races the completion
+		cancel(nil)
+	}()
+	return fn(hctx)
 }

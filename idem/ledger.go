@@ -24,15 +24,11 @@ const (
 )
 
 // Ledger is the spec's claim-before-mutate idempotency ledger on D1. It is
-// safe for concurrent use by many goroutines, and many Ledgers (in many
-// processes, or Workers running the spec's code) may share one table.
-//
-// A first execution costs 2 D1 calls (Begin, Complete); a replay, a reuse or
-// an in-progress answer costs 1 (Begin). With d1client's group commit
-// (d1client.Coalesce), which the Ledger uses for every statement that cannot
-// fail by design, concurrent requests share those calls. Completions,
-// heartbeats and releases are d1client.Priority work: they go first when
-// the API budget is scarce, on a reserve that new claims never take.
+// safe for concurrent use, and many Ledgers (in many processes, or Workers
+// running the spec's code) may share one table. A first execution costs 2
+// D1 calls (Begin, Complete); a replay, a reuse or an in-progress answer 1.
+// Concurrent requests share calls through d1client's group commit, and
+// completions, heartbeats and releases are d1client.Priority work.
 type Ledger struct {
 	cfg Config
 	sql ledgerSQL
@@ -56,9 +52,8 @@ type home struct {
 	backlog   bool      // the last sweep deleted a full batch
 }
 
-// New returns a Ledger that keeps its rows in db, usually a
-// *d1client.Client. The table must exist: apply d1idem.Schema (the CLI's
-// "schema apply" does).
+// New returns a Ledger that keeps its rows in db, usually a *d1client.Client,
+// whose table must exist (d1idem.Schema, or the CLI's "schema apply").
 func New(db d1client.Executor, cfg Config) (*Ledger, error) {
 	if db == nil {
 		return nil, errors.New("idem: nil D1 client")
@@ -120,18 +115,12 @@ const (
 	Retry
 )
 
+var outcomeNames = [...]string{Execute: "execute", Replay: "replay", Reused: "reused", InProgress: "in_progress", Retry: "retry"}
+
+// String returns the outcome's name, such as "in_progress".
 func (o Outcome) String() string {
-	switch o {
-	case Execute:
-		return "execute"
-	case Replay:
-		return "replay"
-	case Reused:
-		return "reused"
-	case InProgress:
-		return "in_progress"
-	case Retry:
-		return "retry"
+	if o > 0 && int(o) < len(outcomeNames) {
+		return outcomeNames[o]
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -151,8 +140,7 @@ type Decision struct {
 
 // Reservation is the right to execute one request's mutation: the
 // principal's key at one generation of the fencing token. Only Begin makes
-// one: it records when the claim was made, which bounds how long the owner
-// may still write (see ErrReservationExpired).
+// one, recording when the claim was made (see ErrReservationExpired).
 type Reservation struct {
 	Principal   string
 	Key         string
@@ -205,10 +193,8 @@ type Response struct {
 	Body   []byte
 }
 
-// ErrNoPrincipal is returned for an empty principal. The principal must be
-// derived by the server from authentication (an account ID, an API key's
-// owner), never taken from the client: it is what keeps one account from
-// replaying or blocking another's keys.
+// ErrNoPrincipal is returned for an empty principal, which the server must
+// derive from authentication (see the package doc).
 var ErrNoPrincipal = errors.New("idem: empty principal: derive it from the authenticated caller")
 
 // ErrInvalidKey is returned for a key outside the spec's pattern.
@@ -219,9 +205,8 @@ var ErrInvalidKey = errors.New("idem: Idempotency-Key must be 1-255 printable AS
 const MaxPrincipalLength = 1024
 
 // ErrInvalidPrincipal is returned for a principal that is not valid UTF-8 or
-// is longer than MaxPrincipalLength bytes. The principal comes from the
-// server's own authentication, so this is the server's bug, not the
-// client's; the error never includes the principal.
+// is longer than MaxPrincipalLength bytes: the server's bug, not the
+// client's. The error never includes the principal.
 var ErrInvalidPrincipal = errors.New("idem: invalid principal")
 
 // ValidPrincipal reports whether the ledger can hold principal p: 1 to
@@ -339,11 +324,9 @@ func (l *Ledger) decideRow(row *storedRow, fingerprint string) (Decision, error)
 const minRetryAfter = 100 * time.Millisecond
 
 // retryAfter estimates when the owner of a pending row will be done: the
-// time its handler typically takes (see handlerTime), less the time since
-// the row was claimed. It is at least minRetryAfter and at most the rest
-// of the owner's lease (its last write plus the TTL): a retry after that
-// may take the reservation over. The spec answers the whole TTL
-// (docs/contract.md#4-claim).
+// time handlers typically take less the row's age, at least minRetryAfter
+// and at most the rest of the owner's lease, after which a retry may take
+// it over. The spec answers the whole TTL (docs/contract.md#4-claim).
 func (l *Ledger) retryAfter(row *storedRow) time.Duration {
 	age := time.Duration(row.now-row.createdAt) * time.Millisecond
 	lease := time.Duration(row.updatedAt-row.now)*time.Millisecond + l.cfg.TTL
@@ -391,12 +374,10 @@ type Completion struct {
 	// Complete), with only the replayable headers in that case. A 204, 205 or
 	// 304 carries no body.
 	Response Response
-	// Sentinel reports whether Response is the spec's sentinel, status 500
-	// with no body, stored in place of a response a replay could not
-	// reproduce (see Complete). Response.Header then holds only the stored
-	// replayable headers, which a transport should send in place of the
-	// handler's own, as a replay will; a handler's own 500 is not the
-	// sentinel.
+	// Sentinel reports whether Response is the spec's sentinel, stored in
+	// place of a response a replay could not reproduce (see Complete); a
+	// handler's own 500 is not. A transport should send its stored
+	// replayable headers in place of the handler's, as a replay will.
 	Sentinel bool
 }
 
@@ -404,17 +385,15 @@ type Completion struct {
 // response only if the reservation's generation is still current and the row
 // still pending, plus a bounded sweep when one is due.
 //
-// A response is stored as the spec's sentinel, status 500 with no body,
-// when a replay could not reproduce it: a body over MaxStoredBody or not
-// valid UTF-8, or a status outside 200-599 (a Worker cannot construct such
-// a response). The caller gets the sentinel too.
+// A response a replay could not reproduce (a body over MaxStoredBody or not
+// valid UTF-8, a status outside 200-599) is stored, and returned, as the
+// spec's sentinel: status 500 with no body.
 //
-// A completion that fails transiently is retried (it is safe: the write is
-// fenced by generation and status) until it lands or the lease would expire.
-// A fenced-out completion is logged and reported as Stored == false; it is
-// never an error. An error means the ledger could not be reached in time, or
-// the reservation expired (ErrReservationExpired); the caller should still
-// send Completion.Response, which is always set.
+// A completion that fails transiently is retried, fenced, until it lands or
+// the lease would expire. A fenced-out completion is logged and reported as
+// Stored == false, never as an error. An error means the ledger could not be
+// reached in time, or ErrReservationExpired; the caller should still send
+// Completion.Response, which is always set.
 func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (done Completion, err error) {
 	defer l.completed(r, &done, &err)
 	w := l.prepare(r, resp)
@@ -428,7 +407,7 @@ func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (d
 // completed counts a completion by its result and, when it stored the
 // response, measures the time since the claim (see retryAfter).
 func (l *Ledger) completed(r *Reservation, done *Completion, err *error) {
-	l.tel.add(l.tel.completions, 1, attrCompletionResult.String(completionResult(*done, *err)))
+	l.tel.add(l.tel.completions, 1, attrCompletionResult.String(writeResult(done.Stored, *err, resStored, resFencedOut)))
 	if *err == nil && done.Stored && !r.acquired.IsZero() {
 		l.handlerTime.add(time.Since(r.acquired))
 	}
@@ -452,9 +431,8 @@ func (l *Ledger) prepare(r *Reservation, resp Response) completionWrite {
 	}
 }
 
-// finish sends a completion batch whose last statement is the fenced UPDATE
-// (after the guard and the caller's statements, if any), with a sweep
-// appended when one is due, and records the outcome in w.done.
+// finish sends a completion batch that ends with the fenced UPDATE, and a
+// sweep when one is due, and records the outcome in w.done.
 func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1client.Statement, userStmts int, w *completionWrite) error {
 	ctx, cancel, err := l.writeContext(ctx, r, l.completionDeadline(r))
 	if err != nil {
@@ -478,11 +456,9 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 		if userStmts == 0 || !errors.Is(err, d1client.ErrSQL) {
 			return fmt.Errorf("idem: completion: %w", err)
 		}
-		// An SQL error aborted the batch, so nothing of it committed: the
-		// fence guard's (a takeover fenced us out, or an
-		// earlier attempt of this very batch landed before its answer was
-		// lost, and the retry's guard tripped), or one of the caller's
-		// statements'. The row tells them apart, not the error's text.
+		// An SQL error aborted the batch: the fence guard's (we were fenced
+		// out, or an earlier attempt landed and the retry's guard tripped),
+		// or a caller's statement's. The row tells them apart.
 	} else {
 		if sweep {
 			deleted := res[len(res)-1].Meta.Changes
@@ -560,8 +536,7 @@ func equalNullable(a, b *string) bool {
 }
 
 // completionDeadline is when completion retries stop: when the lease would
-// expire (the claim or the last renewal, plus the TTL: a takeover may then
-// legitimately happen), but never sooner than a short window after now.
+// expire, but never sooner than minCompletionWindow from now.
 func (l *Ledger) completionDeadline(r *Reservation) time.Time {
 	deadline := r.leaseStart().Add(l.cfg.TTL)
 	if min := time.Now().Add(minCompletionWindow); deadline.Before(min) {
@@ -572,17 +547,14 @@ func (l *Ledger) completionDeadline(r *Reservation) time.Time {
 
 // writeDeadline is the last moment, by the local monotonic clock, at which
 // a write of r's owner may still be sent: its claim plus Retention - TTL -
-// RetentionMargin/2.
+// RetentionMargin/2 (with an injected Clock, by that clock too).
 //
-// Why this is safe: every write to a row sets updated_at to the time of the
-// write, or (a release) to at most TTL + 1ms before it. The claim is a write,
-// so the row's updated_at is never older than the claim minus the TTL + 1ms,
-// and the sweep (updated_at older than Retention) cannot delete it before
-// claim + Retention - TTL - 1ms. The owner's writes end RetentionMargin/2
-// earlier, leaving half a minute for a request still in flight. A key is
-// only ever claimed afresh (at generation 1) after its row was deleted, so
-// no write of r's owner can reach another owner's row of the same
-// generation. With an injected Clock, the clock's elapsed time counts too.
+// Why this is safe: every write sets updated_at to its time, or (a release)
+// at most TTL + 1ms before it, so the sweep cannot delete the row before
+// claim + Retention - TTL - 1ms; the owner's writes end RetentionMargin/2
+// earlier, for a request still in flight. A key is claimed afresh (at
+// generation 1) only after its row was deleted, so no write of r's owner
+// reaches another owner's row of the same generation.
 func (l *Ledger) writeDeadline(r *Reservation) time.Time {
 	window := l.cfg.Retention - l.cfg.TTL - RetentionMargin/2
 	deadline := r.acquired.Add(window)
@@ -620,12 +592,10 @@ func (l *Ledger) fencedOut(ctx context.Context, r *Reservation, what string) {
 }
 
 // LogValue identifies the reservation in logs without its principal or its
-// full key: the principal's short SHA-256 digest (principal_sha256), the
-// key's first characters (key) and its digest (key_sha256), and the
-// generation. The digests are the first 12 hex digits of the SHA-256.
-// Logged under an empty key, as slog.Any("", r), or spliced in with
-// r.LogValue().Group(), the attributes sit beside the line's own, as the
-// ledger logs them.
+// full key: principal_sha256 and key_sha256 (the first 12 hex digits of
+// their SHA-256), the key's first characters (key), and the generation.
+// Logged as slog.Any("", r), or spliced in with r.LogValue().Group(), the
+// attributes sit beside the line's own, as the ledger logs them.
 func (r *Reservation) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("principal_sha256", shortHash(r.Principal)),
@@ -652,34 +622,35 @@ func truncate(s string, n int) string {
 
 // Release gives up a pending reservation, fenced by generation and status,
 // so the client may retry at once, and reports whether it released the row.
-// It applies the ledger's one release rule (Admin.Release applies it too):
-// the row moves one generation on and its updated_at is set one millisecond
-// past the TTL, so the client's retry of the same request takes it over at
-// once. It never touches a newer owner's row or a completed one.
-//
-// The row is not deleted: a fresh claim would restart at generation 1, a
-// generation an earlier owner superseded by a takeover may still hold.
+// It applies the ledger's one release rule, as Admin.Release does: the row
+// moves one generation on and its updated_at is set one millisecond past the
+// TTL, so the client's retry takes it over at once. It never touches a newer
+// owner's row or a completed one, and never deletes the row (see sql.go).
 func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
-	ok, err := l.release(ctx, r)
-	l.tel.add(l.tel.releases, 1, attrReleaseResult.String(writeResult(ok, err, resReleased)))
+	stmt := l.sql.release(r.Principal, r.Key, r.Generation, l.cfg.TTL, releaseOwner, l.now())
+	ok, err := l.fencedWrite(ctx, r, "release", stmt, opRelease)
+	if errors.Is(err, ErrReservationExpired) {
+		l.expired(ctx, r, "release")
+	}
+	l.tel.add(l.tel.releases, 1, attrReleaseResult.String(writeResult(ok, err, resReleased, resNotHeld)))
 	return ok, err
 }
 
-func (l *Ledger) release(ctx context.Context, r *Reservation) (bool, error) {
+// fencedWrite sends stmt, a write of r's owner fenced by its generation,
+// before r's write deadline, and reports whether it matched r's row.
+func (l *Ledger) fencedWrite(ctx context.Context, r *Reservation, what string, stmt d1client.Statement, op d1client.ExecOption) (bool, error) {
 	h, err := l.homeOf(r)
 	if err != nil {
-		return false, fmt.Errorf("idem: release: %w", err)
+		return false, fmt.Errorf("idem: %s: %w", what, err)
 	}
 	ctx, cancel, err := l.writeContext(ctx, r, time.Time{})
 	if err != nil {
-		l.expired(ctx, r, "release")
-		return false, fmt.Errorf("idem: release: %w", err)
+		return false, fmt.Errorf("idem: %s: %w", what, err)
 	}
 	defer cancel()
-	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.release(r.Principal, r.Key, r.Generation, l.cfg.TTL, releaseOwner, l.now())},
-		d1client.Idempotent(), d1client.Coalesce(), d1client.Priority(), opRelease)
+	res, err := h.db.Exec(ctx, []d1client.Statement{stmt}, d1client.Idempotent(), d1client.Coalesce(), d1client.Priority(), op)
 	if err != nil {
-		return false, fmt.Errorf("idem: release: %w", err)
+		return false, fmt.Errorf("idem: %s: %w", what, err)
 	}
 	return len(res[0].Rows) == 1, nil
 }
@@ -697,35 +668,17 @@ func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string)
 	return l.decide([]d1client.Result{{}, res[0]}, principal, key, fingerprint, time.Time{})
 }
 
-// Renew extends a pending reservation's lease (updated_at = now), fenced by
-// generation and status. False means the lease is lost: the reservation was
-// taken over, released or swept, or it expired (ErrReservationExpired).
+// Renew extends a pending reservation's lease, fenced by generation and
+// status. False means the lease is lost (taken over, released, swept, or,
+// with ErrReservationExpired, expired).
 func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
-	ok, err := l.renew(ctx, r)
-	l.tel.add(l.tel.renewals, 1, attrRenewalResult.String(writeResult(ok, err, resRenewed)))
-	return ok, err
-}
-
-func (l *Ledger) renew(ctx context.Context, r *Reservation) (bool, error) {
-	h, err := l.homeOf(r)
-	if err != nil {
-		return false, fmt.Errorf("idem: renew: %w", err)
-	}
-	ctx, cancel, err := l.writeContext(ctx, r, time.Time{})
-	if err != nil {
-		return false, fmt.Errorf("idem: renew: %w", err)
-	}
-	defer cancel()
 	start := time.Now()
-	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.renew(r, l.now())}, d1client.Idempotent(), d1client.Coalesce(), d1client.Priority(), opRenew)
-	if err != nil {
-		return false, fmt.Errorf("idem: renew: %w", err)
-	}
-	renewed := len(res[0].Rows) == 1
-	if renewed {
+	ok, err := l.fencedWrite(ctx, r, "renew", l.sql.renew(r, l.now()), opRenew)
+	if ok {
 		r.markRenewed(start)
 	}
-	return renewed, nil
+	l.tel.add(l.tel.renewals, 1, attrRenewalResult.String(writeResult(ok, err, resRenewed, resNotHeld)))
+	return ok, err
 }
 
 // sweepDue reports whether the next completion at h should carry a sweep,

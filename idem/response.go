@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/internal/jsonstr"
 )
 
 // ErrUnreadableRecord is returned when a completed row cannot be turned back
@@ -50,11 +51,9 @@ func (r *storedRow) stale(ttl time.Duration) bool {
 }
 
 // response reconstructs a completed row's response as a Worker replays it
-// (docs/contract.md#6-responses): status (500 when null), the stored headers (never
-// set-cookie or connection headers, whoever wrote the row), and the body
-// unless the status forbids one. A status outside 200-599 cannot come from
-// a Worker (a Fetch Response cannot carry it) nor from this
-// package: the row is unreadable.
+// (docs/contract.md#6-responses): status (500 when null), the stored headers
+// but those never replayed, and the body unless the status forbids one. A
+// status outside 200-599 makes the row unreadable.
 func (r *storedRow) response() (*Response, error) {
 	status := http.StatusInternalServerError
 	if r.responseStatus != nil {
@@ -75,8 +74,7 @@ func (r *storedRow) response() (*Response, error) {
 }
 
 // replayableStatus reports whether a response with this status can be
-// stored and replayed by both this package and a Worker: a Fetch
-// Response is constructed with a status in 200-599 only.
+// replayed by this package and a Worker (a Fetch Response's is 200-599).
 func replayableStatus[T int | int64](status T) bool { return status >= 200 && status <= 599 }
 
 // decodeHeaders turns a stored response_headers object into header fields.
@@ -106,15 +104,9 @@ func decodeHeaders(s *string) (http.Header, error) {
 }
 
 // normalize applies the completion rules (docs/contract.md#6-responses) to
-// a handler's response. It
-// returns what this caller gets, the response_headers JSON, and the body to
-// store (nil for SQL NULL).
-//
-// A body over MaxStoredBody bytes is not stored: the row records status 500
-// with a null body, and the caller gets that too, so a replay never serves a
-// truncated body. A body that is not valid UTF-8 cannot live in the TEXT
-// column without being altered, and a status outside 200-599 cannot be
-// replayed by a Worker, so both are treated the same way.
+// a handler's response, and returns what this caller gets, the
+// response_headers JSON, and the body to store (nil for SQL NULL), as
+// Complete says.
 func (l *Ledger) normalize(resp Response) (Response, string, *string) {
 	if resp.Status == 0 {
 		resp.Status = http.StatusOK
@@ -133,68 +125,36 @@ func (l *Ledger) normalize(resp Response) (Response, string, *string) {
 }
 
 // captureHeaders encodes response_headers (docs/contract.md#6-responses): a
-// JSON object of the
-// replayable headers present on the response, in allowlist order, each value
-// as a Worker's Headers.get gives it (see HeaderValue), encoded as
-// JSON.stringify encodes it.
-//
-// Header bytes are text to a Worker: workerd decodes a header value as
-// UTF-8, each ill-formed sequence becoming one U+FFFD (the WHATWG decoder),
-// and sends a value as UTF-8. So a value that is valid UTF-8 (é as C3 A9, €,
-// emoji) is stored as those characters and replayed byte for byte by either
-// side, while a byte that is not UTF-8 (Latin-1 é, 0xE9) is stored as U+FFFD
-// by a Worker and by this package alike: a row replays identically whoever
-// wrote it and whoever replays it.
+// JSON object of the replayable headers present on the response, in
+// allowlist order, each value as a Worker's Headers.get gives it (see
+// HeaderValue), encoded as JSON.stringify encodes it; so a row replays
+// identically whoever wrote it and whoever replays it.
 func captureHeaders(h http.Header, names []string) string {
-	var b strings.Builder
-	b.WriteByte('{')
-	first := true
+	b := []byte{'{'}
 	for _, name := range names {
 		if len(h.Values(name)) == 0 {
 			continue
 		}
-		if !first {
-			b.WriteByte(',')
+		if len(b) > 1 {
+			b = append(b, ',')
 		}
-		first = false
-		writeJSString(&b, name)
-		b.WriteByte(':')
-		writeJSString(&b, HeaderValue(h, name))
+		b = appendJSString(b, name)
+		b = append(b, ':')
+		b = appendJSString(b, HeaderValue(h, name))
 	}
-	b.WriteByte('}')
-	return b.String()
+	return string(append(b, '}'))
 }
 
-// writeJSString writes s as JavaScript's JSON.stringify would (Go's encoder
-// also escapes U+2028 and U+2029, which JSON.stringify leaves alone).
-func writeJSString(b *strings.Builder, s string) {
-	const hex = "0123456789abcdef"
-	b.WriteByte('"')
+// appendJSString appends s as JavaScript's JSON.stringify writes it (which,
+// unlike Go's encoder, leaves U+2028 and U+2029 alone).
+func appendJSString(b []byte, s string) []byte {
+	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case '"', '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case '\b':
-			b.WriteString(`\b`)
-		case '\f':
-			b.WriteString(`\f`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		case '\t':
-			b.WriteString(`\t`)
-		default:
-			if c < 0x20 {
-				b.WriteString(`\u00`)
-				b.WriteByte(hex[c>>4])
-				b.WriteByte(hex[c&0xf])
-			} else {
-				b.WriteByte(c)
-			}
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' {
+			b = jsonstr.AppendEscaped(b, c)
+		} else {
+			b = append(b, c)
 		}
 	}
-	b.WriteByte('"')
+	return append(b, '"')
 }

@@ -12,33 +12,23 @@ import (
 	"unicode/utf8"
 )
 
-// ringKey is the key of the reserved row that records a sharded ledger's
-// ring in each of its databases, under the empty principal, which no
-// request can address (Begin refuses it).
-const ringKey = "d1idem:ring"
-
-// homeKey is the key of the reserved row that records, in each database
-// of a sharded ledger, the home ID it was given when it joined a ring:
-// written once, so that one database is never used under two IDs.
-const homeKey = "d1idem:home"
-
-// ringFormat names the ring row's JSON format and its routing function;
-// homeFormat the identity row's.
+// The reserved rows of a sharded ledger, under the empty principal, which no
+// request can address: each database's ring, and the home ID it joined a ring
+// under (written once); and their formats, the ring's naming its routing.
 const (
+	ringKey    = "d1idem:ring"
+	homeKey    = "d1idem:home"
 	ringFormat = "d1idem-ring/1"
 	homeFormat = "d1idem-home/1"
+	maxHomeID  = 255 // the longest Home.ID accepted
 )
-
-// maxHomeID is the longest Home.ID accepted.
-const maxHomeID = 255
 
 // RingPhase is the phase of a ring.
 type RingPhase string
 
 // The phases of a ring. A ring is created Stable; Admin.Grow moves it to
-// the next version in the Moving phase; Admin.AdvanceRing, once no key of
-// the previous version can still be replayed from its old home, makes that
-// version Stable.
+// the next version, Moving; Admin.AdvanceRing makes that version Stable
+// once no key can still be replayed from an old home.
 const (
 	// RingStable: every principal's keys are at Ring.Home(principal).
 	RingStable RingPhase = "stable"
@@ -48,9 +38,8 @@ const (
 	RingMoving RingPhase = "moving"
 )
 
-// Ring is the versioned set of databases a sharded ledger spans, as
-// recorded in each of them. Principals map to databases by rendezvous
-// hashing (see Rendezvous).
+// Ring is the versioned set of databases a sharded ledger spans, as recorded
+// in each of them; principals map to databases by Rendezvous.
 type Ring struct {
 	// Version counts the ring's changes; the first ring is version 1.
 	Version int64
@@ -63,8 +52,7 @@ type Ring struct {
 }
 
 // Epoch orders rings: version v is epoch 2v-1 while Moving and 2v when
-// Stable. It is what the ring row's generation column holds, and what the
-// ring guard compares.
+// Stable. The ring row's generation holds it, and the ring guard compares it.
 func (r Ring) Epoch() int64 {
 	if r.Phase == RingMoving {
 		return 2*r.Version - 1
@@ -76,9 +64,8 @@ func (r Ring) Epoch() int64 {
 // Rendezvous(principal, r.Homes).
 func (r Ring) Home(principal string) string { return Rendezvous(principal, r.Homes) }
 
-// PreviousHome returns, while the ring is Moving and principal is a moved
-// principal, the ID of its old home, which still holds the keys it had
-// there; otherwise "".
+// PreviousHome returns the ID of a moved principal's old home while the
+// ring is Moving; otherwise "".
 func (r Ring) PreviousHome(principal string) string {
 	if r.Phase != RingMoving {
 		return ""
@@ -104,8 +91,7 @@ func (r Ring) equal(o Ring) bool {
 }
 
 // digest is the SHA-256 of the ring's encoding, in hex: the ring row's
-// fingerprint, which the ring guard compares so that two rings of one
-// epoch are told apart.
+// fingerprint, which tells two rings of one epoch apart.
 func (r Ring) digest() string {
 	sum := sha256.Sum256([]byte(r.encode()))
 	return hex.EncodeToString(sum[:])
@@ -134,11 +120,9 @@ func (r Ring) drops(next Ring) []string {
 // Rendezvous returns the ID, among ids, of principal's home by rendezvous
 // (highest random weight) hashing: the ID whose score, the first 8 bytes
 // (big-endian) of SHA-256(principal || 0x00 || ID), is highest; on a tie,
-// the smaller ID. It returns "" when ids is empty. Every replica, and any
-// other tool, computes the same home from the same IDs: the function is
-// part of the ring's recorded format ("d1idem-ring/1"). Adding an ID moves
-// only the principals that the new ID wins, about 1/(len(ids)+1) of them,
-// and each of them to the new ID.
+// the smaller ID; "" when ids is empty. The function is part of the ring's
+// recorded format ("d1idem-ring/1"). Adding an ID moves only the principals
+// that the new ID wins, about 1/(len(ids)+1) of them.
 func Rendezvous(principal string, ids []string) string {
 	best, bestScore := "", uint64(0)
 	for _, id := range ids {
@@ -187,8 +171,7 @@ func (r Ring) encode() string {
 	return string(b)
 }
 
-// errBadRing is wrapped by every error about a recorded ring that cannot
-// be read.
+// errBadRing is wrapped by every error about an unreadable recorded ring.
 var errBadRing = errors.New("idem: the recorded ring is unreadable")
 
 // decodeRing reads a ring row: its generation (the epoch), its
@@ -225,8 +208,7 @@ func decodeRingBody(body string) (Ring, error) {
 }
 
 // homeJSON is the identity row's response_body: the ID the database was
-// given and the ring it joined under that ID. The row's fingerprint is the
-// ID, which the ring guard compares.
+// given (also the row's fingerprint) and the ring it joined under that ID.
 type homeJSON struct {
 	Format string          `json:"format"`
 	ID     string          `json:"id"`

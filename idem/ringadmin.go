@@ -94,6 +94,7 @@ func scanRingStatus(id string, res []d1client.Result) HomeRing {
 		return hr
 	}
 	hr.Now = time.UnixMilli(now).UTC()
+	var st homeState
 	for _, row := range res[0].Rows {
 		var key, fp, body string
 		var gen, at int64
@@ -101,47 +102,63 @@ func scanRingStatus(id string, res []d1client.Result) HomeRing {
 			hr.Err = fmt.Errorf("%w: %v", errBadRing, err)
 			return hr
 		}
-		switch key {
-		case ringKey:
-			r, err := decodeRing(gen, fp, body)
-			if err != nil {
-				hr.Err = err
-				return hr
-			}
-			hr.Ring, hr.RecordedAt = &r, time.UnixMilli(at).UTC()
-		case homeKey:
-			ident, err := decodeHome(fp, body)
-			if err != nil {
-				hr.Err = err
-				return hr
-			}
-			hr.Identity, hr.joined = ident.ID, &ident.Joined
+		if err := st.add(key, gen, fp, body); err != nil {
+			hr.Err = err
+			return hr
 		}
+		if key == ringKey {
+			hr.RecordedAt = time.UnixMilli(at).UTC()
+		}
+	}
+	hr.Ring = st.ring
+	if st.ident != nil {
+		hr.Identity, hr.joined = st.ident.ID, &st.ident.Joined
 	}
 	return hr
 }
 
-// RingStatus reads the ring recorded in each of the ledger's databases.
-// It fails only for a ledger made by New (ErrNotSharded); a database that
-// cannot be read has its HomeRing.Err set.
+// statusAt runs stmts at h, then reads what h holds (ringStatusStatements).
+func (a *Admin) statusAt(ctx context.Context, h *home, stmts ...d1client.Statement) HomeRing {
+	res, err := h.db.Exec(ctx, append(stmts, a.ringStatusStatements()...), d1client.Idempotent())
+	if err != nil {
+		return HomeRing{ID: h.id, Err: err}
+	}
+	return scanRingStatus(h.id, res[len(stmts):])
+}
+
+// atEach sets, at once for each of the homes with these IDs, its HomeRing
+// in st to what fn returns for it, and returns their errors.
+func (a *Admin) atEach(st *RingStatus, ids []string, fn func(h *home) HomeRing) []error {
+	dsts := make([]*HomeRing, len(ids)) // found before the goroutines write st.Homes
+	for i, id := range ids {
+		dsts[i] = st.home(id)
+	}
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() { *dsts[i] = fn(a.l.shards.homes[id]) })
+	}
+	wg.Wait()
+	var errs []error
+	for i, id := range ids {
+		if dsts[i].Err != nil {
+			errs = append(errs, fmt.Errorf("home %s: %w", id, dsts[i].Err))
+		}
+	}
+	return errs
+}
+
+// RingStatus reads the ring recorded in each of the ledger's databases; one
+// that cannot be read has its HomeRing.Err set. New's ledger: ErrNotSharded.
 func (a *Admin) RingStatus(ctx context.Context) (RingStatus, error) {
 	if a.l.shards == nil {
 		return RingStatus{}, ErrNotSharded
 	}
-	s := a.l.shards
-	st := RingStatus{Homes: make([]HomeRing, len(s.ids))}
-	var wg sync.WaitGroup
-	for i, id := range s.ids {
-		wg.Go(func() {
-			res, err := s.homes[id].db.Exec(ctx, a.ringStatusStatements())
-			if err != nil {
-				st.Homes[i] = HomeRing{ID: id, Err: err}
-				return
-			}
-			st.Homes[i] = scanRingStatus(id, res)
-		})
+	ids := a.l.shards.ids
+	st := RingStatus{Homes: make([]HomeRing, len(ids))}
+	for i, id := range ids {
+		st.Homes[i].ID = id
 	}
-	wg.Wait()
+	a.atEach(&st, ids, func(h *home) HomeRing { return a.statusAt(ctx, h) })
 	for _, h := range st.Homes {
 		if h.Ring != nil && h.Ring.Epoch() > st.Ring.Epoch() {
 			st.Ring = *h.Ring
@@ -179,9 +196,8 @@ func (st *RingStatus) home(id string) *HomeRing {
 }
 
 // check returns an error when one of the databases with these IDs is not
-// the ledger's, or is recorded as another home; when the rings of all the
-// databases conflict (two of one epoch, or a newer one that drops a home);
-// and, if readable is set, when one could not be read.
+// the ledger's or is recorded as another home, when the databases' rings
+// conflict, and, if readable is set, when one could not be read.
 func (st *RingStatus) check(ids []string, readable bool) error {
 	var errs []error
 	for _, id := range ids {
@@ -194,7 +210,7 @@ func (st *RingStatus) check(ids []string, readable bool) error {
 				errs = append(errs, fmt.Errorf("home %s: %w", id, h.Err))
 			}
 		case h.Identity != "" && h.Identity != id:
-			return fmt.Errorf("%w: the database given as home %q recorded that it is home %q", ErrHomeMismatch, id, h.Identity)
+			return mismatch(id, h.Identity)
 		}
 	}
 	rings := map[string]Ring{}
@@ -223,41 +239,20 @@ ON CONFLICT (principal, key) DO NOTHING`, int64(ringFarFuture)).statement()
 // h holds then: ErrHomeMismatch if it was recorded as another home, and
 // ErrRingConflict if it joined another ring.
 func (a *Admin) join(ctx context.Context, h *home, r Ring) HomeRing {
-	res, err := h.db.Exec(ctx, append([]d1client.Statement{a.identityStatement(h.id, r)}, a.ringStatusStatements()...), d1client.Idempotent())
-	if err != nil {
-		return HomeRing{ID: h.id, Err: err}
-	}
-	hr := scanRingStatus(h.id, res[1:])
+	hr := a.statusAt(ctx, h, a.identityStatement(h.id, r))
 	switch {
 	case hr.Err != nil:
 	case hr.Identity != h.id:
-		hr.Err = fmt.Errorf("%w: the database given as home %q recorded that it is home %q (one database given under two IDs?)", ErrHomeMismatch, h.id, hr.Identity)
+		hr.Err = mismatch(h.id, hr.Identity)
 	case !hr.joined.equal(r):
 		hr.Err = fmt.Errorf("%w: home %s joined %s in an earlier ring operation, not %s", ErrRingConflict, h.id, hr.joined.describe(), r.describe())
 	}
 	return hr
 }
 
-// joinAll runs join at each of the homes with these IDs at once, updates
-// st, and returns the errors.
+// joinAll runs join at each of the homes with these IDs, updating st.
 func (a *Admin) joinAll(ctx context.Context, st *RingStatus, ids []string, r Ring) error {
-	s := a.l.shards
-	dsts := make([]*HomeRing, len(ids))
-	for i, id := range ids {
-		dsts[i] = st.home(id)
-	}
-	var wg sync.WaitGroup
-	for i, id := range ids {
-		wg.Go(func() { *dsts[i] = a.join(ctx, s.homes[id], r) })
-	}
-	wg.Wait()
-	var errs []error
-	for _, id := range ids {
-		if h := st.home(id); h.Err != nil {
-			errs = append(errs, fmt.Errorf("home %s: %w", id, h.Err))
-		}
-	}
-	return errors.Join(errs...)
+	return errors.Join(a.atEach(st, ids, func(h *home) HomeRing { return a.join(ctx, h, r) })...)
 }
 
 // writeRing records r at h, unless h holds a newer ring, with h's identity
@@ -271,16 +266,11 @@ VALUES ('', '`+ringKey+`', ?, 'completed', ?, 200, ?, '{"content-type":"applicat
 ON CONFLICT (principal, key) DO UPDATE SET generation = excluded.generation, fingerprint = excluded.fingerprint,
   response_body = excluded.response_body, created_at = excluded.created_at
 WHERE generation < excluded.generation`, int64(ringFarFuture))
-	stmts := append([]d1client.Statement{a.identityStatement(h.id, r), q.statement()}, a.ringStatusStatements()...)
-	res, err := h.db.Exec(ctx, stmts, d1client.Idempotent())
-	if err != nil {
-		return HomeRing{ID: h.id, Err: err}
-	}
-	hr := scanRingStatus(h.id, res[2:])
+	hr := a.statusAt(ctx, h, a.identityStatement(h.id, r), q.statement())
 	switch {
 	case hr.Err != nil:
 	case hr.Identity != h.id:
-		hr.Err = fmt.Errorf("%w: the database given as home %q recorded that it is home %q", ErrHomeMismatch, h.id, hr.Identity)
+		hr.Err = mismatch(h.id, hr.Identity)
 	case hr.Ring == nil || !hr.Ring.equal(r):
 		hr.Err = fmt.Errorf("%w: recording %s, the database holds %v", ErrRingConflict, r, hr.Ring)
 	}
@@ -292,37 +282,20 @@ WHERE generation < excluded.generation`, int64(ringFarFuture))
 // holds r, at every other database of r that lacks it (or lacks its
 // identity). It updates st.
 func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, r Ring) error {
-	s := a.l.shards
-	first := a.writeRing(ctx, s.homes[coordinator], r)
+	first := a.writeRing(ctx, a.l.shards.homes[coordinator], r)
 	*st.home(coordinator) = first
 	if first.Err != nil {
 		return fmt.Errorf("idem: recording %s at the coordinating home %s: %w", r, coordinator, first.Err)
 	}
 	var rest []string
 	for _, id := range r.Homes {
-		if id != coordinator {
-			if h := st.home(id); h.Ring == nil || h.Ring.Epoch() < r.Epoch() || h.Err != nil || h.Identity == "" {
-				rest = append(rest, id)
-			}
+		if h := st.home(id); id != coordinator && (h.Ring == nil || h.Ring.Epoch() < r.Epoch() || h.Err != nil || h.Identity == "") {
+			rest = append(rest, id)
 		}
 	}
-	dsts := make([]*HomeRing, len(rest))
-	for i, id := range rest {
-		dsts[i] = st.home(id)
-	}
-	var wg sync.WaitGroup
-	for i, id := range rest {
-		wg.Go(func() { *dsts[i] = a.writeRing(ctx, s.homes[id], r) })
-	}
-	wg.Wait()
+	errs := a.atEach(st, rest, func(h *home) HomeRing { return a.writeRing(ctx, h, r) })
 	st.Ring = r
 	st.DropAt = a.dropAt(*st)
-	var errs []error
-	for _, id := range r.Homes {
-		if h := st.home(id); h.Err != nil {
-			errs = append(errs, fmt.Errorf("home %s: %w", id, h.Err))
-		}
-	}
 	if len(errs) > 0 {
 		return fmt.Errorf("idem: %s is recorded at %d of its %d databases; run AdvanceRing to record it at the others: %w",
 			r, len(r.Homes)-len(errs), len(r.Homes), errors.Join(errs...))
@@ -332,19 +305,15 @@ func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, 
 }
 
 // InitRing records the first ring, version 1, Stable, over every database
-// of the ledger (those given to NewSharded), which must hold the schema
-// and no ring. Several databases must also hold no key: keys already in
-// one database stay where the ring routes their principals only when it
-// is the only one. Run it once, before the first request of a sharded
-// ledger; an existing ledger on one database becomes the N = 1 case, and
-// grows with Grow.
+// of the ledger (those given to NewSharded), which must hold the schema and
+// no ring; several databases must also hold no key (an existing ledger on
+// one database becomes a ring of one, and grows with Grow). Run it once,
+// before the first request of a sharded ledger.
 //
-// It first records in every database its home ID and the ring it joins,
-// and records the ring only once all of them have: a database that joined
-// another ring (an earlier InitRing that did not finish, another
-// operator's) or that is recorded as another home is refused, so two
-// rings can never share a database. If InitRing fails once the ring is
-// recorded somewhere, AdvanceRing finishes it.
+// It records the ring only once every database has recorded its home ID and
+// the ring it joins: a database that joined another ring or is recorded as
+// another home is refused, so two rings never share a database. If InitRing
+// fails once the ring is recorded somewhere, AdvanceRing finishes it.
 func (a *Admin) InitRing(ctx context.Context) (RingStatus, error) {
 	st, err := a.RingStatus(ctx)
 	if err != nil {
@@ -373,16 +342,15 @@ func (a *Admin) InitRing(ctx context.Context) (RingStatus, error) {
 // (each given to NewSharded, holding the schema, and empty): it records in
 // each new database its home ID and the ring it joins, then the next
 // version, Moving, in the current homes' first database (which decides
-// between racing operators), then in every other one. From then
-// on about len(ids)/(len(homes)+len(ids)) of the principals move to the
-// new databases: their new keys go there, and the keys they have at their
-// old homes are still answered from there. After DropAt (two retention
-// windows: see docs/sharding.md), AdvanceRing ends the change.
+// between racing operators), then in every other one. From then on about
+// len(ids)/(len(homes)+len(ids)) of the principals have their new keys in
+// the new databases, their old ones still answered from their old homes,
+// until AdvanceRing ends the change after DropAt (docs/sharding.md).
 //
-// The current ring must be Stable and recorded in all of its databases.
-// Every replica must already have a Home for each new database. If some
-// database cannot be written, the error says so and AdvanceRing finishes
-// the recording; the ledger stays exactly-once meanwhile.
+// The current ring must be Stable and recorded in all of its databases, and
+// every replica must already have a Home for each new database. If some
+// database cannot be written, AdvanceRing finishes the recording; the
+// ledger stays exactly-once meanwhile.
 func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 	st, err := a.RingStatus(ctx)
 	if err != nil {
@@ -430,13 +398,10 @@ func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 	return st, a.record(ctx, &st, cur.Homes[0], next)
 }
 
-// AdvanceRing moves a change of the ring on: it records the newest ring
-// in every database of it that does not hold it yet (after a failure of
-// Grow or of an earlier AdvanceRing), then, if that ring is Moving, makes
-// it Stable once DropAt has passed: the moved principals' old homes are no
-// longer read. Before DropAt it returns ErrDropNotDue (and the status,
-// whose DropAt says when). On a Stable ring it only finishes the
-// recording.
+// AdvanceRing moves a change of the ring on: it records the newest ring in
+// every database of it that lacks it, then, if that ring is Moving, makes it
+// Stable once DropAt has passed, and the old homes are no longer read.
+// Before DropAt it returns ErrDropNotDue with the status.
 func (a *Admin) AdvanceRing(ctx context.Context) (RingStatus, error) {
 	st, err := a.RingStatus(ctx)
 	if err != nil {

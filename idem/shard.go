@@ -99,23 +99,17 @@ func newRoute(r Ring) *route {
 }
 
 // NewSharded returns a Ledger that spans several D1 databases, each
-// principal's keys in the one the recorded ring routes it to (see Ring
-// and docs/sharding.md). Every database must hold the ledger's schema, and
-// the ring must have been recorded (Admin.InitRing) before the first
-// request; the ledger reads it from the homes on first use and follows its
-// changes (Admin.Grow, Admin.AdvanceRing) as it meets them. homes may
-// include databases the ring does not name yet: give every replica a
-// database before Grow adds it. One home is the N = 1 case: a ledger
-// ready to grow.
+// principal's keys in the one the recorded ring routes it to (see Ring and
+// docs/sharding.md). Every database must hold the ledger's schema, and the
+// ring must be recorded (Admin.InitRing) before the first request; the
+// ledger reads it on first use and follows its changes (Admin.Grow,
+// Admin.AdvanceRing) as it meets them. homes may include databases the ring
+// does not name yet: give every replica a database before Grow adds it. One
+// home is a ledger ready to grow.
 //
-// Each database records the home ID it joined the ring under; a ledger
-// whose Homes disagree with what a database recorded (one database under
-// two IDs, say) serves nothing and says why (ErrHomeMismatch). Two homes
-// naming the same database ID at the same base URL are refused here.
-//
-// The Ledger's methods, its transports (idemhttp) and the administrative
-// API work as they do on one database; a Reservation remembers its
-// database.
+// A ledger whose Homes disagree with the home IDs the databases recorded
+// serves nothing and says why (ErrHomeMismatch); two homes naming the same
+// database are refused here.
 func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
 	if len(homes) == 0 {
 		return nil, errors.New("idem: NewSharded: no homes")
@@ -166,29 +160,21 @@ func (l *Ledger) Homes() []Home {
 
 // Ring returns the ring the ledger routes by, reading it from the homes if
 // it has not yet. A ledger made by New has none: ErrNotSharded.
-func (l *Ledger) Ring(ctx context.Context) (Ring, error) {
-	if l.shards == nil {
-		return Ring{}, ErrNotSharded
-	}
-	rt, err := l.shards.current(ctx, l)
-	if err != nil {
-		return Ring{}, err
-	}
-	return rt.Ring, nil
-}
+func (l *Ledger) Ring(ctx context.Context) (Ring, error) { return l.ringBy(ctx, (*shards).current) }
 
-// RefreshRing reads the ring recorded in every home and adopts the newest
-// if it is newer than the one the ledger routes by. A ledger learns a new
-// ring by itself, from the first database that refuses a request routed by
-// an older one; RefreshRing only makes it learn sooner. Rings that
-// conflict (two of one epoch, a newer one that drops a home) or a home
-// that is not the database it is given as are refused: the ledger then
-// serves nothing until they are fixed, and the error says what it found.
-func (l *Ledger) RefreshRing(ctx context.Context) (Ring, error) {
+// RefreshRing reads the ring recorded in every home and adopts the newest if
+// it is newer than the one the ledger routes by, as the ledger does by
+// itself when a database refuses a request routed by an older one. Rings
+// that conflict, or a home that is not the database it is given as, are
+// refused: the ledger serves nothing until they are fixed.
+func (l *Ledger) RefreshRing(ctx context.Context) (Ring, error) { return l.ringBy(ctx, (*shards).load) }
+
+// ringBy returns the ring of the route that get (current or load) returns.
+func (l *Ledger) ringBy(ctx context.Context, get func(*shards, context.Context, *Ledger) (*route, error)) (Ring, error) {
 	if l.shards == nil {
 		return Ring{}, ErrNotSharded
 	}
-	rt, err := l.shards.load(ctx, l)
+	rt, err := get(l.shards, ctx, l)
 	if err != nil {
 		return Ring{}, err
 	}
@@ -203,9 +189,8 @@ func (s *shards) home(id string) (*home, error) {
 	return nil, fmt.Errorf("%w: %q", ErrUnknownHome, id)
 }
 
-// current returns the route the ledger routes by, loading it from the
-// homes on first use (one load at a time; the others wait for it) and,
-// after a refusal, once reloadBackoff has passed.
+// current returns the route the ledger routes by, loading it (one load at a
+// time) on first use and, after a refusal, once reloadBackoff has passed.
 func (s *shards) current(ctx context.Context, l *Ledger) (*route, error) {
 	for {
 		s.mu.Lock()
@@ -255,22 +240,31 @@ func readState(h *home, res d1client.Result) (homeState, error) {
 		if err := row.Scan(&key, &epoch, &fp, &body); err != nil {
 			return st, fmt.Errorf("home %s: %w: %v", h.id, errBadRing, err)
 		}
-		switch key {
-		case ringKey:
-			r, err := decodeRing(epoch, fp, body)
-			if err != nil {
-				return st, fmt.Errorf("home %s: %w", h.id, err)
-			}
-			st.ring, st.digest = &r, fp
-		case homeKey:
-			id, err := decodeHome(fp, body)
-			if err != nil {
-				return st, fmt.Errorf("home %s: %w", h.id, err)
-			}
-			st.ident = &id
+		if err := st.add(key, epoch, fp, body); err != nil {
+			return st, fmt.Errorf("home %s: %w", h.id, err)
 		}
 	}
 	return st, nil
+}
+
+// add reads one ring or identity row into st: its key, generation,
+// fingerprint and response_body.
+func (st *homeState) add(key string, epoch int64, fp, body string) error {
+	switch key {
+	case ringKey:
+		r, err := decodeRing(epoch, fp, body)
+		if err != nil {
+			return err
+		}
+		st.ring, st.digest = &r, fp
+	case homeKey:
+		id, err := decodeHome(fp, body)
+		if err != nil {
+			return err
+		}
+		st.ident = &id
+	}
+	return nil
 }
 
 // readHome reads what h has recorded.
@@ -285,14 +279,19 @@ func (l *Ledger) readHome(ctx context.Context, h *home) (homeState, error) {
 // checkIdentity refuses a database whose identity row names another home.
 func checkIdentity(h *home, st homeState) error {
 	if st.ident != nil && st.ident.ID != h.id {
-		return fmt.Errorf("%w: the database given as home %q recorded that it is home %q (one database given under two IDs, or IDs that differ between replicas)", ErrHomeMismatch, h.id, st.ident.ID)
+		return mismatch(h.id, st.ident.ID)
 	}
 	return nil
 }
 
+// mismatch is the error of the database given as home id that recorded
+// that it is home recorded.
+func mismatch(id, recorded string) error {
+	return fmt.Errorf("%w: the database given as home %q recorded that it is home %q (one database given under two IDs, or IDs that differ between replicas)", ErrHomeMismatch, id, recorded)
+}
+
 // consistent checks rings recorded by different databases against each
-// other: one ring per epoch, and rings only grow. It names both rings of a
-// conflict.
+// other: one ring per epoch, and rings only grow.
 func consistent(rings map[string]Ring) error {
 	ids := slices.Sorted(maps.Keys(rings))
 	for i, a := range ids {
@@ -312,28 +311,24 @@ func consistent(rings map[string]Ring) error {
 	return nil
 }
 
-// load reads the ring and identity of every home at once and adopts the
-// newest ring. Homes that cannot be read are passed over, unless none
-// can be. Conflicting rings and mismatched homes are refused.
+// load reads every home at once and adopts the newest ring, passing over
+// homes it cannot read unless none can be; it refuses conflicting rings and
+// mismatched homes.
 func (s *shards) load(ctx context.Context, l *Ledger) (*route, error) {
 	type answer struct {
 		st  homeState
 		err error
 	}
-	answers := make([]answer, len(s.ids))
-	var wg sync.WaitGroup
-	for i, id := range s.ids {
-		wg.Go(func() {
-			st, err := l.readHome(ctx, s.homes[id])
-			answers[i] = answer{st, err}
-		})
-	}
-	wg.Wait()
+	hs, _ := s.resolve(s.ids) // every ID is configured
+	answers, _ := eachHome(ctx, hs, func(ctx context.Context, h *home) (answer, error) {
+		st, err := l.readHome(ctx, h)
+		return answer{st, err}, nil
+	})
 	rings := map[string]Ring{}
 	var newest *Ring
 	var errs []error
 	for i, a := range answers {
-		h := s.homes[s.ids[i]]
+		h := hs[i]
 		switch {
 		case a.err != nil:
 			errs = append(errs, a.err)
@@ -360,9 +355,8 @@ func (s *shards) load(ctx context.Context, l *Ledger) (*route, error) {
 	return nil, ErrNoRing
 }
 
-// refuse stops the ledger from routing by any ring: it logs err and
-// returns it to every request until a load, reloadBackoff later, finds the
-// rings consistent again.
+// refuse stops the ledger from routing: it logs err and returns it to every
+// request until a load, reloadBackoff later, finds the rings consistent.
 func (s *shards) refuse(l *Ledger, err error) error {
 	s.mu.Lock()
 	s.route, s.refused, s.refuseAt = nil, err, time.Now()
@@ -413,13 +407,11 @@ func (s *shards) adopt(l *Ledger, r Ring) (*route, error) {
 	return rt, nil
 }
 
-// judge decides, from what h has recorded, whether a batch sent to h
-// guarded by (or read under) ring want stands. It returns nil when it does; errReroute when h holds
-// a newer ring (adopted first) and the request must be routed again; an
-// error when h is not the home it is given as, holds another ring of the
-// epoch, or a newer ring that cannot be adopted. Batches are refused, and
-// guards recognised, by what the database holds, never by the text of an
-// error.
+// judge decides, from what h has recorded, whether a batch sent to h by
+// ring want stands: nil when it does; errReroute when h holds a newer ring
+// (adopted first); an error when h is not the home it is given as, holds
+// another ring of the epoch, or a newer ring that cannot be adopted. Guards
+// are recognised by what the database holds, never by an error's text.
 func (s *shards) judge(l *Ledger, h *home, st homeState, want expect) error {
 	if err := checkIdentity(h, st); err != nil {
 		return s.refuse(l, err)
@@ -441,10 +433,9 @@ func (s *shards) judge(l *Ledger, h *home, st homeState, want expect) error {
 	return errReroute
 }
 
-// recheck reads h after a guarded batch failed with an SQL error, and
-// judges it: the guard aborted the batch exactly when h
-// does not stand (see judge). When it stands, the failure was the
-// batch's own, and err is returned.
+// recheck reads and judges h after a guarded batch failed with err: the
+// guard aborted it exactly when h does not stand. When it stands, the
+// failure was the batch's own, and err is returned.
 func (s *shards) recheck(ctx context.Context, l *Ledger, h *home, want expect, err error) error {
 	if !errors.Is(err, d1client.ErrSQL) {
 		return err
@@ -460,8 +451,7 @@ func (s *shards) recheck(ctx context.Context, l *Ledger, h *home, want expect, e
 }
 
 // beginSharded is Begin on a sharded ledger: round trip 1 where the ring
-// routes the principal, routed again whenever a database shows a newer
-// ring or the key moved on the way.
+// routes the principal, routed again as beginRouted asks.
 func (l *Ledger) beginSharded(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
 	for attempt := 1; ; attempt++ {
 		rt, err := l.shards.current(ctx, l)
@@ -478,24 +468,20 @@ func (l *Ledger) beginSharded(ctx context.Context, principal, key, fingerprint s
 	}
 }
 
-// beginRouted runs round trip 1 by route rt. It returns errReroute when
-// the request must be routed again.
-//
-// An unmoved principal is claimed at its home behind the ring guard of
-// rt. A moved principal (rt Moving, its home changed) is first read at its
-// old home, which says whether it has recorded rt yet:
+// beginRouted runs round trip 1 by route rt; errReroute asks for the
+// request to be routed again. An unmoved principal is claimed at its home
+// behind rt's ring guard. A moved principal's old home is read first, and
+// says whether it has recorded rt yet:
 //
 //   - not yet: the key is claimed there, behind the guard of rt's
 //     predecessor, which refuses the claim once the old home records rt;
-//   - yes, and the key is there: it is answered from there (replay, reuse,
-//     in progress); a stale pending row of the same request is deleted
-//     there (fenced) and the key claimed at the new home;
+//   - yes, and the key is there: it is answered from there, or, a stale
+//     pending row of the same request, deleted there (fenced) and claimed
+//     at the new home;
 //   - yes, and the key is not there: it is claimed at the new home.
 //
-// Once the old home has recorded rt, nothing claims a moved principal's
-// key there any more (the guard refuses older rings; rt's routing never
-// claims there), so a key read as absent stays absent: see
-// docs/sharding.md for the proof.
+// Once the old home has recorded rt nothing claims a moved principal's key
+// there, so a key read as absent stays absent (docs/sharding.md).
 func (l *Ledger) beginRouted(ctx context.Context, rt *route, principal, key, fingerprint string) (Decision, error) {
 	nh, err := l.shards.home(rt.Home(principal))
 	if err != nil {
@@ -555,8 +541,7 @@ func (l *Ledger) beginRouted(ctx context.Context, rt *route, principal, key, fin
 }
 
 // claimGuarded claims at h behind the guard of ring want; when the guard
-// refuses, it adopts h's ring and asks for the request to be routed
-// again, or says why h does not stand.
+// refuses, recheck says why.
 func (l *Ledger) claimGuarded(ctx context.Context, h *home, want expect, principal, key, fingerprint string) (Decision, error) {
 	g := l.sql.ringGuard(want, h.id)
 	d, err := l.claimAt(ctx, h, &g, principal, key, fingerprint)
@@ -566,13 +551,10 @@ func (l *Ledger) claimGuarded(ctx context.Context, h *home, want expect, princip
 	return d, nil
 }
 
-// findRow runs stmts at the database holding principal's key, or where it
-// would be: for a moved principal, its old home first, then its new one.
-// It returns the results of stmts at the first home where their first
-// statement returned a row, else at the last one tried. On a sharded
-// ledger each batch also reads the home's ring and identity: a newer ring
-// is adopted and the search started again, and a home that does not stand
-// (see judge) is refused.
+// findRow runs stmts where principal's key is or would be (a moved
+// principal's old home first) and returns their results at the first home
+// where the first statement returned a row, else at the last one. On a
+// sharded ledger each batch reads the home's ring too, and is judged.
 func (l *Ledger) findRow(ctx context.Context, principal string, stmts []d1client.Statement, opts ...d1client.ExecOption) ([]d1client.Result, error) {
 	if l.single != nil {
 		return l.single.db.Exec(ctx, stmts, opts...)
@@ -587,7 +569,7 @@ retry:
 		if err != nil {
 			return nil, err
 		}
-		hs, err := l.principalHomesIn(rt.Ring, principal)
+		hs, err := l.shards.resolve(principalIDs(rt.Ring, principal))
 		if err != nil {
 			return nil, err
 		}
@@ -618,22 +600,20 @@ retry:
 }
 
 // ringHomes returns the databases of the ring the ledger routes by (every
-// database of a Moving ring: its homes include the previous ones), or the
-// one database of a ledger made by New.
+// database of a Moving ring), or the one database of a ledger made by New.
 func (l *Ledger) ringHomes(ctx context.Context) ([]*home, error) {
-	if l.single != nil {
-		return []*home{l.single}, nil
-	}
-	rt, err := l.shards.current(ctx, l)
-	if err != nil {
-		return nil, err
-	}
-	return l.shards.resolve(rt.Homes)
+	return l.homesOf(ctx, func(r Ring) []string { return r.Homes })
 }
 
-// principalHomes returns the databases that may hold principal's keys:
-// its home, and while the ring is Moving its old home first.
+// principalHomes returns the databases that may hold principal's keys (see
+// principalIDs).
 func (l *Ledger) principalHomes(ctx context.Context, principal string) ([]*home, error) {
+	return l.homesOf(ctx, func(r Ring) []string { return principalIDs(r, principal) })
+}
+
+// homesOf returns the databases whose IDs ids picks from the ring the
+// ledger routes by, or the one database of a ledger made by New.
+func (l *Ledger) homesOf(ctx context.Context, ids func(Ring) []string) ([]*home, error) {
 	if l.single != nil {
 		return []*home{l.single}, nil
 	}
@@ -641,15 +621,16 @@ func (l *Ledger) principalHomes(ctx context.Context, principal string) ([]*home,
 	if err != nil {
 		return nil, err
 	}
-	return l.principalHomesIn(rt.Ring, principal)
+	return l.shards.resolve(ids(rt.Ring))
 }
 
-func (l *Ledger) principalHomesIn(r Ring, principal string) ([]*home, error) {
-	ids := []string{r.Home(principal)}
+// principalIDs returns the IDs of the databases that may hold principal's
+// keys: its home, and while r is Moving its old home first.
+func principalIDs(r Ring, principal string) []string {
 	if old := r.PreviousHome(principal); old != "" {
-		ids = []string{old, ids[0]}
+		return []string{old, r.Home(principal)}
 	}
-	return l.shards.resolve(ids)
+	return []string{r.Home(principal)}
 }
 
 func (s *shards) resolve(ids []string) ([]*home, error) {

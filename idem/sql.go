@@ -9,10 +9,9 @@ import (
 )
 
 // ledgerSQL holds the ledger's statements (docs/contract.md#4-claim,
-// #5-fencing, #7-sweep). Each is the spec's, with one change where the D1 clock is used: the timestamp the spec binds
-// from Date.now() is computed in SQL instead (d1Now), so every instance reads
-// one clock. With an injected clock the timestamp is bound as a parameter,
-// exactly as in the spec.
+// #5-fencing, #7-sweep): the spec's, except that with D1's clock the
+// timestamp the spec binds from Date.now() is computed in SQL (d1Now), so
+// every instance reads one clock.
 type ledgerSQL struct {
 	injected bool
 
@@ -37,27 +36,21 @@ func buildSQL(injectedClock bool) ledgerSQL {
 	}
 	return ledgerSQL{
 		injected: injectedClock,
-		// Round trip 1, statement 1: the claim, with the
-		// takeover folded into its conflict branch. A fresh key inserts
-		// generation 1; an existing pending row with the same fingerprint and
-		// updated_at older than the TTL is taken over (generation + 1,
-		// updated_at = now); anything else is left alone and returns no row.
-		//
-		// No statement of the ledger writes a row of the empty principal,
-		// whatever its parameters: those rows are a sharded ledger's ring
-		// and identity, which only the operator's ring statements (never
-		// accepted by a ledger-only bridge) write. Begin refuses the empty
-		// principal anyway; the SQL refuses it for callers that are not
-		// Begin.
+		// Round trip 1, statement 1: the claim, with the takeover folded
+		// into its conflict branch. A fresh key inserts generation 1; a
+		// pending row with the same fingerprint, older than the TTL, is taken
+		// over (generation + 1); anything else returns no row. No statement
+		// of the ledger writes a row of the empty principal, whatever its
+		// parameters: those are a sharded ledger's ring and identity, which
+		// only the operator's ring statements write.
 		claim: `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, created_at, updated_at)
 SELECT ?1, ?2, ?3, 'pending', 1, ` + now("?5") + `, ` + now("?5") + ` WHERE ?1 <> ''
 ON CONFLICT (principal, key) DO UPDATE SET generation = generation + 1, updated_at = excluded.updated_at
 WHERE status = 'pending' AND fingerprint = excluded.fingerprint AND updated_at < excluded.updated_at - ?4
 RETURNING generation`,
-		// Round trip 1, statement 2: the spec's lookup, with the row's
-		// times and the clock's, from which an in-progress answer
-		// estimates its Retry-After and a moved principal's pending row at
-		// its old home is found stale.
+		// Round trip 1, statement 2: the spec's lookup, with the row's times
+		// and the clock's (for Retry-After, and the staleness of a moved
+		// principal's row).
 		lookup: `SELECT fingerprint, status, generation, response_status, response_body, response_headers, created_at, updated_at, ` + now("?3") + `
 FROM idempotency_keys WHERE principal = ?1 AND key = ?2`,
 		// Round trip 2: the fenced completion ...
@@ -65,10 +58,8 @@ FROM idempotency_keys WHERE principal = ?1 AND key = ?2`,
 SET status = 'completed', response_status = ?1, response_body = ?2, response_headers = ?3, updated_at = ` + now("?7") + `
 WHERE principal = ?4 AND key = ?5 AND generation = ?6 AND status = 'pending' AND principal <> ''
 RETURNING key`,
-		// When the fenced completion returns no row, a read of the row tells
-		// a completion whose earlier attempt landed before its answer was
-		// lost (the row holds exactly our response at our generation) from
-		// one that was fenced out.
+		// After a completion that returned no row, the read that tells a
+		// lost answer (our response at our generation) from a fence.
 		completeLookup: `SELECT status, generation, response_status, response_body, response_headers
 FROM idempotency_keys WHERE principal = ?1 AND key = ?2`,
 		// The spec's bounded sweep, through the rowid subquery.
@@ -78,15 +69,12 @@ WHERE rowid IN (
   WHERE updated_at < ` + now("?3") + ` - ?1 AND principal <> ''
   LIMIT ?2
 )`,
-		// The one release rule (Ledger.Release, Admin.Release): the row of
-		// this generation moves one generation on, becomes (or stays)
-		// pending with no response, and its updated_at is set one
-		// millisecond past the TTL, so the next request with the same
-		// fingerprint takes it over at once. It is never deleted: a fresh
-		// claim would restart at generation 1, which an earlier, superseded
-		// owner may still hold. ?5 releases any pending row of the
-		// generation, else only a stale one (older than the TTL, ?6); ?7
-		// also releases a completed row (forgetting its response).
+		// The one release rule (Ledger.Release, Admin.Release): the row moves
+		// one generation on, pending with no response, updated_at one
+		// millisecond past the TTL, so the next request takes it over at
+		// once. It is never deleted: a fresh claim would restart at
+		// generation 1, which a superseded owner may still hold. ?5 releases
+		// any pending row, else only a stale one (?6); ?7 a completed one.
 		releaseSQL: `UPDATE idempotency_keys
 SET generation = generation + 1, status = 'pending', response_status = NULL, response_body = NULL, response_headers = NULL,
     updated_at = ` + now("?8") + ` - ?4
@@ -97,25 +85,19 @@ RETURNING generation`,
 		renewSQL: `UPDATE idempotency_keys SET updated_at = ` + now("?4") + `
 WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending' AND principal <> ''
 RETURNING generation`,
-		// The fence guard of a transactional completion: when this
-		// generation is no longer the pending owner, it inserts a row with a
-		// NULL fingerprint, which violates NOT NULL and aborts the whole
-		// batch, the caller's statements with it. Otherwise it inserts
-		// nothing.
+		// The fence guard of a transactional completion: unless this
+		// generation is the pending owner, it inserts a NULL fingerprint,
+		// which violates NOT NULL and aborts the whole batch.
 		guardSQL: `INSERT INTO idempotency_keys (principal, key, fingerprint, created_at, updated_at)
 SELECT ?1, ?2, NULL, 0, 0
 WHERE NOT EXISTS (
   SELECT 1 FROM idempotency_keys
   WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending'
 )`,
-		// The ring guard of a sharded ledger, first in every batch that
-		// may claim. It inserts a row with a NULL principal, which violates
-		// NOT NULL and aborts the whole batch, unless this database is the
-		// home ?3 (its identity row says so) and has recorded no ring newer
-		// than epoch ?1 (the ring the ledger routes by, or the one before
-		// when it claims a moved principal at its old home), nor another
-		// ring of that epoch than the one of digest ?2. See
-		// docs/sharding.md.
+		// The ring guard of a sharded ledger, first in every batch that may
+		// claim: it inserts a NULL principal, aborting the batch, unless this
+		// database is home ?3 and has recorded no ring newer than epoch ?1,
+		// nor another ring of that epoch than digest ?2 (docs/sharding.md).
 		ringGuardSQL: `INSERT INTO idempotency_keys (principal, key, fingerprint, created_at, updated_at)
 SELECT NULL, '` + ringKey + `', '` + ringKey + `', 0, 0
 WHERE NOT EXISTS (
@@ -128,9 +110,8 @@ WHERE NOT EXISTS (
 		ringReadSQL: `SELECT key, generation, fingerprint, response_body FROM idempotency_keys
 WHERE principal = '' AND key IN ('` + ringKey + `', '` + homeKey + `')`,
 		// A moved principal's stale pending row at its old home, deleted
-		// (fenced by generation, status, fingerprint and staleness, as the
-		// takeover it replaces) so that the key is claimed at its new home:
-		// the superseded owner's writes then match no row.
+		// (fenced as the takeover it replaces) so that the key is claimed at
+		// its new home.
 		movedDeleteSQL: `DELETE FROM idempotency_keys
 WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending' AND fingerprint = ?4
   AND updated_at < ` + now("?6") + ` - ?5 AND principal <> ''
@@ -138,12 +119,10 @@ RETURNING generation`,
 	}
 }
 
-func ms(t time.Time) int64 { return t.UnixMilli() }
-
 // withNow appends the injected time as the statement's last parameter.
 func (s ledgerSQL) withNow(params []any, now time.Time) []any {
 	if s.injected {
-		return append(params, ms(now))
+		return append(params, now.UnixMilli())
 	}
 	return params
 }
@@ -186,10 +165,7 @@ func (s ledgerSQL) release(principal, key string, generation int64, ttl time.Dur
 	backdate := (ttl + time.Millisecond).Milliseconds()
 	anyPending, completed := mode != releaseStuck, mode == releaseForce
 	params := []any{principal, key, generation, backdate, anyPending, ttl.Milliseconds(), completed}
-	if s.injected {
-		params = append(params, ms(now))
-	}
-	return d1client.Statement{SQL: s.releaseSQL, Params: params}
+	return d1client.Statement{SQL: s.releaseSQL, Params: s.withNow(params, now)}
 }
 
 func (s ledgerSQL) lookupRow(principal, key string, now time.Time) d1client.Statement {
@@ -242,7 +218,7 @@ func (q *query) add(sql string, params ...any) *query {
 // parameter.
 func (q *query) clock() *query {
 	if q.injected {
-		return q.add("?", ms(q.now))
+		return q.add("?", q.now.UnixMilli())
 	}
 	return q.add(d1Now)
 }

@@ -12,9 +12,8 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// ScopeName is the instrumentation scope of the ledger's metrics and
-// spans, and of the net/http middleware's (idemhttp): one scope, whichever
-// package records.
+// ScopeName is the instrumentation scope of the ledger's metrics and spans,
+// and of idemhttp's.
 const ScopeName = "github.com/d1idem/d1idem/idem"
 
 // Attribute keys of the ledger's metrics (docs/observability.md). None
@@ -60,9 +59,8 @@ const (
 	causeMaxLease    = "max_lease"   // the handler ran past Config.MaxLease
 )
 
-// telemetry is a Ledger's instrumentation through the OpenTelemetry API.
-// With the global providers left unset, every instrument is a no-op; the
-// measurement options of the request path are built once, so that
+// telemetry is a Ledger's instrumentation through the OpenTelemetry API;
+// the measurement options of the request path are built once, so that
 // recording allocates nothing.
 type telemetry struct {
 	takeovers   metric.Int64Counter
@@ -78,9 +76,8 @@ type telemetry struct {
 	sets map[attribute.KeyValue][]metric.AddOption // of the counters, by their one attribute
 }
 
-// newTelemetry makes the ledger's instruments from the meter provider (nil:
-// otel's global one). An instrument the provider refuses is replaced by
-// its no-op, as the API's contract allows.
+// newTelemetry makes the ledger's instruments from mp (nil: otel's global
+// one); one the provider refuses is a no-op, as the API's contract allows.
 func newTelemetry(mp metric.MeterProvider) *telemetry {
 	m, _ := otelscope.New(mp, nil, ScopeName)
 	t := &telemetry{sets: map[attribute.KeyValue][]metric.AddOption{}}
@@ -101,18 +98,18 @@ func newTelemetry(mp metric.MeterProvider) *telemetry {
 	t.keys = gauge("d1idem.keys", "{key}", "Rows of the ledger by status, as Admin.Stats last counted them.")
 	t.stuck = gauge("d1idem.keys.stuck", "{key}", "Pending rows with no update for longer than the TTL, as Admin.Stats last counted them.")
 	t.backlog = gauge("d1idem.sweep.backlog", "{row}", "Rows older than the retention, awaiting the sweep, as Admin.Stats last counted them.")
-	for _, kv := range []attribute.KeyValue{
-		attrCompletionResult.String(resStored), attrCompletionResult.String(resFencedOut),
-		attrCompletionResult.String(resFailed), attrCompletionResult.String(resExpired),
-		attrRenewalResult.String(resRenewed), attrRenewalResult.String(resNotHeld),
-		attrRenewalResult.String(resFailed), attrRenewalResult.String(resExpired),
-		attrLeaseCause.String(causeSuperseded), attrLeaseCause.String(causeUnreachable),
-		attrLeaseCause.String(causeExpired), attrLeaseCause.String(causeMaxLease),
-		attrReleaseResult.String(resReleased), attrReleaseResult.String(resNotHeld),
-		attrReleaseResult.String(resFailed), attrReleaseResult.String(resExpired),
-		attrSweepSource.String("completion"), attrSweepSource.String("admin"),
-	} {
-		t.sets[kv] = []metric.AddOption{metric.WithAttributes(kv)}
+	results := map[attribute.Key][]string{
+		attrCompletionResult: {resStored, resFencedOut, resFailed, resExpired},
+		attrRenewalResult:    {resRenewed, resNotHeld, resFailed, resExpired},
+		attrLeaseCause:       {causeSuperseded, causeUnreachable, causeExpired, causeMaxLease},
+		attrReleaseResult:    {resReleased, resNotHeld, resFailed, resExpired},
+		attrSweepSource:      {"completion", "admin"},
+	}
+	for key, values := range results {
+		for _, v := range values {
+			kv := key.String(v)
+			t.sets[kv] = []metric.AddOption{metric.WithAttributes(kv)}
+		}
 	}
 	return t
 }
@@ -123,23 +120,10 @@ func (t *telemetry) add(c metric.Int64Counter, n int64, kv attribute.KeyValue) {
 	c.Add(context.Background(), n, t.sets[kv]...)
 }
 
-// completionResult is the result of a completion that returned done and
-// err.
-func completionResult(done Completion, err error) string {
-	switch {
-	case errors.Is(err, ErrReservationExpired):
-		return resExpired
-	case err != nil:
-		return resFailed
-	case done.Stored:
-		return resStored
-	}
-	return resFencedOut
-}
-
-// writeResult is the result of a renewal or a release that returned ok
-// and err.
-func writeResult(ok bool, err error, success string) string {
+// writeResult is the result of a completion, renewal or release that
+// returned ok and err: success, notHeld when it matched no row, failed, or
+// expired.
+func writeResult(ok bool, err error, success, notHeld string) string {
 	switch {
 	case errors.Is(err, ErrReservationExpired):
 		return resExpired
@@ -148,7 +132,7 @@ func writeResult(ok bool, err error, success string) string {
 	case ok:
 		return success
 	}
-	return resNotHeld
+	return notHeld
 }
 
 // stats records what Admin.Stats counted in database db.

@@ -9,20 +9,18 @@ import (
 )
 
 // ErrTxNotCommitted wraps the cause when a transactional completion's batch
-// failed for a reason other than the fence: nothing of it was committed (or,
-// if Ambiguous, it may have been; the reservation was then left to decide).
-// The reservation has been released, so the client may retry.
+// failed for a reason other than the fence: nothing of it was committed
+// (unless the failure was ambiguous and the row could not be read after
+// it), and the reservation was released so the client may retry.
 var ErrTxNotCommitted = errors.New("idem: the mutation was not committed")
 
 // CompleteTx is Complete with the caller's statements committed in the same
-// batch: [guard, stmts..., fenced completion, lookup (, sweep)]. When the
-// guard finds the reservation fenced out, nothing is committed and Stored is
-// false: the business write did not happen. When the batch fails otherwise,
-// the reservation is released (fenced) and the error wraps
+// batch: [guard, stmts..., fenced completion (, sweep)]. When the guard finds
+// the reservation fenced out, nothing is committed and Stored is false. When
+// the batch fails otherwise, the reservation is released and the error wraps
 // ErrTxNotCommitted and the cause. The statements must not fail by design
-// (use INSERT ... ON CONFLICT for natural keys): a batch that fails commits
-// nothing. The net/http middleware (idemhttp) commits what its handler
-// queued on an idemhttp.Tx this way.
+// (use INSERT ... ON CONFLICT for natural keys): a failing batch commits
+// nothing. idemhttp commits what its handler queued on an idemhttp.Tx so.
 func (l *Ledger) CompleteTx(ctx context.Context, r *Reservation, resp Response, stmts []d1client.Statement) (done Completion, err error) {
 	defer l.completed(r, &done, &err)
 	w := l.prepare(r, resp)
