@@ -1,5 +1,6 @@
 // Package jsonstr holds the one JSON string escape that d1client's request
-// encoder and d1local's response encoder share.
+// encoder, d1local's response encoder and idem's stored response headers
+// share.
 package jsonstr
 
 const hex = "0123456789abcdef"
