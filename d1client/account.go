@@ -59,6 +59,6 @@ func blockedError(until time.Time, wait time.Duration) *Error {
 // BudgetWait returns how long the next call without Priority would wait for
 // the budget; zero when one may be sent now.
 func (c *Client) BudgetWait() time.Duration {
-	at, _ := c.account.NextSlot(budget.Normal)
+	at, _ := c.account.NextSlot(budget.Normal, time.Time{})
 	return max(0, time.Until(at))
 }

@@ -243,9 +243,9 @@ func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 
 // Priority marks the call as round-trip-2 work: it completes, renews or
 // releases what an earlier call started. When calls are scarce it goes
-// first: it is held only to the calls the account has left, not to the
-// Budget's even pace, may use the calls kept from other work
-// (budget.Budget.Kept), and waits for a call up to its deadline.
+// first: it may use the whole even pace and the calls kept from other work
+// (budget.Budget.Kept), follows the pace while its deadline allows, and
+// when it does not is held only to the calls the account has left.
 func Priority() ExecOption { return func(o *execOptions) { o.priority = true } }
 
 // Operation names the call in the client's metrics and spans (the

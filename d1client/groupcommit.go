@@ -131,6 +131,19 @@ func (b *batcher) headClass() budget.Class {
 	return budget.Normal
 }
 
+// headDeadline is the earliest deadline of the queued groups of class cl,
+// the latest time the next call's answer is of use to all of them; zero
+// when none has one.
+func (b *batcher) headDeadline(cl budget.Class) time.Time {
+	var dl time.Time
+	for _, g := range b.queue[cl] {
+		if !g.deadline.IsZero() && (dl.IsZero() || g.deadline.Before(dl)) {
+			dl = g.deadline
+		}
+	}
+	return dl
+}
+
 // submit queues the statements for the next shared call and returns their
 // results and the statements of the call that carried them (0: none did).
 func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, int, *Error) {
@@ -152,7 +165,7 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 		if left := time.Until(dl); left < rtt {
 			return nil, 0, tooLate(left, rtt)
 		}
-		if at, why := b.acct.NextSlot(cl); why != budget.NotWaiting && time.Until(dl) < time.Until(at)+rtt {
+		if at, why := b.acct.NextSlot(cl, dl); why != budget.NotWaiting && time.Until(dl) < time.Until(at)+rtt {
 			if why == budget.WaitBlock {
 				return nil, 0, blockedError(at, time.Until(at))
 			}
@@ -191,7 +204,7 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 	if taken {
 		return nil, 0, &Error{kind: kindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
 	}
-	if at, why := b.acct.NextSlot(cl); why == budget.WaitBudget {
+	if at, why := b.acct.NextSlot(cl, g.deadline); why == budget.WaitBudget {
 		e := exhausted(b.acct, time.Until(at))
 		e.Err = ctx.Err()
 		return nil, 0, e
@@ -268,7 +281,7 @@ func (b *batcher) await(w wait) bool {
 		var changed <-chan struct{}
 		if depart {
 			cl := b.headClass()
-			ok, at, why, ch := b.acct.TryTake(cl)
+			ok, at, why, ch := b.acct.TryTake(cl, b.headDeadline(cl))
 			switch {
 			case ok:
 				if !budgetSince.IsZero() {

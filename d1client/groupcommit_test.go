@@ -126,10 +126,15 @@ func stmt(sql string) []Statement { return []Statement{{SQL: sql}} }
 // execAsync runs coalesced calls of each SQL in turn and returns the
 // channel of the first error (nil when all succeed).
 func execAsync(c *Client, cl ExecOption, sqls ...string) chan error {
+	return execAsyncCtx(context.Background(), c, cl, sqls...)
+}
+
+// execAsyncCtx is execAsync in ctx.
+func execAsyncCtx(ctx context.Context, c *Client, cl ExecOption, sqls ...string) chan error {
 	done := make(chan error, 1)
 	go func() {
 		for _, s := range sqls {
-			if _, err := c.Exec(context.Background(), stmt(s), Coalesce(), cl); err != nil {
+			if _, err := c.Exec(ctx, stmt(s), Coalesce(), cl); err != nil {
 				done <- err
 				return
 			}
@@ -272,9 +277,25 @@ func TestCallsThatLeftTogetherRideOnTogether(t *testing.T) {
 // When calls are scarce, statements wait for the budget together, and
 // priority work leaves first: here new work waits for the next window
 // (its last call is kept for priority work), a completion arrives and takes
-// that call at once, and the oldest new work rides along where there is
-// room.
+// that call, and the oldest new work rides along where there is room. The
+// completion takes it at the even pace when its deadline allows (a call
+// every 500 ms, the new work's call having counted for 1.25 of them), and
+// at once when its deadline could not wait.
 func TestScarceCallsCarryPriorityFirst(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration // the completion's; 0: none
+		at      time.Duration // when its call goes
+	}{
+		{"no deadline", 0, 625 * time.Millisecond},
+		{"a deadline after the pace", time.Second, 625 * time.Millisecond},
+		{"a deadline before the pace", 100 * time.Millisecond, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testScarceCallsCarryPriorityFirst(t, tc.timeout, tc.at) })
+	}
+}
+
+func testScarceCallsCarryPriorityFirst(t *testing.T, timeout, wantAt time.Duration) {
 	synctest.Test(t, func(t *testing.T) {
 		c, g := gcClient(t, budget.New(2, time.Second).WithBurst(1), CoalesceConfig{MaxStatements: 3})
 		start := time.Now()
@@ -291,13 +312,23 @@ func TestScarceCallsCarryPriorityFirst(t *testing.T) {
 		if n := len(g.sent()); n != 1 {
 			t.Fatalf("%d calls: new work took the window's last call", n)
 		}
-		all = append(all, execAsync(c, Priority(), "SELECT 'done'"))
+		ctx := context.Background()
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		all = append(all, execAsyncCtx(ctx, c, Priority(), "SELECT 'done'"))
 		calls := g.sent()
-		if len(calls) != 2 || calls[1].at != start || !slices.Equal(calls[1].sqls, []string{"SELECT 'done'", "SELECT 'new0'", "SELECT 'new1'"}) {
+		if len(calls) < 2 {
+			time.Sleep(wantAt)
+			calls = g.sent()
+		}
+		if len(calls) != 2 || calls[1].at != start.Add(wantAt) || !slices.Equal(calls[1].sqls, []string{"SELECT 'done'", "SELECT 'new0'", "SELECT 'new1'"}) {
 			for _, c := range calls {
 				t.Logf("call at %v: %v", c.at.Sub(start), c.sqls)
 			}
-			t.Fatal("want a second call at once, the completion first, then the oldest new work")
+			t.Fatalf("want a second call after %v, the completion first, then the oldest new work", wantAt)
 		}
 		g.answer(t, 1)
 		time.Sleep(2 * time.Second) // the window moves on

@@ -28,7 +28,7 @@ func measureRoundTrip(t *testing.T, a *budget.Account, d time.Duration) {
 // and leaves it in flight.
 func spend(t *testing.T, a *budget.Account) {
 	t.Helper()
-	if ok, _, _, _ := a.TryTake(budget.Priority); !ok {
+	if ok, _, _, _ := a.TryTake(budget.Priority, time.Time{}); !ok {
 		t.Fatal("the account has no call to spend")
 	}
 }
@@ -143,7 +143,7 @@ func TestQueuedCallerDroppedWithoutRoundTripLeft(t *testing.T) {
 		})
 		measureRoundTrip(t, acct, 2*time.Second)
 		spend(t, acct) // the hour's two calls are spent; this one is still in flight
-		slot, _ := acct.NextSlot(budget.Priority)
+		slot, _ := acct.NextSlot(budget.Priority, time.Time{})
 		// The deadline comes a minute after the slot: enough, at a round
 		// trip of 2 s.
 		ctx, cancel := context.WithDeadline(context.Background(), slot.Add(time.Minute))

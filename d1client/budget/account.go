@@ -18,8 +18,10 @@ const (
 	// of the even pace, and never taking the calls Budget.Kept keeps.
 	Normal Class = iota
 	// Priority is work that finishes what was started (completions,
-	// heartbeats, releases): not held to the even pace, it goes while the
-	// account has a call left.
+	// heartbeats, releases): it may use the whole even pace, and when
+	// waiting for the pace would leave less than a round trip before its
+	// deadline it is not held to the pace: it goes while the account has a
+	// call left.
 	Priority
 )
 
@@ -57,14 +59,16 @@ const (
 //     what others are seen to spend, with Budget.Burst calls allowed at once
 //     after a quiet spell. Without the headers, the local Budget's own even
 //     pace applies; it is always an upper bound.
-//   - Calls with Priority are not held to the even pace: they go as soon
-//     as the account has a call left, by the headers' view (this process's
-//     share of it, while others spend), the local Budget's hard window
-//     (Calls per Per) and a 971 block. Others go at most at
-//     (1 - Budget.Reserve) of the pace, and never take the window's last
-//     calls (Budget.Kept, and as many for each other process while others
-//     spend), so completions find a call when new work is being turned
-//     away.
+//   - Calls with Priority may use the whole even pace, and follow it
+//     while their deadline allows, so that completions arriving together
+//     share calls. One whose deadline could not wait for the pace (its
+//     slot and a round trip) is not held to it: it goes as soon as the
+//     account has a call left, by the headers' view (this process's share
+//     of it, while others spend), the local Budget's hard window (Calls
+//     per Per) and a 971 block. Others go at most at (1 - Budget.Reserve)
+//     of the pace, and never take the window's last calls (Budget.Kept,
+//     and as many for each other process while others spend), so
+//     completions find a call when new work is being turned away.
 //   - After an HTTP 429 with code 971, nothing is sent until the block ends.
 //
 // Everything that calls the API on one account in this process (clients
@@ -158,7 +162,8 @@ type State struct {
 	OthersRate float64
 	// Pace is the time between calls at the current even pace. Work
 	// without Priority goes at most at (1 - Reserve) of it; Priority work
-	// is not held to it. Zero when nothing limits the pace.
+	// may use all of it, and goes beyond it when its deadline cannot wait.
+	// Zero when nothing limits the pace.
 	Pace time.Duration
 	// InFlight is the calls sent and not yet answered.
 	InFlight int
@@ -195,23 +200,35 @@ const (
 	WaitBlock                // a 971 block is on until then
 )
 
-// slot returns the earliest time a call of class c may be sent, and what it
-// waits for until then.
-func (a *Account) slot(now time.Time, c Class) (time.Time, Reason) {
+// slot returns the earliest time a call of class c whose answer is of use
+// until deadline (zero: no deadline) may be sent, and what it waits for
+// until then: the hard limits (the local window, the account's calls left,
+// and the calls kept from work without Priority), and the even pace. A
+// Priority call is held to the pace only while its slot and a round trip
+// come before the deadline.
+func (a *Account) slot(now time.Time, c Class, deadline time.Time) (time.Time, Reason) {
 	if now.Before(a.blockedUntil) {
 		return a.blockedUntil, WaitBlock
 	}
-	at := now
-	if t := a.localSlot(now, c); t.After(at) {
-		at = t
-	}
-	if t := a.accountSlot(now, c); t.After(at) {
-		at = t
+	at := latest(now, a.localLimit(now, c), a.accountLimit(now, c))
+	paced := latest(at, a.localPaceSlot(now, c), a.accountPaceSlot(now, c))
+	if c == Normal || deadline.IsZero() || !paced.Add(a.rtt).After(deadline) {
+		at = paced
 	}
 	if at.After(now) {
 		return at, WaitBudget
 	}
 	return now, NotWaiting
+}
+
+// latest returns the latest of now and ts.
+func latest(now time.Time, ts ...time.Time) time.Time {
+	for _, t := range ts {
+		if t.After(now) {
+			now = t
+		}
+	}
+	return now
 }
 
 // classBurst is the burst of class c. Work without Priority bursts less,
@@ -286,10 +303,10 @@ func (a *Account) localInterval() time.Duration {
 	return a.budget.Per() / time.Duration(a.budget.Calls())
 }
 
-// localSlot is when the local Budget lets a call of class c go: its ring
-// (never more than Calls in any window of length Per) and, without
-// Priority, its even pace.
-func (a *Account) localSlot(now time.Time, c Class) time.Time {
+// localLimit is when the local Budget's ring lets a call of class c go:
+// never more than Calls in any window of length Per, and without Priority
+// never the window's last Budget.Kept calls.
+func (a *Account) localLimit(now time.Time, c Class) time.Time {
 	if a.budget.IsUnlimited() {
 		return now
 	}
@@ -308,13 +325,16 @@ func (a *Account) localSlot(now time.Time, c Class) time.Time {
 			at = t
 		}
 	}
-	if c == Priority {
-		return at // not held to the even pace
-	}
-	if t := a.localPace.slot(now, a.localInterval(), a.tolerance(c, a.classBurst(c))); t.After(at) {
-		at = t
-	}
 	return at
+}
+
+// localPaceSlot is when the local Budget's even pace lets a call of class
+// c go.
+func (a *Account) localPaceSlot(now time.Time, c Class) time.Time {
+	if a.budget.IsUnlimited() {
+		return now
+	}
+	return a.localPace.slot(now, a.localInterval(), a.tolerance(c, a.classBurst(c)))
 }
 
 // ringAt returns the i-th oldest send time of the ring.
@@ -404,29 +424,40 @@ func (a *Account) estimate(now time.Time) int {
 	return rem
 }
 
-// accountSlot is when the account's pace lets a call of class c go. The
-// account's burst is shared like its pace: this process bursts its share
-// of it. Priority work is not held to the pace: it goes while this
-// process's share of the calls left before the reset holds one (see
-// ourShare), so that the Priority work of several processes seeing the
-// same headers does not overrun the account (a 971). Work without
-// Priority leaves enough of them for it (see accountFloor).
-func (a *Account) accountSlot(now time.Time, c Class) time.Time {
+// accountLimit is when the calls the account has left before its reset
+// let a call of class c go. Priority work goes while this process's share
+// of them holds one (see ourShare), so that the Priority work of several
+// processes seeing the same headers does not overrun the account (a 971).
+// Work without Priority leaves enough of them for it (see accountFloor).
+func (a *Account) accountLimit(now time.Time, c Class) time.Time {
+	if !a.fresh(now) {
+		return now
+	}
 	if c == Priority {
 		// Calls in flight are this process's own since the headers, which
 		// other processes cannot know of yet: they count against its share.
-		if a.fresh(now) && a.ourShare(a.estimate(now)+a.inflight) <= a.inflight {
+		if a.ourShare(a.estimate(now)+a.inflight) <= a.inflight {
 			return a.view.end() // nothing left to this process before the reset
 		}
 		return now
 	}
+	if a.estimate(now)-a.accountFloor() <= 0 {
+		return a.view.end() // nothing left before the reset
+	}
+	return now
+}
+
+// accountPaceSlot is when the account's even pace lets a call of class c
+// go. The account's burst is shared like its pace: this process bursts its
+// share of it, and never more than the calls left to its class.
+func (a *Account) accountPaceSlot(now time.Time, c Class) time.Time {
 	burst := max(1, int(math.Round(float64(a.classBurst(c))*a.share())))
 	if a.fresh(now) {
-		left := a.estimate(now) - a.accountFloor()
-		if left <= 0 {
-			return a.view.end() // nothing left before the reset
+		left := a.estimate(now)
+		if c == Normal {
+			left -= a.accountFloor()
 		}
-		burst = min(burst, left)
+		burst = max(1, min(burst, left))
 	}
 	at := a.acctPace.slot(now, a.accountInterval(now), a.tolerance(c, burst))
 	if a.fresh(now) && at.After(a.view.end()) {
@@ -459,15 +490,17 @@ func (a *Account) take(now time.Time, c Class) {
 	a.sentAt = append(a.sentAt, now)
 }
 
-// TryTake takes a call of class c if one may go now: the caller sends it,
-// and hands its answer to Answered. Otherwise it returns when one may, what
-// it waits for, and a channel closed when the Account's view changes (an
-// answer, a block), when that time may have moved.
-func (a *Account) TryTake(c Class) (ok bool, at time.Time, why Reason, changed <-chan struct{}) {
+// TryTake takes a call of class c, whose answer is of use until deadline
+// (zero: no deadline), if one may go now: the caller sends it, and hands
+// its answer to Answered. Otherwise it returns when one may, what it waits
+// for, and a channel closed when the Account's view changes (an answer, a
+// block), when that time may have moved. A Priority call is held to the
+// even pace only while its deadline allows (see Priority).
+func (a *Account) TryTake(c Class, deadline time.Time) (ok bool, at time.Time, why Reason, changed <-chan struct{}) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
-	at, why = a.slot(now, c)
+	at, why = a.slot(now, c, deadline)
 	if why == NotWaiting {
 		a.take(now, c)
 		return true, now, NotWaiting, nil
@@ -478,6 +511,8 @@ func (a *Account) TryTake(c Class) (ok bool, at time.Time, why Reason, changed <
 // Acquire takes a call of class c, waiting for it as long as the context
 // allows, and returns how long it waited (zero when it took one at once or
 // took none). The caller sends the call, and hands its answer to Answered.
+// A Priority call follows the even pace while the context's deadline
+// allows, and goes beyond it when it does not (see Priority).
 //
 // Its error, when it took no call, is a *Refusal, and nothing is to be
 // sent. It takes none when less than a round trip (see RoundTrip) is left
@@ -496,7 +531,7 @@ func (a *Account) Acquire(ctx context.Context, c Class) (waited time.Duration, e
 				return 0, &Refusal{Cause: CauseDeadline, Left: max(left, 0), RoundTrip: rtt, Err: context.DeadlineExceeded}
 			}
 		}
-		ok, at, why, changed := a.TryTake(c)
+		ok, at, why, changed := a.TryTake(c, dl)
 		if ok {
 			if since.IsZero() {
 				return 0, nil
@@ -590,17 +625,17 @@ func (a *Account) RoundTrip() time.Duration {
 	return a.rtt
 }
 
-// NextSlot returns when a call of class c could be sent, and what it
-// would wait for.
-func (a *Account) NextSlot(c Class) (time.Time, Reason) {
+// NextSlot returns when a call of class c, whose answer is of use until
+// deadline (zero: no deadline), could be sent, and what it would wait for.
+func (a *Account) NextSlot(c Class, deadline time.Time) (time.Time, Reason) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.slot(time.Now(), c)
+	return a.slot(time.Now(), c, deadline)
 }
 
-// Spare reports whether a call of class c may go now.
+// Spare reports whether a call of class c may go now, at the even pace.
 func (a *Account) Spare(c Class) bool {
-	at, why := a.NextSlot(c)
+	at, why := a.NextSlot(c, time.Time{})
 	return why == NotWaiting || !at.After(time.Now())
 }
 
@@ -610,7 +645,7 @@ func (a *Account) Plentiful(c Class, n int, rtt time.Duration) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
-	if _, why := a.slot(now, c); why != NotWaiting {
+	if _, why := a.slot(now, c, time.Time{}); why != NotWaiting {
 		return false
 	}
 	step := time.Duration(float64(max(a.localInterval(), a.accountInterval(now))) * a.cost(c))

@@ -14,7 +14,7 @@ import (
 // taken, answered d later (in a synctest bubble, d of fake time).
 func measureRoundTrip(t *testing.T, a *Account, d time.Duration) {
 	t.Helper()
-	if ok, _, _, _ := a.TryTake(Priority); !ok {
+	if ok, _, _, _ := a.TryTake(Priority, time.Time{}); !ok {
 		t.Fatal("no call to measure a round trip with")
 	}
 	time.Sleep(d)
@@ -60,9 +60,9 @@ func TestAcquireRefusesWithoutRoundTripLeft(t *testing.T) {
 func TestAcquireRefusesDuringABlock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := newTestAccount(t, New(2, time.Hour))
-		a.TryTake(Priority)
-		a.TryTake(Priority) // the hour's two calls
-		ok, _, why, changed := a.TryTake(Priority)
+		a.TryTake(Priority, time.Time{})
+		a.TryTake(Priority, time.Time{}) // the hour's two calls
+		ok, _, why, changed := a.TryTake(Priority, time.Time{})
 		if ok || why != WaitBudget {
 			t.Fatalf("a third call of the hour: %v, %v", ok, why)
 		}
@@ -110,9 +110,9 @@ func TestAcquireRefusesDuringABlock(t *testing.T) {
 func TestAcquireRefusesWhenTheContextEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := newTestAccount(t, New(2, 10*time.Second))
-		a.TryTake(Priority)
-		a.TryTake(Priority) // the window's two calls
-		slot, _ := a.NextSlot(Priority)
+		a.TryTake(Priority, time.Time{})
+		a.TryTake(Priority, time.Time{}) // the window's two calls
+		slot, _ := a.NextSlot(Priority, time.Time{})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { _, err := a.Acquire(ctx, Priority); done <- err }()

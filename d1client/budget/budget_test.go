@@ -31,12 +31,12 @@ func newTestAccount(t testing.TB, b Budget) *Account {
 // returns the slot's offset from start.
 func takeAt(t testing.TB, a *Account, c Class, start time.Time) time.Duration {
 	t.Helper()
-	at, why := a.NextSlot(c)
+	at, why := a.NextSlot(c, time.Time{})
 	if why == WaitBlock {
 		t.Fatal("blocked")
 	}
 	time.Sleep(time.Until(at))
-	if ok, _, _, _ := a.TryTake(c); !ok {
+	if ok, _, _, _ := a.TryTake(c, time.Time{}); !ok {
 		t.Fatalf("no call at the slot %v", at.Sub(start))
 	}
 	return at.Sub(start)
@@ -191,15 +191,15 @@ func TestReserveKeepsCallsForPriority(t *testing.T) {
 			t.Fatalf("Normal calls at %v", normals)
 		}
 		// Priority work finds a call at once: the reserve.
-		if at, _ := a.NextSlot(Priority); at.After(time.Now()) {
+		if at, _ := a.NextSlot(Priority, time.Time{}); at.After(time.Now()) {
 			t.Fatalf("Priority waits %v", time.Until(at))
 		}
 		// Normal work waits while Priority work goes.
 		for range 3 {
 			takeAt(t, a, Priority, start)
 		}
-		pAt, _ := a.NextSlot(Priority)
-		nAt, _ := a.NextSlot(Normal)
+		pAt, _ := a.NextSlot(Priority, time.Time{})
+		nAt, _ := a.NextSlot(Normal, time.Time{})
 		if !nAt.After(pAt) {
 			t.Fatalf("Normal slot %v not after Priority slot %v", nAt.Sub(start), pAt.Sub(start))
 		}
@@ -224,7 +224,7 @@ func TestRateLimitHeadersSetThePace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := newTestAccount(t, Unlimited().WithBurst(1).WithReserve(MinReserve))
 		start := time.Now()
-		if at, _ := a.NextSlot(Normal); !at.Equal(start) {
+		if at, _ := a.NextSlot(Normal, time.Time{}); !at.Equal(start) {
 			t.Fatal("no headers, no limit: a call should go at once")
 		}
 		a.take(start, Normal)
@@ -254,7 +254,7 @@ func TestRateLimitHeadersSetThePace(t *testing.T) {
 		a.take(time.Now(), Priority)
 		a.Answered(rateHeaders(0, 30, 1200, 300))
 		reset := time.Now().Add(30 * time.Second)
-		at, why := a.NextSlot(Priority)
+		at, why := a.NextSlot(Priority, time.Time{})
 		if why != WaitBudget || !at.Equal(reset.Add(resetMargin)) {
 			t.Fatalf("slot %v (%v), want the reset + margin", at.Sub(start), why)
 		}
@@ -271,9 +271,17 @@ func TestRateLimitHeadersSetThePace(t *testing.T) {
 		if want := time.Duration(math.Ceil(a.cost(Normal) * float64(250*time.Millisecond))); p0 != 0 || p1 != want {
 			t.Fatalf("after the reset: %v, %v; want 0, %v", p0, p1, want)
 		}
-		// Priority work is not held to the pace.
-		if at, _ := a.NextSlot(Priority); !at.Equal(time.Now()) {
-			t.Fatalf("Priority work waits %v", time.Until(at))
+		// Priority work follows the pace while its deadline allows; one
+		// whose deadline cannot wait for it goes at once.
+		paced, _ := a.NextSlot(Priority, time.Time{})
+		if !paced.After(time.Now()) {
+			t.Fatalf("Priority work without a deadline is not held to the pace")
+		}
+		if at, _ := a.NextSlot(Priority, paced.Add(time.Second)); !at.Equal(paced) {
+			t.Fatalf("Priority work whose deadline allows the pace waits %v; want %v", time.Until(at), time.Until(paced))
+		}
+		if at, _ := a.NextSlot(Priority, paced.Add(-time.Millisecond)); !at.Equal(time.Now()) {
+			t.Fatalf("Priority work whose deadline cannot wait for the pace waits %v", time.Until(at))
 		}
 	})
 }
@@ -350,7 +358,7 @@ func simulateReplicas(t *testing.T, replicas int, rtt time.Duration) {
 		// The next event: an answer, or the earliest replica's slot.
 		next, who := end, -1
 		for i, a := range accts {
-			if at, why := a.NextSlot(Normal); why != WaitBlock && at.Before(next) {
+			if at, why := a.NextSlot(Normal, time.Time{}); why != WaitBlock && at.Before(next) {
 				next, who = at, i
 			}
 		}
@@ -370,7 +378,7 @@ func simulateReplicas(t *testing.T, replicas int, rtt time.Duration) {
 			accts[p.acct].Answered(p.h)
 			continue
 		}
-		if ok, _, _, _ := accts[who].TryTake(Normal); !ok {
+		if ok, _, _, _ := accts[who].TryTake(Normal, time.Time{}); !ok {
 			continue // the pace moved on as time did: plan again
 		}
 		now := time.Now()

@@ -20,12 +20,14 @@
 //     Replicas share the budget this way with no coordination of their own.
 //   - The local Budget (Calls per Per) is an upper bound, and the pace when
 //     the headers are absent (d1local without a budget sends none).
-//   - Calls of class Priority (completions, heartbeats, releases) are not
-//     held to the even pace: they go while the account has a call left, by
-//     the headers' remaining calls (this process's share of them while
-//     other clients spend, so that several replicas' completions do not
-//     overrun the account), the local Budget's Calls per Per and a 971
-//     block. Normal calls go at most at (1 - Budget.Reserve) of the pace,
+//   - Calls of class Priority (completions, heartbeats, releases) may use
+//     the whole pace, and follow it while their deadline allows, so that
+//     completions arriving together share calls. One whose deadline could
+//     not wait for the pace is not held to it: it goes while the account
+//     has a call left, by the headers' remaining calls (this process's
+//     share of them while other clients spend, so that several replicas'
+//     completions do not overrun the account), the local Budget's Calls
+//     per Per and a 971 block. Normal calls go at most at (1 - Budget.Reserve) of the pace,
 //     so new work is turned away first, and never take the last
 //     Budget.Kept() calls of a window (at least one): a completion always
 //     finds a call, whatever the Budget. There is always a reserve:

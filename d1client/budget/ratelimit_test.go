@@ -120,7 +120,7 @@ func TestRateLimitResetClamped(t *testing.T) {
 				t.Errorf("%s: reset in %v, want %v", tc.name, time.Until(st.Reset), tc.reset)
 			}
 			for _, c := range []Class{Normal, Priority} {
-				if at, why := a.NextSlot(c); why != WaitBudget || !at.Equal(time.Now().Add(tc.reset+resetMargin)) {
+				if at, why := a.NextSlot(c, time.Time{}); why != WaitBudget || !at.Equal(time.Now().Add(tc.reset+resetMargin)) {
 					t.Errorf("%s: Class %d may go in %v (%v); want the reset, %v", tc.name, c, time.Until(at), why, tc.reset+resetMargin)
 				}
 			}

@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -25,26 +26,27 @@ func TestReserveZeroRefused(t *testing.T) {
 	}
 }
 
-// Priority work (a completion) is not held to the even pace that paces new
-// work: it goes at once while the account has a call left, even right
-// after other work spent the pace. It is held to the calls really left:
-// the local window's Calls, the headers' remaining calls, a 971 block.
+// Priority work (a completion) whose deadline cannot wait for the even
+// pace is not held to it: it goes at once while the account has a call
+// left, even right after other work spent the pace. It is held to the
+// calls really left: the local window's Calls, the headers' remaining
+// calls, a 971 block.
 func TestCompletionBypassesPace(t *testing.T) {
 	t.Run("local pace", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			a := newTestAccount(t, New(5, 100*time.Second).WithBurst(1))
 			takeAt(t, a, Normal, time.Now())
-			if at, _ := a.NextSlot(Normal); !at.After(time.Now()) {
+			if at, _ := a.NextSlot(Normal, time.Time{}); !at.After(time.Now()) {
 				t.Fatal("the pace lets new work go at once after a call")
 			}
 			for i := range 4 { // the rest of the window's 5 calls
-				if at, why := a.NextSlot(Priority); !at.Equal(time.Now()) {
+				if at, why := a.NextSlot(Priority, soon()); !at.Equal(time.Now()) {
 					t.Fatalf("Priority call %d waits %v (%v)", i+2, time.Until(at), why)
 				}
 				a.take(time.Now(), Priority)
 			}
 			// The window is spent: the next waits for its first call to leave it.
-			if at, why := a.NextSlot(Priority); why != WaitBudget || !at.Equal(time.Now().Add(100*time.Second+100*time.Second/ringMargin)) {
+			if at, why := a.NextSlot(Priority, soon()); why != WaitBudget || !at.Equal(time.Now().Add(100*time.Second+100*time.Second/ringMargin)) {
 				t.Fatalf("with the window spent, Priority may go in %v (%v)", time.Until(at), why)
 			}
 		})
@@ -55,18 +57,18 @@ func TestCompletionBypassesPace(t *testing.T) {
 			a.take(time.Now(), Normal)
 			a.Answered(rateHeaders(3, 60, 1200, 300)) // 3 calls left, one every 20 s
 			takeAt(t, a, Normal, time.Now())
-			if at, _ := a.NextSlot(Normal); !at.After(time.Now()) {
+			if at, _ := a.NextSlot(Normal, time.Time{}); !at.After(time.Now()) {
 				t.Fatal("the pace lets new work go at once after a call")
 			}
 			for i := range 2 {
-				if at, why := a.NextSlot(Priority); !at.Equal(time.Now()) {
+				if at, why := a.NextSlot(Priority, soon()); !at.Equal(time.Now()) {
 					t.Fatalf("Priority call %d waits %v (%v)", i+1, time.Until(at), why)
 				}
 				a.take(time.Now(), Priority)
 			}
 			// None is left: the next waits for the reset.
 			st := a.State()
-			if at, why := a.NextSlot(Priority); why != WaitBudget || !at.Equal(st.Reset.Add(resetMargin)) {
+			if at, why := a.NextSlot(Priority, soon()); why != WaitBudget || !at.Equal(st.Reset.Add(resetMargin)) {
 				t.Fatalf("with no call left, Priority may go in %v (%v)", time.Until(at), why)
 			}
 		})
@@ -75,10 +77,46 @@ func TestCompletionBypassesPace(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			a := newTestAccount(t, Unlimited())
 			a.Block(time.Now().Add(time.Minute))
-			if _, why := a.NextSlot(Priority); why != WaitBlock {
+			if _, why := a.NextSlot(Priority, soon()); why != WaitBlock {
 				t.Fatalf("Priority work during a 971 block: %v", why)
 			}
 		})
+	})
+}
+
+// Priority work whose deadline allows it follows the even pace, so that
+// completions arriving together wait for one call rather than each taking
+// its own: without a deadline, or with one after its paced slot and a
+// round trip, it waits for the slot; it goes beyond the pace only when it
+// could not wait.
+func TestPriorityFollowsThePaceWhileItsDeadlineAllows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newTestAccount(t, New(100, 100*time.Second).WithBurst(1))
+		takeAt(t, a, Priority, time.Now())
+		a.Answered(nil)
+		paced, why := a.NextSlot(Priority, time.Time{})
+		if why != WaitBudget || !paced.Equal(time.Now().Add(time.Second)) {
+			t.Fatalf("Priority work without a deadline may go in %v (%v); want 1s, the pace", time.Until(paced), why)
+		}
+		if at, _ := a.NextSlot(Priority, paced.Add(time.Second)); !at.Equal(paced) {
+			t.Errorf("with a deadline after the slot, Priority work may go in %v; want 1s", time.Until(at))
+		}
+		if at, _ := a.NextSlot(Priority, paced.Add(-time.Millisecond)); !at.Equal(time.Now()) {
+			t.Errorf("with a deadline before the slot, Priority work waits %v; want none", time.Until(at))
+		}
+		// Acquire follows the pace for a context whose deadline allows it,
+		// and goes at once for one whose deadline does not.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if waited, err := a.Acquire(ctx, Priority); err != nil || waited != time.Second {
+			t.Fatalf("Acquire with 10s left: waited %v, %v; want 1s", waited, err)
+		}
+		a.Answered(nil)
+		ctx, cancel = context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		if waited, err := a.Acquire(ctx, Priority); err != nil || waited != 0 {
+			t.Fatalf("Acquire with 500ms left: waited %v, %v; want 0", waited, err)
+		}
 	})
 }
 
@@ -103,7 +141,7 @@ func TestEveryBudgetKeepsACallForPriority(t *testing.T) {
 				start := time.Now()
 				n := 0
 				for {
-					at, _ := a.NextSlot(Normal)
+					at, _ := a.NextSlot(Normal, time.Time{})
 					if !at.Before(start.Add(b.Per())) {
 						break
 					}
@@ -113,7 +151,7 @@ func TestEveryBudgetKeepsACallForPriority(t *testing.T) {
 				if n > b.Calls()-b.Kept() || b.Kept() < 1 {
 					t.Errorf("new work took %d of the window's %d calls, %d of them kept", n, b.Calls(), b.Kept())
 				}
-				if at, why := a.NextSlot(Priority); !at.Equal(time.Now()) {
+				if at, why := a.NextSlot(Priority, soon()); !at.Equal(time.Now()) {
 					t.Errorf("after %d calls of new work, a completion waits %v (%v)", n, time.Until(at), why)
 				}
 			})
@@ -130,7 +168,7 @@ func TestEveryBudgetKeepsACallForPriority(t *testing.T) {
 				reset := a.State().Reset
 				n := 0
 				for {
-					at, _ := a.NextSlot(Normal)
+					at, _ := a.NextSlot(Normal, time.Time{})
 					if !at.Before(reset) {
 						break
 					}
@@ -140,7 +178,7 @@ func TestEveryBudgetKeepsACallForPriority(t *testing.T) {
 				if n > 5-b.Kept() {
 					t.Errorf("new work took %d of the 5 calls left, %d of them kept", n, b.Kept())
 				}
-				if at, why := a.NextSlot(Priority); !at.Equal(time.Now()) {
+				if at, why := a.NextSlot(Priority, soon()); !at.Equal(time.Now()) {
 					t.Errorf("after %d calls of new work, a completion waits %v (%v)", n, time.Until(at), why)
 				}
 			})
@@ -164,7 +202,7 @@ func TestPriorityTakesItsShareOfTheLastCalls(t *testing.T) {
 		// 10 left, less one that others may have in flight: a third of 9.
 		n := 0
 		for ; n < 10; n++ {
-			if at, _ := a.NextSlot(Priority); !at.Equal(time.Now()) {
+			if at, _ := a.NextSlot(Priority, soon()); !at.Equal(time.Now()) {
 				break
 			}
 			a.take(time.Now(), Priority)
@@ -172,15 +210,19 @@ func TestPriorityTakesItsShareOfTheLastCalls(t *testing.T) {
 		if n != 3 {
 			t.Errorf("Priority work took %d calls; want 3, a third of the 9 left", n)
 		}
-		if at, _ := a.NextSlot(Normal); !at.Equal(a.State().Reset.Add(resetMargin)) {
+		if at, _ := a.NextSlot(Normal, time.Time{}); !at.Equal(a.State().Reset.Add(resetMargin)) {
 			t.Errorf("new work may go in %v; want the reset", time.Until(at))
 		}
 		// Answered, the calls are the headers' again: a third of what is left.
 		for range 3 {
 			a.Answered(nil)
 		}
-		if at, _ := a.NextSlot(Priority); !at.Equal(time.Now()) {
+		if at, _ := a.NextSlot(Priority, soon()); !at.Equal(time.Now()) {
 			t.Errorf("with its calls answered, Priority work waits %v", time.Until(at))
 		}
 	})
 }
+
+// soon is the deadline of a Priority call that cannot wait for the even
+// pace: a millisecond away.
+func soon() time.Time { return time.Now().Add(time.Millisecond) }
