@@ -71,7 +71,7 @@ func parse(in io.Reader, echo io.Writer) (results []result, machine map[string]s
 			pkg = strings.TrimPrefix(line, "pkg: github.com/d1idem/d1idem/")
 		case strings.HasPrefix(line, "cpu: "), strings.HasPrefix(line, "goos: "), strings.HasPrefix(line, "goarch: "):
 			k, v, _ := strings.Cut(line, ": ")
-			machine[k] = v
+			machine[k] = strings.TrimSpace(v) // go test pads the cpu name
 		case strings.HasPrefix(line, "FAIL"), strings.HasPrefix(line, "--- FAIL"), strings.HasPrefix(line, "panic:"):
 			failed = true
 			fmt.Fprintln(echo, line)

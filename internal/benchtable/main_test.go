@@ -262,3 +262,12 @@ func TestFiguresTable(t *testing.T) {
 		t.Errorf("figures table:\n%s\nwant (%s):\n%s", got, golden, want)
 	}
 }
+
+// The machine line names the CPU as go test prints it, without the spaces
+// it pads the name with.
+func TestMachineCPUTrimmed(t *testing.T) {
+	_, machine, _, err := parse(strings.NewReader("cpu: Oxide Virtual Turin-like Processor             \n"), io.Discard)
+	if err != nil || machine["cpu"] != "Oxide Virtual Turin-like Processor" {
+		t.Fatalf("cpu %q, %v", machine["cpu"], err)
+	}
+}
