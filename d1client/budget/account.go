@@ -221,14 +221,14 @@ func (a *Account) slot(now time.Time, c Class, deadline time.Time) (time.Time, R
 	return now, NotWaiting
 }
 
-// latest returns the latest of now and ts.
-func latest(now time.Time, ts ...time.Time) time.Time {
-	for _, t := range ts {
-		if t.After(now) {
-			now = t
+// latest returns the latest of t and ts.
+func latest(t time.Time, ts ...time.Time) time.Time {
+	for _, u := range ts {
+		if u.After(t) {
+			t = u
 		}
 	}
-	return now
+	return t
 }
 
 // classBurst is the burst of class c. Work without Priority bursts less,
@@ -727,7 +727,7 @@ func (a *Account) Answered(h http.Header) {
 	same := a.fresh(now) && reset.Sub(a.view.reset).Abs() <= windowSlack
 	if same {
 		a.view.remaining = min(a.view.remaining, est)
-		a.view.reset = maxTime(a.view.reset, reset)
+		a.view.reset = latest(a.view.reset, reset)
 	} else {
 		a.view.remaining, a.view.reset = est, reset
 		a.acctPace, a.paceEnd = pace{}, time.Time{} // a new window: the old one's pace is over
@@ -760,11 +760,4 @@ func (a *Account) estimateOthers(now time.Time, r int, reset time.Time) {
 	alpha := 1 - math.Exp2(-dt.Seconds()/othersHalfLife.Seconds())
 	a.others += alpha * (others/dt.Seconds() - a.others)
 	a.ours += alpha * (ours/dt.Seconds() - a.ours)
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
