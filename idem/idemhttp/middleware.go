@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,20 +45,12 @@ const (
 )
 
 const (
+	defaultMaxBodyBytes    = 1 << 20 // 1 MiB
+	defaultTimeout         = 10 * time.Second
+	maxBodyBytes           = 1 << 30
+	maxTimeout             = 10 * time.Minute
 	defaultUnavailableWait = time.Second     // Retry-After of a 503 when D1 gave none
 	releaseTimeout         = 5 * time.Second // bound on a release made while unwinding
-)
-
-// Defaults of Options.
-const (
-	DefaultMaxBodyBytes = 1 << 20 // 1 MiB
-	DefaultTimeout      = 10 * time.Second
-)
-
-// Limits of Options, as Options documents them.
-const (
-	maxBodyBytes = 1 << 30
-	maxTimeout   = 10 * time.Minute
 )
 
 // Options configures the middleware. The zero value of every field but
@@ -87,9 +80,6 @@ type Options struct {
 	// included; past it the answer is 503 with Retry-After. 1ms to 10
 	// minutes; default 10s.
 	Timeout time.Duration
-	// Logger receives released reservations, panics and ledger failures;
-	// nil uses the ledger's logger.
-	Logger *slog.Logger
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -104,23 +94,16 @@ func (o Options) withDefaults() (Options, error) {
 			return o, configErr(fmt.Sprintf("Options.Methods[%d]", i), fmt.Sprintf("%q", meth), "use an HTTP method")
 		}
 	}
-	if o.MaxBodyBytes == 0 {
-		o.MaxBodyBytes = DefaultMaxBodyBytes
-	}
+	o.MaxBodyBytes = cmp.Or(o.MaxBodyBytes, defaultMaxBodyBytes)
 	if o.MaxBodyBytes < 1 || o.MaxBodyBytes > maxBodyBytes {
 		return o, configErr("Options.MaxBodyBytes", o.MaxBodyBytes, "use 1 to %d bytes", int64(maxBodyBytes))
 	}
-	if o.Timeout == 0 {
-		o.Timeout = DefaultTimeout
-	}
+	o.Timeout = cmp.Or(o.Timeout, defaultTimeout)
 	if o.Timeout < time.Millisecond || o.Timeout > maxTimeout {
 		return o, configErr("Options.Timeout", o.Timeout, "use 1ms to %v", maxTimeout)
 	}
-	switch o.ReuseStatus {
-	case 0:
-		o.ReuseStatus = http.StatusConflict
-	case http.StatusConflict, http.StatusUnprocessableEntity:
-	default:
+	o.ReuseStatus = cmp.Or(o.ReuseStatus, http.StatusConflict)
+	if o.ReuseStatus != http.StatusConflict && o.ReuseStatus != http.StatusUnprocessableEntity {
 		return o, configErr("Options.ReuseStatus", o.ReuseStatus, "use 409 (the spec) or 422 (the IETF Idempotency-Key draft)")
 	}
 	return o, nil
@@ -133,16 +116,12 @@ func configErr(field string, value any, want string, args ...any) error {
 
 // validToken reports whether s is an RFC 9110 token, as a method is.
 func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+		if c := s[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
 			return false
 		}
 	}
-	return true
+	return s != ""
 }
 
 type middleware struct {
@@ -150,38 +129,23 @@ type middleware struct {
 	cfg     idem.Config // the ledger's, defaults filled in
 	o       Options
 	methods map[string]bool
+	answers [numOutcomes]answer // the answers table, with this middleware's options
 	tel     *telemetry
 }
 
-// log returns Options.Logger, else the ledger's Config.Logger, else
-// slog.Default() at the time of the call.
+// log returns the ledger's Config.Logger, else slog.Default() at the time
+// of the call.
 func (m *middleware) log() *slog.Logger {
-	switch {
-	case m.o.Logger != nil:
-		return m.o.Logger
-	case m.cfg.Logger != nil:
+	if m.cfg.Logger != nil {
 		return m.cfg.Logger
 	}
 	return slog.Default()
 }
 
-// New returns net/http middleware that guards the unsafe methods
-// of the handlers it wraps with the ledger, or an error naming the invalid
-// option. It works with net/http's ServeMux, chi and gorilla/mux alike.
-//
-// A guarded request's body is read once (the handler can still read
-// r.Body) and fingerprinted; round trip 1 then decides. A replay, a reuse,
-// a request in progress and a ledger failure are answered without running
-// the handler; otherwise the handler runs under a context that is cancelled
-// if the reservation's lease is lost, and its response is captured, stored
-// by round trip 2, and then sent. It fails closed: when the ledger cannot be
-// reached the handler never runs. The README documents every answer the
-// middleware gives, and what happens when a handler streams, hijacks,
-// panics or uses Tx.
-//
-// Its metrics and spans (docs/observability.md) go to the ledger's
-// Config.MeterProvider and TracerProvider, under the ledger's scope
-// (idem.ScopeName).
+// New returns net/http middleware that guards the unsafe methods of the
+// handlers it wraps with the ledger (see the package documentation), or an
+// error naming the invalid option. It works with net/http's ServeMux, chi
+// and gorilla/mux alike.
 func New(l *idem.Ledger, opts Options) (func(http.Handler) http.Handler, error) {
 	if l == nil {
 		return nil, errors.New("idemhttp: New needs a Ledger")
@@ -191,10 +155,13 @@ func New(l *idem.Ledger, opts Options) (func(http.Handler) http.Handler, error) 
 		return nil, err
 	}
 	cfg := l.Config()
-	m := &middleware{l: l, cfg: cfg, o: opts, methods: map[string]bool{}, tel: newTelemetry(cfg.MeterProvider, cfg.TracerProvider)}
+	m := &middleware{l: l, cfg: cfg, o: opts, methods: map[string]bool{}, answers: answers,
+		tel: newTelemetry(cfg.MeterProvider, cfg.TracerProvider)}
 	for _, meth := range opts.Methods {
 		m.methods[strings.ToUpper(meth)] = true
 	}
+	m.answers[outReused].status = opts.ReuseStatus
+	m.answers[outTooLarge].message = fmt.Sprintf(answers[outTooLarge].message, opts.MaxBodyBytes)
 	return m.wrap, nil
 }
 
@@ -208,27 +175,22 @@ func Must(l *idem.Ledger, opts Options) func(http.Handler) http.Handler {
 	return mw
 }
 
+// wrap guards each request of a guarded method in a span of its own (a
+// child of the caller's span in r's context), and records its outcome.
 func (m *middleware) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !m.methods[strings.ToUpper(r.Method)] {
 			next.ServeHTTP(w, r)
 			return
 		}
-		m.serve(w, r, next)
+		rt := requestTrace{start: time.Now()}
+		ctx, span := m.tel.tracer.Start(r.Context(), requestSpan)
+		if span.IsRecording() {
+			r = r.WithContext(ctx)
+		}
+		defer m.tel.endRequest(span, &rt)
+		rt.outcome = m.guard(w, r, next, &rt)
 	})
-}
-
-// serve guards one request, in a span of its own (a child of the caller's
-// span in r's context), and records its outcome.
-func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	start := time.Now()
-	ctx, span := m.tel.tracer.Start(r.Context(), requestSpan)
-	if span.IsRecording() {
-		r = r.WithContext(ctx)
-	}
-	var rt requestTrace
-	defer m.tel.endRequest(span, &rt, start)
-	rt.outcome = m.guard(w, r, next, &rt)
 }
 
 // guard is the middleware's work for one request; it returns how the
@@ -236,47 +198,47 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 func (m *middleware) guard(w http.ResponseWriter, r *http.Request, next http.Handler, rt *requestTrace) outcome {
 	principal, err := m.o.Principal(r)
 	if err != nil || principal == "" {
-		writeError(w, http.StatusUnauthorized, CodeUnauthenticated, "The request could not be authenticated.", nil)
-		return outUnauthenticated
+		return m.refuse(w, outUnauthenticated, 0)
 	}
 	if !idem.ValidPrincipal(principal) {
-		m.principalInvalid(w, r, principal)
-		return outPrincipalInvalid
+		// The server derived it: its bug, which a retry cannot fix. The log
+		// never carries the principal.
+		why := "not valid UTF-8"
+		if len(principal) > idem.MaxPrincipalLength {
+			why = fmt.Sprintf("%d bytes, over the limit of %d", len(principal), idem.MaxPrincipalLength)
+		}
+		m.log().LogAttrs(r.Context(), slog.LevelWarn, "idem: Options.Principal returned a principal the ledger cannot hold; request refused",
+			slog.String("error", fmt.Sprintf("%v: %s", idem.ErrInvalidPrincipal, why)), slog.Int("principal_bytes", len(principal)))
+		return m.refuse(w, outPrincipalInvalid, 0)
 	}
 	rt.principal = principal
 	keys := r.Header.Values(HeaderKey)
 	if len(keys) > 1 {
 		// Two fields are two keys: never merge them ("k1, k2") into one.
-		writeError(w, http.StatusBadRequest, CodeKeyInvalid, "Send exactly one Idempotency-Key header.", nil)
+		writeAnswer(w, twoKeys, 0)
 		return outKeyInvalid
 	}
 	var key string
 	if len(keys) == 1 {
 		key = strings.Trim(keys[0], httpWhitespace)
 	}
-	if key == "" {
-		if m.o.KeyOptional {
-			next.ServeHTTP(w, r)
-			return outUnprotected
-		}
-		writeError(w, http.StatusBadRequest, CodeKeyRequired, "This endpoint requires an Idempotency-Key header.", nil)
-		return outKeyMissing
-	}
-	if !idem.ValidKey(key) {
-		writeError(w, http.StatusBadRequest, CodeKeyInvalid, "Idempotency-Key must be 1-255 printable ASCII characters.", nil)
-		return outKeyInvalid
+	switch {
+	case key == "" && m.o.KeyOptional:
+		next.ServeHTTP(w, r)
+		return outUnprotected
+	case key == "":
+		return m.refuse(w, outKeyMissing, 0)
+	case !idem.ValidKey(key):
+		return m.refuse(w, outKeyInvalid, 0)
 	}
 	var body []byte
 	if r.Body != nil { // a server's request always has one; a test's may not
 		if body, err = io.ReadAll(io.LimitReader(r.Body, m.o.MaxBodyBytes+1)); err != nil {
-			writeError(w, http.StatusBadRequest, CodeBodyUnreadable, "The request body could not be read.", nil)
-			return outBodyUnreadable
+			return m.refuse(w, outBodyUnreadable, 0)
 		}
 	}
 	if int64(len(body)) > m.o.MaxBodyBytes {
-		writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
-			fmt.Sprintf("The request body exceeds %d bytes.", m.o.MaxBodyBytes), nil)
-		return outTooLarge
+		return m.refuse(w, outTooLarge, 0)
 	}
 	// One reader serves the fingerprint, then, rewound, the handler.
 	br := bytes.NewReader(body)
@@ -290,19 +252,8 @@ func (m *middleware) guard(w http.ResponseWriter, r *http.Request, next http.Han
 	if err != nil {
 		return m.unavailable(w, r, err)
 	}
-	switch dec.Outcome {
-	case idem.Replay:
-		writeResponse(w, dec.Response, true)
-		return outReplay
-	case idem.Reused:
-		writeError(w, m.o.ReuseStatus, CodeKeyReused, "This Idempotency-Key was already used for a different request.", nil)
-		return outReused
-	case idem.InProgress:
-		writeInProgress(w, dec.RetryAfter)
-		return outInProgress
-	case idem.Retry:
-		writeError(w, http.StatusConflict, CodeKeyRetry, "Retry the request.", nil)
-		return outRetry
+	if dec.Outcome != idem.Execute {
+		return m.writeDecision(w, dec)
 	}
 	rt.outcome, rt.res = outExecute, dec.Reservation // set now: the handler may panic
 	m.execute(w, r, next, rt)
@@ -312,37 +263,18 @@ func (m *middleware) guard(w http.ResponseWriter, r *http.Request, next http.Han
 // unavailable answers a failed round trip 1: fail closed, with a
 // Retry-After. It returns the outcome.
 func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, err error) outcome {
-	var de *d1client.Error
 	wait := defaultUnavailableWait
-	if errors.As(err, &de) && de.RetryAfter > 0 {
+	if de, ok := errors.AsType[*d1client.Error](err); ok && de.RetryAfter > 0 {
 		wait = de.RetryAfter
 	}
-	h := http.Header{"Retry-After": {retryAfterSeconds(wait)}}
 	switch {
 	case errors.Is(err, idem.ErrUnreadableRecord):
-		writeError(w, http.StatusInternalServerError, CodeRecordUnreadable, "The stored response for this Idempotency-Key cannot be read.", nil)
-		return outRecordUnreadable
+		return m.refuse(w, outRecordUnreadable, 0)
 	case errors.Is(err, d1client.ErrBudget) || errors.Is(err, d1client.ErrRateLimited):
-		writeError(w, http.StatusServiceUnavailable, CodeBudgetExhausted, "The idempotency ledger's request budget is spent; retry later.", h)
-		return outBudgetShed
+		return m.refuse(w, outBudgetShed, wait)
 	}
 	m.log().LogAttrs(r.Context(), slog.LevelError, "idem: ledger unavailable; request refused", errAttrs(err)...)
-	writeError(w, http.StatusServiceUnavailable, CodeLedgerUnavailable, "The idempotency ledger is unavailable; retry later.", h)
-	return outLedgerUnavailable
-}
-
-// principalInvalid answers a principal p the ledger cannot hold: the
-// server derived it, so it is the server's bug, and a retry cannot help (no
-// Retry-After). The log never carries the principal.
-func (m *middleware) principalInvalid(w http.ResponseWriter, r *http.Request, p string) {
-	why := "not valid UTF-8"
-	if len(p) > idem.MaxPrincipalLength {
-		why = fmt.Sprintf("%d bytes, over the limit of %d", len(p), idem.MaxPrincipalLength)
-	}
-	m.log().LogAttrs(r.Context(), slog.LevelWarn, "idem: Options.Principal returned a principal the ledger cannot hold; request refused",
-		slog.String("error", fmt.Sprintf("%v: %s", idem.ErrInvalidPrincipal, why)), slog.Int("principal_bytes", len(p)))
-	writeError(w, http.StatusInternalServerError, CodePrincipalInvalid,
-		fmt.Sprintf("The server derived an invalid principal for this request (not UTF-8, or over %d bytes).", idem.MaxPrincipalLength), nil)
+	return m.refuse(w, outLedgerUnavailable, wait)
 }
 
 // errAttrs are the log attributes of a ledger error: the error, and the fix
@@ -359,10 +291,8 @@ func errAttrs(err error) []slog.Attr {
 // response, and stores it, with the handler's Tx statements, before it is
 // sent.
 func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, rt *requestTrace) {
-	res := rt.res
-	tx := &Tx{}
+	res, tx := rt.res, &Tx{}
 	cw := &captureWriter{w: w, tx: tx, max: m.cfg.MaxStoredBody}
-
 	released := false
 	defer func() {
 		// Hold has stopped the heartbeat by now: no renewal races the
@@ -391,24 +321,19 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			why = "the handler hijacked the connection"
 		}
 		m.release(r, res, why)
-		released = true
-		rt.completion = resReleased
+		released, rt.completion = true, resReleased
 		if refused > 0 {
 			m.log().LogAttrs(r.Context(), slog.LevelError, "idem: the handler added Tx statements after "+strings.TrimPrefix(why, "the handler ")+"; they were not committed, and the response is aborted",
 				append(res.LogValue().Group(), slog.Int("refused_adds", refused))...)
 			if cw.streamed {
-				// The client must not take this response for a success.
-				panic(http.ErrAbortHandler)
+				panic(http.ErrAbortHandler) // the client must not take this response for a success
 			}
 		}
 		return
 	}
-	resp := idem.Response{Status: cw.status, Header: w.Header(), Body: cw.body.Bytes()}
-	if resp.Status == 0 {
-		resp.Status = http.StatusOK
-	}
-	// The completion is written even if the client has gone away: the
-	// mutation ran, and its response must be replayable.
+	resp := idem.Response{Status: cmp.Or(cw.status, http.StatusOK), Header: w.Header(), Body: cw.body.Bytes()}
+	// Stored even if the client has gone away: the mutation ran, and its
+	// response must be replayable.
 	cctx := context.WithoutCancel(r.Context())
 	var done idem.Completion
 	var err error
@@ -418,82 +343,63 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		done, err = m.l.Complete(cctx, res, resp)
 	}
 	rt.completion = completionResult(done, err)
-	if err != nil {
-		if errors.Is(err, idem.ErrTxNotCommitted) {
-			m.log().LogAttrs(r.Context(), slog.LevelError, "idem: the handler's statements were not committed; reservation released",
-				append(res.LogValue().Group(), errAttrs(err)...)...)
-			resetHeader(w.Header(), nil) // the handler's headers describe what did not happen
-			if errors.Is(err, d1client.ErrSQL) || errors.Is(err, d1client.ErrInvalid) {
-				// Deterministic: the handler's own statements failed, or
-				// d1client refused them before sending (a parameter type
-				// it cannot send, several statements in one SQL text): a
-				// retry would fail the same way.
-				writeError(w, http.StatusInternalServerError, CodeMutationAbandoned,
-					"The mutation failed and was not committed.", nil)
-				return
-			}
-			writeError(w, http.StatusServiceUnavailable, CodeMutationAbandoned,
-				"The mutation could not be committed; retry the request.", http.Header{"Retry-After": {"1"}})
-			return
+	switch {
+	case errors.Is(err, idem.ErrTxNotCommitted):
+		m.log().LogAttrs(r.Context(), slog.LevelError, "idem: the handler's statements were not committed; reservation released",
+			append(res.LogValue().Group(), errAttrs(err)...)...)
+		resetHeader(w.Header(), nil) // the handler's headers describe what did not happen
+		if errors.Is(err, d1client.ErrSQL) || errors.Is(err, d1client.ErrInvalid) {
+			// The handler's statements failed, or d1client refused them before
+			// sending: a retry would fail the same way.
+			writeAnswer(w, txFailed, 0)
+		} else {
+			writeAnswer(w, txNotCommitted, time.Second)
 		}
+		return
+	case err != nil:
 		m.log().LogAttrs(r.Context(), slog.LevelError, "idem: completion not stored; the response is sent, and a retry after the TTL will run the mutation again",
 			append(res.LogValue().Group(), errAttrs(err)...)...)
-	}
-	if err == nil && !done.Stored && len(stmts) > 0 {
-		// Fenced out under transactional completion: the handler's writes
-		// were aborted with the batch, so its response describes something
-		// that did not happen. Answer with what the ledger holds instead.
+	case !done.Stored && len(stmts) > 0:
+		// Fenced out: the handler's writes were aborted with the batch, so
+		// its response describes something that did not happen.
 		m.answerFromLedger(w, r, res)
 		return
 	}
 	if done.Sentinel {
-		// The spec's sentinel: the response could not be stored, so this
-		// caller gets status 500 with the stored headers and no body, as a
-		// replay will (even when the handler's own status was 500).
+		// The caller gets the stored headers and no body, as a replay will.
 		resetHeader(w.Header(), done.Response.Header)
 	}
-	asStored(w.Header(), m.cfg.ReplayableHeaders)
+	// The replayable headers go out as stored (idem.HeaderValue), so the
+	// first response carries the same bytes as every replay.
+	for _, name := range m.cfg.ReplayableHeaders {
+		if len(w.Header().Values(name)) > 0 {
+			w.Header().Set(name, idem.HeaderValue(w.Header(), name))
+		}
+	}
 	writeResponse(w, &idem.Response{Status: done.Response.Status, Body: done.Response.Body}, false)
 }
 
-// answerFromLedger answers a request whose own response must not be sent:
-// the stored response when another owner completed the key, 409 in progress
-// while one is still working on it.
+// answerFromLedger answers a request whose own response must not be sent
+// with what the ledger holds: the stored response of the owner that
+// completed the key, or 409 while one is still working on it.
 func (m *middleware) answerFromLedger(w http.ResponseWriter, r *http.Request, res *idem.Reservation) {
 	resetHeader(w.Header(), nil)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.o.Timeout)
 	defer cancel()
 	dec, err := m.l.Lookup(ctx, res.Principal, res.Key, res.Fingerprint)
-	switch {
-	case err != nil:
+	if err != nil {
 		m.unavailable(w, r, err)
-	case dec.Outcome == idem.Replay:
-		writeResponse(w, dec.Response, true)
-	case dec.Outcome == idem.InProgress:
-		writeInProgress(w, dec.RetryAfter)
-	default:
-		writeError(w, http.StatusConflict, CodeKeyRetry, "Retry the request.", nil)
+		return
 	}
-}
-
-// asStored rewrites the replayable headers of h to the one value each is
-// stored and replayed with (idem.HeaderValue): the fields joined, HTTP
-// whitespace trimmed, decoded as UTF-8 as workerd decodes them. So the first
-// response carries the same bytes as every replay: a Location of "/caf\xe9"
-// goes out as "/caf\uFFFD" both times.
-func asStored(h http.Header, names []string) {
-	for _, name := range names {
-		if len(h.Values(name)) > 0 {
-			h.Set(name, idem.HeaderValue(h, name))
-		}
+	if dec.Outcome != idem.Replay && dec.Outcome != idem.InProgress {
+		dec.Outcome = idem.Retry
 	}
+	m.writeDecision(w, dec)
 }
 
 // resetHeader replaces every field of h with those of with.
 func resetHeader(h, with http.Header) {
-	for k := range h {
-		delete(h, k)
-	}
+	clear(h)
 	for k, v := range with {
 		h[k] = v
 	}
@@ -531,37 +437,10 @@ func writeResponse(w http.ResponseWriter, resp *idem.Response, replayed bool) {
 	_, _ = w.Write(resp.Body)
 }
 
-// writeInProgress is the spec's 409 for a pending key.
-func writeInProgress(w http.ResponseWriter, retryAfter time.Duration) {
-	writeJSON(w, http.StatusConflict, map[string]any{"error": CodeKeyInProgress,
-		"message":        "A request with this Idempotency-Key is still being processed; retry after Retry-After seconds.",
-		"retry_after_ms": retryAfter.Milliseconds()},
-		http.Header{"Retry-After": {retryAfterSeconds(retryAfter)}})
-}
-
-func writeError(w http.ResponseWriter, status int, code, message string, h http.Header) {
-	writeJSON(w, status, map[string]string{"error": code, "message": message}, h)
-}
-
-func writeJSON(w http.ResponseWriter, status int, body any, h http.Header) {
-	b, _ := json.Marshal(body)
-	for k, v := range h {
-		w.Header()[k] = v
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
-}
-
 // retryAfterSeconds is d as a Retry-After value: whole seconds, rounded
 // up, at least 1.
 func retryAfterSeconds(d time.Duration) string {
-	s := int64(math.Ceil(d.Seconds()))
-	if s < 1 {
-		s = 1
-	}
-	return strconv.FormatInt(s, 10)
+	return strconv.FormatInt(max(int64(math.Ceil(d.Seconds())), 1), 10)
 }
 
 // nullBodyStatus reports whether status never carries a body
@@ -573,3 +452,74 @@ func nullBodyStatus(status int) bool {
 // httpWhitespace is Fetch's HTTP whitespace, trimmed from the key as from
 // every header value.
 const httpWhitespace = "\t\n\r "
+
+// answer is an outcome's name (d1idem.outcome) and, for an answer of the
+// middleware's own, its status and JSON error body.
+type answer struct {
+	name    string
+	status  int
+	code    string
+	message string
+}
+
+// answers maps each outcome to its answer (the status of outReused and the
+// message of outTooLarge come from Options).
+var answers = [numOutcomes]answer{
+	outExecute:           {name: "execute"},
+	outReplay:            {name: "replay"},
+	outUnprotected:       {name: "unprotected"},
+	outInProgress:        {"in_progress", 409, CodeKeyInProgress, "A request with this Idempotency-Key is still being processed; retry after Retry-After seconds."},
+	outReused:            {"reused", 0, CodeKeyReused, "This Idempotency-Key was already used for a different request."},
+	outRetry:             {"retry", 409, CodeKeyRetry, "Retry the request."},
+	outKeyMissing:        {"key_missing", 400, CodeKeyRequired, "This endpoint requires an Idempotency-Key header."},
+	outKeyInvalid:        {"key_invalid", 400, CodeKeyInvalid, "Idempotency-Key must be 1-255 printable ASCII characters."},
+	outUnauthenticated:   {"unauthenticated", 401, CodeUnauthenticated, "The request could not be authenticated."},
+	outPrincipalInvalid:  {"principal_invalid", 500, CodePrincipalInvalid, fmt.Sprintf("The server derived an invalid principal for this request (not UTF-8, or over %d bytes).", idem.MaxPrincipalLength)},
+	outTooLarge:          {"too_large", 413, CodeBodyTooLarge, "The request body exceeds %d bytes."},
+	outBodyUnreadable:    {"body_unreadable", 400, CodeBodyUnreadable, "The request body could not be read."},
+	outLedgerUnavailable: {"ledger_unavailable", 503, CodeLedgerUnavailable, "The idempotency ledger is unavailable; retry later."},
+	outBudgetShed:        {"budget_shed", 503, CodeBudgetExhausted, "The idempotency ledger's request budget is spent; retry later."},
+	outRecordUnreadable:  {"record_unreadable", 500, CodeRecordUnreadable, "The stored response for this Idempotency-Key cannot be read."},
+}
+
+// The answers that are not an outcome's own.
+var (
+	twoKeys        = answer{"", 400, CodeKeyInvalid, "Send exactly one Idempotency-Key header."}
+	txFailed       = answer{"", 500, CodeMutationAbandoned, "The mutation failed and was not committed."}
+	txNotCommitted = answer{"", 503, CodeMutationAbandoned, "The mutation could not be committed; retry the request."}
+)
+
+// decided maps the ledger's decisions other than Execute to outcomes.
+var decided = [...]outcome{idem.Replay: outReplay, idem.Reused: outReused, idem.InProgress: outInProgress, idem.Retry: outRetry}
+
+// writeDecision answers a decision of the ledger other than Execute.
+func (m *middleware) writeDecision(w http.ResponseWriter, dec idem.Decision) outcome {
+	if o := decided[dec.Outcome]; o != outReplay {
+		return m.refuse(w, o, dec.RetryAfter)
+	}
+	writeResponse(w, dec.Response, true)
+	return outReplay
+}
+
+// refuse answers outcome o with its JSON error body and returns o.
+func (m *middleware) refuse(w http.ResponseWriter, o outcome, wait time.Duration) outcome {
+	writeAnswer(w, m.answers[o], wait)
+	return o
+}
+
+// writeAnswer sends a's JSON error body, with a Retry-After when wait is
+// positive (the in-progress body says it in ms too).
+func writeAnswer(w http.ResponseWriter, a answer, wait time.Duration) {
+	body := map[string]any{"error": a.code, "message": a.message}
+	if a.code == CodeKeyInProgress {
+		body["retry_after_ms"] = wait.Milliseconds()
+	}
+	if wait > 0 {
+		w.Header().Set("Retry-After", retryAfterSeconds(wait))
+	}
+	b, _ := json.Marshal(body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(a.status)
+	_, _ = w.Write(b)
+}

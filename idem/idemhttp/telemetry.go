@@ -54,15 +54,6 @@ const (
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"", "execute", "replay", "in_progress", "reused", "retry", "key_missing", "key_invalid",
-	"unauthenticated", "principal_invalid", "too_large", "body_unreadable", "ledger_unavailable", "budget_shed",
-	"record_unreadable", "unprotected"}
-
-// failed reports whether the outcome is the server's failure (a 5xx).
-func (o outcome) failed() bool {
-	return o == outPrincipalInvalid || o == outLedgerUnavailable || o == outBudgetShed || o == outRecordUnreadable
-}
-
 // What became of an executed request's response: the values of
 // d1idem.completion.result on the request span, those of the ledger's
 // completions and "released".
@@ -99,7 +90,7 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *telemetry {
 		metric.WithDescription("Duration of the requests the middleware guarded, by outcome."),
 		metric.WithExplicitBucketBoundaries(otelscope.DurationBuckets...))
 	for o := outExecute; o < numOutcomes; o++ {
-		t.outcomeSets[o] = []metric.RecordOption{metric.WithAttributes(attrOutcome.String(outcomeNames[o]))}
+		t.outcomeSets[o] = []metric.RecordOption{metric.WithAttributes(attrOutcome.String(answers[o].name))}
 	}
 	return t
 }
@@ -107,6 +98,7 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *telemetry {
 // requestTrace is what the middleware learnt of a request, for its span
 // and metrics.
 type requestTrace struct {
+	start      time.Time
 	outcome    outcome
 	principal  string
 	res        *idem.Reservation
@@ -116,9 +108,9 @@ type requestTrace struct {
 // endRequest records a guarded request: its outcome and duration, and its
 // span's attributes. The principal goes to the span only as its short
 // SHA-256 digest, as in the logs.
-func (t *telemetry) endRequest(span trace.Span, rt *requestTrace, start time.Time) {
+func (t *telemetry) endRequest(span trace.Span, rt *requestTrace) {
 	if rt.outcome != outNone {
-		t.requests.Record(context.Background(), time.Since(start).Seconds(), t.outcomeSets[rt.outcome]...)
+		t.requests.Record(context.Background(), time.Since(rt.start).Seconds(), t.outcomeSets[rt.outcome]...)
 	}
 	if !span.IsRecording() {
 		span.End()
@@ -126,7 +118,7 @@ func (t *telemetry) endRequest(span trace.Span, rt *requestTrace, start time.Tim
 	}
 	attrs := make([]attribute.KeyValue, 0, 5)
 	if rt.outcome != outNone {
-		attrs = append(attrs, attrOutcome.String(outcomeNames[rt.outcome]))
+		attrs = append(attrs, attrOutcome.String(answers[rt.outcome].name))
 	}
 	if rt.principal != "" {
 		attrs = append(attrs, attrPrincipalSHA256.String(shortHash(rt.principal)))
@@ -138,8 +130,8 @@ func (t *telemetry) endRequest(span trace.Span, rt *requestTrace, start time.Tim
 		attrs = append(attrs, attrCompletionResult.String(rt.completion))
 	}
 	span.SetAttributes(attrs...)
-	if rt.outcome.failed() {
-		span.SetStatus(codes.Error, outcomeNames[rt.outcome])
+	if a := answers[rt.outcome]; a.status >= 500 {
+		span.SetStatus(codes.Error, a.name)
 	}
 	span.End()
 }
