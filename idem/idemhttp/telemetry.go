@@ -19,23 +19,16 @@ import (
 // requestSpan is the name of the middleware's span.
 const requestSpan = "d1idem.request"
 
-// Attribute keys of the middleware's metric and span
-// (docs/observability.md). None ever carries a principal, a key or a
-// token: the span carries the principal's short SHA-256 digest, as the
-// logs do; the metric not even that.
-const (
-	attrOutcome          = attribute.Key("d1idem.outcome")
-	attrPrincipalSHA256  = attribute.Key("d1idem.principal.sha256")
-	attrGeneration       = attribute.Key("d1idem.generation")
-	attrTakeover         = attribute.Key("d1idem.takeover")
-	attrCompletionResult = attribute.Key("d1idem.completion.result")
-)
+// attrOutcome is the metric's and the span's attribute: how the request was
+// answered (docs/observability.md).
+const attrOutcome = attribute.Key("d1idem.outcome")
 
-// outcome is how the middleware answered a guarded request.
+// outcome is how the middleware answered a guarded request; answers holds
+// their names.
 type outcome uint8
 
 const (
-	outNone outcome = iota // not decided: the request panicked before
+	outNone outcome = iota // not decided: the handler panicked
 	outExecute
 	outReplay
 	outInProgress
@@ -54,35 +47,22 @@ const (
 	numOutcomes
 )
 
-// What became of an executed request's response: the values of
-// d1idem.completion.result on the request span, those of the ledger's
-// completions and "released".
-const (
-	resStored    = "stored"     // the response is the stored one
-	resFencedOut = "fenced_out" // a takeover superseded the reservation
-	resFailed    = "failed"     // D1 could not be reached in time
-	resExpired   = "expired"    // never sent: idem.ErrReservationExpired
-	resReleased  = "released"   // not stored; the reservation was given up
-)
+// resReleased is the d1idem.completion.result of a response not stored
+// whose reservation was given up; completionResult gives the others.
+const resReleased = "released"
 
-// hashPrefix is the number of hex digits of a SHA-256 shown, as in the
-// ledger's logs (idem.Reservation.LogValue).
-const hashPrefix = 12
-
-// telemetry is the middleware's instrumentation through the OpenTelemetry
-// API. With the global providers left unset, the histogram and the tracer
-// are no-ops; the measurement options are built once, so that recording
-// allocates nothing.
+// telemetry is the middleware's histogram and tracer, no-ops unless the
+// providers are set. The measurement options are built once, so that
+// recording allocates nothing.
 type telemetry struct {
 	tracer      trace.Tracer
 	requests    metric.Float64Histogram
 	outcomeSets [numOutcomes][]metric.RecordOption
 }
 
-// newTelemetry makes the middleware's histogram and tracer from the
-// providers (nil: otel's global ones), in the ledger's scope. A histogram
-// the provider refuses is replaced by its no-op, as the API's contract
-// allows.
+// newTelemetry makes the middleware's instruments from the providers (nil:
+// otel's global ones), in the ledger's scope. A histogram the provider
+// refuses is its no-op, as the API allows.
 func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *telemetry {
 	m, tracer := otelscope.New(mp, tp, idem.ScopeName)
 	t := &telemetry{tracer: tracer}
@@ -96,7 +76,7 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *telemetry {
 }
 
 // requestTrace is what the middleware learnt of a request, for its span
-// and metrics.
+// and metric.
 type requestTrace struct {
 	start      time.Time
 	outcome    outcome
@@ -105,54 +85,48 @@ type requestTrace struct {
 	completion string // what became of an executed request's response
 }
 
-// endRequest records a guarded request: its outcome and duration, and its
-// span's attributes. The principal goes to the span only as its short
-// SHA-256 digest, as in the logs.
+// endRequest records a guarded request's outcome and duration, and ends its
+// span. No attribute carries a principal, a key or a token: the span has
+// the principal's short SHA-256 digest, as the logs do.
 func (t *telemetry) endRequest(span trace.Span, rt *requestTrace) {
+	defer span.End()
+	a := answers[rt.outcome]
 	if rt.outcome != outNone {
 		t.requests.Record(context.Background(), time.Since(rt.start).Seconds(), t.outcomeSets[rt.outcome]...)
 	}
 	if !span.IsRecording() {
-		span.End()
 		return
 	}
 	attrs := make([]attribute.KeyValue, 0, 5)
 	if rt.outcome != outNone {
-		attrs = append(attrs, attrOutcome.String(answers[rt.outcome].name))
+		attrs = append(attrs, attrOutcome.String(a.name))
 	}
 	if rt.principal != "" {
-		attrs = append(attrs, attrPrincipalSHA256.String(shortHash(rt.principal)))
+		sum := sha256.Sum256([]byte(rt.principal))
+		attrs = append(attrs, attribute.String("d1idem.principal.sha256", hex.EncodeToString(sum[:])[:12]))
 	}
 	if r := rt.res; r != nil {
-		attrs = append(attrs, attrGeneration.Int64(r.Generation), attrTakeover.Bool(r.Takeover))
+		attrs = append(attrs, attribute.Int64("d1idem.generation", r.Generation), attribute.Bool("d1idem.takeover", r.Takeover))
 	}
 	if rt.completion != "" {
-		attrs = append(attrs, attrCompletionResult.String(rt.completion))
+		attrs = append(attrs, attribute.String("d1idem.completion.result", rt.completion))
 	}
 	span.SetAttributes(attrs...)
-	if a := answers[rt.outcome]; a.status >= 500 {
+	if a.status >= 500 {
 		span.SetStatus(codes.Error, a.name)
 	}
-	span.End()
 }
 
-// completionResult is the result of a completion that returned done and
-// err.
+// completionResult is the d1idem.completion.result of a completion that
+// returned done and err, as the ledger counts it.
 func completionResult(done idem.Completion, err error) string {
 	switch {
 	case errors.Is(err, idem.ErrReservationExpired):
-		return resExpired
+		return "expired" // never sent
 	case err != nil:
-		return resFailed
+		return "failed" // D1 not reached in time
 	case done.Stored:
-		return resStored
+		return "stored"
 	}
-	return resFencedOut
-}
-
-// shortHash is the first hashPrefix hex digits of s's SHA-256: the
-// principal_sha256 of the ledger's logs.
-func shortHash(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])[:hashPrefix]
+	return "fenced_out" // a takeover superseded the reservation
 }
