@@ -10,9 +10,8 @@ import (
 
 // captureWriter records a handler's response instead of sending it, so that
 // it can be stored (with the handler's Tx statements) before the client sees
-// it. Once the handler streams or hijacks, it passes everything through and
-// records nothing more; while Tx statements are queued it refuses both (see
-// Tx).
+// it. Once the handler streams or hijacks, it passes everything through; while
+// Tx statements are queued it refuses both (see Tx).
 type captureWriter struct {
 	w        http.ResponseWriter
 	tx       *Tx
@@ -26,31 +25,24 @@ type captureWriter struct {
 func (c *captureWriter) Header() http.Header { return c.w.Header() }
 
 // WriteHeader records the status. Like net/http, it panics on a code
-// outside 100-999, sends an informational (1xx) response at once (it is
-// never stored), and ignores a status after the first. 101 Switching
-// Protocols cannot be replayed: with no Tx statements queued it is sent
-// and the response streams; with statements queued it is recorded, and
-// stored as the sentinel, status 500 (docs/contract.md#6-responses).
+// outside 100-999, sends a 1xx at once (never stored) and ignores a status
+// after the first. A 101 cannot be replayed: with no Tx statements queued it
+// is sent and the response streams; else it is stored as the sentinel.
 func (c *captureWriter) WriteHeader(code int) {
 	if code < 100 || code > 999 {
 		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
 	}
-	if c.streamed || c.hijacked {
+	switch {
+	case c.streamed || c.hijacked:
 		c.w.WriteHeader(code)
-		return
-	}
-	if c.status != 0 {
-		return
-	}
-	if code < 200 && code != http.StatusSwitchingProtocols {
+	case c.status != 0: // not the first: ignored
+	case code == http.StatusSwitchingProtocols && !c.stream():
+		c.status = code
+	case code < 200:
 		c.w.WriteHeader(code)
-		return
+	default:
+		c.status = code
 	}
-	if code == http.StatusSwitchingProtocols && c.stream() {
-		c.w.WriteHeader(code)
-		return
-	}
-	c.status = code
 }
 
 func (c *captureWriter) Write(p []byte) (int, error) {
@@ -89,43 +81,37 @@ func (c *captureWriter) Flush() {
 }
 
 // FlushError switches to streaming: what was captured is sent, and so is
-// everything after it; the response will not be stored. While Tx
-// statements are queued the flush is held: the response is sent after they
-// commit. A flush after the body has outgrown the stored-body cap is
-// ignored too: what was written beyond the cap is gone, and the response
-// will be the status 500 sentinel (docs/contract.md#6-responses).
+// everything after it; the response will not be stored. It is held while Tx
+// statements are queued (the response goes out after they commit), and
+// ignored once the body is over the stored-body cap (the response will be
+// the sentinel).
 func (c *captureWriter) FlushError() error {
-	if c.streamed || c.hijacked {
-		return http.NewResponseController(c.w).Flush()
-	}
-	if c.body.Len() > c.max || !c.stream() {
-		return nil
-	}
-	if c.status != 0 {
-		c.w.WriteHeader(c.status)
-	}
-	if c.body.Len() > 0 {
-		if _, err := c.w.Write(c.body.Bytes()); err != nil {
-			return err
+	if !c.streamed && !c.hijacked {
+		if c.body.Len() > c.max || !c.stream() {
+			return nil
+		}
+		if c.status != 0 {
+			c.w.WriteHeader(c.status)
+		}
+		if c.body.Len() > 0 {
+			if _, err := c.w.Write(c.body.Bytes()); err != nil {
+				return err
+			}
 		}
 	}
 	return http.NewResponseController(c.w).Flush()
 }
 
 // Hijack hands the connection to the handler; the response will not be
-// stored. It is refused while Tx statements are queued: they commit with a
-// stored response, which a hijacked connection cannot have.
+// stored. It is refused while Tx statements are queued: they commit only
+// with a stored response.
 func (c *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	hj, ok := c.w.(http.Hijacker)
-	if !ok {
-		return nil, nil, http.ErrNotSupported
-	}
 	c.tx.mu.Lock()
 	defer c.tx.mu.Unlock()
 	if len(c.tx.stmts) > 0 {
 		return nil, nil, fmt.Errorf("idemhttp: hijack refused: Tx statements are queued, and they commit only with a stored response: %w", http.ErrNotSupported)
 	}
-	conn, rw, err := hj.Hijack()
+	conn, rw, err := http.NewResponseController(c.w).Hijack()
 	if err == nil {
 		c.hijacked = true
 		c.tx.closeLocked(errTxHijacked)
@@ -133,6 +119,5 @@ func (c *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return conn, rw, err
 }
 
-// Unwrap lets http.ResponseController reach the underlying writer for
-// deadlines.
+// Unwrap lets http.ResponseController reach the underlying writer.
 func (c *captureWriter) Unwrap() http.ResponseWriter { return c.w }
