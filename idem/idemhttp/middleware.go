@@ -310,7 +310,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	// returns, not when the client goes away: a mutation that has started is
 	// finished and its response stored, for the client's retry to replay.
 	_ = m.l.Hold(context.WithoutCancel(r.Context()), res, func(ctx context.Context) error {
-		next.ServeHTTP(cw, r.WithContext(withTx(ctx, tx)))
+		next.ServeHTTP(cw, r.WithContext(context.WithValue(ctx, txKey{}, tx)))
 		return nil
 	})
 	stmts, refused := tx.finish()

@@ -10,28 +10,19 @@ import (
 )
 
 // Tx collects a handler's own D1 statements (the business write, such as the
-// order INSERT) so that they commit in the same D1 batch, and so the same
-// transaction, as the fenced completion (idem.Ledger.CompleteTx). A guard
-// statement goes first: when the reservation's generation is no longer the
-// pending owner (a takeover happened), it aborts the whole batch, and the
-// business write never lands. That makes a mutation kept in D1 happen
-// exactly once per key, even across takeovers.
+// order INSERT) so that they commit in the same D1 batch as the fenced
+// completion (idem.Ledger.CompleteTx), behind a guard that aborts the batch
+// when a takeover superseded the reservation: a mutation kept in D1 happens
+// exactly once per key. Get it with TxFromContext. Statements must not fail
+// by design (use INSERT ... ON CONFLICT): a failed batch commits nothing,
+// and the request is answered with an error instead of the handler's
+// response.
 //
-// The middleware puts a Tx in every executing handler's context; get it with
-// TxFromContext. Statements added to it must not fail by design (use
-// INSERT ... ON CONFLICT for natural keys): a batch that fails commits
-// nothing, and the request is answered with an error instead of the
-// handler's response.
-//
-// The handler's response is sent only after the batch commits, so a client
-// never receives a success for writes that did not commit. While statements
-// are queued, a flush is held (the response goes out after the commit) and
-// a hijack is refused. Once the response is streamed (a flush with nothing
-// queued) or the connection hijacked, or once the handler has returned, Add
-// fails with ErrTxClosed and commits nothing; the middleware then logs the
-// refusal at ERROR and, for a streamed response, aborts it (the client
-// sees a broken response, never a complete one). Queue statements before
-// the first flush.
+// The response is sent only after the batch commits: while statements are
+// queued, a flush is held and a hijack refused. Queue statements before the
+// first flush: once the response has streamed or the connection was
+// hijacked, or the handler has returned, Add fails with ErrTxClosed; the
+// middleware logs that at ERROR and aborts a streamed response.
 type Tx struct {
 	mu      sync.Mutex
 	stmts   []d1client.Statement
@@ -49,9 +40,8 @@ var (
 	errTxDone     = fmt.Errorf("%w: the handler has returned", ErrTxClosed)
 )
 
-// Add queues statements to commit with the completion, in order. It fails
-// with ErrTxClosed, queuing nothing, once the response has been streamed or
-// hijacked or the handler has returned.
+// Add queues statements to commit with the completion, in order, or fails
+// with ErrTxClosed, queuing nothing.
 func (t *Tx) Add(stmts ...d1client.Statement) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -82,10 +72,8 @@ func (t *Tx) finish() ([]d1client.Statement, int) {
 
 type txKey struct{}
 
-func withTx(ctx context.Context, tx *Tx) context.Context { return context.WithValue(ctx, txKey{}, tx) }
-
-// TxFromContext returns the transactional completion of the request being
-// executed, when the handler runs under the middleware.
+// TxFromContext returns the Tx of the request a handler executes under the
+// middleware.
 func TxFromContext(ctx context.Context) (*Tx, bool) {
 	tx, ok := ctx.Value(txKey{}).(*Tx)
 	return tx, ok
