@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"strconv"
@@ -90,7 +91,8 @@ func (o Options) withDefaults() (Options, error) {
 		o.Methods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 	}
 	for i, meth := range o.Methods {
-		if !validToken(meth) {
+		// net/http refuses a method that is not a token (and takes "" for GET).
+		if _, err := http.NewRequest(meth, "/", nil); meth == "" || err != nil {
 			return o, configErr(fmt.Sprintf("Options.Methods[%d]", i), fmt.Sprintf("%q", meth), "use an HTTP method")
 		}
 	}
@@ -112,16 +114,6 @@ func (o Options) withDefaults() (Options, error) {
 // configErr is an invalid field of Options.
 func configErr(field string, value any, want string, args ...any) error {
 	return &idem.ConfigError{Field: field, Value: fmt.Sprint(value), Want: fmt.Sprintf(want, args...)}
-}
-
-// validToken reports whether s is an RFC 9110 token, as a method is.
-func validToken(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
-			return false
-		}
-	}
-	return s != ""
 }
 
 type middleware struct {
@@ -220,7 +212,7 @@ func (m *middleware) guard(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	var key string
 	if len(keys) == 1 {
-		key = strings.Trim(keys[0], httpWhitespace)
+		key = strings.Trim(keys[0], "\t\n\r ") // Fetch's HTTP whitespace
 	}
 	switch {
 	case key == "" && m.o.KeyOptional:
@@ -347,7 +339,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	case errors.Is(err, idem.ErrTxNotCommitted):
 		m.log().LogAttrs(r.Context(), slog.LevelError, "idem: the handler's statements were not committed; reservation released",
 			append(res.LogValue().Group(), errAttrs(err)...)...)
-		resetHeader(w.Header(), nil) // the handler's headers describe what did not happen
+		clear(w.Header()) // the handler's headers describe what did not happen
 		if errors.Is(err, d1client.ErrSQL) || errors.Is(err, d1client.ErrInvalid) {
 			// The handler's statements failed, or d1client refused them before
 			// sending: a retry would fail the same way.
@@ -367,7 +359,8 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	}
 	if done.Sentinel {
 		// The caller gets the stored headers and no body, as a replay will.
-		resetHeader(w.Header(), done.Response.Header)
+		clear(w.Header())
+		maps.Copy(w.Header(), done.Response.Header)
 	}
 	// The replayable headers go out as stored (idem.HeaderValue), so the
 	// first response carries the same bytes as every replay.
@@ -383,7 +376,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 // with what the ledger holds: the stored response of the owner that
 // completed the key, or 409 while one is still working on it.
 func (m *middleware) answerFromLedger(w http.ResponseWriter, r *http.Request, res *idem.Reservation) {
-	resetHeader(w.Header(), nil)
+	clear(w.Header())
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.o.Timeout)
 	defer cancel()
 	dec, err := m.l.Lookup(ctx, res.Principal, res.Key, res.Fingerprint)
@@ -395,14 +388,6 @@ func (m *middleware) answerFromLedger(w http.ResponseWriter, r *http.Request, re
 		dec.Outcome = idem.Retry
 	}
 	m.writeDecision(w, dec)
-}
-
-// resetHeader replaces every field of h with those of with.
-func resetHeader(h, with http.Header) {
-	clear(h)
-	for k, v := range with {
-		h[k] = v
-	}
 }
 
 // release gives up the reservation of a response that will not be stored,
@@ -422,9 +407,7 @@ func (m *middleware) release(r *http.Request, res *idem.Reservation, why string)
 // already on the writer, and replays are marked Idempotent-Replayed: true.
 func writeResponse(w http.ResponseWriter, resp *idem.Response, replayed bool) {
 	h := w.Header()
-	for k, v := range resp.Header {
-		h[k] = v
-	}
+	maps.Copy(h, resp.Header)
 	if replayed {
 		h.Set(HeaderReplayed, "true")
 	}
@@ -437,21 +420,11 @@ func writeResponse(w http.ResponseWriter, resp *idem.Response, replayed bool) {
 	_, _ = w.Write(resp.Body)
 }
 
-// retryAfterSeconds is d as a Retry-After value: whole seconds, rounded
-// up, at least 1.
-func retryAfterSeconds(d time.Duration) string {
-	return strconv.FormatInt(max(int64(math.Ceil(d.Seconds())), 1), 10)
-}
-
 // nullBodyStatus reports whether status never carries a body
 // (docs/contract.md#6-responses).
 func nullBodyStatus(status int) bool {
 	return status == http.StatusNoContent || status == http.StatusResetContent || status == http.StatusNotModified
 }
-
-// httpWhitespace is Fetch's HTTP whitespace, trimmed from the key as from
-// every header value.
-const httpWhitespace = "\t\n\r "
 
 // answer is an outcome's name (d1idem.outcome) and, for an answer of the
 // middleware's own, its status and JSON error body.
@@ -514,8 +487,8 @@ func writeAnswer(w http.ResponseWriter, a answer, wait time.Duration) {
 	if a.code == CodeKeyInProgress {
 		body["retry_after_ms"] = wait.Milliseconds()
 	}
-	if wait > 0 {
-		w.Header().Set("Retry-After", retryAfterSeconds(wait))
+	if wait > 0 { // in whole seconds, rounded up
+		w.Header().Set("Retry-After", strconv.FormatInt(max(int64(math.Ceil(wait.Seconds())), 1), 10))
 	}
 	b, _ := json.Marshal(body)
 	w.Header().Set("Content-Type", "application/json")
