@@ -57,12 +57,10 @@ const (
 // Options configures the middleware. The zero value of every field but
 // Principal means its default.
 type Options struct {
-	// Principal derives the authenticated caller from the request: an
-	// account ID, an API key's owner. It must come from authentication, never
-	// from anything the client chooses. An error, or an empty principal,
-	// answers 401 and the handler never runs; a principal that is not valid
-	// UTF-8 or is over idem.MaxPrincipalLength bytes answers 500
-	// idempotency_principal_invalid. Required.
+	// Principal derives the authenticated caller from the request (an
+	// account ID, an API key's owner), never from anything the client
+	// chooses. An error or "" answers 401; a principal idem.ValidPrincipal
+	// refuses answers 500 idempotency_principal_invalid. Required.
 	Principal func(*http.Request) (string, error)
 	// Methods are the methods guarded; others pass straight through.
 	// Default POST, PUT, PATCH, DELETE.
@@ -77,9 +75,8 @@ type Options struct {
 	// ReuseStatus is the status for a key reused with a different request:
 	// 409 (the spec, the default) or 422 (the IETF Idempotency-Key draft).
 	ReuseStatus int
-	// Timeout bounds round trip 1, waiting for the D1 request budget
-	// included; past it the answer is 503 with Retry-After. 1ms to 10
-	// minutes; default 10s.
+	// Timeout bounds round trip 1, budget waits included; past it the answer
+	// is 503 with Retry-After. 1ms to 10 minutes; default 10s.
 	Timeout time.Duration
 }
 
@@ -121,7 +118,7 @@ type middleware struct {
 	cfg     idem.Config // the ledger's, defaults filled in
 	o       Options
 	methods map[string]bool
-	answers [numOutcomes]answer // the answers table, with this middleware's options
+	answers [numOutcomes]answer // answers, with Options applied
 	tel     *telemetry
 }
 
@@ -134,10 +131,10 @@ func (m *middleware) log() *slog.Logger {
 	return slog.Default()
 }
 
-// New returns net/http middleware that guards the unsafe methods of the
-// handlers it wraps with the ledger (see the package documentation), or an
-// error naming the invalid option. It works with net/http's ServeMux, chi
-// and gorilla/mux alike.
+// New returns net/http middleware (for net/http's ServeMux, chi or
+// gorilla/mux alike) that guards the handlers it wraps with the ledger, as
+// the package documentation describes, or an error naming the invalid
+// option.
 func New(l *idem.Ledger, opts Options) (func(http.Handler) http.Handler, error) {
 	if l == nil {
 		return nil, errors.New("idemhttp: New needs a Ledger")
@@ -193,8 +190,7 @@ func (m *middleware) guard(w http.ResponseWriter, r *http.Request, next http.Han
 		return m.refuse(w, outUnauthenticated, 0)
 	}
 	if !idem.ValidPrincipal(principal) {
-		// The server derived it: its bug, which a retry cannot fix. The log
-		// never carries the principal.
+		// The server's bug, which a retry cannot fix. Never log the principal.
 		why := "not valid UTF-8"
 		if len(principal) > idem.MaxPrincipalLength {
 			why = fmt.Sprintf("%d bytes, over the limit of %d", len(principal), idem.MaxPrincipalLength)
@@ -204,16 +200,12 @@ func (m *middleware) guard(w http.ResponseWriter, r *http.Request, next http.Han
 		return m.refuse(w, outPrincipalInvalid, 0)
 	}
 	rt.principal = principal
-	keys := r.Header.Values(HeaderKey)
-	if len(keys) > 1 {
+	if len(r.Header.Values(HeaderKey)) > 1 {
 		// Two fields are two keys: never merge them ("k1, k2") into one.
 		writeAnswer(w, twoKeys, 0)
 		return outKeyInvalid
 	}
-	var key string
-	if len(keys) == 1 {
-		key = strings.Trim(keys[0], "\t\n\r ") // Fetch's HTTP whitespace
-	}
+	key := strings.Trim(r.Header.Get(HeaderKey), "\t\n\r ") // Fetch's HTTP whitespace
 	switch {
 	case key == "" && m.o.KeyOptional:
 		next.ServeHTTP(w, r)
@@ -253,7 +245,7 @@ func (m *middleware) guard(w http.ResponseWriter, r *http.Request, next http.Han
 }
 
 // unavailable answers a failed round trip 1: fail closed, with a
-// Retry-After. It returns the outcome.
+// Retry-After.
 func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, err error) outcome {
 	wait := defaultUnavailableWait
 	if de, ok := errors.AsType[*d1client.Error](err); ok && de.RetryAfter > 0 {
@@ -287,8 +279,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	cw := &captureWriter{w: w, tx: tx, max: m.cfg.MaxStoredBody}
 	released := false
 	defer func() {
-		// Hold has stopped the heartbeat by now: no renewal races the
-		// release.
+		// Hold has stopped the heartbeat: no renewal races the release.
 		if v := recover(); v != nil {
 			tx.finish()
 			if !released {
@@ -324,9 +315,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	resp := idem.Response{Status: cmp.Or(cw.status, http.StatusOK), Header: w.Header(), Body: cw.body.Bytes()}
-	// Stored even if the client has gone away: the mutation ran, and its
-	// response must be replayable.
-	cctx := context.WithoutCancel(r.Context())
+	cctx := context.WithoutCancel(r.Context()) // the mutation ran: store its response even if the client left
 	var done idem.Completion
 	var err error
 	if len(stmts) > 0 {
@@ -341,8 +330,8 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			append(res.LogValue().Group(), errAttrs(err)...)...)
 		clear(w.Header()) // the handler's headers describe what did not happen
 		if errors.Is(err, d1client.ErrSQL) || errors.Is(err, d1client.ErrInvalid) {
-			// The handler's statements failed, or d1client refused them before
-			// sending: a retry would fail the same way.
+			// The statements failed, or d1client refused them before sending:
+			// a retry would fail the same way.
 			writeAnswer(w, txFailed, 0)
 		} else {
 			writeAnswer(w, txNotCommitted, time.Second)
@@ -357,13 +346,12 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		m.answerFromLedger(w, r, res)
 		return
 	}
-	if done.Sentinel {
-		// The caller gets the stored headers and no body, as a replay will.
+	if done.Sentinel { // the stored headers and no body, as a replay will have
 		clear(w.Header())
 		maps.Copy(w.Header(), done.Response.Header)
 	}
-	// The replayable headers go out as stored (idem.HeaderValue), so the
-	// first response carries the same bytes as every replay.
+	// The replayable headers go out as stored (idem.HeaderValue), the same
+	// bytes as every replay.
 	for _, name := range m.cfg.ReplayableHeaders {
 		if len(w.Header().Values(name)) > 0 {
 			w.Header().Set(name, idem.HeaderValue(w.Header(), name))
@@ -403,8 +391,8 @@ func (m *middleware) release(r *http.Request, res *idem.Reservation, why string)
 	m.log().LogAttrs(r.Context(), slog.LevelWarn, "idem: response not stored; reservation released so the client may retry", attrs...)
 }
 
-// writeResponse sends a response: resp.Header's fields are added to those
-// already on the writer, and replays are marked Idempotent-Replayed: true.
+// writeResponse sends a response, its header fields added to the writer's;
+// a replay is marked Idempotent-Replayed: true.
 func writeResponse(w http.ResponseWriter, resp *idem.Response, replayed bool) {
 	h := w.Header()
 	maps.Copy(h, resp.Header)
@@ -435,8 +423,8 @@ type answer struct {
 	message string
 }
 
-// answers maps each outcome to its answer (the status of outReused and the
-// message of outTooLarge come from Options).
+// answers maps each outcome to its answer; Options set outReused's status
+// and outTooLarge's limit.
 var answers = [numOutcomes]answer{
 	outExecute:           {name: "execute"},
 	outReplay:            {name: "replay"},
@@ -480,14 +468,15 @@ func (m *middleware) refuse(w http.ResponseWriter, o outcome, wait time.Duration
 	return o
 }
 
-// writeAnswer sends a's JSON error body, with a Retry-After when wait is
-// positive (the in-progress body says it in ms too).
+// writeAnswer sends a's JSON error body, with a Retry-After in whole
+// seconds, rounded up, when wait is positive (in ms in the body too, for
+// a key in progress).
 func writeAnswer(w http.ResponseWriter, a answer, wait time.Duration) {
 	body := map[string]any{"error": a.code, "message": a.message}
 	if a.code == CodeKeyInProgress {
 		body["retry_after_ms"] = wait.Milliseconds()
 	}
-	if wait > 0 { // in whole seconds, rounded up
+	if wait > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt(max(int64(math.Ceil(wait.Seconds())), 1), 10))
 	}
 	b, _ := json.Marshal(body)
