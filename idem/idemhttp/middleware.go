@@ -16,8 +16,12 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/otelscope"
 )
 
 // HeaderKey is the request header carrying the idempotency key, and
@@ -119,7 +123,10 @@ type middleware struct {
 	o       Options
 	methods map[string]bool
 	answers [numOutcomes]answer // answers, with Options applied
-	tel     *telemetry
+
+	tracer      trace.Tracer // no-ops unless the ledger's providers are set
+	requests    metric.Float64Histogram
+	outcomeSets [numOutcomes][]metric.RecordOption // built once: recording allocates nothing
 }
 
 // log returns the ledger's Config.Logger, else slog.Default() at the time
@@ -144,10 +151,18 @@ func New(l *idem.Ledger, opts Options) (func(http.Handler) http.Handler, error) 
 		return nil, err
 	}
 	cfg := l.Config()
-	m := &middleware{l: l, cfg: cfg, o: opts, methods: map[string]bool{}, answers: answers,
-		tel: newTelemetry(cfg.MeterProvider, cfg.TracerProvider)}
+	m := &middleware{l: l, cfg: cfg, o: opts, methods: map[string]bool{}, answers: answers}
 	for _, meth := range opts.Methods {
 		m.methods[strings.ToUpper(meth)] = true
+	}
+	// In the ledger's scope; a histogram the provider refuses is its no-op.
+	meter, tracer := otelscope.New(cfg.MeterProvider, cfg.TracerProvider, idem.ScopeName)
+	m.tracer = tracer
+	m.requests, _ = meter.Float64Histogram("d1idem.request.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of the requests the middleware guarded, by outcome."),
+		metric.WithExplicitBucketBoundaries(otelscope.DurationBuckets...))
+	for o := outExecute; o < numOutcomes; o++ {
+		m.outcomeSets[o] = []metric.RecordOption{metric.WithAttributes(attrOutcome.String(answers[o].name))}
 	}
 	m.answers[outReused].status = opts.ReuseStatus
 	m.answers[outTooLarge].message = fmt.Sprintf(answers[outTooLarge].message, opts.MaxBodyBytes)
@@ -173,11 +188,11 @@ func (m *middleware) wrap(next http.Handler) http.Handler {
 			return
 		}
 		rt := requestTrace{start: time.Now()}
-		ctx, span := m.tel.tracer.Start(r.Context(), requestSpan)
+		ctx, span := m.tracer.Start(r.Context(), requestSpan)
 		if span.IsRecording() {
 			r = r.WithContext(ctx)
 		}
-		defer m.tel.endRequest(span, &rt)
+		defer m.endRequest(span, &rt)
 		rt.outcome = m.guard(w, r, next, &rt)
 	})
 }
@@ -277,12 +292,11 @@ func errAttrs(err error) []slog.Attr {
 func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, rt *requestTrace) {
 	res, tx := rt.res, &Tx{}
 	cw := &captureWriter{w: w, tx: tx, max: m.cfg.MaxStoredBody}
-	released := false
 	defer func() {
 		// Hold has stopped the heartbeat: no renewal races the release.
 		if v := recover(); v != nil {
 			tx.finish()
-			if !released {
+			if rt.completion != resReleased {
 				m.release(r, res, "the handler panicked")
 			}
 			rt.completion = resReleased
@@ -299,14 +313,14 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	stmts, refused := tx.finish()
 
 	if cw.streamed || cw.hijacked {
-		why := "the handler streamed its response"
+		why := "streamed its response"
 		if cw.hijacked {
-			why = "the handler hijacked the connection"
+			why = "hijacked the connection"
 		}
-		m.release(r, res, why)
-		released, rt.completion = true, resReleased
+		m.release(r, res, "the handler "+why)
+		rt.completion = resReleased
 		if refused > 0 {
-			m.log().LogAttrs(r.Context(), slog.LevelError, "idem: the handler added Tx statements after "+strings.TrimPrefix(why, "the handler ")+"; they were not committed, and the response is aborted",
+			m.log().LogAttrs(r.Context(), slog.LevelError, "idem: the handler added Tx statements after "+why+"; they were not committed, and the response is aborted",
 				append(res.LogValue().Group(), slog.Int("refused_adds", refused))...)
 			if cw.streamed {
 				panic(http.ErrAbortHandler) // the client must not take this response for a success
@@ -481,7 +495,5 @@ func writeAnswer(w http.ResponseWriter, a answer, wait time.Duration) {
 	}
 	b, _ := json.Marshal(body)
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(a.status)
-	_, _ = w.Write(b)
+	writeResponse(w, &idem.Response{Status: a.status, Body: b}, false)
 }

@@ -9,11 +9,9 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/d1idem/d1idem/idem"
-	"github.com/d1idem/d1idem/internal/otelscope"
 )
 
 // requestSpan is the name of the middleware's span.
@@ -51,30 +49,6 @@ const (
 // whose reservation was given up; completionResult gives the others.
 const resReleased = "released"
 
-// telemetry is the middleware's histogram and tracer, no-ops unless the
-// providers are set. The measurement options are built once, so that
-// recording allocates nothing.
-type telemetry struct {
-	tracer      trace.Tracer
-	requests    metric.Float64Histogram
-	outcomeSets [numOutcomes][]metric.RecordOption
-}
-
-// newTelemetry makes the middleware's instruments from the providers (nil:
-// otel's global ones), in the ledger's scope. A histogram the provider
-// refuses is its no-op, as the API allows.
-func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *telemetry {
-	m, tracer := otelscope.New(mp, tp, idem.ScopeName)
-	t := &telemetry{tracer: tracer}
-	t.requests, _ = m.Float64Histogram("d1idem.request.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of the requests the middleware guarded, by outcome."),
-		metric.WithExplicitBucketBoundaries(otelscope.DurationBuckets...))
-	for o := outExecute; o < numOutcomes; o++ {
-		t.outcomeSets[o] = []metric.RecordOption{metric.WithAttributes(attrOutcome.String(answers[o].name))}
-	}
-	return t
-}
-
 // requestTrace is what the middleware learnt of a request, for its span
 // and metric.
 type requestTrace struct {
@@ -88,11 +62,11 @@ type requestTrace struct {
 // endRequest records a guarded request's outcome and duration, and ends its
 // span. No attribute carries a principal, a key or a token: the span has
 // the principal's short SHA-256 digest, as the logs do.
-func (t *telemetry) endRequest(span trace.Span, rt *requestTrace) {
+func (m *middleware) endRequest(span trace.Span, rt *requestTrace) {
 	defer span.End()
 	a := answers[rt.outcome]
 	if rt.outcome != outNone {
-		t.requests.Record(context.Background(), time.Since(rt.start).Seconds(), t.outcomeSets[rt.outcome]...)
+		m.requests.Record(context.Background(), time.Since(rt.start).Seconds(), m.outcomeSets[rt.outcome]...)
 	}
 	if !span.IsRecording() {
 		return
