@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,20 +14,16 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// Tx collects a handler's own D1 statements (the business write, such as the
-// order INSERT) so that they commit in the same D1 batch as the fenced
-// completion (idem.Ledger.CompleteTx), behind a guard that aborts the batch
-// when a takeover superseded the reservation: a mutation kept in D1 happens
-// exactly once per key. Get it with TxFromContext. Statements must not fail
-// by design (use INSERT ... ON CONFLICT): a failed batch commits nothing,
-// and the request is answered with an error instead of the handler's
-// response.
+// Tx collects a handler's own D1 statements (the business write) to commit in
+// the batch of the fenced completion (idem.Ledger.CompleteTx): a takeover
+// aborts them with it, so a mutation kept in D1 happens once per key. They
+// must not fail by design (use INSERT ... ON CONFLICT): a failed batch
+// commits nothing, and the request is answered with an error instead.
 //
-// The response is sent only after the batch commits: while statements are
-// queued, a flush is held and a hijack refused. Queue statements before the
-// first flush: once the response has streamed or the connection was
-// hijacked, or the handler has returned, Add fails with ErrTxClosed; the
-// middleware logs that at ERROR and aborts a streamed response.
+// The response is sent after the commit: while statements are queued, a
+// flush is held and a hijack refused. Once the response has streamed or the
+// connection was hijacked, or the handler has returned, Add fails with
+// ErrTxClosed, and the middleware logs it and aborts a streamed response.
 type Tx struct {
 	mu      sync.Mutex
 	stmts   []d1client.Statement
@@ -44,8 +41,7 @@ var (
 	errTxDone     = fmt.Errorf("%w: the handler has returned", ErrTxClosed)
 )
 
-// Add queues statements to commit with the completion, in order, or fails
-// with ErrTxClosed, queuing nothing.
+// Add queues statements to commit in order, or fails with ErrTxClosed.
 func (t *Tx) Add(stmts ...d1client.Statement) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -57,36 +53,25 @@ func (t *Tx) Add(stmts ...d1client.Statement) error {
 	return nil
 }
 
-// closeLocked closes the Tx for why, unless it is closed already. t.mu is
-// held.
-func (t *Tx) closeLocked(why error) {
-	if t.closed == nil {
-		t.closed = why
-	}
-}
-
 // finish closes the Tx when the handler returns and hands over its
 // statements and the number of Adds it refused.
 func (t *Tx) finish() ([]d1client.Statement, int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.closeLocked(errTxDone)
+	t.closed = cmp.Or(t.closed, errTxDone)
 	return t.stmts, t.refused
 }
 
 type txKey struct{}
 
-// TxFromContext returns the Tx of the request a handler executes under the
-// middleware.
+// TxFromContext returns the Tx of the request the middleware executes.
 func TxFromContext(ctx context.Context) (*Tx, bool) {
 	tx, ok := ctx.Value(txKey{}).(*Tx)
 	return tx, ok
 }
 
-// captureWriter records a handler's response instead of sending it, so that
-// it can be stored (with the handler's Tx statements) before the client sees
-// it. Once the handler streams or hijacks, it passes everything through; while
-// Tx statements are queued it refuses both (see Tx).
+// captureWriter records a handler's response, to be stored before the client
+// sees it, until the handler streams or hijacks (see Tx).
 type captureWriter struct {
 	w        http.ResponseWriter
 	tx       *Tx
@@ -99,10 +84,9 @@ type captureWriter struct {
 
 func (c *captureWriter) Header() http.Header { return c.w.Header() }
 
-// WriteHeader records the status. Like net/http, it panics on a code
-// outside 100-999, sends a 1xx at once (never stored) and ignores a status
-// after the first. A 101 cannot be replayed: with no Tx statements queued it
-// is sent and the response streams; else it is stored as the sentinel.
+// WriteHeader records the status; like net/http, it panics outside 100-999,
+// sends a 1xx at once and ignores a second status. A 101 streams, or with Tx
+// statements queued is stored as the sentinel.
 func (c *captureWriter) WriteHeader(code int) {
 	if code < 100 || code > 999 {
 		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
@@ -137,8 +121,8 @@ func (c *captureWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// stream switches to passing the response through, unless Tx statements
-// are queued; from then on the Tx refuses statements.
+// stream passes the response through from now on, unless Tx statements are
+// queued, and closes the Tx.
 func (c *captureWriter) stream() bool {
 	c.tx.mu.Lock()
 	defer c.tx.mu.Unlock()
@@ -146,7 +130,7 @@ func (c *captureWriter) stream() bool {
 		return false
 	}
 	c.streamed = true
-	c.tx.closeLocked(errTxStreamed)
+	c.tx.closed = cmp.Or(c.tx.closed, errTxStreamed)
 	return true
 }
 
@@ -155,11 +139,9 @@ func (c *captureWriter) Flush() {
 	_ = c.FlushError()
 }
 
-// FlushError switches to streaming: what was captured is sent, and so is
-// everything after it; the response will not be stored. It is held while Tx
-// statements are queued (the response goes out after they commit), and
-// ignored once the body is over the stored-body cap (the response will be
-// the sentinel).
+// FlushError sends what was captured and streams the rest, unstored. It is
+// held while Tx statements are queued, and ignored once the body is over the
+// stored-body cap (the response will be the sentinel).
 func (c *captureWriter) FlushError() error {
 	if !c.streamed && !c.hijacked {
 		if c.body.Len() > c.max || !c.stream() {
@@ -175,9 +157,8 @@ func (c *captureWriter) FlushError() error {
 	return http.NewResponseController(c.w).Flush()
 }
 
-// Hijack hands the connection to the handler; the response will not be
-// stored. It is refused while Tx statements are queued: they commit only
-// with a stored response.
+// Hijack hands the connection to the handler, unless Tx statements are
+// queued: they commit only with a stored response.
 func (c *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c.tx.mu.Lock()
 	defer c.tx.mu.Unlock()
@@ -187,7 +168,7 @@ func (c *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, rw, err := http.NewResponseController(c.w).Hijack()
 	if err == nil {
 		c.hijacked = true
-		c.tx.closeLocked(errTxHijacked)
+		c.tx.closed = cmp.Or(c.tx.closed, errTxHijacked)
 	}
 	return conn, rw, err
 }
