@@ -129,19 +129,12 @@ type middleware struct {
 	outcomeSets [numOutcomes][]metric.RecordOption // built once: recording allocates nothing
 }
 
-// log returns the ledger's Config.Logger, else slog.Default() at the time
-// of the call.
-func (m *middleware) log() *slog.Logger {
-	if m.cfg.Logger != nil {
-		return m.cfg.Logger
-	}
-	return slog.Default()
-}
+// log returns the ledger's Config.Logger, else slog.Default() now.
+func (m *middleware) log() *slog.Logger { return cmp.Or(m.cfg.Logger, slog.Default()) }
 
-// New returns net/http middleware (for net/http's ServeMux, chi or
-// gorilla/mux alike) that guards the handlers it wraps with the ledger, as
-// the package documentation describes, or an error naming the invalid
-// option.
+// New returns net/http middleware (for ServeMux, chi or gorilla/mux) that
+// guards the handlers it wraps with the ledger, or an error naming the
+// invalid option.
 func New(l *idem.Ledger, opts Options) (func(http.Handler) http.Handler, error) {
 	if l == nil {
 		return nil, errors.New("idemhttp: New needs a Ledger")
@@ -179,8 +172,8 @@ func Must(l *idem.Ledger, opts Options) func(http.Handler) http.Handler {
 	return mw
 }
 
-// wrap guards each request of a guarded method in a span of its own (a
-// child of the caller's span in r's context), and records its outcome.
+// wrap guards the requests of the guarded methods, each in a span of its
+// own, and records their outcomes.
 func (m *middleware) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !m.methods[strings.ToUpper(r.Method)] {
@@ -197,8 +190,7 @@ func (m *middleware) wrap(next http.Handler) http.Handler {
 	})
 }
 
-// guard is the middleware's work for one request; it returns how the
-// request was answered.
+// guard answers one request and returns how.
 func (m *middleware) guard(w http.ResponseWriter, r *http.Request, next http.Handler, rt *requestTrace) outcome {
 	principal, err := m.o.Principal(r)
 	if err != nil || principal == "" {
@@ -259,8 +251,7 @@ func (m *middleware) guard(w http.ResponseWriter, r *http.Request, next http.Han
 	return outExecute
 }
 
-// unavailable answers a failed round trip 1: fail closed, with a
-// Retry-After.
+// unavailable answers a failed round trip 1: fail closed.
 func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, err error) outcome {
 	wait := defaultUnavailableWait
 	if de, ok := errors.AsType[*d1client.Error](err); ok && de.RetryAfter > 0 {
@@ -276,8 +267,7 @@ func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, err err
 	return m.refuse(w, outLedgerUnavailable, wait)
 }
 
-// errAttrs are the log attributes of a ledger error: the error, and the fix
-// when it is known.
+// errAttrs are the log attributes of a ledger error, with its fix if known.
 func errAttrs(err error) []slog.Attr {
 	attrs := []slog.Attr{slog.String("error", err.Error())}
 	if fix := idem.Remedy(err); fix != "" {
@@ -286,9 +276,8 @@ func errAttrs(err error) []slog.Attr {
 	return attrs
 }
 
-// execute runs the handler under the reservation's lease, captures its
-// response, and stores it, with the handler's Tx statements, before it is
-// sent.
+// execute runs the handler under the reservation's lease and stores its
+// response, with its Tx statements, before sending it.
 func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.Handler, rt *requestTrace) {
 	res, tx := rt.res, &Tx{}
 	cw := &captureWriter{w: w, tx: tx, max: m.cfg.MaxStoredBody}
@@ -303,9 +292,8 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			panic(v)
 		}
 	}()
-	// The handler's context ends when the lease is lost or the handler
-	// returns, not when the client goes away: a mutation that has started is
-	// finished and its response stored, for the client's retry to replay.
+	// The handler's context ends when the lease is lost, not when the client
+	// goes away: a started mutation finishes, for the retry to replay.
 	_ = m.l.Hold(context.WithoutCancel(r.Context()), res, func(ctx context.Context) error {
 		next.ServeHTTP(cw, r.WithContext(context.WithValue(ctx, txKey{}, tx)))
 		return nil
@@ -344,8 +332,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			append(res.LogValue().Group(), errAttrs(err)...)...)
 		clear(w.Header()) // the handler's headers describe what did not happen
 		if errors.Is(err, d1client.ErrSQL) || errors.Is(err, d1client.ErrInvalid) {
-			// The statements failed, or d1client refused them before sending:
-			// a retry would fail the same way.
+			// The statements failed or could not be sent: so would a retry.
 			writeAnswer(w, txFailed, 0)
 		} else {
 			writeAnswer(w, txNotCommitted, time.Second)
@@ -355,8 +342,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		m.log().LogAttrs(r.Context(), slog.LevelError, "idem: completion not stored; the response is sent, and a retry after the TTL will run the mutation again",
 			append(res.LogValue().Group(), errAttrs(err)...)...)
 	case !done.Stored && len(stmts) > 0:
-		// Fenced out: the handler's writes were aborted with the batch, so
-		// its response describes something that did not happen.
+		// Fenced out: the writes its response describes were aborted.
 		m.answerFromLedger(w, r, res)
 		return
 	}
@@ -364,8 +350,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		clear(w.Header())
 		maps.Copy(w.Header(), done.Response.Header)
 	}
-	// The replayable headers go out as stored (idem.HeaderValue), the same
-	// bytes as every replay.
+	// The replayable headers go out as stored, as every replay sends them.
 	for _, name := range m.cfg.ReplayableHeaders {
 		if len(w.Header().Values(name)) > 0 {
 			w.Header().Set(name, idem.HeaderValue(w.Header(), name))
@@ -375,8 +360,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 }
 
 // answerFromLedger answers a request whose own response must not be sent
-// with what the ledger holds: the stored response of the owner that
-// completed the key, or 409 while one is still working on it.
+// with what the ledger holds for its key.
 func (m *middleware) answerFromLedger(w http.ResponseWriter, r *http.Request, res *idem.Reservation) {
 	clear(w.Header())
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.o.Timeout)
@@ -392,8 +376,8 @@ func (m *middleware) answerFromLedger(w http.ResponseWriter, r *http.Request, re
 	m.writeDecision(w, dec)
 }
 
-// release gives up the reservation of a response that will not be stored,
-// so the client may retry, and logs why.
+// release gives up the reservation of a response not stored, so that the
+// client may retry, and logs why.
 func (m *middleware) release(r *http.Request, res *idem.Reservation, why string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), releaseTimeout)
 	defer cancel()
@@ -405,8 +389,7 @@ func (m *middleware) release(r *http.Request, res *idem.Reservation, why string)
 	m.log().LogAttrs(r.Context(), slog.LevelWarn, "idem: response not stored; reservation released so the client may retry", attrs...)
 }
 
-// writeResponse sends a response, its header fields added to the writer's;
-// a replay is marked Idempotent-Replayed: true.
+// writeResponse sends resp, its header fields added to the writer's.
 func writeResponse(w http.ResponseWriter, resp *idem.Response, replayed bool) {
 	h := w.Header()
 	maps.Copy(h, resp.Header)
@@ -428,8 +411,8 @@ func nullBodyStatus(status int) bool {
 	return status == http.StatusNoContent || status == http.StatusResetContent || status == http.StatusNotModified
 }
 
-// answer is an outcome's name (d1idem.outcome) and, for an answer of the
-// middleware's own, its status and JSON error body.
+// answer is an outcome's name (d1idem.outcome) and, if the middleware
+// answers it itself, its status and JSON error body.
 type answer struct {
 	name    string
 	status  int
@@ -482,9 +465,9 @@ func (m *middleware) refuse(w http.ResponseWriter, o outcome, wait time.Duration
 	return o
 }
 
-// writeAnswer sends a's JSON error body, with a Retry-After in whole
-// seconds, rounded up, when wait is positive (in ms in the body too, for
-// a key in progress).
+// writeAnswer sends a's JSON error body, and wait, if positive, as
+// Retry-After (rounded up to seconds; in ms in the body for a key in
+// progress).
 func writeAnswer(w http.ResponseWriter, a answer, wait time.Duration) {
 	body := map[string]any{"error": a.code, "message": a.message}
 	if a.code == CodeKeyInProgress {
