@@ -1,24 +1,18 @@
 // Package idemhttp is the net/http middleware that puts an Idempotency-Key
-// ledger (package idem) in front of a handler. It is built on idem's
-// exported API alone, as a transport for any other protocol would be.
+// ledger (package idem) in front of a handler, built on idem's exported API
+// alone.
 //
-// For a guarded request the middleware derives the principal, validates the
-// key, reads the body once (capped by Options.MaxBodyBytes) and
-// fingerprints the request. Round trip 1 (idem.Ledger.Begin) then decides:
-// a replay, a reuse, a key in progress and a ledger failure are answered
-// without running the handler; it fails closed, with 503 and Retry-After,
-// when the ledger cannot be reached. Otherwise the handler runs under
-// idem.Ledger.Hold, its response captured, not sent; round trip 2
-// (idem.Ledger.Complete, or CompleteTx with the statements of its Tx)
-// stores it, and it is sent as stored: one the ledger cannot store goes
-// out as the spec's sentinel, status 500 with no body, as every replay of
-// it will. A handler that streams, hijacks or panics has no response to
-// store: the reservation is released so that a retry runs it again.
+// A guarded request is authenticated (Options.Principal), its key checked
+// and its body fingerprinted; round trip 1 (idem.Ledger.Begin) then answers
+// a replay, a reuse, a key in progress or a ledger failure (failing closed)
+// without running the handler. Otherwise the handler runs under
+// idem.Ledger.Hold, and its response is captured, stored by round trip 2
+// with the statements of its Tx, and sent as stored. A handler that
+// streams, hijacks or panics has no response to store: the reservation is
+// released so that a retry runs it again.
 //
-// The middleware's own answers are JSON objects whose "error" field is one
-// of the Code constants; a replay carries Idempotent-Replayed: true. Logs go
-// to the ledger's Config.Logger (else slog.Default()) and never carry the
-// principal; each guarded request is a d1idem.request span and a
-// d1idem.request.duration measurement by outcome, from the ledger's
-// providers (docs/observability.md).
+// The middleware's own answers are JSON objects whose "error" is one of the
+// Code constants (docs/contract.md). Logs go to the ledger's Config.Logger
+// and never carry the principal; metrics and spans are in
+// docs/observability.md.
 package idemhttp

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -155,7 +156,7 @@ func New(l *idem.Ledger, opts Options) (func(http.Handler) http.Handler, error) 
 		metric.WithDescription("Duration of the requests the middleware guarded, by outcome."),
 		metric.WithExplicitBucketBoundaries(otelscope.DurationBuckets...))
 	for o := outExecute; o < numOutcomes; o++ {
-		m.outcomeSets[o] = []metric.RecordOption{metric.WithAttributes(attrOutcome.String(answers[o].name))}
+		m.outcomeSets[o] = []metric.RecordOption{metric.WithAttributes(attribute.String("d1idem.outcome", answers[o].name))}
 	}
 	m.answers[outReused].status = opts.ReuseStatus
 	m.answers[outTooLarge].message = fmt.Sprintf(answers[outTooLarge].message, opts.MaxBodyBytes)
@@ -181,7 +182,7 @@ func (m *middleware) wrap(next http.Handler) http.Handler {
 			return
 		}
 		rt := requestTrace{start: time.Now()}
-		ctx, span := m.tracer.Start(r.Context(), requestSpan)
+		ctx, span := m.tracer.Start(r.Context(), "d1idem.request")
 		if span.IsRecording() {
 			r = r.WithContext(ctx)
 		}

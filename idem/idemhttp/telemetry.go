@@ -14,15 +14,9 @@ import (
 	"github.com/d1idem/d1idem/idem"
 )
 
-// requestSpan is the name of the middleware's span.
-const requestSpan = "d1idem.request"
-
-// attrOutcome is the metric's and the span's attribute: how the request was
-// answered (docs/observability.md).
-const attrOutcome = attribute.Key("d1idem.outcome")
-
-// outcome is how the middleware answered a guarded request; answers holds
-// their names.
+// outcome is how the middleware answered a guarded request: the
+// d1idem.outcome of its metric and span (docs/observability.md), named in
+// answers.
 type outcome uint8
 
 const (
@@ -73,7 +67,7 @@ func (m *middleware) endRequest(span trace.Span, rt *requestTrace) {
 	}
 	attrs := make([]attribute.KeyValue, 0, 5)
 	if rt.outcome != outNone {
-		attrs = append(attrs, attrOutcome.String(a.name))
+		attrs = append(attrs, attribute.String("d1idem.outcome", a.name))
 	}
 	if rt.principal != "" {
 		sum := sha256.Sum256([]byte(rt.principal))
