@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -191,6 +194,52 @@ func (m *middleware) wrap(next http.Handler) http.Handler {
 	})
 }
 
+// resReleased is the d1idem.completion.result of a response not stored
+// whose reservation was given up; completionResult gives the others.
+const resReleased = "released"
+
+// requestTrace is what the middleware learnt of a request, for its span
+// and metric.
+type requestTrace struct {
+	start      time.Time
+	outcome    outcome
+	principal  string
+	res        *idem.Reservation
+	completion string // what became of an executed request's response
+}
+
+// endRequest records a guarded request's outcome and duration, and ends its
+// span. No attribute carries a principal, a key or a token: the span has
+// the principal's short SHA-256 digest, as the logs do.
+func (m *middleware) endRequest(span trace.Span, rt *requestTrace) {
+	defer span.End()
+	a := answers[rt.outcome]
+	if rt.outcome != outNone {
+		m.requests.Record(context.Background(), time.Since(rt.start).Seconds(), m.outcomeSets[rt.outcome]...)
+	}
+	if !span.IsRecording() {
+		return
+	}
+	attrs := make([]attribute.KeyValue, 0, 5)
+	if rt.outcome != outNone {
+		attrs = append(attrs, attribute.String("d1idem.outcome", a.name))
+	}
+	if rt.principal != "" {
+		sum := sha256.Sum256([]byte(rt.principal))
+		attrs = append(attrs, attribute.String("d1idem.principal.sha256", hex.EncodeToString(sum[:])[:12]))
+	}
+	if r := rt.res; r != nil {
+		attrs = append(attrs, attribute.Int64("d1idem.generation", r.Generation), attribute.Bool("d1idem.takeover", r.Takeover))
+	}
+	if rt.completion != "" {
+		attrs = append(attrs, attribute.String("d1idem.completion.result", rt.completion))
+	}
+	span.SetAttributes(attrs...)
+	if a.status >= 500 {
+		span.SetStatus(codes.Error, a.name)
+	}
+}
+
 // guard answers one request and returns how.
 func (m *middleware) guard(w http.ResponseWriter, r *http.Request, next http.Handler, rt *requestTrace) outcome {
 	principal, err := m.o.Principal(r)
@@ -360,6 +409,20 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	writeResponse(w, &idem.Response{Status: done.Response.Status, Body: done.Response.Body}, false)
 }
 
+// completionResult is the d1idem.completion.result of a completion that
+// returned done and err, as the ledger counts it.
+func completionResult(done idem.Completion, err error) string {
+	switch {
+	case errors.Is(err, idem.ErrReservationExpired):
+		return "expired" // never sent
+	case err != nil:
+		return "failed" // D1 not reached in time
+	case done.Stored:
+		return "stored"
+	}
+	return "fenced_out" // a takeover superseded the reservation
+}
+
 // answerFromLedger answers a request whose own response must not be sent
 // with what the ledger holds for its key.
 func (m *middleware) answerFromLedger(w http.ResponseWriter, r *http.Request, res *idem.Reservation) {
@@ -411,6 +474,31 @@ func writeResponse(w http.ResponseWriter, resp *idem.Response, replayed bool) {
 func nullBodyStatus(status int) bool {
 	return status == http.StatusNoContent || status == http.StatusResetContent || status == http.StatusNotModified
 }
+
+// outcome is how the middleware answered a guarded request: the
+// d1idem.outcome of its metric and span (docs/observability.md), named in
+// answers.
+type outcome uint8
+
+const (
+	outNone outcome = iota // not decided: the handler panicked
+	outExecute
+	outReplay
+	outInProgress
+	outReused
+	outRetry
+	outKeyMissing
+	outKeyInvalid
+	outUnauthenticated
+	outPrincipalInvalid
+	outTooLarge
+	outBodyUnreadable
+	outLedgerUnavailable
+	outBudgetShed
+	outRecordUnreadable
+	outUnprotected
+	numOutcomes
+)
 
 // answer is an outcome's name (d1idem.outcome) and, if the middleware
 // answers it itself, its status and JSON error body.
