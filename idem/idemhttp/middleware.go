@@ -74,8 +74,7 @@ type Options struct {
 	// Default POST, PUT, PATCH, DELETE.
 	Methods []string
 	// KeyOptional lets requests without an Idempotency-Key through,
-	// unprotected. By default a key is required (400 idempotency_key_required):
-	// a client that expected protection must not get a silent mutation.
+	// unprotected, instead of answering 400 idempotency_key_required.
 	KeyOptional bool
 	// MaxBodyBytes caps the request body read for the fingerprint (413 over
 	// it). 1 to 1 GiB; default 1 MiB.
@@ -136,9 +135,8 @@ type middleware struct {
 // log returns the ledger's Config.Logger, else slog.Default() now.
 func (m *middleware) log() *slog.Logger { return cmp.Or(m.cfg.Logger, slog.Default()) }
 
-// New returns net/http middleware (for ServeMux, chi or gorilla/mux) that
-// guards the handlers it wraps with the ledger, or an error naming the
-// invalid option.
+// New returns net/http middleware (for ServeMux, chi or gorilla/mux) guarding
+// the handlers it wraps with the ledger, or an error naming an invalid option.
 func New(l *idem.Ledger, opts Options) (func(http.Handler) http.Handler, error) {
 	if l == nil {
 		return nil, errors.New("idemhttp: New needs a Ledger")
@@ -176,8 +174,7 @@ func Must(l *idem.Ledger, opts Options) func(http.Handler) http.Handler {
 	return mw
 }
 
-// wrap guards the requests of the guarded methods, each in a span of its
-// own, and records their outcomes.
+// wrap guards the requests of the guarded methods, each in its own span.
 func (m *middleware) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !m.methods[strings.ToUpper(r.Method)] {
@@ -194,12 +191,10 @@ func (m *middleware) wrap(next http.Handler) http.Handler {
 	})
 }
 
-// resReleased is the d1idem.completion.result of a response not stored
-// whose reservation was given up; completionResult gives the others.
+// resReleased is the d1idem.completion.result of a reservation given up.
 const resReleased = "released"
 
-// requestTrace is what the middleware learnt of a request, for its span
-// and metric.
+// requestTrace is what the middleware learnt of a request, to record.
 type requestTrace struct {
 	start      time.Time
 	outcome    outcome
@@ -208,9 +203,8 @@ type requestTrace struct {
 	completion string // what became of an executed request's response
 }
 
-// endRequest records a guarded request's outcome and duration, and ends its
-// span. No attribute carries a principal, a key or a token: the span has
-// the principal's short SHA-256 digest, as the logs do.
+// endRequest records a request's outcome and duration and ends its span. No
+// attribute carries a principal, only its short SHA-256, as the logs do.
 func (m *middleware) endRequest(span trace.Span, rt *requestTrace) {
 	defer span.End()
 	a := answers[rt.outcome]
@@ -381,12 +375,11 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		m.log().LogAttrs(r.Context(), slog.LevelError, "idem: the handler's statements were not committed; reservation released",
 			append(res.LogValue().Group(), errAttrs(err)...)...)
 		clear(w.Header()) // the handler's headers describe what did not happen
+		a, wait := txNotCommitted, time.Second
 		if errors.Is(err, d1client.ErrSQL) || errors.Is(err, d1client.ErrInvalid) {
-			// The statements failed or could not be sent: so would a retry.
-			writeAnswer(w, txFailed, 0)
-		} else {
-			writeAnswer(w, txNotCommitted, time.Second)
+			a, wait = txFailed, 0 // the statements failed or could not be sent: so would a retry
 		}
+		writeAnswer(w, a, wait)
 		return
 	case err != nil:
 		m.log().LogAttrs(r.Context(), slog.LevelError, "idem: completion not stored; the response is sent, and a retry after the TTL will run the mutation again",

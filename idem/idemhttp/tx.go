@@ -135,9 +135,7 @@ func (c *captureWriter) stream() bool {
 }
 
 // Flush is FlushError without the error.
-func (c *captureWriter) Flush() {
-	_ = c.FlushError()
-}
+func (c *captureWriter) Flush() { _ = c.FlushError() }
 
 // FlushError sends what was captured and streams the rest, unstored. It is
 // held while Tx statements are queued, and ignored once the body is over the
