@@ -164,8 +164,7 @@ func New(l *idem.Ledger, opts Options) (func(http.Handler) http.Handler, error) 
 	return m.wrap, nil
 }
 
-// Must is like New but panics if the options are invalid. It simplifies
-// initialization of global middleware stacks.
+// Must is like New but panics if the options are invalid.
 func Must(l *idem.Ledger, opts Options) func(http.Handler) http.Handler {
 	mw, err := New(l, opts)
 	if err != nil {
@@ -399,11 +398,10 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 			w.Header().Set(name, idem.HeaderValue(w.Header(), name))
 		}
 	}
-	writeResponse(w, &idem.Response{Status: done.Response.Status, Body: done.Response.Body}, false)
+	writeResponse(w, done.Response.Status, done.Response.Body)
 }
 
-// completionResult is the d1idem.completion.result of a completion that
-// returned done and err, as the ledger counts it.
+// completionResult is a completion's d1idem.completion.result, as the ledger's.
 func completionResult(done idem.Completion, err error) string {
 	switch {
 	case errors.Is(err, idem.ErrReservationExpired):
@@ -416,8 +414,7 @@ func completionResult(done idem.Completion, err error) string {
 	return "fenced_out" // a takeover superseded the reservation
 }
 
-// answerFromLedger answers a request whose own response must not be sent
-// with what the ledger holds for its key.
+// answerFromLedger answers with what the ledger holds for the request's key.
 func (m *middleware) answerFromLedger(w http.ResponseWriter, r *http.Request, res *idem.Reservation) {
 	clear(w.Header())
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.o.Timeout)
@@ -433,8 +430,7 @@ func (m *middleware) answerFromLedger(w http.ResponseWriter, r *http.Request, re
 	m.writeDecision(w, dec)
 }
 
-// release gives up the reservation of a response not stored, so that the
-// client may retry, and logs why.
+// release gives up the reservation of a response not stored, and logs why.
 func (m *middleware) release(r *http.Request, res *idem.Reservation, why string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), releaseTimeout)
 	defer cancel()
@@ -446,20 +442,15 @@ func (m *middleware) release(r *http.Request, res *idem.Reservation, why string)
 	m.log().LogAttrs(r.Context(), slog.LevelWarn, "idem: response not stored; reservation released so the client may retry", attrs...)
 }
 
-// writeResponse sends resp, its header fields added to the writer's.
-func writeResponse(w http.ResponseWriter, resp *idem.Response, replayed bool) {
-	h := w.Header()
-	maps.Copy(h, resp.Header)
-	if replayed {
-		h.Set(HeaderReplayed, "true")
-	}
-	if nullBodyStatus(resp.Status) {
-		w.WriteHeader(resp.Status)
+// writeResponse sends status and body.
+func writeResponse(w http.ResponseWriter, status int, body []byte) {
+	if nullBodyStatus(status) {
+		w.WriteHeader(status)
 		return
 	}
-	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
-	w.WriteHeader(resp.Status)
-	_, _ = w.Write(resp.Body)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
 }
 
 // nullBodyStatus reports whether status never carries a body
@@ -468,9 +459,8 @@ func nullBodyStatus(status int) bool {
 	return status == http.StatusNoContent || status == http.StatusResetContent || status == http.StatusNotModified
 }
 
-// outcome is how the middleware answered a guarded request: the
-// d1idem.outcome of its metric and span (docs/observability.md), named in
-// answers.
+// outcome is how the middleware answered a guarded request, its
+// d1idem.outcome (docs/observability.md).
 type outcome uint8
 
 const (
@@ -537,7 +527,9 @@ func (m *middleware) writeDecision(w http.ResponseWriter, dec idem.Decision) out
 	if o := decided[dec.Outcome]; o != outReplay {
 		return m.refuse(w, o, dec.RetryAfter)
 	}
-	writeResponse(w, dec.Response, true)
+	maps.Copy(w.Header(), dec.Response.Header)
+	w.Header().Set(HeaderReplayed, "true")
+	writeResponse(w, dec.Response.Status, dec.Response.Body)
 	return outReplay
 }
 
@@ -547,9 +539,8 @@ func (m *middleware) refuse(w http.ResponseWriter, o outcome, wait time.Duration
 	return o
 }
 
-// writeAnswer sends a's JSON error body, and wait, if positive, as
-// Retry-After (rounded up to seconds; in ms in the body for a key in
-// progress).
+// writeAnswer sends a's JSON error body with wait, if positive, as Retry-After
+// (whole seconds, rounded up; in ms in the body too for a key in progress).
 func writeAnswer(w http.ResponseWriter, a answer, wait time.Duration) {
 	body := map[string]any{"error": a.code, "message": a.message}
 	if a.code == CodeKeyInProgress {
@@ -560,5 +551,5 @@ func writeAnswer(w http.ResponseWriter, a answer, wait time.Duration) {
 	}
 	b, _ := json.Marshal(body)
 	w.Header().Set("Content-Type", "application/json")
-	writeResponse(w, &idem.Response{Status: a.status, Body: b}, false)
+	writeResponse(w, a.status, b)
 }

@@ -53,8 +53,7 @@ func (t *Tx) Add(stmts ...d1client.Statement) error {
 	return nil
 }
 
-// finish closes the Tx when the handler returns and hands over its
-// statements and the number of Adds it refused.
+// finish closes the Tx and hands over its statements and refused Adds.
 func (t *Tx) finish() ([]d1client.Statement, int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -108,9 +107,7 @@ func (c *captureWriter) Write(p []byte) (int, error) {
 	if c.streamed || c.hijacked {
 		return c.w.Write(p)
 	}
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
+	c.status = cmp.Or(c.status, http.StatusOK)
 	if nullBodyStatus(c.status) {
 		return 0, http.ErrBodyNotAllowed
 	}
