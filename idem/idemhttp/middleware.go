@@ -70,8 +70,7 @@ type Options struct {
 	// chooses. An error or "" answers 401; a principal idem.ValidPrincipal
 	// refuses answers 500 idempotency_principal_invalid. Required.
 	Principal func(*http.Request) (string, error)
-	// Methods are the methods guarded; others pass straight through.
-	// Default POST, PUT, PATCH, DELETE.
+	// Methods are guarded (default POST, PUT, PATCH, DELETE); others pass.
 	Methods []string
 	// KeyOptional lets requests without an Idempotency-Key through,
 	// unprotected, instead of answering 400 idempotency_key_required.
@@ -486,10 +485,9 @@ const (
 // answer is an outcome's name (d1idem.outcome) and, if the middleware
 // answers it itself, its status and JSON error body.
 type answer struct {
-	name    string
-	status  int
-	code    string
-	message string
+	name          string
+	status        int
+	code, message string
 }
 
 // answers maps each outcome to its answer; Options set outReused's status
