@@ -21,9 +21,8 @@ import (
 // commits nothing, and the request is answered with an error instead.
 //
 // The response is sent after the commit: while statements are queued, a
-// flush is held and a hijack refused. Once the response has streamed or the
-// connection was hijacked, or the handler has returned, Add fails with
-// ErrTxClosed, and the middleware logs it and aborts a streamed response.
+// flush is held and a hijack refused. After a stream, a hijack or the
+// handler's return, Add fails with ErrTxClosed (logged; a stream is aborted).
 type Tx struct {
 	mu      sync.Mutex
 	stmts   []d1client.Statement
