@@ -1,37 +1,28 @@
 package idemhttp
 
 import (
+	"bufio"
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"sync"
 
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// Tx collects a handler's own D1 statements (the business write, such as the
-// order INSERT) so that they commit in the same D1 batch, and so the same
-// transaction, as the fenced completion (idem.Ledger.CompleteTx). A guard
-// statement goes first: when the reservation's generation is no longer the
-// pending owner (a takeover happened), it aborts the whole batch, and the
-// business write never lands. That makes a mutation kept in D1 happen
-// exactly once per key, even across takeovers.
+// Tx collects a handler's own D1 statements (the business write) to commit in
+// the batch of the fenced completion (idem.Ledger.CompleteTx): a takeover
+// aborts them with it, so a mutation kept in D1 happens once per key. They
+// must not fail by design (use INSERT ... ON CONFLICT): a failed batch
+// commits nothing, and the request is answered with an error instead.
 //
-// The middleware puts a Tx in every executing handler's context; get it with
-// TxFromContext. Statements added to it must not fail by design (use
-// INSERT ... ON CONFLICT for natural keys): a batch that fails commits
-// nothing, and the request is answered with an error instead of the
-// handler's response.
-//
-// The handler's response is sent only after the batch commits, so a client
-// never receives a success for writes that did not commit. While statements
-// are queued, a flush is held (the response goes out after the commit) and
-// a hijack is refused. Once the response is streamed (a flush with nothing
-// queued) or the connection hijacked, or once the handler has returned, Add
-// fails with ErrTxClosed and commits nothing; the middleware then logs the
-// refusal at ERROR and, for a streamed response, aborts it (the client
-// sees a broken response, never a complete one). Queue statements before
-// the first flush.
+// The response is sent after the commit: while statements are queued, a
+// flush is held and a hijack refused. After a stream, a hijack or the
+// handler's return, Add fails with ErrTxClosed (logged; a stream is aborted).
 type Tx struct {
 	mu      sync.Mutex
 	stmts   []d1client.Statement
@@ -49,9 +40,7 @@ var (
 	errTxDone     = fmt.Errorf("%w: the handler has returned", ErrTxClosed)
 )
 
-// Add queues statements to commit with the completion, in order. It fails
-// with ErrTxClosed, queuing nothing, once the response has been streamed or
-// hijacked or the handler has returned.
+// Add queues statements to commit in order, or fails with ErrTxClosed.
 func (t *Tx) Add(stmts ...d1client.Statement) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -63,30 +52,120 @@ func (t *Tx) Add(stmts ...d1client.Statement) error {
 	return nil
 }
 
-// closeLocked closes the Tx for why, unless it is closed already. t.mu is
-// held.
-func (t *Tx) closeLocked(why error) {
-	if t.closed == nil {
-		t.closed = why
-	}
-}
-
-// finish closes the Tx when the handler returns and hands over its
-// statements and the number of Adds it refused.
+// finish closes the Tx and hands over its statements and refused Adds.
 func (t *Tx) finish() ([]d1client.Statement, int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.closeLocked(errTxDone)
+	t.closed = cmp.Or(t.closed, errTxDone)
 	return t.stmts, t.refused
 }
 
 type txKey struct{}
 
-func withTx(ctx context.Context, tx *Tx) context.Context { return context.WithValue(ctx, txKey{}, tx) }
-
-// TxFromContext returns the transactional completion of the request being
-// executed, when the handler runs under the middleware.
+// TxFromContext returns the Tx of the request the middleware executes.
 func TxFromContext(ctx context.Context) (*Tx, bool) {
 	tx, ok := ctx.Value(txKey{}).(*Tx)
 	return tx, ok
 }
+
+// captureWriter records a handler's response, to be stored before the client
+// sees it, until the handler streams or hijacks (see Tx).
+type captureWriter struct {
+	w        http.ResponseWriter
+	tx       *Tx
+	max      int
+	status   int
+	body     bytes.Buffer
+	streamed bool
+	hijacked bool
+}
+
+func (c *captureWriter) Header() http.Header { return c.w.Header() }
+
+// WriteHeader records the status; like net/http, it panics outside 100-999,
+// sends a 1xx at once and ignores a second status. A 101 streams, or with Tx
+// statements queued is stored as the sentinel.
+func (c *captureWriter) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
+	switch {
+	case c.streamed || c.hijacked:
+		c.w.WriteHeader(code)
+	case c.status != 0: // not the first: ignored
+	case code == http.StatusSwitchingProtocols && !c.stream():
+		c.status = code
+	case code < 200:
+		c.w.WriteHeader(code)
+	default:
+		c.status = code
+	}
+}
+
+func (c *captureWriter) Write(p []byte) (int, error) {
+	if c.streamed || c.hijacked {
+		return c.w.Write(p)
+	}
+	c.status = cmp.Or(c.status, http.StatusOK)
+	if nullBodyStatus(c.status) {
+		return 0, http.ErrBodyNotAllowed
+	}
+	// Keep at most max+1 bytes: enough to know the body is over the cap.
+	if room := c.max + 1 - c.body.Len(); room > 0 {
+		c.body.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// stream passes the response through from now on, unless Tx statements are
+// queued, and closes the Tx.
+func (c *captureWriter) stream() bool {
+	c.tx.mu.Lock()
+	defer c.tx.mu.Unlock()
+	if len(c.tx.stmts) > 0 {
+		return false
+	}
+	c.streamed = true
+	c.tx.closed = cmp.Or(c.tx.closed, errTxStreamed)
+	return true
+}
+
+// Flush is FlushError without the error.
+func (c *captureWriter) Flush() { _ = c.FlushError() }
+
+// FlushError sends what was captured and streams the rest, unstored. It is
+// held while Tx statements are queued, and ignored once the body is over the
+// stored-body cap (the response will be the sentinel).
+func (c *captureWriter) FlushError() error {
+	if !c.streamed && !c.hijacked {
+		if c.body.Len() > c.max || !c.stream() {
+			return nil
+		}
+		if c.status != 0 {
+			c.w.WriteHeader(c.status)
+		}
+		if _, err := c.body.WriteTo(c.w); err != nil { // writes nothing when empty
+			return err
+		}
+	}
+	return http.NewResponseController(c.w).Flush()
+}
+
+// Hijack hands the connection to the handler, unless Tx statements are
+// queued: they commit only with a stored response.
+func (c *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c.tx.mu.Lock()
+	defer c.tx.mu.Unlock()
+	if len(c.tx.stmts) > 0 {
+		return nil, nil, fmt.Errorf("idemhttp: hijack refused: Tx statements are queued, and they commit only with a stored response: %w", http.ErrNotSupported)
+	}
+	conn, rw, err := http.NewResponseController(c.w).Hijack()
+	if err == nil {
+		c.hijacked = true
+		c.tx.closed = cmp.Or(c.tx.closed, errTxHijacked)
+	}
+	return conn, rw, err
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (c *captureWriter) Unwrap() http.ResponseWriter { return c.w }
