@@ -3,6 +3,7 @@ package d1client
 import (
 	"cmp"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -11,25 +12,18 @@ import (
 
 // CoalesceConfig configures group commit: the statements of concurrent Exec
 // calls made with Coalesce() travel together in shared D1 batch calls. A
-// caller that finds no call in flight is sent at once; while calls are in
-// flight, callers queue for the next, priority work first. Each caller gets
-// its own results; a statement that fails in a shared call makes each of
-// its callers be sent again alone, and any other failure reaches each
-// caller. gcpolicy.go states the rules by which calls depart.
+// caller that finds no call in flight is sent at once; others queue for the
+// next call, priority work first. A statement that fails in a shared call
+// makes each of its callers be sent again alone; any other failure reaches
+// each caller.
 type CoalesceConfig struct {
 	// Window bounds how long a call waits, after the previous one
 	// returned, for the callers that one answered to come back: up to 1 s.
 	// Default (0): a round trip; negative: never wait.
-	Window time.Duration
-	// MaxStatements bounds the statements in one call: 1 to 10,000.
-	// Default 512.
-	MaxStatements int
-	// MaxBytes bounds the encoded statements of one call: 1 KiB to 50 MiB.
-	// Default 512 KiB.
-	MaxBytes int
-	// MaxInFlight bounds the coalesced calls in flight at once: 1 to 64.
-	// Default 4.
-	MaxInFlight int
+	Window        time.Duration
+	MaxStatements int // statements in one call: 1 to 10,000; default 512
+	MaxBytes      int // encoded statements of one call: 1 KiB to 50 MiB; default 512 KiB
+	MaxInFlight   int // coalesced calls in flight at once: 1 to 64; default 4
 }
 
 // withDefaults validates c and fills its zero fields with the defaults.
@@ -57,14 +51,11 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 	return c, nil
 }
 
-// batcher is group commit's mechanism: it queues the statements of
-// coalesced Exec calls and sends them together, one D1 call per departure,
-// as its policy (gcpolicy.go) decides from a groupView of its state. A
-// runner is a goroutine that holds one of the maxInFlight call slots: it
-// waits as the policy says, takes a call of the budget, drains the queue
-// into the call, sends it, hands each caller its results, and waits for the
-// callers it answered to come back. It ends when it has nothing to carry,
-// or when it hands its callers over to the runner of a call in flight.
+// batcher is group commit's mechanism, as its policy (gcpolicy.go) decides.
+// A runner is a goroutine holding one of maxInFlight call slots: it waits,
+// takes a budget call, drains the queue into it, sends it, answers its
+// callers and waits for them to come back; it ends when it has nothing to
+// carry or hands its callers over to the runner of a call in flight.
 type batcher struct {
 	pol  groupPolicy
 	c    *Client
@@ -131,9 +122,8 @@ func (b *batcher) headClass() budget.Class {
 	return budget.Normal
 }
 
-// headDeadline is the earliest deadline of the queued groups of class cl,
-// the latest time the next call's answer is of use to all of them; zero
-// when none has one.
+// headDeadline is the earliest deadline of the queued groups of class cl;
+// zero when none has one.
 func (b *batcher) headDeadline(cl budget.Class) time.Time {
 	var dl time.Time
 	for _, g := range b.queue[cl] {
@@ -159,8 +149,6 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		g.deadline = dl
-		// The call could not go and come back before the deadline: say so
-		// now, with when a call could go.
 		rtt := b.acct.RoundTrip()
 		if left := time.Until(dl); left < rtt {
 			return nil, 0, tooLate(left, rtt)
@@ -225,15 +213,11 @@ func (b *batcher) start(gather bool) {
 
 // withdraw takes a group that was never sent out of the queue.
 func (b *batcher) withdraw(g *pendingGroup) {
-	q := b.queue[g.class]
-	for i := range q {
-		if q[i] == g {
-			b.queue[g.class] = append(q[:i:i], q[i+1:]...)
-			b.stmts -= len(g.wire)
-			b.size -= g.size
-			b.changed()
-			return
-		}
+	if i := slices.Index(b.queue[g.class], g); i >= 0 {
+		b.queue[g.class] = slices.Delete(b.queue[g.class], i, i+1)
+		b.stmts -= len(g.wire)
+		b.size -= g.size
+		b.changed()
 	}
 }
 
@@ -331,12 +315,7 @@ func (b *batcher) fly() (wait, bool) {
 	results, err := b.call(groups, stmts)
 
 	b.mu.Lock()
-	for i, x := range b.flights {
-		if x == f {
-			b.flights = append(b.flights[:i:i], b.flights[i+1:]...)
-			break
-		}
-	}
+	b.flights = slices.DeleteFunc(b.flights, func(x *flight) bool { return x == f })
 	b.cost.add(stmts, time.Since(f.start))
 	since, answered := b.arrivals, len(groups)
 	if f.handed > 0 {
@@ -344,8 +323,6 @@ func (b *batcher) fly() (wait, bool) {
 	}
 	v := b.view()
 	if i := b.pol.handoff(v, f, answered); i >= 0 {
-		// A call that left with this one is due back shortly: its runner
-		// waits for these callers with its own.
 		g := b.flights[i]
 		g.stmts += f.stmts
 		if g.handed == 0 || since < g.since {
@@ -373,9 +350,8 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) ([]Result, *Error) {
 	for _, g := range groups {
 		wire = append(wire, g.wire...)
 	}
-	// A shared call outlives any one caller's context. A call carrying one
-	// caller's statements is sent in its context's values (its trace, for
-	// an instrumented HTTP client), without its cancellation.
+	// A shared call outlives its callers' contexts; one caller's call keeps
+	// its context's values (its trace), without its cancellation.
 	ctx := context.Background()
 	if len(groups) == 1 {
 		ctx = context.WithoutCancel(groups[0].ctx)
@@ -385,8 +361,8 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) ([]Result, *Error) {
 		g.shared = len(wire)
 	}
 	if err != nil && err.kind == kindSQL && len(groups) > 1 {
-		// Nothing committed, and the error does not say whose statement
-		// failed: every caller is sent again alone.
+		// Nothing committed, and whose statement failed is unknown: every
+		// caller is sent again alone.
 		err = &Error{kind: kindSQL, siblingAbort: true, Message: err.Message}
 	}
 	return results, err
@@ -422,25 +398,21 @@ func (b *batcher) dropLate() {
 	if rtt == 0 {
 		return
 	}
-	for c := range b.queue {
-		for i := 0; i < len(b.queue[c]); {
-			g := b.queue[c][i]
-			left := time.Until(g.deadline)
-			if g.deadline.IsZero() || left >= rtt {
-				i++
-				continue
+	for _, q := range b.queue {
+		for i := len(q) - 1; i >= 0; i-- { // backwards: withdraw shifts what follows
+			if g, left := q[i], time.Until(q[i].deadline); !g.deadline.IsZero() && left < rtt {
+				b.withdraw(g)
+				g.taken = true
+				g.err = tooLate(left, rtt)
+				close(g.done)
 			}
-			b.withdraw(g) // the queue shrinks: i is the next group
-			g.taken = true
-			g.err = tooLate(left, rtt)
-			close(g.done)
 		}
 	}
 }
 
 // drain takes the queued groups for one call of at most capacity statements
-// and MaxBytes (a single larger group travels alone): first come, first
-// served, and normal work only once all priority work is aboard.
+// and maxBytes (a larger group travels alone), first come first served,
+// priority work first.
 func (b *batcher) drain(capacity int) ([]*pendingGroup, int) {
 	var groups []*pendingGroup
 	stmts, size := 0, batchOverhead
