@@ -23,15 +23,14 @@ import (
 // DefaultBaseURL is Cloudflare's API base URL.
 const DefaultBaseURL = "https://api.cloudflare.com/client/v4/"
 
-// Environment variables that New reads for the API base URL when
-// Config.BaseURL is empty (wrangler's and cloudflare-go's); they must agree.
+// Environment variables (wrangler's, cloudflare-go's) New reads for the API
+// base URL when Config.BaseURL is empty; they must agree.
 const (
 	APIBaseURLEnv = "CLOUDFLARE_API_BASE_URL"
 	BaseURLEnv    = "CLOUDFLARE_BASE_URL"
 )
 
-// DefaultAttemptTimeout bounds one HTTP attempt. It sits above D1's 30-second
-// query limit, so a slow but legitimate query is not cut off.
+// DefaultAttemptTimeout bounds one HTTP attempt, above D1's 30 s query limit.
 const DefaultAttemptTimeout = 45 * time.Second
 
 // maxResponseBytes bounds how much of one response body is read.
@@ -40,47 +39,35 @@ const maxResponseBytes = 64 << 20
 // Config configures a Client. Its String, GoString, Format, LogValue and
 // MarshalJSON methods never show the API token or the secret of BridgeURL.
 type Config struct {
-	// BaseURL of the Cloudflare API. Empty means $CLOUDFLARE_API_BASE_URL
-	// or $CLOUDFLARE_BASE_URL, and then DefaultBaseURL. Point it at a
-	// d1local server for local work.
+	// BaseURL of the Cloudflare API (or of a d1local server). Empty means
+	// $CLOUDFLARE_API_BASE_URL or $CLOUDFLARE_BASE_URL, then DefaultBaseURL.
 	BaseURL string
-	// BridgeURL is the address of a d1idem bridge (docs/bridge.md) with its
-	// secret, https://:SECRET@HOST. It replaces BaseURL and APIToken, and
-	// makes the zero Budget mean no budget: calls through the bridge are
-	// not metered by Cloudflare's API limit. Empty means $D1IDEM_BRIDGE_URL,
-	// read only when BaseURL is empty too. BridgeURL with BaseURL, or the
-	// variable with a base-URL variable, is an error; http:// is accepted
-	// for this machine only.
+	// BridgeURL, https://:SECRET@HOST, is a d1idem bridge (docs/bridge.md):
+	// it replaces BaseURL and APIToken, and the zero Budget then means none.
+	// Empty means $D1IDEM_BRIDGE_URL when BaseURL is empty too. It is an
+	// error with BaseURL (or the variable with a base-URL variable), and
+	// http:// is accepted for this machine only.
 	BridgeURL string
-	// APIToken is sent as a bearer token.
-	APIToken string
+	APIToken  string // sent as a bearer token
 	// AccountID and DatabaseID name the D1 database. Both are required.
 	AccountID  string
 	DatabaseID string
-	// HTTPClient, if set, carries every request.
-	HTTPClient *http.Client
-	// Retry is the retry policy; the zero value is DefaultRetryPolicy().
-	Retry RetryPolicy
-	// AttemptTimeout bounds each HTTP attempt: 10 ms to 10 min. Zero means
+	HTTPClient *http.Client // if set, carries every request
+	Retry      RetryPolicy  // the zero value is DefaultRetryPolicy()
+	// AttemptTimeout bounds each HTTP attempt: 10 ms to 10 min; 0 means
 	// DefaultAttemptTimeout.
 	AttemptTimeout time.Duration
-	// Budget is how the client spends the API budget (see package
-	// budget); the zero value is Cloudflare's limit of 1200 calls per
-	// 300 s, with the default burst and reserve. Leave it zero when
+	// Budget is how the client spends the API budget (package budget); the
+	// zero value is Cloudflare's 1200 calls per 300 s. Leave it zero when
 	// Account is set.
 	Budget budget.Budget
-	// Account, if set, is the budget this client shares with every other
-	// Client given the same Account: set it for clients of several
-	// databases, or several Configs, on one Cloudflare account. Nil gives
-	// the client an Account of its own, made from Budget.
-	Account *budget.Account
-	// Coalesce configures group commit for calls made with Coalesce().
-	Coalesce CoalesceConfig
-	// Logger receives retry and rate-limit events; nil discards them.
-	Logger *slog.Logger
+	// Account, if set, is the budget shared by every Client given it (one
+	// Cloudflare account); nil makes one from Budget.
+	Account  *budget.Account
+	Coalesce CoalesceConfig // group commit, for calls made with Coalesce()
+	Logger   *slog.Logger   // retry and rate-limit events; nil discards them
 	// MeterProvider and TracerProvider receive the client's metrics and
-	// spans (docs/observability.md); nil means otel's global providers,
-	// which do nothing until the application sets them.
+	// spans (docs/observability.md); nil means otel's global providers.
 	MeterProvider  metric.MeterProvider
 	TracerProvider trace.TracerProvider
 }
@@ -153,27 +140,19 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	token := cfg.APIToken
 	cfg.APIToken = ""
 	auth := ""
 	if token != "" {
 		auth = "Bearer " + token
 	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = http.DefaultClient
-	}
 	c := &Client{
 		cfg:     cfg,
 		token:   &token,
 		auth:    &auth,
-		http:    hc,
+		http:    cmp.Or(cfg.HTTPClient, http.DefaultClient),
 		rawURL:  cfg.BaseURL + "accounts/" + cfg.AccountID + "/d1/database/" + cfg.DatabaseID + "/raw",
-		log:     log,
+		log:     cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
 		retry:   retry,
 		account: account,
 		classes: textcache.New[sqlClass](classCacheEntries, classCacheMaxSQL),
@@ -202,7 +181,6 @@ func resolveBaseURL(configured string) (string, error) {
 	case err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "":
 		return "", invalidf("base URL %q must start with http:// or https:// and name a host", redactURL(u))
 	case p.RawQuery != "" || p.ForceQuery || p.Fragment != "":
-		// Paths are appended to the base URL: a query would swallow them.
 		return "", invalidf("base URL %s must not have a query or fragment: each call's path is appended to it", redactURL(u))
 	}
 	if !strings.HasSuffix(u, "/") {
@@ -226,9 +204,8 @@ type execOptions struct {
 	operation     string
 }
 
-// Idempotent marks the call safe to send again even when an earlier attempt
-// may have reached D1: running it twice has the effect of running it once
-// (a fenced UPDATE, an INSERT ... ON CONFLICT DO NOTHING, a read).
+// Idempotent marks the call safe to send again even if an earlier attempt
+// reached D1: running it twice has the effect of running it once.
 func Idempotent() ExecOption { return func(o *execOptions) { o.idempotent = true } }
 
 // RetryUntilDeadline keeps retrying transient failures of a retryable call
@@ -241,15 +218,13 @@ func RetryUntilDeadline() ExecOption { return func(o *execOptions) { o.untilDead
 // fail by design: one failing statement aborts the whole batch.
 func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 
-// Priority marks the call as round-trip-2 work: it completes, renews or
-// releases what an earlier call started. When calls are scarce it goes
-// first: it may use the whole even pace and the calls kept from other work
-// (budget.Budget.Kept), follows the pace while its deadline allows, and
-// when it does not is held only to the calls the account has left.
+// Priority marks the call as completing, renewing or releasing what an
+// earlier call started: when calls are scarce it goes first, and may use the
+// calls kept from other work (budget.Budget.Kept).
 func Priority() ExecOption { return func(o *execOptions) { o.priority = true } }
 
-// Operation names the call in the client's metrics and spans (the
-// d1idem.d1.operation attribute): use a small fixed set; the default is "exec".
+// Operation names the call in metrics and spans (d1idem.d1.operation): a
+// small fixed set; the default is "exec".
 func Operation(name string) ExecOption { return func(o *execOptions) { o.operation = name } }
 
 // Exec runs the statements as one D1 call, one transaction, and returns one
@@ -277,21 +252,14 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 
 	var last *Error // the previous attempt's failure
 	for attempt := 1; ; attempt++ {
-		var (
-			results []Result
-			err     *Error
-			shared  int // statements of the shared call that carried ours
-		)
-		actx, span := c.tel.startAttempt(ctx, op)
+		send := c.batch.submit
 		if solo {
-			results, err = c.call(actx, wire, cl)
-		} else {
-			results, shared, err = c.batch.submit(actx, wire, cl)
+			send = c.call
 		}
+		actx, span := c.tel.startAttempt(ctx, op)
+		results, shared, err := send(actx, wire, cl) // shared: the statements of the call that carried ours
 		c.tel.endAttempt(span, op, attempt, !solo, len(stmts), shared, err)
-		if err != nil && err.siblingAbort {
-			// A statement of another caller aborted the shared batch;
-			// nothing committed. Send ours alone, without counting it.
+		if err != nil && err.siblingAbort { // sent again alone, not counted
 			solo = true
 			attempt--
 			continue
@@ -305,9 +273,8 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 			c.tel.shed(cl)
 		}
 		if last != nil && !err.Ambiguous && (ctx.Err() != nil || err.notSent && last.Ambiguous) {
-			// The deadline (or the budget) ended the retries before this
-			// attempt was sent: the previous attempt's failure is the one
-			// worth reporting, above all when it may have committed.
+			// This attempt was never sent: the previous failure is the one
+			// to report, above all when it may have committed.
 			return c.failed(op, start, last)
 		}
 		err.Statements = redactAll(stmts)
@@ -377,20 +344,17 @@ func redactAll(stmts []Statement) []string {
 	return out
 }
 
-// call makes one HTTP attempt for the statements: it takes a call of class
-// cl from the budget (honouring a 971 block), sends, and decodes.
-func (c *Client) call(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, *Error) {
+// call makes one HTTP attempt for the statements, alone: it takes a call of
+// class cl from the budget (honouring a 971 block), sends, and decodes.
+func (c *Client) call(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, int, *Error) {
 	if err := ctx.Err(); err != nil {
-		return nil, notSent(err, "")
+		return nil, 0, notSent(err, "")
 	}
-	waited, e := c.acquire(ctx, cl)
-	if waited > 0 {
-		c.tel.waited(cl, waited)
+	if e := c.acquire(ctx, cl); e != nil {
+		return nil, 0, e
 	}
-	if e != nil {
-		return nil, e
-	}
-	return c.send(ctx, encodeBody(wire), len(wire), false)
+	results, e := c.send(ctx, encodeBody(wire), len(wire), false)
+	return results, 0, e
 }
 
 // Stats counts what a Client has done since it was created.
@@ -406,8 +370,7 @@ type clientStats struct {
 	calls, statements, execs, retries, failures atomic.Int64
 }
 
-// Stats returns the client's counters. D1 calls per request, the figure the
-// benchmarks report, is Stats().Calls divided by the requests served.
+// Stats returns the client's counters.
 func (c *Client) Stats() Stats {
 	return Stats{
 		Calls: c.stats.calls.Load(), Statements: c.stats.statements.Load(),
@@ -415,8 +378,7 @@ func (c *Client) Stats() Stats {
 	}
 }
 
-// Account returns the Account whose budget the client spends: its State is
-// the budget the client last saw.
+// Account returns the Account whose budget the client spends.
 func (c *Client) Account() *budget.Account { return c.account }
 
 // AccountID returns the configured account ID.
@@ -425,6 +387,5 @@ func (c *Client) AccountID() string { return c.cfg.AccountID }
 // DatabaseID returns the configured database ID.
 func (c *Client) DatabaseID() string { return c.cfg.DatabaseID }
 
-// BaseURL returns the API base URL the client sends to, with a trailing
-// slash: Config.BaseURL, the environment's, or DefaultBaseURL.
+// BaseURL returns the API base URL the client sends to, with a trailing slash.
 func (c *Client) BaseURL() string { return c.cfg.BaseURL }

@@ -1,6 +1,7 @@
 package d1client
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
 	"time"
@@ -42,42 +43,30 @@ func NoRetry() RetryPolicy { return RetryPolicy{MaxAttempts: 1} }
 
 // withDefaults validates p and fills its zero fields with the defaults.
 func (p RetryPolicy) withDefaults() (RetryPolicy, error) {
-	checks := []struct {
-		field     string
-		v, lo, hi time.Duration
-	}{
-		{"BaseDelay", p.BaseDelay, time.Millisecond, time.Minute},
-		{"MaxDelay", p.MaxDelay, time.Millisecond, 10 * time.Minute},
-		{"MaxRetryAfter", p.MaxRetryAfter, time.Millisecond, time.Hour},
-	}
 	if p.MaxAttempts < 0 || p.MaxAttempts > 100 {
 		return p, invalidf("Config.Retry.MaxAttempts is %d; accepted: 0 (the default, 4) or 1 to 100", p.MaxAttempts)
 	}
-	for _, c := range checks {
-		if c.v != 0 && (c.v < c.lo || c.v > c.hi) {
-			return p, invalidf("Config.Retry.%s is %s; accepted: 0 (the default) or %s to %s", c.field, c.v, c.lo, c.hi)
+	for _, c := range []struct {
+		field string
+		v, hi time.Duration
+	}{
+		{"BaseDelay", p.BaseDelay, time.Minute},
+		{"MaxDelay", p.MaxDelay, 10 * time.Minute},
+		{"MaxRetryAfter", p.MaxRetryAfter, time.Hour},
+	} {
+		if c.v != 0 && (c.v < time.Millisecond || c.v > c.hi) {
+			return p, invalidf("Config.Retry.%s is %s; accepted: 0 (the default) or %s to %s", c.field, c.v, time.Millisecond, c.hi)
 		}
 	}
 	if p.BaseDelay != 0 && p.MaxDelay != 0 && p.MaxDelay < p.BaseDelay {
 		return p, invalidf("Config.Retry.MaxDelay (%s) is shorter than Config.Retry.BaseDelay (%s)", p.MaxDelay, p.BaseDelay)
 	}
 	d := DefaultRetryPolicy()
-	if p.MaxAttempts > 0 {
-		d.MaxAttempts = p.MaxAttempts
-	}
-	if p.BaseDelay > 0 {
-		d.BaseDelay = p.BaseDelay
-	}
-	if p.MaxDelay > 0 {
-		d.MaxDelay = p.MaxDelay
-	}
-	if p.MaxRetryAfter > 0 {
-		d.MaxRetryAfter = p.MaxRetryAfter
-	}
-	if d.MaxDelay < d.BaseDelay {
-		d.MaxDelay = d.BaseDelay
-	}
-	return d, nil
+	p.MaxAttempts = cmp.Or(p.MaxAttempts, d.MaxAttempts)
+	p.BaseDelay = cmp.Or(p.BaseDelay, d.BaseDelay)
+	p.MaxDelay = max(cmp.Or(p.MaxDelay, d.MaxDelay), p.BaseDelay)
+	p.MaxRetryAfter = cmp.Or(p.MaxRetryAfter, d.MaxRetryAfter)
+	return p, nil
 }
 
 // backoff returns the jittered delay before retry number attempt (1-based).
