@@ -10,29 +10,20 @@ import (
 )
 
 // BridgeURLEnv is the environment variable New reads for the bridge URL
-// (see Config.BridgeURL) when neither Config.BridgeURL nor Config.BaseURL
-// is set: how a deployment moves from the REST API to the bridge.
+// when neither Config.BridgeURL nor Config.BaseURL is set.
 const BridgeURLEnv = "D1IDEM_BRIDGE_URL"
 
 // validSecret reports whether the bridge accepts s as its secret: 16 to
 // 4096 visible ASCII characters but the comma (SECRET_PATTERN in
 // bridge/worker.js).
 func validSecret(s string) bool {
-	if len(s) < 16 || len(s) > 4096 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x21 || s[i] > 0x7e || s[i] == ',' {
-			return false
-		}
-	}
-	return true
+	return len(s) >= 16 && len(s) <= 4096 && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x21 || r > 0x7e || r == ',' })
 }
 
 // applyBridge resolves the bridge URL (Config.BridgeURL, else the
-// environment's) and reports whether there is one; then BaseURL is its
-// address, APIToken its secret (kept nowhere else: BridgeURL is cleared),
-// and the zero Budget without an Account budget.Unlimited().
+// environment's) and reports whether there is one: then it sets BaseURL,
+// APIToken (the secret; BridgeURL is cleared), and a zero Budget without an
+// Account to budget.Unlimited().
 func (cfg *Config) applyBridge() (bool, error) {
 	raw, name := cfg.BridgeURL, "Config.BridgeURL"
 	cfg.BridgeURL = ""

@@ -154,15 +154,10 @@ type envelope struct {
 	Result  resultList    `json:"result"`
 }
 
-// Codes that mean the token or the account is wrong.
-var authCodes = map[int]bool{
-	10000: true,                         // Authentication error
-	10001: true,                         // unable to authenticate
-	9106:  true, 9107: true, 9109: true, // missing/invalid auth headers or token
-	7403: true,                         // account not authorized for the service
-	7003: true,                         // could not route: bad account or database identifier
-	6003: true, 6111: true, 6103: true, // malformed auth headers
-}
+// authCodes mean the token or the account is wrong: authentication (10000,
+// 10001), auth headers or token (9106, 9107, 9109, 6003, 6111, 6103), an
+// account not authorized (7403), a bad account or database identifier (7003).
+var authCodes = []int{10000, 10001, 9106, 9107, 9109, 6003, 6111, 6103, 7403, 7003}
 
 // codeNoDatabase is D1's "database not found".
 const codeNoDatabase = 7404
@@ -210,12 +205,13 @@ func (c *Client) classifyFailure(e *Error) {
 			e.RetryAfter = RateLimitBlock
 		}
 		e.BlockedUntil = time.Now().Add(e.RetryAfter)
-		c.block(e.BlockedUntil)
+		c.account.Block(e.BlockedUntil)
+		c.log.Error("d1client: Cloudflare API rate limit reached (code 971); calls are blocked", slog.Time("until", e.BlockedUntil))
 	case status == http.StatusTooManyRequests:
 		e.kind, e.Ambiguous = kindOverloaded, true
 	case slices.Contains(e.Codes, codeNoDatabase):
 		e.kind = kindNoDatabase
-	case slices.ContainsFunc(e.Codes, func(c int) bool { return authCodes[c] }),
+	case slices.ContainsFunc(e.Codes, func(c int) bool { return slices.Contains(authCodes, c) }),
 		status == http.StatusUnauthorized, status == http.StatusForbidden:
 		e.kind = kindAuth
 	case status >= 500:
@@ -277,11 +273,4 @@ func bodySnippet(header http.Header, body []byte) string {
 		s = s[:120] + "…"
 	}
 	return fmt.Sprintf("non-JSON %s body: %q", cmp.Or(header.Get("Content-Type"), "(no content type)"), s)
-}
-
-// block stops every call of the account until until, after a 971.
-func (c *Client) block(until time.Time) {
-	c.account.Block(until)
-	c.log.Error("d1client: Cloudflare API rate limit reached (code 971); calls are blocked",
-		slog.Time("until", until))
 }
