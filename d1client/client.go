@@ -116,11 +116,8 @@ func New(cfg Config) (*Client, error) {
 	case !idPattern.MatchString(cfg.DatabaseID):
 		return nil, invalidf("database ID %q is not a D1 database UUID", cfg.DatabaseID)
 	}
-	switch t := cfg.AttemptTimeout; {
-	case t == 0:
-		cfg.AttemptTimeout = DefaultAttemptTimeout
-	case t < 10*time.Millisecond || t > 10*time.Minute:
-		return nil, invalidf("Config.AttemptTimeout is %s; accepted: 0 (the default, %s) or 10ms to 10m", t, DefaultAttemptTimeout)
+	if err := setting("AttemptTimeout", &cfg.AttemptTimeout, 10*time.Millisecond, 10*time.Minute, DefaultAttemptTimeout); err != nil {
+		return nil, err
 	}
 	retry, err := cfg.Retry.withDefaults()
 	if err != nil {
@@ -191,6 +188,16 @@ func resolveBaseURL(configured string) (string, error) {
 
 func invalidf(format string, args ...any) *Error {
 	return &Error{kind: kindInvalid, Message: fmt.Sprintf(format, args...)}
+}
+
+// setting sets *v, Config's field name, to dflt when it is 0; it returns an
+// error when *v is outside lo to hi.
+func setting[T int | time.Duration](name string, v *T, lo, hi, dflt T) error {
+	if *v != 0 && (*v < lo || *v > hi) {
+		return invalidf("Config.%s is %v; accepted: 0 (the default, %v) or %v to %v", name, *v, dflt, lo, hi)
+	}
+	*v = cmp.Or(*v, dflt)
+	return nil
 }
 
 // ExecOption adjusts one Exec call.

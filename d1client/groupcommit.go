@@ -31,24 +31,13 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 	if c.Window > time.Second {
 		return c, invalidf("Config.Coalesce.Window is %s; accepted: negative (never wait), 0 (the default: a round trip) or up to 1s", c.Window)
 	}
-	sizes := []struct {
-		field         string
-		v, lo, hi, df int
-	}{
-		{"MaxStatements", c.MaxStatements, 1, 10_000, 512},
-		{"MaxBytes", c.MaxBytes, 1 << 10, 50 << 20, 512 << 10},
-		{"MaxInFlight", c.MaxInFlight, 1, 64, 4},
-	}
-	for _, s := range sizes {
-		if s.v != 0 && (s.v < s.lo || s.v > s.hi) {
-			return c, invalidf("Config.Coalesce.%s is %d; accepted: 0 (the default, %d) or %d to %d", s.field, s.v, s.df, s.lo, s.hi)
-		}
-	}
 	c.Window = max(c.Window, -1)
-	c.MaxStatements = cmp.Or(c.MaxStatements, sizes[0].df)
-	c.MaxBytes = cmp.Or(c.MaxBytes, sizes[1].df)
-	c.MaxInFlight = cmp.Or(c.MaxInFlight, sizes[2].df)
-	return c, nil
+	err := cmp.Or(
+		setting("Coalesce.MaxStatements", &c.MaxStatements, 1, 10_000, 512),
+		setting("Coalesce.MaxBytes", &c.MaxBytes, 1<<10, 50<<20, 512<<10),
+		setting("Coalesce.MaxInFlight", &c.MaxInFlight, 1, 64, 4),
+	)
+	return c, err
 }
 
 // batcher is group commit's mechanism, as its policy (gcpolicy.go) decides.

@@ -43,29 +43,19 @@ func NoRetry() RetryPolicy { return RetryPolicy{MaxAttempts: 1} }
 
 // withDefaults validates p and fills its zero fields with the defaults.
 func (p RetryPolicy) withDefaults() (RetryPolicy, error) {
-	if p.MaxAttempts < 0 || p.MaxAttempts > 100 {
-		return p, invalidf("Config.Retry.MaxAttempts is %d; accepted: 0 (the default, 4) or 1 to 100", p.MaxAttempts)
+	base, most, d := p.BaseDelay, p.MaxDelay, DefaultRetryPolicy()
+	if err := cmp.Or(
+		setting("Retry.MaxAttempts", &p.MaxAttempts, 1, 100, d.MaxAttempts),
+		setting("Retry.BaseDelay", &p.BaseDelay, time.Millisecond, time.Minute, d.BaseDelay),
+		setting("Retry.MaxDelay", &p.MaxDelay, time.Millisecond, 10*time.Minute, d.MaxDelay),
+		setting("Retry.MaxRetryAfter", &p.MaxRetryAfter, time.Millisecond, time.Hour, d.MaxRetryAfter),
+	); err != nil {
+		return p, err
 	}
-	for _, c := range []struct {
-		field string
-		v, hi time.Duration
-	}{
-		{"BaseDelay", p.BaseDelay, time.Minute},
-		{"MaxDelay", p.MaxDelay, 10 * time.Minute},
-		{"MaxRetryAfter", p.MaxRetryAfter, time.Hour},
-	} {
-		if c.v != 0 && (c.v < time.Millisecond || c.v > c.hi) {
-			return p, invalidf("Config.Retry.%s is %s; accepted: 0 (the default) or %s to %s", c.field, c.v, time.Millisecond, c.hi)
-		}
+	if base != 0 && most != 0 && most < base {
+		return p, invalidf("Config.Retry.MaxDelay (%s) is shorter than Config.Retry.BaseDelay (%s)", most, base)
 	}
-	if p.BaseDelay != 0 && p.MaxDelay != 0 && p.MaxDelay < p.BaseDelay {
-		return p, invalidf("Config.Retry.MaxDelay (%s) is shorter than Config.Retry.BaseDelay (%s)", p.MaxDelay, p.BaseDelay)
-	}
-	d := DefaultRetryPolicy()
-	p.MaxAttempts = cmp.Or(p.MaxAttempts, d.MaxAttempts)
-	p.BaseDelay = cmp.Or(p.BaseDelay, d.BaseDelay)
-	p.MaxDelay = max(cmp.Or(p.MaxDelay, d.MaxDelay), p.BaseDelay)
-	p.MaxRetryAfter = cmp.Or(p.MaxRetryAfter, d.MaxRetryAfter)
+	p.MaxDelay = max(p.MaxDelay, p.BaseDelay)
 	return p, nil
 }
 
