@@ -95,32 +95,25 @@ func (b *batcher) view() groupView {
 	for i, f := range b.flights {
 		v.flights[i] = *f
 	}
-	cl := b.headClass()
+	cl, _ := b.head()
 	v.spare = b.acct.Spare(cl)
 	v.plentiful = v.spare && b.acct.Plentiful(cl, b.pol.maxInFlight, v.rtt)
 	v.base, v.per = b.cost.estimate()
 	return v
 }
 
-// headClass is the class of the queue's next call: priority when any
-// priority work waits.
-func (b *batcher) headClass() budget.Class {
+// head is the class of the queue's next call, priority when any priority
+// work waits, and the earliest deadline of its queued groups (zero: none).
+func (b *batcher) head() (cl budget.Class, dl time.Time) {
 	if len(b.queue[budget.Priority]) > 0 {
-		return budget.Priority
+		cl = budget.Priority
 	}
-	return budget.Normal
-}
-
-// headDeadline is the earliest deadline of the queued groups of class cl;
-// zero when none has one.
-func (b *batcher) headDeadline(cl budget.Class) time.Time {
-	var dl time.Time
 	for _, g := range b.queue[cl] {
 		if !g.deadline.IsZero() && (dl.IsZero() || g.deadline.Before(dl)) {
 			dl = g.deadline
 		}
 	}
-	return dl
+	return cl, dl
 }
 
 // submit queues the statements for the next shared call and returns their
@@ -253,8 +246,8 @@ func (b *batcher) await(w wait) bool {
 		}
 		var changed <-chan struct{}
 		if depart {
-			cl := b.headClass()
-			ok, at, why, ch := b.acct.TryTake(cl, b.headDeadline(cl))
+			cl, dl := b.head()
+			ok, at, why, ch := b.acct.TryTake(cl, dl)
 			switch {
 			case ok:
 				if !budgetSince.IsZero() {
@@ -266,7 +259,7 @@ func (b *batcher) await(w wait) bool {
 				groups := b.drainAll()
 				e := blockedError(at, time.Until(at))
 				b.mu.Unlock()
-				fail(groups, e)
+				deliver(groups, nil, e)
 				b.mu.Lock()
 				continue
 			case budgetSince.IsZero():
@@ -359,23 +352,15 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) ([]Result, *Error) {
 
 // deliver hands each group its results, or its own copy of the error.
 func deliver(groups []*pendingGroup, results []Result, err *Error) {
-	if err != nil {
-		fail(groups, err)
-		return
-	}
 	off := 0
 	for _, g := range groups {
-		g.results = results[off : off+len(g.wire) : off+len(g.wire)]
-		off += len(g.wire)
-		close(g.done)
-	}
-}
-
-// fail hands every group its own copy of the error.
-func fail(groups []*pendingGroup, e *Error) {
-	for _, g := range groups {
-		cp := *e
-		g.err = &cp
+		if err != nil {
+			cp := *err
+			g.err = &cp
+		} else {
+			g.results = results[off : off+len(g.wire) : off+len(g.wire)]
+			off += len(g.wire)
+		}
 		close(g.done)
 	}
 }
