@@ -40,12 +40,13 @@ func encodeBody(wire []wireStatement) []byte {
 
 // send makes one HTTP attempt, for which a call was taken from the budget:
 // it POSTs body to the /raw endpoint, hands the answer's rate-limit headers
-// to the Account, and classifies the answer.
+// to the Account, and classifies the answer, its error redacted.
 func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (results []Result, e *Error) {
 	start := time.Now()
 	defer func() {
 		var k kind
 		if e != nil {
+			c.redact(e)
 			k = e.kind
 		}
 		c.tel.call(coalesced, n, k, time.Since(start))
@@ -70,22 +71,18 @@ func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (
 	res, err := c.http.Do(req)
 	if err != nil {
 		c.account.Answered(nil)
-		return nil, c.transportError(err)
+		return nil, transportError(err)
 	}
 	c.account.Answered(res.Header)
 	raw, err := readBody(res)
 	if err != nil {
-		return nil, c.transportError(err)
+		return nil, transportError(err)
 	}
 	if len(raw) > maxResponseBytes {
 		return nil, &Error{kind: kindEnvelope, StatusCode: res.StatusCode, Ambiguous: true,
 			Message: fmt.Sprintf("response body exceeds %d bytes", maxResponseBytes)}
 	}
-	results, e = c.classify(res.StatusCode, res.Header, raw, n)
-	if e != nil {
-		c.redact(e)
-	}
-	return results, e
+	return c.classify(res.StatusCode, res.Header, raw, n)
 }
 
 // userAgent names this package in requests.
@@ -114,14 +111,10 @@ func readBody(res *http.Response) ([]byte, error) {
 
 // transportError wraps a failure that produced no HTTP response. It is
 // ambiguous unless the connection was never established.
-func (c *Client) transportError(err error) *Error {
-	e := &Error{kind: kindTransport, Ambiguous: true, Err: err, Message: err.Error()}
+func transportError(err error) *Error {
 	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		e.Ambiguous = false
-	}
-	c.redact(e)
-	return e
+	dial := errors.As(err, &op) && op.Op == "dial"
+	return &Error{kind: kindTransport, Ambiguous: !dial, Err: err, Message: err.Error()}
 }
 
 // redact removes the API token from every text of the error, against a
@@ -138,9 +131,8 @@ func (c *Client) redact(e *Error) {
 	}
 	if e.Err != nil {
 		if s := e.Err.Error(); redactText(s, tok) != s {
-			// The cause's own text names the token, so the cause itself
-			// must not be reachable through Unwrap: it is kept behind its
-			// redacted text, for errors.Is alone.
+			// The cause's text names the token: it is kept behind its
+			// redacted text, for errors.Is alone, not Unwrap.
 			e.Err = &redactedCause{text: redactText(s, tok), cause: e.Err}
 		}
 	}
