@@ -72,10 +72,9 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
-// Client is a D1 REST client. It is safe for concurrent use. Its String,
+// Client is a D1 REST client, safe for concurrent use. Its String,
 // GoString, Format, LogValue and MarshalJSON methods never show the API
-// token. It sends everything to /raw, which keeps column order and duplicate
-// column names ("SELECT a.id, b.id"); /query's JSON objects lose them.
+// token.
 type Client struct {
 	cfg     Config  // APIToken cleared: see token
 	token   *string // behind a pointer, so that printing a Client shows an address
@@ -156,7 +155,7 @@ func New(cfg Config) (*Client, error) {
 		tel:     newTelemetry(cfg.MeterProvider, cfg.TracerProvider, cfg.DatabaseID),
 		bridge:  bridge,
 	}
-	c.batch = newBatcher(c, coalesce)
+	c.batch = &batcher{pol: newGroupPolicy(coalesce), c: c, acct: account, kick: make(chan struct{}), returns: 1}
 	observeBudget(c, cfg.MeterProvider)
 	return c, nil
 }
@@ -215,14 +214,12 @@ type execOptions struct {
 // reached D1: running it twice has the effect of running it once.
 func Idempotent() ExecOption { return func(o *execOptions) { o.idempotent = true } }
 
-// RetryUntilDeadline keeps retrying transient failures of a retryable call
-// until the context's deadline, instead of stopping after
-// RetryPolicy.MaxAttempts. Without a deadline it has no effect.
+// RetryUntilDeadline retries a retryable call until the context's deadline,
+// if it has one, instead of RetryPolicy.MaxAttempts times.
 func RetryUntilDeadline() ExecOption { return func(o *execOptions) { o.untilDeadline = true } }
 
-// Coalesce lets the call share one D1 batch with concurrent callers' calls
-// (group commit; see CoalesceConfig). Use it only for statements that cannot
-// fail by design: one failing statement aborts the whole batch.
+// Coalesce lets the call share a D1 batch with concurrent calls (see
+// CoalesceConfig): only for statements that cannot fail by design.
 func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 
 // Priority marks the call as completing, renewing or releasing what an
@@ -235,9 +232,8 @@ func Priority() ExecOption { return func(o *execOptions) { o.priority = true } }
 func Operation(name string) ExecOption { return func(o *execOptions) { o.operation = name } }
 
 // Exec runs the statements as one D1 call, one transaction, and returns one
-// Result per statement. Each Statement must hold exactly one SQL statement,
-// or ErrInvalid is returned before anything is sent. Failures are retried
-// by the RetryPolicy and the package's rules, within the context's deadline.
+// Result per statement. A Statement holding more than one SQL statement is
+// ErrInvalid. Failures are retried as the package doc says.
 func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption) ([]Result, error) {
 	var o execOptions
 	for _, opt := range opts {

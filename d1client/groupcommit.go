@@ -77,10 +77,6 @@ type pendingGroup struct {
 	shared   int // statements of the call that carried it
 }
 
-func newBatcher(c *Client, cfg CoalesceConfig) *batcher {
-	return &batcher{pol: newGroupPolicy(cfg), c: c, acct: c.account, kick: make(chan struct{}), returns: 1}
-}
-
 // batchOverhead is what {"batch":[...]} adds to its statements' shares.
 const batchOverhead = len(`{"batch":[]}`) - 1
 
@@ -160,17 +156,16 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 	case <-ctx.Done():
 	}
 	b.mu.Lock()
-	select {
-	case <-g.done: // answered together with the cancellation
-		b.mu.Unlock()
-		return g.results, g.shared, g.err
-	default:
-	}
-	taken := g.taken
+	taken := g.taken // else g.done stays open
 	if !taken {
 		b.withdraw(g)
 	}
 	b.mu.Unlock()
+	select {
+	case <-g.done: // answered together with the cancellation
+		return g.results, g.shared, g.err
+	default:
+	}
 	if taken {
 		return nil, 0, &Error{kind: kindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
 	}
@@ -209,8 +204,7 @@ func (b *batcher) changed() {
 	b.kick = make(chan struct{})
 }
 
-// run is a runner's life: it departs whenever it may, waiting as w first,
-// until it has nothing to carry or hands its callers over.
+// run is a runner's life, from a wait w.
 func (b *batcher) run(w wait) {
 	b.mu.Lock()
 	for {
@@ -280,10 +274,9 @@ func (b *batcher) await(w wait) bool {
 	}
 }
 
-// fly drains the queue into a call and sends it, entered with b.mu held and
-// a call taken from the budget. It returns how the runner waits next, with
-// b.mu held; or false, b.mu released, when the runner handed its callers
-// over and ends.
+// fly sends a call drained from the queue, entered with b.mu held and the
+// budget's call taken. It returns the runner's next wait, with b.mu held, or
+// false, b.mu released, when the runner handed its callers over.
 func (b *batcher) fly() (wait, bool) {
 	groups, stmts := b.drain(b.pol.capacity(b.view()))
 	if start, gather := b.pol.leftover(b.view()); start {
@@ -366,7 +359,7 @@ func deliver(groups []*pendingGroup, results []Result, err *Error) {
 }
 
 // dropLate fails, with b.mu held, the queued groups with less than a round
-// trip left before their deadline, which would be cut off on the way back.
+// trip left before their deadline.
 func (b *batcher) dropLate() {
 	rtt := b.acct.RoundTrip()
 	if rtt == 0 {

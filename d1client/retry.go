@@ -11,29 +11,22 @@ import (
 // after code 971, when no Retry-After says otherwise.
 const RateLimitBlock = 5 * time.Minute
 
-// RetryPolicy says how transient failures are retried: how many attempts,
-// and the backoff between them. A zero field takes its default, so the zero
-// RetryPolicy is DefaultRetryPolicy(). Whatever the policy, a call that may
-// write is retried only after a failure that proves nothing was delivered,
-// unless it is marked Idempotent; SQL, auth and envelope errors are never
-// retried; and nothing is sent during a 971 block.
+// RetryPolicy says how many attempts transient failures get, and the backoff
+// between them; a zero field takes its default. What is retried at all is
+// the package's rule (see the package doc).
 type RetryPolicy struct {
-	// MaxAttempts is the number of attempts, the first included: 1 to 100.
-	// Default 4.
-	MaxAttempts int
+	MaxAttempts int // attempts, the first included: 1 to 100; default 4
 	// BaseDelay is the first backoff, 1 ms to 1 min; each retry doubles it,
 	// up to MaxDelay (1 ms to 10 min), with jitter: each delay is drawn from
 	// [d/2, d]. Defaults 100 ms and 2 s.
 	BaseDelay time.Duration
 	MaxDelay  time.Duration
-	// MaxRetryAfter caps the server's Retry-After that is waited for, 1 ms
-	// to 1 h. A longer Retry-After ends the retries and the error, carrying
-	// RetryAfter, goes to the caller. Default 10 s.
+	// MaxRetryAfter is the longest Retry-After waited for, 1 ms to 1 h;
+	// default 10 s. A longer one ends the retries.
 	MaxRetryAfter time.Duration
 }
 
-// DefaultRetryPolicy returns the policy the zero RetryPolicy stands for:
-// 4 attempts, backoff from 100 ms to 2 s, Retry-After honoured up to 10 s.
+// DefaultRetryPolicy returns the policy the zero RetryPolicy stands for.
 func DefaultRetryPolicy() RetryPolicy {
 	return RetryPolicy{MaxAttempts: 4, BaseDelay: 100 * time.Millisecond, MaxDelay: 2 * time.Second, MaxRetryAfter: 10 * time.Second}
 }
