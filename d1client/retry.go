@@ -66,31 +66,18 @@ func (p RetryPolicy) backoff(attempt int) time.Duration {
 // retryDelay decides whether the failed attempt is retried and after how
 // long. safe says whether the call may be repeated even if it was delivered.
 func (c *Client) retryDelay(ctx context.Context, e *Error, attempt int, safe, untilDeadline bool) (time.Duration, bool) {
-	if e.notSent {
-		return 0, false // what stopped it (the budget, the deadline) stands
-	}
-	switch e.kind {
-	case kindOverloaded, kindTransient, kindNonJSON, kindTransport:
-		if !safe && e.Ambiguous {
-			return 0, false // a write that may have committed is never repeated blindly
-		}
-	default:
-		return 0, false
-	}
-	if ctx.Err() != nil {
-		return 0, false
-	}
+	retryable := e.kind == kindOverloaded || e.kind == kindTransient || e.kind == kindNonJSON || e.kind == kindTransport
 	deadline, hasDeadline := ctx.Deadline()
-	if attempt >= c.retry.MaxAttempts && !(untilDeadline && hasDeadline) {
+	switch {
+	case e.notSent, // what stopped it (the budget, the deadline) stands
+		!retryable,
+		!safe && e.Ambiguous, // a write that may have committed is never repeated blindly
+		ctx.Err() != nil,
+		attempt >= c.retry.MaxAttempts && !(untilDeadline && hasDeadline),
+		e.RetryAfter > c.retry.MaxRetryAfter:
 		return 0, false
 	}
-	delay := c.retry.backoff(attempt)
-	if e.RetryAfter > 0 {
-		if e.RetryAfter > c.retry.MaxRetryAfter {
-			return 0, false
-		}
-		delay = max(delay, e.RetryAfter)
-	}
+	delay := max(c.retry.backoff(attempt), e.RetryAfter)
 	if hasDeadline && time.Until(deadline) <= delay+c.account.RoundTrip() {
 		return 0, false // the deadline wins: no attempt could finish in time
 	}
