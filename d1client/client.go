@@ -206,7 +206,7 @@ type execOptions struct {
 	idempotent    bool
 	untilDeadline bool
 	coalesce      bool
-	priority      bool
+	class         budget.Class
 	operation     string
 }
 
@@ -225,7 +225,7 @@ func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 // Priority marks the call as completing, renewing or releasing what an
 // earlier call started: when calls are scarce it goes first, and may use the
 // calls kept from other work (budget.Budget.Kept).
-func Priority() ExecOption { return func(o *execOptions) { o.priority = true } }
+func Priority() ExecOption { return func(o *execOptions) { o.class = budget.Priority } }
 
 // Operation names the call in metrics and spans (d1idem.d1.operation): a
 // small fixed set; the default is "exec".
@@ -247,11 +247,7 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 		return nil, e
 	}
 	safe := readOnly || o.idempotent // may be sent again even if delivered
-	solo := !o.coalesce
-	cl := budget.Normal
-	if o.priority {
-		cl = budget.Priority
-	}
+	solo, cl := !o.coalesce, o.class
 
 	var last *Error // the previous attempt's failure
 	for attempt := 1; ; attempt++ {

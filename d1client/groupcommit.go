@@ -3,6 +3,7 @@ package d1client
 import (
 	"cmp"
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -250,7 +251,7 @@ func (b *batcher) await(w wait) bool {
 				return true
 			case why == budget.WaitBlock:
 				// A 971 arrived while these waited: nothing is sent.
-				groups := b.drainAll()
+				groups, _ := b.drain(math.MaxInt, math.MaxInt)
 				e := blockedError(at, time.Until(at))
 				b.mu.Unlock()
 				deliver(groups, nil, e)
@@ -278,7 +279,7 @@ func (b *batcher) await(w wait) bool {
 // budget's call taken. It returns the runner's next wait, with b.mu held, or
 // false, b.mu released, when the runner handed its callers over.
 func (b *batcher) fly() (wait, bool) {
-	groups, stmts := b.drain(b.pol.capacity(b.view()))
+	groups, stmts := b.drain(b.pol.capacity(b.view()), b.pol.maxBytes)
 	if start, gather := b.pol.leftover(b.view()); start {
 		b.start(gather)
 	}
@@ -380,7 +381,7 @@ func (b *batcher) dropLate() {
 // drain takes the queued groups for one call of at most capacity statements
 // and maxBytes (a larger group travels alone), first come first served,
 // priority work first.
-func (b *batcher) drain(capacity int) ([]*pendingGroup, int) {
+func (b *batcher) drain(capacity, maxBytes int) ([]*pendingGroup, int) {
 	var groups []*pendingGroup
 	stmts, size := 0, batchOverhead
 	for c := budget.Priority; ; c-- {
@@ -388,7 +389,7 @@ func (b *batcher) drain(capacity int) ([]*pendingGroup, int) {
 		i := 0
 		for ; i < len(q); i++ {
 			g := q[i]
-			if len(groups) > 0 && (stmts+len(g.wire) > capacity || size+g.size > b.pol.maxBytes) {
+			if len(groups) > 0 && (stmts+len(g.wire) > capacity || size+g.size > maxBytes) {
 				break
 			}
 			g.taken = true
@@ -404,18 +405,4 @@ func (b *batcher) drain(capacity int) ([]*pendingGroup, int) {
 	b.stmts -= stmts
 	b.size -= size - batchOverhead
 	return groups, stmts
-}
-
-// drainAll takes every queued group.
-func (b *batcher) drainAll() []*pendingGroup {
-	var groups []*pendingGroup
-	for c := range b.queue {
-		for _, g := range b.queue[c] {
-			g.taken = true
-			groups = append(groups, g)
-		}
-		b.queue[c] = nil
-	}
-	b.stmts, b.size = 0, 0
-	return groups
 }
