@@ -18,28 +18,13 @@
 //	[]byte                  -> refused: bind hex text, write unhex(?)
 //	time.Time               -> refused: bind t.UnixMilli() or an RFC 3339 string
 //
-// SQL holding several statements, more than 100 parameters or more than
-// 100,000 bytes of SQL is refused before anything is sent.
+// SQL holding several statements, or over MaxParams or MaxSQLBytes, is
+// refused before anything is sent.
 //
 // # Errors
 //
-// Every failure is an *Error matching one sentinel with errors.Is:
-//
-//	HTTP 400, code 7500 "<msg>: SQLITE_<CODE>"    ErrSQL (and ErrConstraint for SQLITE_CONSTRAINT)
-//	HTTP 404, code 7404                           ErrNoDatabase
-//	403 10000, 403 7403, 400/404 7003,
-//	400 6003/6111/6103, any other 401/403          ErrAuth
-//	429 code 971 (global API limit), Retry-After   ErrRateLimited
-//	429 otherwise (D1 overloaded)                  ErrOverloaded
-//	5xx with a JSON body (500/7500 internal)       ErrTransient
-//	a body that is not JSON (502/503/504 HTML)     ErrNonJSON
-//	2xx with success:false, or a bad result        ErrEnvelope
-//	result count differs from statement count      ErrResultCount
-//	no HTTP response at all                        ErrTransport
-//	other 4xx (a malformed request)                ErrRejected
-//	refused before sending                         ErrInvalid
-//	the request budget is spent                    ErrBudget
-//
+// Every failure is an *Error matching one sentinel error (ErrSQL, ErrAuth,
+// ErrRateLimited, ...: each says which answers it stands for) with errors.Is.
 // No error, log line, printed Config or Client, or panic shows the API token
 // or a parameter value; a token echoed back by a server becomes "[REDACTED]".
 //
