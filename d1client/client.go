@@ -269,7 +269,7 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 			return results, nil
 		}
 		if err.kind == kindBudget {
-			c.tel.shed(cl)
+			c.tel.sheds.Add(context.Background(), 1, c.tel.shedSets[cl]...)
 		}
 		if last != nil && !err.Ambiguous && (ctx.Err() != nil || err.notSent && last.Ambiguous) {
 			// This attempt was never sent: the previous failure is the one
@@ -283,7 +283,7 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 			return c.failed(op, start, err)
 		}
 		c.stats.retries.Add(1)
-		c.tel.retry(op, err.kind)
+		c.tel.retries.Add(context.Background(), 1, op.add[err.kind]...)
 		c.log.LogAttrs(ctx, slog.LevelWarn, "d1client: retrying",
 			slog.String("kind", err.kind.String()), slog.Int("status", err.StatusCode),
 			slog.Int("attempt", attempt), slog.Duration("delay", delay))

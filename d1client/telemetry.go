@@ -208,19 +208,9 @@ func (t *telemetry) operation(o *opTelemetry, k kind, d time.Duration) {
 	t.opDuration.Record(context.Background(), d.Seconds(), o.record[k]...)
 }
 
-// retry records an attempt repeated after a failure of kind k.
-func (t *telemetry) retry(o *opTelemetry, k kind) {
-	t.retries.Add(context.Background(), 1, o.add[k]...)
-}
-
 // waited records a call of class cl that waited d for the budget.
 func (t *telemetry) waited(cl budget.Class, d time.Duration) {
 	t.waitTime.Record(context.Background(), d.Seconds(), t.waitSets[cl]...)
-}
-
-// shed records a call of class cl refused for the budget.
-func (t *telemetry) shed(cl budget.Class) {
-	t.sheds.Add(context.Background(), 1, t.shedSets[cl]...)
 }
 
 // observeBudget registers the gauges of the account's budget as the client
