@@ -18,10 +18,11 @@ func (c *Client) acquire(ctx context.Context, cl budget.Class) *Error {
 	if waited > 0 {
 		c.tel.waited(cl, waited)
 	}
+	if err == nil {
+		return nil
+	}
 	var r *budget.Refusal
 	switch {
-	case err == nil:
-		return nil
 	case !errors.As(err, &r):
 		return notSent(err, "")
 	case r.Cause == budget.CauseBlock:
