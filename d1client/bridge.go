@@ -30,18 +30,16 @@ func (cfg *Config) applyBridge() (bool, error) {
 	switch {
 	case raw != "" && cfg.BaseURL != "":
 		return false, invalidf("Config.BridgeURL and Config.BaseURL are both set; a bridge URL is the base URL (and the token): set one of them")
-	case raw == "" && cfg.BaseURL == "":
+	case raw == "" && cfg.BaseURL == "" && os.Getenv(BridgeURLEnv) != "": // Config.BaseURL wins over the environment
 		raw, name = os.Getenv(BridgeURLEnv), BridgeURLEnv
-		if raw == "" {
-			return false, nil
-		}
 		for _, v := range []string{APIBaseURLEnv, BaseURLEnv} {
 			if os.Getenv(v) != "" {
 				return false, invalidf("%s and %s are both set: the bridge URL names the base URL itself; unset %s to use the bridge, or %s to use the API", BridgeURLEnv, v, v, BridgeURLEnv)
 			}
 		}
-	case raw == "":
-		return false, nil // Config.BaseURL wins over the environment
+	}
+	if raw == "" {
+		return false, nil
 	}
 	base, secret, err := parseBridgeURL(name, raw)
 	if err != nil {
