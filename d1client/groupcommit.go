@@ -297,8 +297,7 @@ func (b *batcher) fly() (wait, bool) {
 	if f.handed > 0 {
 		since, answered = f.since, answered+f.handed
 	}
-	v := b.view()
-	if i := b.pol.handoff(v, f, answered); i >= 0 {
+	if i := b.pol.handoff(b.view(), f, answered); i >= 0 { // it takes these callers over
 		g := b.flights[i]
 		g.stmts += f.stmts
 		if g.handed == 0 || since < g.since {

@@ -61,7 +61,7 @@ func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (
 	req.Header = http.Header{
 		"Content-Type": {"application/json"},
 		"Accept":       {"application/json"},
-		"User-Agent":   {userAgent},
+		"User-Agent":   {"d1idem-d1client (+https://github.com/d1idem/d1idem)"},
 	}
 	if *c.auth != "" {
 		req.Header["Authorization"] = []string{*c.auth}
@@ -84,9 +84,6 @@ func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (
 	}
 	return c.classify(res.StatusCode, res.Header, raw, n)
 }
-
-// userAgent names this package in requests.
-const userAgent = "d1idem-d1client (+https://github.com/d1idem/d1idem)"
 
 // readBody reads and closes the response body, at most maxResponseBytes+1
 // bytes, into one buffer when the length is known.
@@ -151,9 +148,6 @@ type envelope struct {
 // account not authorized (7403), a bad account or database identifier (7003).
 var authCodes = []int{10000, 10001, 9106, 9107, 9109, 6003, 6111, 6103, 7403, 7003}
 
-// codeNoDatabase is D1's "database not found".
-const codeNoDatabase = 7404
-
 // classify turns an answer into the results of its n statements, or an
 // *Error of the kind its shape says.
 func (c *Client) classify(status int, header http.Header, body []byte, n int) ([]Result, *Error) {
@@ -201,7 +195,7 @@ func (c *Client) classifyFailure(e *Error) {
 		c.log.Error("d1client: Cloudflare API rate limit reached (code 971); calls are blocked", slog.Time("until", e.BlockedUntil))
 	case status == http.StatusTooManyRequests:
 		e.kind, e.Ambiguous = kindOverloaded, true
-	case slices.Contains(e.Codes, codeNoDatabase):
+	case slices.Contains(e.Codes, 7404): // database not found
 		e.kind = kindNoDatabase
 	case slices.ContainsFunc(e.Codes, func(c int) bool { return slices.Contains(authCodes, c) }),
 		status == http.StatusUnauthorized, status == http.StatusForbidden:
