@@ -225,10 +225,8 @@ func (l *resultList) results(status, n int) ([]Result, *Error) {
 		return &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true, Message: msg, Err: err}
 	}
 	switch {
-	case l.err != nil:
-		return nil, malformed("result is not an array of statement results", l.err)
-	case !l.present:
-		return nil, malformed("result is not an array of statement results", errors.New("no result"))
+	case l.err != nil || !l.present:
+		return nil, malformed("result is not an array of statement results", cmp.Or(l.err, errors.New("no result")))
 	case len(l.items) != n:
 		return nil, &Error{kind: kindResultCount, StatusCode: status, Ambiguous: true,
 			Message: fmt.Sprintf("%d statements sent, %d results returned", n, len(l.items))}
