@@ -157,7 +157,7 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 	case <-ctx.Done():
 	}
 	b.mu.Lock()
-	taken := g.taken // else g.done stays open
+	taken := g.taken // if not, it was never answered: it is withdrawn
 	if !taken {
 		b.withdraw(g)
 	}
