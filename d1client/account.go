@@ -10,27 +10,29 @@ import (
 	"github.com/d1idem/d1idem/d1client/budget"
 )
 
-// acquire takes a call of class cl from the client's Account, and returns
-// how long it waited and, when it took none, the refusal as an *Error:
-// ErrBudget, ErrRateLimited, or ErrTransport for want of a round trip.
-func (c *Client) acquire(ctx context.Context, cl budget.Class) (time.Duration, *Error) {
+// acquire takes a call of class cl from the client's Account, recording any
+// wait; when it took none, it returns the refusal: ErrBudget, ErrRateLimited,
+// or ErrTransport for want of a round trip.
+func (c *Client) acquire(ctx context.Context, cl budget.Class) *Error {
 	waited, err := c.account.Acquire(ctx, cl)
+	if waited > 0 {
+		c.tel.waited(cl, waited)
+	}
 	if err == nil {
-		return waited, nil
+		return nil
 	}
 	var r *budget.Refusal
-	if !errors.As(err, &r) {
-		return waited, notSent(err, "")
-	}
-	switch r.Cause {
-	case budget.CauseBlock:
-		return waited, blockedError(r.Until, r.Wait)
-	case budget.CauseDeadline:
-		return waited, tooLate(r.Left, r.RoundTrip)
+	switch {
+	case !errors.As(err, &r):
+		return notSent(err, "")
+	case r.Cause == budget.CauseBlock:
+		return blockedError(r.Until, r.Wait)
+	case r.Cause == budget.CauseDeadline:
+		return tooLate(r.Left, r.RoundTrip)
 	}
 	e := exhausted(c.account, r.Wait)
 	e.Err = r.Err
-	return waited, e
+	return e
 }
 
 // tooLate is the error of a call not sent because only left, less than a

@@ -10,47 +10,36 @@ import (
 )
 
 // BridgeURLEnv is the environment variable New reads for the bridge URL
-// (see Config.BridgeURL) when neither Config.BridgeURL nor Config.BaseURL
-// is set: how a deployment moves from the REST API to the bridge.
+// when neither Config.BridgeURL nor Config.BaseURL is set.
 const BridgeURLEnv = "D1IDEM_BRIDGE_URL"
 
 // validSecret reports whether the bridge accepts s as its secret: 16 to
 // 4096 visible ASCII characters but the comma (SECRET_PATTERN in
 // bridge/worker.js).
 func validSecret(s string) bool {
-	if len(s) < 16 || len(s) > 4096 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x21 || s[i] > 0x7e || s[i] == ',' {
-			return false
-		}
-	}
-	return true
+	return len(s) >= 16 && len(s) <= 4096 && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x21 || r > 0x7e || r == ',' })
 }
 
 // applyBridge resolves the bridge URL (Config.BridgeURL, else the
-// environment's) and reports whether there is one; then BaseURL is its
-// address, APIToken its secret (kept nowhere else: BridgeURL is cleared),
-// and the zero Budget without an Account budget.Unlimited().
+// environment's) and reports whether there is one: then it sets BaseURL,
+// APIToken (the secret; BridgeURL is cleared), and a zero Budget without an
+// Account to budget.Unlimited().
 func (cfg *Config) applyBridge() (bool, error) {
 	raw, name := cfg.BridgeURL, "Config.BridgeURL"
 	cfg.BridgeURL = ""
 	switch {
 	case raw != "" && cfg.BaseURL != "":
 		return false, invalidf("Config.BridgeURL and Config.BaseURL are both set; a bridge URL is the base URL (and the token): set one of them")
-	case raw == "" && cfg.BaseURL == "":
+	case raw == "" && cfg.BaseURL == "" && os.Getenv(BridgeURLEnv) != "": // Config.BaseURL wins over the environment
 		raw, name = os.Getenv(BridgeURLEnv), BridgeURLEnv
-		if raw == "" {
-			return false, nil
-		}
 		for _, v := range []string{APIBaseURLEnv, BaseURLEnv} {
 			if os.Getenv(v) != "" {
 				return false, invalidf("%s and %s are both set: the bridge URL names the base URL itself; unset %s to use the bridge, or %s to use the API", BridgeURLEnv, v, v, BridgeURLEnv)
 			}
 		}
-	case raw == "":
-		return false, nil // Config.BaseURL wins over the environment
+	}
+	if raw == "" {
+		return false, nil
 	}
 	base, secret, err := parseBridgeURL(name, raw)
 	if err != nil {

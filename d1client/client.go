@@ -23,15 +23,14 @@ import (
 // DefaultBaseURL is Cloudflare's API base URL.
 const DefaultBaseURL = "https://api.cloudflare.com/client/v4/"
 
-// Environment variables that New reads for the API base URL when
-// Config.BaseURL is empty (wrangler's and cloudflare-go's); they must agree.
+// Environment variables (wrangler's, cloudflare-go's) New reads for the API
+// base URL when Config.BaseURL is empty; they must agree.
 const (
 	APIBaseURLEnv = "CLOUDFLARE_API_BASE_URL"
 	BaseURLEnv    = "CLOUDFLARE_BASE_URL"
 )
 
-// DefaultAttemptTimeout bounds one HTTP attempt. It sits above D1's 30-second
-// query limit, so a slow but legitimate query is not cut off.
+// DefaultAttemptTimeout bounds one HTTP attempt, above D1's 30 s query limit.
 const DefaultAttemptTimeout = 45 * time.Second
 
 // maxResponseBytes bounds how much of one response body is read.
@@ -40,55 +39,42 @@ const maxResponseBytes = 64 << 20
 // Config configures a Client. Its String, GoString, Format, LogValue and
 // MarshalJSON methods never show the API token or the secret of BridgeURL.
 type Config struct {
-	// BaseURL of the Cloudflare API. Empty means $CLOUDFLARE_API_BASE_URL
-	// or $CLOUDFLARE_BASE_URL, and then DefaultBaseURL. Point it at a
-	// d1local server for local work.
+	// BaseURL of the Cloudflare API (or of a d1local server). Empty means
+	// $CLOUDFLARE_API_BASE_URL or $CLOUDFLARE_BASE_URL, then DefaultBaseURL.
 	BaseURL string
-	// BridgeURL is the address of a d1idem bridge (docs/bridge.md) with its
-	// secret, https://:SECRET@HOST. It replaces BaseURL and APIToken, and
-	// makes the zero Budget mean no budget: calls through the bridge are
-	// not metered by Cloudflare's API limit. Empty means $D1IDEM_BRIDGE_URL,
-	// read only when BaseURL is empty too. BridgeURL with BaseURL, or the
-	// variable with a base-URL variable, is an error; http:// is accepted
-	// for this machine only.
+	// BridgeURL, https://:SECRET@HOST, is a d1idem bridge (docs/bridge.md):
+	// it replaces BaseURL and APIToken, and the zero Budget then means none.
+	// Empty means $D1IDEM_BRIDGE_URL when BaseURL is empty too. It is an
+	// error with BaseURL (or the variable with a base-URL variable), and
+	// http:// is accepted for this machine only.
 	BridgeURL string
-	// APIToken is sent as a bearer token.
-	APIToken string
+	APIToken  string // sent as a bearer token
 	// AccountID and DatabaseID name the D1 database. Both are required.
 	AccountID  string
 	DatabaseID string
-	// HTTPClient, if set, carries every request.
-	HTTPClient *http.Client
-	// Retry is the retry policy; the zero value is DefaultRetryPolicy().
-	Retry RetryPolicy
-	// AttemptTimeout bounds each HTTP attempt: 10 ms to 10 min. Zero means
+	HTTPClient *http.Client // if set, carries every request
+	Retry      RetryPolicy  // the zero value is DefaultRetryPolicy()
+	// AttemptTimeout bounds each HTTP attempt: 10 ms to 10 min; 0 means
 	// DefaultAttemptTimeout.
 	AttemptTimeout time.Duration
-	// Budget is how the client spends the API budget (see package
-	// budget); the zero value is Cloudflare's limit of 1200 calls per
-	// 300 s, with the default burst and reserve. Leave it zero when
+	// Budget is how the client spends the API budget (package budget); the
+	// zero value is Cloudflare's 1200 calls per 300 s. Leave it zero when
 	// Account is set.
 	Budget budget.Budget
-	// Account, if set, is the budget this client shares with every other
-	// Client given the same Account: set it for clients of several
-	// databases, or several Configs, on one Cloudflare account. Nil gives
-	// the client an Account of its own, made from Budget.
-	Account *budget.Account
-	// Coalesce configures group commit for calls made with Coalesce().
-	Coalesce CoalesceConfig
-	// Logger receives retry and rate-limit events; nil discards them.
-	Logger *slog.Logger
+	// Account, if set, is the budget shared by every Client given it (one
+	// Cloudflare account); nil makes one from Budget.
+	Account  *budget.Account
+	Coalesce CoalesceConfig // group commit, for calls made with Coalesce()
+	Logger   *slog.Logger   // retry and rate-limit events; nil discards them
 	// MeterProvider and TracerProvider receive the client's metrics and
-	// spans (docs/observability.md); nil means otel's global providers,
-	// which do nothing until the application sets them.
+	// spans (docs/observability.md); nil means otel's global providers.
 	MeterProvider  metric.MeterProvider
 	TracerProvider trace.TracerProvider
 }
 
-// Client is a D1 REST client. It is safe for concurrent use. Its String,
+// Client is a D1 REST client, safe for concurrent use. Its String,
 // GoString, Format, LogValue and MarshalJSON methods never show the API
-// token. It sends everything to /raw, which keeps column order and duplicate
-// column names ("SELECT a.id, b.id"); /query's JSON objects lose them.
+// token.
 type Client struct {
 	cfg     Config  // APIToken cleared: see token
 	token   *string // behind a pointer, so that printing a Client shows an address
@@ -129,11 +115,8 @@ func New(cfg Config) (*Client, error) {
 	case !idPattern.MatchString(cfg.DatabaseID):
 		return nil, invalidf("database ID %q is not a D1 database UUID", cfg.DatabaseID)
 	}
-	switch t := cfg.AttemptTimeout; {
-	case t == 0:
-		cfg.AttemptTimeout = DefaultAttemptTimeout
-	case t < 10*time.Millisecond || t > 10*time.Minute:
-		return nil, invalidf("Config.AttemptTimeout is %s; accepted: 0 (the default, %s) or 10ms to 10m", t, DefaultAttemptTimeout)
+	if err := setting("AttemptTimeout", &cfg.AttemptTimeout, 10*time.Millisecond, 10*time.Minute, DefaultAttemptTimeout); err != nil {
+		return nil, err
 	}
 	retry, err := cfg.Retry.withDefaults()
 	if err != nil {
@@ -153,34 +136,26 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	token := cfg.APIToken
 	cfg.APIToken = ""
 	auth := ""
 	if token != "" {
 		auth = "Bearer " + token
 	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = http.DefaultClient
-	}
 	c := &Client{
 		cfg:     cfg,
 		token:   &token,
 		auth:    &auth,
-		http:    hc,
+		http:    cmp.Or(cfg.HTTPClient, http.DefaultClient),
 		rawURL:  cfg.BaseURL + "accounts/" + cfg.AccountID + "/d1/database/" + cfg.DatabaseID + "/raw",
-		log:     log,
+		log:     cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
 		retry:   retry,
 		account: account,
 		classes: textcache.New[sqlClass](classCacheEntries, classCacheMaxSQL),
 		tel:     newTelemetry(cfg.MeterProvider, cfg.TracerProvider, cfg.DatabaseID),
 		bridge:  bridge,
 	}
-	c.batch = newBatcher(c, coalesce)
+	c.batch = &batcher{pol: newGroupPolicy(coalesce), c: c, acct: account, kick: make(chan struct{}), returns: 1}
 	observeBudget(c, cfg.MeterProvider)
 	return c, nil
 }
@@ -202,7 +177,6 @@ func resolveBaseURL(configured string) (string, error) {
 	case err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "":
 		return "", invalidf("base URL %q must start with http:// or https:// and name a host", redactURL(u))
 	case p.RawQuery != "" || p.ForceQuery || p.Fragment != "":
-		// Paths are appended to the base URL: a query would swallow them.
 		return "", invalidf("base URL %s must not have a query or fragment: each call's path is appended to it", redactURL(u))
 	}
 	if !strings.HasSuffix(u, "/") {
@@ -215,6 +189,16 @@ func invalidf(format string, args ...any) *Error {
 	return &Error{kind: kindInvalid, Message: fmt.Sprintf(format, args...)}
 }
 
+// setting sets *v, Config's field name, to dflt when it is 0; it returns an
+// error when *v is outside lo to hi.
+func setting[T int | time.Duration](name string, v *T, lo, hi, dflt T) error {
+	if *v != 0 && (*v < lo || *v > hi) {
+		return invalidf("Config.%s is %v; accepted: 0 (the default, %v) or %v to %v", name, *v, dflt, lo, hi)
+	}
+	*v = cmp.Or(*v, dflt)
+	return nil
+}
+
 // ExecOption adjusts one Exec call.
 type ExecOption func(*execOptions)
 
@@ -222,40 +206,34 @@ type execOptions struct {
 	idempotent    bool
 	untilDeadline bool
 	coalesce      bool
-	priority      bool
+	class         budget.Class
 	operation     string
 }
 
-// Idempotent marks the call safe to send again even when an earlier attempt
-// may have reached D1: running it twice has the effect of running it once
-// (a fenced UPDATE, an INSERT ... ON CONFLICT DO NOTHING, a read).
+// Idempotent marks the call safe to send again even if an earlier attempt
+// reached D1: running it twice has the effect of running it once.
 func Idempotent() ExecOption { return func(o *execOptions) { o.idempotent = true } }
 
-// RetryUntilDeadline keeps retrying transient failures of a retryable call
-// until the context's deadline, instead of stopping after
-// RetryPolicy.MaxAttempts. Without a deadline it has no effect.
+// RetryUntilDeadline retries a retryable call until the context's deadline,
+// if it has one, instead of RetryPolicy.MaxAttempts times.
 func RetryUntilDeadline() ExecOption { return func(o *execOptions) { o.untilDeadline = true } }
 
-// Coalesce lets the call share one D1 batch with concurrent callers' calls
-// (group commit; see CoalesceConfig). Use it only for statements that cannot
-// fail by design: one failing statement aborts the whole batch.
+// Coalesce lets the call share a D1 batch with concurrent calls (see
+// CoalesceConfig): only for statements that cannot fail by design.
 func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 
-// Priority marks the call as round-trip-2 work: it completes, renews or
-// releases what an earlier call started. When calls are scarce it goes
-// first: it may use the whole even pace and the calls kept from other work
-// (budget.Budget.Kept), follows the pace while its deadline allows, and
-// when it does not is held only to the calls the account has left.
-func Priority() ExecOption { return func(o *execOptions) { o.priority = true } }
+// Priority marks the call as completing, renewing or releasing what an
+// earlier call started: when calls are scarce it goes first, and may use the
+// calls kept from other work (budget.Budget.Kept).
+func Priority() ExecOption { return func(o *execOptions) { o.class = budget.Priority } }
 
-// Operation names the call in the client's metrics and spans (the
-// d1idem.d1.operation attribute): use a small fixed set; the default is "exec".
+// Operation names the call in metrics and spans (d1idem.d1.operation): a
+// small fixed set; the default is "exec".
 func Operation(name string) ExecOption { return func(o *execOptions) { o.operation = name } }
 
 // Exec runs the statements as one D1 call, one transaction, and returns one
-// Result per statement. Each Statement must hold exactly one SQL statement,
-// or ErrInvalid is returned before anything is sent. Failures are retried
-// by the RetryPolicy and the package's rules, within the context's deadline.
+// Result per statement. A Statement holding more than one SQL statement is
+// ErrInvalid. Failures are retried as the package doc says.
 func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption) ([]Result, error) {
 	var o execOptions
 	for _, opt := range opts {
@@ -269,29 +247,18 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 		return nil, e
 	}
 	safe := readOnly || o.idempotent // may be sent again even if delivered
-	solo := !o.coalesce
-	cl := budget.Normal
-	if o.priority {
-		cl = budget.Priority
-	}
+	solo, cl := !o.coalesce, o.class
 
 	var last *Error // the previous attempt's failure
 	for attempt := 1; ; attempt++ {
-		var (
-			results []Result
-			err     *Error
-			shared  int // statements of the shared call that carried ours
-		)
-		actx, span := c.tel.startAttempt(ctx, op)
+		send := c.batch.submit
 		if solo {
-			results, err = c.call(actx, wire, cl)
-		} else {
-			results, shared, err = c.batch.submit(actx, wire, cl)
+			send = c.call
 		}
+		actx, span := c.tel.startAttempt(ctx, op)
+		results, shared, err := send(actx, wire, cl) // shared: the statements of the call that carried ours
 		c.tel.endAttempt(span, op, attempt, !solo, len(stmts), shared, err)
-		if err != nil && err.siblingAbort {
-			// A statement of another caller aborted the shared batch;
-			// nothing committed. Send ours alone, without counting it.
+		if err != nil && err.siblingAbort { // sent again alone, not counted
 			solo = true
 			attempt--
 			continue
@@ -302,12 +269,11 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 			return results, nil
 		}
 		if err.kind == kindBudget {
-			c.tel.shed(cl)
+			c.tel.sheds.Add(context.Background(), 1, c.tel.shedSets[cl]...)
 		}
 		if last != nil && !err.Ambiguous && (ctx.Err() != nil || err.notSent && last.Ambiguous) {
-			// The deadline (or the budget) ended the retries before this
-			// attempt was sent: the previous attempt's failure is the one
-			// worth reporting, above all when it may have committed.
+			// This attempt was never sent: the previous failure is the one
+			// to report, above all when it may have committed.
 			return c.failed(op, start, last)
 		}
 		err.Statements = redactAll(stmts)
@@ -317,7 +283,7 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 			return c.failed(op, start, err)
 		}
 		c.stats.retries.Add(1)
-		c.tel.retry(op, err.kind)
+		c.tel.retries.Add(context.Background(), 1, op.add[err.kind]...)
 		c.log.LogAttrs(ctx, slog.LevelWarn, "d1client: retrying",
 			slog.String("kind", err.kind.String()), slog.Int("status", err.StatusCode),
 			slog.Int("attempt", attempt), slog.Duration("delay", delay))
@@ -377,20 +343,17 @@ func redactAll(stmts []Statement) []string {
 	return out
 }
 
-// call makes one HTTP attempt for the statements: it takes a call of class
-// cl from the budget (honouring a 971 block), sends, and decodes.
-func (c *Client) call(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, *Error) {
+// call makes one HTTP attempt for the statements, alone: it takes a call of
+// class cl from the budget (honouring a 971 block), sends, and decodes.
+func (c *Client) call(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, int, *Error) {
 	if err := ctx.Err(); err != nil {
-		return nil, notSent(err, "")
+		return nil, 0, notSent(err, "")
 	}
-	waited, e := c.acquire(ctx, cl)
-	if waited > 0 {
-		c.tel.waited(cl, waited)
+	if e := c.acquire(ctx, cl); e != nil {
+		return nil, 0, e
 	}
-	if e != nil {
-		return nil, e
-	}
-	return c.send(ctx, encodeBody(wire), len(wire), false)
+	results, e := c.send(ctx, encodeBody(wire), len(wire), false)
+	return results, 0, e
 }
 
 // Stats counts what a Client has done since it was created.
@@ -406,8 +369,7 @@ type clientStats struct {
 	calls, statements, execs, retries, failures atomic.Int64
 }
 
-// Stats returns the client's counters. D1 calls per request, the figure the
-// benchmarks report, is Stats().Calls divided by the requests served.
+// Stats returns the client's counters.
 func (c *Client) Stats() Stats {
 	return Stats{
 		Calls: c.stats.calls.Load(), Statements: c.stats.statements.Load(),
@@ -415,8 +377,7 @@ func (c *Client) Stats() Stats {
 	}
 }
 
-// Account returns the Account whose budget the client spends: its State is
-// the budget the client last saw.
+// Account returns the Account whose budget the client spends.
 func (c *Client) Account() *budget.Account { return c.account }
 
 // AccountID returns the configured account ID.
@@ -425,6 +386,5 @@ func (c *Client) AccountID() string { return c.cfg.AccountID }
 // DatabaseID returns the configured database ID.
 func (c *Client) DatabaseID() string { return c.cfg.DatabaseID }
 
-// BaseURL returns the API base URL the client sends to, with a trailing
-// slash: Config.BaseURL, the environment's, or DefaultBaseURL.
+// BaseURL returns the API base URL the client sends to, with a trailing slash.
 func (c *Client) BaseURL() string { return c.cfg.BaseURL }

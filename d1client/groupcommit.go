@@ -3,6 +3,8 @@ package d1client
 import (
 	"cmp"
 	"context"
+	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -11,25 +13,18 @@ import (
 
 // CoalesceConfig configures group commit: the statements of concurrent Exec
 // calls made with Coalesce() travel together in shared D1 batch calls. A
-// caller that finds no call in flight is sent at once; while calls are in
-// flight, callers queue for the next, priority work first. Each caller gets
-// its own results; a statement that fails in a shared call makes each of
-// its callers be sent again alone, and any other failure reaches each
-// caller. gcpolicy.go states the rules by which calls depart.
+// caller that finds no call in flight is sent at once; others queue for the
+// next call, priority work first. A statement that fails in a shared call
+// makes each of its callers be sent again alone; any other failure reaches
+// each caller.
 type CoalesceConfig struct {
 	// Window bounds how long a call waits, after the previous one
 	// returned, for the callers that one answered to come back: up to 1 s.
 	// Default (0): a round trip; negative: never wait.
-	Window time.Duration
-	// MaxStatements bounds the statements in one call: 1 to 10,000.
-	// Default 512.
-	MaxStatements int
-	// MaxBytes bounds the encoded statements of one call: 1 KiB to 50 MiB.
-	// Default 512 KiB.
-	MaxBytes int
-	// MaxInFlight bounds the coalesced calls in flight at once: 1 to 64.
-	// Default 4.
-	MaxInFlight int
+	Window        time.Duration
+	MaxStatements int // statements in one call: 1 to 10,000; default 512
+	MaxBytes      int // encoded statements of one call: 1 KiB to 50 MiB; default 512 KiB
+	MaxInFlight   int // coalesced calls in flight at once: 1 to 64; default 4
 }
 
 // withDefaults validates c and fills its zero fields with the defaults.
@@ -37,34 +32,20 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 	if c.Window > time.Second {
 		return c, invalidf("Config.Coalesce.Window is %s; accepted: negative (never wait), 0 (the default: a round trip) or up to 1s", c.Window)
 	}
-	sizes := []struct {
-		field         string
-		v, lo, hi, df int
-	}{
-		{"MaxStatements", c.MaxStatements, 1, 10_000, 512},
-		{"MaxBytes", c.MaxBytes, 1 << 10, 50 << 20, 512 << 10},
-		{"MaxInFlight", c.MaxInFlight, 1, 64, 4},
-	}
-	for _, s := range sizes {
-		if s.v != 0 && (s.v < s.lo || s.v > s.hi) {
-			return c, invalidf("Config.Coalesce.%s is %d; accepted: 0 (the default, %d) or %d to %d", s.field, s.v, s.df, s.lo, s.hi)
-		}
-	}
 	c.Window = max(c.Window, -1)
-	c.MaxStatements = cmp.Or(c.MaxStatements, sizes[0].df)
-	c.MaxBytes = cmp.Or(c.MaxBytes, sizes[1].df)
-	c.MaxInFlight = cmp.Or(c.MaxInFlight, sizes[2].df)
-	return c, nil
+	err := cmp.Or(
+		setting("Coalesce.MaxStatements", &c.MaxStatements, 1, 10_000, 512),
+		setting("Coalesce.MaxBytes", &c.MaxBytes, 1<<10, 50<<20, 512<<10),
+		setting("Coalesce.MaxInFlight", &c.MaxInFlight, 1, 64, 4),
+	)
+	return c, err
 }
 
-// batcher is group commit's mechanism: it queues the statements of
-// coalesced Exec calls and sends them together, one D1 call per departure,
-// as its policy (gcpolicy.go) decides from a groupView of its state. A
-// runner is a goroutine that holds one of the maxInFlight call slots: it
-// waits as the policy says, takes a call of the budget, drains the queue
-// into the call, sends it, hands each caller its results, and waits for the
-// callers it answered to come back. It ends when it has nothing to carry,
-// or when it hands its callers over to the runner of a call in flight.
+// batcher is group commit's mechanism, as its policy (gcpolicy.go) decides.
+// A runner is a goroutine holding one of maxInFlight call slots: it waits,
+// takes a budget call, drains the queue into it, sends it, answers its
+// callers and waits for them to come back; it ends when it has nothing to
+// carry or hands its callers over to the runner of a call in flight.
 type batcher struct {
 	pol  groupPolicy
 	c    *Client
@@ -97,10 +78,6 @@ type pendingGroup struct {
 	shared   int // statements of the call that carried it
 }
 
-func newBatcher(c *Client, cfg CoalesceConfig) *batcher {
-	return &batcher{pol: newGroupPolicy(cfg), c: c, acct: c.account, kick: make(chan struct{}), returns: 1}
-}
-
 // batchOverhead is what {"batch":[...]} adds to its statements' shares.
 const batchOverhead = len(`{"batch":[]}`) - 1
 
@@ -115,33 +92,25 @@ func (b *batcher) view() groupView {
 	for i, f := range b.flights {
 		v.flights[i] = *f
 	}
-	cl := b.headClass()
+	cl, _ := b.head()
 	v.spare = b.acct.Spare(cl)
 	v.plentiful = v.spare && b.acct.Plentiful(cl, b.pol.maxInFlight, v.rtt)
 	v.base, v.per = b.cost.estimate()
 	return v
 }
 
-// headClass is the class of the queue's next call: priority when any
-// priority work waits.
-func (b *batcher) headClass() budget.Class {
+// head is the class of the queue's next call, priority when any priority
+// work waits, and the earliest deadline of its queued groups (zero: none).
+func (b *batcher) head() (cl budget.Class, dl time.Time) {
 	if len(b.queue[budget.Priority]) > 0 {
-		return budget.Priority
+		cl = budget.Priority
 	}
-	return budget.Normal
-}
-
-// headDeadline is the earliest deadline of the queued groups of class cl,
-// the latest time the next call's answer is of use to all of them; zero
-// when none has one.
-func (b *batcher) headDeadline(cl budget.Class) time.Time {
-	var dl time.Time
 	for _, g := range b.queue[cl] {
 		if !g.deadline.IsZero() && (dl.IsZero() || g.deadline.Before(dl)) {
 			dl = g.deadline
 		}
 	}
-	return dl
+	return cl, dl
 }
 
 // submit queues the statements for the next shared call and returns their
@@ -159,8 +128,6 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		g.deadline = dl
-		// The call could not go and come back before the deadline: say so
-		// now, with when a call could go.
 		rtt := b.acct.RoundTrip()
 		if left := time.Until(dl); left < rtt {
 			return nil, 0, tooLate(left, rtt)
@@ -190,17 +157,16 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 	case <-ctx.Done():
 	}
 	b.mu.Lock()
-	select {
-	case <-g.done: // answered together with the cancellation
-		b.mu.Unlock()
-		return g.results, g.shared, g.err
-	default:
-	}
-	taken := g.taken
+	taken := g.taken // if not, it was never answered: it is withdrawn
 	if !taken {
 		b.withdraw(g)
 	}
 	b.mu.Unlock()
+	select {
+	case <-g.done: // answered together with the cancellation
+		return g.results, g.shared, g.err
+	default:
+	}
 	if taken {
 		return nil, 0, &Error{kind: kindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
 	}
@@ -225,15 +191,11 @@ func (b *batcher) start(gather bool) {
 
 // withdraw takes a group that was never sent out of the queue.
 func (b *batcher) withdraw(g *pendingGroup) {
-	q := b.queue[g.class]
-	for i := range q {
-		if q[i] == g {
-			b.queue[g.class] = append(q[:i:i], q[i+1:]...)
-			b.stmts -= len(g.wire)
-			b.size -= g.size
-			b.changed()
-			return
-		}
+	if i := slices.Index(b.queue[g.class], g); i >= 0 {
+		b.queue[g.class] = slices.Delete(b.queue[g.class], i, i+1)
+		b.stmts -= len(g.wire)
+		b.size -= g.size
+		b.changed()
 	}
 }
 
@@ -243,8 +205,7 @@ func (b *batcher) changed() {
 	b.kick = make(chan struct{})
 }
 
-// run is a runner's life: it departs whenever it may, waiting as w first,
-// until it has nothing to carry or hands its callers over.
+// run is a runner's life, from a wait w.
 func (b *batcher) run(w wait) {
 	b.mu.Lock()
 	for {
@@ -280,8 +241,8 @@ func (b *batcher) await(w wait) bool {
 		}
 		var changed <-chan struct{}
 		if depart {
-			cl := b.headClass()
-			ok, at, why, ch := b.acct.TryTake(cl, b.headDeadline(cl))
+			cl, dl := b.head()
+			ok, at, why, ch := b.acct.TryTake(cl, dl)
 			switch {
 			case ok:
 				if !budgetSince.IsZero() {
@@ -290,10 +251,10 @@ func (b *batcher) await(w wait) bool {
 				return true
 			case why == budget.WaitBlock:
 				// A 971 arrived while these waited: nothing is sent.
-				groups := b.drainAll()
+				groups, _ := b.drain(math.MaxInt, math.MaxInt)
 				e := blockedError(at, time.Until(at))
 				b.mu.Unlock()
-				fail(groups, e)
+				deliver(groups, nil, e)
 				b.mu.Lock()
 				continue
 			case budgetSince.IsZero():
@@ -314,12 +275,11 @@ func (b *batcher) await(w wait) bool {
 	}
 }
 
-// fly drains the queue into a call and sends it, entered with b.mu held and
-// a call taken from the budget. It returns how the runner waits next, with
-// b.mu held; or false, b.mu released, when the runner handed its callers
-// over and ends.
+// fly sends a call drained from the queue, entered with b.mu held and the
+// budget's call taken. It returns the runner's next wait, with b.mu held, or
+// false, b.mu released, when the runner handed its callers over.
 func (b *batcher) fly() (wait, bool) {
-	groups, stmts := b.drain(b.pol.capacity(b.view()))
+	groups, stmts := b.drain(b.pol.capacity(b.view()), b.pol.maxBytes)
 	if start, gather := b.pol.leftover(b.view()); start {
 		b.start(gather)
 	}
@@ -331,21 +291,13 @@ func (b *batcher) fly() (wait, bool) {
 	results, err := b.call(groups, stmts)
 
 	b.mu.Lock()
-	for i, x := range b.flights {
-		if x == f {
-			b.flights = append(b.flights[:i:i], b.flights[i+1:]...)
-			break
-		}
-	}
+	b.flights = slices.DeleteFunc(b.flights, func(x *flight) bool { return x == f })
 	b.cost.add(stmts, time.Since(f.start))
 	since, answered := b.arrivals, len(groups)
 	if f.handed > 0 {
 		since, answered = f.since, answered+f.handed
 	}
-	v := b.view()
-	if i := b.pol.handoff(v, f, answered); i >= 0 {
-		// A call that left with this one is due back shortly: its runner
-		// waits for these callers with its own.
+	if i := b.pol.handoff(b.view(), f, answered); i >= 0 { // it takes these callers over
 		g := b.flights[i]
 		g.stmts += f.stmts
 		if g.handed == 0 || since < g.since {
@@ -373,9 +325,8 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) ([]Result, *Error) {
 	for _, g := range groups {
 		wire = append(wire, g.wire...)
 	}
-	// A shared call outlives any one caller's context. A call carrying one
-	// caller's statements is sent in its context's values (its trace, for
-	// an instrumented HTTP client), without its cancellation.
+	// A shared call outlives its callers' contexts; one caller's call keeps
+	// its context's values (its trace), without its cancellation.
 	ctx := context.Background()
 	if len(groups) == 1 {
 		ctx = context.WithoutCancel(groups[0].ctx)
@@ -385,8 +336,8 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) ([]Result, *Error) {
 		g.shared = len(wire)
 	}
 	if err != nil && err.kind == kindSQL && len(groups) > 1 {
-		// Nothing committed, and the error does not say whose statement
-		// failed: every caller is sent again alone.
+		// Nothing committed, and whose statement failed is unknown: every
+		// caller is sent again alone.
 		err = &Error{kind: kindSQL, siblingAbort: true, Message: err.Message}
 	}
 	return results, err
@@ -394,54 +345,42 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) ([]Result, *Error) {
 
 // deliver hands each group its results, or its own copy of the error.
 func deliver(groups []*pendingGroup, results []Result, err *Error) {
-	if err != nil {
-		fail(groups, err)
-		return
-	}
 	off := 0
 	for _, g := range groups {
-		g.results = results[off : off+len(g.wire) : off+len(g.wire)]
-		off += len(g.wire)
-		close(g.done)
-	}
-}
-
-// fail hands every group its own copy of the error.
-func fail(groups []*pendingGroup, e *Error) {
-	for _, g := range groups {
-		cp := *e
-		g.err = &cp
+		if err != nil {
+			cp := *err
+			g.err = &cp
+		} else {
+			g.results = results[off : off+len(g.wire) : off+len(g.wire)]
+			off += len(g.wire)
+		}
 		close(g.done)
 	}
 }
 
 // dropLate fails, with b.mu held, the queued groups with less than a round
-// trip left before their deadline, which would be cut off on the way back.
+// trip left before their deadline.
 func (b *batcher) dropLate() {
 	rtt := b.acct.RoundTrip()
 	if rtt == 0 {
 		return
 	}
-	for c := range b.queue {
-		for i := 0; i < len(b.queue[c]); {
-			g := b.queue[c][i]
-			left := time.Until(g.deadline)
-			if g.deadline.IsZero() || left >= rtt {
-				i++
-				continue
+	for _, q := range b.queue {
+		for i := len(q) - 1; i >= 0; i-- { // backwards: withdraw shifts what follows
+			if g, left := q[i], time.Until(q[i].deadline); !g.deadline.IsZero() && left < rtt {
+				b.withdraw(g)
+				g.taken = true
+				g.err = tooLate(left, rtt)
+				close(g.done)
 			}
-			b.withdraw(g) // the queue shrinks: i is the next group
-			g.taken = true
-			g.err = tooLate(left, rtt)
-			close(g.done)
 		}
 	}
 }
 
 // drain takes the queued groups for one call of at most capacity statements
-// and MaxBytes (a single larger group travels alone): first come, first
-// served, and normal work only once all priority work is aboard.
-func (b *batcher) drain(capacity int) ([]*pendingGroup, int) {
+// and maxBytes (a larger group travels alone), first come first served,
+// priority work first.
+func (b *batcher) drain(capacity, maxBytes int) ([]*pendingGroup, int) {
 	var groups []*pendingGroup
 	stmts, size := 0, batchOverhead
 	for c := budget.Priority; ; c-- {
@@ -449,7 +388,7 @@ func (b *batcher) drain(capacity int) ([]*pendingGroup, int) {
 		i := 0
 		for ; i < len(q); i++ {
 			g := q[i]
-			if len(groups) > 0 && (stmts+len(g.wire) > capacity || size+g.size > b.pol.maxBytes) {
+			if len(groups) > 0 && (stmts+len(g.wire) > capacity || size+g.size > maxBytes) {
 				break
 			}
 			g.taken = true
@@ -465,18 +404,4 @@ func (b *batcher) drain(capacity int) ([]*pendingGroup, int) {
 	b.stmts -= stmts
 	b.size -= size - batchOverhead
 	return groups, stmts
-}
-
-// drainAll takes every queued group.
-func (b *batcher) drainAll() []*pendingGroup {
-	var groups []*pendingGroup
-	for c := range b.queue {
-		for _, g := range b.queue[c] {
-			g.taken = true
-			groups = append(groups, g)
-		}
-		b.queue[c] = nil
-	}
-	b.stmts, b.size = 0, 0
-	return groups
 }

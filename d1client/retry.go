@@ -1,6 +1,7 @@
 package d1client
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
 	"time"
@@ -10,29 +11,22 @@ import (
 // after code 971, when no Retry-After says otherwise.
 const RateLimitBlock = 5 * time.Minute
 
-// RetryPolicy says how transient failures are retried: how many attempts,
-// and the backoff between them. A zero field takes its default, so the zero
-// RetryPolicy is DefaultRetryPolicy(). Whatever the policy, a call that may
-// write is retried only after a failure that proves nothing was delivered,
-// unless it is marked Idempotent; SQL, auth and envelope errors are never
-// retried; and nothing is sent during a 971 block.
+// RetryPolicy says how many attempts transient failures get, and the backoff
+// between them; a zero field takes its default. What is retried at all is
+// the package's rule (see the package doc).
 type RetryPolicy struct {
-	// MaxAttempts is the number of attempts, the first included: 1 to 100.
-	// Default 4.
-	MaxAttempts int
+	MaxAttempts int // attempts, the first included: 1 to 100; default 4
 	// BaseDelay is the first backoff, 1 ms to 1 min; each retry doubles it,
 	// up to MaxDelay (1 ms to 10 min), with jitter: each delay is drawn from
 	// [d/2, d]. Defaults 100 ms and 2 s.
 	BaseDelay time.Duration
 	MaxDelay  time.Duration
-	// MaxRetryAfter caps the server's Retry-After that is waited for, 1 ms
-	// to 1 h. A longer Retry-After ends the retries and the error, carrying
-	// RetryAfter, goes to the caller. Default 10 s.
+	// MaxRetryAfter is the longest Retry-After waited for, 1 ms to 1 h;
+	// default 10 s. A longer one ends the retries.
 	MaxRetryAfter time.Duration
 }
 
-// DefaultRetryPolicy returns the policy the zero RetryPolicy stands for:
-// 4 attempts, backoff from 100 ms to 2 s, Retry-After honoured up to 10 s.
+// DefaultRetryPolicy returns the policy the zero RetryPolicy stands for.
 func DefaultRetryPolicy() RetryPolicy {
 	return RetryPolicy{MaxAttempts: 4, BaseDelay: 100 * time.Millisecond, MaxDelay: 2 * time.Second, MaxRetryAfter: 10 * time.Second}
 }
@@ -42,42 +36,20 @@ func NoRetry() RetryPolicy { return RetryPolicy{MaxAttempts: 1} }
 
 // withDefaults validates p and fills its zero fields with the defaults.
 func (p RetryPolicy) withDefaults() (RetryPolicy, error) {
-	checks := []struct {
-		field     string
-		v, lo, hi time.Duration
-	}{
-		{"BaseDelay", p.BaseDelay, time.Millisecond, time.Minute},
-		{"MaxDelay", p.MaxDelay, time.Millisecond, 10 * time.Minute},
-		{"MaxRetryAfter", p.MaxRetryAfter, time.Millisecond, time.Hour},
+	base, most, d := p.BaseDelay, p.MaxDelay, DefaultRetryPolicy()
+	if err := cmp.Or(
+		setting("Retry.MaxAttempts", &p.MaxAttempts, 1, 100, d.MaxAttempts),
+		setting("Retry.BaseDelay", &p.BaseDelay, time.Millisecond, time.Minute, d.BaseDelay),
+		setting("Retry.MaxDelay", &p.MaxDelay, time.Millisecond, 10*time.Minute, d.MaxDelay),
+		setting("Retry.MaxRetryAfter", &p.MaxRetryAfter, time.Millisecond, time.Hour, d.MaxRetryAfter),
+	); err != nil {
+		return p, err
 	}
-	if p.MaxAttempts < 0 || p.MaxAttempts > 100 {
-		return p, invalidf("Config.Retry.MaxAttempts is %d; accepted: 0 (the default, 4) or 1 to 100", p.MaxAttempts)
+	if base != 0 && most != 0 && most < base {
+		return p, invalidf("Config.Retry.MaxDelay (%s) is shorter than Config.Retry.BaseDelay (%s)", most, base)
 	}
-	for _, c := range checks {
-		if c.v != 0 && (c.v < c.lo || c.v > c.hi) {
-			return p, invalidf("Config.Retry.%s is %s; accepted: 0 (the default) or %s to %s", c.field, c.v, c.lo, c.hi)
-		}
-	}
-	if p.BaseDelay != 0 && p.MaxDelay != 0 && p.MaxDelay < p.BaseDelay {
-		return p, invalidf("Config.Retry.MaxDelay (%s) is shorter than Config.Retry.BaseDelay (%s)", p.MaxDelay, p.BaseDelay)
-	}
-	d := DefaultRetryPolicy()
-	if p.MaxAttempts > 0 {
-		d.MaxAttempts = p.MaxAttempts
-	}
-	if p.BaseDelay > 0 {
-		d.BaseDelay = p.BaseDelay
-	}
-	if p.MaxDelay > 0 {
-		d.MaxDelay = p.MaxDelay
-	}
-	if p.MaxRetryAfter > 0 {
-		d.MaxRetryAfter = p.MaxRetryAfter
-	}
-	if d.MaxDelay < d.BaseDelay {
-		d.MaxDelay = d.BaseDelay
-	}
-	return d, nil
+	p.MaxDelay = max(p.MaxDelay, p.BaseDelay)
+	return p, nil
 }
 
 // backoff returns the jittered delay before retry number attempt (1-based).
@@ -94,31 +66,18 @@ func (p RetryPolicy) backoff(attempt int) time.Duration {
 // retryDelay decides whether the failed attempt is retried and after how
 // long. safe says whether the call may be repeated even if it was delivered.
 func (c *Client) retryDelay(ctx context.Context, e *Error, attempt int, safe, untilDeadline bool) (time.Duration, bool) {
-	if e.notSent {
-		return 0, false // what stopped it (the budget, the deadline) stands
-	}
-	switch e.kind {
-	case kindOverloaded, kindTransient, kindNonJSON, kindTransport:
-		if !safe && e.Ambiguous {
-			return 0, false // a write that may have committed is never repeated blindly
-		}
-	default:
-		return 0, false
-	}
-	if ctx.Err() != nil {
-		return 0, false
-	}
+	retryable := e.kind == kindOverloaded || e.kind == kindTransient || e.kind == kindNonJSON || e.kind == kindTransport
 	deadline, hasDeadline := ctx.Deadline()
-	if attempt >= c.retry.MaxAttempts && !(untilDeadline && hasDeadline) {
+	switch {
+	case e.notSent, // what stopped it (the budget, the deadline) stands
+		!retryable,
+		!safe && e.Ambiguous, // a write that may have committed is never repeated blindly
+		ctx.Err() != nil,
+		attempt >= c.retry.MaxAttempts && !(untilDeadline && hasDeadline),
+		e.RetryAfter > c.retry.MaxRetryAfter:
 		return 0, false
 	}
-	delay := c.retry.backoff(attempt)
-	if e.RetryAfter > 0 {
-		if e.RetryAfter > c.retry.MaxRetryAfter {
-			return 0, false
-		}
-		delay = max(delay, e.RetryAfter)
-	}
+	delay := max(c.retry.backoff(attempt), e.RetryAfter)
 	if hasDeadline && time.Until(deadline) <= delay+c.account.RoundTrip() {
 		return 0, false // the deadline wins: no attempt could finish in time
 	}

@@ -21,62 +21,48 @@ const ScopeName = "github.com/d1idem/d1idem/d1client"
 // Attribute keys of the client's metrics and spans (docs/observability.md).
 // None ever carries a parameter value, a principal, a key or a token.
 const (
-	attrOperation     = attribute.Key("d1idem.d1.operation")
-	attrResult        = attribute.Key("d1idem.d1.result")
-	attrCallKind      = attribute.Key("d1idem.d1.call.kind")
-	attrStatements    = attribute.Key("d1idem.d1.statements")
-	attrCallStmts     = attribute.Key("d1idem.d1.call.statements")
-	attrAttempt       = attribute.Key("d1idem.d1.attempt")
-	attrPriority      = attribute.Key("d1idem.d1.priority")
-	attrDatabase      = attribute.Key("db.namespace")
-	attrAccount       = attribute.Key("cloud.account.id")
-	attrHTTPStatus    = attribute.Key("http.response.status_code")
-	defaultOperation  = "exec"
-	resultOK          = "ok"
-	numResults        = int(kindBudget) + 1 // ok, then each kind
-	secondsPerNano    = 1e-9
-	spanNamePrefix    = "d1idem.d1."
-	callKindSingle    = 0 // one statement, sent alone
-	callKindBatch     = 1 // several statements of one caller
-	callKindCoalesced = 2 // a group-commit call
-	numCallKinds      = 3
+	attrOperation  = attribute.Key("d1idem.d1.operation")
+	attrResult     = attribute.Key("d1idem.d1.result")
+	attrCallKind   = attribute.Key("d1idem.d1.call.kind")
+	attrStatements = attribute.Key("d1idem.d1.statements")
+	attrCallStmts  = attribute.Key("d1idem.d1.call.statements")
+	attrAttempt    = attribute.Key("d1idem.d1.attempt")
+	attrPriority   = attribute.Key("d1idem.d1.priority")
+	attrDatabase   = attribute.Key("db.namespace")
+	attrAccount    = attribute.Key("cloud.account.id")
+	attrHTTPStatus = attribute.Key("http.response.status_code")
 )
 
-var callKindNames = [numCallKinds]string{"single", "batch", "coalesced"}
+const (
+	defaultOperation = "exec"
+	numResults       = int(kindBudget) + 1 // ok, then each kind
+)
 
-// statementBuckets are those of the statements-per-call histogram.
-var statementBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+// callKinds name the kinds of call: one statement alone, a batch of one
+// caller's, a group-commit call (see callKindOf).
+var callKinds = [...]string{"single", "batch", "coalesced"}
 
-// kindClasses name the kinds of failure in metrics and spans, "ok" for
-// none.
-var kindClasses = [numResults]string{0: resultOK, kindSQL: "sql", kindAuth: "auth", kindNoDatabase: "no_database",
+// kindClasses name the kinds of failure in metrics and spans, "ok" for none.
+var kindClasses = [numResults]string{0: "ok", kindSQL: "sql", kindAuth: "auth", kindNoDatabase: "no_database",
 	kindRateLimited: "rate_limited", kindOverloaded: "overloaded", kindTransient: "transient", kindNonJSON: "non_json",
 	kindEnvelope: "envelope", kindResultCount: "result_count", kindTransport: "transport", kindInvalid: "invalid",
 	kindRejected: "rejected", kindBudget: "budget"}
 
 // class is the name of a kind of failure in metrics and spans.
-func (k kind) class() string {
-	if k >= 0 && int(k) < len(kindClasses) {
-		return kindClasses[k]
-	}
-	return "unknown"
-}
+func (k kind) class() string { return kindClasses[k] }
 
 // telemetry is a Client's instrumentation through the OpenTelemetry API;
 // the measurement options are built once, so that recording allocates
 // nothing.
 type telemetry struct {
-	tracer         trace.Tracer
-	callDuration   metric.Float64Histogram
-	callStatements metric.Int64Histogram
-	opDuration     metric.Float64Histogram
-	retries        metric.Int64Counter
-	budgetWait     metric.Float64Histogram
-	sheds          metric.Int64Counter
+	tracer                             trace.Tracer
+	callDuration, opDuration, waitTime metric.Float64Histogram // seconds
+	callStatements                     metric.Int64Histogram
+	retries, sheds                     metric.Int64Counter
 
 	db       attribute.KeyValue
-	callSets [numCallKinds][numResults][]metric.RecordOption
-	stmtSets [numCallKinds][]metric.RecordOption
+	callSets [len(callKinds)][numResults][]metric.RecordOption
+	stmtSets [len(callKinds)][]metric.RecordOption
 	waitSets [2][]metric.RecordOption // by class
 	shedSets [2][]metric.AddOption
 	mu       sync.RWMutex
@@ -104,32 +90,29 @@ func addWith(kvs ...attribute.KeyValue) []metric.AddOption {
 func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, db string) *telemetry {
 	m, tracer := otelscope.New(mp, tp, ScopeName)
 	t := &telemetry{tracer: tracer, db: attrDatabase.String(db), ops: map[string]*opTelemetry{}}
-	t.callDuration, _ = m.Float64Histogram("d1idem.d1.call.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of HTTP calls to D1's API (what the API budget counts), by kind and result."),
-		metric.WithExplicitBucketBoundaries(otelscope.DurationBuckets...))
+	for _, h := range []struct {
+		dst        *metric.Float64Histogram
+		name, desc string
+	}{
+		{&t.callDuration, "d1idem.d1.call.duration", "Duration of HTTP calls to D1's API (what the API budget counts), by kind and result."},
+		{&t.opDuration, "d1idem.d1.operation.duration", "Duration of Exec calls as their callers see them (group commit, budget waits and retries included), by operation and result."},
+		{&t.waitTime, "d1idem.d1.budget.wait.duration", "Time calls waited for the API budget before they were sent (only calls that waited)."},
+	} {
+		*h.dst, _ = m.Float64Histogram(h.name, metric.WithUnit("s"), metric.WithDescription(h.desc),
+			metric.WithExplicitBucketBoundaries(otelscope.DurationBuckets...))
+	}
 	t.callStatements, _ = m.Int64Histogram("d1idem.d1.call.statements", metric.WithUnit("{statement}"),
 		metric.WithDescription("Statements carried by each HTTP call to D1's API."),
-		metric.WithExplicitBucketBoundaries(statementBuckets...))
-	t.opDuration, _ = m.Float64Histogram("d1idem.d1.operation.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of Exec calls as their callers see them (group commit, budget waits and retries included), by operation and result."),
-		metric.WithExplicitBucketBoundaries(otelscope.DurationBuckets...))
+		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))
 	t.retries, _ = m.Int64Counter("d1idem.d1.retries", metric.WithUnit("{retry}"),
 		metric.WithDescription("Attempts repeated after a failure, by operation and the failure's class."))
-	t.budgetWait, _ = m.Float64Histogram("d1idem.d1.budget.wait.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time calls waited for the API budget before they were sent (only calls that waited)."),
-		metric.WithExplicitBucketBoundaries(otelscope.DurationBuckets...))
 	t.sheds, _ = m.Int64Counter("d1idem.d1.budget.sheds", metric.WithUnit("{call}"),
 		metric.WithDescription("Calls refused, unsent, because the API budget had no call for them before their deadline (ErrBudget)."))
-	t.fillSets()
-	return t
-}
-
-func (t *telemetry) fillSets() {
-	for ck := range numCallKinds {
-		kindAttr := attrCallKind.String(callKindNames[ck])
+	for ck, name := range callKinds {
+		kindAttr := attrCallKind.String(name)
 		t.stmtSets[ck] = recordWith(t.db, kindAttr)
 		for r := range numResults {
-			t.callSets[ck][r] = recordWith(t.db, kindAttr, attrResult.String(kind(r).class()))
+			t.callSets[ck][r] = recordWith(t.db, kindAttr, attrResult.String(kindClasses[r]))
 		}
 	}
 	for cl := range 2 {
@@ -137,6 +120,7 @@ func (t *telemetry) fillSets() {
 		t.waitSets[cl] = recordWith(t.db, p)
 		t.shedSets[cl] = addWith(t.db, p)
 	}
+	return t
 }
 
 // op returns the options of an operation name, made on first use.
@@ -152,9 +136,9 @@ func (t *telemetry) op(name string) *opTelemetry {
 	if o = t.ops[name]; o != nil {
 		return o
 	}
-	o = &opTelemetry{span: spanNamePrefix + name, attr: attrOperation.String(name)}
+	o = &opTelemetry{span: "d1idem.d1." + name, attr: attrOperation.String(name)}
 	for r := range numResults {
-		res := attrResult.String(kind(r).class())
+		res := attrResult.String(kindClasses[r])
 		o.record[r] = recordWith(t.db, o.attr, res)
 		o.add[r] = addWith(t.db, o.attr, res)
 	}
@@ -162,41 +146,38 @@ func (t *telemetry) op(name string) *opTelemetry {
 	return o
 }
 
-// callKindOf is the kind of a call of n statements: a group-commit call,
-// a batch of one caller's, or a single statement.
+// callKindOf is the index in callKinds of a call of n statements.
 func callKindOf(coalesced bool, n int) int {
 	switch {
 	case coalesced:
-		return callKindCoalesced
+		return 2
 	case n > 1:
-		return callKindBatch
+		return 1
 	}
-	return callKindSingle
+	return 0
 }
 
 // call records one HTTP call to D1: its kind, result, duration and
 // statements.
 func (t *telemetry) call(coalesced bool, n int, k kind, d time.Duration) {
 	ck := callKindOf(coalesced, n)
-	ctx := context.Background()
-	t.callDuration.Record(ctx, float64(d)*secondsPerNano, t.callSets[ck][k]...)
-	t.callStatements.Record(ctx, int64(n), t.stmtSets[ck]...)
+	t.callDuration.Record(context.Background(), d.Seconds(), t.callSets[ck][k]...)
+	t.callStatements.Record(context.Background(), int64(n), t.stmtSets[ck]...)
 }
 
 // startAttempt starts the span of one attempt of an Exec call, and returns
-// ctx unchanged when the span does not record. endAttempt sets its
-// attributes, in one call.
+// ctx unchanged when the span does not record.
 func (t *telemetry) startAttempt(ctx context.Context, o *opTelemetry) (context.Context, trace.Span) {
 	sctx, span := t.tracer.Start(ctx, o.span)
-	if !span.IsRecording() {
-		return ctx, span
+	if span.IsRecording() {
+		ctx = sctx
 	}
-	return sctx, span
+	return ctx, span
 }
 
-// endAttempt ends the span of attempt number attempt of operation o with
-// its result: the caller's statements, the call that carried them (shared:
-// its statements in all), and a failure's class and HTTP status.
+// endAttempt sets the attributes of an attempt's span, all at once, and ends
+// it: the caller's statements, the call that carried them (shared: its
+// statements in all), and a failure's class and HTTP status.
 func (t *telemetry) endAttempt(span trace.Span, o *opTelemetry, attempt int, coalesced bool, stmts, shared int, err *Error) {
 	if !span.IsRecording() {
 		span.End()
@@ -206,10 +187,9 @@ func (t *telemetry) endAttempt(span trace.Span, o *opTelemetry, attempt int, coa
 	if err != nil {
 		k = err.kind
 	}
-	ck := callKindOf(coalesced, stmts)
 	attrs := make([]attribute.KeyValue, 0, 8)
 	attrs = append(attrs, o.attr, t.db, attrStatements.Int(stmts), attrAttempt.Int(attempt),
-		attrResult.String(k.class()), attrCallKind.String(callKindNames[ck]))
+		attrResult.String(k.class()), attrCallKind.String(callKinds[callKindOf(coalesced, stmts)]))
 	if shared > 0 {
 		attrs = append(attrs, attrCallStmts.Int(shared))
 	}
@@ -218,41 +198,31 @@ func (t *telemetry) endAttempt(span trace.Span, o *opTelemetry, attempt int, coa
 	}
 	span.SetAttributes(attrs...)
 	if err != nil {
-		// The class only: an error's message may quote SQL, which is not
-		// the span's business.
-		span.SetStatus(codes.Error, k.class())
+		span.SetStatus(codes.Error, k.class()) // not the message: it may quote SQL
 	}
 	span.End()
 }
 
 // operation records an Exec call as its caller saw it.
 func (t *telemetry) operation(o *opTelemetry, k kind, d time.Duration) {
-	t.opDuration.Record(context.Background(), float64(d)*secondsPerNano, o.record[k]...)
-}
-
-// retry records an attempt repeated after a failure of kind k.
-func (t *telemetry) retry(o *opTelemetry, k kind) {
-	t.retries.Add(context.Background(), 1, o.add[k]...)
+	t.opDuration.Record(context.Background(), d.Seconds(), o.record[k]...)
 }
 
 // waited records a call of class cl that waited d for the budget.
 func (t *telemetry) waited(cl budget.Class, d time.Duration) {
-	t.budgetWait.Record(context.Background(), float64(d)*secondsPerNano, t.waitSets[cl]...)
-}
-
-// shed records a call of class cl refused for the budget.
-func (t *telemetry) shed(cl budget.Class) {
-	t.sheds.Add(context.Background(), 1, t.shedSets[cl]...)
+	t.waitTime.Record(context.Background(), d.Seconds(), t.waitSets[cl]...)
 }
 
 // observeBudget registers the gauges of the account's budget as the client
 // sees it, until the client is unreachable (the callback holds the Account).
 func observeBudget(c *Client, mp metric.MeterProvider) {
 	m, _ := otelscope.New(mp, nil, ScopeName)
-	remaining, _ := m.Int64ObservableGauge("d1idem.d1.budget.remaining", metric.WithUnit("{call}"),
-		metric.WithDescription("API calls left to the Cloudflare account in the current window, as the last response's Ratelimit header said."))
-	limit, _ := m.Int64ObservableGauge("d1idem.d1.budget.limit", metric.WithUnit("{call}"),
-		metric.WithDescription("API calls allowed per window: the Ratelimit-Policy's quota, or the local Budget's calls."))
+	gauge := func(name, desc string) metric.Int64ObservableGauge {
+		g, _ := m.Int64ObservableGauge(name, metric.WithUnit("{call}"), metric.WithDescription(desc))
+		return g
+	}
+	remaining := gauge("d1idem.d1.budget.remaining", "API calls left to the Cloudflare account in the current window, as the last response's Ratelimit header said.")
+	limit := gauge("d1idem.d1.budget.limit", "API calls allowed per window: the Ratelimit-Policy's quota, or the local Budget's calls.")
 	reset, _ := m.Float64ObservableGauge("d1idem.d1.budget.reset", metric.WithUnit("s"),
 		metric.WithDescription("Seconds until the API budget's window resets, as the last response's Ratelimit header said."))
 	acct := c.account

@@ -40,12 +40,13 @@ func encodeBody(wire []wireStatement) []byte {
 
 // send makes one HTTP attempt, for which a call was taken from the budget:
 // it POSTs body to the /raw endpoint, hands the answer's rate-limit headers
-// to the Account, and classifies the answer.
+// to the Account, and classifies the answer, its error redacted.
 func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (results []Result, e *Error) {
 	start := time.Now()
 	defer func() {
 		var k kind
 		if e != nil {
+			c.redact(e)
 			k = e.kind
 		}
 		c.tel.call(coalesced, n, k, time.Since(start))
@@ -60,7 +61,7 @@ func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (
 	req.Header = http.Header{
 		"Content-Type": {"application/json"},
 		"Accept":       {"application/json"},
-		"User-Agent":   {userAgent},
+		"User-Agent":   {"d1idem-d1client (+https://github.com/d1idem/d1idem)"},
 	}
 	if *c.auth != "" {
 		req.Header["Authorization"] = []string{*c.auth}
@@ -70,26 +71,19 @@ func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (
 	res, err := c.http.Do(req)
 	if err != nil {
 		c.account.Answered(nil)
-		return nil, c.transportError(err)
+		return nil, transportError(err)
 	}
 	c.account.Answered(res.Header)
 	raw, err := readBody(res)
 	if err != nil {
-		return nil, c.transportError(err)
+		return nil, transportError(err)
 	}
 	if len(raw) > maxResponseBytes {
 		return nil, &Error{kind: kindEnvelope, StatusCode: res.StatusCode, Ambiguous: true,
 			Message: fmt.Sprintf("response body exceeds %d bytes", maxResponseBytes)}
 	}
-	results, e = c.classify(res.StatusCode, res.Header, raw, n)
-	if e != nil {
-		c.redact(e)
-	}
-	return results, e
+	return c.classify(res.StatusCode, res.Header, raw, n)
 }
-
-// userAgent names this package in requests.
-const userAgent = "d1idem-d1client (+https://github.com/d1idem/d1idem)"
 
 // readBody reads and closes the response body, at most maxResponseBytes+1
 // bytes, into one buffer when the length is known.
@@ -114,14 +108,10 @@ func readBody(res *http.Response) ([]byte, error) {
 
 // transportError wraps a failure that produced no HTTP response. It is
 // ambiguous unless the connection was never established.
-func (c *Client) transportError(err error) *Error {
-	e := &Error{kind: kindTransport, Ambiguous: true, Err: err, Message: err.Error()}
+func transportError(err error) *Error {
 	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		e.Ambiguous = false
-	}
-	c.redact(e)
-	return e
+	dial := errors.As(err, &op) && op.Op == "dial"
+	return &Error{kind: kindTransport, Ambiguous: !dial, Err: err, Message: err.Error()}
 }
 
 // redact removes the API token from every text of the error, against a
@@ -138,9 +128,8 @@ func (c *Client) redact(e *Error) {
 	}
 	if e.Err != nil {
 		if s := e.Err.Error(); redactText(s, tok) != s {
-			// The cause's own text names the token, so the cause itself
-			// must not be reachable through Unwrap: it is kept behind its
-			// redacted text, for errors.Is alone.
+			// The cause's text names the token: it is kept behind its
+			// redacted text, for errors.Is alone, not Unwrap.
 			e.Err = &redactedCause{text: redactText(s, tok), cause: e.Err}
 		}
 	}
@@ -154,18 +143,10 @@ type envelope struct {
 	Result  resultList    `json:"result"`
 }
 
-// Codes that mean the token or the account is wrong.
-var authCodes = map[int]bool{
-	10000: true,                         // Authentication error
-	10001: true,                         // unable to authenticate
-	9106:  true, 9107: true, 9109: true, // missing/invalid auth headers or token
-	7403: true,                         // account not authorized for the service
-	7003: true,                         // could not route: bad account or database identifier
-	6003: true, 6111: true, 6103: true, // malformed auth headers
-}
-
-// codeNoDatabase is D1's "database not found".
-const codeNoDatabase = 7404
+// authCodes mean the token or the account is wrong: authentication (10000,
+// 10001), auth headers or token (9106, 9107, 9109, 6003, 6111, 6103), an
+// account not authorized (7403), a bad account or database identifier (7003).
+var authCodes = []int{10000, 10001, 9106, 9107, 9109, 6003, 6111, 6103, 7403, 7003}
 
 // classify turns an answer into the results of its n statements, or an
 // *Error of the kind its shape says.
@@ -210,12 +191,13 @@ func (c *Client) classifyFailure(e *Error) {
 			e.RetryAfter = RateLimitBlock
 		}
 		e.BlockedUntil = time.Now().Add(e.RetryAfter)
-		c.block(e.BlockedUntil)
+		c.account.Block(e.BlockedUntil)
+		c.log.Error("d1client: Cloudflare API rate limit reached (code 971); calls are blocked", slog.Time("until", e.BlockedUntil))
 	case status == http.StatusTooManyRequests:
 		e.kind, e.Ambiguous = kindOverloaded, true
-	case slices.Contains(e.Codes, codeNoDatabase):
+	case slices.Contains(e.Codes, 7404): // database not found
 		e.kind = kindNoDatabase
-	case slices.ContainsFunc(e.Codes, func(c int) bool { return authCodes[c] }),
+	case slices.ContainsFunc(e.Codes, func(c int) bool { return slices.Contains(authCodes, c) }),
 		status == http.StatusUnauthorized, status == http.StatusForbidden:
 		e.kind = kindAuth
 	case status >= 500:
@@ -243,10 +225,8 @@ func (l *resultList) results(status, n int) ([]Result, *Error) {
 		return &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true, Message: msg, Err: err}
 	}
 	switch {
-	case l.err != nil:
-		return nil, malformed("result is not an array of statement results", l.err)
-	case !l.present:
-		return nil, malformed("result is not an array of statement results", errors.New("no result"))
+	case l.err != nil || !l.present:
+		return nil, malformed("result is not an array of statement results", cmp.Or(l.err, errors.New("no result")))
 	case len(l.items) != n:
 		return nil, &Error{kind: kindResultCount, StatusCode: status, Ambiguous: true,
 			Message: fmt.Sprintf("%d statements sent, %d results returned", n, len(l.items))}
@@ -277,11 +257,4 @@ func bodySnippet(header http.Header, body []byte) string {
 		s = s[:120] + "…"
 	}
 	return fmt.Sprintf("non-JSON %s body: %q", cmp.Or(header.Get("Content-Type"), "(no content type)"), s)
-}
-
-// block stops every call of the account until until, after a 971.
-func (c *Client) block(until time.Time) {
-	c.account.Block(until)
-	c.log.Error("d1client: Cloudflare API rate limit reached (code 971); calls are blocked",
-		slog.Time("until", until))
 }
