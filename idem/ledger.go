@@ -506,7 +506,8 @@ const (
 
 // completionState reads the row of r and says whose it is.
 func (l *Ledger) completionState(ctx context.Context, h *home, r *Reservation, w *completionWrite) (rowState, error) {
-	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.lookupCompletion(r)}, d1client.Coalesce(), d1client.Priority(), opCheckCompletion)
+	lookup := d1client.Statement{SQL: l.sql.completeLookup, Params: []any{r.Principal, r.Key}}
+	res, err := h.db.Exec(ctx, []d1client.Statement{lookup}, d1client.Coalesce(), d1client.Priority(), opCheckCompletion)
 	if err != nil || len(res[0].Rows) == 0 {
 		return rowOther, err
 	}
