@@ -14,7 +14,7 @@ type ledgerSQL struct {
 	injected bool
 
 	claim, lookup, completeSQL, completeLookup, sweepSQL, releaseSQL, renewSQL, guardSQL string
-	ringGuardSQL, ringReadSQL, movedDeleteSQL string
+	ringGuardSQL, ringReadSQL, movedDeleteSQL                                            string
 }
 
 // d1Now is D1's clock in milliseconds since the epoch.
