@@ -13,8 +13,8 @@ import (
 type ledgerSQL struct {
 	injected bool
 
-	claim, lookup, completeSQL, completeLookup, sweepSQL, releaseSQL, renewSQL, guardSQL string
-	ringGuardSQL, ringReadSQL, movedDeleteSQL                                            string
+	claim, lookup, completeSQL, completeLookup, sweepSQL, releaseSQL, renewSQL, guardSQL,
+	ringGuardSQL, ringReadSQL, movedDeleteSQL string
 }
 
 // d1Now is D1's clock in milliseconds since the epoch.
