@@ -16,8 +16,7 @@ import (
 // and of idemhttp's.
 const ScopeName = "github.com/d1idem/d1idem/idem"
 
-// Attribute keys of the ledger's metrics (docs/observability.md). None
-// ever carries a principal, a key or a token.
+// Attribute keys of the ledger's metrics (docs/observability.md).
 const (
 	attrCompletionResult = attribute.Key("d1idem.completion.result")
 	attrRenewalResult    = attribute.Key("d1idem.renewal.result")
@@ -28,8 +27,7 @@ const (
 	attrDatabase         = attribute.Key("db.namespace")
 )
 
-// The names of the ledger's D1 calls in d1client's metrics and spans (its
-// d1idem.d1.operation attribute).
+// The names of the ledger's D1 calls in d1client's metrics and spans.
 var (
 	opClaim           = d1client.Operation("claim")
 	opComplete        = d1client.Operation("complete")
@@ -59,9 +57,8 @@ const (
 	causeMaxLease    = "max_lease"   // the handler ran past Config.MaxLease
 )
 
-// telemetry is a Ledger's instrumentation through the OpenTelemetry API;
-// the measurement options of the request path are built once, so that
-// recording allocates nothing.
+// telemetry is a Ledger's instrumentation; the counters' options are built
+// once, so that recording allocates nothing.
 type telemetry struct {
 	takeovers   metric.Int64Counter
 	completions metric.Int64Counter
@@ -77,7 +74,7 @@ type telemetry struct {
 }
 
 // newTelemetry makes the ledger's instruments from mp (nil: otel's global
-// one); one the provider refuses is a no-op, as the API's contract allows.
+// one).
 func newTelemetry(mp metric.MeterProvider) *telemetry {
 	m, _ := otelscope.New(mp, nil, ScopeName)
 	t := &telemetry{sets: map[attribute.KeyValue][]metric.AddOption{}}
@@ -114,15 +111,13 @@ func newTelemetry(mp metric.MeterProvider) *telemetry {
 	return t
 }
 
-// add adds n to c with the one attribute kv, one of those newTelemetry
-// prepared.
+// add adds n to c with the attribute kv, one of those newTelemetry prepared.
 func (t *telemetry) add(c metric.Int64Counter, n int64, kv attribute.KeyValue) {
 	c.Add(context.Background(), n, t.sets[kv]...)
 }
 
 // writeResult is the result of a completion, renewal or release that
-// returned ok and err: success, notHeld when it matched no row, failed, or
-// expired.
+// returned ok and err.
 func writeResult(ok bool, err error, success, notHeld string) string {
 	switch {
 	case errors.Is(err, ErrReservationExpired):
