@@ -148,9 +148,7 @@ func normalizePath(path string) string {
 			if len(segs) > 0 {
 				segs = segs[:len(segs)-1]
 			}
-			if last {
-				segs = append(segs, "")
-			}
+			fallthrough
 		case ".", "%2e":
 			if last {
 				segs = append(segs, "")

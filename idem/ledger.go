@@ -65,8 +65,7 @@ func New(db d1client.Executor, cfg Config) (*Ledger, error) {
 		tel: newTelemetry(cfg.MeterProvider)}, nil
 }
 
-// databaseID returns the ID of the database an Executor reaches, when it
-// says (a *d1client.Client does); "" otherwise.
+// databaseID returns the ID of db's database if it says (a Client does).
 func databaseID(db d1client.Executor) string {
 	if d, ok := db.(interface{ DatabaseID() string }); ok {
 		return d.DatabaseID()
@@ -74,8 +73,6 @@ func databaseID(db d1client.Executor) string {
 	return ""
 }
 
-// log returns the configured logger, or slog.Default() at the time of the
-// call.
 func (l *Ledger) log() *slog.Logger { return cmp.Or(l.cfg.Logger, slog.Default()) }
 
 // Config returns the ledger's configuration with defaults filled in; its
@@ -139,22 +136,16 @@ type Reservation struct {
 	renewed       *atomic.Int64 // nanoseconds after acquired of the last renewal's start
 }
 
-// errNoHome is returned for a Reservation that Begin did not make.
-var errNoHome = errors.New("idem: the reservation was not made by this ledger's Begin")
-
 // homeOf returns the database r was claimed in.
 func (l *Ledger) homeOf(r *Reservation) (*home, error) {
-	switch {
-	case r.home != nil:
-		return r.home, nil
-	case l.single != nil:
-		return l.single, nil
+	if h := cmp.Or(r.home, l.single); h != nil {
+		return h, nil
 	}
-	return nil, errNoHome
+	return nil, errors.New("idem: the reservation was not made by this ledger's Begin")
 }
 
-// leaseStart returns when the current lease began, by the local monotonic
-// clock: the claim, or the last successful renewal.
+// leaseStart returns when the current lease began: the claim, or the last
+// successful renewal.
 func (r *Reservation) leaseStart() time.Time {
 	if r.renewed == nil {
 		return r.acquired
@@ -175,24 +166,20 @@ type Response struct {
 	Body   []byte
 }
 
-// ErrNoPrincipal is returned for an empty principal.
-var ErrNoPrincipal = errors.New("idem: empty principal: derive it from the authenticated caller")
-
-// ErrInvalidKey is returned for a key outside the spec's pattern.
-var ErrInvalidKey = errors.New("idem: Idempotency-Key must be 1-255 printable ASCII characters")
-
 // MaxPrincipalLength is the longest principal the ledger accepts, in bytes.
 const MaxPrincipalLength = 1024
 
-// ErrInvalidPrincipal is returned for a principal that is not valid UTF-8 or
-// is too long. The error never includes the principal.
-var ErrInvalidPrincipal = errors.New("idem: invalid principal")
+// Errors of Begin for invalid arguments. No error includes the principal.
+var (
+	ErrNoPrincipal      = errors.New("idem: empty principal: derive it from the authenticated caller")
+	ErrInvalidKey       = errors.New("idem: Idempotency-Key must be 1-255 printable ASCII characters")
+	ErrInvalidPrincipal = errors.New("idem: invalid principal") // not UTF-8, or too long
+)
 
 // ValidPrincipal reports whether the ledger can hold principal p: 1 to
 // MaxPrincipalLength bytes of valid UTF-8 (Ledger.Begin refuses any other).
 func ValidPrincipal(p string) bool { return checkPrincipal(p) == nil }
 
-// checkPrincipal validates a principal without ever quoting it.
 func checkPrincipal(p string) error {
 	switch {
 	case p == "":
@@ -256,8 +243,8 @@ func (l *Ledger) claimAt(ctx context.Context, h *home, guard *d1client.Statement
 	return d, err
 }
 
-// decide maps round trip 1's results (upsert RETURNING generation, then the
-// lookup) to the outcome.
+// decide maps round trip 1's results (the claim, then the lookup) to the
+// outcome.
 func (l *Ledger) decide(res []d1client.Result, principal, key, fingerprint string, acquired time.Time) (Decision, error) {
 	if len(res[0].Rows) == 1 {
 		var gen int64
@@ -358,8 +345,7 @@ func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (d
 	return w.done, err // w.done as finish left it
 }
 
-// completed counts a completion by its result and, when it stored the
-// response, measures the time since the claim (see retryAfter).
+// completed counts a completion, and measures the handler's time.
 func (l *Ledger) completed(r *Reservation, done *Completion, err *error) {
 	l.tel.add(l.tel.completions, 1, attrCompletionResult.String(writeResult(done.Stored, *err, resStored, resFencedOut)))
 	if *err == nil && done.Stored && !r.acquired.IsZero() {
@@ -452,8 +438,7 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 	return nil
 }
 
-// rowState is what a reservation's row holds after its completion was
-// sent.
+// rowState is what a reservation's row holds after its completion.
 type rowState int
 
 const (
@@ -631,8 +616,7 @@ func (h *home) sweepFailed() {
 	h.mu.Unlock()
 }
 
-// now returns the injected clock's time, or the zero time when D1's clock
-// is used.
+// now returns the injected clock's time, or zero with D1's clock.
 func (l *Ledger) now() time.Time {
 	if l.cfg.Clock == nil {
 		return time.Time{}
