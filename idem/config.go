@@ -111,9 +111,6 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("idem: %s %s is out of range: %s", e.Field, e.Value, e.Want)
 }
 
-// minRetention is the shortest retention cfg accepts.
-func (c Config) minRetention() time.Duration { return c.MaxLease + c.TTL + RetentionMargin }
-
 // withDefaults fills in the zero fields and checks every field, in order.
 func (c Config) withDefaults() (Config, error) {
 	c.TTL = cmp.Or(c.TTL, DefaultTTL)
@@ -123,6 +120,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.SweepBatch = cmp.Or(c.SweepBatch, DefaultSweepBatch)
 	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
 	c.MaxStoredBody = cmp.Or(c.MaxStoredBody, DefaultMaxStoredBody)
+	minRetention := c.MaxLease + c.TTL + RetentionMargin
 	for _, ch := range []struct {
 		field string
 		value any
@@ -133,9 +131,9 @@ func (c Config) withDefaults() (Config, error) {
 		{"Heartbeat", c.Heartbeat, c.Heartbeat >= 0 && (c.Heartbeat < time.Millisecond || c.Heartbeat >= c.TTL),
 			fmt.Sprintf("use 1ms up to (not including) the TTL (%v), or a negative value to disable heartbeats", c.TTL)},
 		{"MaxLease", c.MaxLease, c.MaxLease < c.TTL || c.MaxLease > maxMaxLease, fmt.Sprintf("use the TTL (%v) to %v", c.TTL, maxMaxLease)},
-		{"Retention", c.Retention, c.Retention < c.minRetention() || c.Retention > maxRetention,
+		{"Retention", c.Retention, c.Retention < minRetention || c.Retention > maxRetention,
 			fmt.Sprintf("use MaxLease (%v) + TTL (%v) + %v = %v to %v, so that no row a live owner may still write is swept",
-				c.MaxLease, c.TTL, RetentionMargin, c.minRetention(), maxRetention)},
+				c.MaxLease, c.TTL, RetentionMargin, minRetention, maxRetention)},
 		{"SweepBatch", c.SweepBatch, c.SweepBatch < 1 || c.SweepBatch > MaxSweepBatch, fmt.Sprintf("use 1 to %d", MaxSweepBatch)},
 		{"SweepInterval", c.SweepInterval, c.SweepInterval < 0 || c.SweepInterval > maxSweepInterval,
 			fmt.Sprintf("use a positive duration up to %v", maxSweepInterval)},

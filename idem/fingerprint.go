@@ -9,22 +9,14 @@ import (
 	"unicode/utf8"
 )
 
-// MaxKeyLength is the longest Idempotency-Key accepted
-// (docs/contract.md#2-key).
+// MaxKeyLength is the longest Idempotency-Key accepted.
 const MaxKeyLength = 255
 
-// ValidKey reports whether key is 1 to 255 printable ASCII characters,
-// ^[\x20-\x7e]{1,255}$ (docs/contract.md#2-key).
+// ValidKey reports whether key matches ^[\x20-\x7e]{1,255}$
+// (docs/contract.md#2-key).
 func ValidKey(key string) bool {
-	if len(key) == 0 || len(key) > MaxKeyLength {
-		return false
-	}
-	for i := 0; i < len(key); i++ {
-		if key[i] < 0x20 || key[i] > 0x7e {
-			return false
-		}
-	}
-	return true
+	unprintable := func(c rune) bool { return c < 0x20 || c > 0x7e }
+	return len(key) > 0 && len(key) <= MaxKeyLength && strings.IndexFunc(key, unprintable) < 0
 }
 
 // HeaderValue returns what a Worker's Headers.get(name) returns for h: every
@@ -42,7 +34,6 @@ func HeaderValue(h http.Header, name string) string {
 	return decodeUTF8(strings.Join(parts, ", "))
 }
 
-// httpWhitespace is Fetch's HTTP whitespace.
 const httpWhitespace = "\t\n\r "
 
 // decodeUTF8 decodes s as the WHATWG UTF-8 decoder does: each maximal
@@ -108,7 +99,7 @@ func PathAndQuery(r *http.Request) string {
 	return normalizeTarget(target)
 }
 
-// The bytes percent-encoded in the path and in the query, beside controls,
+// The bytes percent-encoded in the path and the query, besides controls,
 // space and non-ASCII.
 const (
 	pathEscapes  = "\"#<>?`{}"
