@@ -119,49 +119,41 @@ func normalizeTarget(target string) string {
 	if i := strings.IndexByte(target, '#'); i >= 0 {
 		target = target[:i]
 	}
-	path, query, hasQuery := strings.Cut(target, "?")
-	var b strings.Builder
-	b.WriteString(normalizePath(path))
-	if hasQuery && query != "" {
-		b.WriteByte('?')
-		percentEncode(&b, query, queryEscapes)
+	path, query, _ := strings.Cut(target, "?")
+	if query != "" {
+		return normalizePath(path) + "?" + percentEncode(query, queryEscapes)
 	}
-	return b.String()
+	return normalizePath(path)
 }
 
 func normalizePath(path string) string {
 	parts := strings.Split(strings.TrimPrefix(strings.ReplaceAll(path, "\\", "/"), "/"), "/")
 	var segs []string
 	for i, seg := range parts {
-		last := i == len(parts)-1
 		switch strings.ToLower(seg) {
 		case "..", ".%2e", "%2e.", "%2e%2e":
-			if len(segs) > 0 {
-				segs = segs[:len(segs)-1]
-			}
+			segs = segs[:max(len(segs)-1, 0)]
 			fallthrough
 		case ".", "%2e":
-			if last {
+			if i == len(parts)-1 {
 				segs = append(segs, "")
 			}
 		default:
-			var b strings.Builder
-			percentEncode(&b, seg, pathEscapes)
-			segs = append(segs, b.String())
+			segs = append(segs, percentEncode(seg, pathEscapes))
 		}
 	}
 	return "/" + strings.Join(segs, "/")
 }
 
-func percentEncode(b *strings.Builder, s, escapes string) {
+func percentEncode(s, escapes string) string {
 	const hexUpper = "0123456789ABCDEF"
+	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c <= 0x20 || c >= 0x7f || strings.IndexByte(escapes, c) >= 0 {
-			b.WriteByte('%')
-			b.WriteByte(hexUpper[c>>4])
-			b.WriteByte(hexUpper[c&0xf])
+			b.Write([]byte{'%', hexUpper[c>>4], hexUpper[c&0xf]})
 		} else {
 			b.WriteByte(c)
 		}
 	}
+	return b.String()
 }
