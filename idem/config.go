@@ -22,25 +22,25 @@ const (
 	DefaultMaxLease      = 10 * time.Minute // longest a heartbeat keeps a reservation alive
 )
 
-// RetentionMargin is how much longer than MaxLease plus the TTL the
-// retention must be, so that an owner cancelled at MaxLease still completes
-// before the sweep may delete its row.
-const RetentionMargin = time.Minute
-
-// MaxSweepBatch is the largest Config.SweepBatch.
-const MaxSweepBatch = 1000
+const (
+	// RetentionMargin is how much longer than MaxLease + TTL the retention
+	// must be, so that an owner cancelled at MaxLease still completes before
+	// the sweep may delete its row.
+	RetentionMargin = time.Minute
+	// MaxSweepBatch is the largest Config.SweepBatch.
+	MaxSweepBatch = 1000
+)
 
 // Limits of the configuration, as Config documents them.
 const (
-	minTTL           = 10 * time.Millisecond
-	maxTTL           = 24 * time.Hour
-	maxMaxLease      = 7 * 24 * time.Hour
-	maxRetention     = 10 * 365 * 24 * time.Hour
-	maxSweepInterval = 24 * time.Hour
-	maxStoredBody    = 1 << 20
+	minTTL               = 10 * time.Millisecond
+	maxTTL               = 24 * time.Hour
+	maxMaxLease          = 7 * 24 * time.Hour
+	maxRetention         = 10 * 365 * 24 * time.Hour
+	maxSweepInterval     = 24 * time.Hour
+	maxStoredBody        = 1 << 20
+	defaultRenewFraction = 3 // heartbeat every TTL/3
 )
-
-const defaultRenewFraction = 3 // heartbeat every TTL/3
 
 // DefaultFingerprintHeaders and DefaultReplayableHeaders are the spec's
 // FINGERPRINT_HEADERS and REPLAYABLE_HEADERS.
@@ -53,8 +53,8 @@ var (
 // sharing one table should use the same TTL and Retention.
 type Config struct {
 	// TTL is how long a pending reservation is presumed alive before a retry
-	// with the same fingerprint may take it over; set it well above the
-	// slowest mutation. 10ms to 24h; default 30s.
+	// may take it over: well above the slowest mutation. 10ms to 24h;
+	// default 30s.
 	TTL time.Duration
 	// Retention is how long a row is kept after its last update before the
 	// sweep deletes it. At least MaxLease + TTL + RetentionMargin, up to 10
@@ -76,22 +76,19 @@ type Config struct {
 	// order. Default content-type, location. set-cookie is refused.
 	ReplayableHeaders []string
 
-	// Clock, if set, supplies the ledger's timestamps, bound as parameters
-	// as the spec binds Date.now(). nil means D1's own clock, inside each
-	// statement: one clock for every instance.
+	// Clock, if set, supplies the ledger's timestamps, as the spec's
+	// Date.now(). nil means D1's own clock: one clock for every instance.
 	Clock func() time.Time
 
 	// Heartbeat is how often a reservation's lease is renewed while its
 	// handler runs (see Hold). 1ms up to the TTL; default TTL/3; negative
 	// disables heartbeats.
 	Heartbeat time.Duration
-	// MaxLease bounds how long heartbeats keep one reservation alive. The
-	// TTL to 7 days; default 10 minutes, or the TTL if that is longer.
+	// MaxLease bounds how long heartbeats keep a reservation alive. The TTL
+	// to 7 days; default 10 minutes, or the TTL if longer.
 	MaxLease time.Duration
 
-	// Logger receives fenced-out completions, lost leases and ledger
-	// failures. nil means slog.Default().
-	Logger *slog.Logger
+	Logger *slog.Logger // nil means slog.Default()
 
 	// MeterProvider receives the ledger's and idemhttp's metrics, and
 	// TracerProvider idemhttp's spans (docs/observability.md). nil means

@@ -108,14 +108,10 @@ func (o Outcome) String() string {
 
 // Decision is what Begin decided for one request.
 type Decision struct {
-	Outcome Outcome
-	// Reservation is set for Execute.
-	Reservation *Reservation
-	// Response is set for Replay: the stored status, headers and body.
-	Response *Response
-	// RetryAfter is set for InProgress: when the owner is likely to be done,
-	// never after its lease runs out.
-	RetryAfter time.Duration
+	Outcome     Outcome
+	Reservation *Reservation  // set for Execute
+	Response    *Response     // set for Replay: the stored response
+	RetryAfter  time.Duration // set for InProgress: when the owner is likely done, within its lease
 }
 
 // Reservation is the right to execute one request's mutation: the
@@ -126,9 +122,7 @@ type Reservation struct {
 	Key         string
 	Fingerprint string
 	Generation  int64
-	// Takeover is true when this reservation took over an earlier owner's
-	// stale pending row (whose completion will be fenced out).
-	Takeover bool
+	Takeover    bool // it took over an earlier owner's stale pending row
 
 	home          *home         // the database the reservation was claimed in
 	acquired      time.Time     // local monotonic time just before the claim was sent
@@ -313,15 +307,9 @@ func (e *durationEstimate) add(d time.Duration) {
 
 // Completion reports what Complete did.
 type Completion struct {
-	// Stored reports whether this reservation's response is now the stored
-	// one; false means a takeover fenced it out.
-	Stored bool
-	// Response is what the spec gives this caller: the handler's response,
-	// or the sentinel (see Complete). A 204, 205 or 304 carries no body.
-	Response Response
-	// Sentinel reports whether Response is the spec's sentinel, which
-	// carries only the replayable headers, as a replay will.
-	Sentinel bool
+	Stored   bool     // the response is now the stored one; false: fenced out
+	Response Response // what to send: the handler's response (no body for 204, 205, 304) or the sentinel
+	Sentinel bool     // Response is the sentinel, with only the replayable headers, as a replay
 }
 
 // Complete runs round trip 2: the completion, which stores the response only

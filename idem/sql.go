@@ -20,8 +20,7 @@ type ledgerSQL struct {
 // d1Now is D1's clock in milliseconds since the epoch.
 const d1Now = "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
 
-// buildSQL builds the statements for the D1 clock, or for an injected
-// clock bound as a parameter.
+// buildSQL builds the statements for D1's clock or an injected one.
 func buildSQL(injectedClock bool) ledgerSQL {
 	now := func(param string) string {
 		if injectedClock {
@@ -100,8 +99,7 @@ RETURNING generation`,
 	}
 }
 
-// timed is a statement with the injected time as its last parameter when
-// the ledger has a Clock.
+// timed is a statement with the injected time, if any, as its last parameter.
 func (s ledgerSQL) timed(sql string, now time.Time, params ...any) d1client.Statement {
 	if s.injected {
 		params = append(params, now.UnixMilli())
@@ -149,8 +147,7 @@ func (s ledgerSQL) release(principal, key string, generation int64, ttl time.Dur
 	return s.timed(s.releaseSQL, now, principal, key, generation, backdate, mode != releaseStuck, ttl.Milliseconds(), mode == releaseForce)
 }
 
-// ringGuard is the ring guard for a claim at the home with this ID, by
-// ring r.
+// ringGuard guards a claim at the home with this ID, by ring r.
 func (s ledgerSQL) ringGuard(r expect, id string) d1client.Statement {
 	return d1client.Statement{SQL: s.ringGuardSQL, Params: []any{r.Epoch(), r.digest, id}}
 }
@@ -161,8 +158,7 @@ func (s ledgerSQL) movedDelete(principal, key string, generation int64, fingerpr
 	return s.timed(s.movedDeleteSQL, now, principal, key, generation, fingerprint, ttl.Milliseconds())
 }
 
-// query builds one statement of the administrative API, keeping its
-// anonymous parameters in the order their "?" appear.
+// query builds one statement of the administrative API.
 type query struct {
 	sql      strings.Builder
 	params   []any
@@ -182,8 +178,7 @@ func (q *query) add(sql string, params ...any) *query {
 	return q
 }
 
-// clock appends the ledger's clock: D1's, or the injected time as a
-// parameter.
+// clock appends the ledger's clock: D1's, or the injected time.
 func (q *query) clock() *query {
 	if q.injected {
 		return q.add("?", q.now.UnixMilli())

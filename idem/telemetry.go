@@ -38,7 +38,7 @@ var (
 	opRing            = d1client.Operation("ring")
 )
 
-// Results of the ledger's writes, the values of their attributes.
+// Results of the ledger's writes, and causes of a lost lease.
 const (
 	resStored    = "stored"     // completion: the response is the stored one
 	resFencedOut = "fenced_out" // completion: a takeover superseded it
@@ -47,10 +47,7 @@ const (
 	resRenewed   = "renewed"    // renewal: the lease is extended
 	resReleased  = "released"   // release: the row moved a generation on
 	resNotHeld   = "not_held"   // renewal or release: the row is no longer ours
-)
 
-// Causes of a lost lease.
-const (
 	causeSuperseded  = "superseded"  // a renewal found the row no longer ours
 	causeUnreachable = "unreachable" // no renewal reached D1 for a whole TTL
 	causeExpired     = "expired"     // the reservation outlived its write window
