@@ -47,8 +47,7 @@ type home struct {
 	db d1client.Executor
 
 	mu        sync.Mutex
-	lastSweep time.Time // when the last sweep was sent (monotonic)
-	backlog   bool      // the last sweep deleted a full batch
+	lastSweep time.Time // when the last sweep was sent; zero: sweep next
 }
 
 // New returns a Ledger that keeps its rows in db, usually a
@@ -385,7 +384,7 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 	res, err := h.db.Exec(ctx, stmts, opts...)
 	if err != nil {
 		if sweep {
-			h.sweepFailed()
+			h.sweepAgain()
 		}
 		if userStmts == 0 || !errors.Is(err, d1client.ErrSQL) {
 			return fmt.Errorf("idem: completion: %w", err)
@@ -395,7 +394,9 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 	} else {
 		if sweep {
 			deleted := res[len(res)-1].Meta.Changes
-			h.sweepDone(deleted, l.cfg.SweepBatch)
+			if deleted >= int64(l.cfg.SweepBatch) {
+				h.sweepAgain() // a full batch: a backlog to clear
+			}
 			if deleted > 0 {
 				l.tel.add(l.tel.swept, deleted, attrSweepSource.String("completion"))
 			}
@@ -582,23 +583,15 @@ func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
 func (h *home) sweepDue(interval time.Duration) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.backlog && !h.lastSweep.IsZero() && time.Since(h.lastSweep) < interval {
+	if !h.lastSweep.IsZero() && time.Since(h.lastSweep) < interval {
 		return false
 	}
 	h.lastSweep = time.Now()
-	h.backlog = false
 	return true
 }
 
-func (h *home) sweepDone(deleted int64, batch int) {
-	if deleted >= int64(batch) {
-		h.mu.Lock()
-		h.backlog = true
-		h.mu.Unlock()
-	}
-}
-
-func (h *home) sweepFailed() {
+// sweepAgain makes the next completion at h carry a sweep.
+func (h *home) sweepAgain() {
 	h.mu.Lock()
 	h.lastSweep = time.Time{}
 	h.mu.Unlock()
