@@ -1,8 +1,7 @@
 // Package idem implements an Idempotency-Key ledger on D1 and the
 // administrative API the d1idem CLI is built on; docs/contract.md states the
-// contract it keeps. Package idemhttp puts it in front of a net/http handler
-// through the exported API alone. A Go backend and a Worker running the
-// spec's TypeScript can share one ledger table.
+// contract it keeps, and a Worker running the spec can share its table.
+// Package idemhttp puts it in front of a net/http handler.
 //
 // A request runs in two D1 round trips: Ledger.Begin claims the key (or takes
 // over a stale reservation with the same fingerprint) and reads the row;
@@ -12,7 +11,7 @@
 //
 // Every key is scoped to a principal, which the server must derive from
 // authentication, never from anything the client controls. NewSharded
-// spans several databases (docs/sharding.md). Logs go through log/slog and
-// never carry a full principal. Until the first tagged release the
-// exported API may change; the stored row format changes only with the spec.
+// spans several databases (docs/sharding.md). Until the first tagged release
+// the exported API may change; the stored row format changes only with the
+// spec.
 package idem

@@ -186,24 +186,23 @@ func checkPrincipal(p string) error {
 }
 
 // ErrReservationExpired is returned, and the write not sent, when an
-// owner's write would land after the sweep may have deleted its row (see
-// writeDeadline): it could match a later owner's row of the same generation.
+// owner's write could land after the sweep may have deleted its row, and so
+// match a later owner's row of the same generation.
 var ErrReservationExpired = errors.New("idem: reservation expired: its row may have been swept and the key claimed again")
 
 // Begin runs round trip 1: one D1 batch that claims the key, or takes over
 // a stale pending reservation with the same fingerprint, and reads the row,
 // as the spec's claim, lookup and takeover in one transaction.
 func (l *Ledger) Begin(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
-	if err := checkPrincipal(principal); err != nil {
-		return Decision{}, err
-	}
+	err := checkPrincipal(principal)
 	switch {
+	case err != nil:
+		return Decision{}, err
 	case !ValidKey(key):
 		return Decision{}, ErrInvalidKey
 	case fingerprint == "":
 		return Decision{}, errors.New("idem: empty fingerprint")
-	}
-	if l.shards != nil {
+	case l.shards != nil:
 		return l.beginSharded(ctx, principal, key, fingerprint)
 	}
 	return l.claimAt(ctx, l.single, nil, principal, key, fingerprint)
@@ -463,27 +462,20 @@ func (l *Ledger) completionState(ctx context.Context, h *home, r *Reservation, w
 
 func equalNullable(a, b *string) bool { return a == b || (a != nil && b != nil && *a == *b) }
 
-// writeDeadline is the last moment (by the local monotonic clock, and by an
-// injected Clock too) a write of r's owner may be sent: its claim plus
-// Retention - TTL - RetentionMargin/2. Every write sets updated_at to at
-// most TTL + 1ms before its time, so the sweep cannot delete the row, and
-// the key restart at generation 1, before a write sent by then lands.
-func (l *Ledger) writeDeadline(r *Reservation) time.Time {
+// writeContext returns ctx bounded by deadline and by the last moment a
+// write of r's owner may be sent, or ErrReservationExpired past it: the claim
+// plus Retention - TTL - RetentionMargin/2, by the local monotonic clock and
+// by an injected Clock. A write sets updated_at at most TTL + 1ms before its
+// time, so until then the sweep cannot delete the row (and the key restart
+// at generation 1) before the write lands.
+func (l *Ledger) writeContext(ctx context.Context, r *Reservation, deadline time.Time) (context.Context, context.CancelFunc, error) {
 	window := l.cfg.Retention - l.cfg.TTL - RetentionMargin/2
-	deadline := r.acquired.Add(window)
+	limit := r.acquired.Add(window)
 	if l.cfg.Clock != nil && !r.clockAcquired.IsZero() {
-		left := r.clockAcquired.Add(window).Sub(l.cfg.Clock())
-		if d := time.Now().Add(left); d.Before(deadline) {
-			deadline = d
+		if d := time.Now().Add(r.clockAcquired.Add(window).Sub(l.cfg.Clock())); d.Before(limit) {
+			limit = d
 		}
 	}
-	return deadline
-}
-
-// writeContext returns ctx bounded by deadline and by r's write deadline,
-// or ErrReservationExpired when the write deadline has passed.
-func (l *Ledger) writeContext(ctx context.Context, r *Reservation, deadline time.Time) (context.Context, context.CancelFunc, error) {
-	limit := l.writeDeadline(r)
 	if !time.Now().Before(limit) {
 		return ctx, func() {}, ErrReservationExpired
 	}

@@ -22,8 +22,8 @@ func nullBodyStatus(status int) bool {
 	return status == http.StatusNoContent || status == http.StatusResetContent || status == http.StatusNotModified
 }
 
-// storedRow is the lookup's view of a ledger row, with the ledger clock's
-// time of the read (ms since the epoch, as the row's times).
+// storedRow is the lookup's view of a ledger row; times are in ms since the
+// epoch.
 type storedRow struct {
 	fingerprint          string
 	status               Status
@@ -32,7 +32,7 @@ type storedRow struct {
 	responseBody         *string
 	responseHeaders      *string
 	createdAt, updatedAt int64
-	now                  int64
+	now                  int64 // the ledger clock's time of the read
 }
 
 func (r *storedRow) scan(row d1client.Row) error {
