@@ -75,11 +75,9 @@ type Config struct {
 	// ReplayableHeaders are the response headers stored and replayed, in
 	// order. Default content-type, location. set-cookie is refused.
 	ReplayableHeaders []string
-
 	// Clock, if set, supplies the ledger's timestamps, as the spec's
 	// Date.now(). nil means D1's own clock: one clock for every instance.
 	Clock func() time.Time
-
 	// Heartbeat is how often a reservation's lease is renewed while its
 	// handler runs (see Hold). 1ms up to the TTL; default TTL/3; negative
 	// disables heartbeats.
@@ -87,9 +85,7 @@ type Config struct {
 	// MaxLease bounds how long heartbeats keep a reservation alive. The TTL
 	// to 7 days; default 10 minutes, or the TTL if longer.
 	MaxLease time.Duration
-
-	Logger *slog.Logger // nil means slog.Default()
-
+	Logger   *slog.Logger // nil means slog.Default()
 	// MeterProvider receives the ledger's and idemhttp's metrics, and
 	// TracerProvider idemhttp's spans (docs/observability.md). nil means
 	// otel's global providers.

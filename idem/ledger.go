@@ -342,7 +342,6 @@ func (l *Ledger) completed(r *Reservation, done *Completion, err *error) {
 // completionWrite is one completion: the fenced UPDATE and what it stores.
 type completionWrite struct {
 	stmt    d1client.Statement
-	status  int
 	body    *string
 	headers string
 	done    Completion
@@ -351,9 +350,8 @@ type completionWrite struct {
 func (l *Ledger) prepare(r *Reservation, resp Response) completionWrite {
 	stored, headersJSON, body := l.normalize(resp)
 	return completionWrite{
-		stmt:   l.sql.complete(r, stored.Status, body, headersJSON, l.now()),
-		status: stored.Status, body: body, headers: headersJSON,
-		done: Completion{Response: stored, Sentinel: body == nil},
+		stmt: l.sql.complete(r, stored.Status, body, headersJSON, l.now()),
+		body: body, headers: headersJSON, done: Completion{Response: stored, Sentinel: body == nil},
 	}
 }
 
@@ -454,7 +452,7 @@ func (l *Ledger) completionState(ctx context.Context, h *home, r *Reservation, w
 		return rowOther, nil
 	case Status(status) == StatusPending:
 		return rowPending, nil
-	case respStatus != nil && *respStatus == int64(w.status) && equalNullable(body, w.body) && headers != nil && *headers == w.headers:
+	case respStatus != nil && *respStatus == int64(w.done.Response.Status) && equalNullable(body, w.body) && headers != nil && *headers == w.headers:
 		return rowOurs, nil
 	}
 	return rowOther, nil

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,9 +97,7 @@ func decodeHeaders(s *string) (http.Header, error) {
 // handler's response: it returns what the caller gets, the response_headers
 // JSON, and the body to store (nil for the sentinel).
 func (l *Ledger) normalize(resp Response) (Response, string, *string) {
-	if resp.Status == 0 {
-		resp.Status = http.StatusOK
-	}
+	resp.Status = cmp.Or(resp.Status, http.StatusOK)
 	headersJSON := captureHeaders(resp.Header, l.cfg.ReplayableHeaders)
 	if len(resp.Body) > l.cfg.MaxStoredBody || !utf8.Valid(resp.Body) || !replayableStatus(resp.Status) {
 		h, _ := decodeHeaders(&headersJSON)
@@ -112,9 +111,8 @@ func (l *Ledger) normalize(resp Response) (Response, string, *string) {
 	return out, headersJSON, &body
 }
 
-// captureHeaders encodes response_headers as a Worker does: a JSON object of
-// the replayable headers present, in allowlist order, with HeaderValue's
-// values.
+// captureHeaders encodes response_headers as a Worker does: the replayable
+// headers present, in allowlist order, with HeaderValue's values.
 func captureHeaders(h http.Header, names []string) string {
 	b := []byte{'{'}
 	for _, name := range names {

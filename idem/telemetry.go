@@ -12,8 +12,8 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// ScopeName is the instrumentation scope of the ledger's metrics and spans,
-// and of idemhttp's.
+// ScopeName is the instrumentation scope of the ledger's and idemhttp's
+// metrics and spans.
 const ScopeName = "github.com/d1idem/d1idem/idem"
 
 // Attribute keys of the ledger's metrics (docs/observability.md).
@@ -70,8 +70,7 @@ type telemetry struct {
 	sets map[attribute.KeyValue][]metric.AddOption // of the counters, by their one attribute
 }
 
-// newTelemetry makes the ledger's instruments from mp (nil: otel's global
-// one).
+// newTelemetry makes the ledger's instruments from mp (nil: otel's global one).
 func newTelemetry(mp metric.MeterProvider) *telemetry {
 	m, _ := otelscope.New(mp, nil, ScopeName)
 	t := &telemetry{sets: map[attribute.KeyValue][]metric.AddOption{}}
@@ -113,8 +112,7 @@ func (t *telemetry) add(c metric.Int64Counter, n int64, kv attribute.KeyValue) {
 	c.Add(context.Background(), n, t.sets[kv]...)
 }
 
-// writeResult is the result of a completion, renewal or release that
-// returned ok and err.
+// writeResult is the result of a write that returned ok and err.
 func writeResult(ok bool, err error, success, notHeld string) string {
 	switch {
 	case errors.Is(err, ErrReservationExpired):
