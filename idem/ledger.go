@@ -26,10 +26,9 @@ const (
 	hashPrefix          = 12                     // hex digits of a SHA-256 shown in logs
 )
 
-// Ledger is the spec's claim-before-mutate idempotency ledger on D1, safe
-// for concurrent use; many Ledgers (or Workers running the spec) may share
-// one table. A first execution costs 2 D1 calls (Begin, Complete); a replay,
-// a reuse or an in-progress answer 1.
+// Ledger is the spec's claim-before-mutate ledger on D1, safe for concurrent
+// use. A first execution costs 2 D1 calls (Begin, Complete); a replay, a
+// reuse or an in-progress answer 1.
 type Ledger struct {
 	cfg Config
 	sql ledgerSQL
@@ -208,8 +207,7 @@ func (l *Ledger) Begin(ctx context.Context, principal, key, fingerprint string) 
 	return l.claimAt(ctx, l.single, nil, principal, key, fingerprint)
 }
 
-// claimAt runs round trip 1 at h: the claim and the lookup, behind the
-// ring guard when guard is not nil.
+// claimAt runs round trip 1 at h, behind the ring guard if not nil.
 func (l *Ledger) claimAt(ctx context.Context, h *home, guard *d1client.Statement, principal, key, fingerprint string) (Decision, error) {
 	now := l.now()
 	stmts := l.sql.begin(principal, key, fingerprint, l.cfg.TTL, now)
@@ -310,16 +308,13 @@ type Completion struct {
 	Sentinel bool     // Response is the sentinel, with only the replayable headers, as a replay
 }
 
-// Complete runs round trip 2: the completion, which stores the response only
-// if the reservation's generation is current and the row pending, and a
-// bounded sweep when one is due. A response a replay could not reproduce (a
-// body over MaxStoredBody or not UTF-8, a status outside 200-599) is stored
-// and returned as the spec's sentinel: status 500, no body.
-//
-// Transient failures are retried until the lease would expire. A fenced-out
-// completion is logged and reported as Stored == false. An error means the
-// ledger could not be reached in time, or ErrReservationExpired; the caller
-// should still send Completion.Response, which is always set.
+// Complete runs round trip 2: it stores the response if the reservation's
+// generation is current and the row pending (with a sweep when one is due),
+// retrying until the lease would expire. A response a replay could not
+// reproduce (a body over MaxStoredBody or not UTF-8, a status outside
+// 200-599) is stored as the spec's sentinel: status 500, no body. A fenced-out
+// completion is logged and has Stored false. On an error the caller should
+// still send Completion.Response, which is always set.
 func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (done Completion, err error) {
 	defer l.completed(r, &done, &err)
 	w := l.prepare(r, resp)
@@ -355,8 +350,8 @@ func (l *Ledger) prepare(r *Reservation, resp Response) completionWrite {
 	}
 }
 
-// finish sends a completion batch that ends with the fenced UPDATE, and a
-// sweep when one is due, and records the outcome in w.done.
+// finish sends a completion batch (and a sweep when one is due) and records
+// the outcome in w.done.
 func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1client.Statement, userStmts int, w *completionWrite) error {
 	// Retries stop when the lease would expire, but no sooner than
 	// minCompletionWindow from now.
@@ -526,8 +521,8 @@ func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
 	return ok, err
 }
 
-// fencedWrite sends stmt, a write of r's owner fenced by its generation,
-// before r's write deadline, and reports whether it matched r's row.
+// fencedWrite sends stmt, a write fenced by r's generation, and reports
+// whether it matched r's row.
 func (l *Ledger) fencedWrite(ctx context.Context, r *Reservation, what string, stmt d1client.Statement, op d1client.ExecOption) (bool, error) {
 	h, err := l.homeOf(r)
 	if err != nil {
