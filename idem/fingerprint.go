@@ -45,16 +45,15 @@ func decodeUTF8(s string) string {
 	}
 	var b strings.Builder
 	for i := 0; i < len(s); {
-		if r, size := utf8.DecodeRuneInString(s[i:]); r != utf8.RuneError || size > 1 {
-			b.WriteString(s[i : i+size])
-			i += size
-			continue
-		}
-		b.WriteRune(utf8.RuneError)
-		// A proper prefix of a valid sequence is not a full rune.
-		n := 1
-		for n < min(3, len(s)-i) && !utf8.FullRuneInString(s[i:i+n+1]) {
-			n++
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			// A proper prefix of a valid sequence is not a full rune.
+			for n < min(3, len(s)-i) && !utf8.FullRuneInString(s[i:i+n+1]) {
+				n++
+			}
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[i : i+n])
 		}
 		i += n
 	}
