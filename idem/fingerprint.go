@@ -85,11 +85,9 @@ func Fingerprint(method, pathAndQuery string, header http.Header, headerNames []
 }
 
 // PathAndQuery returns url.pathname + url.search as a Worker computes them
-// from new URL(request.url) for the request target as received
-// (r.RequestURI), serialised as the WHATWG URL parser does: a fragment and
-// an empty query are dropped, "." and ".." segments (also spelled %2e)
-// resolved, "\" is a path separator, and bytes outside the URL code points
-// percent-encoded. Existing escapes and the query are otherwise kept as sent.
+// from the request target (r.RequestURI) with the WHATWG URL parser: no
+// fragment or empty query, dot segments resolved, "\" a separator, bytes
+// outside the URL code points percent-encoded, all else kept as sent.
 func PathAndQuery(r *http.Request) string {
 	target := r.RequestURI
 	if target == "" && r.URL != nil {

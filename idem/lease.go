@@ -10,9 +10,8 @@ import (
 
 // Causes of a handler context's cancellation (see context.Cause).
 var (
-	// ErrLeaseLost: a heartbeat found the reservation no longer ours, or no
-	// heartbeat reached D1 for a whole TTL. Another owner may be running the
-	// same mutation.
+	// ErrLeaseLost: the reservation is no longer ours, or no heartbeat
+	// reached D1 for a TTL. Another owner may run the same mutation.
 	ErrLeaseLost = errors.New("idem: lease lost: the reservation is no longer held")
 	// ErrMaxLease: the handler ran longer than Config.MaxLease.
 	ErrMaxLease = errors.New("idem: maximum lease duration exceeded")
@@ -67,11 +66,9 @@ func (l *Ledger) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 	}
 }
 
-// Hold runs fn, the mutation of an Execute decision, under a context that
-// heartbeats keep r's lease alive for, cancelled with cause ErrLeaseLost or
-// ErrMaxLease when the lease is lost, and returns fn's error. The heartbeat
-// has stopped and fn's context is cancelled before Hold returns or fn's
-// panic goes on: no renewal races the completion.
+// Hold runs fn, an Execute decision's mutation, while heartbeats keep r's
+// lease alive; fn's context is cancelled with cause ErrLeaseLost or
+// ErrMaxLease if the lease is lost. Heartbeats stop before Hold returns.
 func (l *Ledger) Hold(ctx context.Context, r *Reservation, fn func(ctx context.Context) error) error {
 	hctx, cancel := context.WithCancelCause(ctx)
 	beat, end := context.WithCancel(context.WithoutCancel(ctx))

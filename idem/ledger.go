@@ -353,13 +353,9 @@ func (l *Ledger) prepare(r *Reservation, resp Response) completionWrite {
 // finish sends a completion batch (and a sweep when one is due) and records
 // the outcome in w.done.
 func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1client.Statement, userStmts int, w *completionWrite) error {
-	// Retries stop when the lease would expire, but no sooner than
-	// minCompletionWindow from now.
-	deadline := r.leaseStart().Add(l.cfg.TTL)
-	if earliest := time.Now().Add(minCompletionWindow); deadline.Before(earliest) {
-		deadline = earliest
-	}
-	ctx, cancel, err := l.writeContext(ctx, r, deadline)
+	// Retries stop when the lease would expire, but not within minCompletionWindow.
+	now := time.Now()
+	ctx, cancel, err := l.writeContext(ctx, r, now.Add(max(r.leaseStart().Add(l.cfg.TTL).Sub(now), minCompletionWindow)))
 	if err != nil {
 		l.expired(ctx, r, "completion")
 		return fmt.Errorf("idem: completion: %w", err)

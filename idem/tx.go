@@ -8,10 +8,9 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// ErrTxNotCommitted wraps the cause when a transactional completion's batch
-// failed other than by the fence: nothing of it was committed (unless the
-// failure was ambiguous and the row could not be read after it), and the
-// reservation was released so the client may retry.
+// ErrTxNotCommitted wraps the cause when CompleteTx's batch failed other
+// than by the fence: nothing of it was committed (unless the failure was
+// ambiguous), and the reservation was released so the client may retry.
 var ErrTxNotCommitted = errors.New("idem: the mutation was not committed")
 
 // CompleteTx is Complete with the caller's statements committed in the same
