@@ -30,8 +30,7 @@ func buildSQL(injectedClock bool) ledgerSQL {
 	}
 	return ledgerSQL{
 		injected: injectedClock,
-		// The claim, with the takeover as its conflict branch. No statement
-		// here writes a row of the empty principal (a sharded ledger's ring).
+		// The claim and takeover. No statement writes the empty principal's rows.
 		claim: `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, created_at, updated_at)
 SELECT ?1, ?2, ?3, 'pending', 1, ` + now("?5") + `, ` + now("?5") + ` WHERE ?1 <> ''
 ON CONFLICT (principal, key) DO UPDATE SET generation = generation + 1, updated_at = excluded.updated_at
@@ -55,9 +54,8 @@ WHERE rowid IN (
   WHERE updated_at < ` + now("?3") + ` - ?1 AND principal <> ''
   LIMIT ?2
 )`,
-		// The one release rule: the row moves a generation on, pending and
-		// stale, never deleted (a fresh claim would restart at generation 1).
-		// ?5 releases any pending row, else only a stale one; ?7 a completed one.
+		// The one release rule: a generation on, pending and stale, never
+		// deleted. ?5: any pending row, else only a stale one; ?7: a completed one.
 		releaseSQL: `UPDATE idempotency_keys
 SET generation = generation + 1, status = 'pending', response_status = NULL, response_body = NULL, response_headers = NULL,
     updated_at = ` + now("?8") + ` - ?4
@@ -68,8 +66,7 @@ RETURNING generation`,
 		renewSQL: `UPDATE idempotency_keys SET updated_at = ` + now("?4") + `
 WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending' AND principal <> ''
 RETURNING generation`,
-		// The fence guard of CompleteTx: unless this generation is the
-		// pending owner, it violates NOT NULL and aborts the batch.
+		// CompleteTx's fence guard: NOT NULL aborts the batch unless r is the owner.
 		guardSQL: `INSERT INTO idempotency_keys (principal, key, fingerprint, created_at, updated_at)
 SELECT ?1, ?2, NULL, 0, 0
 WHERE NOT EXISTS (
@@ -90,8 +87,7 @@ WHERE NOT EXISTS (
 		// The ring and the identity this database has recorded.
 		ringReadSQL: `SELECT key, generation, fingerprint, response_body FROM idempotency_keys
 WHERE principal = '' AND key IN ('` + ringKey + `', '` + homeKey + `')`,
-		// A moved principal's stale pending row at its old home, deleted
-		// (fenced as a takeover) so that the key is claimed at its new home.
+		// A moved principal's stale pending row, deleted at its old home.
 		movedDeleteSQL: `DELETE FROM idempotency_keys
 WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending' AND fingerprint = ?4
   AND updated_at < ` + now("?6") + ` - ?5 AND principal <> ''
