@@ -104,11 +104,10 @@ func (l *Ledger) normalize(resp Response) (Response, string, *string) {
 		return Response{Status: http.StatusInternalServerError, Header: h}, headersJSON, nil
 	}
 	body := string(resp.Body)
-	out := resp
 	if nullBodyStatus(resp.Status) {
-		out.Body = nil
+		resp.Body = nil
 	}
-	return out, headersJSON, &body
+	return resp, headersJSON, &body
 }
 
 // captureHeaders encodes response_headers as a Worker does: the replayable
