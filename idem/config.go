@@ -53,21 +53,18 @@ var (
 // sharing one table should use the same TTL and Retention.
 type Config struct {
 	// TTL is how long a pending reservation is presumed alive before a retry
-	// may take it over: well above the slowest mutation. 10ms to 24h;
-	// default 30s.
+	// may take it over; well above the slowest mutation. 10ms-24h; default 30s.
 	TTL time.Duration
-	// Retention is how long a row is kept after its last update before the
-	// sweep deletes it. At least MaxLease + TTL + RetentionMargin, up to 10
-	// years; default 24h.
+	// Retention is how long a row is kept after its last update. From MaxLease
+	// + TTL + RetentionMargin to 10 years; default 24h.
 	Retention time.Duration
 	// SweepBatch bounds the rows one sweep deletes. 1 to 1000; default 20.
 	SweepBatch int
 	// SweepInterval is how often a completion carries a sweep (at once again
 	// after a full batch). Up to 24h; default 1 minute.
 	SweepInterval time.Duration
-	// MaxStoredBody caps the stored response body in bytes; a larger body is
-	// stored as the spec's sentinel (status 500, no body). 1 to 1 MiB;
-	// default 16,384.
+	// MaxStoredBody caps the stored body in bytes; a larger one is stored as
+	// the spec's sentinel. 1 to 1 MiB; default 16,384.
 	MaxStoredBody int
 	// FingerprintHeaders are the request headers fingerprinted, in order.
 	// Default content-type, x-api-version.
@@ -78,9 +75,8 @@ type Config struct {
 	// Clock, if set, supplies the ledger's timestamps, as the spec's
 	// Date.now(). nil means D1's own clock: one clock for every instance.
 	Clock func() time.Time
-	// Heartbeat is how often a reservation's lease is renewed while its
-	// handler runs (see Hold). 1ms up to the TTL; default TTL/3; negative
-	// disables heartbeats.
+	// Heartbeat is how often Hold renews a lease. 1ms up to the TTL; default
+	// TTL/3; negative disables heartbeats.
 	Heartbeat time.Duration
 	// MaxLease bounds how long heartbeats keep a reservation alive. The TTL
 	// to 7 days; default 10 minutes, or the TTL if longer.
