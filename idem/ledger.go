@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -18,25 +19,22 @@ import (
 )
 
 const (
-	minCompletionWindow = 2 * time.Second // completion retries get at least this long
-	logKeyPrefix        = 16              // characters of a key shown in logs
-	hashPrefix          = 12              // hex digits of a SHA-256 shown in logs
+	minCompletionWindow = 2 * time.Second        // completion retries get at least this long
+	minRetryAfter       = 100 * time.Millisecond // the least Retry-After of an in-progress answer
+	defaultHandlerTime  = time.Second            // the handler time estimated before any was measured
+	logKeyPrefix        = 16                     // characters of a key shown in logs
+	hashPrefix          = 12                     // hex digits of a SHA-256 shown in logs
 )
 
-// Ledger is the spec's claim-before-mutate idempotency ledger on D1. It is
-// safe for concurrent use, and many Ledgers (in many processes, or Workers
-// running the spec's code) may share one table. A first execution costs 2
-// D1 calls (Begin, Complete); a replay, a reuse or an in-progress answer 1.
-// Concurrent requests share calls through d1client's group commit, and
-// completions, heartbeats and releases are d1client.Priority work.
+// Ledger is the spec's claim-before-mutate ledger on D1, safe for concurrent
+// use. A first execution costs 2 D1 calls (Begin, Complete); a replay, a
+// reuse or an in-progress answer 1.
 type Ledger struct {
 	cfg Config
 	sql ledgerSQL
 	tel *telemetry
 
-	// single is the one database of a ledger made by New; nil for a
-	// sharded one, whose databases are in shards.
-	single *home
+	single *home // the database of a ledger made by New; nil if sharded
 	shards *shards
 
 	handlerTime durationEstimate // from claim to stored completion
@@ -48,12 +46,11 @@ type home struct {
 	db d1client.Executor
 
 	mu        sync.Mutex
-	lastSweep time.Time // when the last sweep was sent (monotonic)
-	backlog   bool      // the last sweep deleted a full batch
+	lastSweep time.Time // when the last sweep was sent; zero: sweep next
 }
 
-// New returns a Ledger that keeps its rows in db, usually a *d1client.Client,
-// whose table must exist (d1idem.Schema, or the CLI's "schema apply").
+// New returns a Ledger that keeps its rows in db, usually a
+// *d1client.Client, whose table must exist (d1idem.Schema).
 func New(db d1client.Executor, cfg Config) (*Ledger, error) {
 	if db == nil {
 		return nil, errors.New("idem: nil D1 client")
@@ -66,8 +63,7 @@ func New(db d1client.Executor, cfg Config) (*Ledger, error) {
 		tel: newTelemetry(cfg.MeterProvider)}, nil
 }
 
-// databaseID returns the ID of the database an Executor reaches, when it
-// says (a *d1client.Client does); "" otherwise.
+// databaseID returns the ID of db's database if it says (a Client does).
 func databaseID(db d1client.Executor) string {
 	if d, ok := db.(interface{ DatabaseID() string }); ok {
 		return d.DatabaseID()
@@ -75,17 +71,10 @@ func databaseID(db d1client.Executor) string {
 	return ""
 }
 
-// log returns the configured logger, or slog.Default() at the time of the
-// call.
-func (l *Ledger) log() *slog.Logger {
-	if l.cfg.Logger != nil {
-		return l.cfg.Logger
-	}
-	return slog.Default()
-}
+func (l *Ledger) log() *slog.Logger { return cmp.Or(l.cfg.Logger, slog.Default()) }
 
-// Config returns the ledger's configuration with defaults filled in. Its
-// header lists are copies: changing them does not change the ledger.
+// Config returns the ledger's configuration with defaults filled in; its
+// header lists are copies.
 func (l *Ledger) Config() Config {
 	c := l.cfg
 	c.FingerprintHeaders = slices.Clone(c.FingerprintHeaders)
@@ -98,21 +87,11 @@ type Outcome int
 
 // The outcomes of Begin, exactly one per request.
 const (
-	// Execute: this request owns the reservation and must run the mutation,
-	// then call Complete (or Release). Decision.Reservation is set.
-	Execute Outcome = iota + 1
-	// Replay: the key completed before; send Decision.Response, do not run
-	// the mutation.
-	Replay
-	// Reused: the key was used for a different request (another
-	// fingerprint); reject, never execute, never replay.
-	Reused
-	// InProgress: the key's reservation is pending and alive; answer 409
-	// with Retry-After and do not execute.
-	InProgress
-	// Retry: the row vanished between the claim and the lookup; ask the
-	// client to retry.
-	Retry
+	Execute    Outcome = iota + 1 // run the mutation, then Complete or Release
+	Replay                        // the key completed: send Decision.Response
+	Reused                        // another request used the key: reject
+	InProgress                    // pending and alive: 409 with Retry-After
+	Retry                         // the row vanished: ask the client to retry
 )
 
 var outcomeNames = [...]string{Execute: "execute", Replay: "replay", Reused: "reused", InProgress: "in_progress", Retry: "retry"}
@@ -127,29 +106,21 @@ func (o Outcome) String() string {
 
 // Decision is what Begin decided for one request.
 type Decision struct {
-	Outcome Outcome
-	// Reservation is set for Execute.
-	Reservation *Reservation
-	// Response is set for Replay: the stored status, headers and body.
-	Response *Response
-	// RetryAfter is set for InProgress: when the owner is likely to be
-	// done, from the time handlers typically take, and never after its
-	// lease runs out (the spec answers the whole TTL).
-	RetryAfter time.Duration
+	Outcome     Outcome
+	Reservation *Reservation  // set for Execute
+	Response    *Response     // set for Replay: the stored response
+	RetryAfter  time.Duration // set for InProgress: when the owner is likely done, within its lease
 }
 
 // Reservation is the right to execute one request's mutation: the
 // principal's key at one generation of the fencing token. Only Begin makes
-// one, recording when the claim was made (see ErrReservationExpired).
+// one.
 type Reservation struct {
 	Principal   string
 	Key         string
 	Fingerprint string
 	Generation  int64
-	// Takeover is true when this reservation took over a stale pending row
-	// of an earlier owner (whose completion will be fenced out); false for a
-	// fresh claim.
-	Takeover bool
+	Takeover    bool // it took over an earlier owner's stale pending row
 
 	home          *home         // the database the reservation was claimed in
 	acquired      time.Time     // local monotonic time just before the claim was sent
@@ -157,22 +128,16 @@ type Reservation struct {
 	renewed       *atomic.Int64 // nanoseconds after acquired of the last renewal's start
 }
 
-// errNoHome is returned for a Reservation that Begin did not make.
-var errNoHome = errors.New("idem: the reservation was not made by this ledger's Begin")
-
 // homeOf returns the database r was claimed in.
 func (l *Ledger) homeOf(r *Reservation) (*home, error) {
-	switch {
-	case r.home != nil:
-		return r.home, nil
-	case l.single != nil:
-		return l.single, nil
+	if h := cmp.Or(r.home, l.single); h != nil {
+		return h, nil
 	}
-	return nil, errNoHome
+	return nil, errors.New("idem: the reservation was not made by this ledger's Begin")
 }
 
-// leaseStart returns when the reservation's current lease began, by the
-// local monotonic clock: the claim, or the last successful renewal.
+// leaseStart returns when the current lease began: the claim, or the last
+// successful renewal.
 func (r *Reservation) leaseStart() time.Time {
 	if r.renewed == nil {
 		return r.acquired
@@ -193,27 +158,20 @@ type Response struct {
 	Body   []byte
 }
 
-// ErrNoPrincipal is returned for an empty principal, which the server must
-// derive from authentication (see the package doc).
-var ErrNoPrincipal = errors.New("idem: empty principal: derive it from the authenticated caller")
-
-// ErrInvalidKey is returned for a key outside the spec's pattern.
-var ErrInvalidKey = errors.New("idem: Idempotency-Key must be 1-255 printable ASCII characters")
-
-// MaxPrincipalLength is the longest principal, in bytes, that the ledger
-// accepts.
+// MaxPrincipalLength is the longest principal the ledger accepts, in bytes.
 const MaxPrincipalLength = 1024
 
-// ErrInvalidPrincipal is returned for a principal that is not valid UTF-8 or
-// is longer than MaxPrincipalLength bytes: the server's bug, not the
-// client's. The error never includes the principal.
-var ErrInvalidPrincipal = errors.New("idem: invalid principal")
+// Errors of Begin for invalid arguments. No error includes the principal.
+var (
+	ErrNoPrincipal      = errors.New("idem: empty principal: derive it from the authenticated caller")
+	ErrInvalidKey       = errors.New("idem: Idempotency-Key must be 1-255 printable ASCII characters")
+	ErrInvalidPrincipal = errors.New("idem: invalid principal") // not UTF-8, or too long
+)
 
 // ValidPrincipal reports whether the ledger can hold principal p: 1 to
 // MaxPrincipalLength bytes of valid UTF-8 (Ledger.Begin refuses any other).
 func ValidPrincipal(p string) bool { return checkPrincipal(p) == nil }
 
-// checkPrincipal validates a principal without ever quoting it.
 func checkPrincipal(p string) error {
 	switch {
 	case p == "":
@@ -226,36 +184,30 @@ func checkPrincipal(p string) error {
 	return nil
 }
 
-// ErrReservationExpired is returned when an owner's write (completion,
-// renewal, release) would land after the sweep may have deleted its row:
-// past its claim plus Retention - TTL - RetentionMargin/2. A key swept and
-// claimed again restarts at generation 1, so such a write could match
-// another owner's row; it is never sent.
+// ErrReservationExpired is returned, and the write not sent, when an
+// owner's write could land after the sweep may have deleted its row, and so
+// match a later owner's row of the same generation.
 var ErrReservationExpired = errors.New("idem: reservation expired: its row may have been swept and the key claimed again")
 
-// Begin runs round trip 1 of the request path: one D1 batch (one
-// transaction) that claims the key, or takes over a stale pending
-// reservation with the same fingerprint, and reads the row. It is
-// equivalent to the spec's claim, lookup and takeover statements run in
-// sequence, without the interleavings three calls would allow.
+// Begin runs round trip 1: one D1 batch that claims the key, or takes over
+// a stale pending reservation with the same fingerprint, and reads the row,
+// as the spec's claim, lookup and takeover in one transaction.
 func (l *Ledger) Begin(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
-	if err := checkPrincipal(principal); err != nil {
-		return Decision{}, err
-	}
+	err := checkPrincipal(principal)
 	switch {
+	case err != nil:
+		return Decision{}, err
 	case !ValidKey(key):
 		return Decision{}, ErrInvalidKey
 	case fingerprint == "":
 		return Decision{}, errors.New("idem: empty fingerprint")
-	}
-	if l.shards != nil {
+	case l.shards != nil:
 		return l.beginSharded(ctx, principal, key, fingerprint)
 	}
 	return l.claimAt(ctx, l.single, nil, principal, key, fingerprint)
 }
 
-// claimAt runs round trip 1 at h: the claim and the lookup, behind the
-// ring guard when guard is not nil.
+// claimAt runs round trip 1 at h, behind the ring guard if not nil.
 func (l *Ledger) claimAt(ctx context.Context, h *home, guard *d1client.Statement, principal, key, fingerprint string) (Decision, error) {
 	now := l.now()
 	stmts := l.sql.begin(principal, key, fingerprint, l.cfg.TTL, now)
@@ -281,8 +233,8 @@ func (l *Ledger) claimAt(ctx context.Context, h *home, guard *d1client.Statement
 	return d, err
 }
 
-// decide maps round trip 1's results (upsert RETURNING generation, then the
-// lookup) to the outcome.
+// decide maps round trip 1's results (the claim, then the lookup) to the
+// outcome.
 func (l *Ledger) decide(res []d1client.Result, principal, key, fingerprint string, acquired time.Time) (Decision, error) {
 	if len(res[0].Rows) == 1 {
 		var gen int64
@@ -320,13 +272,8 @@ func (l *Ledger) decideRow(row *storedRow, fingerprint string) (Decision, error)
 	}
 }
 
-// minRetryAfter is the least Retry-After an in-progress answer gives.
-const minRetryAfter = 100 * time.Millisecond
-
-// retryAfter estimates when the owner of a pending row will be done: the
-// time handlers typically take less the row's age, at least minRetryAfter
-// and at most the rest of the owner's lease, after which a retry may take
-// it over. The spec answers the whole TTL (docs/contract.md#4-claim).
+// retryAfter estimates when a pending row's owner will be done: the time
+// handlers typically take less the row's age, at most the rest of its lease.
 func (l *Ledger) retryAfter(row *storedRow) time.Duration {
 	age := time.Duration(row.now-row.createdAt) * time.Millisecond
 	lease := time.Duration(row.updatedAt-row.now)*time.Millisecond + l.cfg.TTL
@@ -336,17 +283,8 @@ func (l *Ledger) retryAfter(row *storedRow) time.Duration {
 // durationEstimate is a smoothed duration, safe for concurrent use.
 type durationEstimate struct{ ns atomic.Int64 }
 
-// defaultHandlerTime is the estimate of a handler's time before any was
-// measured.
-const defaultHandlerTime = time.Second
-
-// estimate returns the smoothed duration, or defaultHandlerTime before the
-// first sample.
 func (e *durationEstimate) estimate() time.Duration {
-	if ns := e.ns.Load(); ns > 0 {
-		return time.Duration(ns)
-	}
-	return defaultHandlerTime
+	return cmp.Or(time.Duration(e.ns.Load()), defaultHandlerTime) // add stores at least 1
 }
 
 // add folds d in, with a weight of 1/8.
@@ -365,35 +303,18 @@ func (e *durationEstimate) add(d time.Duration) {
 
 // Completion reports what Complete did.
 type Completion struct {
-	// Stored reports whether this reservation's response is now the stored
-	// one. False means the reservation was fenced out: a takeover superseded
-	// it and another owner's response is (or will be) the canonical one.
-	Stored bool
-	// Response is what the spec gives this caller: the handler's response,
-	// or status 500 with no body when the response could not be stored (see
-	// Complete), with only the replayable headers in that case. A 204, 205 or
-	// 304 carries no body.
-	Response Response
-	// Sentinel reports whether Response is the spec's sentinel, stored in
-	// place of a response a replay could not reproduce (see Complete); a
-	// handler's own 500 is not. A transport should send its stored
-	// replayable headers in place of the handler's, as a replay will.
-	Sentinel bool
+	Stored   bool     // the response is now the stored one; false: fenced out
+	Response Response // what to send: the handler's response (no body for 204, 205, 304) or the sentinel
+	Sentinel bool     // Response is the sentinel, with only the replayable headers, as a replay
 }
 
-// Complete runs round trip 2: the fenced completion, which stores the
-// response only if the reservation's generation is still current and the row
-// still pending, plus a bounded sweep when one is due.
-//
-// A response a replay could not reproduce (a body over MaxStoredBody or not
-// valid UTF-8, a status outside 200-599) is stored, and returned, as the
-// spec's sentinel: status 500 with no body.
-//
-// A completion that fails transiently is retried, fenced, until it lands or
-// the lease would expire. A fenced-out completion is logged and reported as
-// Stored == false, never as an error. An error means the ledger could not be
-// reached in time, or ErrReservationExpired; the caller should still send
-// Completion.Response, which is always set.
+// Complete runs round trip 2: it stores the response if the reservation's
+// generation is current and the row pending (with a sweep when one is due),
+// retrying until the lease would expire. A response a replay could not
+// reproduce (a body over MaxStoredBody or not UTF-8, a status outside
+// 200-599) is stored as the spec's sentinel: status 500, no body. A fenced-out
+// completion is logged and has Stored false. On an error the caller should
+// still send Completion.Response, which is always set.
 func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (done Completion, err error) {
 	defer l.completed(r, &done, &err)
 	w := l.prepare(r, resp)
@@ -401,11 +322,11 @@ func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (d
 	if err != nil {
 		return w.done, fmt.Errorf("idem: completion: %w", err)
 	}
-	return w.done, l.finish(ctx, h, r, []d1client.Statement{w.stmt}, 0, &w)
+	err = l.finish(ctx, h, r, []d1client.Statement{w.stmt}, 0, &w)
+	return w.done, err // w.done as finish left it
 }
 
-// completed counts a completion by its result and, when it stored the
-// response, measures the time since the claim (see retryAfter).
+// completed counts a completion, and measures the handler's time.
 func (l *Ledger) completed(r *Reservation, done *Completion, err *error) {
 	l.tel.add(l.tel.completions, 1, attrCompletionResult.String(writeResult(done.Stored, *err, resStored, resFencedOut)))
 	if *err == nil && done.Stored && !r.acquired.IsZero() {
@@ -416,7 +337,6 @@ func (l *Ledger) completed(r *Reservation, done *Completion, err *error) {
 // completionWrite is one completion: the fenced UPDATE and what it stores.
 type completionWrite struct {
 	stmt    d1client.Statement
-	status  int
 	body    *string
 	headers string
 	done    Completion
@@ -425,16 +345,17 @@ type completionWrite struct {
 func (l *Ledger) prepare(r *Reservation, resp Response) completionWrite {
 	stored, headersJSON, body := l.normalize(resp)
 	return completionWrite{
-		stmt:   l.sql.complete(r, stored.Status, body, headersJSON, l.now()),
-		status: stored.Status, body: body, headers: headersJSON,
-		done: Completion{Response: stored, Sentinel: body == nil},
+		stmt: l.sql.complete(r, stored.Status, body, headersJSON, l.now()),
+		body: body, headers: headersJSON, done: Completion{Response: stored, Sentinel: body == nil},
 	}
 }
 
-// finish sends a completion batch that ends with the fenced UPDATE, and a
-// sweep when one is due, and records the outcome in w.done.
+// finish sends a completion batch (and a sweep when one is due) and records
+// the outcome in w.done.
 func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1client.Statement, userStmts int, w *completionWrite) error {
-	ctx, cancel, err := l.writeContext(ctx, r, l.completionDeadline(r))
+	// Retries stop when the lease would expire, but not within minCompletionWindow.
+	now := time.Now()
+	ctx, cancel, err := l.writeContext(ctx, r, now.Add(max(r.leaseStart().Add(l.cfg.TTL).Sub(now), minCompletionWindow)))
 	if err != nil {
 		l.expired(ctx, r, "completion")
 		return fmt.Errorf("idem: completion: %w", err)
@@ -451,18 +372,19 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 	res, err := h.db.Exec(ctx, stmts, opts...)
 	if err != nil {
 		if sweep {
-			h.sweepFailed()
+			h.sweepAgain()
 		}
 		if userStmts == 0 || !errors.Is(err, d1client.ErrSQL) {
 			return fmt.Errorf("idem: completion: %w", err)
 		}
-		// An SQL error aborted the batch: the fence guard's (we were fenced
-		// out, or an earlier attempt landed and the retry's guard tripped),
-		// or a caller's statement's. The row tells them apart.
+		// The fence guard or a caller's statement aborted the batch: the
+		// row tells which.
 	} else {
 		if sweep {
 			deleted := res[len(res)-1].Meta.Changes
-			h.sweepDone(deleted, l.cfg.SweepBatch)
+			if deleted >= int64(l.cfg.SweepBatch) {
+				h.sweepAgain() // a full batch: a backlog to clear
+			}
 			if deleted > 0 {
 				l.tel.add(l.tel.swept, deleted, attrSweepSource.String("completion"))
 			}
@@ -473,9 +395,8 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 			return nil
 		}
 	}
-	// No row came back, or the batch aborted. The completion may still be
-	// ours, written by an earlier attempt whose answer was lost: the row
-	// then holds exactly our response at our generation.
+	// No row came back, or the batch aborted: an earlier attempt whose
+	// answer was lost may have stored our response at our generation.
 	st, lerr := l.completionState(ctx, h, r, w)
 	switch {
 	case lerr != nil:
@@ -483,19 +404,18 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 	case st == rowOurs:
 		w.done.Stored = true
 	case st == rowPending && err != nil:
-		// Still our pending row: the guard let the batch through, so the
-		// caller's own statement failed.
+		// The guard let the batch through: a caller's statement failed.
 		return fmt.Errorf("idem: completion: %w", err)
 	case st == rowPending:
 		return errors.New("idem: completion: the fenced update matched no row, yet the reservation is still pending")
 	default:
-		l.fencedOut(ctx, r, "completion")
+		l.log().LogAttrs(ctx, slog.LevelError, "idem: fenced out: a takeover superseded this reservation; the mutation may have run twice unless it is repeatable (raise the TTL above the slowest mutation)",
+			append(logAttrs(r), slog.String("write", "completion"))...)
 	}
 	return nil
 }
 
-// rowState is what a reservation's row holds after its completion was
-// sent.
+// rowState is what a reservation's row holds after its completion.
 type rowState int
 
 const (
@@ -506,7 +426,8 @@ const (
 
 // completionState reads the row of r and says whose it is.
 func (l *Ledger) completionState(ctx context.Context, h *home, r *Reservation, w *completionWrite) (rowState, error) {
-	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.lookupCompletion(r)}, d1client.Coalesce(), d1client.Priority(), opCheckCompletion)
+	lookup := d1client.Statement{SQL: l.sql.completeLookup, Params: []any{r.Principal, r.Key}}
+	res, err := h.db.Exec(ctx, []d1client.Statement{lookup}, d1client.Coalesce(), d1client.Priority(), opCheckCompletion)
 	if err != nil || len(res[0].Rows) == 0 {
 		return rowOther, err
 	}
@@ -522,55 +443,28 @@ func (l *Ledger) completionState(ctx context.Context, h *home, r *Reservation, w
 		return rowOther, nil
 	case Status(status) == StatusPending:
 		return rowPending, nil
-	case respStatus != nil && *respStatus == int64(w.status) && equalNullable(body, w.body) && headers != nil && *headers == w.headers:
+	case respStatus != nil && *respStatus == int64(w.done.Response.Status) && equalNullable(body, w.body) && headers != nil && *headers == w.headers:
 		return rowOurs, nil
 	}
 	return rowOther, nil
 }
 
-func equalNullable(a, b *string) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
-}
+func equalNullable(a, b *string) bool { return a == b || (a != nil && b != nil && *a == *b) }
 
-// completionDeadline is when completion retries stop: when the lease would
-// expire, but never sooner than minCompletionWindow from now.
-func (l *Ledger) completionDeadline(r *Reservation) time.Time {
-	deadline := r.leaseStart().Add(l.cfg.TTL)
-	if min := time.Now().Add(minCompletionWindow); deadline.Before(min) {
-		deadline = min
-	}
-	return deadline
-}
-
-// writeDeadline is the last moment, by the local monotonic clock, at which
-// a write of r's owner may still be sent: its claim plus Retention - TTL -
-// RetentionMargin/2 (with an injected Clock, by that clock too).
-//
-// Why this is safe: every write sets updated_at to its time, or (a release)
-// at most TTL + 1ms before it, so the sweep cannot delete the row before
-// claim + Retention - TTL - 1ms; the owner's writes end RetentionMargin/2
-// earlier, for a request still in flight. A key is claimed afresh (at
-// generation 1) only after its row was deleted, so no write of r's owner
-// reaches another owner's row of the same generation.
-func (l *Ledger) writeDeadline(r *Reservation) time.Time {
+// writeContext returns ctx bounded by deadline and by the last moment a
+// write of r's owner may be sent, or ErrReservationExpired past it: the claim
+// plus Retention - TTL - RetentionMargin/2, by the local monotonic clock and
+// by an injected Clock. A write sets updated_at at most TTL + 1ms before its
+// time, so until then the sweep cannot delete the row (and the key restart
+// at generation 1) before the write lands.
+func (l *Ledger) writeContext(ctx context.Context, r *Reservation, deadline time.Time) (context.Context, context.CancelFunc, error) {
 	window := l.cfg.Retention - l.cfg.TTL - RetentionMargin/2
-	deadline := r.acquired.Add(window)
+	limit := r.acquired.Add(window)
 	if l.cfg.Clock != nil && !r.clockAcquired.IsZero() {
-		left := r.clockAcquired.Add(window).Sub(l.cfg.Clock())
-		if d := time.Now().Add(left); d.Before(deadline) {
-			deadline = d
+		if d := time.Now().Add(r.clockAcquired.Add(window).Sub(l.cfg.Clock())); d.Before(limit) {
+			limit = d
 		}
 	}
-	return deadline
-}
-
-// writeContext returns ctx bounded by deadline and by r's write deadline,
-// or ErrReservationExpired when the write deadline has passed.
-func (l *Ledger) writeContext(ctx context.Context, r *Reservation, deadline time.Time) (context.Context, context.CancelFunc, error) {
-	limit := l.writeDeadline(r)
 	if !time.Now().Before(limit) {
 		return ctx, func() {}, ErrReservationExpired
 	}
@@ -586,20 +480,17 @@ func (l *Ledger) expired(ctx context.Context, r *Reservation, what string) {
 		append(logAttrs(r), slog.String("write", what), slog.Duration("retention", l.cfg.Retention))...)
 }
 
-func (l *Ledger) fencedOut(ctx context.Context, r *Reservation, what string) {
-	l.log().LogAttrs(ctx, slog.LevelError, "idem: fenced out: a takeover superseded this reservation; the mutation may have run twice unless it is repeatable (raise the TTL above the slowest mutation)",
-		append(logAttrs(r), slog.String("write", what))...)
-}
-
-// LogValue identifies the reservation in logs without its principal or its
-// full key: principal_sha256 and key_sha256 (the first 12 hex digits of
-// their SHA-256), the key's first characters (key), and the generation.
-// Logged as slog.Any("", r), or spliced in with r.LogValue().Group(), the
-// attributes sit beside the line's own, as the ledger logs them.
+// LogValue identifies the reservation in logs without its principal or full
+// key: principal_sha256 and key_sha256 (12 hex digits of their SHA-256), the
+// key's first characters, and the generation.
 func (r *Reservation) LogValue() slog.Value {
+	key := r.Key
+	if len(key) > logKeyPrefix {
+		key = key[:logKeyPrefix] + "…"
+	}
 	return slog.GroupValue(
 		slog.String("principal_sha256", shortHash(r.Principal)),
-		slog.String("key", truncate(r.Key, logKeyPrefix)),
+		slog.String("key", key),
 		slog.String("key_sha256", shortHash(r.Key)),
 		slog.Int64("generation", r.Generation),
 	)
@@ -613,19 +504,9 @@ func shortHash(s string) string {
 	return hex.EncodeToString(sum[:])[:hashPrefix]
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
-
 // Release gives up a pending reservation, fenced by generation and status,
-// so the client may retry at once, and reports whether it released the row.
-// It applies the ledger's one release rule, as Admin.Release does: the row
-// moves one generation on and its updated_at is set one millisecond past the
-// TTL, so the client's retry takes it over at once. It never touches a newer
-// owner's row or a completed one, and never deletes the row (see sql.go).
+// so the client's retry takes it over at once, and reports whether it
+// released the row. The row moves one generation on; it is never deleted.
 func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
 	stmt := l.sql.release(r.Principal, r.Key, r.Generation, l.cfg.TTL, releaseOwner, l.now())
 	ok, err := l.fencedWrite(ctx, r, "release", stmt, opRelease)
@@ -636,8 +517,8 @@ func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
 	return ok, err
 }
 
-// fencedWrite sends stmt, a write of r's owner fenced by its generation,
-// before r's write deadline, and reports whether it matched r's row.
+// fencedWrite sends stmt, a write fenced by r's generation, and reports
+// whether it matched r's row.
 func (l *Ledger) fencedWrite(ctx context.Context, r *Reservation, what string, stmt d1client.Statement, op d1client.ExecOption) (bool, error) {
 	h, err := l.homeOf(r)
 	if err != nil {
@@ -656,10 +537,8 @@ func (l *Ledger) fencedWrite(ctx context.Context, r *Reservation, what string, s
 }
 
 // Lookup reads a key's row without claiming it and says what Begin would
-// answer other than Execute: Replay (with the response), Reused,
-// InProgress (for any pending row, stale or not) or Retry (no row). A
-// transport uses it to answer a request whose transactional completion was
-// fenced out with what the ledger now holds.
+// answer other than Execute: Replay, Reused, InProgress (for any pending
+// row) or Retry (no row).
 func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
 	res, err := l.findRow(ctx, principal, []d1client.Statement{l.sql.lookupRow(principal, key, l.now())}, d1client.Coalesce(), opLookup)
 	if err != nil {
@@ -669,8 +548,7 @@ func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string)
 }
 
 // Renew extends a pending reservation's lease, fenced by generation and
-// status. False means the lease is lost (taken over, released, swept, or,
-// with ErrReservationExpired, expired).
+// status. False means the lease is lost.
 func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
 	start := time.Now()
 	ok, err := l.fencedWrite(ctx, r, "renew", l.sql.renew(r, l.now()), opRenew)
@@ -686,30 +564,21 @@ func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
 func (h *home) sweepDue(interval time.Duration) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.backlog && !h.lastSweep.IsZero() && time.Since(h.lastSweep) < interval {
+	if !h.lastSweep.IsZero() && time.Since(h.lastSweep) < interval {
 		return false
 	}
 	h.lastSweep = time.Now()
-	h.backlog = false
 	return true
 }
 
-func (h *home) sweepDone(deleted int64, batch int) {
-	if deleted >= int64(batch) {
-		h.mu.Lock()
-		h.backlog = true
-		h.mu.Unlock()
-	}
-}
-
-func (h *home) sweepFailed() {
+// sweepAgain makes the next completion at h carry a sweep.
+func (h *home) sweepAgain() {
 	h.mu.Lock()
 	h.lastSweep = time.Time{}
 	h.mu.Unlock()
 }
 
-// now returns the injected clock's time, or the zero time when D1's clock
-// is used.
+// now returns the injected clock's time, or zero with D1's clock.
 func (l *Ledger) now() time.Time {
 	if l.cfg.Clock == nil {
 		return time.Time{}

@@ -8,25 +8,19 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// ledgerSQL holds the ledger's statements (docs/contract.md#4-claim,
-// #5-fencing, #7-sweep): the spec's, except that with D1's clock the
-// timestamp the spec binds from Date.now() is computed in SQL (d1Now), so
-// every instance reads one clock.
+// ledgerSQL holds the ledger's statements, the spec's (docs/contract.md)
+// except that with D1's clock the time the spec binds is computed in SQL.
 type ledgerSQL struct {
 	injected bool
 
-	claim, lookup, completeSQL, completeLookup, sweepSQL, releaseSQL, renewSQL, guardSQL string
-
-	// The statements of a sharded ledger (see shard.go and ring.go).
+	claim, lookup, completeSQL, completeLookup, sweepSQL, releaseSQL, renewSQL, guardSQL,
 	ringGuardSQL, ringReadSQL, movedDeleteSQL string
 }
 
-// d1Now is D1's clock in milliseconds since the epoch
-// (docs/contract.md#8-time).
+// d1Now is D1's clock in milliseconds since the epoch.
 const d1Now = "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
 
-// buildSQL builds the statements for the D1 clock, or for an injected
-// clock bound as a parameter.
+// buildSQL builds the statements for D1's clock or an injected one.
 func buildSQL(injectedClock bool) ledgerSQL {
 	now := func(param string) string {
 		if injectedClock {
@@ -36,68 +30,52 @@ func buildSQL(injectedClock bool) ledgerSQL {
 	}
 	return ledgerSQL{
 		injected: injectedClock,
-		// Round trip 1, statement 1: the claim, with the takeover folded
-		// into its conflict branch. A fresh key inserts generation 1; a
-		// pending row with the same fingerprint, older than the TTL, is taken
-		// over (generation + 1); anything else returns no row. No statement
-		// of the ledger writes a row of the empty principal, whatever its
-		// parameters: those are a sharded ledger's ring and identity, which
-		// only the operator's ring statements write.
+		// The claim and takeover. No statement writes the empty principal's rows.
 		claim: `INSERT INTO idempotency_keys (principal, key, fingerprint, status, generation, created_at, updated_at)
 SELECT ?1, ?2, ?3, 'pending', 1, ` + now("?5") + `, ` + now("?5") + ` WHERE ?1 <> ''
 ON CONFLICT (principal, key) DO UPDATE SET generation = generation + 1, updated_at = excluded.updated_at
 WHERE status = 'pending' AND fingerprint = excluded.fingerprint AND updated_at < excluded.updated_at - ?4
 RETURNING generation`,
-		// Round trip 1, statement 2: the spec's lookup, with the row's times
-		// and the clock's (for Retry-After, and the staleness of a moved
-		// principal's row).
+		// The lookup, with the row's times and the clock's.
 		lookup: `SELECT fingerprint, status, generation, response_status, response_body, response_headers, created_at, updated_at, ` + now("?3") + `
 FROM idempotency_keys WHERE principal = ?1 AND key = ?2`,
-		// Round trip 2: the fenced completion ...
+		// The fenced completion.
 		completeSQL: `UPDATE idempotency_keys
 SET status = 'completed', response_status = ?1, response_body = ?2, response_headers = ?3, updated_at = ` + now("?7") + `
 WHERE principal = ?4 AND key = ?5 AND generation = ?6 AND status = 'pending' AND principal <> ''
 RETURNING key`,
-		// After a completion that returned no row, the read that tells a
-		// lost answer (our response at our generation) from a fence.
+		// The read that tells a lost completion answer from a fence.
 		completeLookup: `SELECT status, generation, response_status, response_body, response_headers
 FROM idempotency_keys WHERE principal = ?1 AND key = ?2`,
-		// The spec's bounded sweep, through the rowid subquery.
+		// The bounded sweep.
 		sweepSQL: `DELETE FROM idempotency_keys
 WHERE rowid IN (
   SELECT rowid FROM idempotency_keys
   WHERE updated_at < ` + now("?3") + ` - ?1 AND principal <> ''
   LIMIT ?2
 )`,
-		// The one release rule (Ledger.Release, Admin.Release): the row moves
-		// one generation on, pending with no response, updated_at one
-		// millisecond past the TTL, so the next request takes it over at
-		// once. It is never deleted: a fresh claim would restart at
-		// generation 1, which a superseded owner may still hold. ?5 releases
-		// any pending row, else only a stale one (?6); ?7 a completed one.
+		// The one release rule: a generation on, pending and stale, never
+		// deleted. ?5: any pending row, else only a stale one; ?7: a completed one.
 		releaseSQL: `UPDATE idempotency_keys
 SET generation = generation + 1, status = 'pending', response_status = NULL, response_body = NULL, response_headers = NULL,
     updated_at = ` + now("?8") + ` - ?4
 WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND principal <> ''
   AND ((status = 'pending' AND (?5 OR updated_at < ` + now("?8") + ` - ?6)) OR (status = 'completed' AND ?7))
 RETURNING generation`,
-		// A fenced lease renewal (heartbeat).
+		// A fenced lease renewal.
 		renewSQL: `UPDATE idempotency_keys SET updated_at = ` + now("?4") + `
 WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending' AND principal <> ''
 RETURNING generation`,
-		// The fence guard of a transactional completion: unless this
-		// generation is the pending owner, it inserts a NULL fingerprint,
-		// which violates NOT NULL and aborts the whole batch.
+		// CompleteTx's fence guard: NOT NULL aborts the batch unless r is the owner.
 		guardSQL: `INSERT INTO idempotency_keys (principal, key, fingerprint, created_at, updated_at)
 SELECT ?1, ?2, NULL, 0, 0
 WHERE NOT EXISTS (
   SELECT 1 FROM idempotency_keys
   WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending'
 )`,
-		// The ring guard of a sharded ledger, first in every batch that may
-		// claim: it inserts a NULL principal, aborting the batch, unless this
-		// database is home ?3 and has recorded no ring newer than epoch ?1,
-		// nor another ring of that epoch than digest ?2 (docs/sharding.md).
+		// The ring guard: it aborts the batch unless this database is home
+		// ?3 and has recorded no ring newer than epoch ?1, nor another ring
+		// of that epoch than digest ?2 (docs/sharding.md).
 		ringGuardSQL: `INSERT INTO idempotency_keys (principal, key, fingerprint, created_at, updated_at)
 SELECT NULL, '` + ringKey + `', '` + ringKey + `', 0, 0
 WHERE NOT EXISTS (
@@ -109,9 +87,7 @@ WHERE NOT EXISTS (
 		// The ring and the identity this database has recorded.
 		ringReadSQL: `SELECT key, generation, fingerprint, response_body FROM idempotency_keys
 WHERE principal = '' AND key IN ('` + ringKey + `', '` + homeKey + `')`,
-		// A moved principal's stale pending row at its old home, deleted
-		// (fenced as the takeover it replaces) so that the key is claimed at
-		// its new home.
+		// A moved principal's stale pending row, deleted at its old home.
 		movedDeleteSQL: `DELETE FROM idempotency_keys
 WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending' AND fingerprint = ?4
   AND updated_at < ` + now("?6") + ` - ?5 AND principal <> ''
@@ -119,19 +95,20 @@ RETURNING generation`,
 	}
 }
 
-// withNow appends the injected time as the statement's last parameter.
-func (s ledgerSQL) withNow(params []any, now time.Time) []any {
+// timed is a statement with the injected time, if any, as its last parameter.
+func (s ledgerSQL) timed(sql string, now time.Time, params ...any) d1client.Statement {
 	if s.injected {
-		return append(params, now.UnixMilli())
+		params = append(params, now.UnixMilli())
 	}
-	return params
+	return d1client.Statement{SQL: sql, Params: params}
 }
 
 func (s ledgerSQL) begin(principal, key, fingerprint string, ttl time.Duration, now time.Time) []d1client.Statement {
-	return []d1client.Statement{
-		{SQL: s.claim, Params: s.withNow([]any{principal, key, fingerprint, ttl.Milliseconds()}, now)},
-		s.lookupRow(principal, key, now),
-	}
+	return []d1client.Statement{s.timed(s.claim, now, principal, key, fingerprint, ttl.Milliseconds()), s.lookupRow(principal, key, now)}
+}
+
+func (s ledgerSQL) lookupRow(principal, key string, now time.Time) d1client.Statement {
+	return s.timed(s.lookup, now, principal, key)
 }
 
 func (s ledgerSQL) complete(r *Reservation, status int, body *string, headersJSON string, now time.Time) d1client.Statement {
@@ -139,15 +116,15 @@ func (s ledgerSQL) complete(r *Reservation, status int, body *string, headersJSO
 	if body != nil {
 		bodyParam = *body
 	}
-	return d1client.Statement{SQL: s.completeSQL, Params: s.withNow([]any{status, bodyParam, headersJSON, r.Principal, r.Key, r.Generation}, now)}
+	return s.timed(s.completeSQL, now, status, bodyParam, headersJSON, r.Principal, r.Key, r.Generation)
 }
 
-func (s ledgerSQL) lookupCompletion(r *Reservation) d1client.Statement {
-	return d1client.Statement{SQL: s.completeLookup, Params: []any{r.Principal, r.Key}}
+func (s ledgerSQL) renew(r *Reservation, now time.Time) d1client.Statement {
+	return s.timed(s.renewSQL, now, r.Principal, r.Key, r.Generation)
 }
 
 func (s ledgerSQL) sweep(retention time.Duration, batch int, now time.Time) d1client.Statement {
-	return d1client.Statement{SQL: s.sweepSQL, Params: s.withNow([]any{retention.Milliseconds(), batch}, now)}
+	return s.timed(s.sweepSQL, now, retention.Milliseconds(), batch)
 }
 
 // releaseMode says which rows a release may touch.
@@ -159,30 +136,14 @@ const (
 	releaseForce                    // any pending row, or a completed one
 )
 
+// release backdates updated_at one millisecond past the TTL: stale at once,
+// and far from old enough for the sweep.
 func (s ledgerSQL) release(principal, key string, generation int64, ttl time.Duration, mode releaseMode, now time.Time) d1client.Statement {
-	// One millisecond past the TTL: stale at once, and (retention exceeding
-	// the TTL by far) not yet old enough for the sweep.
 	backdate := (ttl + time.Millisecond).Milliseconds()
-	anyPending, completed := mode != releaseStuck, mode == releaseForce
-	params := []any{principal, key, generation, backdate, anyPending, ttl.Milliseconds(), completed}
-	return d1client.Statement{SQL: s.releaseSQL, Params: s.withNow(params, now)}
+	return s.timed(s.releaseSQL, now, principal, key, generation, backdate, mode != releaseStuck, ttl.Milliseconds(), mode == releaseForce)
 }
 
-func (s ledgerSQL) lookupRow(principal, key string, now time.Time) d1client.Statement {
-	return d1client.Statement{SQL: s.lookup, Params: s.withNow([]any{principal, key}, now)}
-}
-
-func (s ledgerSQL) renew(r *Reservation, now time.Time) d1client.Statement {
-	return d1client.Statement{SQL: s.renewSQL, Params: s.withNow([]any{r.Principal, r.Key, r.Generation}, now)}
-}
-
-func (s ledgerSQL) guard(r *Reservation) d1client.Statement {
-	return d1client.Statement{SQL: s.guardSQL, Params: []any{r.Principal, r.Key, r.Generation}}
-}
-
-// ringGuard is the ring guard for a claim at the home with this ID, by
-// ring r: it aborts the batch unless the database is that home and holds
-// no ring newer than r, nor another ring of r's epoch.
+// ringGuard guards a claim at the home with this ID, by ring r.
 func (s ledgerSQL) ringGuard(r expect, id string) d1client.Statement {
 	return d1client.Statement{SQL: s.ringGuardSQL, Params: []any{r.Epoch(), r.digest, id}}
 }
@@ -190,11 +151,10 @@ func (s ledgerSQL) ringGuard(r expect, id string) d1client.Statement {
 func (s ledgerSQL) ringRead() d1client.Statement { return d1client.Statement{SQL: s.ringReadSQL} }
 
 func (s ledgerSQL) movedDelete(principal, key string, generation int64, fingerprint string, ttl time.Duration, now time.Time) d1client.Statement {
-	return d1client.Statement{SQL: s.movedDeleteSQL, Params: s.withNow([]any{principal, key, generation, fingerprint, ttl.Milliseconds()}, now)}
+	return s.timed(s.movedDeleteSQL, now, principal, key, generation, fingerprint, ttl.Milliseconds())
 }
 
-// query builds one statement of the administrative API, keeping its
-// anonymous parameters in the order their "?" appear.
+// query builds one statement of the administrative API.
 type query struct {
 	sql      strings.Builder
 	params   []any
@@ -214,8 +174,7 @@ func (q *query) add(sql string, params ...any) *query {
 	return q
 }
 
-// clock appends the ledger's clock: D1's, or the injected time as a
-// parameter.
+// clock appends the ledger's clock: D1's, or the injected time.
 func (q *query) clock() *query {
 	if q.injected {
 		return q.add("?", q.now.UnixMilli())

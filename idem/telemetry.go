@@ -12,12 +12,11 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// ScopeName is the instrumentation scope of the ledger's metrics and spans,
-// and of idemhttp's.
+// ScopeName is the instrumentation scope of the ledger's and idemhttp's
+// metrics and spans.
 const ScopeName = "github.com/d1idem/d1idem/idem"
 
-// Attribute keys of the ledger's metrics (docs/observability.md). None
-// ever carries a principal, a key or a token.
+// Attribute keys of the ledger's metrics (docs/observability.md).
 const (
 	attrCompletionResult = attribute.Key("d1idem.completion.result")
 	attrRenewalResult    = attribute.Key("d1idem.renewal.result")
@@ -28,8 +27,7 @@ const (
 	attrDatabase         = attribute.Key("db.namespace")
 )
 
-// The names of the ledger's D1 calls in d1client's metrics and spans (its
-// d1idem.d1.operation attribute).
+// The names of the ledger's D1 calls in d1client's metrics and spans.
 var (
 	opClaim           = d1client.Operation("claim")
 	opComplete        = d1client.Operation("complete")
@@ -40,7 +38,7 @@ var (
 	opRing            = d1client.Operation("ring")
 )
 
-// Results of the ledger's writes, the values of their attributes.
+// Results of the ledger's writes, and causes of a lost lease.
 const (
 	resStored    = "stored"     // completion: the response is the stored one
 	resFencedOut = "fenced_out" // completion: a takeover superseded it
@@ -49,19 +47,15 @@ const (
 	resRenewed   = "renewed"    // renewal: the lease is extended
 	resReleased  = "released"   // release: the row moved a generation on
 	resNotHeld   = "not_held"   // renewal or release: the row is no longer ours
-)
 
-// Causes of a lost lease.
-const (
 	causeSuperseded  = "superseded"  // a renewal found the row no longer ours
 	causeUnreachable = "unreachable" // no renewal reached D1 for a whole TTL
 	causeExpired     = "expired"     // the reservation outlived its write window
 	causeMaxLease    = "max_lease"   // the handler ran past Config.MaxLease
 )
 
-// telemetry is a Ledger's instrumentation through the OpenTelemetry API;
-// the measurement options of the request path are built once, so that
-// recording allocates nothing.
+// telemetry is a Ledger's instrumentation; the counters' options are built
+// once, so that recording allocates nothing.
 type telemetry struct {
 	takeovers   metric.Int64Counter
 	completions metric.Int64Counter
@@ -76,8 +70,7 @@ type telemetry struct {
 	sets map[attribute.KeyValue][]metric.AddOption // of the counters, by their one attribute
 }
 
-// newTelemetry makes the ledger's instruments from mp (nil: otel's global
-// one); one the provider refuses is a no-op, as the API's contract allows.
+// newTelemetry makes the ledger's instruments from mp (nil: otel's global one).
 func newTelemetry(mp metric.MeterProvider) *telemetry {
 	m, _ := otelscope.New(mp, nil, ScopeName)
 	t := &telemetry{sets: map[attribute.KeyValue][]metric.AddOption{}}
@@ -114,15 +107,12 @@ func newTelemetry(mp metric.MeterProvider) *telemetry {
 	return t
 }
 
-// add adds n to c with the one attribute kv, one of those newTelemetry
-// prepared.
+// add adds n to c with the attribute kv, one of those newTelemetry prepared.
 func (t *telemetry) add(c metric.Int64Counter, n int64, kv attribute.KeyValue) {
 	c.Add(context.Background(), n, t.sets[kv]...)
 }
 
-// writeResult is the result of a completion, renewal or release that
-// returned ok and err: success, notHeld when it matched no row, failed, or
-// expired.
+// writeResult is the result of a write that returned ok and err.
 func writeResult(ok bool, err error, success, notHeld string) string {
 	switch {
 	case errors.Is(err, ErrReservationExpired):
