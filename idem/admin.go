@@ -18,8 +18,8 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// Status is the status of a ledger row. The spec has two; a row written by
-// something else may hold any string.
+// Status is the status of a ledger row: one of the spec's two, or any string
+// something else wrote.
 type Status string
 
 // The spec's statuses.
@@ -68,16 +68,13 @@ type KeyRecord struct {
 	Generation  int64 // the fencing token
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
-	// ResponseStatus is the stored status of a completed row; nil when NULL.
-	ResponseStatus *int64
-	// ResponseHeaders (a JSON object) and ResponseBody are read by Get
-	// only; nil when NULL.
+	// The stored response (nil when NULL); headers (a JSON object) and body
+	// are read by Get only.
+	ResponseStatus  *int64
 	ResponseHeaders *string
 	ResponseBody    *string
 	AsOf            time.Time // the ledger clock's time of the read
-	// Stuck reports a pending row with no update for longer than the TTL:
-	// the next request with its fingerprint takes it over.
-	Stuck bool
+	Stuck           bool      // pending with no update for longer than the TTL
 }
 
 // Age is how long before AsOf the row was created.
@@ -98,8 +95,7 @@ func (k *KeyRecord) StoredHeaders() (map[string]string, error) {
 	return h, nil
 }
 
-// The columns of the administrative API's reads (then the clock); Get adds
-// the stored response.
+// The columns the administrative API reads (then the clock).
 const (
 	summaryColumns = "principal, key, fingerprint, status, generation, created_at, updated_at, response_status, "
 	detailColumns  = ", response_headers, response_body"
@@ -119,7 +115,6 @@ func (a *Admin) scan(row d1client.Row, detail bool) (KeyRecord, error) {
 	}
 	k.Status = Status(status)
 	k.CreatedAt, k.UpdatedAt, k.AsOf = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC(), time.UnixMilli(now).UTC()
-	// The claim's takeover condition: updated_at < now - TTL.
 	k.Stuck = k.Status == StatusPending && updated < now-a.l.cfg.TTL.Milliseconds()
 	return k, nil
 }
@@ -138,8 +133,7 @@ func stale(q *query, d time.Duration) *query {
 	return q.add("updated_at < ").clock().add(" - ?", d.Milliseconds())
 }
 
-// Get reads one key's row, stored response included, or returns
-// ErrKeyNotFound.
+// Get reads one key's row, stored response included.
 func (a *Admin) Get(ctx context.Context, principal, key string) (KeyRecord, error) {
 	if err := checkPrincipal(principal); err != nil {
 		return KeyRecord{}, err
@@ -172,9 +166,9 @@ type KeyPage struct {
 	NextCursor string // continues with the next page; "" on the last one
 }
 
-// List returns rows ordered by their last update, then principal and key,
-// without their stored responses, from every database of the ledger. Pages
-// are keyset-paginated: stable while rows are added, updated or deleted.
+// List returns rows, without their stored responses, from every database of
+// the ledger, by last update, principal and key, in keyset-paginated pages
+// (stable while rows change).
 func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 	limit := cmp.Or(opts.Limit, DefaultListLimit)
 	if limit < 1 || limit > MaxListLimit {
@@ -187,7 +181,7 @@ func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 	if opts.OlderThan < 0 {
 		return KeyPage{}, fmt.Errorf("idem: ListOptions.OlderThan %v is negative", opts.OlderThan)
 	}
-	q := a.selectRows(false).add(" WHERE principal <> ''") // not a sharded ledger's ring
+	q := a.selectRows(false).add(" WHERE principal <> ''") // not a reserved row
 	cond := func() *query { return q.add(" AND ") }
 	if opts.Principal != "" {
 		cond().add("principal = ?", opts.Principal)
@@ -303,8 +297,7 @@ func (a *Admin) Sweep(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// SweepBacklog counts the rows the sweep would delete: those last updated
-// more than Retention ago.
+// SweepBacklog counts the rows last updated more than Retention ago.
 func (a *Admin) SweepBacklog(ctx context.Context) (int64, error) {
 	q := stale(a.l.sql.query(a.l.now()).add("SELECT count(*) FROM "+d1idem.Table+" WHERE "), a.l.cfg.Retention)
 	res, err := a.at(ctx, "", q.statement())
@@ -332,17 +325,16 @@ type Stats struct {
 	SweepBacklog int64            // rows last updated more than Retention ago
 	SizeBytes    int64            // the size D1 reports (meta size_after); 0 if none
 	// Created counts the rows created within the last Retention, and
-	// FirstCreated is when the oldest was (zero if none): with AsOf, the
-	// ledger clock's time of the read, they give the write rate.
+	// FirstCreated is when the oldest was (zero if none); AsOf is the ledger
+	// clock's time of the read.
 	Created      int64
 	FirstCreated time.Time
 	AsOf         time.Time
 }
 
-// Stats summarises the ledger (the totals of a sharded one) in one read-only
-// D1 call per database, which reads, and is billed for, the whole table. It
-// records each database's counts in the gauges of docs/observability.md: to
-// alert on stuck keys, call it periodically from one replica.
+// Stats summarises the ledger (totals over the databases) in one read-only
+// D1 call per database, billed for reading the whole table, and records each
+// database's counts in the gauges of docs/observability.md.
 func (a *Admin) Stats(ctx context.Context) (Stats, error) {
 	per, err := a.HomeStats(ctx)
 	if err != nil {
@@ -385,8 +377,7 @@ type HomeStats struct {
 	Stats Stats
 }
 
-// HomeStats summarises each database of the ledger's ring, as Stats does,
-// in the ring's order.
+// HomeStats summarises each database of the ring as Stats does.
 func (a *Admin) HomeStats(ctx context.Context) ([]HomeStats, error) {
 	hs, _, err := a.l.homesFor(ctx, "")
 	if err != nil {
@@ -478,8 +469,8 @@ func eachHome[T any](ctx context.Context, hs []*home, fn func(ctx context.Contex
 	return out, errors.Join(errs...)
 }
 
-// at runs stmts as one idempotent call at once at each database homesFor
-// returns for principal.
+// at runs stmts, as one idempotent call, at once at each of homesFor's
+// databases.
 func (a *Admin) at(ctx context.Context, principal string, stmts ...d1client.Statement) ([][]d1client.Result, error) {
 	hs, _, err := a.l.homesFor(ctx, principal)
 	if err != nil {

@@ -74,26 +74,20 @@ func (a *Admin) ringStatusStatements() []d1client.Statement {
 
 // statusAt runs stmts at h, then reads what h holds (ringStatusStatements).
 func (a *Admin) statusAt(ctx context.Context, h *home, stmts ...d1client.Statement) HomeRing {
-	hr := HomeRing{ID: h.id}
 	res, err := h.db.Exec(ctx, append(stmts, a.ringStatusStatements()...), d1client.Idempotent())
 	var now int64
+	var hasKeys bool
 	var st homeState
 	if err == nil {
 		res = res[len(stmts):]
-		err = res[1].Rows[0].Scan(&now, &hr.HasKeys)
+		err = res[1].Rows[0].Scan(&now, &hasKeys)
 	}
 	if err == nil {
 		st, err = readState(res[0], true)
 	}
-	if err != nil {
-		return HomeRing{ID: h.id, Err: err}
-	}
-	hr.Ring, hr.Now = st.ring, time.UnixMilli(now).UTC()
-	if st.ring != nil {
-		hr.RecordedAt = time.UnixMilli(st.at).UTC()
-	}
-	if st.ident != nil {
-		hr.Identity, hr.joined = st.ident.ID, &st.ident.Joined
+	hr := st.homeRing(h.id, err)
+	if err == nil {
+		hr.Now, hr.HasKeys = time.UnixMilli(now).UTC(), hasKeys
 	}
 	return hr
 }
@@ -101,10 +95,7 @@ func (a *Admin) statusAt(ctx context.Context, h *home, stmts ...d1client.Stateme
 // atEach sets, at once for each of the homes with these IDs, its HomeRing
 // in st to what fn returns for it, and returns their errors.
 func (a *Admin) atEach(ctx context.Context, st *RingStatus, ids []string, fn func(*home) HomeRing) []error {
-	hs := make([]*home, len(ids))
-	for i, id := range ids {
-		hs[i] = a.l.shards.homes[id]
-	}
+	hs, _ := a.l.shards.resolve(ids) // ids checked by RingStatus.check
 	out, _ := eachHome(ctx, hs, func(_ context.Context, h *home) (HomeRing, error) { return fn(h), nil })
 	var errs []error
 	for _, hr := range out {
@@ -128,11 +119,7 @@ func (a *Admin) RingStatus(ctx context.Context) (RingStatus, error) {
 		st.Homes[i].ID = id
 	}
 	a.atEach(ctx, &st, ids, func(h *home) HomeRing { return a.statusAt(ctx, h) })
-	for _, h := range st.Homes {
-		if h.Ring != nil && h.Ring.Epoch() > st.Ring.Epoch() {
-			st.Ring = *h.Ring
-		}
-	}
+	st.Ring = newest(st.Homes)
 	st.DropAt = a.dropAt(st)
 	return st, nil
 }
@@ -182,13 +169,7 @@ func (st *RingStatus) check(ids []string, readable bool) error {
 			return mismatch(id, h.Identity)
 		}
 	}
-	rings := map[string]Ring{}
-	for _, h := range st.Homes {
-		if h.Ring != nil {
-			rings[h.ID] = *h.Ring
-		}
-	}
-	if err := consistent(rings); err != nil {
+	if err := consistent(st.Homes); err != nil {
 		return err
 	}
 	return errors.Join(errs...)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -16,13 +15,11 @@ import (
 
 // Home is one D1 database of a sharded ledger.
 type Home struct {
-	// ID names the database in the ring and is hashed to route principals
-	// (Rendezvous), so every replica must give a database the same ID,
-	// forever: 1 to 255 bytes of UTF-8 without control characters. ""
-	// means the database ID of a *d1client.Client.
+	// ID names the database in the ring and routes principals (Rendezvous),
+	// so every replica must give a database the same ID, forever: 1 to 255
+	// bytes of UTF-8 without control characters; "" for the database ID of
+	// a *d1client.Client.
 	ID string
-	// DB reaches the database, usually a *d1client.Client, which coalesces
-	// and budgets its own calls.
 	DB d1client.Executor
 }
 
@@ -33,25 +30,20 @@ var (
 	// ErrNoRing is returned when no home has a ring recorded.
 	ErrNoRing = errors.New("idem: no ring is recorded in any home: record one with Admin.InitRing")
 	// ErrUnknownHome is returned when the ring names a database this ledger
-	// has no Home for: give every replica every database before the ring
-	// names it.
+	// has no Home for.
 	ErrUnknownHome = errors.New("idem: the ring names a database this ledger has no Home for")
 	// ErrRingUnsettled is returned when a request was routed again too many
 	// times, the ring or the key changing under it each time.
 	ErrRingUnsettled = errors.New("idem: the ring kept changing while the request was routed")
 	// ErrHomeMismatch is returned when a database recorded another home ID
-	// than the one it is given as (one database under two IDs, IDs swapped
-	// between replicas, another ledger's database). Nothing is served until
-	// the Homes are fixed.
+	// than the one it is given as; nothing is served until the Homes are
+	// fixed.
 	ErrHomeMismatch = errors.New("idem: a database is not the home it is given as")
 )
 
 const (
-	// maxReroutes bounds how many times one request is routed.
-	maxReroutes = 6
-	// reloadBackoff is how long a ledger that refused its databases' rings
-	// waits before it reads them again.
-	reloadBackoff = time.Second
+	maxReroutes   = 6           // how many times one request may be routed
+	reloadBackoff = time.Second // how long after a refusal the rings are read again
 )
 
 // errReroute asks for the request to be routed again by the current ring.
@@ -69,8 +61,8 @@ type shards struct {
 	refuseAt time.Time // when (monotonic)
 }
 
-// route is a ring the ledger routes by, and while it is Moving its
-// predecessor, each with the digest its guard compares.
+// route is the ring the ledger routes by and, while it is Moving, its
+// predecessor.
 type route struct {
 	expect
 	prev expect
@@ -82,26 +74,16 @@ type expect struct {
 	digest string
 }
 
-func expecting(r Ring) expect { return expect{r, r.digest()} }
-
 func newRoute(r Ring) *route {
-	rt := &route{expect: expecting(r)}
-	if r.Phase == RingMoving {
-		rt.prev = expecting(r.predecessor())
-	}
-	return rt
+	p := r.predecessor() // used only while r is Moving
+	return &route{expect{r, r.digest()}, expect{p, p.digest()}}
 }
 
-// NewSharded returns a Ledger that spans several D1 databases, each
-// principal's keys in the one the recorded ring routes it to (see Ring and
-// docs/sharding.md). Every database must hold the schema, and the ring must
-// be recorded (Admin.InitRing) before the first request; the ledger reads it
-// on first use and follows its changes as it meets them. homes may include
-// databases the ring does not name yet, as Grow needs.
-//
-// Two homes naming the same database are refused; a ledger whose Homes
-// disagree with the IDs the databases recorded serves nothing
-// (ErrHomeMismatch).
+// NewSharded returns a Ledger spanning several D1 databases, each principal's
+// keys in the one the recorded ring routes it to (docs/sharding.md). Every
+// database must hold the schema, and a ring be recorded (Admin.InitRing)
+// before the first request; the ledger follows the ring's changes as it meets
+// them. homes may include databases the ring does not name yet.
 func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
 	if len(homes) == 0 {
 		return nil, errors.New("idem: NewSharded: no homes")
@@ -141,11 +123,9 @@ func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
 // it has not yet. A ledger made by New has none: ErrNotSharded.
 func (l *Ledger) Ring(ctx context.Context) (Ring, error) { return l.ringBy(ctx, (*shards).current) }
 
-// RefreshRing reads the ring recorded in every home and adopts the newest if
-// it is newer than the one the ledger routes by, as the ledger does when a
-// database refuses a request routed by an older one. Conflicting rings, or a
-// home that is not the database it is given as, are refused: the ledger
-// serves nothing until they are fixed.
+// RefreshRing reads every home's ring and adopts the newest, as the ledger
+// does when a database refuses a request routed by an older one; conflicting
+// rings or mismatched homes are refused, and nothing is served until fixed.
 func (l *Ledger) RefreshRing(ctx context.Context) (Ring, error) { return l.ringBy(ctx, (*shards).load) }
 
 func (l *Ledger) ringBy(ctx context.Context, get func(*shards, context.Context, *Ledger) (*route, error)) (Ring, error) {
@@ -157,13 +137,6 @@ func (l *Ledger) ringBy(ctx context.Context, get func(*shards, context.Context, 
 		return Ring{}, err
 	}
 	return rt.Ring, nil
-}
-
-func (s *shards) home(id string) (*home, error) {
-	if h := s.homes[id]; h != nil {
-		return h, nil
-	}
-	return nil, fmt.Errorf("%w: %q", ErrUnknownHome, id)
 }
 
 // current returns the route the ledger routes by, loading it (one load at a
@@ -184,8 +157,7 @@ func (s *shards) current(ctx context.Context, l *Ledger) (*route, error) {
 	return s.load(ctx, l)
 }
 
-// cached returns the route, or the refusal while reloadBackoff has not
-// passed; neither when a load is due.
+// cached returns the route, or the refusal until reloadBackoff has passed.
 func (s *shards) cached() (*route, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -197,14 +169,12 @@ func (s *shards) cached() (*route, error) {
 
 // homeState is what one database has recorded of the ring.
 type homeState struct {
-	ring   *Ring     // nil when none
-	digest string    // the ring row's fingerprint
-	at     int64     // the ring row's created_at, when read
-	ident  *identity // nil when none
+	ring  *Ring     // nil when none
+	at    int64     // the ring row's created_at, when read
+	ident *identity // nil when none
 }
 
-// readState reads the ring and identity rows of ringRead, or, withAt, of
-// ringStatusStatements, which add the ring row's created_at.
+// readState reads the rows of ringRead or, withAt, ringStatusStatements.
 func readState(res d1client.Result, withAt bool) (homeState, error) {
 	var st homeState
 	for _, row := range res.Rows {
@@ -223,7 +193,7 @@ func readState(res d1client.Result, withAt bool) (homeState, error) {
 			if err != nil {
 				return homeState{}, err
 			}
-			st.ring, st.digest, st.at = &r, fp, at
+			st.ring, st.at = &r, at
 		case homeKey:
 			id, err := decodeHome(fp, body)
 			if err != nil {
@@ -235,8 +205,29 @@ func readState(res d1client.Result, withAt bool) (homeState, error) {
 	return st, nil
 }
 
-// readAt runs the ring read then stmts at h in one call, and returns what h
-// has recorded and the results of stmts.
+// homeRing returns st as the HomeRing of home id, or err's.
+func (st homeState) homeRing(id string, err error) HomeRing {
+	hr := HomeRing{ID: id, Ring: st.ring, Err: err}
+	if st.ring != nil {
+		hr.RecordedAt = time.UnixMilli(st.at).UTC()
+	}
+	if st.ident != nil {
+		hr.Identity, hr.joined = st.ident.ID, &st.ident.Joined
+	}
+	return hr
+}
+
+// newest returns the newest ring the homes hold; Version 0 if none.
+func newest(homes []HomeRing) (r Ring) {
+	for _, h := range homes {
+		if h.Ring != nil && h.Ring.Epoch() > r.Epoch() {
+			r = *h.Ring
+		}
+	}
+	return r
+}
+
+// readAt runs ringRead then stmts at h in one call.
 func (l *Ledger) readAt(ctx context.Context, h *home, stmts []d1client.Statement, opts ...d1client.ExecOption) (homeState, []d1client.Result, error) {
 	res, err := h.db.Exec(ctx, append([]d1client.Statement{l.sql.ringRead()}, stmts...), opts...)
 	var st homeState
@@ -269,13 +260,14 @@ func conflict(a, b Ring, whoA, whoB string) error {
 	return nil
 }
 
-// consistent checks the rings recorded by different homes against each other.
-func consistent(rings map[string]Ring) error {
-	ids := slices.Sorted(maps.Keys(rings))
-	for i, a := range ids {
-		for _, b := range ids[i+1:] {
-			if err := conflict(rings[a], rings[b], "home "+a, "home "+b); err != nil {
-				return err
+// consistent checks the rings of different homes against each other.
+func consistent(homes []HomeRing) error {
+	for i, a := range homes {
+		for _, b := range homes[i+1:] {
+			if a.Ring != nil && b.Ring != nil {
+				if err := conflict(*a.Ring, *b.Ring, "home "+a.ID, "home "+b.ID); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -283,44 +275,26 @@ func consistent(rings map[string]Ring) error {
 }
 
 // load reads every home at once and adopts the newest ring, passing over
-// homes it cannot read unless none can be; it refuses conflicting rings and
-// mismatched homes.
+// homes it cannot read unless none can be.
 func (s *shards) load(ctx context.Context, l *Ledger) (*route, error) {
-	type answer struct {
-		st  homeState
-		err error
-	}
-	hs := make([]*home, len(s.ids))
-	for i, id := range s.ids {
-		hs[i] = s.homes[id]
-	}
-	answers, _ := eachHome(ctx, hs, func(ctx context.Context, h *home) (answer, error) {
+	hs, _ := s.resolve(s.ids)
+	homes, _ := eachHome(ctx, hs, func(ctx context.Context, h *home) (HomeRing, error) {
 		st, _, err := l.readAt(ctx, h, nil, d1client.Coalesce(), opRing)
-		return answer{st, err}, nil
+		return st.homeRing(h.id, err), nil
 	})
-	rings := map[string]Ring{}
-	var newest *Ring
-	var errs []error
-	for i, a := range answers {
-		h, r := hs[i], a.st.ring
-		switch {
-		case a.err != nil:
-			errs = append(errs, a.err)
-		case a.st.ident != nil && a.st.ident.ID != h.id:
-			return nil, s.refuse(l, mismatch(h.id, a.st.ident.ID))
-		case r != nil:
-			rings[h.id] = *r
-			if newest == nil || r.Epoch() > newest.Epoch() {
-				newest = r
-			}
-		}
-	}
-	if err := consistent(rings); err != nil {
+	st := RingStatus{Homes: homes}
+	if err := st.check(s.ids, false); err != nil {
 		return nil, s.refuse(l, err)
 	}
-	switch {
-	case newest != nil:
-		return s.adopt(l, *newest)
+	var errs []error
+	for _, h := range homes {
+		if h.Err != nil {
+			errs = append(errs, h.Err)
+		}
+	}
+	switch r := newest(homes); {
+	case r.Version > 0:
+		return s.adopt(l, r)
 	case len(errs) > 0:
 		return nil, fmt.Errorf("idem: reading the ring: %w", errors.Join(errs...))
 	}
@@ -338,8 +312,8 @@ func (s *shards) refuse(l *Ledger, err error) error {
 	return err
 }
 
-// adopt makes r the ring the ledger routes by if it is newer than the one
-// it has, and returns the route it has then; a conflicting ring is refused.
+// adopt makes r the ring the ledger routes by if it is newer, and returns
+// the route then; a conflicting ring is refused.
 func (s *shards) adopt(l *Ledger, r Ring) (*route, error) {
 	s.mu.Lock()
 	if cur := s.route; cur != nil {
@@ -367,9 +341,8 @@ func (s *shards) adopt(l *Ledger, r Ring) (*route, error) {
 }
 
 // judge decides, from what h has recorded, whether a batch sent to h by
-// ring want stands: nil when it does; errReroute when h holds a newer ring
-// (adopted first); an error when h is not the home it is given as, holds
-// another ring of the epoch, or a newer ring that cannot be adopted.
+// ring want stands (nil), must be routed again by the newer ring h holds
+// (errReroute, the ring adopted), or is refused.
 func (s *shards) judge(l *Ledger, h *home, st homeState, want expect) error {
 	var err error
 	switch {
@@ -392,9 +365,8 @@ func (s *shards) judge(l *Ledger, h *home, st homeState, want expect) error {
 	return s.refuse(l, err)
 }
 
-// recheck reads and judges h after a guarded batch failed with err: the
-// guard aborted it exactly when h does not stand. When h stands, the failure
-// was the batch's own, and err is returned.
+// recheck judges h after a guarded batch failed with err: if h stands, the
+// guard did not abort the batch, and err is returned.
 func (s *shards) recheck(ctx context.Context, l *Ledger, h *home, want expect, err error) error {
 	if !errors.Is(err, d1client.ErrSQL) {
 		return err
@@ -403,21 +375,17 @@ func (s *shards) recheck(ctx context.Context, l *Ledger, h *home, want expect, e
 	if rerr != nil {
 		return fmt.Errorf("%w (and reading the ring after it: %v)", err, rerr)
 	}
-	if j := s.judge(l, h, st, want); j != nil {
-		return j
-	}
-	return err
+	return cmp.Or(s.judge(l, h, st, want), err)
 }
 
-// beginSharded is Begin on a sharded ledger: round trip 1 where the ring
-// routes the principal, routed again as beginRouted asks.
+// beginSharded is Begin on a sharded ledger.
 func (l *Ledger) beginSharded(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
 	for range maxReroutes {
-		rt, err := l.shards.current(ctx, l)
+		hs, rt, err := l.homesFor(ctx, principal)
 		if err != nil {
 			return Decision{}, err
 		}
-		d, err := l.beginRouted(ctx, rt, principal, key, fingerprint)
+		d, err := l.beginRouted(ctx, rt, hs, principal, key, fingerprint)
 		if !errors.Is(err, errReroute) {
 			return d, err
 		}
@@ -425,9 +393,9 @@ func (l *Ledger) beginSharded(ctx context.Context, principal, key, fingerprint s
 	return Decision{}, fmt.Errorf("idem: claim: %w", ErrRingUnsettled)
 }
 
-// beginRouted runs round trip 1 by route rt. An unmoved principal is claimed
-// at its home behind rt's ring guard. A moved principal's old home is read
-// first, and says whether it has recorded rt yet:
+// beginRouted runs round trip 1 by route rt at hs (homesFor). An unmoved
+// principal is claimed at its home behind rt's ring guard. A moved
+// principal's old home is read first, and says whether it has recorded rt:
 //
 //   - not yet: the key is claimed there, behind the guard of rt's
 //     predecessor, which refuses the claim once the old home records rt;
@@ -438,18 +406,10 @@ func (l *Ledger) beginSharded(ctx context.Context, principal, key, fingerprint s
 //
 // Once the old home has recorded rt nothing claims a moved principal's key
 // there, so a key read as absent stays absent (docs/sharding.md).
-func (l *Ledger) beginRouted(ctx context.Context, rt *route, principal, key, fingerprint string) (Decision, error) {
-	nh, err := l.shards.home(rt.Home(principal))
-	if err != nil {
-		return Decision{}, err
-	}
-	oldID := rt.PreviousHome(principal)
-	if oldID == "" {
+func (l *Ledger) beginRouted(ctx context.Context, rt *route, hs []*home, principal, key, fingerprint string) (Decision, error) {
+	oh, nh := hs[0], hs[len(hs)-1]
+	if len(hs) == 1 {
 		return l.claimGuarded(ctx, nh, rt.expect, principal, key, fingerprint)
-	}
-	oh, err := l.shards.home(oldID)
-	if err != nil {
-		return Decision{}, err
 	}
 	st, res, err := l.readAt(ctx, oh, []d1client.Statement{l.sql.lookupRow(principal, key, l.now())}, d1client.Coalesce(), opClaim)
 	if err != nil {
@@ -501,10 +461,9 @@ func (l *Ledger) claimGuarded(ctx context.Context, h *home, want expect, princip
 	return d, nil
 }
 
-// findRow runs stmts where principal's key is or would be (a moved
-// principal's old home first) and returns their results at the first home
-// where the first statement returned a row, else at the last one. On a
-// sharded ledger each batch reads the home's ring too, and is judged.
+// findRow runs stmts at the homes of principal's key, in order, and returns
+// their results at the first where the first statement returned a row, else
+// at the last; each batch reads the home's ring too, and is judged.
 func (l *Ledger) findRow(ctx context.Context, principal string, stmts []d1client.Statement, opts ...d1client.ExecOption) ([]d1client.Result, error) {
 	if l.single != nil {
 		return l.single.db.Exec(ctx, stmts, opts...)
@@ -539,8 +498,8 @@ retry:
 }
 
 // homesFor returns the databases that may hold principal's keys (a moved
-// principal's old home first), or for principal "" every database of the
-// ring, and the route it was read by; the database of a ledger made by New.
+// principal's old home first), or for "" every database of the ring, and the
+// route; the database of a ledger made by New.
 func (l *Ledger) homesFor(ctx context.Context, principal string) ([]*home, *route, error) {
 	if l.single != nil {
 		return []*home{l.single}, nil, nil
@@ -556,11 +515,17 @@ func (l *Ledger) homesFor(ctx context.Context, principal string) ([]*home, *rout
 			ids = []string{old, ids[0]}
 		}
 	}
+	hs, err := l.shards.resolve(ids)
+	return hs, rt, err
+}
+
+// resolve returns the databases with these IDs.
+func (s *shards) resolve(ids []string) ([]*home, error) {
 	hs := make([]*home, len(ids))
 	for i, id := range ids {
-		if hs[i], err = l.shards.home(id); err != nil {
-			return nil, nil, err
+		if hs[i] = s.homes[id]; hs[i] == nil {
+			return nil, fmt.Errorf("%w: %q", ErrUnknownHome, id)
 		}
 	}
-	return hs, rt, nil
+	return hs, nil
 }
