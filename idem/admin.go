@@ -39,9 +39,8 @@ func ParseStatus(s string) (Status, error) {
 	return "", fmt.Errorf("idem: %q is not a status: use %s or %s", s, StatusPending, StatusCompleted)
 }
 
-// Admin is the ledger's administrative API, which the d1idem CLI is built
-// on, with its Ledger's clock, TTL and retention (configure them as the
-// application does).
+// Admin is the ledger's administrative API, which the d1idem CLI is built on;
+// it uses its Ledger's clock, TTL and retention.
 type Admin struct{ l *Ledger }
 
 // Admin returns the ledger's administrative API.
@@ -239,12 +238,10 @@ type ReleaseResult struct {
 	Generation int64     // the row's generation now
 }
 
-// Release releases one key at the given generation by Ledger.Release's
-// rule: the row moves one generation on, pending with no response, so the
-// next request with its fingerprint takes it over at once. Without Force
-// only a stuck row is released. Released is false, and Before says why, when
-// the row is at another generation, completed, or (without Force) not
-// stuck; a missing row is ErrKeyNotFound.
+// Release releases one key at the given generation as Ledger.Release does,
+// so that the next request with its fingerprint takes it over at once; without
+// Force, only if it is stuck. Released is false, and Before says why, when the
+// row is at another generation, completed, or not stuck.
 func (a *Admin) Release(ctx context.Context, principal, key string, generation int64, opts ReleaseOptions) (ReleaseResult, error) {
 	mode := releaseStuck
 	if opts.Force {
@@ -276,9 +273,8 @@ func (a *Admin) Release(ctx context.Context, principal, key string, generation i
 	return out, nil
 }
 
-// Sweep deletes up to SweepBatch rows last updated more than Retention ago
-// in each database, with the spec's bounded DELETE, and returns how many it
-// deleted. The request path sweeps on its own; Sweep clears a backlog.
+// Sweep runs the request path's sweep once in each database (up to SweepBatch
+// rows) and returns how many rows it deleted.
 func (a *Admin) Sweep(ctx context.Context) (int64, error) {
 	l := a.l
 	res, err := a.at(ctx, "", l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now()))
@@ -447,8 +443,8 @@ func compareKeys(a, b KeyRecord) int {
 	return cmp.Or(a.UpdatedAt.Compare(b.UpdatedAt), cmp.Compare(a.Principal, b.Principal), cmp.Compare(a.Key, b.Key))
 }
 
-// eachHome runs fn for each home at once and returns their results in
-// order; the error joins each failure, named by its home.
+// eachHome runs fn for each home at once; the error joins each failure,
+// named by its home.
 func eachHome[T any](ctx context.Context, hs []*home, fn func(ctx context.Context, h *home) (T, error)) ([]T, error) {
 	out := make([]T, len(hs))
 	errs := make([]error, len(hs))

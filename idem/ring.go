@@ -236,34 +236,29 @@ func decodeHome(id, body string) (identity, error) {
 // validate checks a ring's shape: sorted, distinct, valid IDs; a Moving
 // ring's previous homes are a proper subset of its homes.
 func (r Ring) validate() error {
-	if r.Version < 1 {
+	moving := r.Phase == RingMoving
+	switch err := checkIDs(r.Homes); {
+	case r.Version < 1:
 		return fmt.Errorf("version %d", r.Version)
+	case err != nil:
+		return err
+	case !moving && r.Phase != RingStable:
+		return fmt.Errorf("phase %q", r.Phase)
+	case !moving && r.Previous != nil:
+		return errors.New("a stable ring with previous homes")
+	case !moving:
+		return nil
+	case r.Version < 2:
+		return errors.New("version 1 cannot be moving")
 	}
-	if err := checkIDs(r.Homes); err != nil {
+	if err := checkIDs(r.Previous); err != nil {
 		return err
 	}
-	switch r.Phase {
-	case RingStable:
-		if r.Previous != nil {
-			return errors.New("a stable ring with previous homes")
-		}
-	case RingMoving:
-		if r.Version < 2 {
-			return errors.New("version 1 cannot be moving")
-		}
-		if err := checkIDs(r.Previous); err != nil {
-			return err
-		}
-		for _, id := range r.Previous {
-			if !slices.Contains(r.Homes, id) {
-				return fmt.Errorf("previous home %q is not a home", id)
-			}
-		}
-		if len(r.Previous) >= len(r.Homes) {
-			return errors.New("a moving ring that adds no home")
-		}
-	default:
-		return fmt.Errorf("phase %q", r.Phase)
+	if dropped := r.predecessor().drops(r); len(dropped) > 0 {
+		return fmt.Errorf("previous home %q is not a home", dropped[0])
+	}
+	if len(r.Previous) >= len(r.Homes) {
+		return errors.New("a moving ring that adds no home")
 	}
 	return nil
 }

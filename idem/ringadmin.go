@@ -40,11 +40,9 @@ type RingStatus struct {
 
 // HomeRing is what one database has recorded.
 type HomeRing struct {
-	ID   string
-	Ring *Ring // nil when none
-	// Identity is the home ID the database recorded, once, when it joined a
-	// ring, so that it is never used under two IDs; "" when none.
-	Identity string
+	ID       string
+	Ring     *Ring  // nil when none
+	Identity string // the home ID it recorded, once, joining a ring; "" if none
 	// RecordedAt is when it recorded Ring's phase, and Now the time of the
 	// read, both by the ledger's clock.
 	RecordedAt, Now time.Time
@@ -54,46 +52,38 @@ type HomeRing struct {
 	joined *Ring // the ring it joined under Identity
 }
 
-// dropDelay is how long after an old home recorded a Moving ring its old
-// route may be dropped: a key claimed there just before may be written until
-// Retention - TTL - RetentionMargin/2 later (ErrReservationExpired), then
-// must replay for one Retention.
+// dropDelay is how long after an old home recorded a Moving ring it may be
+// dropped: a key claimed there just before is written until Retention - TTL -
+// RetentionMargin/2 later (ErrReservationExpired), then replays a Retention.
 func (c Config) dropDelay() time.Duration {
 	return 2*c.Retention - c.TTL - RetentionMargin/2
 }
 
-// ringStatusStatements read a database's ring and identity rows, the
+// statusAt runs stmts at h, then reads its ring and identity rows, the
 // clock, and whether it holds keys.
-func (a *Admin) ringStatusStatements() []d1client.Statement {
+func (a *Admin) statusAt(ctx context.Context, h *home, stmts ...d1client.Statement) HomeRing {
 	l := a.l
 	rows := l.sql.query(l.now()).add("SELECT key, generation, fingerprint, response_body, created_at FROM " + d1idem.Table +
 		" WHERE principal = '' AND key IN ('" + ringKey + "', '" + homeKey + "')")
 	clock := l.sql.query(l.now()).add("SELECT ").clock().add(", EXISTS (SELECT 1 FROM " + d1idem.Table + " WHERE principal <> '')")
-	return []d1client.Statement{rows.statement(), clock.statement()}
-}
-
-// statusAt runs stmts at h, then reads what h holds (ringStatusStatements).
-func (a *Admin) statusAt(ctx context.Context, h *home, stmts ...d1client.Statement) HomeRing {
-	res, err := h.db.Exec(ctx, append(stmts, a.ringStatusStatements()...), d1client.Idempotent())
+	res, err := h.db.Exec(ctx, append(stmts, rows.statement(), clock.statement()), d1client.Idempotent())
+	var hr HomeRing
 	var now int64
-	var hasKeys bool
-	var st homeState
 	if err == nil {
-		res = res[len(stmts):]
-		err = res[1].Rows[0].Scan(&now, &hasKeys)
+		hr, err = readState(h.id, res[len(stmts)], true)
 	}
 	if err == nil {
-		st, err = readState(res[0], true)
+		err = res[len(stmts)+1].Rows[0].Scan(&now, &hr.HasKeys)
+		hr.Now = time.UnixMilli(now).UTC()
 	}
-	hr := st.homeRing(h.id, err)
-	if err == nil {
-		hr.Now, hr.HasKeys = time.UnixMilli(now).UTC(), hasKeys
+	if err != nil {
+		return HomeRing{ID: h.id, Err: err}
 	}
 	return hr
 }
 
-// atEach sets, at once for each of the homes with these IDs, its HomeRing
-// in st to what fn returns for it, and returns their errors.
+// atEach sets the HomeRing in st of each home with these IDs to fn's, at
+// once, and returns their errors.
 func (a *Admin) atEach(ctx context.Context, st *RingStatus, ids []string, fn func(*home) HomeRing) []error {
 	hs, _ := a.l.shards.resolve(ids) // ids checked by RingStatus.check
 	out, _ := eachHome(ctx, hs, func(_ context.Context, h *home) (HomeRing, error) { return fn(h), nil })
@@ -113,13 +103,9 @@ func (a *Admin) RingStatus(ctx context.Context) (RingStatus, error) {
 	if a.l.shards == nil {
 		return RingStatus{}, ErrNotSharded
 	}
-	ids := a.l.shards.ids
-	st := RingStatus{Homes: make([]HomeRing, len(ids))}
-	for i, id := range ids {
-		st.Homes[i].ID = id
-	}
-	a.atEach(ctx, &st, ids, func(h *home) HomeRing { return a.statusAt(ctx, h) })
-	st.Ring = newest(st.Homes)
+	hs, _ := a.l.shards.resolve(a.l.shards.ids)
+	homes, _ := eachHome(ctx, hs, func(ctx context.Context, h *home) (HomeRing, error) { return a.statusAt(ctx, h), nil })
+	st := RingStatus{Ring: newest(homes), Homes: homes}
 	st.DropAt = a.dropAt(st)
 	return st, nil
 }
@@ -151,9 +137,8 @@ func (st *RingStatus) home(id string) *HomeRing {
 	return nil
 }
 
-// check returns an error when one of the databases with these IDs is not
-// the ledger's or is recorded as another home, when the databases' rings
-// conflict, and, if readable, when one could not be read.
+// check refuses unknown and mismatched homes among ids, conflicting rings,
+// and, if readable, homes that could not be read.
 func (st *RingStatus) check(ids []string, readable bool) error {
 	var errs []error
 	for _, id := range ids {
@@ -175,9 +160,8 @@ func (st *RingStatus) check(ids []string, readable bool) error {
 	return errors.Join(errs...)
 }
 
-// reservedRow inserts the reserved row key with generation genSQL, params
-// (its fingerprint, any generation and its body), the clock as created_at and
-// ringFarFuture as updated_at, then onConflict.
+// reservedRow inserts the reserved row key; params are its fingerprint, a
+// generation if genSQL is "?", and its body.
 func (a *Admin) reservedRow(key, genSQL, onConflict string, params ...any) d1client.Statement {
 	return a.l.sql.query(a.l.now()).add(`INSERT INTO `+d1idem.Table+` (principal, key, fingerprint, status, generation, response_status, response_body, response_headers, created_at, updated_at)
 VALUES ('', '`+key+`', ?, 'completed', `+genSQL+`, 200, ?, '{"content-type":"application/json"}', `, params...).
@@ -185,10 +169,9 @@ VALUES ('', '`+key+`', ?, 'completed', `+genSQL+`, 200, ?, '{"content-type":"app
 ON CONFLICT (principal, key) `+onConflict, int64(ringFarFuture)).statement()
 }
 
-// write records, once, that h is home h.id and joined r, and with ring also
-// r itself unless h holds a newer ring; it returns what h holds then, with
-// ErrHomeMismatch if h is recorded as another home, and ErrRingConflict if
-// it joined another ring (or, with ring, does not hold r).
+// write records, once, that h is home h.id and joined r, and, with ring, r
+// unless h holds a newer ring; it returns what h holds then, with an error if
+// h is another home, joined another ring, or (with ring) does not hold r.
 func (a *Admin) write(ctx context.Context, h *home, r Ring, ring bool) HomeRing {
 	stmts := []d1client.Statement{a.reservedRow(homeKey, "1", "DO NOTHING", h.id, encodeHome(h.id, r))}
 	if ring {
@@ -240,13 +223,10 @@ func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, 
 	return err
 }
 
-// InitRing records the first ring, version 1, Stable, over every database
-// given to NewSharded, before the first request. They must hold the schema
-// and no ring, and, if several, no key (an existing ledger becomes a ring of
-// one, then grows). Every database first records its home ID and the ring it
-// joins, so a database of another ring or recorded as another home is
-// refused. If InitRing fails once the ring is recorded somewhere,
-// AdvanceRing finishes it.
+// InitRing records the first ring, version 1 Stable, over every database
+// given to NewSharded, which must hold the schema and no ring (and, if
+// several, no key), once each has recorded its home ID and the ring it joins.
+// If it fails once the ring is recorded somewhere, AdvanceRing finishes it.
 func (a *Admin) InitRing(ctx context.Context) (RingStatus, error) {
 	st, err := a.RingStatus(ctx)
 	if err != nil {
@@ -271,13 +251,10 @@ func (a *Admin) InitRing(ctx context.Context) (RingStatus, error) {
 	return st, a.record(ctx, &st, ids[0], r)
 }
 
-// Grow starts a change of the Stable, fully recorded ring that adds the
-// databases with these IDs (given to every replica's NewSharded, holding the
-// schema, and empty): it records the next version, Moving, first in the
-// current homes' first database, then in every other one. About
-// len(ids)/(len(homes)+len(ids)) of the principals then have their new keys
-// in the new databases, their old ones still answered from their old homes,
-// until AdvanceRing ends the change after DropAt (docs/sharding.md). If a
+// Grow records the next version of the Stable, fully recorded ring, Moving,
+// adding the databases with these IDs (empty, and given to every replica):
+// the principals they win have their new keys there, their old keys answered
+// from their old homes until AdvanceRing after DropAt (docs/sharding.md). If a
 // database cannot be written, AdvanceRing finishes the recording.
 func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 	st, err := a.RingStatus(ctx)

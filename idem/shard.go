@@ -167,16 +167,10 @@ func (s *shards) cached() (*route, error) {
 	return s.route, nil
 }
 
-// homeState is what one database has recorded of the ring.
-type homeState struct {
-	ring  *Ring     // nil when none
-	at    int64     // the ring row's created_at, when read
-	ident *identity // nil when none
-}
-
-// readState reads the rows of ringRead or, withAt, ringStatusStatements.
-func readState(res d1client.Result, withAt bool) (homeState, error) {
-	var st homeState
+// readState reads the ring and identity rows of ringRead or, withAt, statusAt
+// (which adds created_at) into what home id has recorded.
+func readState(id string, res d1client.Result, withAt bool) (HomeRing, error) {
+	hr := HomeRing{ID: id}
 	for _, row := range res.Rows {
 		var key, fp, body string
 		var epoch, at int64
@@ -185,36 +179,24 @@ func readState(res d1client.Result, withAt bool) (homeState, error) {
 			dst = append(dst, &at)
 		}
 		if err := row.Scan(dst...); err != nil {
-			return homeState{}, fmt.Errorf("%w: %v", errBadRing, err)
+			return HomeRing{ID: id}, fmt.Errorf("%w: %v", errBadRing, err)
 		}
 		switch key {
 		case ringKey:
 			r, err := decodeRing(epoch, fp, body)
 			if err != nil {
-				return homeState{}, err
+				return HomeRing{ID: id}, err
 			}
-			st.ring, st.at = &r, at
+			hr.Ring, hr.RecordedAt = &r, time.UnixMilli(at).UTC()
 		case homeKey:
-			id, err := decodeHome(fp, body)
+			ident, err := decodeHome(fp, body)
 			if err != nil {
-				return homeState{}, err
+				return HomeRing{ID: id}, err
 			}
-			st.ident = &id
+			hr.Identity, hr.joined = ident.ID, &ident.Joined
 		}
 	}
-	return st, nil
-}
-
-// homeRing returns st as the HomeRing of home id, or err's.
-func (st homeState) homeRing(id string, err error) HomeRing {
-	hr := HomeRing{ID: id, Ring: st.ring, Err: err}
-	if st.ring != nil {
-		hr.RecordedAt = time.UnixMilli(st.at).UTC()
-	}
-	if st.ident != nil {
-		hr.Identity, hr.joined = st.ident.ID, &st.ident.Joined
-	}
-	return hr
+	return hr, nil
 }
 
 // newest returns the newest ring the homes hold; Version 0 if none.
@@ -228,16 +210,16 @@ func newest(homes []HomeRing) (r Ring) {
 }
 
 // readAt runs ringRead then stmts at h in one call.
-func (l *Ledger) readAt(ctx context.Context, h *home, stmts []d1client.Statement, opts ...d1client.ExecOption) (homeState, []d1client.Result, error) {
+func (l *Ledger) readAt(ctx context.Context, h *home, stmts []d1client.Statement, opts ...d1client.ExecOption) (HomeRing, []d1client.Result, error) {
 	res, err := h.db.Exec(ctx, append([]d1client.Statement{l.sql.ringRead()}, stmts...), opts...)
-	var st homeState
+	hr := HomeRing{ID: h.id}
 	if err == nil {
-		st, err = readState(res[0], false)
+		hr, err = readState(h.id, res[0], false)
 	}
 	if err != nil {
-		return homeState{}, nil, fmt.Errorf("home %s: %w", h.id, err)
+		return hr, nil, fmt.Errorf("home %s: %w", h.id, err)
 	}
-	return st, res[1:], nil
+	return hr, res[1:], nil
 }
 
 func mismatch(id, recorded string) error {
@@ -279,8 +261,9 @@ func consistent(homes []HomeRing) error {
 func (s *shards) load(ctx context.Context, l *Ledger) (*route, error) {
 	hs, _ := s.resolve(s.ids)
 	homes, _ := eachHome(ctx, hs, func(ctx context.Context, h *home) (HomeRing, error) {
-		st, _, err := l.readAt(ctx, h, nil, d1client.Coalesce(), opRing)
-		return st.homeRing(h.id, err), nil
+		hr, _, err := l.readAt(ctx, h, nil, d1client.Coalesce(), opRing)
+		hr.Err = err
+		return hr, nil
 	})
 	st := RingStatus{Homes: homes}
 	if err := st.check(s.ids, false); err != nil {
@@ -343,21 +326,21 @@ func (s *shards) adopt(l *Ledger, r Ring) (*route, error) {
 // judge decides, from what h has recorded, whether a batch sent to h by
 // ring want stands (nil), must be routed again by the newer ring h holds
 // (errReroute, the ring adopted), or is refused.
-func (s *shards) judge(l *Ledger, h *home, st homeState, want expect) error {
+func (s *shards) judge(l *Ledger, h *home, st HomeRing, want expect) error {
 	var err error
 	switch {
-	case st.ident == nil:
+	case st.Identity == "":
 		err = fmt.Errorf("%w: the database given as home %q has no identity recorded: finish the ring's recording with Admin.AdvanceRing (d1idem ring advance)", ErrHomeMismatch, h.id)
-	case st.ident.ID != h.id:
-		err = mismatch(h.id, st.ident.ID)
-	case st.ring == nil || st.ring.Epoch() < want.Epoch():
+	case st.Identity != h.id:
+		err = mismatch(h.id, st.Identity)
+	case st.Ring == nil || st.Ring.Epoch() < want.Epoch():
 		return nil
-	case st.ring.Epoch() == want.Epoch():
-		if err = conflict(want.Ring, *st.ring, "this ledger", "home "+h.id); err == nil {
+	case st.Ring.Epoch() == want.Epoch():
+		if err = conflict(want.Ring, *st.Ring, "this ledger", "home "+h.id); err == nil {
 			return nil
 		}
 	default:
-		if _, err := s.adopt(l, *st.ring); err != nil {
+		if _, err := s.adopt(l, *st.Ring); err != nil {
 			return err
 		}
 		return errReroute
@@ -415,7 +398,7 @@ func (l *Ledger) beginRouted(ctx context.Context, rt *route, hs []*home, princip
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: claim: reading the old home: %w", err)
 	}
-	if st.ring != nil && st.ring.Epoch() < rt.Epoch() { // rt not recorded there yet
+	if st.Ring != nil && st.Ring.Epoch() < rt.Epoch() { // rt not recorded there yet
 		if err := l.shards.judge(l, oh, st, rt.prev); err != nil {
 			return Decision{}, err
 		}
@@ -424,7 +407,7 @@ func (l *Ledger) beginRouted(ctx context.Context, rt *route, hs []*home, princip
 	if err := l.shards.judge(l, oh, st, rt.expect); err != nil {
 		return Decision{}, err
 	}
-	if st.ring == nil {
+	if st.Ring == nil {
 		return Decision{}, fmt.Errorf("idem: claim: %w: home %s, the old home of a moved principal, holds no ring", ErrRingConflict, oh.id)
 	}
 	if len(res[0].Rows) == 0 {
@@ -480,7 +463,7 @@ retry:
 				return nil, err
 			}
 			want := rt.expect
-			if st.ring != nil && st.ring.Epoch() < want.Epoch() && rt.Phase == RingMoving {
+			if st.Ring != nil && st.Ring.Epoch() < want.Epoch() && rt.Phase == RingMoving {
 				want = rt.prev
 			}
 			switch err := l.shards.judge(l, h, st, want); {
