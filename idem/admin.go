@@ -134,17 +134,26 @@ func stale(q *query, d time.Duration) *query {
 
 // Get reads one key's row, stored response included.
 func (a *Admin) Get(ctx context.Context, principal, key string) (KeyRecord, error) {
+	k, _, err := a.find(ctx, "get", principal, key, true)
+	return k, err
+}
+
+// find reads a key's row (with detail, its response) where it is, in one
+// batch with more, and returns it and the results of more.
+func (a *Admin) find(ctx context.Context, op, principal, key string, detail bool, more ...d1client.Statement) (KeyRecord, []d1client.Result, error) {
 	if err := checkPrincipal(principal); err != nil {
-		return KeyRecord{}, err
+		return KeyRecord{}, nil, err
 	}
-	res, err := a.l.findRow(ctx, principal, []d1client.Statement{a.selectRows(true).add(" WHERE principal = ? AND key = ?", principal, key).statement()})
-	if err != nil {
-		return KeyRecord{}, fmt.Errorf("idem: get: %w", err)
+	row := a.selectRows(detail).add(" WHERE principal = ? AND key = ?", principal, key).statement()
+	res, err := a.l.findRow(ctx, principal, append([]d1client.Statement{row}, more...))
+	switch {
+	case err != nil:
+		return KeyRecord{}, nil, fmt.Errorf("idem: %s: %w", op, err)
+	case len(res[0].Rows) == 0:
+		return KeyRecord{}, nil, ErrKeyNotFound
 	}
-	if len(res[0].Rows) == 0 {
-		return KeyRecord{}, ErrKeyNotFound
-	}
-	return a.scan(res[0].Rows[0], true)
+	k, err := a.scan(res[0].Rows[0], detail)
+	return k, res[1:], err
 }
 
 // ListOptions filters (all that are set) and pages Admin.List.
@@ -247,26 +256,14 @@ func (a *Admin) Release(ctx context.Context, principal, key string, generation i
 	if opts.Force {
 		mode = releaseForce
 	}
-	if err := checkPrincipal(principal); err != nil {
-		return ReleaseResult{}, err
-	}
-	before := a.selectRows(false).add(" WHERE principal = ? AND key = ?", principal, key)
-	release := a.l.sql.release(principal, key, generation, a.l.cfg.TTL, mode, a.l.now())
-	res, err := a.l.findRow(ctx, principal, []d1client.Statement{before.statement(), release})
-	if err != nil {
-		return ReleaseResult{}, fmt.Errorf("idem: release: %w", err)
-	}
-	if len(res[0].Rows) == 0 {
-		return ReleaseResult{}, ErrKeyNotFound
-	}
-	k, err := a.scan(res[0].Rows[0], false)
+	k, res, err := a.find(ctx, "release", principal, key, false, a.l.sql.release(principal, key, generation, a.l.cfg.TTL, mode, a.l.now()))
 	if err != nil {
 		return ReleaseResult{}, err
 	}
 	out := ReleaseResult{Before: k, Generation: k.Generation}
-	if len(res[1].Rows) == 1 {
+	if len(res[0].Rows) == 1 {
 		out.Released = true
-		if err := res[1].Rows[0].Scan(&out.Generation); err != nil {
+		if err := res[0].Rows[0].Scan(&out.Generation); err != nil {
 			return out, fmt.Errorf("idem: release: reading the generation: %w", err)
 		}
 	}
@@ -484,18 +481,16 @@ type cursor struct {
 	Key       string
 }
 
-// A cursor token is "v1." + base64url(JSON [updated_at, principal, key]) +
-// "." + the first 8 hex digits of the JSON's SHA-256 (against editing).
-const cursorVersion = "v1"
-
 func (c cursor) encode() string {
 	payload, _ := json.Marshal([]any{c.UpdatedAt, c.Principal, c.Key})
 	return cursorToken(payload)
 }
 
+// cursorToken is "v1." + base64url(JSON [updated_at, principal, key]) + "." +
+// the first 8 hex digits of the JSON's SHA-256 (against editing).
 func cursorToken(payload []byte) string {
 	sum := sha256.Sum256(payload)
-	return cursorVersion + "." + base64.RawURLEncoding.EncodeToString(payload) + "." + hex.EncodeToString(sum[:4])
+	return "v1." + base64.RawURLEncoding.EncodeToString(payload) + "." + hex.EncodeToString(sum[:4])
 }
 
 func decodeCursor(tok string) (cursor, error) {
