@@ -317,12 +317,9 @@ type Stats struct {
 	Oldest       *KeyRecord       // the row updated longest ago; nil if none
 	SweepBacklog int64            // rows last updated more than Retention ago
 	SizeBytes    int64            // the size D1 reports (meta size_after); 0 if none
-	// Created counts the rows created within the last Retention, and
-	// FirstCreated is when the oldest was (zero if none); AsOf is the ledger
-	// clock's time of the read.
-	Created      int64
-	FirstCreated time.Time
-	AsOf         time.Time
+	Created      int64            // rows created within the last Retention
+	FirstCreated time.Time        // when the oldest row was created; zero if none
+	AsOf         time.Time        // the ledger clock's time of the read
 }
 
 // Stats summarises the ledger (totals over the databases) in one read-only

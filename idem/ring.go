@@ -26,9 +26,7 @@ const (
 // RingPhase is the phase of a ring.
 type RingPhase string
 
-// The phases of a ring. InitRing records version 1 Stable; Grow records the
-// next version Moving; AdvanceRing makes it Stable once no key can still be
-// replayed from an old home.
+// The phases of a ring (see Admin.Grow and Admin.AdvanceRing).
 const (
 	// RingStable: every principal's keys are at Ring.Home(principal).
 	RingStable RingPhase = "stable"
@@ -168,8 +166,7 @@ func (r Ring) encode() string {
 // errBadRing is wrapped by every error about an unreadable recorded ring.
 var errBadRing = errors.New("idem: the recorded ring is unreadable")
 
-// decodeRing reads a ring row: its generation (the epoch), its fingerprint
-// (the digest of its body) and its JSON.
+// decodeRing reads a ring row: its generation, fingerprint and JSON.
 func decodeRing(epoch int64, digest, body string) (Ring, error) {
 	r, err := decodeRingBody(body)
 	switch {
@@ -198,8 +195,8 @@ func decodeRingBody(body string) (Ring, error) {
 	return r, nil
 }
 
-// homeJSON is the identity row's response_body: the database's home ID (also
-// the row's fingerprint) and the ring it joined under that ID.
+// homeJSON is the identity row's response_body; its ID is also the row's
+// fingerprint.
 type homeJSON struct {
 	Format string          `json:"format"`
 	ID     string          `json:"id"`

@@ -14,8 +14,8 @@ import (
 // Errors of the ring operations.
 var (
 	// ErrRingConflict is returned when a database holds a ring the
-	// operation did not expect: another operator's change, a ring recorded
-	// twice, or databases that disagree about one version.
+	// operation did not expect (another operator's change, databases that
+	// disagree).
 	ErrRingConflict = errors.New("idem: ring conflict")
 	// ErrRingIncomplete is returned by Grow while the current ring is not
 	// recorded in every one of its databases.

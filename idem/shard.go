@@ -32,12 +32,11 @@ var (
 	// ErrUnknownHome is returned when the ring names a database this ledger
 	// has no Home for.
 	ErrUnknownHome = errors.New("idem: the ring names a database this ledger has no Home for")
-	// ErrRingUnsettled is returned when a request was routed again too many
-	// times, the ring or the key changing under it each time.
+	// ErrRingUnsettled is returned when the ring or the key kept changing
+	// while a request was routed.
 	ErrRingUnsettled = errors.New("idem: the ring kept changing while the request was routed")
 	// ErrHomeMismatch is returned when a database recorded another home ID
-	// than the one it is given as; nothing is served until the Homes are
-	// fixed.
+	// than it is given as; nothing is served until the Homes are fixed.
 	ErrHomeMismatch = errors.New("idem: a database is not the home it is given as")
 )
 
@@ -226,9 +225,8 @@ func mismatch(id, recorded string) error {
 	return fmt.Errorf("%w: the database given as home %q recorded that it is home %q (one database given under two IDs, or IDs that differ between replicas)", ErrHomeMismatch, id, recorded)
 }
 
-// conflict returns an ErrRingConflict error when rings a and b, held by
-// whoA and whoB, are two rings of one epoch or the newer drops a home of the
-// older; otherwise nil.
+// conflict returns an ErrRingConflict error when rings a and b (held by whoA
+// and whoB) differ at one epoch or the newer drops a home of the older.
 func conflict(a, b Ring, whoA, whoB string) error {
 	if b.Epoch() < a.Epoch() {
 		a, b, whoA, whoB = b, a, whoB, whoA
@@ -376,19 +374,13 @@ func (l *Ledger) beginSharded(ctx context.Context, principal, key, fingerprint s
 	return Decision{}, fmt.Errorf("idem: claim: %w", ErrRingUnsettled)
 }
 
-// beginRouted runs round trip 1 by route rt at hs (homesFor). An unmoved
-// principal is claimed at its home behind rt's ring guard. A moved
-// principal's old home is read first, and says whether it has recorded rt:
-//
-//   - not yet: the key is claimed there, behind the guard of rt's
-//     predecessor, which refuses the claim once the old home records rt;
-//   - yes, and the key is there: it is answered from there, or, a stale
-//     pending row of the same request, deleted there (fenced) and claimed
-//     at the new home;
-//   - yes, and the key is not there: it is claimed at the new home.
-//
-// Once the old home has recorded rt nothing claims a moved principal's key
-// there, so a key read as absent stays absent (docs/sharding.md).
+// beginRouted runs round trip 1 by route rt at hs (homesFor): an unmoved
+// principal's key is claimed at its home behind rt's guard. A moved
+// principal's old home is read first: if it has not recorded rt, the key is
+// claimed there behind the predecessor's guard; else the key is answered
+// from there, or, absent or a stale reservation of this request (deleted,
+// fenced), claimed at the new home. Once the old home records rt nothing
+// claims a moved key there, so absent stays absent (docs/sharding.md).
 func (l *Ledger) beginRouted(ctx context.Context, rt *route, hs []*home, principal, key, fingerprint string) (Decision, error) {
 	oh, nh := hs[0], hs[len(hs)-1]
 	if len(hs) == 1 {
@@ -420,8 +412,7 @@ func (l *Ledger) beginRouted(ctx context.Context, rt *route, hs []*home, princip
 	if row.fingerprint != fingerprint || row.status != StatusPending || !row.stale(l.cfg.TTL) {
 		return l.decideRow(&row, fingerprint)
 	}
-	// A stale reservation of this request: delete it at the old home, as a
-	// takeover would supersede it, and claim the key at the new home.
+	// A stale reservation of this request: delete it, as a takeover would.
 	res, err = oh.db.Exec(ctx, []d1client.Statement{l.sql.ringGuard(rt.expect, oh.id),
 		l.sql.movedDelete(principal, key, row.generation, fingerprint, l.cfg.TTL, l.now())}, d1client.Idempotent(), opClaim)
 	switch {
@@ -444,9 +435,8 @@ func (l *Ledger) claimGuarded(ctx context.Context, h *home, want expect, princip
 	return d, nil
 }
 
-// findRow runs stmts at the homes of principal's key, in order, and returns
-// their results at the first where the first statement returned a row, else
-// at the last; each batch reads the home's ring too, and is judged.
+// findRow runs stmts at the homes of principal's key, in order, until the
+// first returns a row; each batch reads the home's ring too, and is judged.
 func (l *Ledger) findRow(ctx context.Context, principal string, stmts []d1client.Statement, opts ...d1client.ExecOption) ([]d1client.Result, error) {
 	if l.single != nil {
 		return l.single.db.Exec(ctx, stmts, opts...)
