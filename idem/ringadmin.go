@@ -318,10 +318,7 @@ func (a *Admin) AdvanceRing(ctx context.Context) (RingStatus, error) {
 	if err := st.check(cur.Homes, false); err != nil {
 		return st, fmt.Errorf("idem: advance ring: %w", err)
 	}
-	coordinator := cur.Homes[0]
-	if cur.Phase == RingMoving {
-		coordinator = cur.Previous[0]
-	}
+	coordinator := slices.Concat(cur.Previous, cur.Homes)[0] // while Moving, an old home
 	if err := a.record(ctx, &st, coordinator, cur); err != nil {
 		return st, err
 	}
@@ -334,6 +331,5 @@ func (a *Admin) AdvanceRing(ctx context.Context) (RingStatus, error) {
 			return st, fmt.Errorf("%w: home %s until %s", ErrDropNotDue, id, due.Format(time.RFC3339))
 		}
 	}
-	stable := Ring{Version: cur.Version, Phase: RingStable, Homes: cur.Homes}
-	return st, a.record(ctx, &st, coordinator, stable)
+	return st, a.record(ctx, &st, coordinator, Ring{Version: cur.Version, Phase: RingStable, Homes: cur.Homes})
 }
