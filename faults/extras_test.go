@@ -59,7 +59,7 @@ func (run *randomRun) recordOp(op opRec) {
 }
 
 // operate is the operator: every 40-120 ms it sweeps (Admin.Sweep),
-// releases the stuck keys Admin.Stuck lists (without Force; once: a key it
+// releases the stuck keys Admin.List lists (without Force; once: a key it
 // released stays stuck until its client returns), or looks at a
 // recent key (Admin.Get) and releases it: a pending one with or without
 // Force ("release_force", "release"), a completed one with Force, which
@@ -98,7 +98,7 @@ func (run *randomRun) operate(done <-chan struct{}) {
 			n, err := admin.Sweep(ctx)
 			run.recordOp(opRec{Kind: "sweep", Deleted: n, Err: errString(err)})
 		case u < 0.30:
-			stuck, err := admin.Stuck(ctx, 5)
+			stuck, err := admin.List(ctx, idem.ListOptions{Status: idem.StatusPending, OlderThan: run.cfg.TTL, Limit: 5})
 			if err != nil {
 				run.recordOp(opRec{Kind: "stuck", Err: err.Error()})
 				break

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -8,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,8 +18,8 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// Status is the status of a ledger row. The spec has two; a row written by
-// something else may hold any string.
+// Status is the status of a ledger row: one of the spec's two, or any string
+// something else wrote.
 type Status string
 
 // The spec's statuses.
@@ -37,9 +39,8 @@ func ParseStatus(s string) (Status, error) {
 	return "", fmt.Errorf("idem: %q is not a status: use %s or %s", s, StatusPending, StatusCompleted)
 }
 
-// Admin is the ledger's administrative API, which the d1idem CLI is built
-// on: it reads rows, releases keys and sweeps, with its Ledger's clock, TTL
-// and retention (configure them as the application does).
+// Admin is the ledger's administrative API, which the d1idem CLI is built on;
+// it uses its Ledger's clock, TTL and retention.
 type Admin struct{ l *Ledger }
 
 // Admin returns the ledger's administrative API.
@@ -48,11 +49,10 @@ func (l *Ledger) Admin() *Admin { return &Admin{l: l} }
 // ErrKeyNotFound is returned for a key the ledger has no row for.
 var ErrKeyNotFound = errors.New("idem: no such key")
 
-// ErrBadCursor is returned for a ListOptions.Cursor that List did not hand
-// out.
+// ErrBadCursor is returned for a ListOptions.Cursor List did not hand out.
 var ErrBadCursor = errors.New("idem: not a cursor of Admin.List")
 
-// Limits of Admin.List and Admin.Stuck.
+// Limits of Admin.List.
 const (
 	DefaultListLimit = 50
 	MaxListLimit     = 1000
@@ -67,29 +67,22 @@ type KeyRecord struct {
 	Generation  int64 // the fencing token
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
-	// ResponseStatus is the stored status of a completed row; nil when NULL.
-	ResponseStatus *int64
-	// ResponseHeaders (the stored JSON object) and ResponseBody are read by
-	// Get only; nil when NULL.
+	// The stored response (nil when NULL); headers (a JSON object) and body
+	// are read by Get only.
+	ResponseStatus  *int64
 	ResponseHeaders *string
 	ResponseBody    *string
-	// AsOf is the ledger clock's time of the read.
-	AsOf time.Time
-	// Stuck reports a pending row with no update for longer than the TTL:
-	// its owner is presumed dead, and the next request with the same
-	// fingerprint takes it over.
-	Stuck bool
+	AsOf            time.Time // the ledger clock's time of the read
+	Stuck           bool      // pending with no update for longer than the TTL
 }
 
 // Age is how long before AsOf the row was created.
 func (k *KeyRecord) Age() time.Duration { return k.AsOf.Sub(k.CreatedAt) }
 
-// SinceUpdate is how long before AsOf the row was last written (claimed,
-// taken over, renewed, completed or released).
+// SinceUpdate is how long before AsOf the row was last written.
 func (k *KeyRecord) SinceUpdate() time.Duration { return k.AsOf.Sub(k.UpdatedAt) }
 
-// StoredHeaders decodes ResponseHeaders, the stored JSON object of replay
-// headers; nil when there is none, and the JSON error when it is not one.
+// StoredHeaders decodes ResponseHeaders; nil when there are none.
 func (k *KeyRecord) StoredHeaders() (map[string]string, error) {
 	if k.ResponseHeaders == nil {
 		return nil, nil
@@ -101,8 +94,7 @@ func (k *KeyRecord) StoredHeaders() (map[string]string, error) {
 	return h, nil
 }
 
-// The columns every read of the administrative API selects, then the
-// clock; Get adds the stored response.
+// The columns the administrative API reads (then the clock).
 const (
 	summaryColumns = "principal, key, fingerprint, status, generation, created_at, updated_at, response_status, "
 	detailColumns  = ", response_headers, response_body"
@@ -122,27 +114,8 @@ func (a *Admin) scan(row d1client.Row, detail bool) (KeyRecord, error) {
 	}
 	k.Status = Status(status)
 	k.CreatedAt, k.UpdatedAt, k.AsOf = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC(), time.UnixMilli(now).UTC()
-	// The claim's takeover condition: updated_at < now - TTL.
 	k.Stuck = k.Status == StatusPending && updated < now-a.l.cfg.TTL.Milliseconds()
 	return k, nil
-}
-
-// mergeRows reads the rows of each database's first result, each in List's
-// order, and merges them, keeping the first n.
-func (a *Admin) mergeRows(res [][]d1client.Result, n int) ([]KeyRecord, error) {
-	var out []KeyRecord
-	for _, r := range res {
-		keys := make([]KeyRecord, 0, len(r[0].Rows))
-		for _, row := range r[0].Rows {
-			k, err := a.scan(row, false)
-			if err != nil {
-				return nil, err
-			}
-			keys = append(keys, k)
-		}
-		out = mergeKeys(out, keys, n)
-	}
-	return out, nil
 }
 
 // selectRows starts a read of summary rows (with the clock) from the table.
@@ -159,48 +132,55 @@ func stale(q *query, d time.Duration) *query {
 	return q.add("updated_at < ").clock().add(" - ?", d.Milliseconds())
 }
 
-// Get reads one key's row, stored response included, or returns
-// ErrKeyNotFound.
+// Get reads one key's row, stored response included.
 func (a *Admin) Get(ctx context.Context, principal, key string) (KeyRecord, error) {
-	if err := checkPrincipal(principal); err != nil {
-		return KeyRecord{}, err
-	}
-	res, err := a.l.findRow(ctx, principal, []d1client.Statement{a.selectRows(true).add(" WHERE principal = ? AND key = ?", principal, key).statement()})
-	if err != nil {
-		return KeyRecord{}, fmt.Errorf("idem: get: %w", err)
-	}
-	if len(res[0].Rows) == 0 {
-		return KeyRecord{}, ErrKeyNotFound
-	}
-	return a.scan(res[0].Rows[0], true)
+	k, _, err := a.find(ctx, "get", principal, key, true)
+	return k, err
 }
 
-// ListOptions filters and pages Admin.List. Filters combine.
+// find reads a key's row (with detail, its response) where it is, in one
+// batch with more, and returns it and the results of more.
+func (a *Admin) find(ctx context.Context, op, principal, key string, detail bool, more ...d1client.Statement) (KeyRecord, []d1client.Result, error) {
+	if err := checkPrincipal(principal); err != nil {
+		return KeyRecord{}, nil, err
+	}
+	row := a.selectRows(detail).add(" WHERE principal = ? AND key = ?", principal, key).statement()
+	res, err := a.l.findRow(ctx, principal, append([]d1client.Statement{row}, more...))
+	switch {
+	case err != nil:
+		return KeyRecord{}, nil, fmt.Errorf("idem: %s: %w", op, err)
+	case len(res[0].Rows) == 0:
+		return KeyRecord{}, nil, ErrKeyNotFound
+	}
+	k, err := a.scan(res[0].Rows[0], detail)
+	return k, res[1:], err
+}
+
+// ListOptions filters (all that are set) and pages Admin.List.
 type ListOptions struct {
 	Principal string        // only this principal's keys; "" for all
 	Status    Status        // only keys with this status; "" for all
 	OlderThan time.Duration // only keys last updated longer ago; 0 for any
 	// Limit bounds the page: 1 to MaxListLimit; 0 means DefaultListLimit.
 	Limit int
-	// Cursor continues after the page that returned it as NextCursor (with
-	// the same filters); "" starts at the beginning.
+	// Cursor is a page's NextCursor, to continue after it (with the same
+	// filters); "" starts at the beginning.
 	Cursor string
 }
 
 // KeyPage is one page of Admin.List.
 type KeyPage struct {
-	Keys []KeyRecord
-	// NextCursor continues with the next page; "" on the last one.
-	NextCursor string
+	Keys       []KeyRecord
+	NextCursor string // continues with the next page; "" on the last one
 }
 
-// List returns rows ordered by their last update, then principal and key,
-// without their stored responses, from every database of the ledger. Pages
-// are keyset-paginated: stable while rows are added, updated or deleted.
+// List returns rows, without their stored responses, from every database of
+// the ledger, by last update, principal and key, in keyset-paginated pages
+// (stable while rows change).
 func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
-	limit, err := listLimit(opts.Limit)
-	if err != nil {
-		return KeyPage{}, err
+	limit := cmp.Or(opts.Limit, DefaultListLimit)
+	if limit < 1 || limit > MaxListLimit {
+		return KeyPage{}, fmt.Errorf("idem: limit %d is out of range: use 1 to %d", limit, MaxListLimit)
 	}
 	if opts.Status != "" && !opts.Status.Valid() {
 		_, err := ParseStatus(string(opts.Status))
@@ -209,19 +189,9 @@ func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 	if opts.OlderThan < 0 {
 		return KeyPage{}, fmt.Errorf("idem: ListOptions.OlderThan %v is negative", opts.OlderThan)
 	}
-	var after *cursor
-	if opts.Cursor != "" {
-		c, err := decodeCursor(opts.Cursor)
-		if err != nil {
-			return KeyPage{}, err
-		}
-		after = &c
-	}
-	q := a.selectRows(false).add(" WHERE principal <> ''") // not a sharded ledger's ring
+	q := a.selectRows(false).add(" WHERE principal <> ''") // not a reserved row
 	cond := func() *query { return q.add(" AND ") }
-	homes := a.l.ringHomes
 	if opts.Principal != "" {
-		homes = func(ctx context.Context) ([]*home, error) { return a.l.principalHomes(ctx, opts.Principal) }
 		cond().add("principal = ?", opts.Principal)
 	}
 	if opts.Status != "" {
@@ -230,18 +200,29 @@ func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 	if opts.OlderThan > 0 {
 		stale(cond(), opts.OlderThan)
 	}
-	if after != nil {
-		cond().add("(updated_at, principal, key) > (?, ?, ?)", after.UpdatedAt, after.Principal, after.Key)
+	if opts.Cursor != "" {
+		c, err := decodeCursor(opts.Cursor)
+		if err != nil {
+			return KeyPage{}, err
+		}
+		cond().add("(updated_at, principal, key) > (?, ?, ?)", c.UpdatedAt, c.Principal, c.Key)
 	}
 	q.add(orderByUpdate+" LIMIT ?", limit+1)
-	res, err := a.at(ctx, homes, q.statement())
+	res, err := a.at(ctx, opts.Principal, q.statement())
 	if err != nil {
 		return KeyPage{}, fmt.Errorf("idem: list: %w", err)
 	}
-	keys, err := a.mergeRows(res, limit+1)
-	if err != nil {
-		return KeyPage{}, err
+	var keys []KeyRecord
+	for _, r := range res {
+		for _, row := range r[0].Rows {
+			k, err := a.scan(row, false)
+			if err != nil {
+				return KeyPage{}, err
+			}
+			keys = append(keys, k)
+		}
 	}
+	slices.SortStableFunc(keys, compareKeys)
 	page := KeyPage{Keys: keys}
 	if len(keys) > limit {
 		page.Keys = keys[:limit]
@@ -251,115 +232,49 @@ func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 	return page, nil
 }
 
-func listLimit(n int) (int, error) {
-	if n == 0 {
-		return DefaultListLimit, nil
-	}
-	if n < 1 || n > MaxListLimit {
-		return 0, fmt.Errorf("idem: limit %d is out of range: use 1 to %d", n, MaxListLimit)
-	}
-	return n, nil
-}
-
-// StuckKeys is the answer of Admin.Stuck.
-type StuckKeys struct {
-	Keys  []KeyRecord // the oldest stuck keys, oldest first
-	Total int64       // how many keys are stuck in all
-}
-
-// Stuck returns the pending keys with no update for longer than the TTL,
-// oldest first, at most limit (0: DefaultListLimit), and how many there are.
-func (a *Admin) Stuck(ctx context.Context, limit int) (StuckKeys, error) {
-	limit, err := listLimit(limit)
-	if err != nil {
-		return StuckKeys{}, err
-	}
-	list := stale(a.selectRows(false).add(" WHERE status = ? AND ", string(StatusPending)), a.l.cfg.TTL).
-		add(orderByUpdate+" LIMIT ?", limit)
-	count := stale(a.l.sql.query(a.l.now()).add("SELECT count(*) FROM "+d1idem.Table+" WHERE status = ? AND ", string(StatusPending)), a.l.cfg.TTL)
-	res, err := a.at(ctx, a.l.ringHomes, list.statement(), count.statement())
-	if err != nil {
-		return StuckKeys{}, fmt.Errorf("idem: stuck: %w", err)
-	}
-	var out StuckKeys
-	if out.Keys, err = a.mergeRows(res, limit); err != nil {
-		return StuckKeys{}, err
-	}
-	for _, r := range res {
-		var n int64
-		if err := r[1].Rows[0].Scan(&n); err != nil {
-			return StuckKeys{}, fmt.Errorf("idem: stuck: reading the count: %w", err)
-		}
-		out.Total += n
-	}
-	return out, nil
-}
-
 // ReleaseOptions adjusts Admin.Release.
 type ReleaseOptions struct {
-	// Force also releases a pending row updated within the TTL (its owner,
-	// probably alive, will find its lease lost and be fenced out), and a
-	// completed row, whose response is forgotten: the next request with
-	// the same fingerprint executes again.
+	// Force also releases a pending row updated within the TTL (its owner
+	// is fenced out), and a completed row, whose response is forgotten: the
+	// next request with its fingerprint executes again.
 	Force bool
 }
 
 // ReleaseResult is the answer of Admin.Release.
 type ReleaseResult struct {
-	// Released reports whether the row was released.
-	Released bool
-	// Before is the row as it was, read in the same transaction.
-	Before KeyRecord
-	// Generation is the row's generation now: Before.Generation + 1 when
-	// released.
-	Generation int64
+	Released   bool      // whether the row was released
+	Before     KeyRecord // the row as it was, read in the same transaction
+	Generation int64     // the row's generation now
 }
 
-// Release releases one key at the given generation, with the ledger's one
-// release rule (see Ledger.Release): the row moves one generation on, pending
-// with no response, so the client's next request with the same fingerprint
-// takes it over at once and executes; another fingerprint is still refused
-// as a reused key. Without Force only a stuck row is released. Released is
-// false, and Before says why, when the row is at another generation,
-// completed, or (without Force) not stuck; a missing row is ErrKeyNotFound.
+// Release releases one key at the given generation as Ledger.Release does,
+// so that the next request with its fingerprint takes it over at once; without
+// Force, only if it is stuck. Released is false, and Before says why, when the
+// row is at another generation, completed, or not stuck.
 func (a *Admin) Release(ctx context.Context, principal, key string, generation int64, opts ReleaseOptions) (ReleaseResult, error) {
 	mode := releaseStuck
 	if opts.Force {
 		mode = releaseForce
 	}
-	if err := checkPrincipal(principal); err != nil {
-		return ReleaseResult{}, err
-	}
-	before := a.selectRows(false).add(" WHERE principal = ? AND key = ?", principal, key)
-	release := a.l.sql.release(principal, key, generation, a.l.cfg.TTL, mode, a.l.now())
-	res, err := a.l.findRow(ctx, principal, []d1client.Statement{before.statement(), release})
-	if err != nil {
-		return ReleaseResult{}, fmt.Errorf("idem: release: %w", err)
-	}
-	if len(res[0].Rows) == 0 {
-		return ReleaseResult{}, ErrKeyNotFound
-	}
-	k, err := a.scan(res[0].Rows[0], false)
+	k, res, err := a.find(ctx, "release", principal, key, false, a.l.sql.release(principal, key, generation, a.l.cfg.TTL, mode, a.l.now()))
 	if err != nil {
 		return ReleaseResult{}, err
 	}
 	out := ReleaseResult{Before: k, Generation: k.Generation}
-	if len(res[1].Rows) == 1 {
+	if len(res[0].Rows) == 1 {
 		out.Released = true
-		if err := res[1].Rows[0].Scan(&out.Generation); err != nil {
+		if err := res[0].Rows[0].Scan(&out.Generation); err != nil {
 			return out, fmt.Errorf("idem: release: reading the generation: %w", err)
 		}
 	}
 	return out, nil
 }
 
-// Sweep deletes up to SweepBatch rows last updated more than Retention ago
-// in each database of the ledger, with the spec's bounded DELETE, and
-// returns how many it deleted; the error names the databases that failed.
-// The request path sweeps on its own; Sweep is for clearing a backlog.
+// Sweep runs the request path's sweep once in each database (up to SweepBatch
+// rows) and returns how many rows it deleted.
 func (a *Admin) Sweep(ctx context.Context) (int64, error) {
 	l := a.l
-	res, err := a.at(ctx, l.ringHomes, l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now()))
+	res, err := a.at(ctx, "", l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now()))
 	var n int64
 	for _, r := range res {
 		if len(r) > 0 { // the homes that failed have no result
@@ -375,11 +290,10 @@ func (a *Admin) Sweep(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// SweepBacklog counts the rows the sweep would delete: those last updated
-// more than Retention ago.
+// SweepBacklog counts the rows last updated more than Retention ago.
 func (a *Admin) SweepBacklog(ctx context.Context) (int64, error) {
 	q := stale(a.l.sql.query(a.l.now()).add("SELECT count(*) FROM "+d1idem.Table+" WHERE "), a.l.cfg.Retention)
-	res, err := a.at(ctx, a.l.ringHomes, q.statement())
+	res, err := a.at(ctx, "", q.statement())
 	if err != nil {
 		return 0, fmt.Errorf("idem: sweep backlog: %w", err)
 	}
@@ -402,29 +316,19 @@ type Stats struct {
 	OldestStuck  *KeyRecord       // the stuck row updated longest ago; nil if none
 	Oldest       *KeyRecord       // the row updated longest ago; nil if none
 	SweepBacklog int64            // rows last updated more than Retention ago
-	// SizeBytes is the database size D1 reports (its meta size_after); 0
-	// when D1 does not report it.
-	SizeBytes int64
-	// Created counts the rows created within the last Retention, and
-	// FirstCreated is when the oldest was (zero if none): with AsOf, the
-	// ledger clock's time of the read, they measure the write rate.
-	Created      int64
-	FirstCreated time.Time
-	AsOf         time.Time
+	SizeBytes    int64            // the size D1 reports (meta size_after); 0 if none
+	Created      int64            // rows created within the last Retention
+	FirstCreated time.Time        // when the oldest row was created; zero if none
+	AsOf         time.Time        // the ledger clock's time of the read
 }
 
-// Stats summarises the ledger in one read-only D1 call per database (the
-// totals of a sharded ledger: see HomeStats). Counting reads the whole table,
-// which D1 bills as rows read. Stats and HomeStats record each database's
-// counts in the gauges of docs/observability.md: an application that alerts
-// on stuck keys calls Stats periodically, from one replica.
+// Stats summarises the ledger (totals over the databases) in one read-only
+// D1 call per database, billed for reading the whole table, and records each
+// database's counts in the gauges of docs/observability.md.
 func (a *Admin) Stats(ctx context.Context) (Stats, error) {
 	per, err := a.HomeStats(ctx)
 	if err != nil {
 		return Stats{}, err
-	}
-	if len(per) == 1 {
-		return per[0].Stats, nil
 	}
 	out := Stats{ByStatus: map[Status]int64{}}
 	for _, p := range per {
@@ -451,7 +355,7 @@ func (a *Admin) Stats(ctx context.Context) (Stats, error) {
 
 // older returns the earlier of two rows in List's order; nil ones lose.
 func older(a, b *KeyRecord) *KeyRecord {
-	if a == nil || (b != nil && keyBefore(*b, *a)) {
+	if a == nil || (b != nil && compareKeys(*b, *a) < 0) {
 		return b
 	}
 	return a
@@ -463,10 +367,9 @@ type HomeStats struct {
 	Stats Stats
 }
 
-// HomeStats summarises each database of the ledger (of its ring, for a
-// sharded ledger) in one read-only D1 call each, in the ring's order.
+// HomeStats summarises each database of the ring as Stats does.
 func (a *Admin) HomeStats(ctx context.Context) ([]HomeStats, error) {
-	hs, err := a.l.ringHomes(ctx)
+	hs, _, err := a.l.homesFor(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("idem: stats: %w", err)
 	}
@@ -528,33 +431,14 @@ func (a *Admin) statsAt(ctx context.Context, h *home) (Stats, error) {
 	return out, nil
 }
 
-// keyBefore reports whether a comes before b in List's order (SQLite's
-// BINARY collation compares bytes, as Go compares strings).
-func keyBefore(a, b KeyRecord) bool {
-	if x, y := a.UpdatedAt.UnixMilli(), b.UpdatedAt.UnixMilli(); x != y {
-		return x < y
-	}
-	if a.Principal != b.Principal {
-		return a.Principal < b.Principal
-	}
-	return a.Key < b.Key
+// compareKeys orders rows as List does (SQLite's BINARY collation compares
+// bytes, as Go compares strings).
+func compareKeys(a, b KeyRecord) int {
+	return cmp.Or(a.UpdatedAt.Compare(b.UpdatedAt), cmp.Compare(a.Principal, b.Principal), cmp.Compare(a.Key, b.Key))
 }
 
-// mergeKeys merges two lists in List's order and keeps the first n.
-func mergeKeys(a, b []KeyRecord, n int) []KeyRecord {
-	out := make([]KeyRecord, 0, min(len(a)+len(b), n))
-	for len(out) < n && (len(a) > 0 || len(b) > 0) {
-		if len(b) == 0 || (len(a) > 0 && !keyBefore(b[0], a[0])) {
-			out, a = append(out, a[0]), a[1:]
-		} else {
-			out, b = append(out, b[0]), b[1:]
-		}
-	}
-	return out
-}
-
-// eachHome runs fn for each home at once and returns their results in
-// order; the error joins each failure, named by its home.
+// eachHome runs fn for each home at once; the error joins each failure,
+// named by its home.
 func eachHome[T any](ctx context.Context, hs []*home, fn func(ctx context.Context, h *home) (T, error)) ([]T, error) {
 	out := make([]T, len(hs))
 	errs := make([]error, len(hs))
@@ -575,10 +459,10 @@ func eachHome[T any](ctx context.Context, hs []*home, fn func(ctx context.Contex
 	return out, errors.Join(errs...)
 }
 
-// at runs stmts, as one idempotent call, at each of the databases homes
-// returns, at once (see eachHome).
-func (a *Admin) at(ctx context.Context, homes func(context.Context) ([]*home, error), stmts ...d1client.Statement) ([][]d1client.Result, error) {
-	hs, err := homes(ctx)
+// at runs stmts, as one idempotent call, at once at each of homesFor's
+// databases.
+func (a *Admin) at(ctx context.Context, principal string, stmts ...d1client.Statement) ([][]d1client.Result, error) {
+	hs, _, err := a.l.homesFor(ctx, principal)
 	if err != nil {
 		return nil, err
 	}
@@ -594,40 +478,25 @@ type cursor struct {
 	Key       string
 }
 
-// A cursor token is "v1." + base64url(JSON [updated_at, principal, key]) +
-// "." + the first 8 hex digits of the JSON's SHA-256, which catches a token
-// cut short or edited by hand.
-const cursorVersion = "v1"
-
 func (c cursor) encode() string {
 	payload, _ := json.Marshal([]any{c.UpdatedAt, c.Principal, c.Key})
 	return cursorToken(payload)
 }
 
+// cursorToken is "v1." + base64url(JSON [updated_at, principal, key]) + "." +
+// the first 8 hex digits of the JSON's SHA-256 (against editing).
 func cursorToken(payload []byte) string {
 	sum := sha256.Sum256(payload)
-	return cursorVersion + "." + base64.RawURLEncoding.EncodeToString(payload) + "." + hex.EncodeToString(sum[:4])
+	return "v1." + base64.RawURLEncoding.EncodeToString(payload) + "." + hex.EncodeToString(sum[:4])
 }
 
 func decodeCursor(tok string) (cursor, error) {
-	parts := strings.Split(tok, ".")
-	if len(parts) != 3 || parts[0] != cursorVersion {
-		return cursor{}, ErrBadCursor
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return cursor{}, ErrBadCursor
-	}
-	sum := sha256.Sum256(payload)
-	if hex.EncodeToString(sum[:4]) != parts[2] {
-		return cursor{}, ErrBadCursor
-	}
-	var fields []json.RawMessage
-	if err := json.Unmarshal(payload, &fields); err != nil || len(fields) != 3 {
-		return cursor{}, ErrBadCursor
-	}
+	_, b64, _ := strings.Cut(tok, ".")
+	b64, _, _ = strings.Cut(b64, ".")
+	payload, err := base64.RawURLEncoding.DecodeString(b64)
 	var c cursor
-	if json.Unmarshal(fields[0], &c.UpdatedAt) != nil || json.Unmarshal(fields[1], &c.Principal) != nil || json.Unmarshal(fields[2], &c.Key) != nil {
+	fields := []any{&c.UpdatedAt, &c.Principal, &c.Key} // decoded in place
+	if err != nil || cursorToken(payload) != tok || json.Unmarshal(payload, &fields) != nil || len(fields) != 3 {
 		return cursor{}, ErrBadCursor
 	}
 	return c, nil

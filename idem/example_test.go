@@ -69,10 +69,11 @@ func ExampleAdmin() {
 	ledger.Begin(ctx, "acct_42", "order-7", "fp")
 	now = now.Add(time.Minute)
 
+	// The pending keys with no update for longer than the TTL.
 	admin := ledger.Admin()
-	stuck, _ := admin.Stuck(ctx, 10)
+	stuck, _ := admin.List(ctx, idem.ListOptions{Status: idem.StatusPending, OlderThan: idem.DefaultTTL})
 	k := stuck.Keys[0]
-	fmt.Println(stuck.Total, k.Key, k.Generation, k.SinceUpdate())
+	fmt.Println(len(stuck.Keys), k.Key, k.Generation, k.SinceUpdate())
 
 	// Release it at the generation just read: the client's retry takes it
 	// over at once.

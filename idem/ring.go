@@ -12,9 +12,9 @@ import (
 	"unicode/utf8"
 )
 
-// The reserved rows of a sharded ledger, under the empty principal, which no
-// request can address: each database's ring, and the home ID it joined a ring
-// under (written once); and their formats, the ring's naming its routing.
+// The reserved rows of a sharded ledger, under the empty principal (which no
+// request can address): each database's ring, and the home ID it joined a
+// ring under; and their formats.
 const (
 	ringKey    = "d1idem:ring"
 	homeKey    = "d1idem:home"
@@ -26,33 +26,29 @@ const (
 // RingPhase is the phase of a ring.
 type RingPhase string
 
-// The phases of a ring. A ring is created Stable; Admin.Grow moves it to
-// the next version, Moving; Admin.AdvanceRing makes that version Stable
-// once no key can still be replayed from an old home.
+// The phases of a ring (see Admin.Grow and Admin.AdvanceRing).
 const (
 	// RingStable: every principal's keys are at Ring.Home(principal).
 	RingStable RingPhase = "stable"
-	// RingMoving: a principal whose home differs between Ring.Previous and
-	// Ring.Homes (a moved principal) keeps the keys it has at its old home,
-	// which is read first; its new keys go to its new home.
+	// RingMoving: a principal whose home differs between Previous and Homes
+	// keeps its existing keys at its old home, read first; new keys go to
+	// its new home.
 	RingMoving RingPhase = "moving"
 )
 
 // Ring is the versioned set of databases a sharded ledger spans, as recorded
 // in each of them; principals map to databases by Rendezvous.
 type Ring struct {
-	// Version counts the ring's changes; the first ring is version 1.
-	Version int64
+	Version int64 // the first ring is version 1
 	Phase   RingPhase
-	// Homes are the IDs of this version's databases, sorted.
-	Homes []string
-	// Previous, while Moving, are the previous version's homes (a subset
-	// of Homes: rings only grow); nil when Stable.
+	Homes   []string // this version's database IDs, sorted
+	// Previous, while Moving, are the previous version's homes (a subset of
+	// Homes); nil when Stable.
 	Previous []string
 }
 
 // Epoch orders rings: version v is epoch 2v-1 while Moving and 2v when
-// Stable. The ring row's generation holds it, and the ring guard compares it.
+// Stable. The ring row's generation holds it.
 func (r Ring) Epoch() int64 {
 	if r.Phase == RingMoving {
 		return 2*r.Version - 1
@@ -60,12 +56,11 @@ func (r Ring) Epoch() int64 {
 	return 2 * r.Version
 }
 
-// Home returns the ID of the database that holds principal's new keys:
-// Rendezvous(principal, r.Homes).
+// Home returns the ID of the database that holds principal's new keys.
 func (r Ring) Home(principal string) string { return Rendezvous(principal, r.Homes) }
 
-// PreviousHome returns the ID of a moved principal's old home while the
-// ring is Moving; otherwise "".
+// PreviousHome returns a moved principal's old home while the ring is
+// Moving; otherwise "".
 func (r Ring) PreviousHome(principal string) string {
 	if r.Phase != RingMoving {
 		return ""
@@ -85,12 +80,11 @@ func (r Ring) String() string {
 	return s
 }
 
-// equal reports whether two rings are the same.
 func (r Ring) equal(o Ring) bool {
 	return r.Version == o.Version && r.Phase == o.Phase && slices.Equal(r.Homes, o.Homes) && slices.Equal(r.Previous, o.Previous)
 }
 
-// digest is the SHA-256 of the ring's encoding, in hex: the ring row's
+// digest is the hex SHA-256 of the ring's encoding: the ring row's
 // fingerprint, which tells two rings of one epoch apart.
 func (r Ring) digest() string {
 	sum := sha256.Sum256([]byte(r.encode()))
@@ -100,8 +94,7 @@ func (r Ring) digest() string {
 // describe names the ring and the start of its digest, for errors.
 func (r Ring) describe() string { return fmt.Sprintf("%s (sha256 %.12s)", r, r.digest()) }
 
-// predecessor returns the ring a Moving ring was grown from: its previous
-// version, Stable over the previous homes.
+// predecessor returns the Stable ring a Moving ring was grown from.
 func (r Ring) predecessor() Ring {
 	return Ring{Version: r.Version - 1, Phase: RingStable, Homes: r.Previous}
 }
@@ -118,11 +111,10 @@ func (r Ring) drops(next Ring) []string {
 }
 
 // Rendezvous returns the ID, among ids, of principal's home by rendezvous
-// (highest random weight) hashing: the ID whose score, the first 8 bytes
-// (big-endian) of SHA-256(principal || 0x00 || ID), is highest; on a tie,
-// the smaller ID; "" when ids is empty. The function is part of the ring's
-// recorded format ("d1idem-ring/1"). Adding an ID moves only the principals
-// that the new ID wins, about 1/(len(ids)+1) of them.
+// hashing: the ID with the highest score, the first 8 bytes (big-endian) of
+// SHA-256(principal || 0x00 || ID); on a tie the smaller ID; "" when ids is
+// empty. It is part of the ring format "d1idem-ring/1". Adding an ID moves
+// only the principals the new ID wins, about 1/(len(ids)+1) of them.
 func Rendezvous(principal string, ids []string) string {
 	best, bestScore := "", uint64(0)
 	for _, id := range ids {
@@ -143,8 +135,8 @@ func score(principal, id string) uint64 {
 	return binary.BigEndian.Uint64(h.Sum(sum[:0]))
 }
 
-// checkHomeID validates a home's ID: 1 to 255 bytes of printable UTF-8
-// (no control character, so no NUL: the hash input stays unambiguous).
+// checkHomeID validates a home's ID: 1 to 255 bytes of UTF-8 without control
+// characters (so no NUL: the hash input stays unambiguous).
 func checkHomeID(id string) error {
 	if id == "" || len(id) > maxHomeID || !utf8.ValidString(id) {
 		return fmt.Errorf("idem: home ID %q: use 1 to %d bytes of UTF-8", id, maxHomeID)
@@ -174,27 +166,23 @@ func (r Ring) encode() string {
 // errBadRing is wrapped by every error about an unreadable recorded ring.
 var errBadRing = errors.New("idem: the recorded ring is unreadable")
 
-// decodeRing reads a ring row: its generation (the epoch), its
-// fingerprint (the digest of its body) and its JSON.
+// decodeRing reads a ring row: its generation, fingerprint and JSON.
 func decodeRing(epoch int64, digest, body string) (Ring, error) {
 	r, err := decodeRingBody(body)
-	if err != nil {
+	switch {
+	case err != nil:
 		return Ring{}, err
-	}
-	if r.Epoch() != epoch {
+	case r.Epoch() != epoch:
 		return Ring{}, fmt.Errorf("%w: generation %d, but the ring %s is epoch %d", errBadRing, epoch, r, r.Epoch())
-	}
-	if r.digest() != digest {
+	case r.digest() != digest:
 		return Ring{}, fmt.Errorf("%w: its fingerprint is not the digest of %s", errBadRing, r)
 	}
 	return r, nil
 }
 
-// decodeRingBody reads a ring's JSON.
 func decodeRingBody(body string) (Ring, error) {
 	var j ringJSON
-	dec := json.NewDecoder(strings.NewReader(body))
-	if err := dec.Decode(&j); err != nil {
+	if err := json.NewDecoder(strings.NewReader(body)).Decode(&j); err != nil {
 		return Ring{}, fmt.Errorf("%w: %v", errBadRing, err)
 	}
 	if j.Format != ringFormat {
@@ -207,8 +195,8 @@ func decodeRingBody(body string) (Ring, error) {
 	return r, nil
 }
 
-// homeJSON is the identity row's response_body: the ID the database was
-// given (also the row's fingerprint) and the ring it joined under that ID.
+// homeJSON is the identity row's response_body; its ID is also the row's
+// fingerprint.
 type homeJSON struct {
 	Format string          `json:"format"`
 	ID     string          `json:"id"`
@@ -223,7 +211,7 @@ func encodeHome(id string, joined Ring) string {
 // identity is what a database's identity row says.
 type identity struct {
 	ID     string
-	Joined Ring // the ring it joined
+	Joined Ring
 }
 
 // decodeHome reads an identity row: its fingerprint (the ID) and its JSON.
@@ -245,34 +233,29 @@ func decodeHome(id, body string) (identity, error) {
 // validate checks a ring's shape: sorted, distinct, valid IDs; a Moving
 // ring's previous homes are a proper subset of its homes.
 func (r Ring) validate() error {
-	if r.Version < 1 {
+	moving := r.Phase == RingMoving
+	switch err := checkIDs(r.Homes); {
+	case r.Version < 1:
 		return fmt.Errorf("version %d", r.Version)
+	case err != nil:
+		return err
+	case !moving && r.Phase != RingStable:
+		return fmt.Errorf("phase %q", r.Phase)
+	case !moving && r.Previous != nil:
+		return errors.New("a stable ring with previous homes")
+	case !moving:
+		return nil
+	case r.Version < 2:
+		return errors.New("version 1 cannot be moving")
 	}
-	if err := checkIDs(r.Homes); err != nil {
+	if err := checkIDs(r.Previous); err != nil {
 		return err
 	}
-	switch r.Phase {
-	case RingStable:
-		if r.Previous != nil {
-			return errors.New("a stable ring with previous homes")
-		}
-	case RingMoving:
-		if r.Version < 2 {
-			return errors.New("version 1 cannot be moving")
-		}
-		if err := checkIDs(r.Previous); err != nil {
-			return err
-		}
-		for _, id := range r.Previous {
-			if !slices.Contains(r.Homes, id) {
-				return fmt.Errorf("previous home %q is not a home", id)
-			}
-		}
-		if len(r.Previous) >= len(r.Homes) {
-			return errors.New("a moving ring that adds no home")
-		}
-	default:
-		return fmt.Errorf("phase %q", r.Phase)
+	if dropped := r.predecessor().drops(r); len(dropped) > 0 {
+		return fmt.Errorf("previous home %q is not a home", dropped[0])
+	}
+	if len(r.Previous) >= len(r.Homes) {
+		return errors.New("a moving ring that adds no home")
 	}
 	return nil
 }

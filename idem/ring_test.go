@@ -3,6 +3,7 @@ package idem
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -187,7 +188,12 @@ func TestConsistentRings(t *testing.T) {
 		{map[string]Ring{"a": v1, "b": other}, "both at epoch 2"},
 		{map[string]Ring{"a": v2, "b": dropper}, "drops [a]"},
 	} {
-		err := consistent(c.rings)
+		var homes []HomeRing
+		for _, id := range slices.Sorted(maps.Keys(c.rings)) {
+			r := c.rings[id]
+			homes = append(homes, HomeRing{ID: id, Ring: &r})
+		}
+		err := consistent(homes)
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("%v: %v", c.rings, err)

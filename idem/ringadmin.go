@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/d1idem/d1idem"
@@ -15,30 +14,24 @@ import (
 // Errors of the ring operations.
 var (
 	// ErrRingConflict is returned when a database holds a ring the
-	// operation did not expect: another operator's change, a ring recorded
-	// twice, or databases that disagree about one version.
+	// operation did not expect (another operator's change, databases that
+	// disagree).
 	ErrRingConflict = errors.New("idem: ring conflict")
 	// ErrRingIncomplete is returned by Grow while the current ring is not
-	// recorded in every one of its databases: run AdvanceRing first.
+	// recorded in every one of its databases.
 	ErrRingIncomplete = errors.New("idem: the current ring is not recorded in every database: run AdvanceRing")
-	// ErrDropNotDue is returned by AdvanceRing while a Moving ring's old
-	// homes may still hold keys that must replay from there: see
-	// RingStatus.DropAt.
+	// ErrDropNotDue is returned by AdvanceRing before RingStatus.DropAt.
 	ErrDropNotDue = errors.New("idem: the moved principals' old homes may still hold replayable keys")
 )
 
-// ringFarFuture is the ring row's updated_at, 9999-12-31T23:59:59.999Z:
-// no sweep ever deletes it.
+// ringFarFuture is the reserved rows' updated_at, 9999-12-31T23:59:59.999Z:
+// no sweep ever deletes them.
 const ringFarFuture = 253402300799999
 
 // RingStatus is what each database of a sharded ledger has recorded.
 type RingStatus struct {
-	// Ring is the newest ring recorded in any database; its Version is 0
-	// when there is none.
-	Ring Ring
-	// Homes are the ledger's databases (those given to NewSharded), by
-	// ID.
-	Homes []HomeRing
+	Ring  Ring       // the newest ring recorded in any database; Version 0 if none
+	Homes []HomeRing // the ledger's databases, by ID
 	// DropAt is, while Ring is Moving and every old home has recorded it,
 	// the earliest time (by the old homes' clocks) at which AdvanceRing
 	// can make it Stable; zero otherwise.
@@ -47,101 +40,58 @@ type RingStatus struct {
 
 // HomeRing is what one database has recorded.
 type HomeRing struct {
-	ID string
-	// Ring is the ring the database has recorded; nil when none.
-	Ring *Ring
-	// Identity is the home ID the database recorded when it joined a
-	// ring (InitRing, Grow): written once, so that one database is never
-	// used under two IDs. "" when none is recorded.
-	Identity string
+	ID       string
+	Ring     *Ring  // nil when none
+	Identity string // the home ID it recorded, once, joining a ring; "" if none
 	// RecordedAt is when it recorded Ring's phase, and Now the time of the
-	// read, both by the ledger's clock (D1's, by default).
+	// read, both by the ledger's clock.
 	RecordedAt, Now time.Time
-	// HasKeys reports whether it holds any key.
-	HasKeys bool
-	// Err is why it could not be read or written; the other fields are
-	// then unset.
-	Err error
+	HasKeys         bool  // whether it holds any key
+	Err             error // why it could not be read or written (the rest unset)
 
 	joined *Ring // the ring it joined under Identity
 }
 
-// dropDelay is how long after an old home recorded a Moving ring its old
-// route may be dropped. A key claimed there just before has an owner who
-// may write until its claim plus Retention - TTL - RetentionMargin/2 (see
-// ErrReservationExpired), and the row must then replay for one Retention:
-// 2 x Retention - TTL - RetentionMargin/2 in all.
+// dropDelay is how long after an old home recorded a Moving ring it may be
+// dropped: a key claimed there just before is written until Retention - TTL -
+// RetentionMargin/2 later (ErrReservationExpired), then replays a Retention.
 func (c Config) dropDelay() time.Duration {
 	return 2*c.Retention - c.TTL - RetentionMargin/2
 }
 
-// ringStatusStatements read a database's ring and identity rows, the
+// statusAt runs stmts at h, then reads its ring and identity rows, the
 // clock, and whether it holds keys.
-func (a *Admin) ringStatusStatements() []d1client.Statement {
+func (a *Admin) statusAt(ctx context.Context, h *home, stmts ...d1client.Statement) HomeRing {
 	l := a.l
 	rows := l.sql.query(l.now()).add("SELECT key, generation, fingerprint, response_body, created_at FROM " + d1idem.Table +
 		" WHERE principal = '' AND key IN ('" + ringKey + "', '" + homeKey + "')")
 	clock := l.sql.query(l.now()).add("SELECT ").clock().add(", EXISTS (SELECT 1 FROM " + d1idem.Table + " WHERE principal <> '')")
-	return []d1client.Statement{rows.statement(), clock.statement()}
-}
-
-// scanRingStatus reads the results of ringStatusStatements.
-func scanRingStatus(id string, res []d1client.Result) HomeRing {
-	hr := HomeRing{ID: id}
+	res, err := h.db.Exec(ctx, append(stmts, rows.statement(), clock.statement()), d1client.Idempotent())
+	var hr HomeRing
 	var now int64
-	if err := res[1].Rows[0].Scan(&now, &hr.HasKeys); err != nil {
-		hr.Err = err
-		return hr
+	if err == nil {
+		hr, err = readState(h.id, res[len(stmts)], true)
 	}
-	hr.Now = time.UnixMilli(now).UTC()
-	var st homeState
-	for _, row := range res[0].Rows {
-		var key, fp, body string
-		var gen, at int64
-		if err := row.Scan(&key, &gen, &fp, &body, &at); err != nil {
-			hr.Err = fmt.Errorf("%w: %v", errBadRing, err)
-			return hr
-		}
-		if err := st.add(key, gen, fp, body); err != nil {
-			hr.Err = err
-			return hr
-		}
-		if key == ringKey {
-			hr.RecordedAt = time.UnixMilli(at).UTC()
-		}
+	if err == nil {
+		err = res[len(stmts)+1].Rows[0].Scan(&now, &hr.HasKeys)
+		hr.Now = time.UnixMilli(now).UTC()
 	}
-	hr.Ring = st.ring
-	if st.ident != nil {
-		hr.Identity, hr.joined = st.ident.ID, &st.ident.Joined
+	if err != nil {
+		return HomeRing{ID: h.id, Err: err}
 	}
 	return hr
 }
 
-// statusAt runs stmts at h, then reads what h holds (ringStatusStatements).
-func (a *Admin) statusAt(ctx context.Context, h *home, stmts ...d1client.Statement) HomeRing {
-	res, err := h.db.Exec(ctx, append(stmts, a.ringStatusStatements()...), d1client.Idempotent())
-	if err != nil {
-		return HomeRing{ID: h.id, Err: err}
-	}
-	return scanRingStatus(h.id, res[len(stmts):])
-}
-
-// atEach sets, at once for each of the homes with these IDs, its HomeRing
-// in st to what fn returns for it, and returns their errors.
-func (a *Admin) atEach(st *RingStatus, ids []string, fn func(h *home) HomeRing) []error {
-	dsts := make([]*HomeRing, len(ids)) // found before the goroutines write st.Homes
-	for i, id := range ids {
-		dsts[i] = st.home(id)
-	}
-	var wg sync.WaitGroup
-	for i, id := range ids {
-		wg.Go(func() { *dsts[i] = fn(a.l.shards.homes[id]) })
-	}
-	wg.Wait()
+// atEach sets the HomeRing in st of each home with these IDs to fn's, at
+// once, and returns their errors.
+func (a *Admin) atEach(ctx context.Context, st *RingStatus, ids []string, fn func(*home) HomeRing) []error {
+	hs, _ := a.l.shards.resolve(ids) // ids checked by RingStatus.check
+	out, _ := eachHome(ctx, hs, func(_ context.Context, h *home) (HomeRing, error) { return fn(h), nil })
 	var errs []error
-	for i, id := range ids {
-		if dsts[i].Err != nil {
-			errs = append(errs, fmt.Errorf("home %s: %w", id, dsts[i].Err))
+	for _, hr := range out {
+		*st.home(hr.ID) = hr
+		if hr.Err != nil {
+			errs = append(errs, fmt.Errorf("home %s: %w", hr.ID, hr.Err))
 		}
 	}
 	return errs
@@ -153,17 +103,9 @@ func (a *Admin) RingStatus(ctx context.Context) (RingStatus, error) {
 	if a.l.shards == nil {
 		return RingStatus{}, ErrNotSharded
 	}
-	ids := a.l.shards.ids
-	st := RingStatus{Homes: make([]HomeRing, len(ids))}
-	for i, id := range ids {
-		st.Homes[i].ID = id
-	}
-	a.atEach(&st, ids, func(h *home) HomeRing { return a.statusAt(ctx, h) })
-	for _, h := range st.Homes {
-		if h.Ring != nil && h.Ring.Epoch() > st.Ring.Epoch() {
-			st.Ring = *h.Ring
-		}
-	}
+	hs, _ := a.l.shards.resolve(a.l.shards.ids)
+	homes, _ := eachHome(ctx, hs, func(ctx context.Context, h *home) (HomeRing, error) { return a.statusAt(ctx, h), nil })
+	st := RingStatus{Ring: newest(homes), Homes: homes}
 	st.DropAt = a.dropAt(st)
 	return st, nil
 }
@@ -195,9 +137,8 @@ func (st *RingStatus) home(id string) *HomeRing {
 	return nil
 }
 
-// check returns an error when one of the databases with these IDs is not
-// the ledger's or is recorded as another home, when the databases' rings
-// conflict, and, if readable is set, when one could not be read.
+// check refuses unknown and mismatched homes among ids, conflicting rings,
+// and, if readable, homes that could not be read.
 func (st *RingStatus) check(ids []string, readable bool) error {
 	var errs []error
 	for _, id := range ids {
@@ -213,76 +154,54 @@ func (st *RingStatus) check(ids []string, readable bool) error {
 			return mismatch(id, h.Identity)
 		}
 	}
-	rings := map[string]Ring{}
-	for _, h := range st.Homes {
-		if h.Ring != nil {
-			rings[h.ID] = *h.Ring
-		}
-	}
-	if err := consistent(rings); err != nil {
+	if err := consistent(st.Homes); err != nil {
 		return err
 	}
 	return errors.Join(errs...)
 }
 
-// identityStatement records, once, that the database is home id and
-// joined ring r.
-func (a *Admin) identityStatement(id string, r Ring) d1client.Statement {
-	l := a.l
-	return l.sql.query(l.now()).add(`INSERT INTO `+d1idem.Table+` (principal, key, fingerprint, status, generation, response_status, response_body, response_headers, created_at, updated_at)
-VALUES ('', '`+homeKey+`', ?, 'completed', 1, 200, ?, '{"content-type":"application/json"}', `, id, encodeHome(id, r)).
+// reservedRow inserts the reserved row key; params are its fingerprint, a
+// generation if genSQL is "?", and its body.
+func (a *Admin) reservedRow(key, genSQL, onConflict string, params ...any) d1client.Statement {
+	return a.l.sql.query(a.l.now()).add(`INSERT INTO `+d1idem.Table+` (principal, key, fingerprint, status, generation, response_status, response_body, response_headers, created_at, updated_at)
+VALUES ('', '`+key+`', ?, 'completed', `+genSQL+`, 200, ?, '{"content-type":"application/json"}', `, params...).
 		clock().add(`, ?)
-ON CONFLICT (principal, key) DO NOTHING`, int64(ringFarFuture)).statement()
+ON CONFLICT (principal, key) `+onConflict, int64(ringFarFuture)).statement()
 }
 
-// join records, once, that h is home h.id and joined r, and returns what
-// h holds then: ErrHomeMismatch if it was recorded as another home, and
-// ErrRingConflict if it joined another ring.
-func (a *Admin) join(ctx context.Context, h *home, r Ring) HomeRing {
-	hr := a.statusAt(ctx, h, a.identityStatement(h.id, r))
+// write records, once, that h is home h.id and joined r, and, with ring, r
+// unless h holds a newer ring; it returns what h holds then, with an error if
+// h is another home, joined another ring, or (with ring) does not hold r.
+func (a *Admin) write(ctx context.Context, h *home, r Ring, ring bool) HomeRing {
+	stmts := []d1client.Statement{a.reservedRow(homeKey, "1", "DO NOTHING", h.id, encodeHome(h.id, r))}
+	if ring {
+		stmts = append(stmts, a.reservedRow(ringKey, "?", `DO UPDATE SET generation = excluded.generation, fingerprint = excluded.fingerprint,
+  response_body = excluded.response_body, created_at = excluded.created_at
+WHERE generation < excluded.generation`, r.digest(), r.Epoch(), r.encode()))
+	}
+	hr := a.statusAt(ctx, h, stmts...)
 	switch {
 	case hr.Err != nil:
 	case hr.Identity != h.id:
 		hr.Err = mismatch(h.id, hr.Identity)
-	case !hr.joined.equal(r):
+	case ring && (hr.Ring == nil || !hr.Ring.equal(r)):
+		hr.Err = fmt.Errorf("%w: recording %s, the database holds %v", ErrRingConflict, r, hr.Ring)
+	case !ring && !hr.joined.equal(r):
 		hr.Err = fmt.Errorf("%w: home %s joined %s in an earlier ring operation, not %s", ErrRingConflict, h.id, hr.joined.describe(), r.describe())
 	}
 	return hr
 }
 
-// joinAll runs join at each of the homes with these IDs, updating st.
+// joinAll records at each of the homes with these IDs that it joined r.
 func (a *Admin) joinAll(ctx context.Context, st *RingStatus, ids []string, r Ring) error {
-	return errors.Join(a.atEach(st, ids, func(h *home) HomeRing { return a.join(ctx, h, r) })...)
+	return errors.Join(a.atEach(ctx, st, ids, func(h *home) HomeRing { return a.write(ctx, h, r, false) })...)
 }
 
-// writeRing records r at h, unless h holds a newer ring, with h's identity
-// if it has none, and returns what h holds then: ErrRingConflict if that
-// is not r, ErrHomeMismatch if h is recorded as another home.
-func (a *Admin) writeRing(ctx context.Context, h *home, r Ring) HomeRing {
-	l := a.l
-	q := l.sql.query(l.now()).add(`INSERT INTO `+d1idem.Table+` (principal, key, fingerprint, status, generation, response_status, response_body, response_headers, created_at, updated_at)
-VALUES ('', '`+ringKey+`', ?, 'completed', ?, 200, ?, '{"content-type":"application/json"}', `, r.digest(), r.Epoch(), r.encode()).
-		clock().add(`, ?)
-ON CONFLICT (principal, key) DO UPDATE SET generation = excluded.generation, fingerprint = excluded.fingerprint,
-  response_body = excluded.response_body, created_at = excluded.created_at
-WHERE generation < excluded.generation`, int64(ringFarFuture))
-	hr := a.statusAt(ctx, h, a.identityStatement(h.id, r), q.statement())
-	switch {
-	case hr.Err != nil:
-	case hr.Identity != h.id:
-		hr.Err = mismatch(h.id, hr.Identity)
-	case hr.Ring == nil || !hr.Ring.equal(r):
-		hr.Err = fmt.Errorf("%w: recording %s, the database holds %v", ErrRingConflict, r, hr.Ring)
-	}
-	return hr
-}
-
-// record writes r first at coordinator, the database that decides between
-// operators racing to record different rings of one epoch, and, once it
-// holds r, at every other database of r that lacks it (or lacks its
-// identity). It updates st.
+// record writes r first at coordinator, which decides between operators
+// racing to record different rings of one epoch, then at every other
+// database of r that lacks it or its identity. It updates st.
 func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, r Ring) error {
-	first := a.writeRing(ctx, a.l.shards.homes[coordinator], r)
+	first := a.write(ctx, a.l.shards.homes[coordinator], r, true)
 	*st.home(coordinator) = first
 	if first.Err != nil {
 		return fmt.Errorf("idem: recording %s at the coordinating home %s: %w", r, coordinator, first.Err)
@@ -293,7 +212,7 @@ func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, 
 			rest = append(rest, id)
 		}
 	}
-	errs := a.atEach(st, rest, func(h *home) HomeRing { return a.writeRing(ctx, h, r) })
+	errs := a.atEach(ctx, st, rest, func(h *home) HomeRing { return a.write(ctx, h, r, true) })
 	st.Ring = r
 	st.DropAt = a.dropAt(*st)
 	if len(errs) > 0 {
@@ -304,16 +223,10 @@ func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, 
 	return err
 }
 
-// InitRing records the first ring, version 1, Stable, over every database
-// of the ledger (those given to NewSharded), which must hold the schema and
-// no ring; several databases must also hold no key (an existing ledger on
-// one database becomes a ring of one, and grows with Grow). Run it once,
-// before the first request of a sharded ledger.
-//
-// It records the ring only once every database has recorded its home ID and
-// the ring it joins: a database that joined another ring or is recorded as
-// another home is refused, so two rings never share a database. If InitRing
-// fails once the ring is recorded somewhere, AdvanceRing finishes it.
+// InitRing records the first ring, version 1 Stable, over every database
+// given to NewSharded, which must hold the schema and no ring (and, if
+// several, no key), once each has recorded its home ID and the ring it joins.
+// If it fails once the ring is recorded somewhere, AdvanceRing finishes it.
 func (a *Admin) InitRing(ctx context.Context) (RingStatus, error) {
 	st, err := a.RingStatus(ctx)
 	if err != nil {
@@ -338,19 +251,11 @@ func (a *Admin) InitRing(ctx context.Context) (RingStatus, error) {
 	return st, a.record(ctx, &st, ids[0], r)
 }
 
-// Grow starts a change of the ring that adds the databases with these IDs
-// (each given to NewSharded, holding the schema, and empty): it records in
-// each new database its home ID and the ring it joins, then the next
-// version, Moving, in the current homes' first database (which decides
-// between racing operators), then in every other one. From then on about
-// len(ids)/(len(homes)+len(ids)) of the principals have their new keys in
-// the new databases, their old ones still answered from their old homes,
-// until AdvanceRing ends the change after DropAt (docs/sharding.md).
-//
-// The current ring must be Stable and recorded in all of its databases, and
-// every replica must already have a Home for each new database. If some
-// database cannot be written, AdvanceRing finishes the recording; the
-// ledger stays exactly-once meanwhile.
+// Grow records the next version of the Stable, fully recorded ring, Moving,
+// adding the databases with these IDs (empty, and given to every replica):
+// the principals they win have their new keys there, their old keys answered
+// from their old homes until AdvanceRing after DropAt (docs/sharding.md). If a
+// database cannot be written, AdvanceRing finishes the recording.
 func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 	st, err := a.RingStatus(ctx)
 	if err != nil {
@@ -398,10 +303,9 @@ func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 	return st, a.record(ctx, &st, cur.Homes[0], next)
 }
 
-// AdvanceRing moves a change of the ring on: it records the newest ring in
-// every database of it that lacks it, then, if that ring is Moving, makes it
-// Stable once DropAt has passed, and the old homes are no longer read.
-// Before DropAt it returns ErrDropNotDue with the status.
+// AdvanceRing records the newest ring in every database of it that lacks it,
+// then, if that ring is Moving, makes it Stable once DropAt has passed
+// (before, ErrDropNotDue), and the old homes are no longer read.
 func (a *Admin) AdvanceRing(ctx context.Context) (RingStatus, error) {
 	st, err := a.RingStatus(ctx)
 	if err != nil {
@@ -414,10 +318,7 @@ func (a *Admin) AdvanceRing(ctx context.Context) (RingStatus, error) {
 	if err := st.check(cur.Homes, false); err != nil {
 		return st, fmt.Errorf("idem: advance ring: %w", err)
 	}
-	coordinator := cur.Homes[0]
-	if cur.Phase == RingMoving {
-		coordinator = cur.Previous[0]
-	}
+	coordinator := slices.Concat(cur.Previous, cur.Homes)[0] // while Moving, an old home
 	if err := a.record(ctx, &st, coordinator, cur); err != nil {
 		return st, err
 	}
@@ -430,6 +331,5 @@ func (a *Admin) AdvanceRing(ctx context.Context) (RingStatus, error) {
 			return st, fmt.Errorf("%w: home %s until %s", ErrDropNotDue, id, due.Format(time.RFC3339))
 		}
 	}
-	stable := Ring{Version: cur.Version, Phase: RingStable, Homes: cur.Homes}
-	return st, a.record(ctx, &st, coordinator, stable)
+	return st, a.record(ctx, &st, coordinator, Ring{Version: cur.Version, Phase: RingStable, Homes: cur.Homes})
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -16,67 +15,53 @@ import (
 
 // Home is one D1 database of a sharded ledger.
 type Home struct {
-	// ID names the database in the ring and is an input of the routing
-	// hash (see Rendezvous), so every replica must give the same database
-	// the same ID, forever. "" means the database ID of a
-	// *d1client.Client. 1 to 255 bytes of UTF-8 without control
-	// characters.
+	// ID names the database in the ring and routes principals (Rendezvous),
+	// so every replica must give a database the same ID, forever: 1 to 255
+	// bytes of UTF-8 without control characters; "" for the database ID of
+	// a *d1client.Client.
 	ID string
-	// DB reaches the database, usually a *d1client.Client: each home's
-	// client coalesces its own calls (group commit per database) and
-	// keeps its own request budget.
 	DB d1client.Executor
 }
 
 // Errors of a sharded ledger.
 var (
-	// ErrNotSharded is returned by the ring operations of a ledger made
-	// by New.
+	// ErrNotSharded is returned by the ring operations of a ledger made by New.
 	ErrNotSharded = errors.New("idem: not a sharded ledger: make it with NewSharded")
-	// ErrNoRing is returned when none of a sharded ledger's homes has a
-	// ring recorded: record one with Admin.InitRing.
+	// ErrNoRing is returned when no home has a ring recorded.
 	ErrNoRing = errors.New("idem: no ring is recorded in any home: record one with Admin.InitRing")
-	// ErrUnknownHome is returned when the ring routes a principal to a
-	// database this ledger has no Home for: every replica must be given
-	// every database of the ring (and those about to be added) before
-	// the ring names them.
+	// ErrUnknownHome is returned when the ring names a database this ledger
+	// has no Home for.
 	ErrUnknownHome = errors.New("idem: the ring names a database this ledger has no Home for")
-	// ErrRingUnsettled is returned when a request had to be routed again
-	// too many times, the ring or the key changing under it each time.
+	// ErrRingUnsettled is returned when the ring or the key kept changing
+	// while a request was routed.
 	ErrRingUnsettled = errors.New("idem: the ring kept changing while the request was routed")
-	// ErrHomeMismatch is returned when a database's recorded identity is
-	// not the home ID the ledger was given for it: one database given
-	// under two IDs, IDs swapped between replicas, or a database of
-	// another ledger. Nothing is served until the Homes are fixed.
+	// ErrHomeMismatch is returned when a database recorded another home ID
+	// than it is given as; nothing is served until the Homes are fixed.
 	ErrHomeMismatch = errors.New("idem: a database is not the home it is given as")
 )
 
-// maxReroutes bounds how many times one request is routed again after
-// finding a newer ring, or its key moved, on the way.
-const maxReroutes = 6
+const (
+	maxReroutes   = 6           // how many times one request may be routed
+	reloadBackoff = time.Second // how long after a refusal the rings are read again
+)
 
-// reloadBackoff is how long a ledger that refused its databases' rings
-// (a conflict, a mismatched home) waits before it reads them again.
-const reloadBackoff = time.Second
-
-// errReroute asks for the request to be routed again, by the ring the
-// ledger holds now.
+// errReroute asks for the request to be routed again by the current ring.
 var errReroute = errors.New("idem: route again")
 
 // shards are the databases of a sharded ledger and the ring it routes by.
 type shards struct {
-	homes map[string]*home // every configured database, by ID
-	ids   []string         // their IDs, sorted
+	homes   map[string]*home // every configured database, by ID
+	ids     []string         // their IDs, sorted
+	loading chan struct{}    // one slot, held by the load in progress
 
 	mu       sync.Mutex
-	route    *route        // the newest ring seen; nil until loaded or after a refusal
-	refused  error         // why the rings were refused; nil when they were not
-	refuseAt time.Time     // when (monotonic)
-	loading  chan struct{} // closed when a load in progress ends
+	route    *route    // the newest ring seen; nil until loaded or after a refusal
+	refused  error     // why the rings were refused
+	refuseAt time.Time // when (monotonic)
 }
 
-// route is a ring the ledger routes by, with what its guards compare: its
-// own ring and digest, and while it is Moving its predecessor's.
+// route is the ring the ledger routes by and, while it is Moving, its
+// predecessor.
 type route struct {
 	expect
 	prev expect
@@ -88,28 +73,16 @@ type expect struct {
 	digest string
 }
 
-func expecting(r Ring) expect { return expect{r, r.digest()} }
-
 func newRoute(r Ring) *route {
-	rt := &route{expect: expecting(r)}
-	if r.Phase == RingMoving {
-		rt.prev = expecting(r.predecessor())
-	}
-	return rt
+	p := r.predecessor() // used only while r is Moving
+	return &route{expect{r, r.digest()}, expect{p, p.digest()}}
 }
 
-// NewSharded returns a Ledger that spans several D1 databases, each
-// principal's keys in the one the recorded ring routes it to (see Ring and
-// docs/sharding.md). Every database must hold the ledger's schema, and the
-// ring must be recorded (Admin.InitRing) before the first request; the
-// ledger reads it on first use and follows its changes (Admin.Grow,
-// Admin.AdvanceRing) as it meets them. homes may include databases the ring
-// does not name yet: give every replica a database before Grow adds it. One
-// home is a ledger ready to grow.
-//
-// A ledger whose Homes disagree with the home IDs the databases recorded
-// serves nothing and says why (ErrHomeMismatch); two homes naming the same
-// database are refused here.
+// NewSharded returns a Ledger spanning several D1 databases, each principal's
+// keys in the one the recorded ring routes it to (docs/sharding.md). Every
+// database must hold the schema, and a ring be recorded (Admin.InitRing)
+// before the first request; the ledger follows the ring's changes as it meets
+// them. homes may include databases the ring does not name yet.
 func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
 	if len(homes) == 0 {
 		return nil, errors.New("idem: NewSharded: no homes")
@@ -118,7 +91,7 @@ func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &shards{homes: map[string]*home{}}
+	s := &shards{homes: map[string]*home{}, loading: make(chan struct{}, 1)}
 	where := map[string]string{} // database address -> home ID
 	for i, h := range homes {
 		if h.DB == nil {
@@ -145,31 +118,15 @@ func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
 	return &Ledger{cfg: cfg, sql: buildSQL(cfg.Clock != nil), shards: s, tel: newTelemetry(cfg.MeterProvider)}, nil
 }
 
-// Homes returns the ledger's databases: the one of New (its ID is the
-// database ID), or those given to NewSharded, sorted by ID.
-func (l *Ledger) Homes() []Home {
-	if l.single != nil {
-		return []Home{{ID: l.single.id, DB: l.single.db}}
-	}
-	out := make([]Home, 0, len(l.shards.ids))
-	for _, id := range l.shards.ids {
-		out = append(out, Home{ID: id, DB: l.shards.homes[id].db})
-	}
-	return out
-}
-
 // Ring returns the ring the ledger routes by, reading it from the homes if
 // it has not yet. A ledger made by New has none: ErrNotSharded.
 func (l *Ledger) Ring(ctx context.Context) (Ring, error) { return l.ringBy(ctx, (*shards).current) }
 
-// RefreshRing reads the ring recorded in every home and adopts the newest if
-// it is newer than the one the ledger routes by, as the ledger does by
-// itself when a database refuses a request routed by an older one. Rings
-// that conflict, or a home that is not the database it is given as, are
-// refused: the ledger serves nothing until they are fixed.
+// RefreshRing reads every home's ring and adopts the newest, as the ledger
+// does when a database refuses a request routed by an older one; conflicting
+// rings or mismatched homes are refused, and nothing is served until fixed.
 func (l *Ledger) RefreshRing(ctx context.Context) (Ring, error) { return l.ringBy(ctx, (*shards).load) }
 
-// ringBy returns the ring of the route that get (current or load) returns.
 func (l *Ledger) ringBy(ctx context.Context, get func(*shards, context.Context, *Ledger) (*route, error)) (Ring, error) {
 	if l.shards == nil {
 		return Ring{}, ErrNotSharded
@@ -181,130 +138,116 @@ func (l *Ledger) ringBy(ctx context.Context, get func(*shards, context.Context, 
 	return rt.Ring, nil
 }
 
-// home returns the configured database with this ID.
-func (s *shards) home(id string) (*home, error) {
-	if h := s.homes[id]; h != nil {
-		return h, nil
-	}
-	return nil, fmt.Errorf("%w: %q", ErrUnknownHome, id)
-}
-
 // current returns the route the ledger routes by, loading it (one load at a
 // time) on first use and, after a refusal, once reloadBackoff has passed.
 func (s *shards) current(ctx context.Context, l *Ledger) (*route, error) {
-	for {
-		s.mu.Lock()
-		if rt := s.route; rt != nil {
-			s.mu.Unlock()
-			return rt, nil
-		}
-		if s.refused != nil && time.Since(s.refuseAt) < reloadBackoff {
-			err := s.refused
-			s.mu.Unlock()
-			return nil, err
-		}
-		if ch := s.loading; ch != nil {
-			s.mu.Unlock()
-			select {
-			case <-ch:
-				continue
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		ch := make(chan struct{})
-		s.loading = ch
-		s.mu.Unlock()
-		rt, err := s.load(ctx, l)
-		s.mu.Lock()
-		s.loading = nil
-		s.mu.Unlock()
-		close(ch)
+	if rt, err := s.cached(); rt != nil || err != nil {
 		return rt, err
 	}
+	select {
+	case s.loading <- struct{}{}:
+		defer func() { <-s.loading }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if rt, err := s.cached(); rt != nil || err != nil {
+		return rt, err // loaded while this request waited
+	}
+	return s.load(ctx, l)
 }
 
-// homeState is what one database has recorded of the ring.
-type homeState struct {
-	ring   *Ring     // nil when none
-	digest string    // the ring row's fingerprint
-	ident  *identity // nil when none
+// cached returns the route, or the refusal until reloadBackoff has passed.
+func (s *shards) cached() (*route, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refused != nil && time.Since(s.refuseAt) < reloadBackoff {
+		return nil, s.refused
+	}
+	return s.route, nil
 }
 
-// readState reads the ring and identity rows of the ringRead statement.
-func readState(h *home, res d1client.Result) (homeState, error) {
-	var st homeState
+// readState reads the ring and identity rows of ringRead or, withAt, statusAt
+// (which adds created_at) into what home id has recorded.
+func readState(id string, res d1client.Result, withAt bool) (HomeRing, error) {
+	hr := HomeRing{ID: id}
 	for _, row := range res.Rows {
 		var key, fp, body string
-		var epoch int64
-		if err := row.Scan(&key, &epoch, &fp, &body); err != nil {
-			return st, fmt.Errorf("home %s: %w: %v", h.id, errBadRing, err)
+		var epoch, at int64
+		dst := []any{&key, &epoch, &fp, &body}
+		if withAt {
+			dst = append(dst, &at)
 		}
-		if err := st.add(key, epoch, fp, body); err != nil {
-			return st, fmt.Errorf("home %s: %w", h.id, err)
+		if err := row.Scan(dst...); err != nil {
+			return HomeRing{ID: id}, fmt.Errorf("%w: %v", errBadRing, err)
+		}
+		switch key {
+		case ringKey:
+			r, err := decodeRing(epoch, fp, body)
+			if err != nil {
+				return HomeRing{ID: id}, err
+			}
+			hr.Ring, hr.RecordedAt = &r, time.UnixMilli(at).UTC()
+		case homeKey:
+			ident, err := decodeHome(fp, body)
+			if err != nil {
+				return HomeRing{ID: id}, err
+			}
+			hr.Identity, hr.joined = ident.ID, &ident.Joined
 		}
 	}
-	return st, nil
+	return hr, nil
 }
 
-// add reads one ring or identity row into st: its key, generation,
-// fingerprint and response_body.
-func (st *homeState) add(key string, epoch int64, fp, body string) error {
-	switch key {
-	case ringKey:
-		r, err := decodeRing(epoch, fp, body)
-		if err != nil {
-			return err
+// newest returns the newest ring the homes hold; Version 0 if none.
+func newest(homes []HomeRing) (r Ring) {
+	for _, h := range homes {
+		if h.Ring != nil && h.Ring.Epoch() > r.Epoch() {
+			r = *h.Ring
 		}
-		st.ring, st.digest = &r, fp
-	case homeKey:
-		id, err := decodeHome(fp, body)
-		if err != nil {
-			return err
-		}
-		st.ident = &id
 	}
-	return nil
+	return r
 }
 
-// readHome reads what h has recorded.
-func (l *Ledger) readHome(ctx context.Context, h *home) (homeState, error) {
-	res, err := h.db.Exec(ctx, []d1client.Statement{l.sql.ringRead()}, d1client.Coalesce(), opRing)
+// readAt runs ringRead then stmts at h in one call.
+func (l *Ledger) readAt(ctx context.Context, h *home, stmts []d1client.Statement, opts ...d1client.ExecOption) (HomeRing, []d1client.Result, error) {
+	res, err := h.db.Exec(ctx, append([]d1client.Statement{l.sql.ringRead()}, stmts...), opts...)
+	hr := HomeRing{ID: h.id}
+	if err == nil {
+		hr, err = readState(h.id, res[0], false)
+	}
 	if err != nil {
-		return homeState{}, fmt.Errorf("home %s: %w", h.id, err)
+		return hr, nil, fmt.Errorf("home %s: %w", h.id, err)
 	}
-	return readState(h, res[0])
+	return hr, res[1:], nil
 }
 
-// checkIdentity refuses a database whose identity row names another home.
-func checkIdentity(h *home, st homeState) error {
-	if st.ident != nil && st.ident.ID != h.id {
-		return mismatch(h.id, st.ident.ID)
-	}
-	return nil
-}
-
-// mismatch is the error of the database given as home id that recorded
-// that it is home recorded.
 func mismatch(id, recorded string) error {
 	return fmt.Errorf("%w: the database given as home %q recorded that it is home %q (one database given under two IDs, or IDs that differ between replicas)", ErrHomeMismatch, id, recorded)
 }
 
-// consistent checks rings recorded by different databases against each
-// other: one ring per epoch, and rings only grow.
-func consistent(rings map[string]Ring) error {
-	ids := slices.Sorted(maps.Keys(rings))
-	for i, a := range ids {
-		for _, b := range ids[i+1:] {
-			ra, rb := rings[a], rings[b]
-			if rb.Epoch() < ra.Epoch() {
-				a, b, ra, rb = b, a, rb, ra
-			}
-			switch {
-			case ra.Epoch() == rb.Epoch() && !ra.equal(rb):
-				return fmt.Errorf("%w: home %s holds %s and home %s holds %s, both at epoch %d", ErrRingConflict, a, ra.describe(), b, rb.describe(), ra.Epoch())
-			case len(ra.drops(rb)) > 0:
-				return fmt.Errorf("%w: home %s holds %s, which drops %v of %s held by home %s (rings only grow)", ErrRingConflict, b, rb.describe(), ra.drops(rb), ra.describe(), a)
+// conflict returns an ErrRingConflict error when rings a and b (held by whoA
+// and whoB) differ at one epoch or the newer drops a home of the older.
+func conflict(a, b Ring, whoA, whoB string) error {
+	if b.Epoch() < a.Epoch() {
+		a, b, whoA, whoB = b, a, whoB, whoA
+	}
+	switch {
+	case a.Epoch() == b.Epoch() && !a.equal(b):
+		return fmt.Errorf("%w: %s holds %s and %s holds %s, both at epoch %d", ErrRingConflict, whoA, a.describe(), whoB, b.describe(), a.Epoch())
+	case len(a.drops(b)) > 0:
+		return fmt.Errorf("%w: %s holds %s, which drops %v of %s held by %s (rings only grow)", ErrRingConflict, whoB, b.describe(), a.drops(b), a.describe(), whoA)
+	}
+	return nil
+}
+
+// consistent checks the rings of different homes against each other.
+func consistent(homes []HomeRing) error {
+	for i, a := range homes {
+		for _, b := range homes[i+1:] {
+			if a.Ring != nil && b.Ring != nil {
+				if err := conflict(*a.Ring, *b.Ring, "home "+a.ID, "home "+b.ID); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -312,43 +255,27 @@ func consistent(rings map[string]Ring) error {
 }
 
 // load reads every home at once and adopts the newest ring, passing over
-// homes it cannot read unless none can be; it refuses conflicting rings and
-// mismatched homes.
+// homes it cannot read unless none can be.
 func (s *shards) load(ctx context.Context, l *Ledger) (*route, error) {
-	type answer struct {
-		st  homeState
-		err error
-	}
-	hs, _ := s.resolve(s.ids) // every ID is configured
-	answers, _ := eachHome(ctx, hs, func(ctx context.Context, h *home) (answer, error) {
-		st, err := l.readHome(ctx, h)
-		return answer{st, err}, nil
+	hs, _ := s.resolve(s.ids)
+	homes, _ := eachHome(ctx, hs, func(ctx context.Context, h *home) (HomeRing, error) {
+		hr, _, err := l.readAt(ctx, h, nil, d1client.Coalesce(), opRing)
+		hr.Err = err
+		return hr, nil
 	})
-	rings := map[string]Ring{}
-	var newest *Ring
-	var errs []error
-	for i, a := range answers {
-		h := hs[i]
-		switch {
-		case a.err != nil:
-			errs = append(errs, a.err)
-			continue
-		case checkIdentity(h, a.st) != nil:
-			return nil, s.refuse(l, checkIdentity(h, a.st))
-		case a.st.ring == nil:
-			continue
-		}
-		rings[h.id] = *a.st.ring
-		if newest == nil || a.st.ring.Epoch() > newest.Epoch() {
-			newest = a.st.ring
-		}
-	}
-	if err := consistent(rings); err != nil {
+	st := RingStatus{Homes: homes}
+	if err := st.check(s.ids, false); err != nil {
 		return nil, s.refuse(l, err)
 	}
-	switch {
-	case newest != nil:
-		return s.adopt(l, *newest)
+	var errs []error
+	for _, h := range homes {
+		if h.Err != nil {
+			errs = append(errs, h.Err)
+		}
+	}
+	switch r := newest(homes); {
+	case r.Version > 0:
+		return s.adopt(l, r)
 	case len(errs) > 0:
 		return nil, fmt.Errorf("idem: reading the ring: %w", errors.Join(errs...))
 	}
@@ -366,40 +293,27 @@ func (s *shards) refuse(l *Ledger, err error) error {
 	return err
 }
 
-// adopt makes r the ring the ledger routes by if it is newer than the one
-// it has, and returns the route it has then. A ring of the same epoch with
-// another content, or a newer one that drops a home, is refused.
+// adopt makes r the ring the ledger routes by if it is newer, and returns
+// the route then; a conflicting ring is refused.
 func (s *shards) adopt(l *Ledger, r Ring) (*route, error) {
 	s.mu.Lock()
-	cur := s.route
-	switch {
-	case cur != nil && cur.Epoch() == r.Epoch() && !cur.equal(r):
-		s.mu.Unlock()
-		return nil, s.refuse(l, fmt.Errorf("%w: this ledger routes by %s, a database holds %s at the same epoch", ErrRingConflict, cur.describe(), r.describe()))
-	case cur != nil && cur.Epoch() > r.Epoch() && len(r.drops(cur.Ring)) > 0,
-		cur != nil && cur.Epoch() < r.Epoch() && len(cur.drops(r)) > 0:
-		s.mu.Unlock()
-		old, next := cur.Ring, r
-		if old.Epoch() > next.Epoch() {
-			old, next = next, old
+	if cur := s.route; cur != nil {
+		if err := conflict(cur.Ring, r, "this ledger", "a database"); err != nil {
+			s.mu.Unlock()
+			return nil, s.refuse(l, err)
 		}
-		return nil, s.refuse(l, fmt.Errorf("%w: %s drops %v of %s (rings only grow)", ErrRingConflict, next.describe(), old.drops(next), old.describe()))
-	case cur != nil && cur.Epoch() >= r.Epoch():
-		s.mu.Unlock()
-		return cur, nil
+		if cur.Epoch() >= r.Epoch() {
+			s.mu.Unlock()
+			return cur, nil
+		}
 	}
 	rt := newRoute(r)
 	s.route, s.refused = rt, nil
 	s.mu.Unlock()
-	var unknown []string
-	for _, id := range r.Homes {
-		if s.homes[id] == nil {
-			unknown = append(unknown, id)
-		}
-	}
 	log := l.log()
 	log.LogAttrs(context.Background(), slog.LevelInfo, "idem: routing by a new ring",
 		slog.Int64("version", r.Version), slog.String("phase", string(r.Phase)), slog.Any("homes", r.Homes))
+	unknown := slices.DeleteFunc(slices.Clone(r.Homes), func(id string) bool { return s.homes[id] != nil })
 	if len(unknown) > 0 {
 		log.LogAttrs(context.Background(), slog.LevelError, "idem: the ring names databases this ledger has no Home for; the principals they hold are refused (503) until it is given them",
 			slog.Any("unknown", unknown))
@@ -408,104 +322,75 @@ func (s *shards) adopt(l *Ledger, r Ring) (*route, error) {
 }
 
 // judge decides, from what h has recorded, whether a batch sent to h by
-// ring want stands: nil when it does; errReroute when h holds a newer ring
-// (adopted first); an error when h is not the home it is given as, holds
-// another ring of the epoch, or a newer ring that cannot be adopted. Guards
-// are recognised by what the database holds, never by an error's text.
-func (s *shards) judge(l *Ledger, h *home, st homeState, want expect) error {
-	if err := checkIdentity(h, st); err != nil {
-		return s.refuse(l, err)
-	}
-	if st.ident == nil {
-		return s.refuse(l, fmt.Errorf("%w: the database given as home %q has no identity recorded: finish the ring's recording with Admin.AdvanceRing (d1idem ring advance)", ErrHomeMismatch, h.id))
-	}
+// ring want stands (nil), must be routed again by the newer ring h holds
+// (errReroute, the ring adopted), or is refused.
+func (s *shards) judge(l *Ledger, h *home, st HomeRing, want expect) error {
+	var err error
 	switch {
-	case st.ring == nil || st.ring.Epoch() < want.Epoch():
+	case st.Identity == "":
+		err = fmt.Errorf("%w: the database given as home %q has no identity recorded: finish the ring's recording with Admin.AdvanceRing (d1idem ring advance)", ErrHomeMismatch, h.id)
+	case st.Identity != h.id:
+		err = mismatch(h.id, st.Identity)
+	case st.Ring == nil || st.Ring.Epoch() < want.Epoch():
 		return nil
-	case st.ring.Epoch() == want.Epoch() && st.digest != want.digest:
-		return s.refuse(l, fmt.Errorf("%w: home %s holds %s, this ledger routes by %s of the same epoch", ErrRingConflict, h.id, st.ring.describe(), want.describe()))
-	case st.ring.Epoch() == want.Epoch():
-		return nil
+	case st.Ring.Epoch() == want.Epoch():
+		if err = conflict(want.Ring, *st.Ring, "this ledger", "home "+h.id); err == nil {
+			return nil
+		}
+	default:
+		if _, err := s.adopt(l, *st.Ring); err != nil {
+			return err
+		}
+		return errReroute
 	}
-	if _, err := s.adopt(l, *st.ring); err != nil {
-		return err
-	}
-	return errReroute
+	return s.refuse(l, err)
 }
 
-// recheck reads and judges h after a guarded batch failed with err: the
-// guard aborted it exactly when h does not stand. When it stands, the
-// failure was the batch's own, and err is returned.
+// recheck judges h after a guarded batch failed with err: if h stands, the
+// guard did not abort the batch, and err is returned.
 func (s *shards) recheck(ctx context.Context, l *Ledger, h *home, want expect, err error) error {
 	if !errors.Is(err, d1client.ErrSQL) {
 		return err
 	}
-	st, rerr := l.readHome(ctx, h)
+	st, _, rerr := l.readAt(ctx, h, nil, d1client.Coalesce(), opRing)
 	if rerr != nil {
 		return fmt.Errorf("%w (and reading the ring after it: %v)", err, rerr)
 	}
-	if j := s.judge(l, h, st, want); j != nil {
-		return j
-	}
-	return err
+	return cmp.Or(s.judge(l, h, st, want), err)
 }
 
-// beginSharded is Begin on a sharded ledger: round trip 1 where the ring
-// routes the principal, routed again as beginRouted asks.
+// beginSharded is Begin on a sharded ledger.
 func (l *Ledger) beginSharded(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
-	for attempt := 1; ; attempt++ {
-		rt, err := l.shards.current(ctx, l)
+	for range maxReroutes {
+		hs, rt, err := l.homesFor(ctx, principal)
 		if err != nil {
 			return Decision{}, err
 		}
-		d, err := l.beginRouted(ctx, rt, principal, key, fingerprint)
+		d, err := l.beginRouted(ctx, rt, hs, principal, key, fingerprint)
 		if !errors.Is(err, errReroute) {
 			return d, err
 		}
-		if attempt == maxReroutes {
-			return Decision{}, fmt.Errorf("idem: claim: %w", ErrRingUnsettled)
-		}
 	}
+	return Decision{}, fmt.Errorf("idem: claim: %w", ErrRingUnsettled)
 }
 
-// beginRouted runs round trip 1 by route rt; errReroute asks for the
-// request to be routed again. An unmoved principal is claimed at its home
-// behind rt's ring guard. A moved principal's old home is read first, and
-// says whether it has recorded rt yet:
-//
-//   - not yet: the key is claimed there, behind the guard of rt's
-//     predecessor, which refuses the claim once the old home records rt;
-//   - yes, and the key is there: it is answered from there, or, a stale
-//     pending row of the same request, deleted there (fenced) and claimed
-//     at the new home;
-//   - yes, and the key is not there: it is claimed at the new home.
-//
-// Once the old home has recorded rt nothing claims a moved principal's key
-// there, so a key read as absent stays absent (docs/sharding.md).
-func (l *Ledger) beginRouted(ctx context.Context, rt *route, principal, key, fingerprint string) (Decision, error) {
-	nh, err := l.shards.home(rt.Home(principal))
-	if err != nil {
-		return Decision{}, err
-	}
-	oldID := rt.PreviousHome(principal)
-	if oldID == "" {
+// beginRouted runs round trip 1 by route rt at hs (homesFor): an unmoved
+// principal's key is claimed at its home behind rt's guard. A moved
+// principal's old home is read first: if it has not recorded rt, the key is
+// claimed there behind the predecessor's guard; else the key is answered
+// from there, or, absent or a stale reservation of this request (deleted,
+// fenced), claimed at the new home. Once the old home records rt nothing
+// claims a moved key there, so absent stays absent (docs/sharding.md).
+func (l *Ledger) beginRouted(ctx context.Context, rt *route, hs []*home, principal, key, fingerprint string) (Decision, error) {
+	oh, nh := hs[0], hs[len(hs)-1]
+	if len(hs) == 1 {
 		return l.claimGuarded(ctx, nh, rt.expect, principal, key, fingerprint)
 	}
-	oh, err := l.shards.home(oldID)
-	if err != nil {
-		return Decision{}, err
-	}
-	res, err := oh.db.Exec(ctx, []d1client.Statement{l.sql.ringRead(), l.sql.lookupRow(principal, key, l.now())}, d1client.Coalesce(), opClaim)
+	st, res, err := l.readAt(ctx, oh, []d1client.Statement{l.sql.lookupRow(principal, key, l.now())}, d1client.Coalesce(), opClaim)
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: claim: reading the old home: %w", err)
 	}
-	st, err := readState(oh, res[0])
-	if err != nil {
-		return Decision{}, fmt.Errorf("idem: claim: reading the old home: %w", err)
-	}
-	if st.ring != nil && st.ring.Epoch() < rt.Epoch() {
-		// The old home has not recorded rt: it must hold rt's predecessor,
-		// and the key is claimed there, behind its guard.
+	if st.Ring != nil && st.Ring.Epoch() < rt.Epoch() { // rt not recorded there yet
 		if err := l.shards.judge(l, oh, st, rt.prev); err != nil {
 			return Decision{}, err
 		}
@@ -514,21 +399,20 @@ func (l *Ledger) beginRouted(ctx context.Context, rt *route, principal, key, fin
 	if err := l.shards.judge(l, oh, st, rt.expect); err != nil {
 		return Decision{}, err
 	}
-	if st.ring == nil {
+	if st.Ring == nil {
 		return Decision{}, fmt.Errorf("idem: claim: %w: home %s, the old home of a moved principal, holds no ring", ErrRingConflict, oh.id)
 	}
-	if len(res[1].Rows) == 0 {
+	if len(res[0].Rows) == 0 {
 		return l.claimGuarded(ctx, nh, rt.expect, principal, key, fingerprint)
 	}
 	var row storedRow
-	if err := row.scan(res[1].Rows[0]); err != nil {
+	if err := row.scan(res[0].Rows[0]); err != nil {
 		return Decision{}, fmt.Errorf("idem: lookup result: %w", err)
 	}
 	if row.fingerprint != fingerprint || row.status != StatusPending || !row.stale(l.cfg.TTL) {
 		return l.decideRow(&row, fingerprint)
 	}
-	// A stale reservation of this request at the old home: delete it there,
-	// as a takeover would supersede it, and claim the key at the new home.
+	// A stale reservation of this request: delete it, as a takeover would.
 	res, err = oh.db.Exec(ctx, []d1client.Statement{l.sql.ringGuard(rt.expect, oh.id),
 		l.sql.movedDelete(principal, key, row.generation, fingerprint, l.cfg.TTL, l.now())}, d1client.Idempotent(), opClaim)
 	switch {
@@ -551,39 +435,25 @@ func (l *Ledger) claimGuarded(ctx context.Context, h *home, want expect, princip
 	return d, nil
 }
 
-// findRow runs stmts where principal's key is or would be (a moved
-// principal's old home first) and returns their results at the first home
-// where the first statement returned a row, else at the last one. On a
-// sharded ledger each batch reads the home's ring too, and is judged.
+// findRow runs stmts at the homes of principal's key, in order, until the
+// first returns a row; each batch reads the home's ring too, and is judged.
 func (l *Ledger) findRow(ctx context.Context, principal string, stmts []d1client.Statement, opts ...d1client.ExecOption) ([]d1client.Result, error) {
 	if l.single != nil {
 		return l.single.db.Exec(ctx, stmts, opts...)
 	}
-	withRing := append([]d1client.Statement{l.sql.ringRead()}, stmts...)
 retry:
-	for attempt := 1; ; attempt++ {
-		if attempt > maxReroutes {
-			return nil, ErrRingUnsettled
-		}
-		rt, err := l.shards.current(ctx, l)
-		if err != nil {
-			return nil, err
-		}
-		hs, err := l.shards.resolve(principalIDs(rt.Ring, principal))
+	for range maxReroutes {
+		hs, rt, err := l.homesFor(ctx, principal)
 		if err != nil {
 			return nil, err
 		}
 		for i, h := range hs {
-			res, err := h.db.Exec(ctx, withRing, opts...)
-			if err != nil {
-				return nil, err
-			}
-			st, err := readState(h, res[0])
+			st, res, err := l.readAt(ctx, h, stmts, opts...)
 			if err != nil {
 				return nil, err
 			}
 			want := rt.expect
-			if st.ring != nil && st.ring.Epoch() < want.Epoch() && rt.Phase == RingMoving {
+			if st.Ring != nil && st.Ring.Epoch() < want.Epoch() && rt.Phase == RingMoving {
 				want = rt.prev
 			}
 			switch err := l.shards.judge(l, h, st, want); {
@@ -592,55 +462,43 @@ retry:
 			case err != nil:
 				return nil, err
 			}
-			if len(res[1].Rows) > 0 || i == len(hs)-1 {
-				return res[1:], nil
+			if len(res[0].Rows) > 0 || i == len(hs)-1 {
+				return res, nil
 			}
 		}
 	}
+	return nil, ErrRingUnsettled
 }
 
-// ringHomes returns the databases of the ring the ledger routes by (every
-// database of a Moving ring), or the one database of a ledger made by New.
-func (l *Ledger) ringHomes(ctx context.Context) ([]*home, error) {
-	return l.homesOf(ctx, func(r Ring) []string { return r.Homes })
-}
-
-// principalHomes returns the databases that may hold principal's keys (see
-// principalIDs).
-func (l *Ledger) principalHomes(ctx context.Context, principal string) ([]*home, error) {
-	return l.homesOf(ctx, func(r Ring) []string { return principalIDs(r, principal) })
-}
-
-// homesOf returns the databases whose IDs ids picks from the ring the
-// ledger routes by, or the one database of a ledger made by New.
-func (l *Ledger) homesOf(ctx context.Context, ids func(Ring) []string) ([]*home, error) {
+// homesFor returns the databases that may hold principal's keys (a moved
+// principal's old home first), or for "" every database of the ring, and the
+// route; the database of a ledger made by New.
+func (l *Ledger) homesFor(ctx context.Context, principal string) ([]*home, *route, error) {
 	if l.single != nil {
-		return []*home{l.single}, nil
+		return []*home{l.single}, nil, nil
 	}
 	rt, err := l.shards.current(ctx, l)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return l.shards.resolve(ids(rt.Ring))
-}
-
-// principalIDs returns the IDs of the databases that may hold principal's
-// keys: its home, and while r is Moving its old home first.
-func principalIDs(r Ring, principal string) []string {
-	if old := r.PreviousHome(principal); old != "" {
-		return []string{old, r.Home(principal)}
-	}
-	return []string{r.Home(principal)}
-}
-
-func (s *shards) resolve(ids []string) ([]*home, error) {
-	out := make([]*home, 0, len(ids))
-	for _, id := range ids {
-		h, err := s.home(id)
-		if err != nil {
-			return nil, err
+	ids := rt.Homes
+	if principal != "" {
+		ids = []string{rt.Home(principal)}
+		if old := rt.PreviousHome(principal); old != "" {
+			ids = []string{old, ids[0]}
 		}
-		out = append(out, h)
 	}
-	return out, nil
+	hs, err := l.shards.resolve(ids)
+	return hs, rt, err
+}
+
+// resolve returns the databases with these IDs.
+func (s *shards) resolve(ids []string) ([]*home, error) {
+	hs := make([]*home, len(ids))
+	for i, id := range ids {
+		if hs[i] = s.homes[id]; hs[i] == nil {
+			return nil, fmt.Errorf("%w: %q", ErrUnknownHome, id)
+		}
+	}
+	return hs, nil
 }
