@@ -6,8 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
-	"unicode/utf8"
 )
 
 // Type is the type of a decoded value.
@@ -149,13 +149,12 @@ func (v Value) MarshalJSON() ([]byte, error) {
 	return json.Marshal(v.s)
 }
 
-// IntValue, RealValue, TextValue, BlobValue and NullValue construct values,
-// mainly for tests and for comparing results.
+// IntValue, RealValue, TextValue and BlobValue construct values, mainly for
+// tests and for comparing results; the zero Value is NULL.
 func IntValue(i int64) Value    { return Value{typ: Integer, i: i} }
 func RealValue(f float64) Value { return Value{typ: Real, f: f} }
 func TextValue(s string) Value  { return Value{typ: Text, s: s} }
 func BlobValue(b []byte) Value  { return Value{typ: Blob, s: string(b)} }
-func NullValue() Value          { return Value{} }
 
 // decodeValue decodes one JSON cell exactly.
 func decodeValue(raw json.RawMessage) (Value, error) {
@@ -171,14 +170,9 @@ func decodeValue(raw json.RawMessage) (Value, error) {
 	case c == 'f':
 		return IntValue(0), nil
 	case c == '"':
-		if len(raw) >= 2 && raw[len(raw)-1] == '"' && plainJSONString(raw[1:len(raw)-1]) {
-			return TextValue(string(raw[1 : len(raw)-1])), nil
-		}
 		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return Value{}, err
-		}
-		return TextValue(s), nil
+		err := json.Unmarshal(raw, &s)
+		return TextValue(s), err
 	case c == '[':
 		var nums []json.Number
 		if err := json.Unmarshal(raw, &nums); err != nil {
@@ -198,17 +192,6 @@ func decodeValue(raw json.RawMessage) (Value, error) {
 	default:
 		return decodeNumber(raw)
 	}
-}
-
-// plainJSONString reports whether the inside of a JSON string literal is
-// its own value: no escape, quote or control character, valid UTF-8.
-func plainJSONString(b []byte) bool {
-	for _, c := range b {
-		if c < 0x20 || c == '"' || c == '\\' {
-			return false
-		}
-	}
-	return utf8.Valid(b)
 }
 
 func decodeNumber(b []byte) (Value, error) {
@@ -254,16 +237,19 @@ func scanValue(v Value, dest any) error {
 		return nil
 	case sql.Scanner:
 		return d.Scan(v.Any())
-	case **string:
-		return scanNullable(v, d)
-	case **int64:
-		return scanNullable(v, d)
-	case **int:
-		return scanNullable(v, d)
-	case **float64:
-		return scanNullable(v, d)
-	case **bool:
-		return scanNullable(v, d)
+	}
+	if p := reflect.ValueOf(dest); p.Kind() == reflect.Pointer && p.Elem().Kind() == reflect.Pointer {
+		// A pointer to a pointer: nil for NULL, else a new value.
+		if v.typ == Null {
+			p.Elem().SetZero()
+			return nil
+		}
+		x := reflect.New(p.Elem().Type().Elem())
+		if err := scanValue(v, x.Interface()); err != nil {
+			return err
+		}
+		p.Elem().Set(x)
+		return nil
 	}
 	if v.typ == Null {
 		if d, ok := dest.(*[]byte); ok {
@@ -272,12 +258,6 @@ func scanValue(v Value, dest any) error {
 		}
 		return fmt.Errorf("NULL cannot be stored in %T; scan into a pointer to a pointer or an sql.Null type", dest)
 	}
-	return scanNonNull(v, dest)
-}
-
-// scanNonNull is scanValue for a value that is not NULL and a destination
-// of a plain type.
-func scanNonNull(v Value, dest any) error {
 	switch d := dest.(type) {
 	case *int64:
 		i, ok := v.Int64()
@@ -298,14 +278,10 @@ func scanNonNull(v Value, dest any) error {
 		}
 		*d = f
 	case *string:
-		switch v.typ {
-		case Text:
-			*d = v.s
-		case Integer, Real:
-			*d = v.String()
-		default:
+		if v.typ == Blob {
 			return fmt.Errorf("%s value cannot be scanned into *string", v.typ)
 		}
+		*d = v.String()
 	case *bool:
 		i, ok := v.Int64()
 		if !ok || (i != 0 && i != 1) {
@@ -324,19 +300,6 @@ func scanNonNull(v Value, dest any) error {
 	return nil
 }
 
-func scanNullable[T any](v Value, d **T) error {
-	if v.typ == Null {
-		*d = nil
-		return nil
-	}
-	var x T
-	if err := scanValue(v, &x); err != nil {
-		return err
-	}
-	*d = &x
-	return nil
-}
-
 // Meta is the meta object D1 returns with each statement's result.
 type Meta struct {
 	Changes         int64   `json:"changes"`        // rows modified, as sqlite3_total_changes() deltas ("rough")
@@ -351,17 +314,6 @@ type Meta struct {
 	ServedByRegion  string  `json:"served_by_region"`
 	ServedByPrimary bool    `json:"served_by_primary"`
 	TotalAttempts   int64   `json:"total_attempts"` // D1's own retries of read-only queries, where reported
-}
-
-// UnmarshalJSON decodes meta leniently about number formatting (D1 may send
-// 3 or 3.0 for a count) but never through a lossy path for integers.
-func (m *Meta) UnmarshalJSON(data []byte) error {
-	var w metaWire
-	if err := json.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	*m = w.meta()
-	return nil
 }
 
 // metaWire is Meta as it travels, its numbers decoded by metaNumber.
@@ -576,59 +528,37 @@ func (t *rawTable) UnmarshalJSON(data []byte) error {
 	if len(body) == 0 || bytes.Equal(body, []byte("null")) || bytes.Equal(body, []byte("[]")) {
 		return nil
 	}
-	if body[0] == '[' {
-		cols, rows, err := decodeObjects(body)
-		if err != nil {
-			t.err = fmt.Errorf("results: %w", err)
-			return nil
-		}
-		t.columns = cols
-		if len(rows) > 0 {
-			t.rows = make([]Row, len(rows))
-		}
-		for i, cells := range rows {
-			row := make(Row, len(cells))
-			for j, cell := range cells {
-				v, err := decodeValue(cell)
-				if err != nil {
-					t.err = fmt.Errorf("row %d, column %d: %w", i, j, err)
-					return nil
-				}
-				row[j] = v
-			}
-			t.rows[i] = row
-		}
-		return nil
-	}
 	var table struct {
-		Columns []string `json:"columns"`
-		Rows    []Row    `json:"rows"`
+		Columns []string            `json:"columns"`
+		Rows    [][]json.RawMessage `json:"rows"`
 	}
-	if err := json.Unmarshal(body, &table); err != nil {
+	var err error
+	if body[0] == '[' {
+		table.Columns, table.Rows, err = decodeObjects(body)
+	} else {
+		err = json.Unmarshal(body, &table)
+	}
+	if err != nil {
 		t.err = fmt.Errorf("results are not in /raw form: %w", err)
 		return nil
 	}
-	for i, row := range table.Rows {
-		if len(row) != len(table.Columns) {
-			t.err = fmt.Errorf("row %d has %d cells for %d columns", i, len(row), len(table.Columns))
-			return nil
-		}
-	}
 	t.columns = table.Columns
 	if len(table.Rows) > 0 {
-		t.rows = table.Rows
+		t.rows = make([]Row, len(table.Rows))
 	}
-	return nil
-}
-
-// UnmarshalJSON decodes one cell of a result exactly, as Value describes:
-// the inverse of MarshalJSON.
-func (v *Value) UnmarshalJSON(data []byte) error {
-	x, err := decodeValue(data)
-	if err != nil {
-		return err
+	for i, cells := range table.Rows {
+		if len(cells) != len(table.Columns) {
+			t.err = fmt.Errorf("row %d has %d cells for %d columns", i, len(cells), len(table.Columns))
+			return nil
+		}
+		t.rows[i] = make(Row, len(cells))
+		for j, cell := range cells {
+			if t.rows[i][j], err = decodeValue(cell); err != nil {
+				t.err = fmt.Errorf("row %d, column %d: %w", i, j, err)
+				return nil
+			}
+		}
 	}
-	*v = x
 	return nil
 }
 
