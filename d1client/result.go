@@ -195,10 +195,8 @@ func decodeValue(raw json.RawMessage) (Value, error) {
 }
 
 func decodeNumber(b []byte) (Value, error) {
-	if integerLiteral(b) {
-		if i, err := strconv.ParseInt(string(b), 10, 64); err == nil {
-			return IntValue(i), nil
-		}
+	if i, ok := parseInt(b); ok {
+		return IntValue(i), nil
 	}
 	f, err := strconv.ParseFloat(string(b), 64)
 	if err != nil {
@@ -366,59 +364,42 @@ func (n *metaNumber) UnmarshalJSON(data []byte) error {
 	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' {
 		b = b[1 : len(b)-1]
 	}
-	if m, ok := smallInteger(b); ok {
-		*n = m
+	i, exact := parseInt(b)
+	if exact && (i != 0 || b[0] != '-') { // -0 is left to ParseFloat, for its sign
+		*n = metaNumber{i: i, f: float64(i), exact: true}
 		return nil
 	}
 	f, err := strconv.ParseFloat(string(b), 64)
 	if err != nil {
 		return fmt.Errorf("meta: %q is not a number", data)
 	}
-	*n = metaNumber{f: f}
-	if integerLiteral(b) {
-		if i, err := strconv.ParseInt(string(b), 10, 64); err == nil {
-			n.i, n.exact = i, true
-		}
-	}
+	*n = metaNumber{f: f, exact: exact} // exact: -0
 	return nil
 }
 
-// smallInteger reads b, an integer of at most 18 digits (most of meta),
-// without ParseFloat and ParseInt: its value is exact both as an int64 and
-// as a float64. -0 is left to ParseFloat (its float is negative).
-func smallInteger(b []byte) (metaNumber, bool) {
+// parseInt reads b if it is written as an integer (digits after an optional
+// minus sign) that fits int64. Up to 18 digits it reads them itself, faster
+// than strconv, whose failures also allocate.
+func parseInt(b []byte) (int64, bool) {
 	digits := bytes.TrimPrefix(b, []byte("-"))
-	if len(digits) > 18 || !integerLiteral(b) {
-		return metaNumber{}, false
+	if len(digits) == 0 {
+		return 0, false
 	}
 	var i int64
 	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
 		i = i*10 + int64(c-'0')
 	}
+	if len(digits) > 18 { // i may have overflowed
+		x, err := strconv.ParseInt(string(b), 10, 64)
+		return x, err == nil
+	}
 	if len(digits) < len(b) {
-		if i == 0 {
-			return metaNumber{}, false
-		}
 		i = -i
 	}
-	return metaNumber{i: i, f: float64(i), exact: true}, true
-}
-
-// integerLiteral reports whether b is written as an integer: digits after
-// an optional minus sign. (A failed strconv.ParseInt allocates its error.)
-func integerLiteral(b []byte) bool {
-	if len(b) > 0 && b[0] == '-' {
-		b = b[1:]
-	}
-	if len(b) == 0 {
-		return false
-	}
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
+	return i, true
 }
 
 func (n metaNumber) int() int64 {
