@@ -6,13 +6,11 @@ import (
 	"github.com/d1idem/d1idem/internal/jsonscan"
 )
 
-// fastEnvelope decodes a response body in the shape D1 answers a successful
-// call with into env, in one pass, exactly as json.Unmarshal would, n
-// results expected. It gives up (false) on anything else (an error body, a
-// missing "success", a key spelled like a known one in another case, a
-// repeated key, the /query form, a blob, an unusual cell or meta value, a
-// surrogate escape, invalid UTF-8 or JSON): encoding/json then says what is
-// wrong.
+// fastEnvelope decodes a successful answer's body into env in one pass,
+// exactly as json.Unmarshal would, n results expected. It gives up (false)
+// on anything unusual (an error body, a missing "success", a key repeated
+// or spelled in another case, the /query form, a blob, invalid JSON...):
+// encoding/json then says what is wrong.
 func fastEnvelope(body []byte, n int, env *envelope) bool {
 	d := fastDecoder{Scanner: jsonscan.Scanner{Data: body}}
 	ok := d.envelope(n, env) && d.End() && env.Success != unset
@@ -40,37 +38,22 @@ const maxSkipDepth = 10_000
 func (d *fastDecoder) object(known []string, member func(key string) bool) bool {
 	var seen uint64
 	return d.Object(func(key []byte) bool {
-		idx := knownIndex(known, key)
-		switch {
-		case idx < 0:
-			return !foldsToKnown(known, key) && d.skip()
-		case seen&(1<<idx) != 0:
-			return false
+		for i, k := range known {
+			if string(key) == k {
+				if seen&(1<<i) != 0 {
+					return false
+				}
+				seen |= 1 << i
+				return member(k)
+			}
 		}
-		seen |= 1 << idx
-		return member(known[idx])
+		for _, k := range known {
+			if bytes.EqualFold(key, []byte(k)) {
+				return false
+			}
+		}
+		return d.skip()
 	})
-}
-
-// knownIndex returns the index of key in known, or -1.
-func knownIndex(known []string, key []byte) int {
-	for j, k := range known {
-		if string(key) == k {
-			return j
-		}
-	}
-	return -1
-}
-
-// foldsToKnown reports whether key, spelled like no known key, matches one
-// regardless of case, as encoding/json would match it.
-func foldsToKnown(known []string, key []byte) bool {
-	for _, k := range known {
-		if bytes.EqualFold(key, []byte(k)) {
-			return true
-		}
-	}
-	return false
 }
 
 // skip reads any value and drops it.
