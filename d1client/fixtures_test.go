@@ -121,7 +121,7 @@ func checkRawInsertReturning(t *testing.T, res []Result) {
 func checkQueryRealStorecraft(t *testing.T, res []Result) {
 	r := res[0]
 	wantCols(t, r, "name", "sql", "type")
-	if v, _ := r.Get(0, "name"); v != TextValue("_cf_KV") {
+	if v := r.Map(0)["name"]; v != TextValue("_cf_KV") {
 		t.Errorf("name = %v", v)
 	}
 	if r.Meta.ServedByRegion != "APAC" || r.Meta.RowsRead != 2 || r.Meta.SizeAfter != 12288 {

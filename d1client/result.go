@@ -417,25 +417,6 @@ type Result struct {
 	Meta    Meta
 }
 
-// Column returns the index of the first column with the given name, or -1.
-func (r *Result) Column(name string) int {
-	for i, c := range r.Columns {
-		if c == name {
-			return i
-		}
-	}
-	return -1
-}
-
-// Get returns the value of the named column in row i, and whether both exist.
-func (r *Result) Get(i int, column string) (Value, bool) {
-	c := r.Column(column)
-	if c < 0 || i < 0 || i >= len(r.Rows) || c >= len(r.Rows[i]) {
-		return Value{}, false
-	}
-	return r.Rows[i][c], true
-}
-
 // Map returns row i as a map from column name to value. Where names repeat,
 // the last column wins, as in D1's /query form.
 func (r *Result) Map(i int) map[string]Value {
