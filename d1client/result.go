@@ -340,19 +340,18 @@ func (w *metaWire) UnmarshalJSON(data []byte) error {
 
 func (w *metaWire) meta() Meta {
 	return Meta{
-		Changes: w.Changes.int(), LastRowID: w.LastRowID.int(), ChangedDB: w.ChangedDB,
-		Duration: w.Duration.f, RowsRead: w.RowsRead.int(), RowsWritten: w.RowsWritten.int(),
-		SizeAfter: w.SizeAfter.int(), ServedBy: w.ServedBy, ServedByColo: w.ServedByColo,
-		ServedByRegion: w.ServedByRegion, ServedByPrimary: w.ServedByPrimary, TotalAttempts: w.TotalAttempts.int(),
+		Changes: w.Changes.i, LastRowID: w.LastRowID.i, ChangedDB: w.ChangedDB,
+		Duration: w.Duration.f, RowsRead: w.RowsRead.i, RowsWritten: w.RowsWritten.i,
+		SizeAfter: w.SizeAfter.i, ServedBy: w.ServedBy, ServedByColo: w.ServedByColo,
+		ServedByRegion: w.ServedByRegion, ServedByPrimary: w.ServedByPrimary, TotalAttempts: w.TotalAttempts.i,
 	}
 }
 
-// metaNumber is a number of meta: exact when written as an integer, else a
-// float; null is 0, and a number may be written as a string.
+// metaNumber is a number of meta as an int64, exact when written as an
+// integer, and a float64; null is 0, and it may be written as a string.
 type metaNumber struct {
-	i     int64
-	f     float64
-	exact bool
+	i int64
+	f float64
 }
 
 func (n *metaNumber) UnmarshalJSON(data []byte) error {
@@ -364,16 +363,15 @@ func (n *metaNumber) UnmarshalJSON(data []byte) error {
 	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' {
 		b = b[1 : len(b)-1]
 	}
-	i, exact := parseInt(b)
-	if exact && (i != 0 || b[0] != '-') { // -0 is left to ParseFloat, for its sign
-		*n = metaNumber{i: i, f: float64(i), exact: true}
+	if i, ok := parseInt(b); ok && (i != 0 || b[0] != '-') { // -0 is left to ParseFloat, for its sign
+		*n = metaNumber{i: i, f: float64(i)}
 		return nil
 	}
 	f, err := strconv.ParseFloat(string(b), 64)
 	if err != nil {
 		return fmt.Errorf("meta: %q is not a number", data)
 	}
-	*n = metaNumber{f: f, exact: exact} // exact: -0
+	*n = metaNumber{i: int64(f), f: f}
 	return nil
 }
 
@@ -400,13 +398,6 @@ func parseInt(b []byte) (int64, bool) {
 		i = -i
 	}
 	return i, true
-}
-
-func (n metaNumber) int() int64 {
-	if n.exact {
-		return n.i
-	}
-	return int64(n.f)
 }
 
 // Result is the outcome of one statement: its columns in order (duplicates
