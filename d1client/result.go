@@ -24,8 +24,7 @@ const (
 
 var typeNames = [...]string{Null: "null", Integer: "integer", Real: "real", Text: "text", Blob: "blob"}
 
-// String returns the type's name: "null", "integer", "real", "text" or
-// "blob".
+// String returns the type's name: "null", "integer", "real", "text" or "blob".
 func (t Type) String() string {
 	if int(t) < len(typeNames) {
 		return typeNames[t]
@@ -33,18 +32,12 @@ func (t Type) String() string {
 	return "unknown"
 }
 
-// Value is one cell of a result, decoded exactly from D1's JSON:
-//
-//   - a JSON integer literal that fits int64 is an Integer, exact (it is
-//     never routed through float64);
-//   - any other JSON number is a Real. D1 formats numbers through JavaScript,
-//     so an INTEGER column value above 2^53 arrives already rounded (for
-//     example 9223372036854776000, which does not fit int64 and decodes as
-//     Real); select CAST(x AS TEXT) to read such values exactly. For the same
-//     reason a REAL with an integral value (1.0) arrives as 1 and decodes as
-//     an Integer;
-//   - a JSON string is Text, null is Null, and an array of byte values is a
-//     Blob. JSON true/false decode as Integer 1/0.
+// Value is one cell of a result, decoded exactly from D1's JSON: an integer
+// literal that fits int64 is an Integer, any other number a Real, a string
+// Text, null Null, an array of byte values a Blob, true/false Integer 1/0.
+// D1 formats numbers through JavaScript, so an integer above 2^53 arrives
+// rounded (select CAST(x AS TEXT) to read it exactly) and a REAL 1.0
+// arrives as 1, an Integer.
 type Value struct {
 	typ Type
 	i   int64
@@ -128,8 +121,7 @@ func (v Value) String() string {
 	return v.s
 }
 
-// MarshalJSON encodes the value the way D1 would: null, a number, a string,
-// or an array of byte values.
+// MarshalJSON encodes the value as D1 would.
 func (v Value) MarshalJSON() ([]byte, error) {
 	switch v.typ {
 	case Null:
@@ -208,11 +200,11 @@ func decodeNumber(b []byte) (Value, error) {
 // Row is one result row, its values in column order.
 type Row []Value
 
-// Scan copies the row's values into dest, one per column, in order. Each
-// destination may be *any, *Value, *int64, *int, *float64, *string, *bool,
-// *[]byte, a pointer to a pointer of those (nil for NULL), or an
-// sql.Scanner such as *sql.NullString. Scanning NULL into a non-nullable
-// destination, or a value that does not convert exactly, is an error.
+// Scan copies the row's values into dest, one per column. Each destination
+// may be *any, *Value, *int64, *int, *float64, *string, *bool, *[]byte, a
+// pointer to a pointer of those (nil for NULL), or an sql.Scanner such as
+// *sql.NullString. NULL into a non-nullable destination, or a value that
+// does not convert exactly, is an error.
 func (r Row) Scan(dest ...any) error {
 	if len(dest) != len(r) {
 		return fmt.Errorf("d1client: Scan: %d destinations for %d columns", len(dest), len(r))
@@ -237,7 +229,6 @@ func scanValue(v Value, dest any) error {
 		return d.Scan(v.Any())
 	}
 	if p := reflect.ValueOf(dest); p.Kind() == reflect.Pointer && p.Elem().Kind() == reflect.Pointer {
-		// A pointer to a pointer: nil for NULL, else a new value.
 		if v.typ == Null {
 			p.Elem().SetZero()
 			return nil
@@ -330,8 +321,7 @@ type metaWire struct {
 	TotalAttempts   metaNumber `json:"total_attempts"`
 }
 
-// UnmarshalJSON decodes meta afresh, so that of a repeated key the last
-// one counts, as it does for every other value.
+// UnmarshalJSON decodes meta afresh: of a repeated key, the last counts.
 func (w *metaWire) UnmarshalJSON(data []byte) error {
 	type plain metaWire // without this method
 	*w = metaWire{}
@@ -375,9 +365,8 @@ func (n *metaNumber) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// parseInt reads b if it is written as an integer (digits after an optional
-// minus sign) that fits int64. Up to 18 digits it reads them itself, faster
-// than strconv, whose failures also allocate.
+// parseInt reads b if it is an integer literal that fits int64, up to 18
+// digits faster than strconv (whose failures also allocate).
 func parseInt(b []byte) (int64, bool) {
 	digits := bytes.TrimPrefix(b, []byte("-"))
 	if len(digits) == 0 {
@@ -420,8 +409,8 @@ func (r *Result) Map(i int) map[string]Value {
 	return m
 }
 
-// resultList is the envelope's result, an array of statement results; it
-// keeps its decoding error, so that the rest of the envelope still decodes.
+// resultList is the envelope's result array; it keeps its decoding error,
+// so that the rest of the envelope still decodes.
 type resultList struct {
 	present bool // the envelope has a result, null included
 	items   []rawResult
@@ -467,8 +456,8 @@ type rawResult struct {
 }
 
 // rawTable is a statement's results: {"columns":[...],"rows":[[...]]},
-// null, missing, [], or the /query form some emulators answer /raw with.
-// Like resultList, it keeps its decoding error.
+// null, missing, [], or the /query form (objects). It keeps its decoding
+// error.
 type rawTable struct {
 	columns []string
 	rows    []Row
@@ -515,9 +504,9 @@ func (t *rawTable) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// decodeObjects reads /query-style results, an array of objects, keeping the
-// key order of the first object as the column order. Objects with other keys
-// are an error: the rows could not be aligned.
+// decodeObjects reads /query-form results, an array of objects, the first
+// object's keys in order being the columns; other keys in another row are
+// an error.
 func decodeObjects(body []byte) ([]string, [][]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
