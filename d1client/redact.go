@@ -38,28 +38,17 @@ func redactText(s, tok string) string {
 		return strings.ReplaceAll(s, tok, redacted)
 	}
 	var b strings.Builder
-	done := 0 // s[:done] is written
-	for from := 0; ; {
-		i := strings.Index(s[from:], tok)
-		if i < 0 {
-			break
-		}
-		i += from
+	for i := 0; i < len(s); i++ {
 		end := i + len(tok)
 		glued := (i > 0 && wordByte(s[i-1]) && wordByte(tok[0])) ||
 			(end < len(s) && wordByte(s[end]) && wordByte(tok[len(tok)-1]))
-		if glued {
-			from = i + 1
+		if strings.HasPrefix(s[i:], tok) && !glued {
+			b.WriteString(redacted)
+			i = end - 1
 			continue
 		}
-		b.WriteString(s[done:i])
-		b.WriteString(redacted)
-		done, from = end, end
+		b.WriteByte(s[i])
 	}
-	if done == 0 {
-		return s
-	}
-	b.WriteString(s[done:])
 	return b.String()
 }
 

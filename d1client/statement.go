@@ -16,13 +16,10 @@ import (
 
 // Limits D1 enforces per statement, checked before anything is sent.
 const (
-	// MaxParams is D1's limit of bound parameters per statement.
-	MaxParams = 100
-	// MaxSQLBytes is D1's limit on the length of one statement's SQL.
-	MaxSQLBytes = 100_000
-	// maxSafeInteger is 2^53, the largest magnitude a JavaScript number
-	// holds exactly. D1's service path is JavaScript.
-	maxSafeInteger = 1 << 53
+	MaxParams   = 100     // bound parameters per statement
+	MaxSQLBytes = 100_000 // bytes of one statement's SQL
+
+	maxSafeInteger = 1 << 53 // the largest magnitude a JavaScript number holds exactly
 )
 
 // Statement is one SQL statement and its positional parameters (anonymous
@@ -102,9 +99,7 @@ func appendInt(dst []byte, i int64) []byte {
 	if i >= -maxSafeInteger && i <= maxSafeInteger {
 		return strconv.AppendInt(dst, i, 10)
 	}
-	dst = append(dst, '"')
-	dst = strconv.AppendInt(dst, i, 10)
-	return append(dst, '"')
+	return append(strconv.AppendInt(append(dst, '"'), i, 10), '"')
 }
 
 func appendFloat(dst []byte, f float64) ([]byte, error) {
@@ -121,9 +116,8 @@ func appendStringParam(dst []byte, s string) ([]byte, error) {
 	return appendJSONString(dst, s), nil
 }
 
-// appendJSONString appends s, valid UTF-8, as a JSON string the way
-// encoding/json does with SetEscapeHTML(false), so that an HTML body does
-// not grow sixfold on the wire.
+// appendJSONString appends s, valid UTF-8, as a JSON string as encoding/json
+// does with SetEscapeHTML(false): an HTML body does not grow sixfold.
 func appendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
@@ -151,18 +145,17 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// wireStatement is a statement's JSON encoding, {"sql":"...","params":[...]}
-// ("params" only when there are some): its exact share of a request body.
+// wireStatement is a statement's JSON encoding, {"sql":"...","params":[...]},
+// "params" only when there are some.
 type wireStatement []byte
 
-// encode validates the statement against D1's limits and encodes it. index
-// is its position in the call, for the error message.
+// encode validates the statement against D1's limits and encodes it; index
+// is its position in the call.
 func (s Statement) encode(index int) (wireStatement, error) {
 	if strings.TrimSpace(s.SQL) == "" {
 		return nil, fmt.Errorf("statement %d: empty SQL", index)
 	}
-	// D1 measures the SQL it receives, decoded: its length in bytes, not
-	// the length of its JSON encoding.
+	// D1 measures the SQL decoded, not its JSON encoding.
 	if n := len(s.SQL); n > MaxSQLBytes {
 		return nil, fmt.Errorf("statement %d: SQL is %d bytes; D1 allows at most %d per statement", index, n, MaxSQLBytes)
 	}
