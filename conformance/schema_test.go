@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -83,7 +84,7 @@ func TestSweepUsesIndex(t *testing.T) {
 		c := b.NewClientSchema(t)
 		plan := func(sql string, params ...any) string {
 			res := query(t, c, "EXPLAIN QUERY PLAN "+sql, params...)
-			i := res.Column("detail")
+			i := slices.Index(res.Columns, "detail")
 			if i < 0 {
 				t.Fatalf("EXPLAIN QUERY PLAN columns %v have no detail", res.Columns)
 			}

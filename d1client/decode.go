@@ -6,13 +6,11 @@ import (
 	"github.com/d1idem/d1idem/internal/jsonscan"
 )
 
-// fastEnvelope decodes a response body in the shape D1 answers a successful
-// call with into env, in one pass, exactly as json.Unmarshal would, n
-// results expected. It gives up (false) on anything else (an error body, a
-// missing "success", a key spelled like a known one in another case, a
-// repeated key, the /query form, a blob, an unusual cell or meta value, a
-// surrogate escape, invalid UTF-8 or JSON): encoding/json then says what is
-// wrong.
+// fastEnvelope decodes a successful answer's body into env in one pass,
+// exactly as json.Unmarshal would, n results expected. It gives up (false)
+// on anything unusual (an error body, a missing "success", a key repeated
+// or spelled in another case, the /query form, a blob, invalid JSON...):
+// encoding/json then says what is wrong.
 func fastEnvelope(body []byte, n int, env *envelope) bool {
 	d := fastDecoder{Scanner: jsonscan.Scanner{Data: body}}
 	ok := d.envelope(n, env) && d.End() && env.Success != unset
@@ -22,7 +20,6 @@ func fastEnvelope(body []byte, n int, env *envelope) bool {
 	return ok
 }
 
-// fastDecoder reads a response body for fastEnvelope.
 type fastDecoder struct {
 	jsonscan.Scanner
 	recent [16]string // strings read lately, for intern: a ring
@@ -30,47 +27,32 @@ type fastDecoder struct {
 	depth  int        // arrays and objects skip is in
 }
 
-// maxSkipDepth bounds the nesting skip reads, as encoding/json bounds its
-// own: deeper, it gives up rather than the stack growing with the body.
+// maxSkipDepth bounds the nesting skip reads, as encoding/json does, so
+// that the stack does not grow with the body.
 const maxSkipDepth = 10_000
 
-// object reads an object, calling member for each key; member reads the
-// value. Keys must be distinct and none may match a known key other than
-// by exact spelling: encoding/json matches keys regardless of case.
-func (d *fastDecoder) object(known []string, member func(key string) bool) bool {
+// object reads an object, calling member to read the value of each known
+// key. Keys must be distinct and spelled exactly: encoding/json would match
+// them regardless of case.
+func (d *fastDecoder) object(known []string, member func(i int, key string) bool) bool {
 	var seen uint64
 	return d.Object(func(key []byte) bool {
-		idx := knownIndex(known, key)
-		switch {
-		case idx < 0:
-			return !foldsToKnown(known, key) && d.skip()
-		case seen&(1<<idx) != 0:
-			return false
+		for i, k := range known {
+			if string(key) == k {
+				if seen&(1<<i) != 0 {
+					return false
+				}
+				seen |= 1 << i
+				return member(i, k)
+			}
 		}
-		seen |= 1 << idx
-		return member(known[idx])
+		for _, k := range known {
+			if bytes.EqualFold(key, []byte(k)) {
+				return false
+			}
+		}
+		return d.skip()
 	})
-}
-
-// knownIndex returns the index of key in known, or -1.
-func knownIndex(known []string, key []byte) int {
-	for j, k := range known {
-		if string(key) == k {
-			return j
-		}
-	}
-	return -1
-}
-
-// foldsToKnown reports whether key, spelled like no known key, matches one
-// regardless of case, as encoding/json would match it.
-func foldsToKnown(known []string, key []byte) bool {
-	for _, k := range known {
-		if bytes.EqualFold(key, []byte(k)) {
-			return true
-		}
-	}
-	return false
 }
 
 // skip reads any value and drops it.
@@ -117,8 +99,8 @@ func (d *fastDecoder) boolean(p *optBool) bool {
 	return true
 }
 
-// intern reads a string, reusing the one it read last with the same
-// bytes: the column names and meta of a batch's results repeat.
+// intern reads a string, reusing a recent one with the same bytes: the
+// column names and meta of a batch's results repeat.
 func (d *fastDecoder) intern() (string, bool) {
 	if d.Peek() != '"' {
 		return "", false
@@ -151,13 +133,12 @@ var (
 )
 
 func (d *fastDecoder) envelope(n int, env *envelope) bool {
-	return d.object(envelopeKeys, func(key string) bool {
+	return d.object(envelopeKeys, func(_ int, key string) bool {
 		switch key {
 		case "success":
 			return d.Peek() != 'n' && d.boolean(&env.Success)
 		case "errors":
-			// Only an empty array: error bodies take the general path.
-			env.Errors = []ErrorDetail{}
+			env.Errors = []ErrorDetail{} // error bodies take the general path
 			return d.Eat('[') && d.Eat(']')
 		default: // result
 			if d.Peek() != '[' {
@@ -174,7 +155,7 @@ func (d *fastDecoder) envelope(n int, env *envelope) bool {
 }
 
 func (d *fastDecoder) result(r *rawResult) bool {
-	return d.object(resultKeys, func(key string) bool {
+	return d.object(resultKeys, func(_ int, key string) bool {
 		switch key {
 		case "results":
 			return d.table(&r.Results)
@@ -203,7 +184,7 @@ func (d *fastDecoder) table(t *rawTable) bool {
 	}
 	var columns []string
 	var rows []Row
-	ok := d.object(tableKeys, func(key string) bool {
+	ok := d.object(tableKeys, func(_ int, key string) bool {
 		if d.Literal("null") {
 			return true
 		}
@@ -267,11 +248,11 @@ func (d *fastDecoder) cell() (Value, bool) {
 
 // meta reads a statement's meta into w as metaWire's decoding would.
 func (d *fastDecoder) meta(w *metaWire) bool {
-	return d.object(metaKeys, func(key string) bool {
+	return d.object(metaKeys, func(i int, _ string) bool {
 		if d.Literal("null") {
 			return true
 		}
-		switch p := w.field(key).(type) {
+		switch p := w.fields()[i].(type) {
 		case *bool:
 			var b optBool
 			ok := d.boolean(&b)
@@ -289,31 +270,8 @@ func (d *fastDecoder) meta(w *metaWire) bool {
 	})
 }
 
-// field returns a pointer to the field of w named key, one of metaKeys.
-func (w *metaWire) field(key string) any {
-	switch key {
-	case "changes":
-		return &w.Changes
-	case "last_row_id":
-		return &w.LastRowID
-	case "changed_db":
-		return &w.ChangedDB
-	case "duration":
-		return &w.Duration
-	case "rows_read":
-		return &w.RowsRead
-	case "rows_written":
-		return &w.RowsWritten
-	case "size_after":
-		return &w.SizeAfter
-	case "served_by":
-		return &w.ServedBy
-	case "served_by_colo":
-		return &w.ServedByColo
-	case "served_by_region":
-		return &w.ServedByRegion
-	case "served_by_primary":
-		return &w.ServedByPrimary
-	}
-	return &w.TotalAttempts
+// fields returns pointers to the fields of w, in the order of metaKeys.
+func (w *metaWire) fields() [12]any {
+	return [...]any{&w.Changes, &w.LastRowID, &w.ChangedDB, &w.Duration, &w.RowsRead, &w.RowsWritten,
+		&w.SizeAfter, &w.ServedBy, &w.ServedByColo, &w.ServedByRegion, &w.ServedByPrimary, &w.TotalAttempts}
 }

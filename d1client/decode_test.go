@@ -253,32 +253,38 @@ func TestDecoderMatchesReference(t *testing.T) {
 	}
 }
 
-// TestSmallIntegerMatchesParseFloat: meta's integers read without
-// ParseFloat and ParseInt have exactly the values those give them, and
-// what the fast path cannot read so is left to them.
-func TestSmallIntegerMatchesParseFloat(t *testing.T) {
+// TestMetaNumberMatchesParseFloat: meta's numbers have exactly the values
+// ParseFloat and ParseInt give them, the integer exact where ParseInt reads
+// it.
+func TestMetaNumberMatchesParseFloat(t *testing.T) {
 	for _, num := range []string{
 		"0", "7", "-1", "42", "8192", "1700000000000", "9007199254740993", // 2^53+1: the float rounds
-		"999999999999999999", "-999999999999999999",
+		"999999999999999999", "-999999999999999999", "1234567890123456789", "9223372036854775808", "1.5", "1e3",
 	} {
-		got, ok := smallInteger([]byte(num))
+		var got metaNumber
+		err := got.UnmarshalJSON([]byte(num))
 		f, _ := strconv.ParseFloat(num, 64)
-		i, _ := strconv.ParseInt(num, 10, 64)
-		if want := (metaNumber{i: i, f: f, exact: true}); !ok || got != want {
-			t.Errorf("%s: %+v (%v), want %+v", num, got, ok, want)
+		i, ierr := strconv.ParseInt(num, 10, 64)
+		want := metaNumber{i: int64(f), f: f}
+		if ierr == nil {
+			want.i = i
+		}
+		if err != nil || got != want {
+			t.Errorf("%s: %+v (%v), want %+v", num, got, err, want)
 		}
 	}
-	for _, num := range []string{"-0", "1234567890123456789", "1.5", "1e3", "-", ""} {
-		if _, ok := smallInteger([]byte(num)); ok {
-			t.Errorf("%q: read by the fast path", num)
+	for _, num := range []string{"-", "", "x"} {
+		var m metaNumber
+		if err := m.UnmarshalJSON([]byte(num)); err == nil {
+			t.Errorf("%q: read as %+v", num, m)
 		}
 	}
-	// Through UnmarshalJSON, -0 keeps its sign and a quoted integer is read.
+	// -0 keeps its sign and a quoted integer is read.
 	var m metaNumber
-	if err := m.UnmarshalJSON([]byte("-0")); err != nil || !math.Signbit(m.f) || !m.exact || m.i != 0 {
+	if err := m.UnmarshalJSON([]byte("-0")); err != nil || !math.Signbit(m.f) || m.i != 0 {
 		t.Errorf("-0: %+v, %v", m, err)
 	}
-	if err := m.UnmarshalJSON([]byte(`"12"`)); err != nil || m != (metaNumber{i: 12, f: 12, exact: true}) {
+	if err := m.UnmarshalJSON([]byte(`"12"`)); err != nil || m != (metaNumber{i: 12, f: 12}) {
 		t.Errorf(`"12": %+v, %v`, m, err)
 	}
 }

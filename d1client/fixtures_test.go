@@ -68,7 +68,7 @@ func TestFixtureSuccessShapes(t *testing.T) {
 			wantRow(t, res[0].Rows[0],
 				IntValue(9007199254740992), TextValue("integer"),
 				RealValue(9223372036854775807), RealValue(-9223372036854775808),
-				TextValue("9007199254740993"), RealValue(0.30000000000000004), IntValue(0), NullValue())
+				TextValue("9007199254740993"), RealValue(0.30000000000000004), IntValue(0), Value{})
 		}},
 		{"raw_types_blob_duplicates", select1, checkRawTypesBlobDuplicates},
 	}
@@ -121,7 +121,7 @@ func checkRawInsertReturning(t *testing.T, res []Result) {
 func checkQueryRealStorecraft(t *testing.T, res []Result) {
 	r := res[0]
 	wantCols(t, r, "name", "sql", "type")
-	if v, _ := r.Get(0, "name"); v != TextValue("_cf_KV") {
+	if v := r.Map(0)["name"]; v != TextValue("_cf_KV") {
 		t.Errorf("name = %v", v)
 	}
 	if r.Meta.ServedByRegion != "APAC" || r.Meta.RowsRead != 2 || r.Meta.SizeAfter != 12288 {
@@ -135,7 +135,7 @@ func checkRawTypesBlobDuplicates(t *testing.T, res []Result) {
 	r := res[0]
 	wantCols(t, r, "a", "a", "blob", "t", "r", "n", "exact")
 	wantRow(t, r.Rows[0], IntValue(1), IntValue(2), BlobValue([]byte{1, 2, 255}), TextValue("42.0"),
-		RealValue(1.5), NullValue(), IntValue(9007199254740993))
+		RealValue(1.5), Value{}, IntValue(9007199254740993))
 	var a1, a2 int
 	var blob []byte
 	var text string

@@ -14,8 +14,7 @@ import (
 // redacted stands for the API token wherever a Config is printed.
 const redacted = "[REDACTED]"
 
-// redactToken returns what is printed for the token: redacted, or "" when
-// none is set.
+// redactToken returns what is printed for the token: redacted, or "" if unset.
 func redactToken(token string) string {
 	if token == "" {
 		return ""
@@ -24,15 +23,13 @@ func redactToken(token string) string {
 }
 
 // opaqueToken is the length from which a token is never part of another
-// word by chance (the bridge's secrets are at least this long, Cloudflare's
-// API tokens 40 characters): every occurrence of it is redacted, even one
-// glued to other characters ("Bearer%20TOKEN").
+// word by chance (Cloudflare's API tokens have 40 characters): then every
+// occurrence is redacted, even one glued to others ("Bearer%20TOKEN").
 const opaqueToken = 16
 
-// redactText returns s with the token's occurrences replaced by
-// "[REDACTED]". A token shorter than opaqueToken is replaced only where it
-// stands as a whole word (see wordByte): a token "local" leaves "localhost"
-// alone.
+// redactText returns s with the token's occurrences replaced by redacted;
+// a shorter token than opaqueToken only where it stands as a whole word: a
+// token "local" leaves "localhost" alone.
 func redactText(s, tok string) string {
 	if tok == "" || !strings.Contains(s, tok) {
 		return s
@@ -41,41 +38,28 @@ func redactText(s, tok string) string {
 		return strings.ReplaceAll(s, tok, redacted)
 	}
 	var b strings.Builder
-	done := 0 // s[:done] is written
-	for from := 0; ; {
-		i := strings.Index(s[from:], tok)
-		if i < 0 {
-			break
-		}
-		i += from
+	for i := 0; i < len(s); i++ {
 		end := i + len(tok)
 		glued := (i > 0 && wordByte(s[i-1]) && wordByte(tok[0])) ||
 			(end < len(s) && wordByte(s[end]) && wordByte(tok[len(tok)-1]))
-		if glued {
-			from = i + 1 // part of a longer word: look on from the next byte
+		if strings.HasPrefix(s[i:], tok) && !glued {
+			b.WriteString(redacted)
+			i = end - 1
 			continue
 		}
-		b.WriteString(s[done:i])
-		b.WriteString(redacted)
-		done, from = end, end
+		b.WriteByte(s[i])
 	}
-	if done == 0 {
-		return s
-	}
-	b.WriteString(s[done:])
 	return b.String()
 }
 
-// wordByte reports whether c continues a word for redactText: an ASCII
-// letter or digit, '_', '-', or a byte of a multi-byte UTF-8 character.
+// wordByte reports whether c continues a word: an ASCII letter or digit,
+// '_', '-', or a byte of a multi-byte UTF-8 character.
 func wordByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c >= 0x80
 }
 
-// redactedCause stands for an error cause whose text names the token: it
-// has the redacted text and no Unwrap, so the cause's own text is out of
-// reach, but errors.Is sees through it (errors.Is(err, syscall.ECONNREFUSED)
-// holds as it did).
+// redactedCause stands for an error cause whose text names the token: no
+// Unwrap reaches the cause's own text, but errors.Is sees through it.
 type redactedCause struct {
 	text  string
 	cause error
@@ -86,9 +70,8 @@ func (r *redactedCause) Error() string { return r.text }
 // Is reports whether the hidden cause matches target.
 func (r *redactedCause) Is(target error) bool { return errors.Is(r.cause, target) }
 
-// configView is a Config as it is printed: the same fields (a type of its
-// own has none of Config's methods, so fmt prints them), the token and the
-// bridge URL's secret replaced.
+// configView is a Config as printed (a type without Config's methods), its
+// token and bridge URL's secret replaced.
 type configView Config
 
 func (c Config) view() configView {
@@ -98,12 +81,10 @@ func (c Config) view() configView {
 	return v
 }
 
-// String formats the configuration as %+v would, with the API token
-// replaced by "[REDACTED]".
+// String formats the configuration as %+v would, the API token redacted.
 func (c Config) String() string { return fmt.Sprintf("%+v", c.view()) }
 
-// GoString formats the configuration as %#v would, with the API token
-// replaced by "[REDACTED]".
+// GoString formats the configuration as %#v would, the API token redacted.
 func (c Config) GoString() string {
 	return strings.Replace(fmt.Sprintf("%#v", c.view()), "d1client.configView", "d1client.Config", 1)
 }
@@ -125,10 +106,8 @@ func (c Config) LogValue() slog.Value {
 	)
 }
 
-// MarshalJSON implements json.Marshaler, so that json.Marshal and slog's
-// JSON handler never show the API token or the bridge URL's secret: the
-// fields that are data, both secrets "[REDACTED]", the Budget and the
-// Account as their String.
+// MarshalJSON implements json.Marshaler without the API token or the
+// bridge URL's secret, the Budget and the Account as their String.
 func (c Config) MarshalJSON() ([]byte, error) {
 	v := struct {
 		BaseURL, BridgeURL, APIToken, AccountID, DatabaseID string

@@ -6,8 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
-	"unicode/utf8"
 )
 
 // Type is the type of a decoded value.
@@ -24,8 +24,7 @@ const (
 
 var typeNames = [...]string{Null: "null", Integer: "integer", Real: "real", Text: "text", Blob: "blob"}
 
-// String returns the type's name: "null", "integer", "real", "text" or
-// "blob".
+// String returns the type's name: "null", "integer", "real", "text" or "blob".
 func (t Type) String() string {
 	if int(t) < len(typeNames) {
 		return typeNames[t]
@@ -33,18 +32,12 @@ func (t Type) String() string {
 	return "unknown"
 }
 
-// Value is one cell of a result, decoded exactly from D1's JSON:
-//
-//   - a JSON integer literal that fits int64 is an Integer, exact (it is
-//     never routed through float64);
-//   - any other JSON number is a Real. D1 formats numbers through JavaScript,
-//     so an INTEGER column value above 2^53 arrives already rounded (for
-//     example 9223372036854776000, which does not fit int64 and decodes as
-//     Real); select CAST(x AS TEXT) to read such values exactly. For the same
-//     reason a REAL with an integral value (1.0) arrives as 1 and decodes as
-//     an Integer;
-//   - a JSON string is Text, null is Null, and an array of byte values is a
-//     Blob. JSON true/false decode as Integer 1/0.
+// Value is one cell of a result, decoded exactly from D1's JSON: an integer
+// literal that fits int64 is an Integer, any other number a Real, a string
+// Text, null Null, an array of byte values a Blob, true/false Integer 1/0.
+// D1 formats numbers through JavaScript, so an integer above 2^53 arrives
+// rounded (select CAST(x AS TEXT) to read it exactly) and a REAL 1.0
+// arrives as 1, an Integer.
 type Value struct {
 	typ Type
 	i   int64
@@ -128,8 +121,7 @@ func (v Value) String() string {
 	return v.s
 }
 
-// MarshalJSON encodes the value the way D1 would: null, a number, a string,
-// or an array of byte values.
+// MarshalJSON encodes the value as D1 would.
 func (v Value) MarshalJSON() ([]byte, error) {
 	switch v.typ {
 	case Null:
@@ -149,13 +141,12 @@ func (v Value) MarshalJSON() ([]byte, error) {
 	return json.Marshal(v.s)
 }
 
-// IntValue, RealValue, TextValue, BlobValue and NullValue construct values,
-// mainly for tests and for comparing results.
+// IntValue, RealValue, TextValue and BlobValue construct values, mainly for
+// tests and for comparing results; the zero Value is NULL.
 func IntValue(i int64) Value    { return Value{typ: Integer, i: i} }
 func RealValue(f float64) Value { return Value{typ: Real, f: f} }
 func TextValue(s string) Value  { return Value{typ: Text, s: s} }
 func BlobValue(b []byte) Value  { return Value{typ: Blob, s: string(b)} }
-func NullValue() Value          { return Value{} }
 
 // decodeValue decodes one JSON cell exactly.
 func decodeValue(raw json.RawMessage) (Value, error) {
@@ -171,14 +162,9 @@ func decodeValue(raw json.RawMessage) (Value, error) {
 	case c == 'f':
 		return IntValue(0), nil
 	case c == '"':
-		if len(raw) >= 2 && raw[len(raw)-1] == '"' && plainJSONString(raw[1:len(raw)-1]) {
-			return TextValue(string(raw[1 : len(raw)-1])), nil
-		}
 		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return Value{}, err
-		}
-		return TextValue(s), nil
+		err := json.Unmarshal(raw, &s)
+		return TextValue(s), err
 	case c == '[':
 		var nums []json.Number
 		if err := json.Unmarshal(raw, &nums); err != nil {
@@ -200,22 +186,9 @@ func decodeValue(raw json.RawMessage) (Value, error) {
 	}
 }
 
-// plainJSONString reports whether the inside of a JSON string literal is
-// its own value: no escape, quote or control character, valid UTF-8.
-func plainJSONString(b []byte) bool {
-	for _, c := range b {
-		if c < 0x20 || c == '"' || c == '\\' {
-			return false
-		}
-	}
-	return utf8.Valid(b)
-}
-
 func decodeNumber(b []byte) (Value, error) {
-	if integerLiteral(b) {
-		if i, err := strconv.ParseInt(string(b), 10, 64); err == nil {
-			return IntValue(i), nil
-		}
+	if i, ok := parseInt(b); ok {
+		return IntValue(i), nil
 	}
 	f, err := strconv.ParseFloat(string(b), 64)
 	if err != nil {
@@ -227,11 +200,11 @@ func decodeNumber(b []byte) (Value, error) {
 // Row is one result row, its values in column order.
 type Row []Value
 
-// Scan copies the row's values into dest, one per column, in order. Each
-// destination may be *any, *Value, *int64, *int, *float64, *string, *bool,
-// *[]byte, a pointer to a pointer of those (nil for NULL), or an
-// sql.Scanner such as *sql.NullString. Scanning NULL into a non-nullable
-// destination, or a value that does not convert exactly, is an error.
+// Scan copies the row's values into dest, one per column. Each destination
+// may be *any, *Value, *int64, *int, *float64, *string, *bool, *[]byte, a
+// pointer to a pointer of those (nil for NULL), or an sql.Scanner such as
+// *sql.NullString. NULL into a non-nullable destination, or a value that
+// does not convert exactly, is an error.
 func (r Row) Scan(dest ...any) error {
 	if len(dest) != len(r) {
 		return fmt.Errorf("d1client: Scan: %d destinations for %d columns", len(dest), len(r))
@@ -254,16 +227,18 @@ func scanValue(v Value, dest any) error {
 		return nil
 	case sql.Scanner:
 		return d.Scan(v.Any())
-	case **string:
-		return scanNullable(v, d)
-	case **int64:
-		return scanNullable(v, d)
-	case **int:
-		return scanNullable(v, d)
-	case **float64:
-		return scanNullable(v, d)
-	case **bool:
-		return scanNullable(v, d)
+	}
+	if p := reflect.ValueOf(dest); p.Kind() == reflect.Pointer && p.Elem().Kind() == reflect.Pointer {
+		if v.typ == Null {
+			p.Elem().SetZero()
+			return nil
+		}
+		x := reflect.New(p.Elem().Type().Elem())
+		if err := scanValue(v, x.Interface()); err != nil {
+			return err
+		}
+		p.Elem().Set(x)
+		return nil
 	}
 	if v.typ == Null {
 		if d, ok := dest.(*[]byte); ok {
@@ -272,12 +247,6 @@ func scanValue(v Value, dest any) error {
 		}
 		return fmt.Errorf("NULL cannot be stored in %T; scan into a pointer to a pointer or an sql.Null type", dest)
 	}
-	return scanNonNull(v, dest)
-}
-
-// scanNonNull is scanValue for a value that is not NULL and a destination
-// of a plain type.
-func scanNonNull(v Value, dest any) error {
 	switch d := dest.(type) {
 	case *int64:
 		i, ok := v.Int64()
@@ -298,14 +267,10 @@ func scanNonNull(v Value, dest any) error {
 		}
 		*d = f
 	case *string:
-		switch v.typ {
-		case Text:
-			*d = v.s
-		case Integer, Real:
-			*d = v.String()
-		default:
+		if v.typ == Blob {
 			return fmt.Errorf("%s value cannot be scanned into *string", v.typ)
 		}
+		*d = v.String()
 	case *bool:
 		i, ok := v.Int64()
 		if !ok || (i != 0 && i != 1) {
@@ -321,19 +286,6 @@ func scanNonNull(v Value, dest any) error {
 	default:
 		return fmt.Errorf("unsupported Scan destination %T", dest)
 	}
-	return nil
-}
-
-func scanNullable[T any](v Value, d **T) error {
-	if v.typ == Null {
-		*d = nil
-		return nil
-	}
-	var x T
-	if err := scanValue(v, &x); err != nil {
-		return err
-	}
-	*d = &x
 	return nil
 }
 
@@ -353,17 +305,6 @@ type Meta struct {
 	TotalAttempts   int64   `json:"total_attempts"` // D1's own retries of read-only queries, where reported
 }
 
-// UnmarshalJSON decodes meta leniently about number formatting (D1 may send
-// 3 or 3.0 for a count) but never through a lossy path for integers.
-func (m *Meta) UnmarshalJSON(data []byte) error {
-	var w metaWire
-	if err := json.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	*m = w.meta()
-	return nil
-}
-
 // metaWire is Meta as it travels, its numbers decoded by metaNumber.
 type metaWire struct {
 	Changes         metaNumber `json:"changes"`
@@ -380,8 +321,7 @@ type metaWire struct {
 	TotalAttempts   metaNumber `json:"total_attempts"`
 }
 
-// UnmarshalJSON decodes meta afresh, so that of a repeated key the last
-// one counts, as it does for every other value.
+// UnmarshalJSON decodes meta afresh: of a repeated key, the last counts.
 func (w *metaWire) UnmarshalJSON(data []byte) error {
 	type plain metaWire // without this method
 	*w = metaWire{}
@@ -390,19 +330,18 @@ func (w *metaWire) UnmarshalJSON(data []byte) error {
 
 func (w *metaWire) meta() Meta {
 	return Meta{
-		Changes: w.Changes.int(), LastRowID: w.LastRowID.int(), ChangedDB: w.ChangedDB,
-		Duration: w.Duration.f, RowsRead: w.RowsRead.int(), RowsWritten: w.RowsWritten.int(),
-		SizeAfter: w.SizeAfter.int(), ServedBy: w.ServedBy, ServedByColo: w.ServedByColo,
-		ServedByRegion: w.ServedByRegion, ServedByPrimary: w.ServedByPrimary, TotalAttempts: w.TotalAttempts.int(),
+		Changes: w.Changes.i, LastRowID: w.LastRowID.i, ChangedDB: w.ChangedDB,
+		Duration: w.Duration.f, RowsRead: w.RowsRead.i, RowsWritten: w.RowsWritten.i,
+		SizeAfter: w.SizeAfter.i, ServedBy: w.ServedBy, ServedByColo: w.ServedByColo,
+		ServedByRegion: w.ServedByRegion, ServedByPrimary: w.ServedByPrimary, TotalAttempts: w.TotalAttempts.i,
 	}
 }
 
-// metaNumber is a number of meta: exact when written as an integer, else a
-// float; null is 0, and a number may be written as a string.
+// metaNumber is a number of meta as an int64, exact when written as an
+// integer, and a float64; null is 0, and it may be written as a string.
 type metaNumber struct {
-	i     int64
-	f     float64
-	exact bool
+	i int64
+	f float64
 }
 
 func (n *metaNumber) UnmarshalJSON(data []byte) error {
@@ -414,66 +353,40 @@ func (n *metaNumber) UnmarshalJSON(data []byte) error {
 	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' {
 		b = b[1 : len(b)-1]
 	}
-	if m, ok := smallInteger(b); ok {
-		*n = m
+	if i, ok := parseInt(b); ok && (i != 0 || b[0] != '-') { // -0 is left to ParseFloat, for its sign
+		*n = metaNumber{i: i, f: float64(i)}
 		return nil
 	}
 	f, err := strconv.ParseFloat(string(b), 64)
 	if err != nil {
 		return fmt.Errorf("meta: %q is not a number", data)
 	}
-	*n = metaNumber{f: f}
-	if integerLiteral(b) {
-		if i, err := strconv.ParseInt(string(b), 10, 64); err == nil {
-			n.i, n.exact = i, true
-		}
-	}
+	*n = metaNumber{i: int64(f), f: f}
 	return nil
 }
 
-// smallInteger reads b, an integer of at most 18 digits (most of meta),
-// without ParseFloat and ParseInt: its value is exact both as an int64 and
-// as a float64. -0 is left to ParseFloat (its float is negative).
-func smallInteger(b []byte) (metaNumber, bool) {
+// parseInt reads b if it is an integer literal that fits int64, up to 18
+// digits faster than strconv (whose failures also allocate).
+func parseInt(b []byte) (int64, bool) {
 	digits := bytes.TrimPrefix(b, []byte("-"))
-	if len(digits) > 18 || !integerLiteral(b) {
-		return metaNumber{}, false
+	if len(digits) == 0 {
+		return 0, false
 	}
 	var i int64
 	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
 		i = i*10 + int64(c-'0')
 	}
+	if len(digits) > 18 { // i may have overflowed
+		x, err := strconv.ParseInt(string(b), 10, 64)
+		return x, err == nil
+	}
 	if len(digits) < len(b) {
-		if i == 0 {
-			return metaNumber{}, false
-		}
 		i = -i
 	}
-	return metaNumber{i: i, f: float64(i), exact: true}, true
-}
-
-// integerLiteral reports whether b is written as an integer: digits after
-// an optional minus sign. (A failed strconv.ParseInt allocates its error.)
-func integerLiteral(b []byte) bool {
-	if len(b) > 0 && b[0] == '-' {
-		b = b[1:]
-	}
-	if len(b) == 0 {
-		return false
-	}
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-func (n metaNumber) int() int64 {
-	if n.exact {
-		return n.i
-	}
-	return int64(n.f)
+	return i, true
 }
 
 // Result is the outcome of one statement: its columns in order (duplicates
@@ -482,25 +395,6 @@ type Result struct {
 	Columns []string
 	Rows    []Row
 	Meta    Meta
-}
-
-// Column returns the index of the first column with the given name, or -1.
-func (r *Result) Column(name string) int {
-	for i, c := range r.Columns {
-		if c == name {
-			return i
-		}
-	}
-	return -1
-}
-
-// Get returns the value of the named column in row i, and whether both exist.
-func (r *Result) Get(i int, column string) (Value, bool) {
-	c := r.Column(column)
-	if c < 0 || i < 0 || i >= len(r.Rows) || c >= len(r.Rows[i]) {
-		return Value{}, false
-	}
-	return r.Rows[i][c], true
 }
 
 // Map returns row i as a map from column name to value. Where names repeat,
@@ -515,8 +409,8 @@ func (r *Result) Map(i int) map[string]Value {
 	return m
 }
 
-// resultList is the envelope's result, an array of statement results; it
-// keeps its decoding error, so that the rest of the envelope still decodes.
+// resultList is the envelope's result array; it keeps its decoding error,
+// so that the rest of the envelope still decodes.
 type resultList struct {
 	present bool // the envelope has a result, null included
 	items   []rawResult
@@ -562,8 +456,8 @@ type rawResult struct {
 }
 
 // rawTable is a statement's results: {"columns":[...],"rows":[[...]]},
-// null, missing, [], or the /query form some emulators answer /raw with.
-// Like resultList, it keeps its decoding error.
+// null, missing, [], or the /query form (objects). It keeps its decoding
+// error.
 type rawTable struct {
 	columns []string
 	rows    []Row
@@ -576,65 +470,43 @@ func (t *rawTable) UnmarshalJSON(data []byte) error {
 	if len(body) == 0 || bytes.Equal(body, []byte("null")) || bytes.Equal(body, []byte("[]")) {
 		return nil
 	}
-	if body[0] == '[' {
-		cols, rows, err := decodeObjects(body)
-		if err != nil {
-			t.err = fmt.Errorf("results: %w", err)
-			return nil
-		}
-		t.columns = cols
-		if len(rows) > 0 {
-			t.rows = make([]Row, len(rows))
-		}
-		for i, cells := range rows {
-			row := make(Row, len(cells))
-			for j, cell := range cells {
-				v, err := decodeValue(cell)
-				if err != nil {
-					t.err = fmt.Errorf("row %d, column %d: %w", i, j, err)
-					return nil
-				}
-				row[j] = v
-			}
-			t.rows[i] = row
-		}
-		return nil
-	}
 	var table struct {
-		Columns []string `json:"columns"`
-		Rows    []Row    `json:"rows"`
+		Columns []string            `json:"columns"`
+		Rows    [][]json.RawMessage `json:"rows"`
 	}
-	if err := json.Unmarshal(body, &table); err != nil {
+	var err error
+	if body[0] == '[' {
+		table.Columns, table.Rows, err = decodeObjects(body)
+	} else {
+		err = json.Unmarshal(body, &table)
+	}
+	if err != nil {
 		t.err = fmt.Errorf("results are not in /raw form: %w", err)
 		return nil
 	}
-	for i, row := range table.Rows {
-		if len(row) != len(table.Columns) {
-			t.err = fmt.Errorf("row %d has %d cells for %d columns", i, len(row), len(table.Columns))
-			return nil
-		}
-	}
 	t.columns = table.Columns
 	if len(table.Rows) > 0 {
-		t.rows = table.Rows
+		t.rows = make([]Row, len(table.Rows))
+	}
+	for i, cells := range table.Rows {
+		if len(cells) != len(table.Columns) {
+			t.err = fmt.Errorf("row %d has %d cells for %d columns", i, len(cells), len(table.Columns))
+			return nil
+		}
+		t.rows[i] = make(Row, len(cells))
+		for j, cell := range cells {
+			if t.rows[i][j], err = decodeValue(cell); err != nil {
+				t.err = fmt.Errorf("row %d, column %d: %w", i, j, err)
+				return nil
+			}
+		}
 	}
 	return nil
 }
 
-// UnmarshalJSON decodes one cell of a result exactly, as Value describes:
-// the inverse of MarshalJSON.
-func (v *Value) UnmarshalJSON(data []byte) error {
-	x, err := decodeValue(data)
-	if err != nil {
-		return err
-	}
-	*v = x
-	return nil
-}
-
-// decodeObjects reads /query-style results, an array of objects, keeping the
-// key order of the first object as the column order. Objects with other keys
-// are an error: the rows could not be aligned.
+// decodeObjects reads /query-form results, an array of objects, the first
+// object's keys in order being the columns; other keys in another row are
+// an error.
 func decodeObjects(body []byte) ([]string, [][]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()

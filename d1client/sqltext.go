@@ -8,16 +8,10 @@ import (
 	"github.com/d1idem/d1idem/internal/sqlite"
 )
 
-// sqlClass is what the client needs to know about one SQL text before
-// sending it.
+// sqlClass is what the client needs to know about an SQL text.
 type sqlClass struct {
-	// statements is the number of SQL statements in the text. Empty
-	// statements (";;") and comments do not count.
-	statements int
-	// readOnly is true only when the text is proven not to write: one
-	// statement that is a SELECT, a VALUES, a WITH whose main statement is a
-	// SELECT or VALUES, an EXPLAIN, or a PRAGMA that only reads.
-	readOnly bool
+	statements int  // SQL statements, not counting empty ones and comments
+	readOnly   bool // one statement, proven not to write
 }
 
 // check refuses SQL that holds no statement or several: D1 would refuse
@@ -32,13 +26,12 @@ func (c sqlClass) check(index int) error {
 	return nil
 }
 
-// classifySQL splits sql into statements as SQLite does and classifies
-// it. Anything it cannot prove read-only counts as a write.
+// classifySQL splits sql into statements as SQLite does and classifies it.
 func classifySQL(sql string) sqlClass {
 	stmts := sqlite.Split(sql)
 	c := sqlClass{statements: len(stmts)}
-	// SQLite stops reading at a NUL byte, and JSON replaces bytes that are
-	// not UTF-8: D1 would not see this text.
+	// D1 would not see this text: SQLite stops at a NUL byte, and JSON
+	// replaces bytes that are not UTF-8.
 	if len(stmts) != 1 || strings.IndexByte(sql, 0) >= 0 || !utf8.ValidString(sql) {
 		return c
 	}
@@ -53,19 +46,17 @@ func classifySQL(sql string) sqlClass {
 	return c
 }
 
-// readsOnly reports whether one statement's tokens, not empty, make a
-// statement that cannot write. SQLite's grammar has no data-changing
-// statement inside a SELECT or a CTE, so the main verb decides.
+// readsOnly reports whether a statement's tokens, not empty, make one that
+// cannot write: a SELECT, a VALUES, an EXPLAIN (which never runs its
+// statement), a WITH whose main statement is a SELECT or VALUES, or a
+// PRAGMA that only reads. SQLite has no data-changing statement inside a
+// SELECT or a CTE, so the main verb decides.
 func readsOnly(toks []sqlite.Token) bool {
 	switch toks[0].Keyword() {
-	case "SELECT", "VALUES":
-		return true
-	case "EXPLAIN":
-		// EXPLAIN compiles its statement but never runs it.
+	case "SELECT", "VALUES", "EXPLAIN":
 		return true
 	case "WITH":
-		// The main statement's verb is the first one outside the
-		// parentheses of the common table expressions.
+		// The main verb is the first outside the CTEs' parentheses.
 		depth := 0
 		for _, t := range toks[1:] {
 			switch t.Kind {
@@ -115,8 +106,8 @@ func pragmaReadsOnly(toks []sqlite.Token) bool {
 	return false // "PRAGMA name = value" assigns
 }
 
-// readPragma reports whether the pragma only reads, called with or without
-// an argument. It lists the pragmas D1 allows that read, and no others.
+// readPragma reports whether the pragma, called with or without an
+// argument, only reads; it knows only those that D1 allows.
 func readPragma(name string, withArg bool) bool {
 	switch name {
 	case "table_info", "table_xinfo", "index_info", "index_xinfo", "index_list", "foreign_key_list":

@@ -16,13 +16,10 @@ import (
 
 // Limits D1 enforces per statement, checked before anything is sent.
 const (
-	// MaxParams is D1's limit of bound parameters per statement.
-	MaxParams = 100
-	// MaxSQLBytes is D1's limit on the length of one statement's SQL.
-	MaxSQLBytes = 100_000
-	// maxSafeInteger is 2^53, the largest magnitude a JavaScript number
-	// holds exactly. D1's service path is JavaScript.
-	maxSafeInteger = 1 << 53
+	MaxParams   = 100     // bound parameters per statement
+	MaxSQLBytes = 100_000 // bytes of one statement's SQL
+
+	maxSafeInteger = 1 << 53 // the largest magnitude a JavaScript number holds exactly
 )
 
 // Statement is one SQL statement and its positional parameters (anonymous
@@ -33,32 +30,22 @@ type Statement struct {
 	Params []any
 }
 
-// appendParam appends to dst the JSON D1 binds one Go value as, by the
-// package's table of encodings. Why the choices: D1 has no boolean, time or
-// binary type; its service path is JavaScript, where a JSON number is a
-// double and 2^53+1 silently becomes 2^53, so larger integers travel as
-// decimal strings, which SQLite's INTEGER affinity converts back exactly
-// (outside an INTEGER column, say CAST(? AS INTEGER)); D1 binds every JSON
-// number as REAL; and JSON would replace invalid UTF-8 with U+FFFD.
-// driver.Valuer values are converted with Value first; named types with a
-// basic underlying kind (type UserID int64) encode as that kind.
+// appendParam appends the JSON D1 binds v as. D1 has no boolean, time or
+// binary type; its service path is JavaScript, where a number is a double,
+// so integers beyond 2^53 travel as decimal strings, which INTEGER affinity
+// (or CAST(? AS INTEGER)) converts back exactly; and JSON would replace
+// invalid UTF-8. A driver.Valuer is converted first; pointers and named types
+// (type UserID int64) encode as what they point to or their underlying kind.
 func appendParam(dst []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case nil:
 		return append(dst, "null"...), nil
-	case bool:
-		if x {
-			return append(dst, '1'), nil
-		}
-		return append(dst, '0'), nil
 	case string:
 		return appendStringParam(dst, x)
 	case int:
 		return appendInt(dst, int64(x)), nil
 	case int64:
 		return appendInt(dst, x), nil
-	case int32:
-		return appendInt(dst, int64(x)), nil
 	case float64:
 		return appendFloat(dst, x)
 	case json.Number:
@@ -66,8 +53,6 @@ func appendParam(dst []byte, v any) ([]byte, error) {
 			return nil, fmt.Errorf("json.Number %q is not a number", string(x))
 		}
 		return append(dst, x...), nil
-	case []byte:
-		return nil, fmt.Errorf("[]byte cannot travel in D1's JSON API: bind hex.EncodeToString(b) and write unhex(?) in the SQL")
 	case time.Time:
 		return nil, fmt.Errorf("time.Time has no D1 type: bind t.UnixMilli() (INTEGER) or t.Format(time.RFC3339Nano) (TEXT) explicitly")
 	case driver.Valuer:
@@ -80,37 +65,31 @@ func appendParam(dst []byte, v any) ([]byte, error) {
 		}
 		return appendParam(dst, dv)
 	}
-	return appendKind(dst, v)
-}
-
-// appendKind is appendParam for the types it does not name: pointers, and
-// named types by their underlying kind. A uint64 above MaxInt64 is refused:
-// SQLite cannot hold it as an integer.
-func appendKind(dst []byte, v any) ([]byte, error) {
-	rv := reflect.ValueOf(v)
-	switch rv.Kind() {
+	switch rv := reflect.ValueOf(v); rv.Kind() {
 	case reflect.Pointer:
 		if rv.IsNil() {
 			return append(dst, "null"...), nil
 		}
 		return appendParam(dst, rv.Elem().Interface())
 	case reflect.Bool:
-		return appendParam(dst, rv.Bool())
+		if rv.Bool() {
+			return append(dst, '1'), nil
+		}
+		return append(dst, '0'), nil
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		return appendInt(dst, rv.Int()), nil
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		u := rv.Uint()
-		if u > math.MaxInt64 {
-			return nil, fmt.Errorf("unsigned integer %d exceeds SQLite's int64 range", u)
+		if u := rv.Uint(); u <= math.MaxInt64 {
+			return appendInt(dst, int64(u)), nil
 		}
-		return appendInt(dst, int64(u)), nil
+		return nil, fmt.Errorf("unsigned integer %d exceeds SQLite's int64 range", rv.Uint())
 	case reflect.Float32, reflect.Float64:
 		return appendFloat(dst, rv.Float())
 	case reflect.String:
 		return appendStringParam(dst, rv.String())
 	case reflect.Slice:
 		if rv.Type().Elem().Kind() == reflect.Uint8 {
-			return appendParam(dst, rv.Bytes())
+			return nil, fmt.Errorf("[]byte cannot travel in D1's JSON API: bind hex.EncodeToString(b) and write unhex(?) in the SQL")
 		}
 	}
 	return nil, fmt.Errorf("unsupported parameter type %T: use nil, bool, an integer, a float, a string or json.Number", v)
@@ -120,9 +99,7 @@ func appendInt(dst []byte, i int64) []byte {
 	if i >= -maxSafeInteger && i <= maxSafeInteger {
 		return strconv.AppendInt(dst, i, 10)
 	}
-	dst = append(dst, '"')
-	dst = strconv.AppendInt(dst, i, 10)
-	return append(dst, '"')
+	return append(strconv.AppendInt(append(dst, '"'), i, 10), '"')
 }
 
 func appendFloat(dst []byte, f float64) ([]byte, error) {
@@ -139,9 +116,8 @@ func appendStringParam(dst []byte, s string) ([]byte, error) {
 	return appendJSONString(dst, s), nil
 }
 
-// appendJSONString appends s, valid UTF-8, as a JSON string the way
-// encoding/json does with SetEscapeHTML(false), so that an HTML body does
-// not grow sixfold on the wire.
+// appendJSONString appends s, valid UTF-8, as a JSON string as encoding/json
+// does with SetEscapeHTML(false): an HTML body does not grow sixfold.
 func appendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
@@ -169,18 +145,17 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// wireStatement is a statement's JSON encoding, {"sql":"...","params":[...]}
-// ("params" only when there are some): its exact share of a request body.
+// wireStatement is a statement's JSON encoding, {"sql":"...","params":[...]},
+// "params" only when there are some.
 type wireStatement []byte
 
-// encode validates the statement against D1's limits and encodes it. index
-// is its position in the call, for the error message.
+// encode validates the statement against D1's limits and encodes it; index
+// is its position in the call.
 func (s Statement) encode(index int) (wireStatement, error) {
 	if strings.TrimSpace(s.SQL) == "" {
 		return nil, fmt.Errorf("statement %d: empty SQL", index)
 	}
-	// D1 measures the SQL it receives, decoded: its length in bytes, not
-	// the length of its JSON encoding.
+	// D1 measures the SQL decoded, not its JSON encoding.
 	if n := len(s.SQL); n > MaxSQLBytes {
 		return nil, fmt.Errorf("statement %d: SQL is %d bytes; D1 allows at most %d per statement", index, n, MaxSQLBytes)
 	}

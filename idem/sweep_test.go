@@ -29,7 +29,7 @@ func TestSweepUsesUpdatedAtIndex(t *testing.T) {
 			}
 			var plan []string
 			for i := range res.Rows {
-				v, _ := res.Get(i, "detail")
+				v := res.Map(i)["detail"]
 				d, _ := v.Text()
 				plan = append(plan, d)
 			}
