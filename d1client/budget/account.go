@@ -82,19 +82,18 @@ type Account struct {
 	reserve float64
 
 	mu        sync.Mutex
-	ring      []time.Time // send times of the last Calls calls, oldest at head once full
+	ring      []time.Time // send times of the last Calls calls (zero: none), oldest at head
 	head      int
 	localPace pace      // the local Budget's even pace
 	acctPace  pace      // the account's, from the headers
 	paceEnd   time.Time // the end of the window acctPace was kept in; zero: none
-	inflight  int       // calls taken and not yet answered
 
 	view    accountView
 	sample  headerSample  // the last header, for the estimate of others' spending
 	others  float64       // calls per second others spend, smoothed
 	ours    float64       // and this process
 	replies int64         // answers received
-	sentAt  []time.Time   // send times of the calls in flight, oldest first
+	sentAt  []time.Time   // send times of the calls taken and not yet answered, oldest first
 	rtt     time.Duration // smoothed time from a call's send to its answer; see RoundTrip
 
 	blockedUntil time.Time
@@ -131,7 +130,7 @@ func NewAccount(b Budget) (*Account, error) {
 func newAccount(b Budget) *Account {
 	a := &Account{budget: b, burst: b.Burst(), reserve: b.Reserve(), changed: make(chan struct{})}
 	if !b.IsUnlimited() {
-		a.ring = make([]time.Time, 0, b.Calls())
+		a.ring = make([]time.Time, b.Calls())
 	}
 	return a
 }
@@ -179,7 +178,7 @@ func (a *Account) State() State {
 	st := State{
 		Seen: a.view.seen, Remaining: a.view.header, Reset: a.view.reset,
 		Quota: a.view.quota, Window: a.view.window, Estimate: -1, OthersRate: a.others,
-		InFlight: a.inflight,
+		InFlight: len(a.sentAt),
 	}
 	if a.fresh(now) {
 		st.Estimate = a.estimate(now)
@@ -310,22 +309,15 @@ func (a *Account) localLimit(now time.Time, c Class) time.Time {
 	if a.budget.IsUnlimited() {
 		return now
 	}
-	calls, per := a.budget.Calls(), a.budget.Per()
-	at := now
-	// The ring: a call may go once the window holds fewer than Calls
-	// calls, or, without Priority, fewer than Calls - floor.
+	// A call may go once the window holds fewer than Calls calls, or,
+	// without Priority, fewer than Calls - Kept: once the keep-th oldest of
+	// the ring has left it.
 	keep := 0
 	if c == Normal {
-		keep = min(a.reserveFloor(), calls-1)
+		keep = min(a.budget.Kept(), len(a.ring)-1)
 	}
-	if n := len(a.ring); n >= calls-keep {
-		// The call that must leave the window first is the (n-(calls-keep))th
-		// oldest.
-		if t := a.ringAt(n - (calls - keep)).Add(per + per/ringMargin); t.After(at) {
-			at = t
-		}
-	}
-	return at
+	per := a.budget.Per()
+	return latest(now, a.ring[(a.head+keep)%len(a.ring)].Add(per+per/ringMargin))
 }
 
 // localPaceSlot is when the local Budget's even pace lets a call of class
@@ -335,14 +327,6 @@ func (a *Account) localPaceSlot(now time.Time, c Class) time.Time {
 		return now
 	}
 	return a.localPace.slot(now, a.localInterval(), a.tolerance(c, a.classBurst(c)))
-}
-
-// ringAt returns the i-th oldest send time of the ring.
-func (a *Account) ringAt(i int) time.Time {
-	if len(a.ring) < cap(a.ring) {
-		return a.ring[i]
-	}
-	return a.ring[(a.head+i)%len(a.ring)]
 }
 
 // fresh reports whether the headers' view still describes the current
@@ -436,7 +420,7 @@ func (a *Account) accountLimit(now time.Time, c Class) time.Time {
 	if c == Priority {
 		// Calls in flight are this process's own since the headers, which
 		// other processes cannot know of yet: they count against its share.
-		if a.ourShare(a.estimate(now)+a.inflight) <= a.inflight {
+		if n := len(a.sentAt); a.ourShare(a.estimate(now)+n) <= n {
 			return a.view.end() // nothing left to this process before the reset
 		}
 		return now
@@ -469,12 +453,8 @@ func (a *Account) accountPaceSlot(now time.Time, c Class) time.Time {
 // take records a call of class c sent at now, which slot allowed.
 func (a *Account) take(now time.Time, c Class) {
 	if !a.budget.IsUnlimited() {
-		if len(a.ring) < cap(a.ring) {
-			a.ring = append(a.ring, now)
-		} else {
-			a.ring[a.head] = now
-			a.head = (a.head + 1) % len(a.ring)
-		}
+		a.ring[a.head] = now
+		a.head = (a.head + 1) % len(a.ring)
 		a.localPace.take(now, a.localInterval(), a.cost(c))
 	}
 	if !a.fresh(now) && a.paceEnd.Before(now) && !a.paceEnd.IsZero() {
@@ -486,7 +466,6 @@ func (a *Account) take(now time.Time, c Class) {
 		a.view.remaining--
 		a.paceEnd = a.view.end()
 	}
-	a.inflight++
 	a.sentAt = append(a.sentAt, now)
 }
 
@@ -693,7 +672,6 @@ func (a *Account) Answered(h http.Header) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
-	a.inflight = max(a.inflight-1, 0)
 	a.replies++
 	if len(a.sentAt) > 0 {
 		// Answers mostly come in the order of the calls: close enough.
@@ -723,7 +701,7 @@ func (a *Account) Answered(h http.Header) {
 	reset := now.Add(lim.reset)
 	// Calls still in flight may or may not be counted in r: count them as
 	// spent.
-	est := lim.remaining - a.inflight
+	est := lim.remaining - len(a.sentAt)
 	same := a.fresh(now) && reset.Sub(a.view.reset).Abs() <= windowSlack
 	if same {
 		a.view.remaining = min(a.view.remaining, est)
