@@ -230,30 +230,15 @@ func latest(t time.Time, ts ...time.Time) time.Time {
 	return t
 }
 
-// classBurst is the burst of class c. Work without Priority bursts less,
-// so that Priority work finds a call at once even when the rest of the
-// pace is spent.
-func (a *Account) classBurst(c Class) int {
+// class returns the burst of class c and what one of its calls adds to a
+// pace's debt. Work without Priority bursts less, and counts for
+// 1/(1 - Reserve) calls so that it gets at most (1 - Reserve) of the pace:
+// Priority work finds a call at once even when the rest is spent.
+func (a *Account) class(c Class) (burst int, cost float64) {
 	if c == Priority {
-		return a.burst
+		return a.burst, 1
 	}
-	return normalBurst(a.burst, a.reserve)
-}
-
-// cost is what a call of class c adds to a pace's debt: work without
-// Priority counts for 1/(1 - Reserve) calls, so it gets at most
-// (1 - Reserve) of the pace.
-func (a *Account) cost(c Class) float64 {
-	if c == Normal {
-		return 1 / (1 - a.reserve)
-	}
-	return 1
-}
-
-// tolerance is the debt at which a call of class c with a burst of burst
-// calls may still go.
-func (a *Account) tolerance(c Class, burst int) float64 {
-	return float64(burst-1) * a.cost(c)
+	return normalBurst(a.burst, a.reserve), 1 / (1 - a.reserve)
 }
 
 // reserveFloor is the calls at the end of a window that work without
@@ -326,7 +311,8 @@ func (a *Account) localPaceSlot(now time.Time, c Class) time.Time {
 	if a.budget.IsUnlimited() {
 		return now
 	}
-	return a.localPace.slot(now, a.localInterval(), a.tolerance(c, a.classBurst(c)))
+	burst, cost := a.class(c)
+	return a.localPace.slot(now, a.localInterval(), float64(burst-1)*cost)
 }
 
 // fresh reports whether the headers' view still describes the current
@@ -435,7 +421,8 @@ func (a *Account) accountLimit(now time.Time, c Class) time.Time {
 // go. The account's burst is shared like its pace: this process bursts its
 // share of it, and never more than the calls left to its class.
 func (a *Account) accountPaceSlot(now time.Time, c Class) time.Time {
-	burst := max(1, int(math.Round(float64(a.classBurst(c))*a.share())))
+	burst, cost := a.class(c)
+	burst = max(1, int(math.Round(float64(burst)*a.share())))
 	if a.fresh(now) {
 		left := a.estimate(now)
 		if c == Normal {
@@ -443,7 +430,7 @@ func (a *Account) accountPaceSlot(now time.Time, c Class) time.Time {
 		}
 		burst = max(1, min(burst, left))
 	}
-	at := a.acctPace.slot(now, a.accountInterval(now), a.tolerance(c, burst))
+	at := a.acctPace.slot(now, a.accountInterval(now), float64(burst-1)*cost)
 	if a.fresh(now) && at.After(a.view.end()) {
 		at = a.view.end() // a new window, and a new pace, begin sooner
 	}
@@ -452,15 +439,16 @@ func (a *Account) accountPaceSlot(now time.Time, c Class) time.Time {
 
 // take records a call of class c sent at now, which slot allowed.
 func (a *Account) take(now time.Time, c Class) {
+	_, cost := a.class(c)
 	if !a.budget.IsUnlimited() {
 		a.ring[a.head] = now
 		a.head = (a.head + 1) % len(a.ring)
-		a.localPace.take(now, a.localInterval(), a.cost(c))
+		a.localPace.take(now, a.localInterval(), cost)
 	}
 	if !a.fresh(now) && a.paceEnd.Before(now) && !a.paceEnd.IsZero() {
 		a.acctPace = pace{} // the window has ended: so has its pace
 	}
-	a.acctPace.take(now, a.accountInterval(now), a.cost(c))
+	a.acctPace.take(now, a.accountInterval(now), cost)
 	a.paceEnd = time.Time{}
 	if a.fresh(now) {
 		a.view.remaining--
@@ -627,7 +615,8 @@ func (a *Account) Plentiful(c Class, n int, rtt time.Duration) bool {
 	if _, why := a.slot(now, c, time.Time{}); why != NotWaiting {
 		return false
 	}
-	step := time.Duration(float64(max(a.localInterval(), a.accountInterval(now))) * a.cost(c))
+	_, cost := a.class(c)
+	step := time.Duration(float64(max(a.localInterval(), a.accountInterval(now))) * cost)
 	return step == 0 || step*time.Duration(n) <= rtt
 }
 
