@@ -14,68 +14,49 @@ import (
 type Class uint8
 
 const (
-	// Normal is new work (claims, lookups, reads): held to (1 - Reserve)
-	// of the even pace, and never taking the calls Budget.Kept keeps.
+	// Normal is new work (claims, lookups, reads).
 	Normal Class = iota
 	// Priority is work that finishes what was started (completions,
-	// heartbeats, releases): it may use the whole even pace, and when
-	// waiting for the pace would leave less than a round trip before its
-	// deadline it is not held to the pace: it goes while the account has a
-	// call left.
+	// heartbeats, releases).
 	Priority
 )
 
-// Constants of the account's pacing.
 const (
-	// resetMargin is added to a reset time before calls resume after a
-	// window ran out: Ratelimit's t is whole seconds.
+	// resetMargin is added to a reset before calls resume: t is whole seconds.
 	resetMargin = time.Second
 	// windowSlack is how far two reset times may differ and still name the
 	// same window.
 	windowSlack = 1500 * time.Millisecond
-	// ringMargin widens the local ring's window by this share of Per (a
-	// second of Cloudflare's 300 s): the account's budget is judged by
-	// when calls arrive, and calls sent exactly Per apart can arrive
-	// closer than that when the earlier one took longer to get there (a
-	// benchmark at 20 requests/s saw 1201 arrivals within 300 s without
-	// it).
+	// ringMargin widens the local window by Per/ringMargin: calls sent Per
+	// apart can arrive closer than that, and Cloudflare counts arrivals.
 	ringMargin = 300
 	// othersHalfLife smooths the estimate of the calls others spend.
 	othersHalfLife = 15 * time.Second
-	// minShare is the least share of the account's even pace a client
-	// takes.
+	// minShare is the least share of the account's even pace a client takes.
 	minShare = 1.0 / 64
 )
 
 // Account is the API budget of one Cloudflare account as this process sees
-// it. Cloudflare counts calls per user, across every token, tool and the
-// dashboard, and reports the remaining calls and the time to reset on every
-// response (the Ratelimit and Ratelimit-Policy headers); the Account reads
-// them, so that replicas of a service, wrangler and the dashboard share one
-// budget with no coordination of their own, and it paces this process's
-// calls:
+// it, from the Ratelimit and Ratelimit-Policy headers of every answer, so
+// that replicas, wrangler and the dashboard share one budget with no
+// coordination of their own. It paces this process's calls:
 //
 //   - The remaining calls are spent evenly over the time to the reset, less
-//     what others are seen to spend, with Budget.Burst calls allowed at once
-//     after a quiet spell. Without the headers, the local Budget's own even
-//     pace applies; it is always an upper bound.
-//   - Calls with Priority may use the whole even pace, and follow it
-//     while their deadline allows, so that completions arriving together
-//     share calls. One whose deadline could not wait for the pace (its
-//     slot and a round trip) is not held to it: it goes as soon as the
-//     account has a call left, by the headers' view (this process's share
-//     of it, while others spend), the local Budget's hard window (Calls
-//     per Per) and a 971 block. Others go at most at (1 - Budget.Reserve)
-//     of the pace, and never take the window's last calls (Budget.Kept,
-//     and as many for each other process while others spend), so
-//     completions find a call when new work is being turned away.
+//     what others are seen to spend, with Budget.Burst calls at once after a
+//     quiet spell. The local Budget's even pace is an upper bound, and the
+//     pace without headers.
+//   - Priority calls may use the whole pace, and follow it while their
+//     deadline allows (its slot and a round trip); one whose deadline cannot
+//     wait goes while the account has a call left: this process's share of
+//     the headers' remaining calls, the local Calls per Per, no 971 block.
+//     Normal calls go at most at (1 - Budget.Reserve) of the pace and never
+//     take a window's last Budget.Kept calls (as many again for each other
+//     process while others spend), so completions always find a call.
 //   - After an HTTP 429 with code 971, nothing is sent until the block ends.
 //
-// Everything that calls the API on one account in this process (clients
-// of several databases, several configurations) should share one Account.
-// A caller takes a call with Acquire (or TryTake) before sending it and
-// hands its answer's headers to Answered; Block records a 971. An Account
-// is safe for concurrent use.
+// A caller takes a call with Acquire or TryTake before sending it and hands
+// the answer's headers to Answered; Block records a 971. An Account is safe
+// for concurrent use.
 type Account struct {
 	budget  Budget // validated
 	burst   int
@@ -89,7 +70,7 @@ type Account struct {
 	paceEnd   time.Time // the end of the window acctPace was kept in; zero: none
 
 	view    accountView
-	sample  headerSample  // the last header, for the estimate of others' spending
+	sample  accountView   // the last header, for the estimate of others' spending
 	others  float64       // calls per second others spend, smoothed
 	ours    float64       // and this process
 	replies int64         // answers received
@@ -108,18 +89,12 @@ type accountView struct {
 	reset     time.Time
 	quota     int           // Ratelimit-Policy's q; 0 when unknown
 	window    time.Duration // and w
-}
-
-type headerSample struct {
-	at      time.Time
-	r       int
-	reset   time.Time
-	replies int64
+	replies   int64         // the answers received by then (in sample)
 }
 
 // NewAccount returns an Account that paces calls within b, or Validate's
 // error. Share it among everything of this process that calls the API on
-// the same Cloudflare account (user).
+// one Cloudflare account (user).
 func NewAccount(b Budget) (*Account, error) {
 	if err := b.Validate(); err != nil {
 		return nil, fmt.Errorf("budget: %w", err)
@@ -709,21 +684,21 @@ func (a *Account) Answered(h http.Header) {
 // of everyone, and this process answered replies of its own.
 func (a *Account) estimateOthers(now time.Time, r int, reset time.Time) {
 	prev := a.sample
-	cur := headerSample{at: now, r: r, reset: reset, replies: a.replies}
+	cur := accountView{seen: now, header: r, reset: reset, replies: a.replies}
 	switch {
-	case prev.at.IsZero() || reset.Sub(prev.reset).Abs() > windowSlack:
+	case prev.seen.IsZero() || reset.Sub(prev.reset).Abs() > windowSlack:
 		a.sample = cur // a new window: no sample across it
 		return
-	case r > prev.r:
+	case r > prev.header:
 		return // an older answer arriving late
 	}
 	a.sample = cur
-	dt := now.Sub(prev.at)
+	dt := now.Sub(prev.seen)
 	if dt <= 0 {
 		return
 	}
 	ours := float64(cur.replies - prev.replies)
-	others := max(float64(prev.r-r)-ours, 0)
+	others := max(float64(prev.header-r)-ours, 0)
 	alpha := 1 - math.Exp2(-dt.Seconds()/othersHalfLife.Seconds())
 	a.others += alpha * (others/dt.Seconds() - a.others)
 	a.ours += alpha * (ours/dt.Seconds() - a.ours)
