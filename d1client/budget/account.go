@@ -131,13 +131,8 @@ type State struct {
 	// now: Remaining, less its own calls since and what others are expected
 	// to have spent; -1 without headers, or once their window has ended.
 	Estimate int
-	// OthersRate is the calls per second other clients of the account are
-	// seen to spend.
-	OthersRate float64
-	// Pace is the time between calls at the current even pace. Work
-	// without Priority goes at most at (1 - Reserve) of it; Priority work
-	// may use all of it, and goes beyond it when its deadline cannot wait.
-	// Zero when nothing limits the pace.
+	// Pace is the time between calls at the current even pace (see
+	// Account); zero when nothing limits it.
 	Pace time.Duration
 	// InFlight is the calls sent and not yet answered.
 	InFlight int
@@ -152,8 +147,7 @@ func (a *Account) State() State {
 	now := time.Now()
 	st := State{
 		Seen: a.view.seen, Remaining: a.view.header, Reset: a.view.reset,
-		Quota: a.view.quota, Window: a.view.window, Estimate: -1, OthersRate: a.others,
-		InFlight: len(a.sentAt),
+		Quota: a.view.quota, Window: a.view.window, Estimate: -1, InFlight: len(a.sentAt),
 	}
 	if a.fresh(now) {
 		st.Estimate = a.estimate(now)
@@ -175,17 +169,16 @@ const (
 )
 
 // slot returns the earliest time a call of class c whose answer is of use
-// until deadline (zero: no deadline) may be sent, and what it waits for
-// until then: the hard limits (the local window, the account's calls left,
-// and the calls kept from work without Priority), and the even pace. A
-// Priority call is held to the pace only while its slot and a round trip
-// come before the deadline.
+// until deadline (zero: no deadline) may be sent, and what it waits for:
+// the hard limits, then the even paces, which hold a Priority call only
+// while its slot and a round trip come before the deadline.
 func (a *Account) slot(now time.Time, c Class, deadline time.Time) (time.Time, Reason) {
 	if now.Before(a.blockedUntil) {
 		return a.blockedUntil, WaitBlock
 	}
+	burst, cost := a.class(c)
 	at := latest(now, a.localLimit(now, c), a.accountLimit(now, c))
-	paced := latest(at, a.localPaceSlot(now, c), a.accountPaceSlot(now, c))
+	paced := latest(at, a.localPace.slot(now, a.localInterval(), float64(burst-1)*cost), a.accountPaceSlot(now, c, burst, cost))
 	if c == Normal || deadline.IsZero() || !paced.Add(a.rtt).After(deadline) {
 		at = paced
 	}
@@ -216,34 +209,26 @@ func (a *Account) class(c Class) (burst int, cost float64) {
 	return normalBurst(a.burst, a.reserve), 1 / (1 - a.reserve)
 }
 
-// reserveFloor is the calls at the end of a window that work without
-// Priority never takes (Budget.Kept), so that a completion always finds a
-// call of the window, whatever the Budget.
-func (a *Account) reserveFloor() int { return a.budget.Kept() }
-
-// pace is an even pace with a burst, kept as a debt in calls that drains
-// at one call per interval: a call may go while the debt is at most its
-// tolerance, and adds its cost. Kept in calls rather than as a time, a
-// burst stays a number of calls when the interval changes.
+// pace is an even pace with a burst, kept as a debt in calls (so that a
+// burst stays a number of calls when the interval changes) that drains at
+// one call per interval: a call may go while the debt is at most its
+// tolerance, and adds its cost. An interval of 0 sets no pace.
 type pace struct {
 	debt float64
 	at   time.Time
 }
 
 func (p *pace) level(now time.Time, interval time.Duration) float64 {
-	if interval <= 0 {
-		return 0
-	}
 	return max(0, p.debt-float64(now.Sub(p.at))/float64(interval))
 }
 
 // slot returns when the debt drains to tolerance.
 func (p *pace) slot(now time.Time, interval time.Duration, tolerance float64) time.Time {
-	over := p.level(now, interval) - tolerance
-	if interval <= 0 || over <= 0 {
+	if interval <= 0 {
 		return now
 	}
-	return now.Add(time.Duration(math.Ceil(over * float64(interval))))
+	over := p.level(now, interval) - tolerance
+	return now.Add(time.Duration(math.Ceil(max(over, 0) * float64(interval))))
 }
 
 func (p *pace) take(now time.Time, interval time.Duration, cost float64) {
@@ -269,25 +254,13 @@ func (a *Account) localLimit(now time.Time, c Class) time.Time {
 	if a.budget.IsUnlimited() {
 		return now
 	}
-	// A call may go once the window holds fewer than Calls calls, or,
-	// without Priority, fewer than Calls - Kept: once the keep-th oldest of
-	// the ring has left it.
+	// Once the keep-th oldest call of the ring has left the window.
 	keep := 0
 	if c == Normal {
 		keep = min(a.budget.Kept(), len(a.ring)-1)
 	}
 	per := a.budget.Per()
 	return latest(now, a.ring[(a.head+keep)%len(a.ring)].Add(per+per/ringMargin))
-}
-
-// localPaceSlot is when the local Budget's even pace lets a call of class
-// c go.
-func (a *Account) localPaceSlot(now time.Time, c Class) time.Time {
-	if a.budget.IsUnlimited() {
-		return now
-	}
-	burst, cost := a.class(c)
-	return a.localPace.slot(now, a.localInterval(), float64(burst-1)*cost)
 }
 
 // fresh reports whether the headers' view still describes the current
@@ -298,12 +271,11 @@ func (a *Account) fresh(now time.Time) bool {
 
 func (v *accountView) end() time.Time { return v.reset.Add(resetMargin) }
 
-// accountInterval is the time between calls at the account's even pace
-// from the headers: the calls left to this process (the remaining calls,
-// less what others are seen to spend, and at least this process's share of
-// them) spread over the time to the reset; or, once the window has reset and until new
-// headers come, the policy's even pace. It is 0 when the headers set no
-// pace, or when no call is left before the reset.
+// accountInterval is the time between calls at the account's even pace:
+// the calls left to this process (the estimate, less what others spend, at
+// least its share) spread over the time to the reset; after the reset,
+// until new headers, the policy's pace. 0 when nothing sets a pace, or no
+// call is left before the reset.
 func (a *Account) accountInterval(now time.Time) time.Duration {
 	var rem int
 	var span time.Duration
@@ -323,8 +295,7 @@ func (a *Account) accountInterval(now time.Time) time.Duration {
 }
 
 // share is this process's share of what the account spends, at least
-// minShare: the least it takes of the account's even pace, so that an
-// overestimate of what others spend never stops it.
+// minShare, so that an overestimate of others' spending never stops it.
 func (a *Account) share() float64 {
 	if a.ours+a.others <= 0 {
 		return 1
@@ -333,8 +304,7 @@ func (a *Account) share() float64 {
 }
 
 // ourShare is this process's share of n of the account's calls left: all
-// of them while nobody else is seen to spend, else its share of what the
-// account spends (see share), rounded down.
+// of them while nobody else is seen to spend.
 func (a *Account) ourShare(n int) int {
 	if a.others <= 0 {
 		return n
@@ -342,13 +312,11 @@ func (a *Account) ourShare(n int) int {
 	return int(float64(n) * a.share())
 }
 
-// accountFloor is the calls of the account's window that work without
-// Priority leaves: the Budget.Kept calls of this process's Priority work,
-// and while others spend, as many for each other process spending as much:
-// Kept / share. This process's share of them is then Kept again (see
-// ourShare).
+// accountFloor is the calls of the account's window that Normal work
+// leaves: Budget.Kept, and while others spend, Kept / share, so that this
+// process's share of them is Kept again.
 func (a *Account) accountFloor() int {
-	k := a.reserveFloor()
+	k := a.budget.Kept()
 	if a.others <= 0 {
 		return k
 	}
@@ -356,10 +324,8 @@ func (a *Account) accountFloor() int {
 }
 
 // estimate is the calls this process believes the account has left now:
-// the headers' r, less this process's calls since, less what others are
-// expected to have spent since and to spend while a call is in flight; and
-// while others spend, one more is left alone, since they cannot know of
-// this process's calls in flight.
+// the headers' r, less its calls since, less what others are expected to
+// spend until a call now is answered, and one more while they spend.
 func (a *Account) estimate(now time.Time) int {
 	rem := a.view.remaining
 	if a.others > 0 {
@@ -369,18 +335,16 @@ func (a *Account) estimate(now time.Time) int {
 	return rem
 }
 
-// accountLimit is when the calls the account has left before its reset
-// let a call of class c go. Priority work goes while this process's share
-// of them holds one (see ourShare), so that the Priority work of several
-// processes seeing the same headers does not overrun the account (a 971).
-// Work without Priority leaves enough of them for it (see accountFloor).
+// accountLimit is when the account's calls left before its reset let a
+// call of class c go: Priority work while this process's share of them
+// holds one (so that several processes' Priority work does not overrun
+// the account), Normal work while more than accountFloor are left.
 func (a *Account) accountLimit(now time.Time, c Class) time.Time {
 	if !a.fresh(now) {
 		return now
 	}
 	if c == Priority {
-		// Calls in flight are this process's own since the headers, which
-		// other processes cannot know of yet: they count against its share.
+		// Calls in flight, unknown to others yet, count against its share.
 		if n := len(a.sentAt); a.ourShare(a.estimate(now)+n) <= n {
 			return a.view.end() // nothing left to this process before the reset
 		}
@@ -392,11 +356,10 @@ func (a *Account) accountLimit(now time.Time, c Class) time.Time {
 	return now
 }
 
-// accountPaceSlot is when the account's even pace lets a call of class c
-// go. The account's burst is shared like its pace: this process bursts its
-// share of it, and never more than the calls left to its class.
-func (a *Account) accountPaceSlot(now time.Time, c Class) time.Time {
-	burst, cost := a.class(c)
+// accountPaceSlot is when the account's even pace lets a call of class c,
+// of burst and cost, go: this process bursts its share of the burst, and
+// never more than the calls left to its class.
+func (a *Account) accountPaceSlot(now time.Time, c Class, burst int, cost float64) time.Time {
 	burst = max(1, int(math.Round(float64(burst)*a.share())))
 	if a.fresh(now) {
 		left := a.estimate(now)
