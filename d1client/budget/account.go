@@ -396,11 +396,10 @@ func (a *Account) take(now time.Time, c Class) {
 }
 
 // TryTake takes a call of class c, whose answer is of use until deadline
-// (zero: no deadline), if one may go now: the caller sends it, and hands
-// its answer to Answered. Otherwise it returns when one may, what it waits
-// for, and a channel closed when the Account's view changes (an answer, a
-// block), when that time may have moved. A Priority call is held to the
-// even pace only while its deadline allows (see Priority).
+// (zero: no deadline), if one may go now; the caller sends it and hands its
+// answer to Answered. Otherwise it returns when one may, what it waits for,
+// and a channel closed when the Account's view changes (an answer, a
+// block), when that time may have moved.
 func (a *Account) TryTake(c Class, deadline time.Time) (ok bool, at time.Time, why Reason, changed <-chan struct{}) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -415,17 +414,13 @@ func (a *Account) TryTake(c Class, deadline time.Time) (ok bool, at time.Time, w
 
 // Acquire takes a call of class c, waiting for it as long as the context
 // allows, and returns how long it waited (zero when it took one at once or
-// took none). The caller sends the call, and hands its answer to Answered.
-// A Priority call follows the even pace while the context's deadline
-// allows, and goes beyond it when it does not (see Priority).
+// took none). The caller sends the call and hands its answer to Answered.
 //
-// Its error, when it took no call, is a *Refusal, and nothing is to be
-// sent. It takes none when less than a round trip (see RoundTrip) is left
-// before the context's deadline (CauseDeadline); during a 971 block it
-// gives up at once (CauseBlock); and it gives up at once, saying when a
-// call may go, when it is clear the call could not go and come back
-// before the deadline, or when the context ends while it waits
-// (CauseBudget).
+// When it takes no call, its error is a *Refusal: less than a round trip
+// left before the context's deadline (CauseDeadline), a 971 block
+// (CauseBlock), or no call that could go and come back before the
+// deadline, or the context ended while it waited (CauseBudget). It gives
+// up at once when the outcome is clear.
 func (a *Account) Acquire(ctx context.Context, c Class) (waited time.Duration, err error) {
 	var since time.Time // when it started waiting
 	dl, hasDeadline := ctx.Deadline()
@@ -449,7 +444,6 @@ func (a *Account) Acquire(ctx context.Context, c Class) (waited time.Duration, e
 			return 0, &Refusal{Cause: CauseBlock, Wait: wait, Until: at}
 		}
 		if hasDeadline && time.Until(dl) < wait+rtt {
-			// The call could not go, and finish, before the deadline.
 			return 0, &Refusal{Cause: CauseBudget, Wait: wait}
 		}
 		if since.IsZero() {
@@ -459,7 +453,6 @@ func (a *Account) Acquire(ctx context.Context, c Class) (waited time.Duration, e
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			// What is left of the wait.
 			return 0, &Refusal{Cause: CauseBudget, Wait: max(time.Until(at), 0), Err: ctx.Err()}
 		case <-timer.C:
 		case <-changed:
@@ -472,21 +465,13 @@ func (a *Account) Acquire(ctx context.Context, c Class) (waited time.Duration, e
 type Cause uint8
 
 const (
-	// CauseBudget: the budget has no call for it before the context's
-	// deadline, a round trip included, or the context ended while it
-	// waited for one.
-	CauseBudget Cause = iota + 1
-	// CauseBlock: a 971 block is on.
-	CauseBlock
-	// CauseDeadline: less than a round trip is left before the context's
-	// deadline: the call could not come back in time, and a write's
-	// outcome would be unknown.
-	CauseDeadline
+	CauseBudget   Cause = iota + 1 // no call before the deadline (a round trip included), or the context ended
+	CauseBlock                     // a 971 block is on
+	CauseDeadline                  // less than a round trip left before the deadline: a write's outcome would be unknown
 )
 
 // Refusal is Acquire's error: it took no call, and nothing is to be sent,
-// so nothing can have happened. Cause says why; the fields each cause sets
-// are named beside them.
+// so nothing can have happened. Beside each field, the causes that set it.
 type Refusal struct {
 	Cause Cause
 	// Wait is the time until a call may go (CauseBudget), or until the
@@ -494,12 +479,11 @@ type Refusal struct {
 	Wait time.Duration
 	// Until is the end of the 971 block (CauseBlock).
 	Until time.Time
-	// Left is the time that was left before the context's deadline, less
-	// than RoundTrip, the expected round trip (CauseDeadline).
+	// Left is the time left before the context's deadline, less than
+	// RoundTrip, the expected round trip (CauseDeadline).
 	Left, RoundTrip time.Duration
 	// Err is the context's error when it ended while Acquire waited
-	// (CauseBudget), and context.DeadlineExceeded for CauseDeadline; nil
-	// otherwise.
+	// (CauseBudget), context.DeadlineExceeded for CauseDeadline.
 	Err error
 }
 
@@ -522,8 +506,6 @@ func (r *Refusal) Unwrap() error { return r.Err }
 
 // RoundTrip is the expected time from a call's send to its answer: the
 // smoothed round trip of the answers so far; zero before the first.
-// Acquire sends no call with less than that left before its context's
-// deadline: it would be cut off on its way back, its outcome unknown.
 func (a *Account) RoundTrip() time.Duration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -562,9 +544,7 @@ func (a *Account) Plentiful(c Class, n int, rtt time.Duration) bool {
 // 971, its global limit's block of the account.
 func (a *Account) Block(until time.Time) {
 	a.mu.Lock()
-	if until.After(a.blockedUntil) {
-		a.blockedUntil = until
-	}
+	a.blockedUntil = latest(a.blockedUntil, until)
 	a.notify()
 	a.mu.Unlock()
 }
@@ -585,9 +565,8 @@ func (a *Account) notify() {
 }
 
 // Answered records the answer to a call taken earlier (by Acquire or
-// TryTake): its rate-limit headers, if it had any. h is nil when no
-// response arrived: the call counts as answered, and measures no round
-// trip.
+// TryTake), with its rate-limit headers; h is nil when no response arrived:
+// the call counts as answered, and measures no round trip.
 func (a *Account) Answered(h http.Header) {
 	var lim rateLimit
 	var pol ratePolicy
@@ -604,8 +583,6 @@ func (a *Account) Answered(h http.Header) {
 		// Answers mostly come in the order of the calls: close enough.
 		d := now.Sub(a.sentAt[0])
 		a.sentAt = a.sentAt[1:]
-		// Only an answer measures a round trip: a call that got none (its
-		// attempt timed out, its caller gave up) says nothing of it.
 		switch {
 		case h == nil:
 		case a.rtt == 0:
@@ -620,17 +597,14 @@ func (a *Account) Answered(h http.Header) {
 	if !okLim {
 		return
 	}
-	// A window resets within its length: a reset further off is bounded
-	// by the policy's window.
+	// A window resets within its length, the policy's window.
 	if w := a.view.window; w > 0 && lim.reset > w {
 		lim.reset = w
 	}
 	reset := now.Add(lim.reset)
-	// Calls still in flight may or may not be counted in r: count them as
-	// spent.
+	// Calls still in flight may or may not be counted in r: count them.
 	est := lim.remaining - len(a.sentAt)
-	same := a.fresh(now) && reset.Sub(a.view.reset).Abs() <= windowSlack
-	if same {
+	if a.fresh(now) && reset.Sub(a.view.reset).Abs() <= windowSlack {
 		a.view.remaining = min(a.view.remaining, est)
 		a.view.reset = latest(a.view.reset, reset)
 	} else {
