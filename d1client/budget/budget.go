@@ -25,25 +25,20 @@ type Budget struct {
 	reserveSet bool
 }
 
-// Cloudflare's global API limit, the zero Budget's.
 const (
-	defaultCalls = 1200
-	defaultPer   = 300 * time.Second
-)
-
-// DefaultBurst is the calls a Budget lets go at once, ahead of the even
-// pace, unless WithBurst says otherwise.
-const DefaultBurst = 10
-
-// DefaultReserve is the share of the pace a Budget keeps for Priority work
-// unless WithReserve says otherwise.
-const DefaultReserve = 0.2
-
-// MinReserve and MaxReserve bound the share WithReserve accepts. There is
-// always a reserve, so that a completion always finds a call.
-const (
+	// DefaultBurst is the calls a Budget lets go at once, ahead of the even
+	// pace, unless WithBurst says otherwise.
+	DefaultBurst = 10
+	// DefaultReserve is the share of the pace a Budget keeps for Priority
+	// work unless WithReserve says otherwise.
+	DefaultReserve = 0.2
+	// MinReserve and MaxReserve bound the share WithReserve accepts. There
+	// is always a reserve, so that a completion always finds a call.
 	MinReserve = 0.01
 	MaxReserve = 0.9
+
+	defaultCalls = 1200 // Cloudflare's global API limit, the zero Budget's
+	defaultPer   = 300 * time.Second
 )
 
 // New returns a Budget of calls calls in any window of length per.
