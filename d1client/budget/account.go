@@ -58,9 +58,7 @@ const (
 // the answer's headers to Answered; Block records a 971. An Account is safe
 // for concurrent use.
 type Account struct {
-	budget  Budget // validated
-	burst   int
-	reserve float64
+	budget Budget // validated
 
 	mu        sync.Mutex
 	ring      []time.Time // send times of the last Calls calls (zero: none), oldest at head
@@ -103,7 +101,7 @@ func NewAccount(b Budget) (*Account, error) {
 }
 
 func newAccount(b Budget) *Account {
-	a := &Account{budget: b, burst: b.Burst(), reserve: b.Reserve(), changed: make(chan struct{})}
+	a := &Account{budget: b, changed: make(chan struct{})}
 	if !b.IsUnlimited() {
 		a.ring = make([]time.Time, b.Calls())
 	}
@@ -118,9 +116,8 @@ func (a *Account) String() string { return "budget.Account{" + a.budget.String()
 
 // State is what an Account knows of its budget at one moment.
 type State struct {
-	// Seen is when the last Ratelimit headers arrived; zero when none have.
-	// Remaining and Reset are what they said: the calls left to the whole
-	// account, and when its window resets. Quota and Window are the
+	// Seen is when the last Ratelimit headers arrived (zero: never), and
+	// Remaining and Reset what they said; Quota and Window are the
 	// Ratelimit-Policy's, zero when it was absent.
 	Seen      time.Time
 	Remaining int
@@ -203,10 +200,11 @@ func latest(t time.Time, ts ...time.Time) time.Time {
 // 1/(1 - Reserve) calls so that it gets at most (1 - Reserve) of the pace:
 // Priority work finds a call at once even when the rest is spent.
 func (a *Account) class(c Class) (burst int, cost float64) {
-	if c == Priority {
-		return a.burst, 1
+	burst, reserve := a.budget.Burst(), a.budget.Reserve()
+	if c == Normal {
+		return normalBurst(burst, reserve), 1 / (1 - reserve)
 	}
-	return normalBurst(a.burst, a.reserve), 1 / (1 - a.reserve)
+	return burst, 1
 }
 
 // pace is an even pace with a burst, kept as a debt in calls (so that a
@@ -303,15 +301,6 @@ func (a *Account) share() float64 {
 	return max(a.ours/(a.ours+a.others), minShare)
 }
 
-// ourShare is this process's share of n of the account's calls left: all
-// of them while nobody else is seen to spend.
-func (a *Account) ourShare(n int) int {
-	if a.others <= 0 {
-		return n
-	}
-	return int(float64(n) * a.share())
-}
-
 // accountFloor is the calls of the account's window that Normal work
 // leaves: Budget.Kept, and while others spend, Kept / share, so that this
 // process's share of them is Kept again.
@@ -336,22 +325,21 @@ func (a *Account) estimate(now time.Time) int {
 }
 
 // accountLimit is when the account's calls left before its reset let a
-// call of class c go: Priority work while this process's share of them
-// holds one (so that several processes' Priority work does not overrun
-// the account), Normal work while more than accountFloor are left.
+// call of class c go: Normal work while more than accountFloor are left,
+// Priority work while this process's share of them (all while nobody else
+// spends) holds one, so that several processes do not overrun the account.
 func (a *Account) accountLimit(now time.Time, c Class) time.Time {
-	if !a.fresh(now) {
-		return now
-	}
+	left := a.estimate(now) - a.accountFloor()
 	if c == Priority {
 		// Calls in flight, unknown to others yet, count against its share.
-		if n := len(a.sentAt); a.ourShare(a.estimate(now)+n) <= n {
-			return a.view.end() // nothing left to this process before the reset
+		n := len(a.sentAt)
+		if left = a.estimate(now) + n; a.others > 0 {
+			left = int(float64(left) * a.share())
 		}
-		return now
+		left -= n
 	}
-	if a.estimate(now)-a.accountFloor() <= 0 {
-		return a.view.end() // nothing left before the reset
+	if a.fresh(now) && left <= 0 {
+		return a.view.end() // nothing left to it before the reset
 	}
 	return now
 }
@@ -616,9 +604,9 @@ func (a *Account) Answered(h http.Header) {
 	a.notify()
 }
 
-// estimateOthers updates the smoothed rate at which others spend the
-// account's calls: between two headers of one window, r fell by the calls
-// of everyone, and this process answered replies of its own.
+// estimateOthers updates the smoothed rates at which others and this
+// process spend the account's calls: between two headers of one window, r
+// fell by everyone's calls, and this process received replies.
 func (a *Account) estimateOthers(now time.Time, r int, reset time.Time) {
 	prev := a.sample
 	cur := accountView{seen: now, header: r, reset: reset, replies: a.replies}

@@ -6,22 +6,22 @@ import (
 	"time"
 )
 
-// rateLimit is one member of a Ratelimit header (IETF ratelimit-headers
-// draft): `"default";r=50;t=30`, 50 calls remaining, the window resetting
-// in 30 seconds.
-type rateLimit struct {
-	name      string
-	remaining int
-	reset     time.Duration
-}
-
-// ratePolicy is one member of a Ratelimit-Policy header: `"burst";q=100;w=60`,
-// a quota of 100 calls per 60-second window.
-type ratePolicy struct {
-	name   string
-	quota  int
-	window time.Duration
-}
+// rateLimit and ratePolicy are members of the Ratelimit and
+// Ratelimit-Policy headers (IETF ratelimit-headers draft):
+// `"default";r=50;t=30`, 50 calls left and a reset in 30 s, and
+// `"burst";q=100;w=60`, a quota of 100 calls per 60 s window.
+type (
+	rateLimit struct {
+		name      string
+		remaining int
+		reset     time.Duration
+	}
+	ratePolicy struct {
+		name   string
+		quota  int
+		window time.Duration
+	}
+)
 
 // maxRateWindow bounds the reset time and the window the headers give: no
 // API limit counts calls over a longer window, and a larger value (up to
