@@ -556,13 +556,8 @@ func (a *Account) notify() {
 // TryTake), with its rate-limit headers; h is nil when no response arrived:
 // the call counts as answered, and measures no round trip.
 func (a *Account) Answered(h http.Header) {
-	var lim rateLimit
-	var pol ratePolicy
-	var okLim, okPol bool
-	if h != nil {
-		lim, okLim = parseRateLimit(h.Values("Ratelimit"))
-		pol, okPol = parseRatePolicy(h.Values("Ratelimit-Policy"), lim.name)
-	}
+	lim, okLim := parseRateLimit(h.Values("Ratelimit")) // none from a nil h
+	pol, okPol := parseRatePolicy(h.Values("Ratelimit-Policy"), lim.name)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
