@@ -9,8 +9,7 @@ import (
 	"time"
 )
 
-// Class is how a call draws on the budget. Its values index arrays: Normal
-// is 0, Priority 1.
+// Class is how a call draws on the budget; its values index arrays.
 type Class uint8
 
 const (
@@ -24,8 +23,7 @@ const (
 const (
 	// resetMargin is added to a reset before calls resume: t is whole seconds.
 	resetMargin = time.Second
-	// windowSlack is how far two reset times may differ and still name the
-	// same window.
+	// windowSlack is how far two reset times of one window may differ.
 	windowSlack = 1500 * time.Millisecond
 	// ringMargin widens the local window by Per/ringMargin: calls sent Per
 	// apart can arrive closer than that, and Cloudflare counts arrivals.
@@ -37,21 +35,17 @@ const (
 )
 
 // Account is the API budget of one Cloudflare account as this process sees
-// it, from the Ratelimit and Ratelimit-Policy headers of every answer, so
-// that replicas, wrangler and the dashboard share one budget with no
-// coordination of their own. It paces this process's calls:
+// it from the Ratelimit headers of every answer, so that replicas, wrangler
+// and the dashboard share one budget with no coordination. It paces calls:
 //
 //   - The remaining calls are spent evenly over the time to the reset, less
 //     what others are seen to spend, with Budget.Burst calls at once after a
-//     quiet spell. The local Budget's even pace is an upper bound, and the
-//     pace without headers.
-//   - Priority calls may use the whole pace, and follow it while their
-//     deadline allows (its slot and a round trip); one whose deadline cannot
-//     wait goes while the account has a call left: this process's share of
-//     the headers' remaining calls, the local Calls per Per, no 971 block.
-//     Normal calls go at most at (1 - Budget.Reserve) of the pace and never
-//     take a window's last Budget.Kept calls (as many again for each other
-//     process while others spend), so completions always find a call.
+//     quiet spell. The local Budget's pace is an upper bound.
+//   - Priority calls follow the pace while their deadline allows (the slot
+//     and a round trip); one whose deadline cannot wait goes while the
+//     account has a call left (this process's share of it). Normal calls go
+//     at most at (1 - Budget.Reserve) of the pace and never take a window's
+//     last Budget.Kept calls, so completions always find a call.
 //   - After an HTTP 429 with code 971, nothing is sent until the block ends.
 //
 // A caller takes a call with Acquire or TryTake before sending it and hands
@@ -63,9 +57,10 @@ type Account struct {
 	mu        sync.Mutex
 	ring      []time.Time // send times of the last Calls calls (zero: none), oldest at head
 	head      int
-	localPace pace      // the local Budget's even pace
-	acctPace  pace      // the account's, from the headers
-	paceEnd   time.Time // the end of the window acctPace was kept in; zero: none
+	localPace pace          // the local Budget's even pace
+	localStep time.Duration // its interval; 0: none
+	acctPace  pace          // the account's, from the headers
+	paceEnd   time.Time     // the end of the window acctPace was kept in; zero: none
 
 	view    accountView
 	sample  accountView   // the last header, for the estimate of others' spending
@@ -91,8 +86,7 @@ type accountView struct {
 }
 
 // NewAccount returns an Account that paces calls within b, or Validate's
-// error. Share it among everything of this process that calls the API on
-// one Cloudflare account (user).
+// error. Share it among everything of this process using one account.
 func NewAccount(b Budget) (*Account, error) {
 	if err := b.Validate(); err != nil {
 		return nil, fmt.Errorf("budget: %w", err)
@@ -104,6 +98,7 @@ func newAccount(b Budget) *Account {
 	a := &Account{budget: b, changed: make(chan struct{})}
 	if !b.IsUnlimited() {
 		a.ring = make([]time.Time, b.Calls())
+		a.localStep = b.Per() / time.Duration(b.Calls())
 	}
 	return a
 }
@@ -152,7 +147,7 @@ func (a *Account) State() State {
 	if now.Before(a.blockedUntil) {
 		st.BlockedUntil = a.blockedUntil
 	}
-	st.Pace = max(a.localInterval(), a.accountInterval(now))
+	st.Pace = max(a.localStep, a.accountInterval(now))
 	return st
 }
 
@@ -165,17 +160,16 @@ const (
 	WaitBlock                // a 971 block is on until then
 )
 
-// slot returns the earliest time a call of class c whose answer is of use
-// until deadline (zero: no deadline) may be sent, and what it waits for:
-// the hard limits, then the even paces, which hold a Priority call only
-// while its slot and a round trip come before the deadline.
+// slot returns when a call of class c, of use until deadline (zero: none),
+// may be sent, and what it waits for: the hard limits, then the paces,
+// which hold Priority work only while the slot and a round trip allow.
 func (a *Account) slot(now time.Time, c Class, deadline time.Time) (time.Time, Reason) {
 	if now.Before(a.blockedUntil) {
 		return a.blockedUntil, WaitBlock
 	}
 	burst, cost := a.class(c)
 	at := latest(now, a.localLimit(now, c), a.accountLimit(now, c))
-	paced := latest(at, a.localPace.slot(now, a.localInterval(), float64(burst-1)*cost), a.accountPaceSlot(now, c, burst, cost))
+	paced := latest(at, a.localPace.slot(now, a.localStep, float64(burst-1)*cost), a.accountPaceSlot(now, c, burst, cost))
 	if c == Normal || deadline.IsZero() || !paced.Add(a.rtt).After(deadline) {
 		at = paced
 	}
@@ -195,10 +189,9 @@ func latest(t time.Time, ts ...time.Time) time.Time {
 	return t
 }
 
-// class returns the burst of class c and what one of its calls adds to a
-// pace's debt. Work without Priority bursts less, and counts for
-// 1/(1 - Reserve) calls so that it gets at most (1 - Reserve) of the pace:
-// Priority work finds a call at once even when the rest is spent.
+// class returns the burst of class c and what its call adds to a pace's
+// debt: Normal work bursts less and counts 1/(1 - Reserve), so that it gets
+// at most (1 - Reserve) of the pace, and Priority work finds a call.
 func (a *Account) class(c Class) (burst int, cost float64) {
 	burst, reserve := a.budget.Burst(), a.budget.Reserve()
 	if c == Normal {
@@ -207,10 +200,9 @@ func (a *Account) class(c Class) (burst int, cost float64) {
 	return burst, 1
 }
 
-// pace is an even pace with a burst, kept as a debt in calls (so that a
-// burst stays a number of calls when the interval changes) that drains at
-// one call per interval: a call may go while the debt is at most its
-// tolerance, and adds its cost. An interval of 0 sets no pace.
+// pace is an even pace with a burst: a debt in calls, draining at one per
+// interval (0: no pace); a call may go while the debt is at most its
+// tolerance, and adds its cost. In calls, a burst survives interval changes.
 type pace struct {
 	debt float64
 	at   time.Time
@@ -236,20 +228,10 @@ func (p *pace) take(now time.Time, interval time.Duration, cost float64) {
 	p.debt, p.at = p.level(now, interval)+cost, now
 }
 
-// localInterval is the time between calls at the local Budget's even
-// pace; 0 when unlimited.
-func (a *Account) localInterval() time.Duration {
-	if a.budget.IsUnlimited() {
-		return 0
-	}
-	return a.budget.Per() / time.Duration(a.budget.Calls())
-}
-
-// localLimit is when the local Budget's ring lets a call of class c go:
-// never more than Calls in any window of length Per, and without Priority
-// never the window's last Budget.Kept calls.
+// localLimit is when the local ring lets a call of class c go: never more
+// than Calls in a window of Per, and for Normal work never the last Kept.
 func (a *Account) localLimit(now time.Time, c Class) time.Time {
-	if a.budget.IsUnlimited() {
+	if a.ring == nil {
 		return now
 	}
 	// Once the keep-th oldest call of the ring has left the window.
@@ -261,19 +243,16 @@ func (a *Account) localLimit(now time.Time, c Class) time.Time {
 	return latest(now, a.ring[(a.head+keep)%len(a.ring)].Add(per+per/ringMargin))
 }
 
-// fresh reports whether the headers' view still describes the current
-// window: it ends at the reset, plus a margin for the rounding of t.
+// fresh reports whether the headers' view describes the current window.
 func (a *Account) fresh(now time.Time) bool {
 	return !a.view.seen.IsZero() && now.Before(a.view.end())
 }
 
 func (v *accountView) end() time.Time { return v.reset.Add(resetMargin) }
 
-// accountInterval is the time between calls at the account's even pace:
-// the calls left to this process (the estimate, less what others spend, at
-// least its share) spread over the time to the reset; after the reset,
-// until new headers, the policy's pace. 0 when nothing sets a pace, or no
-// call is left before the reset.
+// accountInterval is the account's pace: the calls left to this process
+// (at least its share) over the time to the reset, or after it the
+// policy's; 0 when nothing sets one, or no call is left before the reset.
 func (a *Account) accountInterval(now time.Time) time.Duration {
 	var rem int
 	var span time.Duration
@@ -301,9 +280,8 @@ func (a *Account) share() float64 {
 	return max(a.ours/(a.ours+a.others), minShare)
 }
 
-// accountFloor is the calls of the account's window that Normal work
-// leaves: Budget.Kept, and while others spend, Kept / share, so that this
-// process's share of them is Kept again.
+// accountFloor is the calls of the account's window Normal work leaves:
+// Kept, or while others spend Kept / share, this process's share being Kept.
 func (a *Account) accountFloor() int {
 	k := a.budget.Kept()
 	if a.others <= 0 {
@@ -312,9 +290,8 @@ func (a *Account) accountFloor() int {
 	return int(math.Ceil(float64(k) / a.share()))
 }
 
-// estimate is the calls this process believes the account has left now:
-// the headers' r, less its calls since, less what others are expected to
-// spend until a call now is answered, and one more while they spend.
+// estimate is the calls the account has left now: r, less this process's
+// calls since and others' expected spending until a call now is answered.
 func (a *Account) estimate(now time.Time) int {
 	rem := a.view.remaining
 	if a.others > 0 {
@@ -344,9 +321,8 @@ func (a *Account) accountLimit(now time.Time, c Class) time.Time {
 	return now
 }
 
-// accountPaceSlot is when the account's even pace lets a call of class c,
-// of burst and cost, go: this process bursts its share of the burst, and
-// never more than the calls left to its class.
+// accountPaceSlot is when the account's pace lets a call of class c go: its
+// burst is this process's share, at most the calls left to the class.
 func (a *Account) accountPaceSlot(now time.Time, c Class, burst int, cost float64) time.Time {
 	burst = max(1, int(math.Round(float64(burst)*a.share())))
 	if a.fresh(now) {
@@ -369,7 +345,7 @@ func (a *Account) take(now time.Time, c Class) {
 	if !a.budget.IsUnlimited() {
 		a.ring[a.head] = now
 		a.head = (a.head + 1) % len(a.ring)
-		a.localPace.take(now, a.localInterval(), cost)
+		a.localPace.take(now, a.localStep, cost)
 	}
 	if !a.fresh(now) && a.paceEnd.Before(now) && !a.paceEnd.IsZero() {
 		a.acctPace = pace{} // the window has ended: so has its pace
@@ -383,11 +359,9 @@ func (a *Account) take(now time.Time, c Class) {
 	a.sentAt = append(a.sentAt, now)
 }
 
-// TryTake takes a call of class c, whose answer is of use until deadline
-// (zero: no deadline), if one may go now; the caller sends it and hands its
-// answer to Answered. Otherwise it returns when one may, what it waits for,
-// and a channel closed when the Account's view changes (an answer, a
-// block), when that time may have moved.
+// TryTake takes a call of class c, of use until deadline (zero: none), if
+// one may go now. Otherwise it returns when one may, what it waits for, and
+// a channel closed when the Account's view, and so that time, may change.
 func (a *Account) TryTake(c Class, deadline time.Time) (ok bool, at time.Time, why Reason, changed <-chan struct{}) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -400,24 +374,17 @@ func (a *Account) TryTake(c Class, deadline time.Time) (ok bool, at time.Time, w
 	return false, at, why, a.changed
 }
 
-// Acquire takes a call of class c, waiting for it as long as the context
-// allows, and returns how long it waited (zero when it took one at once or
-// took none). The caller sends the call and hands its answer to Answered.
-//
-// When it takes no call, its error is a *Refusal: less than a round trip
-// left before the context's deadline (CauseDeadline), a 971 block
-// (CauseBlock), or no call that could go and come back before the
-// deadline, or the context ended while it waited (CauseBudget). It gives
-// up at once when the outcome is clear.
+// Acquire takes a call of class c, waiting as long as the context allows,
+// and returns how long it waited (zero when it took one at once or none).
+// When it takes none, its error is a *Refusal; it gives up at once when
+// the call could not go and come back before the deadline, or in a block.
 func (a *Account) Acquire(ctx context.Context, c Class) (waited time.Duration, err error) {
 	var since time.Time // when it started waiting
 	dl, hasDeadline := ctx.Deadline()
 	for {
 		rtt := a.RoundTrip()
-		if hasDeadline {
-			if left := time.Until(dl); left < rtt {
-				return 0, &Refusal{Cause: CauseDeadline, Left: max(left, 0), RoundTrip: rtt, Err: context.DeadlineExceeded}
-			}
+		if left := time.Until(dl); hasDeadline && left < rtt {
+			return 0, &Refusal{Cause: CauseDeadline, Left: max(left, 0), RoundTrip: rtt, Err: context.DeadlineExceeded}
 		}
 		ok, at, why, changed := a.TryTake(c, dl)
 		if ok {
@@ -461,18 +428,11 @@ const (
 // Refusal is Acquire's error: it took no call, and nothing is to be sent,
 // so nothing can have happened. Beside each field, the causes that set it.
 type Refusal struct {
-	Cause Cause
-	// Wait is the time until a call may go (CauseBudget), or until the
-	// block ends (CauseBlock).
-	Wait time.Duration
-	// Until is the end of the 971 block (CauseBlock).
-	Until time.Time
-	// Left is the time left before the context's deadline, less than
-	// RoundTrip, the expected round trip (CauseDeadline).
-	Left, RoundTrip time.Duration
-	// Err is the context's error when it ended while Acquire waited
-	// (CauseBudget), context.DeadlineExceeded for CauseDeadline.
-	Err error
+	Cause           Cause
+	Wait            time.Duration // until a call may go (CauseBudget) or the block ends (CauseBlock)
+	Until           time.Time     // the end of the block (CauseBlock)
+	Left, RoundTrip time.Duration // time left before the deadline, less than the round trip (CauseDeadline)
+	Err             error         // the context's error when it ended (CauseBudget); DeadlineExceeded (CauseDeadline)
 }
 
 func (r *Refusal) Error() string {
@@ -524,7 +484,7 @@ func (a *Account) Plentiful(c Class, n int, rtt time.Duration) bool {
 		return false
 	}
 	_, cost := a.class(c)
-	step := time.Duration(float64(max(a.localInterval(), a.accountInterval(now))) * cost)
+	step := time.Duration(float64(max(a.localStep, a.accountInterval(now))) * cost)
 	return step == 0 || step*time.Duration(n) <= rtt
 }
 
@@ -552,9 +512,8 @@ func (a *Account) notify() {
 	a.changed = make(chan struct{})
 }
 
-// Answered records the answer to a call taken earlier (by Acquire or
-// TryTake), with its rate-limit headers; h is nil when no response arrived:
-// the call counts as answered, and measures no round trip.
+// Answered records the answer to a call taken earlier, with its headers;
+// h is nil when none arrived: the call counts, but measures no round trip.
 func (a *Account) Answered(h http.Header) {
 	lim, okLim := parseRateLimit(h.Values("Ratelimit")) // none from a nil h
 	pol, okPol := parseRatePolicy(h.Values("Ratelimit-Policy"), lim.name)
@@ -599,9 +558,8 @@ func (a *Account) Answered(h http.Header) {
 	a.notify()
 }
 
-// estimateOthers updates the smoothed rates at which others and this
-// process spend the account's calls: between two headers of one window, r
-// fell by everyone's calls, and this process received replies.
+// estimateOthers updates the rates at which others and this process spend:
+// between two headers of a window, r fell by everyone's calls.
 func (a *Account) estimateOthers(now time.Time, r int, reset time.Time) {
 	prev := a.sample
 	cur := accountView{seen: now, header: r, reset: reset, replies: a.replies}
