@@ -6,15 +6,11 @@ import (
 )
 
 // Budget is how a process spends Cloudflare's API budget: a local limit of
-// Calls calls in any window of length Per (kept with a margin of Per/300,
-// since Cloudflare counts calls as they arrive), the Burst of calls that
-// may go at once ahead of the even pace, and the Reserve kept for Priority
-// work. The local limit is an upper bound, and the pace when Cloudflare's
-// rate-limit headers are absent (see Account).
-//
-// The zero Budget is Cloudflare's limit, 1200 calls per 300 s, with the
-// default burst and reserve. Make others with New and Unlimited, and adjust
-// them with WithBurst and WithReserve.
+// Calls calls in any window of length Per (an upper bound, and the pace
+// without rate-limit headers), the Burst of calls that may go at once ahead
+// of the even pace, and the Reserve kept for Priority work. The zero Budget
+// is Cloudflare's limit, 1200 calls per 300 s; make others with New and
+// Unlimited, and adjust them with WithBurst and WithReserve.
 type Budget struct {
 	calls      int
 	per        time.Duration
@@ -42,9 +38,8 @@ const (
 )
 
 // New returns a Budget of calls calls in any window of length per.
-// Validate refuses it unless calls is from 2 to 1,000,000 (at least one
-// call of every window is kept for Priority work) and per from 1 ms to
-// 24 h.
+// Validate refuses it unless calls is from 2 to 1,000,000 (one call of each
+// window is kept for Priority work) and per from 1 ms to 24 h.
 func New(calls int, per time.Duration) Budget {
 	return Budget{calls: calls, per: per}
 }
@@ -61,10 +56,9 @@ func (b Budget) WithBurst(calls int) Budget {
 	return b
 }
 
-// WithReserve returns b with share (MinReserve to MaxReserve) of the pace
-// kept for Priority work: Normal calls go at most at (1 - share) of the
-// pace, with a burst that much smaller, and never take the last Kept calls
-// of a window. Validate refuses any other share, 0 included.
+// WithReserve returns b with share (MinReserve to MaxReserve) of the pace,
+// of its burst and of each window (Kept) kept for Priority work. Validate
+// refuses any other share, 0 included.
 func (b Budget) WithReserve(share float64) Budget {
 	b.reserve, b.reserveSet = share, true
 	return b
@@ -109,17 +103,15 @@ func (b Budget) Reserve() float64 {
 	return b.reserve
 }
 
-// Kept returns the calls of each window, the local Budget's and the
-// account's, that Normal work never takes: the burst it does not get, and
-// at least one, so that completions find them when new work has spent the
-// rest.
+// Kept returns the calls of each window (the local Budget's and the
+// account's) that Normal work never takes: the burst it does not get, at
+// least one.
 func (b Budget) Kept() int {
 	burst := b.Burst()
 	return max(1, burst-normalBurst(burst, b.Reserve()))
 }
 
-// normalBurst is the burst of Normal work: the rest of burst after the
-// reserve's share, at least one call.
+// normalBurst is the burst of Normal work: burst less the reserve, at least 1.
 func normalBurst(burst int, reserve float64) int {
 	return max(1, int(float64(burst-1)*(1-reserve)))
 }
@@ -135,9 +127,8 @@ func (b Budget) String() string {
 	return fmt.Sprintf("%d calls per %s", b.Calls(), b.Per())
 }
 
-// Validate reports whether b is a Budget an Account accepts. Its error
-// says what is wrong and the accepted range, such as "burst is 0;
-// accepted: 1 to 1000 (the default is 10)".
+// Validate reports whether b is a Budget an Account accepts; its error says
+// what is wrong and the accepted range.
 func (b Budget) Validate() error {
 	if !b.unlimited && !b.isDefaultLimit() &&
 		(b.calls < 2 || b.calls > 1_000_000 || b.per < time.Millisecond || b.per > 24*time.Hour) {
