@@ -111,7 +111,7 @@ func (b Budget) Kept() int {
 	return max(1, burst-normalBurst(burst, b.Reserve()))
 }
 
-// normalBurst is the burst of Normal work: burst less the reserve, at least 1.
+// normalBurst is the burst of Normal work: burst after the reserve's share, at least 1.
 func normalBurst(burst int, reserve float64) int {
 	return max(1, int(float64(burst-1)*(1-reserve)))
 }

@@ -24,21 +24,18 @@ type (
 )
 
 // maxRateWindow bounds the reset time and the window the headers give: no
-// API limit counts calls over a longer window, and a larger value (up to
-// 15 digits are read) would overflow a time.Duration into the past.
+// API limit has a longer window, and 15 digits would overflow a Duration.
 const maxRateWindow = 24 * time.Hour
 
-// seconds returns n seconds, at most maxRateWindow: bounded before the
-// multiplication, so that it cannot overflow.
+// seconds returns n seconds, at most maxRateWindow (bounded before the
+// multiplication, so that it cannot overflow).
 func seconds(n int64) time.Duration {
 	return time.Duration(min(n, int64(maxRateWindow/time.Second))) * time.Second
 }
 
 // parseRateLimit reads the Ratelimit header's field lines and returns the
 // most constraining limit: the fewest calls remaining, then the latest
-// reset. Members it cannot read (no r or t, a value that is not a
-// non-negative integer, anything malformed) are ignored; ok is false when
-// none can be read.
+// reset. Members it cannot read are ignored; ok is false when none can be.
 func parseRateLimit(lines []string) (best rateLimit, ok bool) {
 	sfMembers(lines, "r", "t", func(name string, r, t int64) {
 		lim := rateLimit{name, int(r), seconds(t)}
@@ -61,9 +58,8 @@ func parseRatePolicy(lines []string, name string) (pol ratePolicy, ok bool) {
 	return pol, ok
 }
 
-// sfMembers calls fn with each member of structured-field list lines
-// (split at commas outside quoted strings) that reads whole and whose keys
-// a and b are integers (see sfMember).
+// sfMembers calls fn with each member of structured-field list lines (split
+// at commas outside quoted strings) that reads whole with integer a and b.
 func sfMembers(lines []string, a, b string, fn func(name string, va, vb int64)) {
 	for _, line := range lines {
 		start, quoted := 0, false
@@ -83,11 +79,10 @@ func sfMembers(lines []string, a, b string, fn func(name string, va, vb int64)) 
 	}
 }
 
-// sfMember reads one list member, `"name";key=value;key=value`: a string
-// or a token, then parameters, with white space allowed around ';' and
-// '='. It returns the name and the values of keys a and b, the last of
-// repeated keys winning: -1 when absent or not a non-negative integer of
-// at most 15 digits. ok is false for anything malformed.
+// sfMember reads one list member, `"name";key=value;key`, a string or a
+// token then parameters, white space allowed around ';' and '='. It returns
+// the name and the values of keys a and b (the last of repeated keys; -1
+// unless a non-negative integer of at most 15 digits), ok false if malformed.
 func sfMember(m, a, b string) (name string, va, vb int64, ok bool) {
 	s := strings.TrimSpace(m)
 	var rest string
@@ -143,7 +138,7 @@ func chars(s string) (c charSet) {
 	return c
 }
 
-// sfWord reports whether s is a byte of start followed by bytes of rest.
+// sfWord reports whether s is a byte of start, then bytes of rest.
 func sfWord(s string, start, rest *charSet) bool {
 	if s == "" || !start[s[0]] {
 		return false
@@ -165,8 +160,7 @@ func sfInt(v string) int64 {
 	return int64(n)
 }
 
-// sfString reads the quoted string at the start of s, returning its value
-// and what follows.
+// sfString reads the quoted string at the start of s: its value, and what follows.
 func sfString(s string) (value, rest string, ok bool) {
 	for i := 1; i < len(s); i++ {
 		switch c := s[i]; {
