@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -525,11 +526,8 @@ func (a *Account) Answered(h http.Header) {
 		// Answers mostly come in the order of the calls: close enough.
 		d := now.Sub(a.sentAt[0])
 		a.sentAt = a.sentAt[1:]
-		switch {
-		case h == nil:
-		case a.rtt == 0:
-			a.rtt = d
-		default:
+		if h != nil { // only an answer measures a round trip
+			a.rtt = cmp.Or(a.rtt, d) // the first one sets it
 			a.rtt += (d - a.rtt) / 8
 		}
 	}
@@ -562,20 +560,16 @@ func (a *Account) Answered(h http.Header) {
 // between two headers of a window, r fell by everyone's calls.
 func (a *Account) estimateOthers(now time.Time, r int, reset time.Time) {
 	prev := a.sample
-	cur := accountView{seen: now, header: r, reset: reset, replies: a.replies}
-	switch {
-	case prev.seen.IsZero() || reset.Sub(prev.reset).Abs() > windowSlack:
-		a.sample = cur // a new window: no sample across it
-		return
-	case r > prev.header:
+	same := !prev.seen.IsZero() && reset.Sub(prev.reset).Abs() <= windowSlack
+	if same && r > prev.header {
 		return // an older answer arriving late
 	}
-	a.sample = cur
+	a.sample = accountView{seen: now, header: r, reset: reset, replies: a.replies}
 	dt := now.Sub(prev.seen)
-	if dt <= 0 {
-		return
+	if !same || dt <= 0 {
+		return // a new window: no sample across it
 	}
-	ours := float64(cur.replies - prev.replies)
+	ours := float64(a.replies - prev.replies)
 	others := max(float64(prev.header-r)-ours, 0)
 	alpha := 1 - math.Exp2(-dt.Seconds()/othersHalfLife.Seconds())
 	a.others += alpha * (others/dt.Seconds() - a.others)
