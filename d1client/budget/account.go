@@ -255,17 +255,11 @@ func (v *accountView) end() time.Time { return v.reset.Add(resetMargin) }
 // (at least its share) over the time to the reset, or after it the
 // policy's; 0 when nothing sets one, or no call is left before the reset.
 func (a *Account) accountInterval(now time.Time) time.Duration {
-	var rem int
-	var span time.Duration
-	switch {
-	case a.fresh(now):
+	rem, span := a.view.quota, a.view.window // zero when unknown
+	if a.fresh(now) {
 		rem, span = a.estimate(now), max(a.view.reset.Sub(now), resetMargin)
-		if rem <= 0 {
-			return 0
-		}
-	case a.view.quota > 0 && a.view.window > 0:
-		rem, span = a.view.quota, a.view.window
-	default:
+	}
+	if rem <= 0 || span <= 0 {
 		return 0
 	}
 	even := float64(rem) / span.Seconds() // calls per second for the account
@@ -567,7 +561,7 @@ func (a *Account) estimateOthers(now time.Time, r int, reset time.Time) {
 	a.sample = accountView{seen: now, header: r, reset: reset, replies: a.replies}
 	dt := now.Sub(prev.seen)
 	if !same || dt <= 0 {
-		return // a new window: no sample across it
+		return // no sample across windows, nor over no time
 	}
 	ours := float64(a.replies - prev.replies)
 	others := max(float64(prev.header-r)-ours, 0)
