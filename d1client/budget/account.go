@@ -396,9 +396,7 @@ func (a *Account) Acquire(ctx context.Context, c Class) (waited time.Duration, e
 		if hasDeadline && time.Until(dl) < wait+rtt {
 			return 0, &Refusal{Cause: CauseBudget, Wait: wait}
 		}
-		if since.IsZero() {
-			since = now
-		}
+		since = cmp.Or(since, now)
 		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -431,14 +429,13 @@ type Refusal struct {
 }
 
 func (r *Refusal) Error() string {
-	switch r.Cause {
-	case CauseBlock:
+	switch {
+	case r.Cause == CauseBlock:
 		return "budget: Cloudflare's global API rate limit (971) blocks the account until " + r.Until.UTC().Format(time.RFC3339)
-	case CauseDeadline:
+	case r.Cause == CauseDeadline:
 		return fmt.Sprintf("budget: %s left before the context's deadline, less than a round trip (%s)",
 			r.Left.Round(time.Millisecond), r.RoundTrip.Round(time.Millisecond))
-	}
-	if r.Err != nil {
+	case r.Err != nil:
 		return fmt.Sprintf("budget: no call before the context ended (%v); one may go in %s", r.Err, r.Wait.Round(time.Millisecond))
 	}
 	return fmt.Sprintf("budget: no call before the context's deadline; one may go in %s", r.Wait.Round(time.Millisecond))

@@ -140,15 +140,11 @@ func chars(s string) (c charSet) {
 
 // sfWord reports whether s is a byte of start, then bytes of rest.
 func sfWord(s string, start, rest *charSet) bool {
-	if s == "" || !start[s[0]] {
-		return false
+	ok := s != "" && start[s[0]]
+	for i := 1; ok && i < len(s); i++ {
+		ok = rest[s[i]]
 	}
-	for i := 1; i < len(s); i++ {
-		if !rest[s[i]] {
-			return false
-		}
-	}
-	return true
+	return ok
 }
 
 // sfInt returns v as a non-negative integer of at most 15 digits, or -1.
