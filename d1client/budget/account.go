@@ -37,21 +37,15 @@ const (
 
 // Account is the API budget of one Cloudflare account as this process sees
 // it from the Ratelimit headers of every answer, so that replicas, wrangler
-// and the dashboard share one budget with no coordination. It paces calls:
-//
-//   - The remaining calls are spent evenly over the time to the reset, less
-//     what others are seen to spend, with Budget.Burst calls at once after a
-//     quiet spell. The local Budget's pace is an upper bound.
-//   - Priority calls follow the pace while their deadline allows (the slot
-//     and a round trip); one whose deadline cannot wait goes while the
-//     account has a call left (this process's share of it). Normal calls go
-//     at most at (1 - Budget.Reserve) of the pace and never take a window's
-//     last Budget.Kept calls, so completions always find a call.
-//   - After an HTTP 429 with code 971, nothing is sent until the block ends.
-//
-// A caller takes a call with Acquire or TryTake before sending it and hands
-// the answer's headers to Answered; Block records a 971. An Account is safe
-// for concurrent use.
+// and the dashboard share one budget with no coordination. The remaining
+// calls are spent evenly until the reset, less what others are seen to
+// spend, after a burst of Budget.Burst; the local Budget's pace is an upper
+// bound. Priority calls follow the pace while their deadline allows, and
+// otherwise go while this process's share of the account has a call left.
+// Normal calls go at most at (1 - Budget.Reserve) of the pace and never
+// take a window's last Budget.Kept calls, so completions always find one.
+// After a 971 block (Block), nothing is sent until it ends. An Account is
+// safe for concurrent use.
 type Account struct {
 	budget Budget // validated
 
@@ -112,25 +106,15 @@ func (a *Account) String() string { return "budget.Account{" + a.budget.String()
 
 // State is what an Account knows of its budget at one moment.
 type State struct {
-	// Seen is when the last Ratelimit headers arrived (zero: never), and
-	// Remaining and Reset what they said; Quota and Window are the
-	// Ratelimit-Policy's, zero when it was absent.
-	Seen      time.Time
-	Remaining int
-	Reset     time.Time
-	Quota     int
-	Window    time.Duration
-	// Estimate is the calls this process believes the account has left
-	// now: Remaining, less its own calls since and what others are expected
-	// to have spent; -1 without headers, or once their window has ended.
-	Estimate int
-	// Pace is the time between calls at the current even pace (see
-	// Account); zero when nothing limits it.
-	Pace time.Duration
-	// InFlight is the calls sent and not yet answered.
-	InFlight int
-	// BlockedUntil is the end of a 971 block, if one is on.
-	BlockedUntil time.Time
+	Seen         time.Time     // when the last Ratelimit headers arrived; zero: never
+	Remaining    int           // the calls left to the account, as they said
+	Reset        time.Time     // when its window resets, as they said
+	Quota        int           // Ratelimit-Policy's q; zero when it was absent
+	Window       time.Duration // and its w
+	Estimate     int           // the calls this process believes are left now; -1 without current headers
+	Pace         time.Duration // the time between calls at the current even pace; zero: no limit
+	InFlight     int           // the calls sent and not yet answered
+	BlockedUntil time.Time     // the end of a 971 block, if one is on
 }
 
 // State returns the Account's view of the budget.

@@ -48,9 +48,8 @@ func New(calls int, per time.Duration) Budget {
 // rate-limit headers, where a server sends them, still set the pace.
 func Unlimited() Budget { return Budget{unlimited: true} }
 
-// WithBurst returns b with a burst of calls calls: how many may go at once,
-// ahead of the even pace, after a quiet spell. Validate refuses a burst
-// outside 1 to 1000. It is never more than the local limit's Calls.
+// WithBurst returns b with a burst of calls calls (at most Calls) that may
+// go at once after a quiet spell. Validate refuses one outside 1 to 1000.
 func (b Budget) WithBurst(calls int) Budget {
 	b.burst, b.burstSet = calls, true
 	return b
