@@ -366,10 +366,9 @@ func (a *Account) Acquire(ctx context.Context, c Class) (waited time.Duration, e
 			return 0, &Refusal{Cause: CauseDeadline, Left: max(left, 0), RoundTrip: rtt, Err: context.DeadlineExceeded}
 		}
 		ok, at, why, changed := a.TryTake(c, dl)
-		if ok {
-			if since.IsZero() {
-				return 0, nil
-			}
+		if ok && since.IsZero() {
+			return 0, nil
+		} else if ok {
 			return time.Since(since), nil
 		}
 		now := time.Now()
@@ -512,13 +511,11 @@ func (a *Account) Answered(h http.Header) {
 	if !okLim {
 		return
 	}
-	// A window resets within its length, the policy's window.
-	if w := a.view.window; w > 0 && lim.reset > w {
-		lim.reset = w
+	if w := a.view.window; w > 0 { // a window resets within its length
+		lim.reset = min(lim.reset, w)
 	}
 	reset := now.Add(lim.reset)
-	// Calls still in flight may or may not be counted in r: count them.
-	est := lim.remaining - len(a.sentAt)
+	est := lim.remaining - len(a.sentAt) // calls in flight may be counted in r or not: count them
 	if a.fresh(now) && reset.Sub(a.view.reset).Abs() <= windowSlack {
 		a.view.remaining = min(a.view.remaining, est)
 		a.view.reset = latest(a.view.reset, reset)
