@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -9,92 +10,59 @@ import (
 	"time"
 )
 
-// Class is how a call draws on the budget. Its values index arrays: Normal
-// is 0, Priority 1.
+// Class is how a call draws on the budget; its values index arrays.
 type Class uint8
 
 const (
-	// Normal is new work (claims, lookups, reads): held to (1 - Reserve)
-	// of the even pace, and never taking the calls Budget.Kept keeps.
+	// Normal is new work (claims, lookups, reads).
 	Normal Class = iota
 	// Priority is work that finishes what was started (completions,
-	// heartbeats, releases): it may use the whole even pace, and when
-	// waiting for the pace would leave less than a round trip before its
-	// deadline it is not held to the pace: it goes while the account has a
-	// call left.
+	// heartbeats, releases).
 	Priority
 )
 
-// Constants of the account's pacing.
 const (
-	// resetMargin is added to a reset time before calls resume after a
-	// window ran out: Ratelimit's t is whole seconds.
+	// resetMargin is added to a reset before calls resume: t is whole seconds.
 	resetMargin = time.Second
-	// windowSlack is how far two reset times may differ and still name the
-	// same window.
+	// windowSlack is how far two reset times of one window may differ.
 	windowSlack = 1500 * time.Millisecond
-	// ringMargin widens the local ring's window by this share of Per (a
-	// second of Cloudflare's 300 s): the account's budget is judged by
-	// when calls arrive, and calls sent exactly Per apart can arrive
-	// closer than that when the earlier one took longer to get there (a
-	// benchmark at 20 requests/s saw 1201 arrivals within 300 s without
-	// it).
+	// ringMargin widens the local window by Per/ringMargin: calls sent Per
+	// apart can arrive closer than that, and Cloudflare counts arrivals.
 	ringMargin = 300
 	// othersHalfLife smooths the estimate of the calls others spend.
 	othersHalfLife = 15 * time.Second
-	// minShare is the least share of the account's even pace a client
-	// takes.
+	// minShare is the least share of the account's even pace a client takes.
 	minShare = 1.0 / 64
 )
 
 // Account is the API budget of one Cloudflare account as this process sees
-// it. Cloudflare counts calls per user, across every token, tool and the
-// dashboard, and reports the remaining calls and the time to reset on every
-// response (the Ratelimit and Ratelimit-Policy headers); the Account reads
-// them, so that replicas of a service, wrangler and the dashboard share one
-// budget with no coordination of their own, and it paces this process's
-// calls:
-//
-//   - The remaining calls are spent evenly over the time to the reset, less
-//     what others are seen to spend, with Budget.Burst calls allowed at once
-//     after a quiet spell. Without the headers, the local Budget's own even
-//     pace applies; it is always an upper bound.
-//   - Calls with Priority may use the whole even pace, and follow it
-//     while their deadline allows, so that completions arriving together
-//     share calls. One whose deadline could not wait for the pace (its
-//     slot and a round trip) is not held to it: it goes as soon as the
-//     account has a call left, by the headers' view (this process's share
-//     of it, while others spend), the local Budget's hard window (Calls
-//     per Per) and a 971 block. Others go at most at (1 - Budget.Reserve)
-//     of the pace, and never take the window's last calls (Budget.Kept,
-//     and as many for each other process while others spend), so
-//     completions find a call when new work is being turned away.
-//   - After an HTTP 429 with code 971, nothing is sent until the block ends.
-//
-// Everything that calls the API on one account in this process (clients
-// of several databases, several configurations) should share one Account.
-// A caller takes a call with Acquire (or TryTake) before sending it and
-// hands its answer's headers to Answered; Block records a 971. An Account
-// is safe for concurrent use.
+// it from the Ratelimit headers of every answer, so that replicas, wrangler
+// and the dashboard share one budget with no coordination. The remaining
+// calls are spent evenly until the reset, less what others are seen to
+// spend, after a burst of Budget.Burst; the local Budget's pace is an upper
+// bound. Priority calls follow the pace while their deadline allows, and
+// otherwise go while this process's share of the account has a call left.
+// Normal calls go at most at (1 - Budget.Reserve) of the pace and never
+// take a window's last Budget.Kept calls, so completions always find one.
+// After a 971 block (Block), nothing is sent until it ends. An Account is
+// safe for concurrent use.
 type Account struct {
-	budget  Budget // validated
-	burst   int
-	reserve float64
+	budget Budget // validated
 
 	mu        sync.Mutex
-	ring      []time.Time // send times of the last Calls calls, oldest at head once full
+	ring      []time.Time // send times of the last Calls calls (zero: none), oldest at head
 	head      int
-	localPace pace      // the local Budget's even pace
-	acctPace  pace      // the account's, from the headers
-	paceEnd   time.Time // the end of the window acctPace was kept in; zero: none
-	inflight  int       // calls taken and not yet answered
+	localPace pace          // the local Budget's even pace
+	localStep time.Duration // its interval; 0: none
+	acctPace  pace          // the account's, from the headers
+	paceEnd   time.Time     // the end of the window acctPace was kept in; zero: none
 
 	view    accountView
-	sample  headerSample  // the last header, for the estimate of others' spending
+	sample  accountView   // the last header, for the estimate of others' spending
 	others  float64       // calls per second others spend, smoothed
 	ours    float64       // and this process
 	replies int64         // answers received
-	sentAt  []time.Time   // send times of the calls in flight, oldest first
+	sentAt  []time.Time   // send times of the calls taken and not yet answered, oldest first
 	rtt     time.Duration // smoothed time from a call's send to its answer; see RoundTrip
 
 	blockedUntil time.Time
@@ -109,18 +77,11 @@ type accountView struct {
 	reset     time.Time
 	quota     int           // Ratelimit-Policy's q; 0 when unknown
 	window    time.Duration // and w
-}
-
-type headerSample struct {
-	at      time.Time
-	r       int
-	reset   time.Time
-	replies int64
+	replies   int64         // the answers received by then (in sample)
 }
 
 // NewAccount returns an Account that paces calls within b, or Validate's
-// error. Share it among everything of this process that calls the API on
-// the same Cloudflare account (user).
+// error. Share it among everything of this process using one account.
 func NewAccount(b Budget) (*Account, error) {
 	if err := b.Validate(); err != nil {
 		return nil, fmt.Errorf("budget: %w", err)
@@ -129,9 +90,10 @@ func NewAccount(b Budget) (*Account, error) {
 }
 
 func newAccount(b Budget) *Account {
-	a := &Account{budget: b, burst: b.Burst(), reserve: b.Reserve(), changed: make(chan struct{})}
+	a := &Account{budget: b, changed: make(chan struct{})}
 	if !b.IsUnlimited() {
-		a.ring = make([]time.Time, 0, b.Calls())
+		a.ring = make([]time.Time, b.Calls())
+		a.localStep = b.Per() / time.Duration(b.Calls())
 	}
 	return a
 }
@@ -144,31 +106,15 @@ func (a *Account) String() string { return "budget.Account{" + a.budget.String()
 
 // State is what an Account knows of its budget at one moment.
 type State struct {
-	// Seen is when the last Ratelimit headers arrived; zero when none have.
-	// Remaining and Reset are what they said: the calls left to the whole
-	// account, and when its window resets. Quota and Window are the
-	// Ratelimit-Policy's, zero when it was absent.
-	Seen      time.Time
-	Remaining int
-	Reset     time.Time
-	Quota     int
-	Window    time.Duration
-	// Estimate is the calls this process believes the account has left
-	// now: Remaining, less its own calls since and what others are expected
-	// to have spent; -1 without headers, or once their window has ended.
-	Estimate int
-	// OthersRate is the calls per second other clients of the account are
-	// seen to spend.
-	OthersRate float64
-	// Pace is the time between calls at the current even pace. Work
-	// without Priority goes at most at (1 - Reserve) of it; Priority work
-	// may use all of it, and goes beyond it when its deadline cannot wait.
-	// Zero when nothing limits the pace.
-	Pace time.Duration
-	// InFlight is the calls sent and not yet answered.
-	InFlight int
-	// BlockedUntil is the end of a 971 block, if one is on.
-	BlockedUntil time.Time
+	Seen         time.Time     // when the last Ratelimit headers arrived; zero: never
+	Remaining    int           // the calls left to the account, as they said
+	Reset        time.Time     // when its window resets, as they said
+	Quota        int           // Ratelimit-Policy's q; zero when it was absent
+	Window       time.Duration // and its w
+	Estimate     int           // the calls this process believes are left now; -1 without current headers
+	Pace         time.Duration // the time between calls at the current even pace; zero: no limit
+	InFlight     int           // the calls sent and not yet answered
+	BlockedUntil time.Time     // the end of a 971 block, if one is on
 }
 
 // State returns the Account's view of the budget.
@@ -178,8 +124,7 @@ func (a *Account) State() State {
 	now := time.Now()
 	st := State{
 		Seen: a.view.seen, Remaining: a.view.header, Reset: a.view.reset,
-		Quota: a.view.quota, Window: a.view.window, Estimate: -1, OthersRate: a.others,
-		InFlight: a.inflight,
+		Quota: a.view.quota, Window: a.view.window, Estimate: -1, InFlight: len(a.sentAt),
 	}
 	if a.fresh(now) {
 		st.Estimate = a.estimate(now)
@@ -187,7 +132,7 @@ func (a *Account) State() State {
 	if now.Before(a.blockedUntil) {
 		st.BlockedUntil = a.blockedUntil
 	}
-	st.Pace = max(a.localInterval(), a.accountInterval(now))
+	st.Pace = max(a.localStep, a.accountInterval(now))
 	return st
 }
 
@@ -200,18 +145,16 @@ const (
 	WaitBlock                // a 971 block is on until then
 )
 
-// slot returns the earliest time a call of class c whose answer is of use
-// until deadline (zero: no deadline) may be sent, and what it waits for
-// until then: the hard limits (the local window, the account's calls left,
-// and the calls kept from work without Priority), and the even pace. A
-// Priority call is held to the pace only while its slot and a round trip
-// come before the deadline.
+// slot returns when a call of class c, of use until deadline (zero: none),
+// may be sent, and what it waits for: the hard limits, then the paces,
+// which hold Priority work only while the slot and a round trip allow.
 func (a *Account) slot(now time.Time, c Class, deadline time.Time) (time.Time, Reason) {
 	if now.Before(a.blockedUntil) {
 		return a.blockedUntil, WaitBlock
 	}
+	burst, cost := a.class(c)
 	at := latest(now, a.localLimit(now, c), a.accountLimit(now, c))
-	paced := latest(at, a.localPaceSlot(now, c), a.accountPaceSlot(now, c))
+	paced := latest(at, a.localPace.slot(now, a.localStep, float64(burst-1)*cost), a.accountPaceSlot(now, c, burst, cost))
 	if c == Normal || deadline.IsZero() || !paced.Add(a.rtt).After(deadline) {
 		at = paced
 	}
@@ -231,60 +174,36 @@ func latest(t time.Time, ts ...time.Time) time.Time {
 	return t
 }
 
-// classBurst is the burst of class c. Work without Priority bursts less,
-// so that Priority work finds a call at once even when the rest of the
-// pace is spent.
-func (a *Account) classBurst(c Class) int {
-	if c == Priority {
-		return a.burst
-	}
-	return normalBurst(a.burst, a.reserve)
-}
-
-// cost is what a call of class c adds to a pace's debt: work without
-// Priority counts for 1/(1 - Reserve) calls, so it gets at most
-// (1 - Reserve) of the pace.
-func (a *Account) cost(c Class) float64 {
+// class returns the burst of class c and what its call adds to a pace's
+// debt: Normal work bursts less and counts 1/(1 - Reserve), so that it gets
+// at most (1 - Reserve) of the pace, and Priority work finds a call.
+func (a *Account) class(c Class) (burst int, cost float64) {
+	burst, reserve := a.budget.Burst(), a.budget.Reserve()
 	if c == Normal {
-		return 1 / (1 - a.reserve)
+		return normalBurst(burst, reserve), 1 / (1 - reserve)
 	}
-	return 1
+	return burst, 1
 }
 
-// tolerance is the debt at which a call of class c with a burst of burst
-// calls may still go.
-func (a *Account) tolerance(c Class, burst int) float64 {
-	return float64(burst-1) * a.cost(c)
-}
-
-// reserveFloor is the calls at the end of a window that work without
-// Priority never takes (Budget.Kept), so that a completion always finds a
-// call of the window, whatever the Budget.
-func (a *Account) reserveFloor() int { return a.budget.Kept() }
-
-// pace is an even pace with a burst, kept as a debt in calls that drains
-// at one call per interval: a call may go while the debt is at most its
-// tolerance, and adds its cost. Kept in calls rather than as a time, a
-// burst stays a number of calls when the interval changes.
+// pace is an even pace with a burst: a debt in calls, draining at one per
+// interval (0: no pace); a call may go while the debt is at most its
+// tolerance, and adds its cost. In calls, a burst survives interval changes.
 type pace struct {
 	debt float64
 	at   time.Time
 }
 
 func (p *pace) level(now time.Time, interval time.Duration) float64 {
-	if interval <= 0 {
-		return 0
-	}
 	return max(0, p.debt-float64(now.Sub(p.at))/float64(interval))
 }
 
 // slot returns when the debt drains to tolerance.
 func (p *pace) slot(now time.Time, interval time.Duration, tolerance float64) time.Time {
-	over := p.level(now, interval) - tolerance
-	if interval <= 0 || over <= 0 {
+	if interval <= 0 {
 		return now
 	}
-	return now.Add(time.Duration(math.Ceil(over * float64(interval))))
+	over := p.level(now, interval) - tolerance
+	return now.Add(time.Duration(math.Ceil(max(over, 0) * float64(interval))))
 }
 
 func (p *pace) take(now time.Time, interval time.Duration, cost float64) {
@@ -294,83 +213,37 @@ func (p *pace) take(now time.Time, interval time.Duration, cost float64) {
 	p.debt, p.at = p.level(now, interval)+cost, now
 }
 
-// localInterval is the time between calls at the local Budget's even
-// pace; 0 when unlimited.
-func (a *Account) localInterval() time.Duration {
-	if a.budget.IsUnlimited() {
-		return 0
-	}
-	return a.budget.Per() / time.Duration(a.budget.Calls())
-}
-
-// localLimit is when the local Budget's ring lets a call of class c go:
-// never more than Calls in any window of length Per, and without Priority
-// never the window's last Budget.Kept calls.
+// localLimit is when the local ring lets a call of class c go: never more
+// than Calls in a window of Per, and for Normal work never the last Kept.
 func (a *Account) localLimit(now time.Time, c Class) time.Time {
-	if a.budget.IsUnlimited() {
+	if a.ring == nil {
 		return now
 	}
-	calls, per := a.budget.Calls(), a.budget.Per()
-	at := now
-	// The ring: a call may go once the window holds fewer than Calls
-	// calls, or, without Priority, fewer than Calls - floor.
+	// Once the keep-th oldest call of the ring has left the window.
 	keep := 0
 	if c == Normal {
-		keep = min(a.reserveFloor(), calls-1)
+		keep = min(a.budget.Kept(), len(a.ring)-1)
 	}
-	if n := len(a.ring); n >= calls-keep {
-		// The call that must leave the window first is the (n-(calls-keep))th
-		// oldest.
-		if t := a.ringAt(n - (calls - keep)).Add(per + per/ringMargin); t.After(at) {
-			at = t
-		}
-	}
-	return at
+	per := a.budget.Per()
+	return latest(now, a.ring[(a.head+keep)%len(a.ring)].Add(per+per/ringMargin))
 }
 
-// localPaceSlot is when the local Budget's even pace lets a call of class
-// c go.
-func (a *Account) localPaceSlot(now time.Time, c Class) time.Time {
-	if a.budget.IsUnlimited() {
-		return now
-	}
-	return a.localPace.slot(now, a.localInterval(), a.tolerance(c, a.classBurst(c)))
-}
-
-// ringAt returns the i-th oldest send time of the ring.
-func (a *Account) ringAt(i int) time.Time {
-	if len(a.ring) < cap(a.ring) {
-		return a.ring[i]
-	}
-	return a.ring[(a.head+i)%len(a.ring)]
-}
-
-// fresh reports whether the headers' view still describes the current
-// window: it ends at the reset, plus a margin for the rounding of t.
+// fresh reports whether the headers' view describes the current window.
 func (a *Account) fresh(now time.Time) bool {
 	return !a.view.seen.IsZero() && now.Before(a.view.end())
 }
 
 func (v *accountView) end() time.Time { return v.reset.Add(resetMargin) }
 
-// accountInterval is the time between calls at the account's even pace
-// from the headers: the calls left to this process (the remaining calls,
-// less what others are seen to spend, and at least this process's share of
-// them) spread over the time to the reset; or, once the window has reset and until new
-// headers come, the policy's even pace. It is 0 when the headers set no
-// pace, or when no call is left before the reset.
+// accountInterval is the account's pace: the calls left to this process
+// (at least its share) over the time to the reset, or after it the
+// policy's; 0 when nothing sets one, or no call is left before the reset.
 func (a *Account) accountInterval(now time.Time) time.Duration {
-	var rem int
-	var span time.Duration
-	switch {
-	case a.fresh(now):
+	rem, span := a.view.quota, a.view.window // zero when unknown
+	if a.fresh(now) {
 		rem, span = a.estimate(now), max(a.view.reset.Sub(now), resetMargin)
-		if rem <= 0 {
-			return 0
-		}
-	case a.view.quota > 0 && a.view.window > 0:
-		rem, span = a.view.quota, a.view.window
-	default:
+	}
+	if rem <= 0 || span <= 0 {
 		return 0
 	}
 	even := float64(rem) / span.Seconds() // calls per second for the account
@@ -378,8 +251,7 @@ func (a *Account) accountInterval(now time.Time) time.Duration {
 }
 
 // share is this process's share of what the account spends, at least
-// minShare: the least it takes of the account's even pace, so that an
-// overestimate of what others spend never stops it.
+// minShare, so that an overestimate of others' spending never stops it.
 func (a *Account) share() float64 {
 	if a.ours+a.others <= 0 {
 		return 1
@@ -387,34 +259,18 @@ func (a *Account) share() float64 {
 	return max(a.ours/(a.ours+a.others), minShare)
 }
 
-// ourShare is this process's share of n of the account's calls left: all
-// of them while nobody else is seen to spend, else its share of what the
-// account spends (see share), rounded down.
-func (a *Account) ourShare(n int) int {
-	if a.others <= 0 {
-		return n
-	}
-	return int(float64(n) * a.share())
-}
-
-// accountFloor is the calls of the account's window that work without
-// Priority leaves: the Budget.Kept calls of this process's Priority work,
-// and while others spend, as many for each other process spending as much:
-// Kept / share. This process's share of them is then Kept again (see
-// ourShare).
+// accountFloor is the calls of the account's window Normal work leaves:
+// Kept, or while others spend Kept / share, this process's share being Kept.
 func (a *Account) accountFloor() int {
-	k := a.reserveFloor()
+	k := a.budget.Kept()
 	if a.others <= 0 {
 		return k
 	}
 	return int(math.Ceil(float64(k) / a.share()))
 }
 
-// estimate is the calls this process believes the account has left now:
-// the headers' r, less this process's calls since, less what others are
-// expected to have spent since and to spend while a call is in flight; and
-// while others spend, one more is left alone, since they cannot know of
-// this process's calls in flight.
+// estimate is the calls the account has left now: r, less this process's
+// calls since and others' expected spending until a call now is answered.
 func (a *Account) estimate(now time.Time) int {
 	rem := a.view.remaining
 	if a.others > 0 {
@@ -424,34 +280,30 @@ func (a *Account) estimate(now time.Time) int {
 	return rem
 }
 
-// accountLimit is when the calls the account has left before its reset
-// let a call of class c go. Priority work goes while this process's share
-// of them holds one (see ourShare), so that the Priority work of several
-// processes seeing the same headers does not overrun the account (a 971).
-// Work without Priority leaves enough of them for it (see accountFloor).
+// accountLimit is when the account's calls left before its reset let a
+// call of class c go: Normal work while more than accountFloor are left,
+// Priority work while this process's share of them (all while nobody else
+// spends) holds one, so that several processes do not overrun the account.
 func (a *Account) accountLimit(now time.Time, c Class) time.Time {
-	if !a.fresh(now) {
-		return now
-	}
+	left := a.estimate(now) - a.accountFloor()
 	if c == Priority {
-		// Calls in flight are this process's own since the headers, which
-		// other processes cannot know of yet: they count against its share.
-		if a.ourShare(a.estimate(now)+a.inflight) <= a.inflight {
-			return a.view.end() // nothing left to this process before the reset
+		// Calls in flight, unknown to others yet, count against its share.
+		n := len(a.sentAt)
+		if left = a.estimate(now) + n; a.others > 0 {
+			left = int(float64(left) * a.share())
 		}
-		return now
+		left -= n
 	}
-	if a.estimate(now)-a.accountFloor() <= 0 {
-		return a.view.end() // nothing left before the reset
+	if a.fresh(now) && left <= 0 {
+		return a.view.end() // nothing left to it before the reset
 	}
 	return now
 }
 
-// accountPaceSlot is when the account's even pace lets a call of class c
-// go. The account's burst is shared like its pace: this process bursts its
-// share of it, and never more than the calls left to its class.
-func (a *Account) accountPaceSlot(now time.Time, c Class) time.Time {
-	burst := max(1, int(math.Round(float64(a.classBurst(c))*a.share())))
+// accountPaceSlot is when the account's pace lets a call of class c go: its
+// burst is this process's share, at most the calls left to the class.
+func (a *Account) accountPaceSlot(now time.Time, c Class, burst int, cost float64) time.Time {
+	burst = max(1, int(math.Round(float64(burst)*a.share())))
 	if a.fresh(now) {
 		left := a.estimate(now)
 		if c == Normal {
@@ -459,7 +311,7 @@ func (a *Account) accountPaceSlot(now time.Time, c Class) time.Time {
 		}
 		burst = max(1, min(burst, left))
 	}
-	at := a.acctPace.slot(now, a.accountInterval(now), a.tolerance(c, burst))
+	at := a.acctPace.slot(now, a.accountInterval(now), float64(burst-1)*cost)
 	if a.fresh(now) && at.After(a.view.end()) {
 		at = a.view.end() // a new window, and a new pace, begin sooner
 	}
@@ -468,34 +320,27 @@ func (a *Account) accountPaceSlot(now time.Time, c Class) time.Time {
 
 // take records a call of class c sent at now, which slot allowed.
 func (a *Account) take(now time.Time, c Class) {
+	_, cost := a.class(c)
 	if !a.budget.IsUnlimited() {
-		if len(a.ring) < cap(a.ring) {
-			a.ring = append(a.ring, now)
-		} else {
-			a.ring[a.head] = now
-			a.head = (a.head + 1) % len(a.ring)
-		}
-		a.localPace.take(now, a.localInterval(), a.cost(c))
+		a.ring[a.head] = now
+		a.head = (a.head + 1) % len(a.ring)
+		a.localPace.take(now, a.localStep, cost)
 	}
 	if !a.fresh(now) && a.paceEnd.Before(now) && !a.paceEnd.IsZero() {
 		a.acctPace = pace{} // the window has ended: so has its pace
 	}
-	a.acctPace.take(now, a.accountInterval(now), a.cost(c))
+	a.acctPace.take(now, a.accountInterval(now), cost)
 	a.paceEnd = time.Time{}
 	if a.fresh(now) {
 		a.view.remaining--
 		a.paceEnd = a.view.end()
 	}
-	a.inflight++
 	a.sentAt = append(a.sentAt, now)
 }
 
-// TryTake takes a call of class c, whose answer is of use until deadline
-// (zero: no deadline), if one may go now: the caller sends it, and hands
-// its answer to Answered. Otherwise it returns when one may, what it waits
-// for, and a channel closed when the Account's view changes (an answer, a
-// block), when that time may have moved. A Priority call is held to the
-// even pace only while its deadline allows (see Priority).
+// TryTake takes a call of class c, of use until deadline (zero: none), if
+// one may go now. Otherwise it returns when one may, what it waits for, and
+// a channel closed when the Account's view, and so that time, may change.
 func (a *Account) TryTake(c Class, deadline time.Time) (ok bool, at time.Time, why Reason, changed <-chan struct{}) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -508,34 +353,22 @@ func (a *Account) TryTake(c Class, deadline time.Time) (ok bool, at time.Time, w
 	return false, at, why, a.changed
 }
 
-// Acquire takes a call of class c, waiting for it as long as the context
-// allows, and returns how long it waited (zero when it took one at once or
-// took none). The caller sends the call, and hands its answer to Answered.
-// A Priority call follows the even pace while the context's deadline
-// allows, and goes beyond it when it does not (see Priority).
-//
-// Its error, when it took no call, is a *Refusal, and nothing is to be
-// sent. It takes none when less than a round trip (see RoundTrip) is left
-// before the context's deadline (CauseDeadline); during a 971 block it
-// gives up at once (CauseBlock); and it gives up at once, saying when a
-// call may go, when it is clear the call could not go and come back
-// before the deadline, or when the context ends while it waits
-// (CauseBudget).
+// Acquire takes a call of class c, waiting as long as the context allows,
+// and returns how long it waited (zero when it took one at once or none).
+// When it takes none, its error is a *Refusal; it gives up at once when
+// the call could not go and come back before the deadline, or in a block.
 func (a *Account) Acquire(ctx context.Context, c Class) (waited time.Duration, err error) {
 	var since time.Time // when it started waiting
 	dl, hasDeadline := ctx.Deadline()
 	for {
 		rtt := a.RoundTrip()
-		if hasDeadline {
-			if left := time.Until(dl); left < rtt {
-				return 0, &Refusal{Cause: CauseDeadline, Left: max(left, 0), RoundTrip: rtt, Err: context.DeadlineExceeded}
-			}
+		if left := time.Until(dl); hasDeadline && left < rtt {
+			return 0, &Refusal{Cause: CauseDeadline, Left: max(left, 0), RoundTrip: rtt, Err: context.DeadlineExceeded}
 		}
 		ok, at, why, changed := a.TryTake(c, dl)
-		if ok {
-			if since.IsZero() {
-				return 0, nil
-			}
+		if ok && since.IsZero() {
+			return 0, nil
+		} else if ok {
 			return time.Since(since), nil
 		}
 		now := time.Now()
@@ -544,17 +377,13 @@ func (a *Account) Acquire(ctx context.Context, c Class) (waited time.Duration, e
 			return 0, &Refusal{Cause: CauseBlock, Wait: wait, Until: at}
 		}
 		if hasDeadline && time.Until(dl) < wait+rtt {
-			// The call could not go, and finish, before the deadline.
 			return 0, &Refusal{Cause: CauseBudget, Wait: wait}
 		}
-		if since.IsZero() {
-			since = now
-		}
+		since = cmp.Or(since, now)
 		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			// What is left of the wait.
 			return 0, &Refusal{Cause: CauseBudget, Wait: max(time.Until(at), 0), Err: ctx.Err()}
 		case <-timer.C:
 		case <-changed:
@@ -567,46 +396,29 @@ func (a *Account) Acquire(ctx context.Context, c Class) (waited time.Duration, e
 type Cause uint8
 
 const (
-	// CauseBudget: the budget has no call for it before the context's
-	// deadline, a round trip included, or the context ended while it
-	// waited for one.
-	CauseBudget Cause = iota + 1
-	// CauseBlock: a 971 block is on.
-	CauseBlock
-	// CauseDeadline: less than a round trip is left before the context's
-	// deadline: the call could not come back in time, and a write's
-	// outcome would be unknown.
-	CauseDeadline
+	CauseBudget   Cause = iota + 1 // no call before the deadline (a round trip included), or the context ended
+	CauseBlock                     // a 971 block is on
+	CauseDeadline                  // less than a round trip left before the deadline: a write's outcome would be unknown
 )
 
 // Refusal is Acquire's error: it took no call, and nothing is to be sent,
-// so nothing can have happened. Cause says why; the fields each cause sets
-// are named beside them.
+// so nothing can have happened. Beside each field, the causes that set it.
 type Refusal struct {
-	Cause Cause
-	// Wait is the time until a call may go (CauseBudget), or until the
-	// block ends (CauseBlock).
-	Wait time.Duration
-	// Until is the end of the 971 block (CauseBlock).
-	Until time.Time
-	// Left is the time that was left before the context's deadline, less
-	// than RoundTrip, the expected round trip (CauseDeadline).
-	Left, RoundTrip time.Duration
-	// Err is the context's error when it ended while Acquire waited
-	// (CauseBudget), and context.DeadlineExceeded for CauseDeadline; nil
-	// otherwise.
-	Err error
+	Cause           Cause
+	Wait            time.Duration // until a call may go (CauseBudget) or the block ends (CauseBlock)
+	Until           time.Time     // the end of the block (CauseBlock)
+	Left, RoundTrip time.Duration // time left before the deadline, less than the round trip (CauseDeadline)
+	Err             error         // the context's error when it ended (CauseBudget); DeadlineExceeded (CauseDeadline)
 }
 
 func (r *Refusal) Error() string {
-	switch r.Cause {
-	case CauseBlock:
+	switch {
+	case r.Cause == CauseBlock:
 		return "budget: Cloudflare's global API rate limit (971) blocks the account until " + r.Until.UTC().Format(time.RFC3339)
-	case CauseDeadline:
+	case r.Cause == CauseDeadline:
 		return fmt.Sprintf("budget: %s left before the context's deadline, less than a round trip (%s)",
 			r.Left.Round(time.Millisecond), r.RoundTrip.Round(time.Millisecond))
-	}
-	if r.Err != nil {
+	case r.Err != nil:
 		return fmt.Sprintf("budget: no call before the context ended (%v); one may go in %s", r.Err, r.Wait.Round(time.Millisecond))
 	}
 	return fmt.Sprintf("budget: no call before the context's deadline; one may go in %s", r.Wait.Round(time.Millisecond))
@@ -617,8 +429,6 @@ func (r *Refusal) Unwrap() error { return r.Err }
 
 // RoundTrip is the expected time from a call's send to its answer: the
 // smoothed round trip of the answers so far; zero before the first.
-// Acquire sends no call with less than that left before its context's
-// deadline: it would be cut off on its way back, its outcome unknown.
 func (a *Account) RoundTrip() time.Duration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -648,7 +458,8 @@ func (a *Account) Plentiful(c Class, n int, rtt time.Duration) bool {
 	if _, why := a.slot(now, c, time.Time{}); why != NotWaiting {
 		return false
 	}
-	step := time.Duration(float64(max(a.localInterval(), a.accountInterval(now))) * a.cost(c))
+	_, cost := a.class(c)
+	step := time.Duration(float64(max(a.localStep, a.accountInterval(now))) * cost)
 	return step == 0 || step*time.Duration(n) <= rtt
 }
 
@@ -656,9 +467,7 @@ func (a *Account) Plentiful(c Class, n int, rtt time.Duration) bool {
 // 971, its global limit's block of the account.
 func (a *Account) Block(until time.Time) {
 	a.mu.Lock()
-	if until.After(a.blockedUntil) {
-		a.blockedUntil = until
-	}
+	a.blockedUntil = latest(a.blockedUntil, until)
 	a.notify()
 	a.mu.Unlock()
 }
@@ -678,34 +487,21 @@ func (a *Account) notify() {
 	a.changed = make(chan struct{})
 }
 
-// Answered records the answer to a call taken earlier (by Acquire or
-// TryTake): its rate-limit headers, if it had any. h is nil when no
-// response arrived: the call counts as answered, and measures no round
-// trip.
+// Answered records the answer to a call taken earlier, with its headers;
+// h is nil when none arrived: the call counts, but measures no round trip.
 func (a *Account) Answered(h http.Header) {
-	var lim rateLimit
-	var pol ratePolicy
-	var okLim, okPol bool
-	if h != nil {
-		lim, okLim = parseRateLimit(h.Values("Ratelimit"))
-		pol, okPol = parseRatePolicy(h.Values("Ratelimit-Policy"), lim.name)
-	}
+	lim, okLim := parseRateLimit(h.Values("Ratelimit")) // none from a nil h
+	pol, okPol := parseRatePolicy(h.Values("Ratelimit-Policy"), lim.name)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
-	a.inflight = max(a.inflight-1, 0)
 	a.replies++
 	if len(a.sentAt) > 0 {
 		// Answers mostly come in the order of the calls: close enough.
 		d := now.Sub(a.sentAt[0])
 		a.sentAt = a.sentAt[1:]
-		// Only an answer measures a round trip: a call that got none (its
-		// attempt timed out, its caller gave up) says nothing of it.
-		switch {
-		case h == nil:
-		case a.rtt == 0:
-			a.rtt = d
-		default:
+		if h != nil { // only an answer measures a round trip
+			a.rtt = cmp.Or(a.rtt, d) // the first one sets it
 			a.rtt += (d - a.rtt) / 8
 		}
 	}
@@ -715,17 +511,12 @@ func (a *Account) Answered(h http.Header) {
 	if !okLim {
 		return
 	}
-	// A window resets within its length: a reset further off is bounded
-	// by the policy's window.
-	if w := a.view.window; w > 0 && lim.reset > w {
-		lim.reset = w
+	if w := a.view.window; w > 0 { // a window resets within its length
+		lim.reset = min(lim.reset, w)
 	}
 	reset := now.Add(lim.reset)
-	// Calls still in flight may or may not be counted in r: count them as
-	// spent.
-	est := lim.remaining - a.inflight
-	same := a.fresh(now) && reset.Sub(a.view.reset).Abs() <= windowSlack
-	if same {
+	est := lim.remaining - len(a.sentAt) // calls in flight may be counted in r or not: count them
+	if a.fresh(now) && reset.Sub(a.view.reset).Abs() <= windowSlack {
 		a.view.remaining = min(a.view.remaining, est)
 		a.view.reset = latest(a.view.reset, reset)
 	} else {
@@ -737,26 +528,21 @@ func (a *Account) Answered(h http.Header) {
 	a.notify()
 }
 
-// estimateOthers updates the smoothed rate at which others spend the
-// account's calls: between two headers of one window, r fell by the calls
-// of everyone, and this process answered replies of its own.
+// estimateOthers updates the rates at which others and this process spend:
+// between two headers of a window, r fell by everyone's calls.
 func (a *Account) estimateOthers(now time.Time, r int, reset time.Time) {
 	prev := a.sample
-	cur := headerSample{at: now, r: r, reset: reset, replies: a.replies}
-	switch {
-	case prev.at.IsZero() || reset.Sub(prev.reset).Abs() > windowSlack:
-		a.sample = cur // a new window: no sample across it
-		return
-	case r > prev.r:
+	same := !prev.seen.IsZero() && reset.Sub(prev.reset).Abs() <= windowSlack
+	if same && r > prev.header {
 		return // an older answer arriving late
 	}
-	a.sample = cur
-	dt := now.Sub(prev.at)
-	if dt <= 0 {
-		return
+	a.sample = accountView{seen: now, header: r, reset: reset, replies: a.replies}
+	dt := now.Sub(prev.seen)
+	if !same || dt <= 0 {
+		return // no sample across windows, nor over no time
 	}
-	ours := float64(cur.replies - prev.replies)
-	others := max(float64(prev.r-r)-ours, 0)
+	ours := float64(a.replies - prev.replies)
+	others := max(float64(prev.header-r)-ours, 0)
 	alpha := 1 - math.Exp2(-dt.Seconds()/othersHalfLife.Seconds())
 	a.others += alpha * (others/dt.Seconds() - a.others)
 	a.ours += alpha * (ours/dt.Seconds() - a.ours)

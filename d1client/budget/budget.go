@@ -6,19 +6,11 @@ import (
 )
 
 // Budget is how a process spends Cloudflare's API budget: a local limit of
-// Calls calls in any window of length Per (kept with a margin of Per/300,
-// since Cloudflare counts calls as they arrive), the Burst of calls that may go
-// at once ahead of the even pace, and the Reserve kept for Priority work.
-// Cloudflare allows 1200 API calls per 5 minutes per user, counted across
-// every token, tool and the dashboard, and going over blocks every API call
-// of the account for 5 minutes.
-//
-// The local limit is an upper bound, and the account's pace when
-// Cloudflare's rate-limit headers are absent; when they are present, the
-// account's own remaining calls and reset time set the pace (see Account).
-// The zero Budget is Cloudflare's limit, 1200 calls per 300 s, with the
-// default burst and reserve. Make others with New and Unlimited, and adjust
-// them with WithBurst and WithReserve.
+// Calls calls in any window of length Per (an upper bound, and the pace
+// without rate-limit headers), the Burst of calls that may go at once ahead
+// of the even pace, and the Reserve kept for Priority work. The zero Budget
+// is Cloudflare's limit, 1200 calls per 300 s; make others with New and
+// Unlimited, and adjust them with WithBurst and WithReserve.
 type Budget struct {
 	calls      int
 	per        time.Duration
@@ -29,55 +21,43 @@ type Budget struct {
 	reserveSet bool
 }
 
-// Cloudflare's global API limit, the zero Budget's.
 const (
-	defaultCalls = 1200
+	// DefaultBurst is the calls a Budget lets go at once, ahead of the even
+	// pace, unless WithBurst says otherwise.
+	DefaultBurst = 10
+	// DefaultReserve is the share of the pace a Budget keeps for Priority
+	// work unless WithReserve says otherwise.
+	DefaultReserve = 0.2
+	// MinReserve and MaxReserve bound the share WithReserve accepts. There
+	// is always a reserve, so that a completion always finds a call.
+	MinReserve = 0.01
+	MaxReserve = 0.9
+
+	defaultCalls = 1200 // Cloudflare's global API limit, the zero Budget's
 	defaultPer   = 300 * time.Second
 )
 
-// DefaultBurst is the calls a Budget lets go at once, ahead of the even
-// pace, unless WithBurst says otherwise.
-const DefaultBurst = 10
-
-// DefaultReserve is the share of the pace a Budget keeps for Priority work
-// unless WithReserve says otherwise.
-const DefaultReserve = 0.2
-
-// MinReserve and MaxReserve bound the share WithReserve accepts. There is
-// always a reserve: without one, work without Priority could take every
-// call, and a completion meeting an empty budget would fail, leaving its
-// request to run a second time once its reservation expired.
-const (
-	MinReserve = 0.01
-	MaxReserve = 0.9
-)
-
 // New returns a Budget of calls calls in any window of length per.
-// Validate refuses it unless calls is from 2 to 1,000,000 (at least one
-// call of every window is kept for Priority work) and per from 1 ms to
-// 24 h.
+// Validate refuses it unless calls is from 2 to 1,000,000 (one call of each
+// window is kept for Priority work) and per from 1 ms to 24 h.
 func New(calls int, per time.Duration) Budget {
 	return Budget{calls: calls, per: per}
 }
 
-// Unlimited returns a Budget with no local limit, for d1local and tests.
-// Cloudflare's rate-limit headers, where a server sends them, still set
-// the pace.
+// Unlimited returns a Budget with no local limit, for d1local and tests;
+// rate-limit headers, where a server sends them, still set the pace.
 func Unlimited() Budget { return Budget{unlimited: true} }
 
-// WithBurst returns b with a burst of calls calls: how many may go at once,
-// ahead of the even pace, after a quiet spell. Validate refuses a burst
-// outside 1 to 1000. It is never more than the local limit's Calls.
+// WithBurst returns b with a burst of calls calls (at most Calls) that may
+// go at once after a quiet spell. Validate refuses one outside 1 to 1000.
 func (b Budget) WithBurst(calls int) Budget {
 	b.burst, b.burstSet = calls, true
 	return b
 }
 
-// WithReserve returns b with share (MinReserve to MaxReserve, 0.01 to 0.9)
-// of the pace kept for Priority work: calls without Priority go at most at
-// (1 - share) of the pace, with a burst that much smaller, and never take
-// the last calls of a window that their smaller burst leaves, and never the
-// last one. Validate refuses any other share, 0 included.
+// WithReserve returns b with share (MinReserve to MaxReserve) of the pace,
+// of its burst and of each window (Kept) kept for Priority work. Validate
+// refuses any other share, 0 included.
 func (b Budget) WithReserve(share float64) Budget {
 	b.reserve, b.reserveSet = share, true
 	return b
@@ -88,21 +68,15 @@ func (b Budget) isDefaultLimit() bool { return !b.unlimited && b.calls == 0 && b
 
 // Calls returns the calls allowed per window; 0 for an unlimited budget.
 func (b Budget) Calls() int {
-	switch {
-	case b.unlimited:
-		return 0
-	case b.isDefaultLimit():
+	if b.isDefaultLimit() {
 		return defaultCalls
 	}
-	return b.calls
+	return b.calls // 0 when unlimited
 }
 
 // Per returns the window; 0 for an unlimited budget.
 func (b Budget) Per() time.Duration {
-	switch {
-	case b.unlimited:
-		return 0
-	case b.isDefaultLimit():
+	if b.isDefaultLimit() {
 		return defaultPer
 	}
 	return b.per
@@ -128,17 +102,15 @@ func (b Budget) Reserve() float64 {
 	return b.reserve
 }
 
-// Kept returns the calls of each window, the local Budget's and the
-// account's (see Account), that work without Priority never takes: the
-// burst it does not get, and at least one. A completion meeting a budget
-// that new work has spent still finds them.
+// Kept returns the calls of each window (the local Budget's and the
+// account's) that Normal work never takes: the burst it does not get, at
+// least one.
 func (b Budget) Kept() int {
 	burst := b.Burst()
 	return max(1, burst-normalBurst(burst, b.Reserve()))
 }
 
-// normalBurst is the burst of work without Priority: the rest of a burst
-// of burst calls after the reserve's share, at least one call.
+// normalBurst is the burst of Normal work: burst after the reserve's share, at least 1.
 func normalBurst(burst int, reserve float64) int {
 	return max(1, int(float64(burst-1)*(1-reserve)))
 }
@@ -154,10 +126,8 @@ func (b Budget) String() string {
 	return fmt.Sprintf("%d calls per %s", b.Calls(), b.Per())
 }
 
-// Validate reports whether b is a Budget an Account accepts. Its error
-// says what is wrong and the accepted range, such as "burst is 0;
-// accepted: 1 to 1000 (the default is 10)"; the caller names the budget
-// it checked.
+// Validate reports whether b is a Budget an Account accepts; its error says
+// what is wrong and the accepted range.
 func (b Budget) Validate() error {
 	if !b.unlimited && !b.isDefaultLimit() &&
 		(b.calls < 2 || b.calls > 1_000_000 || b.per < time.Millisecond || b.per > 24*time.Hour) {

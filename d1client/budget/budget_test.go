@@ -268,7 +268,8 @@ func TestRateLimitHeadersSetThePace(t *testing.T) {
 		time.Sleep(time.Until(reset.Add(resetMargin)))
 		p0 := takeAt(t, a, Normal, time.Now())
 		p1 := takeAt(t, a, Normal, time.Now())
-		if want := time.Duration(math.Ceil(a.cost(Normal) * float64(250*time.Millisecond))); p0 != 0 || p1 != want {
+		_, cost := a.class(Normal)
+		if want := time.Duration(math.Ceil(cost * float64(250*time.Millisecond))); p0 != 0 || p1 != want {
 			t.Fatalf("after the reset: %v, %v; want 0, %v", p0, p1, want)
 		}
 		// Priority work follows the pace while its deadline allows; one
