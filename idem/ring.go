@@ -208,26 +208,21 @@ func encodeHome(id string, joined Ring) string {
 	return string(b)
 }
 
-// identity is what a database's identity row says.
-type identity struct {
-	ID     string
-	Joined Ring
-}
-
-// decodeHome reads an identity row: its fingerprint (the ID) and its JSON.
-func decodeHome(id, body string) (identity, error) {
+// decodeHome reads an identity row, its fingerprint (the ID) and its JSON,
+// and returns the ring the home joined.
+func decodeHome(id, body string) (Ring, error) {
 	var j homeJSON
 	if err := json.Unmarshal([]byte(body), &j); err != nil {
-		return identity{}, fmt.Errorf("%w: the identity row: %v", errBadRing, err)
+		return Ring{}, fmt.Errorf("%w: the identity row: %v", errBadRing, err)
 	}
 	if j.Format != homeFormat || j.ID != id {
-		return identity{}, fmt.Errorf("%w: the identity row of home %q has format %q and ID %q", errBadRing, id, j.Format, j.ID)
+		return Ring{}, fmt.Errorf("%w: the identity row of home %q has format %q and ID %q", errBadRing, id, j.Format, j.ID)
 	}
 	joined, err := decodeRingBody(string(j.Joined))
 	if err != nil {
-		return identity{}, fmt.Errorf("the identity row of home %q: %w", id, err)
+		return Ring{}, fmt.Errorf("the identity row of home %q: %w", id, err)
 	}
-	return identity{ID: id, Joined: joined}, nil
+	return joined, nil
 }
 
 // validate checks a ring's shape: sorted, distinct, valid IDs; a Moving

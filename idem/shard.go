@@ -188,11 +188,11 @@ func readState(id string, res d1client.Result, withAt bool) (HomeRing, error) {
 			}
 			hr.Ring, hr.RecordedAt = &r, time.UnixMilli(at).UTC()
 		case homeKey:
-			ident, err := decodeHome(fp, body)
+			joined, err := decodeHome(fp, body)
 			if err != nil {
 				return HomeRing{ID: id}, err
 			}
-			hr.Identity, hr.joined = ident.ID, &ident.Joined
+			hr.Identity, hr.joined = fp, &joined
 		}
 	}
 	return hr, nil
@@ -210,7 +210,7 @@ func newest(homes []HomeRing) (r Ring) {
 
 // readAt runs ringRead then stmts at h in one call.
 func (l *Ledger) readAt(ctx context.Context, h *home, stmts []d1client.Statement, opts ...d1client.ExecOption) (HomeRing, []d1client.Result, error) {
-	res, err := h.db.Exec(ctx, append([]d1client.Statement{l.sql.ringRead()}, stmts...), opts...)
+	res, err := h.db.Exec(ctx, append([]d1client.Statement{{SQL: l.sql.ringReadSQL}}, stmts...), opts...)
 	hr := HomeRing{ID: h.id}
 	if err == nil {
 		hr, err = readState(h.id, res[0], false)
