@@ -270,7 +270,7 @@ func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 	case cur.Phase != RingStable:
 		return st, fmt.Errorf("idem: grow: %s is still moving: wait for RingStatus.DropAt and run AdvanceRing", cur)
 	}
-	if err := st.check(cur.Homes, true); err != nil {
+	if err := st.check(slices.Concat(cur.Homes, ids), true); err != nil {
 		return st, fmt.Errorf("idem: grow: %w", err)
 	}
 	for _, id := range cur.Homes {
@@ -282,12 +282,8 @@ func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 	for _, id := range ids {
 		h := st.home(id)
 		switch {
-		case h == nil:
-			return st, fmt.Errorf("idem: grow: %w: %q", ErrUnknownHome, id)
 		case slices.Contains(homes, id):
 			return st, fmt.Errorf("idem: grow: home %s is already in the ring", id)
-		case h.Err != nil:
-			return st, fmt.Errorf("idem: grow: home %s: %w", id, h.Err)
 		case h.Ring != nil:
 			return st, fmt.Errorf("idem: grow: %w: home %s already holds %s", ErrRingConflict, id, h.Ring)
 		case h.HasKeys:
