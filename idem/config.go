@@ -33,13 +33,12 @@ const (
 
 // Limits of the configuration, as Config documents them.
 const (
-	minTTL               = 10 * time.Millisecond
-	maxTTL               = 24 * time.Hour
-	maxMaxLease          = 7 * 24 * time.Hour
-	maxRetention         = 10 * 365 * 24 * time.Hour
-	maxSweepInterval     = 24 * time.Hour
-	maxStoredBody        = 1 << 20
-	defaultRenewFraction = 3 // heartbeat every TTL/3
+	minTTL           = 10 * time.Millisecond
+	maxTTL           = 24 * time.Hour
+	maxMaxLease      = 7 * 24 * time.Hour
+	maxRetention     = 10 * 365 * 24 * time.Hour
+	maxSweepInterval = 24 * time.Hour
+	maxStoredBody    = 1 << 20
 )
 
 // DefaultFingerprintHeaders and DefaultReplayableHeaders are the spec's
@@ -103,7 +102,7 @@ func (e *ConfigError) Error() string {
 // withDefaults fills in the zero fields and checks every field, in order.
 func (c Config) withDefaults() (Config, error) {
 	c.TTL = cmp.Or(c.TTL, DefaultTTL)
-	c.Heartbeat = cmp.Or(c.Heartbeat, c.TTL/defaultRenewFraction)
+	c.Heartbeat = cmp.Or(c.Heartbeat, c.TTL/3)
 	c.MaxLease = cmp.Or(c.MaxLease, max(DefaultMaxLease, c.TTL))
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	c.SweepBatch = cmp.Or(c.SweepBatch, DefaultSweepBatch)

@@ -21,7 +21,7 @@ var (
 // the lease is lost it logs why and cancels the handler's context ctx.
 func (l *Ledger) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, beat context.Context, r *Reservation) {
 	lose := func(cause string, err error, msg string, attrs ...slog.Attr) {
-		l.log().LogAttrs(ctx, slog.LevelError, msg, append(logAttrs(r), attrs...)...)
+		l.log().LogAttrs(ctx, slog.LevelError, msg, append(r.LogValue().Group(), attrs...)...)
 		l.tel.add(l.tel.lost, 1, attrLeaseCause.String(cause))
 		cancel(err)
 	}
@@ -61,7 +61,7 @@ func (l *Ledger) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 			return
 		default:
 			l.log().LogAttrs(ctx, slog.LevelWarn, "idem: heartbeat failed; retrying at the next beat",
-				append(logAttrs(r), slog.String("error", err.Error()))...)
+				append(r.LogValue().Group(), slog.String("error", err.Error()))...)
 		}
 	}
 }

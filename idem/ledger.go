@@ -145,12 +145,6 @@ func (r *Reservation) leaseStart() time.Time {
 	return r.acquired.Add(time.Duration(r.renewed.Load()))
 }
 
-func (r *Reservation) markRenewed(at time.Time) {
-	if r.renewed != nil {
-		r.renewed.Store(int64(at.Sub(r.acquired)))
-	}
-}
-
 // Response is an HTTP response as the ledger stores and replays it.
 type Response struct {
 	Status int
@@ -410,7 +404,7 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 		return errors.New("idem: completion: the fenced update matched no row, yet the reservation is still pending")
 	default:
 		l.log().LogAttrs(ctx, slog.LevelError, "idem: fenced out: a takeover superseded this reservation; the mutation may have run twice unless it is repeatable (raise the TTL above the slowest mutation)",
-			append(logAttrs(r), slog.String("write", "completion"))...)
+			append(r.LogValue().Group(), slog.String("write", "completion"))...)
 	}
 	return nil
 }
@@ -477,7 +471,7 @@ func (l *Ledger) writeContext(ctx context.Context, r *Reservation, deadline time
 
 func (l *Ledger) expired(ctx context.Context, r *Reservation, what string) {
 	l.log().LogAttrs(ctx, slog.LevelError, "idem: reservation expired: its owner outlived the retention window, so its write was not sent (its row may have been swept and the key claimed again)",
-		append(logAttrs(r), slog.String("write", what), slog.Duration("retention", l.cfg.Retention))...)
+		append(r.LogValue().Group(), slog.String("write", what), slog.Duration("retention", l.cfg.Retention))...)
 }
 
 // LogValue identifies the reservation in logs without its principal or full
@@ -495,9 +489,6 @@ func (r *Reservation) LogValue() slog.Value {
 		slog.Int64("generation", r.Generation),
 	)
 }
-
-// logAttrs identifies a reservation in logs: its LogValue's attributes.
-func logAttrs(r *Reservation) []slog.Attr { return r.LogValue().Group() }
 
 func shortHash(s string) string {
 	sum := sha256.Sum256([]byte(s))
@@ -552,8 +543,8 @@ func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string)
 func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
 	start := time.Now()
 	ok, err := l.fencedWrite(ctx, r, "renew", l.sql.renew(r, l.now()), opRenew)
-	if ok {
-		r.markRenewed(start)
+	if ok && r.renewed != nil {
+		r.renewed.Store(int64(start.Sub(r.acquired)))
 	}
 	l.tel.add(l.tel.renewals, 1, attrRenewalResult.String(writeResult(ok, err, resRenewed, resNotHeld)))
 	return ok, err

@@ -148,8 +148,6 @@ func (s ledgerSQL) ringGuard(r expect, id string) d1client.Statement {
 	return d1client.Statement{SQL: s.ringGuardSQL, Params: []any{r.Epoch(), r.digest, id}}
 }
 
-func (s ledgerSQL) ringRead() d1client.Statement { return d1client.Statement{SQL: s.ringReadSQL} }
-
 func (s ledgerSQL) movedDelete(principal, key string, generation int64, fingerprint string, ttl time.Duration, now time.Time) d1client.Statement {
 	return s.timed(s.movedDeleteSQL, now, principal, key, generation, fingerprint, ttl.Milliseconds())
 }
