@@ -18,8 +18,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// Status is the status of a ledger row: one of the spec's two, or any string
-// something else wrote.
+// Status is a ledger row's status: one of the spec's two, or anything else.
 type Status string
 
 // The spec's statuses.
@@ -39,8 +38,7 @@ func ParseStatus(s string) (Status, error) {
 	return "", fmt.Errorf("idem: %q is not a status: use %s or %s", s, StatusPending, StatusCompleted)
 }
 
-// Admin is the ledger's administrative API, which the d1idem CLI is built on;
-// it uses its Ledger's clock, TTL and retention.
+// Admin is the ledger's administrative API, which the d1idem CLI is built on.
 type Admin struct{ l *Ledger }
 
 // Admin returns the ledger's administrative API.
@@ -67,8 +65,7 @@ type KeyRecord struct {
 	Generation  int64 // the fencing token
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
-	// The stored response (nil when NULL); headers (a JSON object) and body
-	// are read by Get only.
+	// The stored response (nil when NULL); headers (JSON) and body by Get only.
 	ResponseStatus  *int64
 	ResponseHeaders *string
 	ResponseBody    *string
@@ -138,8 +135,7 @@ func (a *Admin) Get(ctx context.Context, principal, key string) (KeyRecord, erro
 	return k, err
 }
 
-// find reads a key's row (with detail, its response) where it is, in one
-// batch with more, and returns it and the results of more.
+// find reads a key's row (with detail, its response), and more's results.
 func (a *Admin) find(ctx context.Context, op, principal, key string, detail bool, more ...d1client.Statement) (KeyRecord, []d1client.Result, error) {
 	if err := checkPrincipal(principal); err != nil {
 		return KeyRecord{}, nil, err
@@ -161,11 +157,8 @@ type ListOptions struct {
 	Principal string        // only this principal's keys; "" for all
 	Status    Status        // only keys with this status; "" for all
 	OlderThan time.Duration // only keys last updated longer ago; 0 for any
-	// Limit bounds the page: 1 to MaxListLimit; 0 means DefaultListLimit.
-	Limit int
-	// Cursor is a page's NextCursor, to continue after it (with the same
-	// filters); "" starts at the beginning.
-	Cursor string
+	Limit     int           // 1 to MaxListLimit; 0 means DefaultListLimit
+	Cursor    string        // a page's NextCursor, to continue after it (same filters)
 }
 
 // KeyPage is one page of Admin.List.
@@ -174,9 +167,8 @@ type KeyPage struct {
 	NextCursor string // continues with the next page; "" on the last one
 }
 
-// List returns rows, without their stored responses, from every database of
-// the ledger, by last update, principal and key, in keyset-paginated pages
-// (stable while rows change).
+// List returns rows without their stored responses from every database, by
+// last update, principal and key, in keyset-paginated pages.
 func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 	limit := cmp.Or(opts.Limit, DefaultListLimit)
 	if limit < 1 || limit > MaxListLimit {
@@ -234,9 +226,8 @@ func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 
 // ReleaseOptions adjusts Admin.Release.
 type ReleaseOptions struct {
-	// Force also releases a pending row updated within the TTL (its owner
-	// is fenced out), and a completed row, whose response is forgotten: the
-	// next request with its fingerprint executes again.
+	// Force also releases a pending row updated within the TTL (fencing out
+	// its owner), and a completed row, forgetting its response.
 	Force bool
 }
 
@@ -247,10 +238,9 @@ type ReleaseResult struct {
 	Generation int64     // the row's generation now
 }
 
-// Release releases one key at the given generation as Ledger.Release does,
-// so that the next request with its fingerprint takes it over at once; without
-// Force, only if it is stuck. Released is false, and Before says why, when the
-// row is at another generation, completed, or not stuck.
+// Release releases one key at the given generation as Ledger.Release does;
+// without Force, only if it is stuck. Released is false, and Before says why,
+// when the row is at another generation, completed, or not stuck.
 func (a *Admin) Release(ctx context.Context, principal, key string, generation int64, opts ReleaseOptions) (ReleaseResult, error) {
 	mode := releaseStuck
 	if opts.Force {
@@ -322,9 +312,9 @@ type Stats struct {
 	AsOf         time.Time        // the ledger clock's time of the read
 }
 
-// Stats summarises the ledger (totals over the databases) in one read-only
-// D1 call per database, billed for reading the whole table, and records each
-// database's counts in the gauges of docs/observability.md.
+// Stats summarises the ledger over its databases in one read-only D1 call
+// each, billed for reading the whole table, recording each database's counts
+// in the gauges of docs/observability.md.
 func (a *Admin) Stats(ctx context.Context) (Stats, error) {
 	per, err := a.HomeStats(ctx)
 	if err != nil {
@@ -431,14 +421,12 @@ func (a *Admin) statsAt(ctx context.Context, h *home) (Stats, error) {
 	return out, nil
 }
 
-// compareKeys orders rows as List does (SQLite's BINARY collation compares
-// bytes, as Go compares strings).
+// compareKeys orders rows as List does (BINARY collation: bytes, as in Go).
 func compareKeys(a, b KeyRecord) int {
 	return cmp.Or(a.UpdatedAt.Compare(b.UpdatedAt), cmp.Compare(a.Principal, b.Principal), cmp.Compare(a.Key, b.Key))
 }
 
-// eachHome runs fn for each home at once; the error joins each failure,
-// named by its home.
+// eachHome runs fn at each home at once; the error joins their failures.
 func eachHome[T any](ctx context.Context, hs []*home, fn func(ctx context.Context, h *home) (T, error)) ([]T, error) {
 	out := make([]T, len(hs))
 	errs := make([]error, len(hs))
@@ -459,8 +447,7 @@ func eachHome[T any](ctx context.Context, hs []*home, fn func(ctx context.Contex
 	return out, errors.Join(errs...)
 }
 
-// at runs stmts, as one idempotent call, at once at each of homesFor's
-// databases.
+// at runs stmts as one idempotent call at each of homesFor's databases.
 func (a *Admin) at(ctx context.Context, principal string, stmts ...d1client.Statement) ([][]d1client.Result, error) {
 	hs, _, err := a.l.homesFor(ctx, principal)
 	if err != nil {

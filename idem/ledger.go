@@ -113,8 +113,7 @@ type Decision struct {
 }
 
 // Reservation is the right to execute one request's mutation: the
-// principal's key at one generation of the fencing token. Only Begin makes
-// one.
+// principal's key at one generation of the fencing token, made by Begin.
 type Reservation struct {
 	Principal   string
 	Key         string
@@ -136,8 +135,7 @@ func (l *Ledger) homeOf(r *Reservation) (*home, error) {
 	return nil, errors.New("idem: the reservation was not made by this ledger's Begin")
 }
 
-// leaseStart returns when the current lease began: the claim, or the last
-// successful renewal.
+// leaseStart returns when the claim or the last renewal began.
 func (r *Reservation) leaseStart() time.Time {
 	if r.renewed == nil {
 		return r.acquired
@@ -155,7 +153,7 @@ type Response struct {
 // MaxPrincipalLength is the longest principal the ledger accepts, in bytes.
 const MaxPrincipalLength = 1024
 
-// Errors of Begin for invalid arguments. No error includes the principal.
+// Errors of Begin for invalid arguments, none including the principal.
 var (
 	ErrNoPrincipal      = errors.New("idem: empty principal: derive it from the authenticated caller")
 	ErrInvalidKey       = errors.New("idem: Idempotency-Key must be 1-255 printable ASCII characters")
@@ -178,14 +176,12 @@ func checkPrincipal(p string) error {
 	return nil
 }
 
-// ErrReservationExpired is returned, and the write not sent, when an
-// owner's write could land after the sweep may have deleted its row, and so
-// match a later owner's row of the same generation.
+// ErrReservationExpired is returned, the write not sent, when it could land
+// after the sweep deleted its row and match a later owner's generation.
 var ErrReservationExpired = errors.New("idem: reservation expired: its row may have been swept and the key claimed again")
 
-// Begin runs round trip 1: one D1 batch that claims the key, or takes over
-// a stale pending reservation with the same fingerprint, and reads the row,
-// as the spec's claim, lookup and takeover in one transaction.
+// Begin runs round trip 1: one D1 batch that claims the key (or takes over
+// a stale pending reservation with the same fingerprint) and reads the row.
 func (l *Ledger) Begin(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
 	err := checkPrincipal(principal)
 	switch {
@@ -227,8 +223,7 @@ func (l *Ledger) claimAt(ctx context.Context, h *home, guard *d1client.Statement
 	return d, err
 }
 
-// decide maps round trip 1's results (the claim, then the lookup) to the
-// outcome.
+// decide maps round trip 1's results (the claim, the lookup) to the outcome.
 func (l *Ledger) decide(res []d1client.Result, principal, key, fingerprint string, acquired time.Time) (Decision, error) {
 	if len(res[0].Rows) == 1 {
 		var gen int64
@@ -302,13 +297,12 @@ type Completion struct {
 	Sentinel bool     // Response is the sentinel, with only the replayable headers, as a replay
 }
 
-// Complete runs round trip 2: it stores the response if the reservation's
-// generation is current and the row pending (with a sweep when one is due),
-// retrying until the lease would expire. A response a replay could not
-// reproduce (a body over MaxStoredBody or not UTF-8, a status outside
-// 200-599) is stored as the spec's sentinel: status 500, no body. A fenced-out
-// completion is logged and has Stored false. On an error the caller should
-// still send Completion.Response, which is always set.
+// Complete runs round trip 2: it stores the response, fenced by generation
+// and status (with a sweep when one is due), retrying until the lease would
+// expire. A response a replay could not reproduce (a body over MaxStoredBody
+// or not UTF-8, a status outside 200-599) is stored as the spec's sentinel:
+// 500, no body. A fenced-out completion is logged and has Stored false. On an
+// error the caller should still send Completion.Response, always set.
 func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (done Completion, err error) {
 	defer l.completed(r, &done, &err)
 	w := l.prepare(r, resp)
@@ -320,7 +314,7 @@ func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (d
 	return w.done, err // w.done as finish left it
 }
 
-// completed counts a completion, and measures the handler's time.
+// completed counts a completion and measures the handler's time.
 func (l *Ledger) completed(r *Reservation, done *Completion, err *error) {
 	l.tel.add(l.tel.completions, 1, attrCompletionResult.String(writeResult(done.Stored, *err, resStored, resFencedOut)))
 	if *err == nil && done.Stored && !r.acquired.IsZero() {
@@ -347,8 +341,7 @@ func (l *Ledger) prepare(r *Reservation, resp Response) completionWrite {
 // finish sends a completion batch (and a sweep when one is due) and records
 // the outcome in w.done.
 func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1client.Statement, userStmts int, w *completionWrite) error {
-	// Retries stop when the lease would expire, but not within minCompletionWindow.
-	now := time.Now()
+	now := time.Now() // retries stop when the lease would expire, but get minCompletionWindow
 	ctx, cancel, err := l.writeContext(ctx, r, now.Add(max(r.leaseStart().Add(l.cfg.TTL).Sub(now), minCompletionWindow)))
 	if err != nil {
 		l.expired(ctx, r, "completion")
@@ -371,8 +364,7 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 		if userStmts == 0 || !errors.Is(err, d1client.ErrSQL) {
 			return fmt.Errorf("idem: completion: %w", err)
 		}
-		// The fence guard or a caller's statement aborted the batch: the
-		// row tells which.
+		// The fence guard or a caller's statement aborted it: the row tells.
 	} else {
 		if sweep {
 			deleted := res[len(res)-1].Meta.Changes
@@ -445,12 +437,11 @@ func (l *Ledger) completionState(ctx context.Context, h *home, r *Reservation, w
 
 func equalNullable(a, b *string) bool { return a == b || (a != nil && b != nil && *a == *b) }
 
-// writeContext returns ctx bounded by deadline and by the last moment a
-// write of r's owner may be sent, or ErrReservationExpired past it: the claim
-// plus Retention - TTL - RetentionMargin/2, by the local monotonic clock and
-// by an injected Clock. A write sets updated_at at most TTL + 1ms before its
-// time, so until then the sweep cannot delete the row (and the key restart
-// at generation 1) before the write lands.
+// writeContext bounds ctx by deadline and by the last moment r's owner may
+// write, the claim + Retention - TTL - RetentionMargin/2 by the monotonic
+// clock and an injected Clock, past which ErrReservationExpired: until then
+// the sweep cannot delete the row (a write sets updated_at at most TTL + 1ms
+// back) and restart the key at generation 1 before the write lands.
 func (l *Ledger) writeContext(ctx context.Context, r *Reservation, deadline time.Time) (context.Context, context.CancelFunc, error) {
 	window := l.cfg.Retention - l.cfg.TTL - RetentionMargin/2
 	limit := r.acquired.Add(window)
@@ -474,9 +465,9 @@ func (l *Ledger) expired(ctx context.Context, r *Reservation, what string) {
 		append(r.LogValue().Group(), slog.String("write", what), slog.Duration("retention", l.cfg.Retention))...)
 }
 
-// LogValue identifies the reservation in logs without its principal or full
-// key: principal_sha256 and key_sha256 (12 hex digits of their SHA-256), the
-// key's first characters, and the generation.
+// LogValue identifies the reservation without its principal or full key:
+// principal_sha256 and key_sha256 (12 hex digits of their SHA-256), the key's
+// first characters, and the generation.
 func (r *Reservation) LogValue() slog.Value {
 	key := r.Key
 	if len(key) > logKeyPrefix {
@@ -496,8 +487,8 @@ func shortHash(s string) string {
 }
 
 // Release gives up a pending reservation, fenced by generation and status,
-// so the client's retry takes it over at once, and reports whether it
-// released the row. The row moves one generation on; it is never deleted.
+// moving its row a generation on so the client's retry takes it over at
+// once, and reports whether it released the row.
 func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
 	stmt := l.sql.release(r.Principal, r.Key, r.Generation, l.cfg.TTL, releaseOwner, l.now())
 	ok, err := l.fencedWrite(ctx, r, "release", stmt, opRelease)
@@ -528,8 +519,7 @@ func (l *Ledger) fencedWrite(ctx context.Context, r *Reservation, what string, s
 }
 
 // Lookup reads a key's row without claiming it and says what Begin would
-// answer other than Execute: Replay, Reused, InProgress (for any pending
-// row) or Retry (no row).
+// answer but Execute: Replay, Reused, InProgress (any pending row) or Retry.
 func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
 	res, err := l.findRow(ctx, principal, []d1client.Statement{l.sql.lookupRow(principal, key, l.now())}, d1client.Coalesce(), opLookup)
 	if err != nil {
@@ -550,8 +540,8 @@ func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
 	return ok, err
 }
 
-// sweepDue reports whether the next completion at h should carry a sweep,
-// and if so records that one is on its way.
+// sweepDue reports whether the next completion at h carries a sweep, and if
+// so records that one is on its way.
 func (h *home) sweepDue(interval time.Duration) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()

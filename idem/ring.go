@@ -13,8 +13,7 @@ import (
 )
 
 // The reserved rows of a sharded ledger, under the empty principal (which no
-// request can address): each database's ring, and the home ID it joined a
-// ring under; and their formats.
+// request can address): the database's ring and its home ID; their formats.
 const (
 	ringKey    = "d1idem:ring"
 	homeKey    = "d1idem:home"
@@ -31,24 +30,21 @@ const (
 	// RingStable: every principal's keys are at Ring.Home(principal).
 	RingStable RingPhase = "stable"
 	// RingMoving: a principal whose home differs between Previous and Homes
-	// keeps its existing keys at its old home, read first; new keys go to
-	// its new home.
+	// keeps its existing keys at its old home, read first; new keys go new.
 	RingMoving RingPhase = "moving"
 )
 
 // Ring is the versioned set of databases a sharded ledger spans, as recorded
 // in each of them; principals map to databases by Rendezvous.
 type Ring struct {
-	Version int64 // the first ring is version 1
-	Phase   RingPhase
-	Homes   []string // this version's database IDs, sorted
-	// Previous, while Moving, are the previous version's homes (a subset of
-	// Homes); nil when Stable.
-	Previous []string
+	Version  int64 // the first ring is version 1
+	Phase    RingPhase
+	Homes    []string // this version's database IDs, sorted
+	Previous []string // while Moving, the previous version's homes (a subset); nil when Stable
 }
 
 // Epoch orders rings: version v is epoch 2v-1 while Moving and 2v when
-// Stable. The ring row's generation holds it.
+// Stable (the ring row's generation).
 func (r Ring) Epoch() int64 {
 	if r.Phase == RingMoving {
 		return 2*r.Version - 1
@@ -84,8 +80,8 @@ func (r Ring) equal(o Ring) bool {
 	return r.Version == o.Version && r.Phase == o.Phase && slices.Equal(r.Homes, o.Homes) && slices.Equal(r.Previous, o.Previous)
 }
 
-// digest is the hex SHA-256 of the ring's encoding: the ring row's
-// fingerprint, which tells two rings of one epoch apart.
+// digest is the hex SHA-256 of the ring's encoding, the ring row's
+// fingerprint: it tells two rings of one epoch apart.
 func (r Ring) digest() string {
 	sum := sha256.Sum256([]byte(r.encode()))
 	return hex.EncodeToString(sum[:])
@@ -110,11 +106,10 @@ func (r Ring) drops(next Ring) []string {
 	return out
 }
 
-// Rendezvous returns the ID, among ids, of principal's home by rendezvous
-// hashing: the ID with the highest score, the first 8 bytes (big-endian) of
-// SHA-256(principal || 0x00 || ID); on a tie the smaller ID; "" when ids is
-// empty. It is part of the ring format "d1idem-ring/1". Adding an ID moves
-// only the principals the new ID wins, about 1/(len(ids)+1) of them.
+// Rendezvous returns principal's home among ids by rendezvous hashing (part
+// of ring format "d1idem-ring/1"): the ID with the highest first 8 bytes
+// (big-endian) of SHA-256(principal || 0x00 || ID), on a tie the smaller; ""
+// when ids is empty. An added ID wins about 1/(len(ids)+1) of the principals.
 func Rendezvous(principal string, ids []string) string {
 	best, bestScore := "", uint64(0)
 	for _, id := range ids {
@@ -136,7 +131,7 @@ func score(principal, id string) uint64 {
 }
 
 // checkHomeID validates a home's ID: 1 to 255 bytes of UTF-8 without control
-// characters (so no NUL: the hash input stays unambiguous).
+// characters (no NUL keeps the hash input unambiguous).
 func checkHomeID(id string) error {
 	if id == "" || len(id) > maxHomeID || !utf8.ValidString(id) {
 		return fmt.Errorf("idem: home ID %q: use 1 to %d bytes of UTF-8", id, maxHomeID)
@@ -195,8 +190,7 @@ func decodeRingBody(body string) (Ring, error) {
 	return r, nil
 }
 
-// homeJSON is the identity row's response_body; its ID is also the row's
-// fingerprint.
+// homeJSON is the identity row's response_body; ID is its fingerprint too.
 type homeJSON struct {
 	Format string          `json:"format"`
 	ID     string          `json:"id"`
@@ -225,8 +219,8 @@ func decodeHome(id, body string) (Ring, error) {
 	return joined, nil
 }
 
-// validate checks a ring's shape: sorted, distinct, valid IDs; a Moving
-// ring's previous homes are a proper subset of its homes.
+// validate checks sorted, distinct, valid IDs and that a Moving ring's
+// previous homes are a proper subset of its homes.
 func (r Ring) validate() error {
 	moving := r.Phase == RingMoving
 	switch err := checkIDs(r.Homes); {
