@@ -417,25 +417,22 @@ func (l *Ledger) completionState(ctx context.Context, h *home, r *Reservation, w
 	if err != nil || len(res[0].Rows) == 0 {
 		return rowOther, err
 	}
-	var status string
-	var gen int64
-	var respStatus *int64
-	var body, headers *string
-	if err := res[0].Rows[0].Scan(&status, &gen, &respStatus, &body, &headers); err != nil {
+	var row storedRow
+	if err := res[0].Rows[0].Scan((*string)(&row.status), &row.generation, &row.responseStatus, &row.responseBody, &row.responseHeaders); err != nil {
 		return rowOther, err
 	}
+	status, body, headers := row.responseStatus, row.responseBody, row.responseHeaders
 	switch {
-	case gen != r.Generation:
+	case row.generation != r.Generation:
 		return rowOther, nil
-	case Status(status) == StatusPending:
+	case row.status == StatusPending:
 		return rowPending, nil
-	case respStatus != nil && *respStatus == int64(w.done.Response.Status) && equalNullable(body, w.body) && headers != nil && *headers == w.headers:
+	case status != nil && *status == int64(w.done.Response.Status) && headers != nil && *headers == w.headers &&
+		(body == w.body || body != nil && w.body != nil && *body == *w.body):
 		return rowOurs, nil
 	}
 	return rowOther, nil
 }
-
-func equalNullable(a, b *string) bool { return a == b || (a != nil && b != nil && *a == *b) }
 
 // writeContext bounds ctx by deadline and by the last moment r's owner may
 // write, the claim + Retention - TTL - RetentionMargin/2 by the monotonic

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/d1idem/d1idem/d1client"
@@ -39,11 +38,6 @@ type storedRow struct {
 func (r *storedRow) scan(row d1client.Row) error {
 	return row.Scan(&r.fingerprint, (*string)(&r.status), &r.generation, &r.responseStatus, &r.responseBody, &r.responseHeaders,
 		&r.createdAt, &r.updatedAt, &r.now)
-}
-
-// stale reports whether a pending row is older than ttl.
-func (r *storedRow) stale(ttl time.Duration) bool {
-	return r.updatedAt < r.now-ttl.Milliseconds()
 }
 
 // response reconstructs a completed row's response as a Worker replays it

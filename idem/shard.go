@@ -64,11 +64,6 @@ type expect struct {
 	digest string
 }
 
-func newRoute(r Ring) *route {
-	p := r.predecessor() // used only while r is Moving
-	return &route{expect{r, r.digest()}, expect{p, p.digest()}}
-}
-
 // NewSharded returns a Ledger spanning several D1 databases, each principal's
 // keys in the one the recorded ring routes it to (docs/sharding.md). Every
 // database must hold the schema, and a ring be recorded (Admin.InitRing)
@@ -296,7 +291,8 @@ func (s *shards) adopt(l *Ledger, r Ring) (*route, error) {
 			return cur, nil
 		}
 	}
-	rt := newRoute(r)
+	p := r.predecessor() // used only while r is Moving
+	rt := &route{expect{r, r.digest()}, expect{p, p.digest()}}
 	s.route, s.refused = rt, nil
 	s.mu.Unlock()
 	log := l.log()
@@ -397,7 +393,7 @@ func (l *Ledger) beginRouted(ctx context.Context, rt *route, hs []*home, princip
 	if err := row.scan(res[0].Rows[0]); err != nil {
 		return Decision{}, fmt.Errorf("idem: lookup result: %w", err)
 	}
-	if row.fingerprint != fingerprint || row.status != StatusPending || !row.stale(l.cfg.TTL) {
+	if row.fingerprint != fingerprint || row.status != StatusPending || row.updatedAt >= row.now-l.cfg.TTL.Milliseconds() {
 		return l.decideRow(&row, fingerprint)
 	}
 	// A stale reservation of this request: delete it, as a takeover would.
