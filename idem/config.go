@@ -23,9 +23,8 @@ const (
 )
 
 const (
-	// RetentionMargin is how much longer than MaxLease + TTL the retention
-	// must be, so that an owner cancelled at MaxLease still completes before
-	// the sweep may delete its row.
+	// RetentionMargin is how much the retention must exceed MaxLease + TTL,
+	// so an owner cancelled at MaxLease completes before its row is swept.
 	RetentionMargin = time.Minute
 	// MaxSweepBatch is the largest Config.SweepBatch.
 	MaxSweepBatch = 1000
@@ -66,10 +65,9 @@ type Config struct {
 	// the spec's sentinel. 1 to 1 MiB; default 16,384.
 	MaxStoredBody int
 	// FingerprintHeaders are the request headers fingerprinted, in order.
-	// Default content-type, x-api-version.
 	FingerprintHeaders []string
 	// ReplayableHeaders are the response headers stored and replayed, in
-	// order. Default content-type, location. set-cookie is refused.
+	// order; set-cookie and other per-response headers are refused.
 	ReplayableHeaders []string
 	// Clock, if set, supplies the ledger's timestamps, as the spec's
 	// Date.now(). nil means D1's own clock: one clock for every instance.
@@ -82,8 +80,7 @@ type Config struct {
 	MaxLease time.Duration
 	Logger   *slog.Logger // nil means slog.Default()
 	// MeterProvider receives the ledger's and idemhttp's metrics, and
-	// TracerProvider idemhttp's spans (docs/observability.md). nil means
-	// otel's global providers.
+	// TracerProvider idemhttp's spans; nil means otel's global ones.
 	MeterProvider  metric.MeterProvider
 	TracerProvider trace.TracerProvider
 }

@@ -17,8 +17,8 @@ var (
 	ErrMaxLease = errors.New("idem: maximum lease duration exceeded")
 )
 
-// heartbeat renews r's lease every Config.Heartbeat until beat ends. When
-// the lease is lost it logs why and cancels the handler's context ctx.
+// heartbeat renews r's lease every Config.Heartbeat until beat ends; a lost
+// lease is logged and cancels the handler's context ctx.
 func (l *Ledger) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, beat context.Context, r *Reservation) {
 	lose := func(cause string, err error, msg string, attrs ...slog.Attr) {
 		l.log().LogAttrs(ctx, slog.LevelError, msg, append(r.LogValue().Group(), attrs...)...)
@@ -67,8 +67,8 @@ func (l *Ledger) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 }
 
 // Hold runs fn, an Execute decision's mutation, while heartbeats keep r's
-// lease alive; fn's context is cancelled with cause ErrLeaseLost or
-// ErrMaxLease if the lease is lost. Heartbeats stop before Hold returns.
+// lease alive; if it is lost, fn's context is cancelled with cause
+// ErrLeaseLost or ErrMaxLease. Heartbeats stop before Hold returns.
 func (l *Ledger) Hold(ctx context.Context, r *Reservation, fn func(ctx context.Context) error) error {
 	hctx, cancel := context.WithCancelCause(ctx)
 	beat, end := context.WithCancel(context.WithoutCancel(ctx))

@@ -14,16 +14,15 @@ import (
 	"github.com/d1idem/d1idem/internal/jsonstr"
 )
 
-// ErrUnreadableRecord is returned when a completed row cannot be turned back
-// into a response; the request must fail rather than re-execute.
+// ErrUnreadableRecord: a completed row cannot be turned back into a response;
+// the request must fail rather than re-execute.
 var ErrUnreadableRecord = errors.New("idem: stored response is unreadable")
 
 func nullBodyStatus(status int) bool {
 	return status == http.StatusNoContent || status == http.StatusResetContent || status == http.StatusNotModified
 }
 
-// storedRow is the lookup's view of a ledger row; times are in ms since the
-// epoch.
+// storedRow is the lookup's view of a ledger row; times in ms since the epoch.
 type storedRow struct {
 	fingerprint          string
 	status               Status
@@ -64,9 +63,8 @@ func (r *storedRow) response() (*Response, error) {
 // replayableStatus reports whether a Fetch Response can have this status.
 func replayableStatus[T int | int64](status T) bool { return status >= 200 && status <= 599 }
 
-// decodeHeaders turns a stored response_headers object into header fields.
-// SQL NULL reads as {}; anything but a JSON object of strings is a row the
-// spec's Worker cannot replay either.
+// decodeHeaders turns a stored response_headers object into header fields;
+// NULL reads as {}, anything but a JSON object of strings is unreadable.
 func decodeHeaders(s *string) (http.Header, error) {
 	h := http.Header{}
 	if s == nil {
@@ -87,9 +85,8 @@ func decodeHeaders(s *string) (http.Header, error) {
 	return h, nil
 }
 
-// normalize applies the completion rules (docs/contract.md#6-responses) to a
-// handler's response: it returns what the caller gets, the response_headers
-// JSON, and the body to store (nil for the sentinel).
+// normalize applies the completion rules (docs/contract.md#6-responses): it
+// returns what the caller gets, response_headers, and the body (nil: sentinel).
 func (l *Ledger) normalize(resp Response) (Response, string, *string) {
 	resp.Status = cmp.Or(resp.Status, http.StatusOK)
 	headersJSON := captureHeaders(resp.Header, l.cfg.ReplayableHeaders)
