@@ -174,8 +174,7 @@ func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 	if limit < 1 || limit > MaxListLimit {
 		return KeyPage{}, fmt.Errorf("idem: limit %d is out of range: use 1 to %d", limit, MaxListLimit)
 	}
-	if opts.Status != "" && !opts.Status.Valid() {
-		_, err := ParseStatus(string(opts.Status))
+	if _, err := ParseStatus(string(opts.Status)); opts.Status != "" && err != nil {
 		return KeyPage{}, err
 	}
 	if opts.OlderThan < 0 {
@@ -260,8 +259,7 @@ func (a *Admin) Release(ctx context.Context, principal, key string, generation i
 	return out, nil
 }
 
-// Sweep runs the request path's sweep once in each database (up to SweepBatch
-// rows) and returns how many rows it deleted.
+// Sweep runs the request path's sweep once in each database and counts the rows deleted.
 func (a *Admin) Sweep(ctx context.Context) (int64, error) {
 	l := a.l
 	res, err := a.at(ctx, "", l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now()))

@@ -338,8 +338,7 @@ func (l *Ledger) prepare(r *Reservation, resp Response) completionWrite {
 	}
 }
 
-// finish sends a completion batch (and a sweep when one is due) and records
-// the outcome in w.done.
+// finish sends a completion batch (and a due sweep), recording it in w.done.
 func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1client.Statement, userStmts int, w *completionWrite) error {
 	now := time.Now() // retries stop when the lease would expire, but get minCompletionWindow
 	ctx, cancel, err := l.writeContext(ctx, r, now.Add(max(r.leaseStart().Add(l.cfg.TTL).Sub(now), minCompletionWindow)))
@@ -357,32 +356,27 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 		opts = append(opts, d1client.Coalesce())
 	}
 	res, err := h.db.Exec(ctx, stmts, opts...)
-	if err != nil {
-		if sweep {
-			h.sweepAgain()
+	if sweep && err != nil {
+		h.sweepAgain()
+	} else if sweep {
+		deleted := res[len(res)-1].Meta.Changes
+		if deleted >= int64(l.cfg.SweepBatch) {
+			h.sweepAgain() // a full batch: a backlog to clear
 		}
-		if userStmts == 0 || !errors.Is(err, d1client.ErrSQL) {
-			return fmt.Errorf("idem: completion: %w", err)
+		if deleted > 0 {
+			l.tel.add(l.tel.swept, deleted, attrSweepSource.String("completion"))
 		}
-		// The fence guard or a caller's statement aborted it: the row tells.
-	} else {
-		if sweep {
-			deleted := res[len(res)-1].Meta.Changes
-			if deleted >= int64(l.cfg.SweepBatch) {
-				h.sweepAgain() // a full batch: a backlog to clear
-			}
-			if deleted > 0 {
-				l.tel.add(l.tel.swept, deleted, attrSweepSource.String("completion"))
-			}
-			res = res[:len(res)-1]
-		}
-		if len(res[len(res)-1].Rows) == 1 {
-			w.done.Stored = true
-			return nil
-		}
+		res = res[:len(res)-1]
 	}
-	// No row came back, or the batch aborted: an earlier attempt whose
-	// answer was lost may have stored our response at our generation.
+	switch {
+	case err == nil && len(res[len(res)-1].Rows) == 1:
+		w.done.Stored = true
+		return nil
+	case err != nil && (userStmts == 0 || !errors.Is(err, d1client.ErrSQL)):
+		return fmt.Errorf("idem: completion: %w", err)
+	}
+	// No row came back, or the fence guard or a caller's statement aborted the
+	// batch: an earlier attempt whose answer was lost may have stored ours.
 	st, lerr := l.completionState(ctx, h, r, w)
 	switch {
 	case lerr != nil:
@@ -496,8 +490,7 @@ func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
 	return ok, err
 }
 
-// fencedWrite sends stmt, a write fenced by r's generation, and reports
-// whether it matched r's row.
+// fencedWrite sends stmt, fenced by r's generation, and reports if it matched.
 func (l *Ledger) fencedWrite(ctx context.Context, r *Reservation, what string, stmt d1client.Statement, op d1client.ExecOption) (bool, error) {
 	h, err := l.homeOf(r)
 	if err != nil {
@@ -525,8 +518,7 @@ func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string)
 	return l.decide([]d1client.Result{{}, res[0]}, principal, key, fingerprint, time.Time{})
 }
 
-// Renew extends a pending reservation's lease, fenced by generation and
-// status. False means the lease is lost.
+// Renew extends a pending reservation's lease, fenced; false: the lease is lost.
 func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
 	start := time.Now()
 	ok, err := l.fencedWrite(ctx, r, "renew", l.sql.renew(r, l.now()), opRenew)
@@ -537,8 +529,7 @@ func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
 	return ok, err
 }
 
-// sweepDue reports whether the next completion at h carries a sweep, and if
-// so records that one is on its way.
+// sweepDue reports whether the next completion at h carries a sweep, recording it.
 func (h *home) sweepDue(interval time.Duration) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
