@@ -167,8 +167,7 @@ type KeyPage struct {
 	NextCursor string // continues with the next page; "" on the last one
 }
 
-// List returns rows without their stored responses from every database, by
-// last update, principal and key, in keyset-paginated pages.
+// List pages through every database's rows (no responses) by last update, principal and key.
 func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 	limit := cmp.Or(opts.Limit, DefaultListLimit)
 	if limit < 1 || limit > MaxListLimit {

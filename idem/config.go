@@ -40,8 +40,7 @@ const (
 	maxStoredBody    = 1 << 20
 )
 
-// DefaultFingerprintHeaders and DefaultReplayableHeaders are the spec's
-// FINGERPRINT_HEADERS and REPLAYABLE_HEADERS.
+// The spec's FINGERPRINT_HEADERS and REPLAYABLE_HEADERS.
 var (
 	DefaultFingerprintHeaders = []string{"content-type", "x-api-version"}
 	DefaultReplayableHeaders  = []string{"content-type", "location"}
@@ -143,15 +142,13 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// neverReplayed are response headers that are connection-scoped, computed
-// per response, or unsafe to hand to another request.
+// neverReplayed are response headers scoped to a connection or response, or unsafe to share.
 var neverReplayed = map[string]bool{
 	"set-cookie": true, "content-length": true, "transfer-encoding": true, "connection": true,
 	"keep-alive": true, "date": true, "trailer": true, "upgrade": true, "idempotent-replayed": true,
 }
 
-// lowerNames returns the header names in lower case, or def's when names is
-// nil, checking that each is an RFC 9110 token.
+// lowerNames lower-cases names (def's if nil), checking each is an RFC 9110 token.
 func lowerNames(field string, names, def []string) ([]string, error) {
 	if names == nil {
 		names = def

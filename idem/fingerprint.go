@@ -12,8 +12,7 @@ import (
 // MaxKeyLength is the longest Idempotency-Key accepted.
 const MaxKeyLength = 255
 
-// ValidKey reports whether key matches ^[\x20-\x7e]{1,255}$
-// (docs/contract.md#2-key).
+// ValidKey reports whether key matches ^[\x20-\x7e]{1,255}$ (docs/contract.md#2-key).
 func ValidKey(key string) bool {
 	unprintable := func(c rune) bool { return c < 0x20 || c > 0x7e }
 	return len(key) > 0 && len(key) <= MaxKeyLength && strings.IndexFunc(key, unprintable) < 0
@@ -96,8 +95,7 @@ func PathAndQuery(r *http.Request) string {
 	return normalizeTarget(target)
 }
 
-// The bytes percent-encoded in the path and the query, besides controls,
-// space and non-ASCII.
+// Bytes percent-encoded in the path and the query, besides controls, space and non-ASCII.
 const (
 	pathEscapes  = "\"#<>?`{}"
 	queryEscapes = "\"#<>'"

@@ -17,8 +17,7 @@ var (
 	ErrMaxLease = errors.New("idem: maximum lease duration exceeded")
 )
 
-// heartbeat renews r's lease every Config.Heartbeat until beat ends; a lost
-// lease is logged and cancels the handler's context ctx.
+// heartbeat renews r's lease every Config.Heartbeat until beat ends, cancelling ctx if it is lost.
 func (l *Ledger) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, beat context.Context, r *Reservation) {
 	lose := func(cause string, err error, msg string, attrs ...slog.Attr) {
 		l.log().LogAttrs(ctx, slog.LevelError, msg, append(r.LogValue().Group(), attrs...)...)

@@ -49,8 +49,7 @@ type home struct {
 	lastSweep time.Time // when the last sweep was sent; zero: sweep next
 }
 
-// New returns a Ledger that keeps its rows in db, usually a
-// *d1client.Client, whose table must exist (d1idem.Schema).
+// New returns a Ledger keeping its rows in db, whose table must exist (d1idem.Schema).
 func New(db d1client.Executor, cfg Config) (*Ledger, error) {
 	if db == nil {
 		return nil, errors.New("idem: nil D1 client")
@@ -73,8 +72,7 @@ func databaseID(db d1client.Executor) string {
 
 func (l *Ledger) log() *slog.Logger { return cmp.Or(l.cfg.Logger, slog.Default()) }
 
-// Config returns the ledger's configuration with defaults filled in; its
-// header lists are copies.
+// Config returns the ledger's configuration with defaults filled in (header lists copied).
 func (l *Ledger) Config() Config {
 	c := l.cfg
 	c.FingerprintHeaders = slices.Clone(c.FingerprintHeaders)

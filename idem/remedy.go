@@ -8,8 +8,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// remedies maps errors (and, for SQL errors, a text they contain) to what an
-// operator should do about them.
+// remedies maps errors (SQL ones by a text they contain) to what an operator should do.
 var remedies = []struct {
 	err  error
 	text string

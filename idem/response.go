@@ -14,8 +14,7 @@ import (
 	"github.com/d1idem/d1idem/internal/jsonstr"
 )
 
-// ErrUnreadableRecord: a completed row cannot be turned back into a response;
-// the request must fail rather than re-execute.
+// ErrUnreadableRecord: a completed row cannot be replayed; the request must fail, not re-execute.
 var ErrUnreadableRecord = errors.New("idem: stored response is unreadable")
 
 func nullBodyStatus(status int) bool {
@@ -39,8 +38,7 @@ func (r *storedRow) scan(row d1client.Row) error {
 		&r.createdAt, &r.updatedAt, &r.now)
 }
 
-// response reconstructs a completed row's response as a Worker replays it
-// (docs/contract.md#6-responses).
+// response rebuilds a completed row's response as a Worker replays it (docs/contract.md#6-responses).
 func (r *storedRow) response() (*Response, error) {
 	status := http.StatusInternalServerError
 	if r.responseStatus != nil {
@@ -119,8 +117,7 @@ func captureHeaders(h http.Header, names []string) string {
 	return string(append(b, '}'))
 }
 
-// appendJSString appends s as JSON.stringify does (unlike Go's encoder, it
-// leaves U+2028 and U+2029 alone).
+// appendJSString appends s as JSON.stringify does (leaving U+2028 and U+2029 alone, unlike Go).
 func appendJSString(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {

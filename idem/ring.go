@@ -55,8 +55,7 @@ func (r Ring) Epoch() int64 {
 // Home returns the ID of the database that holds principal's new keys.
 func (r Ring) Home(principal string) string { return Rendezvous(principal, r.Homes) }
 
-// PreviousHome returns a moved principal's old home while the ring is
-// Moving; otherwise "".
+// PreviousHome returns a moved principal's old home while the ring is Moving, else "".
 func (r Ring) PreviousHome(principal string) string {
 	if r.Phase != RingMoving {
 		return ""
@@ -80,8 +79,7 @@ func (r Ring) equal(o Ring) bool {
 	return r.Version == o.Version && r.Phase == o.Phase && slices.Equal(r.Homes, o.Homes) && slices.Equal(r.Previous, o.Previous)
 }
 
-// digest is the hex SHA-256 of the ring's encoding, the ring row's
-// fingerprint: it tells two rings of one epoch apart.
+// digest, the hex SHA-256 of the ring's encoding, is the ring row's fingerprint.
 func (r Ring) digest() string {
 	sum := sha256.Sum256([]byte(r.encode()))
 	return hex.EncodeToString(sum[:])
@@ -130,8 +128,7 @@ func score(principal, id string) uint64 {
 	return binary.BigEndian.Uint64(h.Sum(sum[:0]))
 }
 
-// checkHomeID validates a home's ID: 1 to 255 bytes of UTF-8 without control
-// characters (no NUL keeps the hash input unambiguous).
+// checkHomeID accepts 1 to 255 bytes of UTF-8 without control characters (nor NUL, for the hash).
 func checkHomeID(id string) error {
 	if id == "" || len(id) > maxHomeID || !utf8.ValidString(id) {
 		return fmt.Errorf("idem: home ID %q: use 1 to %d bytes of UTF-8", id, maxHomeID)
@@ -202,8 +199,7 @@ func encodeHome(id string, joined Ring) string {
 	return string(b)
 }
 
-// decodeHome reads an identity row, its fingerprint (the ID) and its JSON,
-// and returns the ring the home joined.
+// decodeHome reads an identity row (fingerprint: the ID) and returns the ring the home joined.
 func decodeHome(id, body string) (Ring, error) {
 	var j homeJSON
 	if err := json.Unmarshal([]byte(body), &j); err != nil {

@@ -20,8 +20,7 @@ var (
 	ErrDropNotDue     = errors.New("idem: the moved principals' old homes may still hold replayable keys")
 )
 
-// ringFarFuture is the reserved rows' updated_at, 9999-12-31T23:59:59.999Z,
-// which no sweep reaches.
+// ringFarFuture, 9999-12-31T23:59:59.999Z, is the reserved rows' updated_at: never swept.
 const ringFarFuture = 253402300799999
 
 // RingStatus is what each database of a sharded ledger has recorded.
@@ -52,8 +51,7 @@ func (c Config) dropDelay() time.Duration {
 	return 2*c.Retention - c.TTL - RetentionMargin/2
 }
 
-// statusAt runs stmts at h, then reads its ring, identity, clock and whether
-// it holds keys.
+// statusAt runs stmts at h, then reads its ring, identity, clock and whether it holds keys.
 func (a *Admin) statusAt(ctx context.Context, h *home, stmts ...d1client.Statement) HomeRing {
 	l := a.l
 	rows := l.sql.query(l.now()).add("SELECT key, generation, fingerprint, response_body, created_at FROM " + d1idem.Table +
@@ -75,8 +73,7 @@ func (a *Admin) statusAt(ctx context.Context, h *home, stmts ...d1client.Stateme
 	return hr
 }
 
-// atEach sets st's HomeRing of each of these homes to fn's, at once, and
-// returns their errors.
+// atEach sets st's HomeRing of each of these homes to fn's, at once, returning the errors.
 func (a *Admin) atEach(ctx context.Context, st *RingStatus, ids []string, fn func(*home) HomeRing) []error {
 	hs, _ := a.l.shards.resolve(ids) // ids checked by RingStatus.check
 	out, _ := eachHome(ctx, hs, func(_ context.Context, h *home) (HomeRing, error) { return fn(h), nil })
@@ -122,10 +119,8 @@ func (a *Admin) dropAt(st RingStatus) time.Time {
 }
 
 func (st *RingStatus) home(id string) *HomeRing {
-	for i := range st.Homes {
-		if st.Homes[i].ID == id {
-			return &st.Homes[i]
-		}
+	if i := slices.IndexFunc(st.Homes, func(h HomeRing) bool { return h.ID == id }); i >= 0 {
+		return &st.Homes[i]
 	}
 	return nil
 }

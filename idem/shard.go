@@ -103,8 +103,7 @@ func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
 	return &Ledger{cfg: cfg, sql: buildSQL(cfg.Clock != nil), shards: s, tel: newTelemetry(cfg.MeterProvider)}, nil
 }
 
-// Ring returns the ring the ledger routes by, reading it from the homes if
-// it has not yet; ErrNotSharded for a ledger made by New.
+// Ring returns the ring the ledger routes by (ErrNotSharded for a ledger made by New).
 func (l *Ledger) Ring(ctx context.Context) (Ring, error) { return l.ringBy(ctx, (*shards).current) }
 
 // RefreshRing reads every home's ring and adopts the newest, as a refused
@@ -150,8 +149,7 @@ func (s *shards) cached() (*route, error) {
 	return s.route, nil
 }
 
-// readState reads the ring and identity rows of ringReadSQL or, withAt,
-// statusAt (which adds created_at).
+// readState reads the reserved rows of ringReadSQL or, withAt, statusAt (which adds created_at).
 func readState(id string, res d1client.Result, withAt bool) (HomeRing, error) {
 	hr := HomeRing{ID: id}
 	for _, row := range res.Rows {
@@ -238,8 +236,7 @@ func consistent(homes []HomeRing) error {
 	return nil
 }
 
-// load reads every home at once and adopts the newest ring, passing over
-// homes it cannot read unless none can be.
+// load reads every home and adopts the newest ring, passing over unreadable homes unless all are.
 func (s *shards) load(ctx context.Context, l *Ledger) (*route, error) {
 	hs, _ := s.resolve(s.ids)
 	homes, _ := eachHome(ctx, hs, func(ctx context.Context, h *home) (HomeRing, error) {
@@ -251,23 +248,20 @@ func (s *shards) load(ctx context.Context, l *Ledger) (*route, error) {
 	if err := st.check(s.ids, false); err != nil {
 		return nil, s.refuse(l, err)
 	}
+	if r := newest(homes); r.Version > 0 {
+		return s.adopt(l, r)
+	}
 	var errs []error
 	for _, h := range homes {
-		if h.Err != nil {
-			errs = append(errs, h.Err)
-		}
+		errs = append(errs, h.Err)
 	}
-	switch r := newest(homes); {
-	case r.Version > 0:
-		return s.adopt(l, r)
-	case len(errs) > 0:
-		return nil, fmt.Errorf("idem: reading the ring: %w", errors.Join(errs...))
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("idem: reading the ring: %w", err)
 	}
 	return nil, ErrNoRing
 }
 
-// refuse logs err and returns it to every request until a load,
-// reloadBackoff later, finds the rings consistent.
+// refuse logs err and returns it to every request until a later load finds the rings consistent.
 func (s *shards) refuse(l *Ledger, err error) error {
 	s.mu.Lock()
 	s.route, s.refused, s.refuseAt = nil, err, time.Now()
@@ -277,8 +271,7 @@ func (s *shards) refuse(l *Ledger, err error) error {
 	return err
 }
 
-// adopt routes by r if it is newer, and returns the route; a conflicting
-// ring is refused.
+// adopt routes by r if newer and returns the route; a conflicting ring is refused.
 func (s *shards) adopt(l *Ledger, r Ring) (*route, error) {
 	s.mu.Lock()
 	if cur := s.route; cur != nil {
