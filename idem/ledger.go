@@ -195,22 +195,19 @@ func (l *Ledger) Begin(ctx context.Context, principal, key, fingerprint string) 
 	return l.claimAt(ctx, l.single, nil, principal, key, fingerprint)
 }
 
-// claimAt runs round trip 1 at h, behind the ring guard if not nil.
-func (l *Ledger) claimAt(ctx context.Context, h *home, guard *d1client.Statement, principal, key, fingerprint string) (Decision, error) {
+// claimAt runs round trip 1 at h, after guard (the ring guard, if any).
+func (l *Ledger) claimAt(ctx context.Context, h *home, guard []d1client.Statement, principal, key, fingerprint string) (Decision, error) {
 	now := l.now()
 	stmts := l.sql.begin(principal, key, fingerprint, l.cfg.TTL, now)
 	if guard != nil {
-		stmts = append([]d1client.Statement{*guard}, stmts...)
+		stmts = append(guard, stmts...)
 	}
 	acquired := time.Now()
 	res, err := h.db.Exec(ctx, stmts, d1client.Coalesce(), opClaim)
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: claim: %w", err)
 	}
-	if guard != nil {
-		res = res[1:]
-	}
-	d, err := l.decide(res, principal, key, fingerprint, acquired)
+	d, err := l.decide(res[len(guard):], principal, key, fingerprint, acquired)
 	if d.Reservation != nil {
 		d.Reservation.clockAcquired = now
 		d.Reservation.home = h
@@ -296,11 +293,10 @@ type Completion struct {
 }
 
 // Complete runs round trip 2: it stores the response, fenced by generation
-// and status (with a sweep when one is due), retrying until the lease would
-// expire. A response a replay could not reproduce (a body over MaxStoredBody
-// or not UTF-8, a status outside 200-599) is stored as the spec's sentinel:
-// 500, no body. A fenced-out completion is logged and has Stored false. On an
-// error the caller should still send Completion.Response, always set.
+// and status (with a due sweep), retrying until the lease would expire. A
+// response a replay could not reproduce (body over MaxStoredBody or not UTF-8,
+// status outside 200-599) is stored as the spec's sentinel, 500 with no body.
+// Fenced out, it logs and Stored is false. Send Completion.Response even on an error.
 func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (done Completion, err error) {
 	defer l.completed(r, &done, &err)
 	w := l.prepare(r, resp)

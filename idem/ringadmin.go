@@ -134,10 +134,8 @@ func (st *RingStatus) check(ids []string, readable bool) error {
 		switch {
 		case h == nil:
 			return fmt.Errorf("%w: %q", ErrUnknownHome, id)
-		case h.Err != nil:
-			if readable {
-				errs = append(errs, fmt.Errorf("home %s: %w", id, h.Err))
-			}
+		case h.Err != nil && readable:
+			errs = append(errs, fmt.Errorf("home %s: %w", id, h.Err))
 		case h.Identity != "" && h.Identity != id:
 			return mismatch(id, h.Identity)
 		}

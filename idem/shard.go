@@ -403,8 +403,7 @@ func (l *Ledger) beginRouted(ctx context.Context, rt *route, hs []*home, princip
 
 // claimGuarded claims at h behind the guard of ring want.
 func (l *Ledger) claimGuarded(ctx context.Context, h *home, want expect, principal, key, fingerprint string) (Decision, error) {
-	g := l.sql.ringGuard(want, h.id)
-	d, err := l.claimAt(ctx, h, &g, principal, key, fingerprint)
+	d, err := l.claimAt(ctx, h, []d1client.Statement{l.sql.ringGuard(want, h.id)}, principal, key, fingerprint)
 	if err != nil {
 		return Decision{}, l.shards.recheck(ctx, l, h, want, err)
 	}
