@@ -309,9 +309,8 @@ type Stats struct {
 	AsOf         time.Time        // the ledger clock's time of the read
 }
 
-// Stats summarises the ledger over its databases in one read-only D1 call
-// each, billed for reading the whole table, recording each database's counts
-// in the gauges of docs/observability.md.
+// Stats totals the ledger's databases, one read-only D1 call each (billed for the whole table),
+// and records each one's counts in the gauges of docs/observability.md.
 func (a *Admin) Stats(ctx context.Context) (Stats, error) {
 	per, err := a.HomeStats(ctx)
 	if err != nil {

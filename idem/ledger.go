@@ -450,9 +450,8 @@ func (l *Ledger) expired(ctx context.Context, r *Reservation, what string) {
 		append(r.LogValue().Group(), slog.String("write", what), slog.Duration("retention", l.cfg.Retention))...)
 }
 
-// LogValue identifies the reservation without its principal or full key:
-// principal_sha256 and key_sha256 (12 hex digits of their SHA-256), the key's
-// first characters, and the generation.
+// LogValue identifies the reservation without its principal or full key: principal_sha256 and
+// key_sha256 (12 hex digits of SHA-256), the key's first characters, and the generation.
 func (r *Reservation) LogValue() slog.Value {
 	key := r.Key
 	if len(key) > logKeyPrefix {
@@ -471,9 +470,8 @@ func shortHash(s string) string {
 	return hex.EncodeToString(sum[:])[:hashPrefix]
 }
 
-// Release gives up a pending reservation, fenced by generation and status,
-// moving its row a generation on so the client's retry takes it over at
-// once, and reports whether it released the row.
+// Release gives up a pending reservation, fenced, moving its row a generation on so the client's
+// retry takes it over at once; it reports whether it released the row.
 func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
 	stmt := l.sql.release(r.Principal, r.Key, r.Generation, l.cfg.TTL, releaseOwner, l.now())
 	ok, err := l.fencedWrite(ctx, r, "release", stmt, opRelease)

@@ -29,13 +29,11 @@ type RingPhase string
 const (
 	// RingStable: every principal's keys are at Ring.Home(principal).
 	RingStable RingPhase = "stable"
-	// RingMoving: a principal whose home differs between Previous and Homes
-	// keeps its existing keys at its old home, read first; new keys go new.
+	// RingMoving: a moved principal's existing keys stay at its old home, read first.
 	RingMoving RingPhase = "moving"
 )
 
-// Ring is the versioned set of databases a sharded ledger spans, as recorded
-// in each of them; principals map to databases by Rendezvous.
+// Ring is the versioned set of databases a sharded ledger spans, recorded in each; see Rendezvous.
 type Ring struct {
 	Version  int64 // the first ring is version 1
 	Phase    RingPhase
@@ -43,8 +41,7 @@ type Ring struct {
 	Previous []string // while Moving, the previous version's homes (a subset); nil when Stable
 }
 
-// Epoch orders rings: version v is epoch 2v-1 while Moving and 2v when
-// Stable (the ring row's generation).
+// Epoch orders rings (the ring row's generation): 2v-1 while Moving, 2v when Stable.
 func (r Ring) Epoch() int64 {
 	if r.Phase == RingMoving {
 		return 2*r.Version - 1
@@ -215,8 +212,7 @@ func decodeHome(id, body string) (Ring, error) {
 	return joined, nil
 }
 
-// validate checks sorted, distinct, valid IDs and that a Moving ring's
-// previous homes are a proper subset of its homes.
+// validate checks sorted, distinct, valid IDs; a Moving ring's Previous is a proper subset of Homes.
 func (r Ring) validate() error {
 	moving := r.Phase == RingMoving
 	switch err := checkIDs(r.Homes); {

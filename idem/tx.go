@@ -8,8 +8,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// ErrTxNotCommitted wraps the cause when CompleteTx's batch failed other
-// than by the fence (nothing committed unless the failure was ambiguous).
+// ErrTxNotCommitted wraps why CompleteTx's batch failed other than by the fence.
 var ErrTxNotCommitted = errors.New("idem: the mutation was not committed")
 
 // CompleteTx is Complete with the caller's statements committed in the same
