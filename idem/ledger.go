@@ -422,11 +422,10 @@ func (l *Ledger) completionState(ctx context.Context, h *home, r *Reservation, w
 	return rowOther, nil
 }
 
-// writeContext bounds ctx by deadline and by the last moment r's owner may
-// write, the claim + Retention - TTL - RetentionMargin/2 by the monotonic
-// clock and an injected Clock, past which ErrReservationExpired: until then
-// the sweep cannot delete the row (a write sets updated_at at most TTL + 1ms
-// back) and restart the key at generation 1 before the write lands.
+// writeContext bounds ctx by deadline and by the last moment r's owner may write, the claim +
+// Retention - TTL - RetentionMargin/2 by the monotonic clock and an injected Clock (then
+// ErrReservationExpired): till then the sweep cannot delete the row (a write sets updated_at
+// at most TTL + 1ms back) and restart the key at generation 1 before the write lands.
 func (l *Ledger) writeContext(ctx context.Context, r *Reservation, deadline time.Time) (context.Context, context.CancelFunc, error) {
 	window := l.cfg.Retention - l.cfg.TTL - RetentionMargin/2
 	limit := r.acquired.Add(window)

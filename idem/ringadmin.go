@@ -183,9 +183,8 @@ func (a *Admin) joinAll(ctx context.Context, st *RingStatus, ids []string, r Rin
 	return errors.Join(a.atEach(ctx, st, ids, func(h *home) HomeRing { return a.write(ctx, h, r, false) })...)
 }
 
-// record writes r first at coordinator, which decides between racing
-// operators, then at every other database of r that lacks it or its
-// identity, updating st.
+// record writes r first at coordinator, which decides between racing operators, then at every
+// other database of r that lacks it or its identity, updating st.
 func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, r Ring) error {
 	first := a.write(ctx, a.l.shards.homes[coordinator], r, true)
 	*st.home(coordinator) = first
@@ -209,10 +208,8 @@ func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, 
 	return err
 }
 
-// InitRing records the first ring, version 1 Stable, over every database
-// given to NewSharded, which must hold the schema and no ring (and, if
-// several, no key). If it fails once the ring is recorded somewhere,
-// AdvanceRing finishes it.
+// InitRing records the first ring, version 1 Stable, over every database given to NewSharded
+// (each with the schema, no ring and, if several, no key); AdvanceRing finishes a failed one.
 func (a *Admin) InitRing(ctx context.Context) (RingStatus, error) {
 	st, err := a.RingStatus(ctx)
 	if err != nil {
@@ -237,10 +234,9 @@ func (a *Admin) InitRing(ctx context.Context) (RingStatus, error) {
 	return st, a.record(ctx, &st, ids[0], r)
 }
 
-// Grow records the next version of the Stable, fully recorded ring, Moving,
-// adding the databases with these IDs (empty, and given to every replica):
-// the principals they win have their new keys there, their old keys answered
-// from their old homes until AdvanceRing after DropAt (docs/sharding.md).
+// Grow records the next version of the Stable, fully recorded ring, Moving, adding the databases
+// with these IDs (empty, given to every replica): the principals they win have their new keys
+// there, their old ones at their old homes until AdvanceRing after DropAt (docs/sharding.md).
 func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 	st, err := a.RingStatus(ctx)
 	if err != nil {

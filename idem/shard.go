@@ -64,10 +64,9 @@ type expect struct {
 	digest string
 }
 
-// NewSharded returns a Ledger spanning several D1 databases, each principal's
-// keys in the one the recorded ring routes it to (docs/sharding.md). Every
-// database must hold the schema, and a ring be recorded (Admin.InitRing)
-// before the first request. homes may include databases the ring lacks.
+// NewSharded returns a Ledger spanning several D1 databases, each principal's keys in the one
+// the recorded ring routes it to (docs/sharding.md). Each must hold the schema, and a ring be
+// recorded (Admin.InitRing) before the first request; homes may hold databases the ring lacks.
 func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
 	if len(homes) == 0 {
 		return nil, errors.New("idem: NewSharded: no homes")
@@ -352,12 +351,10 @@ func (l *Ledger) beginSharded(ctx context.Context, principal, key, fingerprint s
 	return Decision{}, fmt.Errorf("idem: claim: %w", ErrRingUnsettled)
 }
 
-// beginRouted runs round trip 1 by route rt at hs (homesFor). A moved
-// principal's old home is read first: if it has not recorded rt, the key is
-// claimed there behind the predecessor's guard; else answered from there or,
-// absent or a stale reservation of this request (deleted, fenced), claimed
-// at the new home. Once the old home records rt nothing claims a moved key
-// there, so absent stays absent (docs/sharding.md).
+// beginRouted runs round trip 1 by route rt at hs (homesFor). A moved principal's old home is read
+// first: if it lacks rt, the key is claimed there behind the predecessor's guard; else answered
+// from there or, absent or a stale reservation of this request (deleted, fenced), claimed at the
+// new home. Once the old home records rt nothing claims a moved key there (docs/sharding.md).
 func (l *Ledger) beginRouted(ctx context.Context, rt *route, hs []*home, principal, key, fingerprint string) (Decision, error) {
 	oh, nh := hs[0], hs[len(hs)-1]
 	if len(hs) == 1 {
