@@ -100,16 +100,14 @@ const (
 
 func (a *Admin) scan(row d1client.Row, detail bool) (KeyRecord, error) {
 	var k KeyRecord
-	var status string
 	var created, updated, now int64
-	dst := []any{&k.Principal, &k.Key, &k.Fingerprint, &status, &k.Generation, &created, &updated, &k.ResponseStatus, &now}
+	dst := []any{&k.Principal, &k.Key, &k.Fingerprint, (*string)(&k.Status), &k.Generation, &created, &updated, &k.ResponseStatus, &now}
 	if detail {
 		dst = append(dst, &k.ResponseHeaders, &k.ResponseBody)
 	}
 	if err := row.Scan(dst...); err != nil {
 		return k, fmt.Errorf("idem: reading a row: %w", err)
 	}
-	k.Status = Status(status)
 	k.CreatedAt, k.UpdatedAt, k.AsOf = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC(), time.UnixMilli(now).UTC()
 	k.Stuck = k.Status == StatusPending && updated < now-a.l.cfg.TTL.Milliseconds()
 	return k, nil
