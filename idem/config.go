@@ -26,8 +26,7 @@ const (
 	// RetentionMargin is how much the retention must exceed MaxLease + TTL,
 	// so an owner cancelled at MaxLease completes before its row is swept.
 	RetentionMargin = time.Minute
-	// MaxSweepBatch is the largest Config.SweepBatch.
-	MaxSweepBatch = 1000
+	MaxSweepBatch   = 1000 // the largest Config.SweepBatch
 )
 
 // Limits of the configuration, as Config documents them.

@@ -13,8 +13,7 @@ var (
 	// ErrLeaseLost: the reservation is no longer ours, or no heartbeat
 	// reached D1 for a TTL. Another owner may run the same mutation.
 	ErrLeaseLost = errors.New("idem: lease lost: the reservation is no longer held")
-	// ErrMaxLease: the handler ran longer than Config.MaxLease.
-	ErrMaxLease = errors.New("idem: maximum lease duration exceeded")
+	ErrMaxLease  = errors.New("idem: maximum lease duration exceeded") // beyond Config.MaxLease
 )
 
 // heartbeat renews r's lease every Config.Heartbeat until beat ends, cancelling ctx if it is lost.

@@ -27,10 +27,8 @@ type RingPhase string
 
 // The phases of a ring (see Admin.Grow and Admin.AdvanceRing).
 const (
-	// RingStable: every principal's keys are at Ring.Home(principal).
-	RingStable RingPhase = "stable"
-	// RingMoving: a moved principal's existing keys stay at its old home, read first.
-	RingMoving RingPhase = "moving"
+	RingStable RingPhase = "stable" // every principal's keys are at Ring.Home(principal)
+	RingMoving RingPhase = "moving" // a moved principal's existing keys stay at its old home, read first
 )
 
 // Ring is the versioned set of databases a sharded ledger spans, recorded in each; see Rendezvous.
