@@ -234,9 +234,8 @@ type ReleaseResult struct {
 	Generation int64     // the row's generation now
 }
 
-// Release releases one key at the given generation as Ledger.Release does;
-// without Force, only if it is stuck. Released is false, and Before says why,
-// when the row is at another generation, completed, or not stuck.
+// Release releases a key at the given generation as Ledger.Release does (without Force, only if
+// stuck); if not, Released is false and Before says why (another generation, completed, not stuck).
 func (a *Admin) Release(ctx context.Context, principal, key string, generation int64, opts ReleaseOptions) (ReleaseResult, error) {
 	mode := releaseStuck
 	if opts.Force {

@@ -70,8 +70,7 @@ type Config struct {
 	// Clock, if set, supplies the ledger's timestamps, as the spec's
 	// Date.now(). nil means D1's own clock: one clock for every instance.
 	Clock func() time.Time
-	// Heartbeat is how often Hold renews a lease. 1ms up to the TTL; default
-	// TTL/3; negative disables heartbeats.
+	// Heartbeat is how often Hold renews a lease: 1ms up to the TTL; default TTL/3; negative: never.
 	Heartbeat time.Duration
 	// MaxLease bounds how long heartbeats keep a reservation alive. The TTL
 	// to 7 days; default 10 minutes, or the TTL if longer.

@@ -26,9 +26,8 @@ const (
 	hashPrefix          = 12                     // hex digits of a SHA-256 shown in logs
 )
 
-// Ledger is the spec's claim-before-mutate ledger on D1, safe for concurrent
-// use. A first execution costs 2 D1 calls (Begin, Complete); a replay, a
-// reuse or an in-progress answer 1.
+// Ledger is the spec's claim-before-mutate ledger on D1, safe for concurrent use. A first
+// execution costs 2 D1 calls (Begin, Complete); a replay, reuse or in-progress answer 1.
 type Ledger struct {
 	cfg Config
 	sql ledgerSQL
@@ -158,8 +157,7 @@ var (
 	ErrInvalidPrincipal = errors.New("idem: invalid principal") // not UTF-8, or too long
 )
 
-// ValidPrincipal reports whether the ledger can hold principal p: 1 to
-// MaxPrincipalLength bytes of valid UTF-8 (Ledger.Begin refuses any other).
+// ValidPrincipal reports whether Begin accepts principal p: 1 to MaxPrincipalLength bytes of UTF-8.
 func ValidPrincipal(p string) bool { return checkPrincipal(p) == nil }
 
 func checkPrincipal(p string) error {

@@ -99,8 +99,7 @@ func (l *Ledger) normalize(resp Response) (Response, string, *string) {
 	return resp, headersJSON, &body
 }
 
-// captureHeaders encodes response_headers as a Worker does: the replayable
-// headers present, in allowlist order, with HeaderValue's values.
+// captureHeaders encodes response_headers as a Worker does: replayable headers present, in order.
 func captureHeaders(h http.Header, names []string) string {
 	b := []byte{'{'}
 	for _, name := range names {

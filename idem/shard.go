@@ -15,9 +15,8 @@ import (
 
 // Home is one D1 database of a sharded ledger.
 type Home struct {
-	// ID names the database in the ring and routes principals (Rendezvous):
-	// the same in every replica, forever. 1 to 255 bytes of UTF-8 without
-	// control characters; "" for the database ID of a *d1client.Client.
+	// ID names the database in the ring and routes principals, the same in every replica, forever:
+	// 1 to 255 bytes of UTF-8 without control characters; "" for a *d1client.Client's database ID.
 	ID string
 	DB d1client.Executor
 }
@@ -120,8 +119,7 @@ func (l *Ledger) ringBy(ctx context.Context, get func(*shards, context.Context, 
 	return rt.Ring, nil
 }
 
-// current returns the route, loading it (one load at a time) on first use
-// and, after a refusal, once reloadBackoff has passed.
+// current returns the route, loading it (one load at a time) if absent or reloadBackoff after a refusal.
 func (s *shards) current(ctx context.Context, l *Ledger) (*route, error) {
 	if rt, err := s.cached(); rt != nil || err != nil {
 		return rt, err

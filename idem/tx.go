@@ -11,10 +11,9 @@ import (
 // ErrTxNotCommitted wraps why CompleteTx's batch failed other than by the fence.
 var ErrTxNotCommitted = errors.New("idem: the mutation was not committed")
 
-// CompleteTx is Complete with the caller's statements committed in the same
-// batch behind a fence guard: fenced out, nothing is committed and Stored is
-// false. The statements must not fail by design (use INSERT ... ON CONFLICT);
-// if the batch fails, the reservation is released so the client may retry.
+// CompleteTx is Complete with the caller's statements in the same batch behind a fence guard:
+// fenced out, nothing is committed and Stored is false. The statements must not fail by design
+// (use INSERT ... ON CONFLICT); if the batch fails, the reservation is released for a retry.
 func (l *Ledger) CompleteTx(ctx context.Context, r *Reservation, resp Response, stmts []d1client.Statement) (done Completion, err error) {
 	defer l.completed(r, &done, &err)
 	w := l.prepare(r, resp)
