@@ -12,8 +12,7 @@ import (
 	"unicode/utf8"
 )
 
-// The reserved rows of a sharded ledger, under the empty principal (which no
-// request can address): the database's ring and its home ID; their formats.
+// The reserved rows (under the empty principal, which no request can address) and their formats.
 const (
 	ringKey    = "d1idem:ring"
 	homeKey    = "d1idem:home"
