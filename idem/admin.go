@@ -18,8 +18,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// Status is the status of a ledger row: one of the spec's two, or any string
-// something else wrote.
+// Status is a ledger row's status: one of the spec's two, or anything else.
 type Status string
 
 // The spec's statuses.
@@ -39,8 +38,7 @@ func ParseStatus(s string) (Status, error) {
 	return "", fmt.Errorf("idem: %q is not a status: use %s or %s", s, StatusPending, StatusCompleted)
 }
 
-// Admin is the ledger's administrative API, which the d1idem CLI is built on;
-// it uses its Ledger's clock, TTL and retention.
+// Admin is the ledger's administrative API, which the d1idem CLI is built on.
 type Admin struct{ l *Ledger }
 
 // Admin returns the ledger's administrative API.
@@ -67,8 +65,7 @@ type KeyRecord struct {
 	Generation  int64 // the fencing token
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
-	// The stored response (nil when NULL); headers (a JSON object) and body
-	// are read by Get only.
+	// The stored response (nil when NULL); headers (JSON) and body by Get only.
 	ResponseStatus  *int64
 	ResponseHeaders *string
 	ResponseBody    *string
@@ -103,16 +100,14 @@ const (
 
 func (a *Admin) scan(row d1client.Row, detail bool) (KeyRecord, error) {
 	var k KeyRecord
-	var status string
 	var created, updated, now int64
-	dst := []any{&k.Principal, &k.Key, &k.Fingerprint, &status, &k.Generation, &created, &updated, &k.ResponseStatus, &now}
+	dst := []any{&k.Principal, &k.Key, &k.Fingerprint, (*string)(&k.Status), &k.Generation, &created, &updated, &k.ResponseStatus, &now}
 	if detail {
 		dst = append(dst, &k.ResponseHeaders, &k.ResponseBody)
 	}
 	if err := row.Scan(dst...); err != nil {
 		return k, fmt.Errorf("idem: reading a row: %w", err)
 	}
-	k.Status = Status(status)
 	k.CreatedAt, k.UpdatedAt, k.AsOf = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC(), time.UnixMilli(now).UTC()
 	k.Stuck = k.Status == StatusPending && updated < now-a.l.cfg.TTL.Milliseconds()
 	return k, nil
@@ -138,8 +133,7 @@ func (a *Admin) Get(ctx context.Context, principal, key string) (KeyRecord, erro
 	return k, err
 }
 
-// find reads a key's row (with detail, its response) where it is, in one
-// batch with more, and returns it and the results of more.
+// find reads a key's row (with detail, its response), and more's results.
 func (a *Admin) find(ctx context.Context, op, principal, key string, detail bool, more ...d1client.Statement) (KeyRecord, []d1client.Result, error) {
 	if err := checkPrincipal(principal); err != nil {
 		return KeyRecord{}, nil, err
@@ -161,11 +155,8 @@ type ListOptions struct {
 	Principal string        // only this principal's keys; "" for all
 	Status    Status        // only keys with this status; "" for all
 	OlderThan time.Duration // only keys last updated longer ago; 0 for any
-	// Limit bounds the page: 1 to MaxListLimit; 0 means DefaultListLimit.
-	Limit int
-	// Cursor is a page's NextCursor, to continue after it (with the same
-	// filters); "" starts at the beginning.
-	Cursor string
+	Limit     int           // 1 to MaxListLimit; 0 means DefaultListLimit
+	Cursor    string        // a page's NextCursor, to continue after it (same filters)
 }
 
 // KeyPage is one page of Admin.List.
@@ -174,16 +165,13 @@ type KeyPage struct {
 	NextCursor string // continues with the next page; "" on the last one
 }
 
-// List returns rows, without their stored responses, from every database of
-// the ledger, by last update, principal and key, in keyset-paginated pages
-// (stable while rows change).
+// List pages through every database's rows (no responses) by last update, principal and key.
 func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 	limit := cmp.Or(opts.Limit, DefaultListLimit)
 	if limit < 1 || limit > MaxListLimit {
 		return KeyPage{}, fmt.Errorf("idem: limit %d is out of range: use 1 to %d", limit, MaxListLimit)
 	}
-	if opts.Status != "" && !opts.Status.Valid() {
-		_, err := ParseStatus(string(opts.Status))
+	if _, err := ParseStatus(string(opts.Status)); opts.Status != "" && err != nil {
 		return KeyPage{}, err
 	}
 	if opts.OlderThan < 0 {
@@ -234,9 +222,8 @@ func (a *Admin) List(ctx context.Context, opts ListOptions) (KeyPage, error) {
 
 // ReleaseOptions adjusts Admin.Release.
 type ReleaseOptions struct {
-	// Force also releases a pending row updated within the TTL (its owner
-	// is fenced out), and a completed row, whose response is forgotten: the
-	// next request with its fingerprint executes again.
+	// Force also releases a pending row updated within the TTL (fencing out
+	// its owner), and a completed row, forgetting its response.
 	Force bool
 }
 
@@ -247,10 +234,8 @@ type ReleaseResult struct {
 	Generation int64     // the row's generation now
 }
 
-// Release releases one key at the given generation as Ledger.Release does,
-// so that the next request with its fingerprint takes it over at once; without
-// Force, only if it is stuck. Released is false, and Before says why, when the
-// row is at another generation, completed, or not stuck.
+// Release releases a key at the given generation as Ledger.Release does (without Force, only if
+// stuck); if not, Released is false and Before says why (another generation, completed, not stuck).
 func (a *Admin) Release(ctx context.Context, principal, key string, generation int64, opts ReleaseOptions) (ReleaseResult, error) {
 	mode := releaseStuck
 	if opts.Force {
@@ -270,8 +255,7 @@ func (a *Admin) Release(ctx context.Context, principal, key string, generation i
 	return out, nil
 }
 
-// Sweep runs the request path's sweep once in each database (up to SweepBatch
-// rows) and returns how many rows it deleted.
+// Sweep runs the request path's sweep once in each database and counts the rows deleted.
 func (a *Admin) Sweep(ctx context.Context) (int64, error) {
 	l := a.l
 	res, err := a.at(ctx, "", l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now()))
@@ -322,9 +306,8 @@ type Stats struct {
 	AsOf         time.Time        // the ledger clock's time of the read
 }
 
-// Stats summarises the ledger (totals over the databases) in one read-only
-// D1 call per database, billed for reading the whole table, and records each
-// database's counts in the gauges of docs/observability.md.
+// Stats totals the ledger's databases, one read-only D1 call each (billed for the whole table),
+// and records each one's counts in the gauges of docs/observability.md.
 func (a *Admin) Stats(ctx context.Context) (Stats, error) {
 	per, err := a.HomeStats(ctx)
 	if err != nil {
@@ -431,14 +414,12 @@ func (a *Admin) statsAt(ctx context.Context, h *home) (Stats, error) {
 	return out, nil
 }
 
-// compareKeys orders rows as List does (SQLite's BINARY collation compares
-// bytes, as Go compares strings).
+// compareKeys orders rows as List does (BINARY collation: bytes, as in Go).
 func compareKeys(a, b KeyRecord) int {
 	return cmp.Or(a.UpdatedAt.Compare(b.UpdatedAt), cmp.Compare(a.Principal, b.Principal), cmp.Compare(a.Key, b.Key))
 }
 
-// eachHome runs fn for each home at once; the error joins each failure,
-// named by its home.
+// eachHome runs fn at each home at once; the error joins their failures.
 func eachHome[T any](ctx context.Context, hs []*home, fn func(ctx context.Context, h *home) (T, error)) ([]T, error) {
 	out := make([]T, len(hs))
 	errs := make([]error, len(hs))
@@ -459,8 +440,7 @@ func eachHome[T any](ctx context.Context, hs []*home, fn func(ctx context.Contex
 	return out, errors.Join(errs...)
 }
 
-// at runs stmts, as one idempotent call, at once at each of homesFor's
-// databases.
+// at runs stmts as one idempotent call at each of homesFor's databases.
 func (a *Admin) at(ctx context.Context, principal string, stmts ...d1client.Statement) ([][]d1client.Result, error) {
 	hs, _, err := a.l.homesFor(ctx, principal)
 	if err != nil {

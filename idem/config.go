@@ -23,27 +23,23 @@ const (
 )
 
 const (
-	// RetentionMargin is how much longer than MaxLease + TTL the retention
-	// must be, so that an owner cancelled at MaxLease still completes before
-	// the sweep may delete its row.
+	// RetentionMargin is how much the retention must exceed MaxLease + TTL,
+	// so an owner cancelled at MaxLease completes before its row is swept.
 	RetentionMargin = time.Minute
-	// MaxSweepBatch is the largest Config.SweepBatch.
-	MaxSweepBatch = 1000
+	MaxSweepBatch   = 1000 // the largest Config.SweepBatch
 )
 
 // Limits of the configuration, as Config documents them.
 const (
-	minTTL               = 10 * time.Millisecond
-	maxTTL               = 24 * time.Hour
-	maxMaxLease          = 7 * 24 * time.Hour
-	maxRetention         = 10 * 365 * 24 * time.Hour
-	maxSweepInterval     = 24 * time.Hour
-	maxStoredBody        = 1 << 20
-	defaultRenewFraction = 3 // heartbeat every TTL/3
+	minTTL           = 10 * time.Millisecond
+	maxTTL           = 24 * time.Hour
+	maxMaxLease      = 7 * 24 * time.Hour
+	maxRetention     = 10 * 365 * 24 * time.Hour
+	maxSweepInterval = 24 * time.Hour
+	maxStoredBody    = 1 << 20
 )
 
-// DefaultFingerprintHeaders and DefaultReplayableHeaders are the spec's
-// FINGERPRINT_HEADERS and REPLAYABLE_HEADERS.
+// The spec's FINGERPRINT_HEADERS and REPLAYABLE_HEADERS.
 var (
 	DefaultFingerprintHeaders = []string{"content-type", "x-api-version"}
 	DefaultReplayableHeaders  = []string{"content-type", "location"}
@@ -67,24 +63,21 @@ type Config struct {
 	// the spec's sentinel. 1 to 1 MiB; default 16,384.
 	MaxStoredBody int
 	// FingerprintHeaders are the request headers fingerprinted, in order.
-	// Default content-type, x-api-version.
 	FingerprintHeaders []string
 	// ReplayableHeaders are the response headers stored and replayed, in
-	// order. Default content-type, location. set-cookie is refused.
+	// order; set-cookie and other per-response headers are refused.
 	ReplayableHeaders []string
 	// Clock, if set, supplies the ledger's timestamps, as the spec's
 	// Date.now(). nil means D1's own clock: one clock for every instance.
 	Clock func() time.Time
-	// Heartbeat is how often Hold renews a lease. 1ms up to the TTL; default
-	// TTL/3; negative disables heartbeats.
+	// Heartbeat is how often Hold renews a lease: 1ms up to the TTL; default TTL/3; negative: never.
 	Heartbeat time.Duration
 	// MaxLease bounds how long heartbeats keep a reservation alive. The TTL
 	// to 7 days; default 10 minutes, or the TTL if longer.
 	MaxLease time.Duration
 	Logger   *slog.Logger // nil means slog.Default()
 	// MeterProvider receives the ledger's and idemhttp's metrics, and
-	// TracerProvider idemhttp's spans (docs/observability.md). nil means
-	// otel's global providers.
+	// TracerProvider idemhttp's spans; nil means otel's global ones.
 	MeterProvider  metric.MeterProvider
 	TracerProvider trace.TracerProvider
 }
@@ -103,7 +96,7 @@ func (e *ConfigError) Error() string {
 // withDefaults fills in the zero fields and checks every field, in order.
 func (c Config) withDefaults() (Config, error) {
 	c.TTL = cmp.Or(c.TTL, DefaultTTL)
-	c.Heartbeat = cmp.Or(c.Heartbeat, c.TTL/defaultRenewFraction)
+	c.Heartbeat = cmp.Or(c.Heartbeat, c.TTL/3)
 	c.MaxLease = cmp.Or(c.MaxLease, max(DefaultMaxLease, c.TTL))
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	c.SweepBatch = cmp.Or(c.SweepBatch, DefaultSweepBatch)
@@ -147,15 +140,13 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// neverReplayed are response headers that are connection-scoped, computed
-// per response, or unsafe to hand to another request.
+// neverReplayed are response headers scoped to a connection or response, or unsafe to share.
 var neverReplayed = map[string]bool{
 	"set-cookie": true, "content-length": true, "transfer-encoding": true, "connection": true,
 	"keep-alive": true, "date": true, "trailer": true, "upgrade": true, "idempotent-replayed": true,
 }
 
-// lowerNames returns the header names in lower case, or def's when names is
-// nil, checking that each is an RFC 9110 token.
+// lowerNames lower-cases names (def's if nil), checking each is an RFC 9110 token.
 func lowerNames(field string, names, def []string) ([]string, error) {
 	if names == nil {
 		names = def

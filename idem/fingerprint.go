@@ -12,16 +12,14 @@ import (
 // MaxKeyLength is the longest Idempotency-Key accepted.
 const MaxKeyLength = 255
 
-// ValidKey reports whether key matches ^[\x20-\x7e]{1,255}$
-// (docs/contract.md#2-key).
+// ValidKey reports whether key matches ^[\x20-\x7e]{1,255}$ (docs/contract.md#2-key).
 func ValidKey(key string) bool {
 	unprintable := func(c rune) bool { return c < 0x20 || c > 0x7e }
 	return len(key) > 0 && len(key) <= MaxKeyLength && strings.IndexFunc(key, unprintable) < 0
 }
 
-// HeaderValue returns what a Worker's Headers.get(name) returns for h: every
-// value of the field, trimmed of HTTP whitespace, joined by ", " and decoded
-// as UTF-8 the way workerd decodes header bytes; "" when the field is absent.
+// HeaderValue returns what a Worker's Headers.get(name) returns for h: the field's values trimmed of
+// HTTP whitespace, joined by ", " and decoded as UTF-8 as workerd does; "" when the field is absent.
 func HeaderValue(h http.Header, name string) string {
 	values := h.Values(name)
 	if len(values) == 1 {
@@ -36,9 +34,8 @@ func HeaderValue(h http.Header, name string) string {
 
 const httpWhitespace = "\t\n\r "
 
-// decodeUTF8 decodes s as the WHATWG UTF-8 decoder does: each maximal
-// ill-formed subsequence (the longest prefix of a valid sequence, or a stray
-// byte) becomes one U+FFFD.
+// decodeUTF8 decodes s as the WHATWG UTF-8 decoder does: each maximal ill-formed subsequence (a
+// valid sequence's longest prefix, or a stray byte) becomes one U+FFFD.
 func decodeUTF8(s string) string {
 	if utf8.ValidString(s) {
 		return s
@@ -60,15 +57,13 @@ func decodeUTF8(s string) string {
 	return b.String()
 }
 
-// Fingerprint computes a request's fingerprint (docs/contract.md#3-fingerprint)
-// byte for byte as a Worker running the spec does: the lowercase hex SHA-256
-// of
+// Fingerprint computes a request's fingerprint (docs/contract.md#3-fingerprint) as a Worker running
+// the spec does, byte for byte: the lowercase hex SHA-256 of
 //
 //	METHOD "\n" pathAndQuery "\n" name1 ":" value1 "\n" ... nameN ":" valueN "\n" body
 //
-// where METHOD is upper-cased, each name is one of headerNames (lower-case,
-// in order) with its value as HeaderValue gives it, and body is streamed into
-// the hash as raw bytes. PathAndQuery derives pathAndQuery from a request.
+// where METHOD is upper-cased, each name is one of headerNames (lower-case, in order) with its value
+// as HeaderValue gives it, and body is streamed in as raw bytes. PathAndQuery derives pathAndQuery.
 func Fingerprint(method, pathAndQuery string, header http.Header, headerNames []string, body io.Reader) (string, error) {
 	fields := make([]string, len(headerNames))
 	for i, name := range headerNames {
@@ -84,10 +79,9 @@ func Fingerprint(method, pathAndQuery string, header http.Header, headerNames []
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// PathAndQuery returns url.pathname + url.search as a Worker computes them
-// from the request target (r.RequestURI) with the WHATWG URL parser: no
-// fragment or empty query, dot segments resolved, "\" a separator, bytes
-// outside the URL code points percent-encoded, all else kept as sent.
+// PathAndQuery returns url.pathname + url.search as a Worker's WHATWG URL parser computes them from
+// r.RequestURI: no fragment or empty query, dot segments resolved, "\" a separator, bytes outside
+// the URL code points percent-encoded, all else kept as sent.
 func PathAndQuery(r *http.Request) string {
 	target := r.RequestURI
 	if target == "" && r.URL != nil {
@@ -96,8 +90,7 @@ func PathAndQuery(r *http.Request) string {
 	return normalizeTarget(target)
 }
 
-// The bytes percent-encoded in the path and the query, besides controls,
-// space and non-ASCII.
+// Bytes percent-encoded in the path and the query, besides controls, space and non-ASCII.
 const (
 	pathEscapes  = "\"#<>?`{}"
 	queryEscapes = "\"#<>'"

@@ -13,15 +13,13 @@ var (
 	// ErrLeaseLost: the reservation is no longer ours, or no heartbeat
 	// reached D1 for a TTL. Another owner may run the same mutation.
 	ErrLeaseLost = errors.New("idem: lease lost: the reservation is no longer held")
-	// ErrMaxLease: the handler ran longer than Config.MaxLease.
-	ErrMaxLease = errors.New("idem: maximum lease duration exceeded")
+	ErrMaxLease  = errors.New("idem: maximum lease duration exceeded") // beyond Config.MaxLease
 )
 
-// heartbeat renews r's lease every Config.Heartbeat until beat ends. When
-// the lease is lost it logs why and cancels the handler's context ctx.
+// heartbeat renews r's lease every Config.Heartbeat until beat ends, cancelling ctx if it is lost.
 func (l *Ledger) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, beat context.Context, r *Reservation) {
 	lose := func(cause string, err error, msg string, attrs ...slog.Attr) {
-		l.log().LogAttrs(ctx, slog.LevelError, msg, append(logAttrs(r), attrs...)...)
+		l.log().LogAttrs(ctx, slog.LevelError, msg, append(r.LogValue().Group(), attrs...)...)
 		l.tel.add(l.tel.lost, 1, attrLeaseCause.String(cause))
 		cancel(err)
 	}
@@ -61,14 +59,14 @@ func (l *Ledger) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 			return
 		default:
 			l.log().LogAttrs(ctx, slog.LevelWarn, "idem: heartbeat failed; retrying at the next beat",
-				append(logAttrs(r), slog.String("error", err.Error()))...)
+				append(r.LogValue().Group(), slog.String("error", err.Error()))...)
 		}
 	}
 }
 
 // Hold runs fn, an Execute decision's mutation, while heartbeats keep r's
-// lease alive; fn's context is cancelled with cause ErrLeaseLost or
-// ErrMaxLease if the lease is lost. Heartbeats stop before Hold returns.
+// lease alive; if it is lost, fn's context is cancelled with cause
+// ErrLeaseLost or ErrMaxLease. Heartbeats stop before Hold returns.
 func (l *Ledger) Hold(ctx context.Context, r *Reservation, fn func(ctx context.Context) error) error {
 	hctx, cancel := context.WithCancelCause(ctx)
 	beat, end := context.WithCancel(context.WithoutCancel(ctx))

@@ -26,9 +26,8 @@ const (
 	hashPrefix          = 12                     // hex digits of a SHA-256 shown in logs
 )
 
-// Ledger is the spec's claim-before-mutate ledger on D1, safe for concurrent
-// use. A first execution costs 2 D1 calls (Begin, Complete); a replay, a
-// reuse or an in-progress answer 1.
+// Ledger is the spec's claim-before-mutate ledger on D1, safe for concurrent use. A first
+// execution costs 2 D1 calls (Begin, Complete); a replay, reuse or in-progress answer 1.
 type Ledger struct {
 	cfg Config
 	sql ledgerSQL
@@ -49,8 +48,7 @@ type home struct {
 	lastSweep time.Time // when the last sweep was sent; zero: sweep next
 }
 
-// New returns a Ledger that keeps its rows in db, usually a
-// *d1client.Client, whose table must exist (d1idem.Schema).
+// New returns a Ledger keeping its rows in db, whose table must exist (d1idem.Schema).
 func New(db d1client.Executor, cfg Config) (*Ledger, error) {
 	if db == nil {
 		return nil, errors.New("idem: nil D1 client")
@@ -73,8 +71,7 @@ func databaseID(db d1client.Executor) string {
 
 func (l *Ledger) log() *slog.Logger { return cmp.Or(l.cfg.Logger, slog.Default()) }
 
-// Config returns the ledger's configuration with defaults filled in; its
-// header lists are copies.
+// Config returns the ledger's configuration with defaults filled in (header lists copied).
 func (l *Ledger) Config() Config {
 	c := l.cfg
 	c.FingerprintHeaders = slices.Clone(c.FingerprintHeaders)
@@ -113,8 +110,7 @@ type Decision struct {
 }
 
 // Reservation is the right to execute one request's mutation: the
-// principal's key at one generation of the fencing token. Only Begin makes
-// one.
+// principal's key at one generation of the fencing token, made by Begin.
 type Reservation struct {
 	Principal   string
 	Key         string
@@ -136,19 +132,12 @@ func (l *Ledger) homeOf(r *Reservation) (*home, error) {
 	return nil, errors.New("idem: the reservation was not made by this ledger's Begin")
 }
 
-// leaseStart returns when the current lease began: the claim, or the last
-// successful renewal.
+// leaseStart returns when the claim or the last renewal began.
 func (r *Reservation) leaseStart() time.Time {
 	if r.renewed == nil {
 		return r.acquired
 	}
 	return r.acquired.Add(time.Duration(r.renewed.Load()))
-}
-
-func (r *Reservation) markRenewed(at time.Time) {
-	if r.renewed != nil {
-		r.renewed.Store(int64(at.Sub(r.acquired)))
-	}
 }
 
 // Response is an HTTP response as the ledger stores and replays it.
@@ -161,15 +150,14 @@ type Response struct {
 // MaxPrincipalLength is the longest principal the ledger accepts, in bytes.
 const MaxPrincipalLength = 1024
 
-// Errors of Begin for invalid arguments. No error includes the principal.
+// Errors of Begin for invalid arguments, none including the principal.
 var (
 	ErrNoPrincipal      = errors.New("idem: empty principal: derive it from the authenticated caller")
 	ErrInvalidKey       = errors.New("idem: Idempotency-Key must be 1-255 printable ASCII characters")
 	ErrInvalidPrincipal = errors.New("idem: invalid principal") // not UTF-8, or too long
 )
 
-// ValidPrincipal reports whether the ledger can hold principal p: 1 to
-// MaxPrincipalLength bytes of valid UTF-8 (Ledger.Begin refuses any other).
+// ValidPrincipal reports whether Begin accepts principal p: 1 to MaxPrincipalLength bytes of UTF-8.
 func ValidPrincipal(p string) bool { return checkPrincipal(p) == nil }
 
 func checkPrincipal(p string) error {
@@ -184,14 +172,12 @@ func checkPrincipal(p string) error {
 	return nil
 }
 
-// ErrReservationExpired is returned, and the write not sent, when an
-// owner's write could land after the sweep may have deleted its row, and so
-// match a later owner's row of the same generation.
+// ErrReservationExpired is returned, the write not sent, when it could land
+// after the sweep deleted its row and match a later owner's generation.
 var ErrReservationExpired = errors.New("idem: reservation expired: its row may have been swept and the key claimed again")
 
-// Begin runs round trip 1: one D1 batch that claims the key, or takes over
-// a stale pending reservation with the same fingerprint, and reads the row,
-// as the spec's claim, lookup and takeover in one transaction.
+// Begin runs round trip 1: one D1 batch that claims the key (or takes over
+// a stale pending reservation with the same fingerprint) and reads the row.
 func (l *Ledger) Begin(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
 	err := checkPrincipal(principal)
 	switch {
@@ -207,22 +193,19 @@ func (l *Ledger) Begin(ctx context.Context, principal, key, fingerprint string) 
 	return l.claimAt(ctx, l.single, nil, principal, key, fingerprint)
 }
 
-// claimAt runs round trip 1 at h, behind the ring guard if not nil.
-func (l *Ledger) claimAt(ctx context.Context, h *home, guard *d1client.Statement, principal, key, fingerprint string) (Decision, error) {
+// claimAt runs round trip 1 at h, after guard (the ring guard, if any).
+func (l *Ledger) claimAt(ctx context.Context, h *home, guard []d1client.Statement, principal, key, fingerprint string) (Decision, error) {
 	now := l.now()
 	stmts := l.sql.begin(principal, key, fingerprint, l.cfg.TTL, now)
 	if guard != nil {
-		stmts = append([]d1client.Statement{*guard}, stmts...)
+		stmts = append(guard, stmts...)
 	}
 	acquired := time.Now()
 	res, err := h.db.Exec(ctx, stmts, d1client.Coalesce(), opClaim)
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: claim: %w", err)
 	}
-	if guard != nil {
-		res = res[1:]
-	}
-	d, err := l.decide(res, principal, key, fingerprint, acquired)
+	d, err := l.decide(res[len(guard):], principal, key, fingerprint, acquired)
 	if d.Reservation != nil {
 		d.Reservation.clockAcquired = now
 		d.Reservation.home = h
@@ -233,8 +216,7 @@ func (l *Ledger) claimAt(ctx context.Context, h *home, guard *d1client.Statement
 	return d, err
 }
 
-// decide maps round trip 1's results (the claim, then the lookup) to the
-// outcome.
+// decide maps round trip 1's results (the claim, the lookup) to the outcome.
 func (l *Ledger) decide(res []d1client.Result, principal, key, fingerprint string, acquired time.Time) (Decision, error) {
 	if len(res[0].Rows) == 1 {
 		var gen int64
@@ -308,13 +290,11 @@ type Completion struct {
 	Sentinel bool     // Response is the sentinel, with only the replayable headers, as a replay
 }
 
-// Complete runs round trip 2: it stores the response if the reservation's
-// generation is current and the row pending (with a sweep when one is due),
-// retrying until the lease would expire. A response a replay could not
-// reproduce (a body over MaxStoredBody or not UTF-8, a status outside
-// 200-599) is stored as the spec's sentinel: status 500, no body. A fenced-out
-// completion is logged and has Stored false. On an error the caller should
-// still send Completion.Response, which is always set.
+// Complete runs round trip 2: it stores the response, fenced by generation
+// and status (with a due sweep), retrying until the lease would expire. A
+// response a replay could not reproduce (body over MaxStoredBody or not UTF-8,
+// status outside 200-599) is stored as the spec's sentinel, 500 with no body.
+// Fenced out, it logs and Stored is false. Send Completion.Response even on an error.
 func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (done Completion, err error) {
 	defer l.completed(r, &done, &err)
 	w := l.prepare(r, resp)
@@ -326,7 +306,7 @@ func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (d
 	return w.done, err // w.done as finish left it
 }
 
-// completed counts a completion, and measures the handler's time.
+// completed counts a completion and measures the handler's time.
 func (l *Ledger) completed(r *Reservation, done *Completion, err *error) {
 	l.tel.add(l.tel.completions, 1, attrCompletionResult.String(writeResult(done.Stored, *err, resStored, resFencedOut)))
 	if *err == nil && done.Stored && !r.acquired.IsZero() {
@@ -350,11 +330,9 @@ func (l *Ledger) prepare(r *Reservation, resp Response) completionWrite {
 	}
 }
 
-// finish sends a completion batch (and a sweep when one is due) and records
-// the outcome in w.done.
+// finish sends a completion batch (and a due sweep), recording it in w.done.
 func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1client.Statement, userStmts int, w *completionWrite) error {
-	// Retries stop when the lease would expire, but not within minCompletionWindow.
-	now := time.Now()
+	now := time.Now() // retries stop when the lease would expire, but get minCompletionWindow
 	ctx, cancel, err := l.writeContext(ctx, r, now.Add(max(r.leaseStart().Add(l.cfg.TTL).Sub(now), minCompletionWindow)))
 	if err != nil {
 		l.expired(ctx, r, "completion")
@@ -370,33 +348,27 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 		opts = append(opts, d1client.Coalesce())
 	}
 	res, err := h.db.Exec(ctx, stmts, opts...)
-	if err != nil {
-		if sweep {
-			h.sweepAgain()
+	if sweep && err != nil {
+		h.sweepAgain()
+	} else if sweep {
+		deleted := res[len(res)-1].Meta.Changes
+		if deleted >= int64(l.cfg.SweepBatch) {
+			h.sweepAgain() // a full batch: a backlog to clear
 		}
-		if userStmts == 0 || !errors.Is(err, d1client.ErrSQL) {
-			return fmt.Errorf("idem: completion: %w", err)
+		if deleted > 0 {
+			l.tel.add(l.tel.swept, deleted, attrSweepSource.String("completion"))
 		}
-		// The fence guard or a caller's statement aborted the batch: the
-		// row tells which.
-	} else {
-		if sweep {
-			deleted := res[len(res)-1].Meta.Changes
-			if deleted >= int64(l.cfg.SweepBatch) {
-				h.sweepAgain() // a full batch: a backlog to clear
-			}
-			if deleted > 0 {
-				l.tel.add(l.tel.swept, deleted, attrSweepSource.String("completion"))
-			}
-			res = res[:len(res)-1]
-		}
-		if len(res[len(res)-1].Rows) == 1 {
-			w.done.Stored = true
-			return nil
-		}
+		res = res[:len(res)-1]
 	}
-	// No row came back, or the batch aborted: an earlier attempt whose
-	// answer was lost may have stored our response at our generation.
+	switch {
+	case err == nil && len(res[len(res)-1].Rows) == 1:
+		w.done.Stored = true
+		return nil
+	case err != nil && (userStmts == 0 || !errors.Is(err, d1client.ErrSQL)):
+		return fmt.Errorf("idem: completion: %w", err)
+	}
+	// No row came back, or the fence guard or a caller's statement aborted the
+	// batch: an earlier attempt whose answer was lost may have stored ours.
 	st, lerr := l.completionState(ctx, h, r, w)
 	switch {
 	case lerr != nil:
@@ -410,7 +382,7 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 		return errors.New("idem: completion: the fenced update matched no row, yet the reservation is still pending")
 	default:
 		l.log().LogAttrs(ctx, slog.LevelError, "idem: fenced out: a takeover superseded this reservation; the mutation may have run twice unless it is repeatable (raise the TTL above the slowest mutation)",
-			append(logAttrs(r), slog.String("write", "completion"))...)
+			append(r.LogValue().Group(), slog.String("write", "completion"))...)
 	}
 	return nil
 }
@@ -431,32 +403,27 @@ func (l *Ledger) completionState(ctx context.Context, h *home, r *Reservation, w
 	if err != nil || len(res[0].Rows) == 0 {
 		return rowOther, err
 	}
-	var status string
-	var gen int64
-	var respStatus *int64
-	var body, headers *string
-	if err := res[0].Rows[0].Scan(&status, &gen, &respStatus, &body, &headers); err != nil {
+	var row storedRow
+	if err := res[0].Rows[0].Scan((*string)(&row.status), &row.generation, &row.responseStatus, &row.responseBody, &row.responseHeaders); err != nil {
 		return rowOther, err
 	}
+	status, body, headers := row.responseStatus, row.responseBody, row.responseHeaders
 	switch {
-	case gen != r.Generation:
+	case row.generation != r.Generation:
 		return rowOther, nil
-	case Status(status) == StatusPending:
+	case row.status == StatusPending:
 		return rowPending, nil
-	case respStatus != nil && *respStatus == int64(w.done.Response.Status) && equalNullable(body, w.body) && headers != nil && *headers == w.headers:
+	case status != nil && *status == int64(w.done.Response.Status) && headers != nil && *headers == w.headers &&
+		(body == w.body || body != nil && w.body != nil && *body == *w.body):
 		return rowOurs, nil
 	}
 	return rowOther, nil
 }
 
-func equalNullable(a, b *string) bool { return a == b || (a != nil && b != nil && *a == *b) }
-
-// writeContext returns ctx bounded by deadline and by the last moment a
-// write of r's owner may be sent, or ErrReservationExpired past it: the claim
-// plus Retention - TTL - RetentionMargin/2, by the local monotonic clock and
-// by an injected Clock. A write sets updated_at at most TTL + 1ms before its
-// time, so until then the sweep cannot delete the row (and the key restart
-// at generation 1) before the write lands.
+// writeContext bounds ctx by deadline and by the last moment r's owner may write, the claim +
+// Retention - TTL - RetentionMargin/2 by the monotonic clock and an injected Clock (then
+// ErrReservationExpired): till then the sweep cannot delete the row (a write sets updated_at
+// at most TTL + 1ms back) and restart the key at generation 1 before the write lands.
 func (l *Ledger) writeContext(ctx context.Context, r *Reservation, deadline time.Time) (context.Context, context.CancelFunc, error) {
 	window := l.cfg.Retention - l.cfg.TTL - RetentionMargin/2
 	limit := r.acquired.Add(window)
@@ -477,12 +444,11 @@ func (l *Ledger) writeContext(ctx context.Context, r *Reservation, deadline time
 
 func (l *Ledger) expired(ctx context.Context, r *Reservation, what string) {
 	l.log().LogAttrs(ctx, slog.LevelError, "idem: reservation expired: its owner outlived the retention window, so its write was not sent (its row may have been swept and the key claimed again)",
-		append(logAttrs(r), slog.String("write", what), slog.Duration("retention", l.cfg.Retention))...)
+		append(r.LogValue().Group(), slog.String("write", what), slog.Duration("retention", l.cfg.Retention))...)
 }
 
-// LogValue identifies the reservation in logs without its principal or full
-// key: principal_sha256 and key_sha256 (12 hex digits of their SHA-256), the
-// key's first characters, and the generation.
+// LogValue identifies the reservation without its principal or full key: principal_sha256 and
+// key_sha256 (12 hex digits of SHA-256), the key's first characters, and the generation.
 func (r *Reservation) LogValue() slog.Value {
 	key := r.Key
 	if len(key) > logKeyPrefix {
@@ -496,17 +462,13 @@ func (r *Reservation) LogValue() slog.Value {
 	)
 }
 
-// logAttrs identifies a reservation in logs: its LogValue's attributes.
-func logAttrs(r *Reservation) []slog.Attr { return r.LogValue().Group() }
-
 func shortHash(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])[:hashPrefix]
 }
 
-// Release gives up a pending reservation, fenced by generation and status,
-// so the client's retry takes it over at once, and reports whether it
-// released the row. The row moves one generation on; it is never deleted.
+// Release gives up a pending reservation, fenced, moving its row a generation on so the client's
+// retry takes it over at once; it reports whether it released the row.
 func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
 	stmt := l.sql.release(r.Principal, r.Key, r.Generation, l.cfg.TTL, releaseOwner, l.now())
 	ok, err := l.fencedWrite(ctx, r, "release", stmt, opRelease)
@@ -517,8 +479,7 @@ func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
 	return ok, err
 }
 
-// fencedWrite sends stmt, a write fenced by r's generation, and reports
-// whether it matched r's row.
+// fencedWrite sends stmt, fenced by r's generation, and reports if it matched.
 func (l *Ledger) fencedWrite(ctx context.Context, r *Reservation, what string, stmt d1client.Statement, op d1client.ExecOption) (bool, error) {
 	h, err := l.homeOf(r)
 	if err != nil {
@@ -537,8 +498,7 @@ func (l *Ledger) fencedWrite(ctx context.Context, r *Reservation, what string, s
 }
 
 // Lookup reads a key's row without claiming it and says what Begin would
-// answer other than Execute: Replay, Reused, InProgress (for any pending
-// row) or Retry (no row).
+// answer but Execute: Replay, Reused, InProgress (any pending row) or Retry.
 func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
 	res, err := l.findRow(ctx, principal, []d1client.Statement{l.sql.lookupRow(principal, key, l.now())}, d1client.Coalesce(), opLookup)
 	if err != nil {
@@ -547,20 +507,18 @@ func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string)
 	return l.decide([]d1client.Result{{}, res[0]}, principal, key, fingerprint, time.Time{})
 }
 
-// Renew extends a pending reservation's lease, fenced by generation and
-// status. False means the lease is lost.
+// Renew extends a pending reservation's lease, fenced; false: the lease is lost.
 func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
 	start := time.Now()
 	ok, err := l.fencedWrite(ctx, r, "renew", l.sql.renew(r, l.now()), opRenew)
-	if ok {
-		r.markRenewed(start)
+	if ok && r.renewed != nil {
+		r.renewed.Store(int64(start.Sub(r.acquired)))
 	}
 	l.tel.add(l.tel.renewals, 1, attrRenewalResult.String(writeResult(ok, err, resRenewed, resNotHeld)))
 	return ok, err
 }
 
-// sweepDue reports whether the next completion at h should carry a sweep,
-// and if so records that one is on its way.
+// sweepDue reports whether the next completion at h carries a sweep, recording it.
 func (h *home) sweepDue(interval time.Duration) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -8,8 +8,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// remedies maps errors (and, for SQL errors, a text they contain) to what an
-// operator should do about them.
+// remedies maps errors (SQL ones by a text they contain) to what an operator should do.
 var remedies = []struct {
 	err  error
 	text string
@@ -24,9 +23,8 @@ var remedies = []struct {
 	{d1client.ErrAuth, "", "D1 refused the request: check the API token (it needs D1 edit permission), the account ID and the database ID"},
 }
 
-// Remedy returns what an operator should do about a ledger error when it is
-// known (a missing or mismatched table, disagreeing shards, refused
-// credentials), or "". A transport logs it beside the error.
+// Remedy returns what an operator should do about a known ledger error (a
+// missing table, disagreeing shards, refused credentials), or "".
 func Remedy(err error) string {
 	for _, r := range remedies {
 		if errors.Is(err, r.err) && strings.Contains(err.Error(), r.text) {

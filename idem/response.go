@@ -8,23 +8,20 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/internal/jsonstr"
 )
 
-// ErrUnreadableRecord is returned when a completed row cannot be turned back
-// into a response; the request must fail rather than re-execute.
+// ErrUnreadableRecord: a completed row cannot be replayed; the request must fail, not re-execute.
 var ErrUnreadableRecord = errors.New("idem: stored response is unreadable")
 
 func nullBodyStatus(status int) bool {
 	return status == http.StatusNoContent || status == http.StatusResetContent || status == http.StatusNotModified
 }
 
-// storedRow is the lookup's view of a ledger row; times are in ms since the
-// epoch.
+// storedRow is the lookup's view of a ledger row; times in ms since the epoch.
 type storedRow struct {
 	fingerprint          string
 	status               Status
@@ -41,13 +38,7 @@ func (r *storedRow) scan(row d1client.Row) error {
 		&r.createdAt, &r.updatedAt, &r.now)
 }
 
-// stale reports whether a pending row is older than ttl.
-func (r *storedRow) stale(ttl time.Duration) bool {
-	return r.updatedAt < r.now-ttl.Milliseconds()
-}
-
-// response reconstructs a completed row's response as a Worker replays it
-// (docs/contract.md#6-responses).
+// response rebuilds a completed row's response as a Worker replays it (docs/contract.md#6-responses).
 func (r *storedRow) response() (*Response, error) {
 	status := http.StatusInternalServerError
 	if r.responseStatus != nil {
@@ -70,9 +61,8 @@ func (r *storedRow) response() (*Response, error) {
 // replayableStatus reports whether a Fetch Response can have this status.
 func replayableStatus[T int | int64](status T) bool { return status >= 200 && status <= 599 }
 
-// decodeHeaders turns a stored response_headers object into header fields.
-// SQL NULL reads as {}; anything but a JSON object of strings is a row the
-// spec's Worker cannot replay either.
+// decodeHeaders turns a stored response_headers object into header fields;
+// NULL reads as {}, anything but a JSON object of strings is unreadable.
 func decodeHeaders(s *string) (http.Header, error) {
 	h := http.Header{}
 	if s == nil {
@@ -93,9 +83,8 @@ func decodeHeaders(s *string) (http.Header, error) {
 	return h, nil
 }
 
-// normalize applies the completion rules (docs/contract.md#6-responses) to a
-// handler's response: it returns what the caller gets, the response_headers
-// JSON, and the body to store (nil for the sentinel).
+// normalize applies the completion rules (docs/contract.md#6-responses): it
+// returns what the caller gets, response_headers, and the body (nil: sentinel).
 func (l *Ledger) normalize(resp Response) (Response, string, *string) {
 	resp.Status = cmp.Or(resp.Status, http.StatusOK)
 	headersJSON := captureHeaders(resp.Header, l.cfg.ReplayableHeaders)
@@ -110,8 +99,7 @@ func (l *Ledger) normalize(resp Response) (Response, string, *string) {
 	return resp, headersJSON, &body
 }
 
-// captureHeaders encodes response_headers as a Worker does: the replayable
-// headers present, in allowlist order, with HeaderValue's values.
+// captureHeaders encodes response_headers as a Worker does: replayable headers present, in order.
 func captureHeaders(h http.Header, names []string) string {
 	b := []byte{'{'}
 	for _, name := range names {
@@ -128,8 +116,7 @@ func captureHeaders(h http.Header, names []string) string {
 	return string(append(b, '}'))
 }
 
-// appendJSString appends s as JSON.stringify does (unlike Go's encoder, it
-// leaves U+2028 and U+2029 alone).
+// appendJSString appends s as JSON.stringify does (leaving U+2028 and U+2029 alone, unlike Go).
 func appendJSString(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {

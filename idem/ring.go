@@ -12,9 +12,7 @@ import (
 	"unicode/utf8"
 )
 
-// The reserved rows of a sharded ledger, under the empty principal (which no
-// request can address): each database's ring, and the home ID it joined a
-// ring under; and their formats.
+// The reserved rows (under the empty principal, which no request can address) and their formats.
 const (
 	ringKey    = "d1idem:ring"
 	homeKey    = "d1idem:home"
@@ -28,27 +26,19 @@ type RingPhase string
 
 // The phases of a ring (see Admin.Grow and Admin.AdvanceRing).
 const (
-	// RingStable: every principal's keys are at Ring.Home(principal).
-	RingStable RingPhase = "stable"
-	// RingMoving: a principal whose home differs between Previous and Homes
-	// keeps its existing keys at its old home, read first; new keys go to
-	// its new home.
-	RingMoving RingPhase = "moving"
+	RingStable RingPhase = "stable" // every principal's keys are at Ring.Home(principal)
+	RingMoving RingPhase = "moving" // a moved principal's existing keys stay at its old home, read first
 )
 
-// Ring is the versioned set of databases a sharded ledger spans, as recorded
-// in each of them; principals map to databases by Rendezvous.
+// Ring is the versioned set of databases a sharded ledger spans, recorded in each; see Rendezvous.
 type Ring struct {
-	Version int64 // the first ring is version 1
-	Phase   RingPhase
-	Homes   []string // this version's database IDs, sorted
-	// Previous, while Moving, are the previous version's homes (a subset of
-	// Homes); nil when Stable.
-	Previous []string
+	Version  int64 // the first ring is version 1
+	Phase    RingPhase
+	Homes    []string // this version's database IDs, sorted
+	Previous []string // while Moving, the previous version's homes (a subset); nil when Stable
 }
 
-// Epoch orders rings: version v is epoch 2v-1 while Moving and 2v when
-// Stable. The ring row's generation holds it.
+// Epoch orders rings (the ring row's generation): 2v-1 while Moving, 2v when Stable.
 func (r Ring) Epoch() int64 {
 	if r.Phase == RingMoving {
 		return 2*r.Version - 1
@@ -59,8 +49,7 @@ func (r Ring) Epoch() int64 {
 // Home returns the ID of the database that holds principal's new keys.
 func (r Ring) Home(principal string) string { return Rendezvous(principal, r.Homes) }
 
-// PreviousHome returns a moved principal's old home while the ring is
-// Moving; otherwise "".
+// PreviousHome returns a moved principal's old home while the ring is Moving, else "".
 func (r Ring) PreviousHome(principal string) string {
 	if r.Phase != RingMoving {
 		return ""
@@ -84,8 +73,7 @@ func (r Ring) equal(o Ring) bool {
 	return r.Version == o.Version && r.Phase == o.Phase && slices.Equal(r.Homes, o.Homes) && slices.Equal(r.Previous, o.Previous)
 }
 
-// digest is the hex SHA-256 of the ring's encoding: the ring row's
-// fingerprint, which tells two rings of one epoch apart.
+// digest, the hex SHA-256 of the ring's encoding, is the ring row's fingerprint.
 func (r Ring) digest() string {
 	sum := sha256.Sum256([]byte(r.encode()))
 	return hex.EncodeToString(sum[:])
@@ -110,11 +98,10 @@ func (r Ring) drops(next Ring) []string {
 	return out
 }
 
-// Rendezvous returns the ID, among ids, of principal's home by rendezvous
-// hashing: the ID with the highest score, the first 8 bytes (big-endian) of
-// SHA-256(principal || 0x00 || ID); on a tie the smaller ID; "" when ids is
-// empty. It is part of the ring format "d1idem-ring/1". Adding an ID moves
-// only the principals the new ID wins, about 1/(len(ids)+1) of them.
+// Rendezvous returns principal's home among ids by rendezvous hashing (part
+// of ring format "d1idem-ring/1"): the ID with the highest first 8 bytes
+// (big-endian) of SHA-256(principal || 0x00 || ID), on a tie the smaller; ""
+// when ids is empty. An added ID wins about 1/(len(ids)+1) of the principals.
 func Rendezvous(principal string, ids []string) string {
 	best, bestScore := "", uint64(0)
 	for _, id := range ids {
@@ -135,8 +122,7 @@ func score(principal, id string) uint64 {
 	return binary.BigEndian.Uint64(h.Sum(sum[:0]))
 }
 
-// checkHomeID validates a home's ID: 1 to 255 bytes of UTF-8 without control
-// characters (so no NUL: the hash input stays unambiguous).
+// checkHomeID accepts 1 to 255 bytes of UTF-8 without control characters (nor NUL, for the hash).
 func checkHomeID(id string) error {
 	if id == "" || len(id) > maxHomeID || !utf8.ValidString(id) {
 		return fmt.Errorf("idem: home ID %q: use 1 to %d bytes of UTF-8", id, maxHomeID)
@@ -195,8 +181,7 @@ func decodeRingBody(body string) (Ring, error) {
 	return r, nil
 }
 
-// homeJSON is the identity row's response_body; its ID is also the row's
-// fingerprint.
+// homeJSON is the identity row's response_body; ID is its fingerprint too.
 type homeJSON struct {
 	Format string          `json:"format"`
 	ID     string          `json:"id"`
@@ -208,30 +193,23 @@ func encodeHome(id string, joined Ring) string {
 	return string(b)
 }
 
-// identity is what a database's identity row says.
-type identity struct {
-	ID     string
-	Joined Ring
-}
-
-// decodeHome reads an identity row: its fingerprint (the ID) and its JSON.
-func decodeHome(id, body string) (identity, error) {
+// decodeHome reads an identity row (fingerprint: the ID) and returns the ring the home joined.
+func decodeHome(id, body string) (Ring, error) {
 	var j homeJSON
 	if err := json.Unmarshal([]byte(body), &j); err != nil {
-		return identity{}, fmt.Errorf("%w: the identity row: %v", errBadRing, err)
+		return Ring{}, fmt.Errorf("%w: the identity row: %v", errBadRing, err)
 	}
 	if j.Format != homeFormat || j.ID != id {
-		return identity{}, fmt.Errorf("%w: the identity row of home %q has format %q and ID %q", errBadRing, id, j.Format, j.ID)
+		return Ring{}, fmt.Errorf("%w: the identity row of home %q has format %q and ID %q", errBadRing, id, j.Format, j.ID)
 	}
 	joined, err := decodeRingBody(string(j.Joined))
 	if err != nil {
-		return identity{}, fmt.Errorf("the identity row of home %q: %w", id, err)
+		return Ring{}, fmt.Errorf("the identity row of home %q: %w", id, err)
 	}
-	return identity{ID: id, Joined: joined}, nil
+	return joined, nil
 }
 
-// validate checks a ring's shape: sorted, distinct, valid IDs; a Moving
-// ring's previous homes are a proper subset of its homes.
+// validate checks sorted, distinct, valid IDs; a Moving ring's Previous is a proper subset of Homes.
 func (r Ring) validate() error {
 	moving := r.Phase == RingMoving
 	switch err := checkIDs(r.Homes); {

@@ -11,56 +11,47 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// Errors of the ring operations.
+// Errors of the ring operations: a database holds a ring the operation did
+// not expect (another operator's change, databases that disagree); Grow
+// while the ring is not recorded everywhere; AdvanceRing before DropAt.
 var (
-	// ErrRingConflict is returned when a database holds a ring the
-	// operation did not expect (another operator's change, databases that
-	// disagree).
-	ErrRingConflict = errors.New("idem: ring conflict")
-	// ErrRingIncomplete is returned by Grow while the current ring is not
-	// recorded in every one of its databases.
+	ErrRingConflict   = errors.New("idem: ring conflict")
 	ErrRingIncomplete = errors.New("idem: the current ring is not recorded in every database: run AdvanceRing")
-	// ErrDropNotDue is returned by AdvanceRing before RingStatus.DropAt.
-	ErrDropNotDue = errors.New("idem: the moved principals' old homes may still hold replayable keys")
+	ErrDropNotDue     = errors.New("idem: the moved principals' old homes may still hold replayable keys")
 )
 
-// ringFarFuture is the reserved rows' updated_at, 9999-12-31T23:59:59.999Z:
-// no sweep ever deletes them.
+// ringFarFuture, 9999-12-31T23:59:59.999Z, is the reserved rows' updated_at: never swept.
 const ringFarFuture = 253402300799999
 
 // RingStatus is what each database of a sharded ledger has recorded.
 type RingStatus struct {
 	Ring  Ring       // the newest ring recorded in any database; Version 0 if none
 	Homes []HomeRing // the ledger's databases, by ID
-	// DropAt is, while Ring is Moving and every old home has recorded it,
-	// the earliest time (by the old homes' clocks) at which AdvanceRing
-	// can make it Stable; zero otherwise.
+	// DropAt is, once every old home has recorded a Moving Ring, the earliest
+	// time (by their clocks) AdvanceRing can make it Stable; zero otherwise.
 	DropAt time.Time
 }
 
 // HomeRing is what one database has recorded.
 type HomeRing struct {
-	ID       string
-	Ring     *Ring  // nil when none
-	Identity string // the home ID it recorded, once, joining a ring; "" if none
-	// RecordedAt is when it recorded Ring's phase, and Now the time of the
-	// read, both by the ledger's clock.
-	RecordedAt, Now time.Time
-	HasKeys         bool  // whether it holds any key
-	Err             error // why it could not be read or written (the rest unset)
+	ID              string
+	Ring            *Ring     // nil when none
+	Identity        string    // the home ID it recorded, once, joining a ring; "" if none
+	RecordedAt, Now time.Time // when it recorded Ring's phase; the read (ledger clock)
+	HasKeys         bool      // whether it holds any key
+	Err             error     // why it could not be read or written (the rest unset)
 
 	joined *Ring // the ring it joined under Identity
 }
 
 // dropDelay is how long after an old home recorded a Moving ring it may be
-// dropped: a key claimed there just before is written until Retention - TTL -
-// RetentionMargin/2 later (ErrReservationExpired), then replays a Retention.
+// dropped: a key claimed there just before is written up to Retention - TTL -
+// RetentionMargin/2 later, then replays a Retention.
 func (c Config) dropDelay() time.Duration {
 	return 2*c.Retention - c.TTL - RetentionMargin/2
 }
 
-// statusAt runs stmts at h, then reads its ring and identity rows, the
-// clock, and whether it holds keys.
+// statusAt runs stmts at h, then reads its ring, identity, clock and whether it holds keys.
 func (a *Admin) statusAt(ctx context.Context, h *home, stmts ...d1client.Statement) HomeRing {
 	l := a.l
 	rows := l.sql.query(l.now()).add("SELECT key, generation, fingerprint, response_body, created_at FROM " + d1idem.Table +
@@ -82,8 +73,7 @@ func (a *Admin) statusAt(ctx context.Context, h *home, stmts ...d1client.Stateme
 	return hr
 }
 
-// atEach sets the HomeRing in st of each home with these IDs to fn's, at
-// once, and returns their errors.
+// atEach sets st's HomeRing of each of these homes to fn's, at once, returning the errors.
 func (a *Admin) atEach(ctx context.Context, st *RingStatus, ids []string, fn func(*home) HomeRing) []error {
 	hs, _ := a.l.shards.resolve(ids) // ids checked by RingStatus.check
 	out, _ := eachHome(ctx, hs, func(_ context.Context, h *home) (HomeRing, error) { return fn(h), nil })
@@ -97,8 +87,8 @@ func (a *Admin) atEach(ctx context.Context, st *RingStatus, ids []string, fn fun
 	return errs
 }
 
-// RingStatus reads the ring recorded in each of the ledger's databases; one
-// that cannot be read has its HomeRing.Err set. New's ledger: ErrNotSharded.
+// RingStatus reads the ring recorded in each of the ledger's databases (an
+// unreadable one has HomeRing.Err set); ErrNotSharded for New's ledger.
 func (a *Admin) RingStatus(ctx context.Context) (RingStatus, error) {
 	if a.l.shards == nil {
 		return RingStatus{}, ErrNotSharded
@@ -129,16 +119,14 @@ func (a *Admin) dropAt(st RingStatus) time.Time {
 }
 
 func (st *RingStatus) home(id string) *HomeRing {
-	for i := range st.Homes {
-		if st.Homes[i].ID == id {
-			return &st.Homes[i]
-		}
+	if i := slices.IndexFunc(st.Homes, func(h HomeRing) bool { return h.ID == id }); i >= 0 {
+		return &st.Homes[i]
 	}
 	return nil
 }
 
 // check refuses unknown and mismatched homes among ids, conflicting rings,
-// and, if readable, homes that could not be read.
+// and, if readable, unreadable homes.
 func (st *RingStatus) check(ids []string, readable bool) error {
 	var errs []error
 	for _, id := range ids {
@@ -146,10 +134,8 @@ func (st *RingStatus) check(ids []string, readable bool) error {
 		switch {
 		case h == nil:
 			return fmt.Errorf("%w: %q", ErrUnknownHome, id)
-		case h.Err != nil:
-			if readable {
-				errs = append(errs, fmt.Errorf("home %s: %w", id, h.Err))
-			}
+		case h.Err != nil && readable:
+			errs = append(errs, fmt.Errorf("home %s: %w", id, h.Err))
 		case h.Identity != "" && h.Identity != id:
 			return mismatch(id, h.Identity)
 		}
@@ -170,8 +156,8 @@ ON CONFLICT (principal, key) `+onConflict, int64(ringFarFuture)).statement()
 }
 
 // write records, once, that h is home h.id and joined r, and, with ring, r
-// unless h holds a newer ring; it returns what h holds then, with an error if
-// h is another home, joined another ring, or (with ring) does not hold r.
+// unless h holds a newer ring; it returns what h holds, with an error if h is
+// another home, joined another ring, or (with ring) does not hold r.
 func (a *Admin) write(ctx context.Context, h *home, r Ring, ring bool) HomeRing {
 	stmts := []d1client.Statement{a.reservedRow(homeKey, "1", "DO NOTHING", h.id, encodeHome(h.id, r))}
 	if ring {
@@ -197,9 +183,8 @@ func (a *Admin) joinAll(ctx context.Context, st *RingStatus, ids []string, r Rin
 	return errors.Join(a.atEach(ctx, st, ids, func(h *home) HomeRing { return a.write(ctx, h, r, false) })...)
 }
 
-// record writes r first at coordinator, which decides between operators
-// racing to record different rings of one epoch, then at every other
-// database of r that lacks it or its identity. It updates st.
+// record writes r first at coordinator, which decides between racing operators, then at every
+// other database of r that lacks it or its identity, updating st.
 func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, r Ring) error {
 	first := a.write(ctx, a.l.shards.homes[coordinator], r, true)
 	*st.home(coordinator) = first
@@ -223,10 +208,8 @@ func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, 
 	return err
 }
 
-// InitRing records the first ring, version 1 Stable, over every database
-// given to NewSharded, which must hold the schema and no ring (and, if
-// several, no key), once each has recorded its home ID and the ring it joins.
-// If it fails once the ring is recorded somewhere, AdvanceRing finishes it.
+// InitRing records the first ring, version 1 Stable, over every database given to NewSharded
+// (each with the schema, no ring and, if several, no key); AdvanceRing finishes a failed one.
 func (a *Admin) InitRing(ctx context.Context) (RingStatus, error) {
 	st, err := a.RingStatus(ctx)
 	if err != nil {
@@ -251,11 +234,9 @@ func (a *Admin) InitRing(ctx context.Context) (RingStatus, error) {
 	return st, a.record(ctx, &st, ids[0], r)
 }
 
-// Grow records the next version of the Stable, fully recorded ring, Moving,
-// adding the databases with these IDs (empty, and given to every replica):
-// the principals they win have their new keys there, their old keys answered
-// from their old homes until AdvanceRing after DropAt (docs/sharding.md). If a
-// database cannot be written, AdvanceRing finishes the recording.
+// Grow records the next version of the Stable, fully recorded ring, Moving, adding the databases
+// with these IDs (empty, given to every replica): the principals they win have their new keys
+// there, their old ones at their old homes until AdvanceRing after DropAt (docs/sharding.md).
 func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 	st, err := a.RingStatus(ctx)
 	if err != nil {
@@ -270,7 +251,7 @@ func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 	case cur.Phase != RingStable:
 		return st, fmt.Errorf("idem: grow: %s is still moving: wait for RingStatus.DropAt and run AdvanceRing", cur)
 	}
-	if err := st.check(cur.Homes, true); err != nil {
+	if err := st.check(slices.Concat(cur.Homes, ids), true); err != nil {
 		return st, fmt.Errorf("idem: grow: %w", err)
 	}
 	for _, id := range cur.Homes {
@@ -282,12 +263,8 @@ func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 	for _, id := range ids {
 		h := st.home(id)
 		switch {
-		case h == nil:
-			return st, fmt.Errorf("idem: grow: %w: %q", ErrUnknownHome, id)
 		case slices.Contains(homes, id):
 			return st, fmt.Errorf("idem: grow: home %s is already in the ring", id)
-		case h.Err != nil:
-			return st, fmt.Errorf("idem: grow: home %s: %w", id, h.Err)
 		case h.Ring != nil:
 			return st, fmt.Errorf("idem: grow: %w: home %s already holds %s", ErrRingConflict, id, h.Ring)
 		case h.HasKeys:
@@ -304,8 +281,7 @@ func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 }
 
 // AdvanceRing records the newest ring in every database of it that lacks it,
-// then, if that ring is Moving, makes it Stable once DropAt has passed
-// (before, ErrDropNotDue), and the old homes are no longer read.
+// then, if Moving, makes it Stable once DropAt has passed (else ErrDropNotDue).
 func (a *Admin) AdvanceRing(ctx context.Context) (RingStatus, error) {
 	st, err := a.RingStatus(ctx)
 	if err != nil {

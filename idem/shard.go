@@ -15,29 +15,20 @@ import (
 
 // Home is one D1 database of a sharded ledger.
 type Home struct {
-	// ID names the database in the ring and routes principals (Rendezvous),
-	// so every replica must give a database the same ID, forever: 1 to 255
-	// bytes of UTF-8 without control characters; "" for the database ID of
-	// a *d1client.Client.
+	// ID names the database in the ring and routes principals, the same in every replica, forever:
+	// 1 to 255 bytes of UTF-8 without control characters; "" for a *d1client.Client's database ID.
 	ID string
 	DB d1client.Executor
 }
 
-// Errors of a sharded ledger.
+// Errors of a sharded ledger, as their texts say. On ErrHomeMismatch nothing
+// is served until the Homes are fixed.
 var (
-	// ErrNotSharded is returned by the ring operations of a ledger made by New.
-	ErrNotSharded = errors.New("idem: not a sharded ledger: make it with NewSharded")
-	// ErrNoRing is returned when no home has a ring recorded.
-	ErrNoRing = errors.New("idem: no ring is recorded in any home: record one with Admin.InitRing")
-	// ErrUnknownHome is returned when the ring names a database this ledger
-	// has no Home for.
-	ErrUnknownHome = errors.New("idem: the ring names a database this ledger has no Home for")
-	// ErrRingUnsettled is returned when the ring or the key kept changing
-	// while a request was routed.
+	ErrNotSharded    = errors.New("idem: not a sharded ledger: make it with NewSharded")
+	ErrNoRing        = errors.New("idem: no ring is recorded in any home: record one with Admin.InitRing")
+	ErrUnknownHome   = errors.New("idem: the ring names a database this ledger has no Home for")
 	ErrRingUnsettled = errors.New("idem: the ring kept changing while the request was routed")
-	// ErrHomeMismatch is returned when a database recorded another home ID
-	// than it is given as; nothing is served until the Homes are fixed.
-	ErrHomeMismatch = errors.New("idem: a database is not the home it is given as")
+	ErrHomeMismatch  = errors.New("idem: a database is not the home it is given as")
 )
 
 const (
@@ -60,8 +51,7 @@ type shards struct {
 	refuseAt time.Time // when (monotonic)
 }
 
-// route is the ring the ledger routes by and, while it is Moving, its
-// predecessor.
+// route is the ring the ledger routes by and, while Moving, its predecessor.
 type route struct {
 	expect
 	prev expect
@@ -73,16 +63,9 @@ type expect struct {
 	digest string
 }
 
-func newRoute(r Ring) *route {
-	p := r.predecessor() // used only while r is Moving
-	return &route{expect{r, r.digest()}, expect{p, p.digest()}}
-}
-
-// NewSharded returns a Ledger spanning several D1 databases, each principal's
-// keys in the one the recorded ring routes it to (docs/sharding.md). Every
-// database must hold the schema, and a ring be recorded (Admin.InitRing)
-// before the first request; the ledger follows the ring's changes as it meets
-// them. homes may include databases the ring does not name yet.
+// NewSharded returns a Ledger spanning several D1 databases, each principal's keys in the one
+// the recorded ring routes it to (docs/sharding.md). Each must hold the schema, and a ring be
+// recorded (Admin.InitRing) before the first request; homes may hold databases the ring lacks.
 func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
 	if len(homes) == 0 {
 		return nil, errors.New("idem: NewSharded: no homes")
@@ -118,13 +101,11 @@ func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
 	return &Ledger{cfg: cfg, sql: buildSQL(cfg.Clock != nil), shards: s, tel: newTelemetry(cfg.MeterProvider)}, nil
 }
 
-// Ring returns the ring the ledger routes by, reading it from the homes if
-// it has not yet. A ledger made by New has none: ErrNotSharded.
+// Ring returns the ring the ledger routes by (ErrNotSharded for a ledger made by New).
 func (l *Ledger) Ring(ctx context.Context) (Ring, error) { return l.ringBy(ctx, (*shards).current) }
 
-// RefreshRing reads every home's ring and adopts the newest, as the ledger
-// does when a database refuses a request routed by an older one; conflicting
-// rings or mismatched homes are refused, and nothing is served until fixed.
+// RefreshRing reads every home's ring and adopts the newest, as a refused
+// request does; conflicting rings or mismatched homes stop all service.
 func (l *Ledger) RefreshRing(ctx context.Context) (Ring, error) { return l.ringBy(ctx, (*shards).load) }
 
 func (l *Ledger) ringBy(ctx context.Context, get func(*shards, context.Context, *Ledger) (*route, error)) (Ring, error) {
@@ -138,8 +119,7 @@ func (l *Ledger) ringBy(ctx context.Context, get func(*shards, context.Context, 
 	return rt.Ring, nil
 }
 
-// current returns the route the ledger routes by, loading it (one load at a
-// time) on first use and, after a refusal, once reloadBackoff has passed.
+// current returns the route, loading it (one load at a time) if absent or reloadBackoff after a refusal.
 func (s *shards) current(ctx context.Context, l *Ledger) (*route, error) {
 	if rt, err := s.cached(); rt != nil || err != nil {
 		return rt, err
@@ -166,8 +146,7 @@ func (s *shards) cached() (*route, error) {
 	return s.route, nil
 }
 
-// readState reads the ring and identity rows of ringRead or, withAt, statusAt
-// (which adds created_at) into what home id has recorded.
+// readState reads the reserved rows of ringReadSQL or, withAt, statusAt (which adds created_at).
 func readState(id string, res d1client.Result, withAt bool) (HomeRing, error) {
 	hr := HomeRing{ID: id}
 	for _, row := range res.Rows {
@@ -188,11 +167,11 @@ func readState(id string, res d1client.Result, withAt bool) (HomeRing, error) {
 			}
 			hr.Ring, hr.RecordedAt = &r, time.UnixMilli(at).UTC()
 		case homeKey:
-			ident, err := decodeHome(fp, body)
+			joined, err := decodeHome(fp, body)
 			if err != nil {
 				return HomeRing{ID: id}, err
 			}
-			hr.Identity, hr.joined = ident.ID, &ident.Joined
+			hr.Identity, hr.joined = fp, &joined
 		}
 	}
 	return hr, nil
@@ -210,7 +189,7 @@ func newest(homes []HomeRing) (r Ring) {
 
 // readAt runs ringRead then stmts at h in one call.
 func (l *Ledger) readAt(ctx context.Context, h *home, stmts []d1client.Statement, opts ...d1client.ExecOption) (HomeRing, []d1client.Result, error) {
-	res, err := h.db.Exec(ctx, append([]d1client.Statement{l.sql.ringRead()}, stmts...), opts...)
+	res, err := h.db.Exec(ctx, append([]d1client.Statement{{SQL: l.sql.ringReadSQL}}, stmts...), opts...)
 	hr := HomeRing{ID: h.id}
 	if err == nil {
 		hr, err = readState(h.id, res[0], false)
@@ -225,8 +204,8 @@ func mismatch(id, recorded string) error {
 	return fmt.Errorf("%w: the database given as home %q recorded that it is home %q (one database given under two IDs, or IDs that differ between replicas)", ErrHomeMismatch, id, recorded)
 }
 
-// conflict returns an ErrRingConflict error when rings a and b (held by whoA
-// and whoB) differ at one epoch or the newer drops a home of the older.
+// conflict returns an ErrRingConflict error when rings a (held by whoA) and
+// b differ at one epoch or the newer drops a home of the older.
 func conflict(a, b Ring, whoA, whoB string) error {
 	if b.Epoch() < a.Epoch() {
 		a, b, whoA, whoB = b, a, whoB, whoA
@@ -254,8 +233,7 @@ func consistent(homes []HomeRing) error {
 	return nil
 }
 
-// load reads every home at once and adopts the newest ring, passing over
-// homes it cannot read unless none can be.
+// load reads every home and adopts the newest ring, passing over unreadable homes unless all are.
 func (s *shards) load(ctx context.Context, l *Ledger) (*route, error) {
 	hs, _ := s.resolve(s.ids)
 	homes, _ := eachHome(ctx, hs, func(ctx context.Context, h *home) (HomeRing, error) {
@@ -267,23 +245,20 @@ func (s *shards) load(ctx context.Context, l *Ledger) (*route, error) {
 	if err := st.check(s.ids, false); err != nil {
 		return nil, s.refuse(l, err)
 	}
+	if r := newest(homes); r.Version > 0 {
+		return s.adopt(l, r)
+	}
 	var errs []error
 	for _, h := range homes {
-		if h.Err != nil {
-			errs = append(errs, h.Err)
-		}
+		errs = append(errs, h.Err)
 	}
-	switch r := newest(homes); {
-	case r.Version > 0:
-		return s.adopt(l, r)
-	case len(errs) > 0:
-		return nil, fmt.Errorf("idem: reading the ring: %w", errors.Join(errs...))
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("idem: reading the ring: %w", err)
 	}
 	return nil, ErrNoRing
 }
 
-// refuse stops the ledger from routing: it logs err and returns it to every
-// request until a load, reloadBackoff later, finds the rings consistent.
+// refuse logs err and returns it to every request until a later load finds the rings consistent.
 func (s *shards) refuse(l *Ledger, err error) error {
 	s.mu.Lock()
 	s.route, s.refused, s.refuseAt = nil, err, time.Now()
@@ -293,8 +268,7 @@ func (s *shards) refuse(l *Ledger, err error) error {
 	return err
 }
 
-// adopt makes r the ring the ledger routes by if it is newer, and returns
-// the route then; a conflicting ring is refused.
+// adopt routes by r if newer and returns the route; a conflicting ring is refused.
 func (s *shards) adopt(l *Ledger, r Ring) (*route, error) {
 	s.mu.Lock()
 	if cur := s.route; cur != nil {
@@ -307,7 +281,8 @@ func (s *shards) adopt(l *Ledger, r Ring) (*route, error) {
 			return cur, nil
 		}
 	}
-	rt := newRoute(r)
+	p := r.predecessor() // used only while r is Moving
+	rt := &route{expect{r, r.digest()}, expect{p, p.digest()}}
 	s.route, s.refused = rt, nil
 	s.mu.Unlock()
 	log := l.log()
@@ -321,9 +296,9 @@ func (s *shards) adopt(l *Ledger, r Ring) (*route, error) {
 	return rt, nil
 }
 
-// judge decides, from what h has recorded, whether a batch sent to h by
-// ring want stands (nil), must be routed again by the newer ring h holds
-// (errReroute, the ring adopted), or is refused.
+// judge decides from what h recorded whether a batch sent to h by ring want
+// stands (nil), must be routed again by h's newer ring (errReroute), or is
+// refused.
 func (s *shards) judge(l *Ledger, h *home, st HomeRing, want expect) error {
 	var err error
 	switch {
@@ -374,13 +349,10 @@ func (l *Ledger) beginSharded(ctx context.Context, principal, key, fingerprint s
 	return Decision{}, fmt.Errorf("idem: claim: %w", ErrRingUnsettled)
 }
 
-// beginRouted runs round trip 1 by route rt at hs (homesFor): an unmoved
-// principal's key is claimed at its home behind rt's guard. A moved
-// principal's old home is read first: if it has not recorded rt, the key is
-// claimed there behind the predecessor's guard; else the key is answered
-// from there, or, absent or a stale reservation of this request (deleted,
-// fenced), claimed at the new home. Once the old home records rt nothing
-// claims a moved key there, so absent stays absent (docs/sharding.md).
+// beginRouted runs round trip 1 by route rt at hs (homesFor). A moved principal's old home is read
+// first: if it lacks rt, the key is claimed there behind the predecessor's guard; else answered
+// from there or, absent or a stale reservation of this request (deleted, fenced), claimed at the
+// new home. Once the old home records rt nothing claims a moved key there (docs/sharding.md).
 func (l *Ledger) beginRouted(ctx context.Context, rt *route, hs []*home, principal, key, fingerprint string) (Decision, error) {
 	oh, nh := hs[0], hs[len(hs)-1]
 	if len(hs) == 1 {
@@ -409,7 +381,7 @@ func (l *Ledger) beginRouted(ctx context.Context, rt *route, hs []*home, princip
 	if err := row.scan(res[0].Rows[0]); err != nil {
 		return Decision{}, fmt.Errorf("idem: lookup result: %w", err)
 	}
-	if row.fingerprint != fingerprint || row.status != StatusPending || !row.stale(l.cfg.TTL) {
+	if row.fingerprint != fingerprint || row.status != StatusPending || row.updatedAt >= row.now-l.cfg.TTL.Milliseconds() {
 		return l.decideRow(&row, fingerprint)
 	}
 	// A stale reservation of this request: delete it, as a takeover would.
@@ -424,11 +396,9 @@ func (l *Ledger) beginRouted(ctx context.Context, rt *route, hs []*home, princip
 	return Decision{}, errReroute // the row changed meanwhile: read it again
 }
 
-// claimGuarded claims at h behind the guard of ring want; when the guard
-// refuses, recheck says why.
+// claimGuarded claims at h behind the guard of ring want.
 func (l *Ledger) claimGuarded(ctx context.Context, h *home, want expect, principal, key, fingerprint string) (Decision, error) {
-	g := l.sql.ringGuard(want, h.id)
-	d, err := l.claimAt(ctx, h, &g, principal, key, fingerprint)
+	d, err := l.claimAt(ctx, h, []d1client.Statement{l.sql.ringGuard(want, h.id)}, principal, key, fingerprint)
 	if err != nil {
 		return Decision{}, l.shards.recheck(ctx, l, h, want, err)
 	}
@@ -471,8 +441,7 @@ retry:
 }
 
 // homesFor returns the databases that may hold principal's keys (a moved
-// principal's old home first), or for "" every database of the ring, and the
-// route; the database of a ledger made by New.
+// principal's old home first), or for "" all the ring's, and the route.
 func (l *Ledger) homesFor(ctx context.Context, principal string) ([]*home, *route, error) {
 	if l.single != nil {
 		return []*home{l.single}, nil, nil

@@ -54,8 +54,8 @@ WHERE rowid IN (
   WHERE updated_at < ` + now("?3") + ` - ?1 AND principal <> ''
   LIMIT ?2
 )`,
-		// The one release rule: a generation on, pending and stale, never
-		// deleted. ?5: any pending row, else only a stale one; ?7: a completed one.
+		// The release: a generation on, pending and stale. ?5: any pending
+		// row, else only a stale one; ?7: a completed one too.
 		releaseSQL: `UPDATE idempotency_keys
 SET generation = generation + 1, status = 'pending', response_status = NULL, response_body = NULL, response_headers = NULL,
     updated_at = ` + now("?8") + ` - ?4
@@ -73,9 +73,8 @@ WHERE NOT EXISTS (
   SELECT 1 FROM idempotency_keys
   WHERE principal = ?1 AND key = ?2 AND generation = ?3 AND status = 'pending'
 )`,
-		// The ring guard: it aborts the batch unless this database is home
-		// ?3 and has recorded no ring newer than epoch ?1, nor another ring
-		// of that epoch than digest ?2 (docs/sharding.md).
+		// The ring guard aborts the batch unless this database is home ?3 and
+		// holds no ring newer than epoch ?1 nor of it but digest ?2.
 		ringGuardSQL: `INSERT INTO idempotency_keys (principal, key, fingerprint, created_at, updated_at)
 SELECT NULL, '` + ringKey + `', '` + ringKey + `', 0, 0
 WHERE NOT EXISTS (
@@ -136,8 +135,7 @@ const (
 	releaseForce                    // any pending row, or a completed one
 )
 
-// release backdates updated_at one millisecond past the TTL: stale at once,
-// and far from old enough for the sweep.
+// release backdates updated_at 1ms past the TTL: stale, far from swept.
 func (s ledgerSQL) release(principal, key string, generation int64, ttl time.Duration, mode releaseMode, now time.Time) d1client.Statement {
 	backdate := (ttl + time.Millisecond).Milliseconds()
 	return s.timed(s.releaseSQL, now, principal, key, generation, backdate, mode != releaseStuck, ttl.Milliseconds(), mode == releaseForce)
@@ -147,8 +145,6 @@ func (s ledgerSQL) release(principal, key string, generation int64, ttl time.Dur
 func (s ledgerSQL) ringGuard(r expect, id string) d1client.Statement {
 	return d1client.Statement{SQL: s.ringGuardSQL, Params: []any{r.Epoch(), r.digest, id}}
 }
-
-func (s ledgerSQL) ringRead() d1client.Statement { return d1client.Statement{SQL: s.ringReadSQL} }
 
 func (s ledgerSQL) movedDelete(principal, key string, generation int64, fingerprint string, ttl time.Duration, now time.Time) d1client.Statement {
 	return s.timed(s.movedDeleteSQL, now, principal, key, generation, fingerprint, ttl.Milliseconds())

@@ -12,8 +12,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// ScopeName is the instrumentation scope of the ledger's and idemhttp's
-// metrics and spans.
+// ScopeName is the instrumentation scope of the ledger's and idemhttp's telemetry.
 const ScopeName = "github.com/d1idem/d1idem/idem"
 
 // Attribute keys of the ledger's metrics (docs/observability.md).
@@ -54,8 +53,7 @@ const (
 	causeMaxLease    = "max_lease"   // the handler ran past Config.MaxLease
 )
 
-// telemetry is a Ledger's instrumentation; the counters' options are built
-// once, so that recording allocates nothing.
+// telemetry is a Ledger's instruments; counter options are built once.
 type telemetry struct {
 	takeovers   metric.Int64Counter
 	completions metric.Int64Counter

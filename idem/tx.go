@@ -8,16 +8,12 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 )
 
-// ErrTxNotCommitted wraps the cause when CompleteTx's batch failed other
-// than by the fence: nothing of it was committed (unless the failure was
-// ambiguous), and the reservation was released so the client may retry.
+// ErrTxNotCommitted wraps why CompleteTx's batch failed other than by the fence.
 var ErrTxNotCommitted = errors.New("idem: the mutation was not committed")
 
-// CompleteTx is Complete with the caller's statements committed in the same
-// batch, behind a fence guard: when the reservation was fenced out nothing is
-// committed and Stored is false. The statements must not fail by design (use
-// INSERT ... ON CONFLICT for natural keys); when the batch fails, the
-// reservation is released and the error wraps ErrTxNotCommitted.
+// CompleteTx is Complete with the caller's statements in the same batch behind a fence guard:
+// fenced out, nothing is committed and Stored is false. The statements must not fail by design
+// (use INSERT ... ON CONFLICT); if the batch fails, the reservation is released for a retry.
 func (l *Ledger) CompleteTx(ctx context.Context, r *Reservation, resp Response, stmts []d1client.Statement) (done Completion, err error) {
 	defer l.completed(r, &done, &err)
 	w := l.prepare(r, resp)
