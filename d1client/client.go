@@ -23,8 +23,8 @@ import (
 // DefaultBaseURL is Cloudflare's API base URL.
 const DefaultBaseURL = "https://api.cloudflare.com/client/v4/"
 
-// Environment variables (wrangler's, cloudflare-go's) New reads for the API
-// base URL when Config.BaseURL is empty; they must agree.
+// Environment variables (wrangler's, cloudflare-go's) for the API base URL
+// when Config.BaseURL is empty; they must agree.
 const (
 	APIBaseURLEnv = "CLOUDFLARE_API_BASE_URL"
 	BaseURLEnv    = "CLOUDFLARE_BASE_URL"
@@ -39,14 +39,13 @@ const maxResponseBytes = 64 << 20
 // Config configures a Client. Its String, GoString, Format, LogValue and
 // MarshalJSON methods never show the API token or the secret of BridgeURL.
 type Config struct {
-	// BaseURL of the Cloudflare API (or of a d1local server). Empty means
-	// $CLOUDFLARE_API_BASE_URL or $CLOUDFLARE_BASE_URL, then DefaultBaseURL.
+	// BaseURL of the Cloudflare API or a d1local server; empty means the
+	// environment's (APIBaseURLEnv, BaseURLEnv), else DefaultBaseURL.
 	BaseURL string
-	// BridgeURL, https://:SECRET@HOST, is a d1idem bridge (docs/bridge.md):
-	// it replaces BaseURL and APIToken, and the zero Budget then means none.
-	// Empty means $D1IDEM_BRIDGE_URL when BaseURL is empty too. It is an
-	// error with BaseURL (or the variable with a base-URL variable), and
-	// http:// is accepted for this machine only.
+	// BridgeURL, https://:SECRET@HOST (http:// for this machine only), is a
+	// d1idem bridge (docs/bridge.md) replacing BaseURL and APIToken; the
+	// zero Budget then means none. Empty means $D1IDEM_BRIDGE_URL if BaseURL
+	// is empty too.
 	BridgeURL string
 	APIToken  string // sent as a bearer token
 	// AccountID and DatabaseID name the D1 database. Both are required.
@@ -57,12 +56,10 @@ type Config struct {
 	// AttemptTimeout bounds each HTTP attempt: 10 ms to 10 min; 0 means
 	// DefaultAttemptTimeout.
 	AttemptTimeout time.Duration
-	// Budget is how the client spends the API budget (package budget); the
-	// zero value is Cloudflare's 1200 calls per 300 s. Leave it zero when
-	// Account is set.
-	Budget budget.Budget
-	// Account, if set, is the budget shared by every Client given it (one
-	// Cloudflare account); nil makes one from Budget.
+	// Budget is the API budget (package budget); zero: Cloudflare's 1200
+	// calls per 300 s. Account, if set, is one shared by every Client given
+	// it (one Cloudflare account), and Budget must then be zero.
+	Budget   budget.Budget
 	Account  *budget.Account
 	Coalesce CoalesceConfig // group commit, for calls made with Coalesce()
 	Logger   *slog.Logger   // retry and rate-limit events; nil discards them
@@ -76,13 +73,12 @@ type Config struct {
 // GoString, Format, LogValue and MarshalJSON methods never show the API
 // token.
 type Client struct {
-	cfg     Config  // APIToken cleared: see token
+	cfg     Config  // with defaults; APIToken cleared: see token
 	token   *string // behind a pointer, so that printing a Client shows an address
 	auth    *string // "Bearer <token>", or "" without a token
 	http    *http.Client
 	rawURL  string
 	log     *slog.Logger
-	retry   RetryPolicy
 	account *budget.Account
 	batch   *batcher
 	classes *textcache.Cache[sqlClass] // classifySQL by SQL text
@@ -118,8 +114,7 @@ func New(cfg Config) (*Client, error) {
 	if err := setting("AttemptTimeout", &cfg.AttemptTimeout, 10*time.Millisecond, 10*time.Minute, DefaultAttemptTimeout); err != nil {
 		return nil, err
 	}
-	retry, err := cfg.Retry.withDefaults()
-	if err != nil {
+	if cfg.Retry, err = cfg.Retry.withDefaults(); err != nil {
 		return nil, err
 	}
 	if err := cfg.Budget.Validate(); err != nil {
@@ -132,8 +127,7 @@ func New(cfg Config) (*Client, error) {
 	case cfg.Budget != budget.Budget{}:
 		return nil, invalidf("Config.Budget and Config.Account are both set: give the Budget to budget.NewAccount")
 	}
-	coalesce, err := cfg.Coalesce.withDefaults()
-	if err != nil {
+	if cfg.Coalesce, err = cfg.Coalesce.withDefaults(); err != nil {
 		return nil, err
 	}
 	token := cfg.APIToken
@@ -149,19 +143,18 @@ func New(cfg Config) (*Client, error) {
 		http:    cmp.Or(cfg.HTTPClient, http.DefaultClient),
 		rawURL:  cfg.BaseURL + "accounts/" + cfg.AccountID + "/d1/database/" + cfg.DatabaseID + "/raw",
 		log:     cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
-		retry:   retry,
 		account: account,
 		classes: textcache.New[sqlClass](classCacheEntries, classCacheMaxSQL),
 		tel:     newTelemetry(cfg.MeterProvider, cfg.TracerProvider, cfg.DatabaseID),
 		bridge:  bridge,
 	}
-	c.batch = &batcher{pol: newGroupPolicy(coalesce), c: c, acct: account, kick: make(chan struct{}), returns: 1}
+	c.batch = &batcher{pol: newGroupPolicy(cfg.Coalesce), c: c, acct: account, kick: make(chan struct{}), returns: 1}
 	observeBudget(c, cfg.MeterProvider)
 	return c, nil
 }
 
-// resolveBaseURL returns the base URL to use: the configured one, else the
-// environment's, else DefaultBaseURL; with a trailing slash.
+// resolveBaseURL returns the base URL, as Config.BaseURL says, with a
+// trailing slash.
 func resolveBaseURL(configured string) (string, error) {
 	u := configured
 	if u == "" {
@@ -189,8 +182,8 @@ func invalidf(format string, args ...any) *Error {
 	return &Error{kind: kindInvalid, Message: fmt.Sprintf(format, args...)}
 }
 
-// setting sets *v, Config's field name, to dflt when it is 0; it returns an
-// error when *v is outside lo to hi.
+// setting sets *v, Config's field name, to dflt when it is 0, or fails when
+// *v is outside lo to hi.
 func setting[T int | time.Duration](name string, v *T, lo, hi, dflt T) error {
 	if *v != 0 && (*v < lo || *v > hi) {
 		return invalidf("Config.%s is %v; accepted: 0 (the default, %v) or %v to %v", name, *v, dflt, lo, hi)
@@ -223,8 +216,8 @@ func RetryUntilDeadline() ExecOption { return func(o *execOptions) { o.untilDead
 func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 
 // Priority marks the call as completing, renewing or releasing what an
-// earlier call started: when calls are scarce it goes first, and may use the
-// calls kept from other work (budget.Budget.Kept).
+// earlier call started: it goes first, and may use the calls kept from other
+// work (budget.Budget.Kept).
 func Priority() ExecOption { return func(o *execOptions) { o.class = budget.Priority } }
 
 // Operation names the call in metrics and spans (d1idem.d1.operation): a
@@ -310,8 +303,8 @@ func (c *Client) Query(ctx context.Context, sql string, params ...any) (*Result,
 	return &res[0], nil
 }
 
-// encode validates and encodes the statements, and reports whether every
-// one is proven read-only.
+// encode validates and encodes the statements, and reports whether all are
+// proven read-only.
 func (c *Client) encode(stmts []Statement) ([]wireStatement, bool, *Error) {
 	if len(stmts) == 0 {
 		return nil, false, invalidf("no statements")
@@ -343,8 +336,7 @@ func redactAll(stmts []Statement) []string {
 	return out
 }
 
-// call makes one HTTP attempt for the statements, alone: it takes a call of
-// class cl from the budget (honouring a 971 block), sends, and decodes.
+// call sends the statements alone, on a call of class cl from the budget.
 func (c *Client) call(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, int, *Error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, notSent(err, "")
@@ -388,3 +380,12 @@ func (c *Client) DatabaseID() string { return c.cfg.DatabaseID }
 
 // BaseURL returns the API base URL the client sends to, with a trailing slash.
 func (c *Client) BaseURL() string { return c.cfg.BaseURL }
+
+// Executor runs statements on one D1 database as *Client.Exec does: one
+// call, one transaction, one Result per statement. It honours the options it
+// knows and ignores the others; its errors match this package's sentinels.
+type Executor interface {
+	Exec(ctx context.Context, stmts []Statement, opts ...ExecOption) ([]Result, error)
+}
+
+var _ Executor = (*Client)(nil)

@@ -3,8 +3,13 @@ package d1client
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"time"
+
+	"github.com/d1idem/d1idem/d1client/budget"
 )
 
 // RateLimitBlock is how long Cloudflare blocks every API call of an account
@@ -73,11 +78,11 @@ func (c *Client) retryDelay(ctx context.Context, e *Error, attempt int, safe, un
 		!retryable,
 		!safe && e.Ambiguous, // a write that may have committed is never repeated blindly
 		ctx.Err() != nil,
-		attempt >= c.retry.MaxAttempts && !(untilDeadline && hasDeadline),
-		e.RetryAfter > c.retry.MaxRetryAfter:
+		attempt >= c.cfg.Retry.MaxAttempts && !(untilDeadline && hasDeadline),
+		e.RetryAfter > c.cfg.Retry.MaxRetryAfter:
 		return 0, false
 	}
-	delay := max(c.retry.backoff(attempt), e.RetryAfter)
+	delay := max(c.cfg.Retry.backoff(attempt), e.RetryAfter)
 	if hasDeadline && time.Until(deadline) <= delay+c.account.RoundTrip() {
 		return 0, false // the deadline wins: no attempt could finish in time
 	}
@@ -94,4 +99,59 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// acquire takes a call of class cl from the client's Account, recording any
+// wait; when it took none, it returns the refusal: ErrBudget, ErrRateLimited,
+// or ErrTransport for want of a round trip.
+func (c *Client) acquire(ctx context.Context, cl budget.Class) *Error {
+	waited, err := c.account.Acquire(ctx, cl)
+	if waited > 0 {
+		c.tel.waited(cl, waited)
+	}
+	if err == nil {
+		return nil
+	}
+	var r *budget.Refusal
+	switch {
+	case !errors.As(err, &r):
+		return notSent(err, "")
+	case r.Cause == budget.CauseBlock:
+		return blockedError(r.Until, r.Wait)
+	case r.Cause == budget.CauseDeadline:
+		return tooLate(r.Left, r.RoundTrip)
+	}
+	e := exhausted(c.account, r.Wait)
+	e.Err = r.Err
+	return e
+}
+
+// tooLate is the error of a call not sent because only left, less than a
+// round trip of rtt, remained before its deadline: context.DeadlineExceeded.
+func tooLate(left, rtt time.Duration) *Error {
+	return &Error{kind: kindTransport, Err: context.DeadlineExceeded, notSent: true,
+		Message: fmt.Sprintf("not sent: %s left before the context's deadline, less than a round trip (%s): the call could not finish in time",
+			max(left, 0).Round(time.Millisecond), rtt.Round(time.Millisecond))}
+}
+
+// exhausted is the error of a call not sent because a's budget had no call
+// for it in time; one may go after wait.
+func exhausted(a *budget.Account, wait time.Duration) *Error {
+	return &Error{kind: kindBudget, RetryAfter: wait, notSent: true,
+		Message: fmt.Sprintf("not sent: the request budget (%s) has no call for it; one may go in %s", a.Budget(), wait.Round(time.Millisecond))}
+}
+
+// blockedError is the error of a call not sent during a 971 block, which
+// ends at until, after wait.
+func blockedError(until time.Time, wait time.Duration) *Error {
+	return &Error{kind: kindRateLimited, StatusCode: http.StatusTooManyRequests, Codes: []int{971},
+		RetryAfter: wait, BlockedUntil: until, notSent: true,
+		Message: "not sent: Cloudflare's global API rate limit blocks this account until " + until.UTC().Format(time.RFC3339)}
+}
+
+// BudgetWait returns how long the next call without Priority would wait for
+// the budget; zero when one may be sent now.
+func (c *Client) BudgetWait() time.Duration {
+	at, _ := c.account.NextSlot(budget.Normal, time.Time{})
+	return max(0, time.Until(at))
 }
