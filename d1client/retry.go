@@ -59,12 +59,8 @@ func (p RetryPolicy) withDefaults() (RetryPolicy, error) {
 
 // backoff returns the jittered delay before retry number attempt (1-based).
 func (p RetryPolicy) backoff(attempt int) time.Duration {
-	d := p.BaseDelay
-	for i := 1; i < attempt && d < p.MaxDelay; i++ {
-		d *= 2
-	}
-	d = min(d, p.MaxDelay)
-	half := d / 2
+	// BaseDelay << 20 (>= 1 ms << 20) exceeds any MaxDelay, and cannot overflow.
+	half := min(p.BaseDelay<<min(attempt-1, 20), p.MaxDelay) / 2
 	return half + rand.N(half+1)
 }
 

@@ -65,8 +65,7 @@ type telemetry struct {
 	stmtSets [len(callKinds)][]metric.RecordOption
 	waitSets [2][]metric.RecordOption // by class
 	shedSets [2][]metric.AddOption
-	mu       sync.RWMutex
-	ops      map[string]*opTelemetry
+	ops      sync.Map // operation name -> *opTelemetry
 }
 
 // opTelemetry are the measurement options of one operation name.
@@ -89,7 +88,7 @@ func addWith(kvs ...attribute.KeyValue) []metric.AddOption {
 // providers (nil: otel's global ones); one a provider refuses is a no-op.
 func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, db string) *telemetry {
 	m, tracer := otelscope.New(mp, tp, ScopeName)
-	t := &telemetry{tracer: tracer, db: attrDatabase.String(db), ops: map[string]*opTelemetry{}}
+	t := &telemetry{tracer: tracer, db: attrDatabase.String(db)}
 	for _, h := range []struct {
 		dst        *metric.Float64Histogram
 		name, desc string
@@ -125,36 +124,25 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, db string) *
 
 // op returns the options of an operation name, made on first use.
 func (t *telemetry) op(name string) *opTelemetry {
-	t.mu.RLock()
-	o := t.ops[name]
-	t.mu.RUnlock()
-	if o != nil {
-		return o
+	if o, ok := t.ops.Load(name); ok {
+		return o.(*opTelemetry)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if o = t.ops[name]; o != nil {
-		return o
-	}
-	o = &opTelemetry{span: "d1idem.d1." + name, attr: attrOperation.String(name)}
+	o := &opTelemetry{span: "d1idem.d1." + name, attr: attrOperation.String(name)}
 	for r := range numResults {
 		res := attrResult.String(kindClasses[r])
 		o.record[r] = recordWith(t.db, o.attr, res)
 		o.add[r] = addWith(t.db, o.attr, res)
 	}
-	t.ops[name] = o
-	return o
+	known, _ := t.ops.LoadOrStore(name, o)
+	return known.(*opTelemetry)
 }
 
 // callKindOf is the index in callKinds of a call of n statements.
 func callKindOf(coalesced bool, n int) int {
-	switch {
-	case coalesced:
+	if coalesced {
 		return 2
-	case n > 1:
-		return 1
 	}
-	return 0
+	return min(n, 2) - 1
 }
 
 // call records one HTTP call to D1: its kind, result, duration and

@@ -27,20 +27,16 @@ func encodeBody(wire []wireStatement) []byte {
 	for _, w := range wire {
 		n += len(w)
 	}
-	dst := make([]byte, 0, n)
-	dst = append(dst, `{"batch":[`...)
-	for i, w := range wire {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = append(dst, w...)
+	dst := append(make([]byte, 0, n), `{"batch":[`...)
+	for _, w := range wire {
+		dst = append(append(dst, w...), ',')
 	}
-	return append(dst, "]}"...)
+	return append(dst[:len(dst)-1], "]}"...) // the last comma replaced
 }
 
-// send makes one HTTP attempt, for which a call was taken from the budget:
-// it POSTs body to the /raw endpoint, hands the answer's rate-limit headers
-// to the Account, and classifies the answer, its error redacted.
+// send makes one HTTP attempt, its call taken from the budget: it POSTs
+// body to /raw, gives the answer's headers to the Account, and classifies
+// the answer.
 func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (results []Result, e *Error) {
 	start := time.Now()
 	defer func() {
@@ -86,7 +82,7 @@ func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (
 }
 
 // readBody reads and closes the response body, at most maxResponseBytes+1
-// bytes, into one buffer when the length is known.
+// bytes, in one buffer when the length is known.
 func readBody(res *http.Response) ([]byte, error) {
 	defer res.Body.Close()
 	r := io.LimitReader(res.Body, maxResponseBytes+1)
@@ -114,9 +110,8 @@ func transportError(err error) *Error {
 	return &Error{kind: kindTransport, Ambiguous: !dial, Err: err, Message: err.Error()}
 }
 
-// redact removes the API token from every text of the error, against a
-// server or a proxy echoing it back (see redactText); the cause stays
-// reachable by errors.Is.
+// redact removes the API token from every text of the error, should a
+// server or proxy echo it back; the cause stays reachable by errors.Is.
 func (c *Client) redact(e *Error) {
 	tok := *c.token
 	if tok == "" {
@@ -127,16 +122,14 @@ func (c *Client) redact(e *Error) {
 		e.Details[i].Message = redactText(e.Details[i].Message, tok)
 	}
 	if e.Err != nil {
-		if s := e.Err.Error(); redactText(s, tok) != s {
-			// The cause's text names the token: it is kept behind its
-			// redacted text, for errors.Is alone, not Unwrap.
+		if s := e.Err.Error(); redactText(s, tok) != s { // kept for errors.Is alone
 			e.Err = &redactedCause{text: redactText(s, tok), cause: e.Err}
 		}
 	}
 }
 
-// envelope is Cloudflare's v4 response envelope. Its result decodes in the
-// same pass, straight into the statements' results.
+// envelope is Cloudflare's v4 response envelope; its result decodes in the
+// same pass.
 type envelope struct {
 	Success optBool       `json:"success"`
 	Errors  []ErrorDetail `json:"errors"`
@@ -180,8 +173,8 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 	return env.Result.results(status, n)
 }
 
-// classifyFailure sets the kind of e, an answer with an HTTP status of 400
-// or more. A 971 blocks the account.
+// classifyFailure sets the kind of e, an answer of status 400 or more; a
+// 971 blocks the account.
 func (c *Client) classifyFailure(e *Error) {
 	status := e.StatusCode
 	switch {
@@ -218,8 +211,8 @@ func (e *Error) globalLimit() bool {
 	return slices.Contains(e.Codes, 971) || strings.Contains(strings.ToLower(e.Message), "throttl") || strings.Contains(e.Message, "1200")
 }
 
-// results returns the statements' results of a successful answer, checked
-// against n, the number of statements sent.
+// results returns a successful answer's results, checked against n, the
+// number of statements sent.
 func (l *resultList) results(status, n int) ([]Result, *Error) {
 	malformed := func(msg string, err error) *Error {
 		return &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true, Message: msg, Err: err}
