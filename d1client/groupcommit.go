@@ -11,16 +11,15 @@ import (
 	"github.com/d1idem/d1idem/d1client/budget"
 )
 
-// CoalesceConfig configures group commit: the statements of concurrent Exec
-// calls made with Coalesce() travel together in shared D1 batch calls. A
-// caller that finds no call in flight is sent at once; others queue for the
-// next call, priority work first. A statement that fails in a shared call
-// makes each of its callers be sent again alone; any other failure reaches
-// each caller.
+// CoalesceConfig configures group commit: concurrent Exec calls made with
+// Coalesce() share D1 batch calls. A caller finding no call in flight is
+// sent at once; others queue for the next call, priority work first. A
+// statement failing in a shared call makes each of its callers be sent
+// again alone; any other failure reaches each caller.
 type CoalesceConfig struct {
-	// Window bounds how long a call waits, after the previous one
-	// returned, for the callers that one answered to come back: up to 1 s.
-	// Default (0): a round trip; negative: never wait.
+	// Window bounds how long a call waits, after the previous one returned,
+	// for the callers that one answered to come back: up to 1 s; 0 (the
+	// default) a round trip; negative: never.
 	Window        time.Duration
 	MaxStatements int // statements in one call: 1 to 10,000; default 512
 	MaxBytes      int // encoded statements of one call: 1 KiB to 50 MiB; default 512 KiB
@@ -41,11 +40,11 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 	return c, err
 }
 
-// batcher is group commit's mechanism, as its policy (gcpolicy.go) decides.
-// A runner is a goroutine holding one of maxInFlight call slots: it waits,
-// takes a budget call, drains the queue into it, sends it, answers its
-// callers and waits for them to come back; it ends when it has nothing to
-// carry or hands its callers over to the runner of a call in flight.
+// batcher is group commit's mechanism; gcpolicy.go decides. A runner is a
+// goroutine holding one of maxInFlight call slots: it waits, takes a budget
+// call, drains the queue into it, sends it, answers its callers and waits
+// for them to come back, until it has nothing to carry or hands its callers
+// over to the runner of a call in flight.
 type batcher struct {
 	pol  groupPolicy
 	c    *Client
@@ -99,8 +98,8 @@ func (b *batcher) view() groupView {
 	return v
 }
 
-// head is the class of the queue's next call, priority when any priority
-// work waits, and the earliest deadline of its queued groups (zero: none).
+// head is the class of the queue's next call, and the earliest deadline of
+// its queued groups (zero: none).
 func (b *batcher) head() (cl budget.Class, dl time.Time) {
 	if len(b.queue[budget.Priority]) > 0 {
 		cl = budget.Priority
@@ -275,9 +274,9 @@ func (b *batcher) await(w wait) bool {
 	}
 }
 
-// fly sends a call drained from the queue, entered with b.mu held and the
-// budget's call taken. It returns the runner's next wait, with b.mu held, or
-// false, b.mu released, when the runner handed its callers over.
+// fly sends a call drained from the queue, with b.mu held and the budget's
+// call taken. It returns the runner's next wait, with b.mu held, or false,
+// b.mu released, when the runner handed its callers over.
 func (b *batcher) fly() (wait, bool) {
 	groups, stmts := b.drain(b.pol.capacity(b.view()), b.pol.maxBytes)
 	if start, gather := b.pol.leftover(b.view()); start {
@@ -297,7 +296,8 @@ func (b *batcher) fly() (wait, bool) {
 	if f.handed > 0 {
 		since, answered = f.since, answered+f.handed
 	}
-	if i := b.pol.handoff(b.view(), f, answered); i >= 0 { // it takes these callers over
+	i := b.pol.handoff(b.view(), f, answered)
+	if i >= 0 { // its runner takes these callers over
 		g := b.flights[i]
 		g.stmts += f.stmts
 		if g.handed == 0 || since < g.since {
@@ -308,13 +308,14 @@ func (b *batcher) fly() (wait, bool) {
 			g.first = f.first
 		}
 		b.runners--
-		b.mu.Unlock()
-		deliver(groups, results, err)
-		return wait{}, false
+	} else {
+		b.departing++ // before the callers wake: whoever comes back rides with this runner
 	}
-	b.departing++ // before the callers wake: whoever comes back rides with this runner
 	b.mu.Unlock()
 	deliver(groups, results, err)
+	if i >= 0 {
+		return wait{}, false
+	}
 	b.mu.Lock()
 	return b.pol.afterReturn(b.view(), since, answered), true
 }
@@ -325,8 +326,8 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) ([]Result, *Error) {
 	for _, g := range groups {
 		wire = append(wire, g.wire...)
 	}
-	// A shared call outlives its callers' contexts; one caller's call keeps
-	// its context's values (its trace), without its cancellation.
+	// A shared call outlives its callers' contexts; a lone caller's keeps
+	// its context's values (its trace).
 	ctx := context.Background()
 	if len(groups) == 1 {
 		ctx = context.WithoutCancel(groups[0].ctx)
@@ -335,9 +336,7 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) ([]Result, *Error) {
 	for _, g := range groups {
 		g.shared = len(wire)
 	}
-	if err != nil && err.kind == kindSQL && len(groups) > 1 {
-		// Nothing committed, and whose statement failed is unknown: every
-		// caller is sent again alone.
+	if err != nil && err.kind == kindSQL && len(groups) > 1 { // nothing committed: each sent again alone
 		err = &Error{kind: kindSQL, siblingAbort: true, Message: err.Message}
 	}
 	return results, err
