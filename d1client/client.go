@@ -357,9 +357,7 @@ type Stats struct {
 	Failures   int64 // Exec calls that returned an error
 }
 
-type clientStats struct {
-	calls, statements, execs, retries, failures atomic.Int64
-}
+type clientStats struct{ calls, statements, execs, retries, failures atomic.Int64 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {

@@ -135,7 +135,7 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 			if why == budget.WaitBlock {
 				return nil, 0, blockedError(at, time.Until(at))
 			}
-			return nil, 0, exhausted(b.acct, time.Until(at))
+			return nil, 0, exhausted(b.acct, time.Until(at), nil)
 		}
 	}
 	b.mu.Lock()
@@ -170,9 +170,7 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 		return nil, 0, &Error{kind: kindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
 	}
 	if at, why := b.acct.NextSlot(cl, g.deadline); why == budget.WaitBudget {
-		e := exhausted(b.acct, time.Until(at))
-		e.Err = ctx.Err()
-		return nil, 0, e
+		return nil, 0, exhausted(b.acct, time.Until(at), ctx.Err())
 	}
 	return nil, 0, notSent(ctx.Err(), " while queued for group commit")
 }

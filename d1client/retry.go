@@ -117,9 +117,7 @@ func (c *Client) acquire(ctx context.Context, cl budget.Class) *Error {
 	case r.Cause == budget.CauseDeadline:
 		return tooLate(r.Left, r.RoundTrip)
 	}
-	e := exhausted(c.account, r.Wait)
-	e.Err = r.Err
-	return e
+	return exhausted(c.account, r.Wait, r.Err)
 }
 
 // tooLate is the error of a call not sent because only left, less than a
@@ -131,9 +129,9 @@ func tooLate(left, rtt time.Duration) *Error {
 }
 
 // exhausted is the error of a call not sent because a's budget had no call
-// for it in time; one may go after wait.
-func exhausted(a *budget.Account, wait time.Duration) *Error {
-	return &Error{kind: kindBudget, RetryAfter: wait, notSent: true,
+// for it in time; one may go after wait. err is the cause, if any.
+func exhausted(a *budget.Account, wait time.Duration, err error) *Error {
+	return &Error{kind: kindBudget, RetryAfter: wait, notSent: true, Err: err,
 		Message: fmt.Sprintf("not sent: the request budget (%s) has no call for it; one may go in %s", a.Budget(), wait.Round(time.Millisecond))}
 }
 

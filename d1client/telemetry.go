@@ -89,17 +89,14 @@ func addWith(kvs ...attribute.KeyValue) []metric.AddOption {
 func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, db string) *telemetry {
 	m, tracer := otelscope.New(mp, tp, ScopeName)
 	t := &telemetry{tracer: tracer, db: attrDatabase.String(db)}
-	for _, h := range []struct {
-		dst        *metric.Float64Histogram
-		name, desc string
-	}{
-		{&t.callDuration, "d1idem.d1.call.duration", "Duration of HTTP calls to D1's API (what the API budget counts), by kind and result."},
-		{&t.opDuration, "d1idem.d1.operation.duration", "Duration of Exec calls as their callers see them (group commit, budget waits and retries included), by operation and result."},
-		{&t.waitTime, "d1idem.d1.budget.wait.duration", "Time calls waited for the API budget before they were sent (only calls that waited)."},
-	} {
-		*h.dst, _ = m.Float64Histogram(h.name, metric.WithUnit("s"), metric.WithDescription(h.desc),
+	seconds := func(name, desc string) metric.Float64Histogram {
+		h, _ := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
 			metric.WithExplicitBucketBoundaries(otelscope.DurationBuckets...))
+		return h
 	}
+	t.callDuration = seconds("d1idem.d1.call.duration", "Duration of HTTP calls to D1's API (what the API budget counts), by kind and result.")
+	t.opDuration = seconds("d1idem.d1.operation.duration", "Duration of Exec calls as their callers see them (group commit, budget waits and retries included), by operation and result.")
+	t.waitTime = seconds("d1idem.d1.budget.wait.duration", "Time calls waited for the API budget before they were sent (only calls that waited).")
 	t.callStatements, _ = m.Int64Histogram("d1idem.d1.call.statements", metric.WithUnit("{statement}"),
 		metric.WithDescription("Statements carried by each HTTP call to D1's API."),
 		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))
