@@ -20,21 +20,17 @@ import (
 	"github.com/d1idem/d1idem/internal/textcache"
 )
 
-// DefaultBaseURL is Cloudflare's API base URL.
-const DefaultBaseURL = "https://api.cloudflare.com/client/v4/"
-
-// Environment variables (wrangler's, cloudflare-go's) for the API base URL
-// when Config.BaseURL is empty; they must agree.
 const (
+	// DefaultBaseURL is Cloudflare's API base URL.
+	DefaultBaseURL = "https://api.cloudflare.com/client/v4/"
+	// APIBaseURLEnv and BaseURLEnv (wrangler's, cloudflare-go's) give the
+	// API base URL when Config.BaseURL is empty; they must agree.
 	APIBaseURLEnv = "CLOUDFLARE_API_BASE_URL"
 	BaseURLEnv    = "CLOUDFLARE_BASE_URL"
+	// DefaultAttemptTimeout bounds one HTTP attempt, above D1's 30 s query limit.
+	DefaultAttemptTimeout = 45 * time.Second
+	maxResponseBytes      = 64 << 20 // read of one response body at most
 )
-
-// DefaultAttemptTimeout bounds one HTTP attempt, above D1's 30 s query limit.
-const DefaultAttemptTimeout = 45 * time.Second
-
-// maxResponseBytes bounds how much of one response body is read.
-const maxResponseBytes = 64 << 20
 
 // Config configures a Client. Its String, GoString, Format, LogValue and
 // MarshalJSON methods never show the API token or the secret of BridgeURL.
@@ -96,11 +92,9 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	base, err := resolveBaseURL(cfg.BaseURL)
-	if err != nil {
+	if cfg.BaseURL, err = resolveBaseURL(cfg.BaseURL); err != nil {
 		return nil, err
 	}
-	cfg.BaseURL = base
 	switch {
 	case cfg.AccountID == "":
 		return nil, invalidf("account ID is required (CLOUDFLARE_ACCOUNT_ID)")

@@ -15,12 +15,12 @@ import (
 	"github.com/d1idem/d1idem/internal/otelscope"
 )
 
-// ScopeName is the instrumentation scope of the client's metrics and spans.
-const ScopeName = "github.com/d1idem/d1idem/d1client"
-
-// Attribute keys of the client's metrics and spans (docs/observability.md).
-// None ever carries a parameter value, a principal, a key or a token.
 const (
+	// ScopeName is the instrumentation scope of the client's metrics and spans.
+	ScopeName = "github.com/d1idem/d1idem/d1client"
+
+	// Attribute keys of the client's metrics and spans (docs/observability.md).
+	// None ever carries a parameter value, a principal, a key or a token.
 	attrOperation  = attribute.Key("d1idem.d1.operation")
 	attrResult     = attribute.Key("d1idem.d1.result")
 	attrCallKind   = attribute.Key("d1idem.d1.call.kind")
@@ -31,9 +31,7 @@ const (
 	attrDatabase   = attribute.Key("db.namespace")
 	attrAccount    = attribute.Key("cloud.account.id")
 	attrHTTPStatus = attribute.Key("http.response.status_code")
-)
 
-const (
 	defaultOperation = "exec"
 	numResults       = int(kindBudget) + 1 // ok, then each kind
 )
