@@ -274,8 +274,10 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 		c.log.LogAttrs(ctx, slog.LevelWarn, "d1client: retrying",
 			slog.String("kind", err.kind.String()), slog.Int("status", err.StatusCode),
 			slog.Int("attempt", attempt), slog.Duration("delay", delay))
-		if sleepCtx(ctx, delay) != nil {
+		select {
+		case <-ctx.Done():
 			return c.failed(op, start, err)
+		case <-time.After(delay):
 		}
 		last = err
 	}

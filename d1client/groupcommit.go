@@ -261,13 +261,11 @@ func (b *batcher) await(w wait) bool {
 		}
 		kick := b.kick
 		b.mu.Unlock()
-		timer := time.NewTimer(time.Until(wake))
 		select {
-		case <-timer.C:
+		case <-time.After(time.Until(wake)):
 		case <-kick:
 		case <-changed:
 		}
-		timer.Stop()
 		b.mu.Lock()
 	}
 }

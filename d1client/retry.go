@@ -85,18 +85,6 @@ func (c *Client) retryDelay(ctx context.Context, e *Error, attempt int, safe, un
 	return delay, true
 }
 
-// sleepCtx sleeps for d, or until ctx ends, returning its error then.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // acquire takes a call of class cl from the client's Account, recording any
 // wait; when it took none, it returns the refusal: ErrBudget, ErrRateLimited,
 // or ErrTransport for want of a round trip.
