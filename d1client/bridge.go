@@ -13,10 +13,9 @@ import (
 // when neither Config.BridgeURL nor Config.BaseURL is set.
 const BridgeURLEnv = "D1IDEM_BRIDGE_URL"
 
-// applyBridge resolves the bridge URL (Config.BridgeURL, else the
-// environment's) and reports whether there is one: then it sets BaseURL,
-// APIToken (the secret; BridgeURL is cleared), and a zero Budget without an
-// Account to budget.Unlimited().
+// applyBridge resolves the bridge URL, if any (then it reports true), into
+// BaseURL and APIToken, clears BridgeURL, and makes a zero Budget without
+// an Account unlimited.
 func (cfg *Config) applyBridge() (bool, error) {
 	raw, name := cfg.BridgeURL, "Config.BridgeURL"
 	cfg.BridgeURL = ""
@@ -76,8 +75,7 @@ func parseBridgeURL(name, raw string) (base, secret string, err error) {
 	return u.String(), pass, nil
 }
 
-// Bridge reports whether the client talks to a d1idem bridge (see
-// Config.BridgeURL).
+// Bridge reports whether the client talks to a d1idem bridge (Config.BridgeURL).
 func (c *Client) Bridge() bool { return c.bridge }
 
 // redactURL shows a bridge URL with its secret, query and fragment left out;

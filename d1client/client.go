@@ -45,13 +45,11 @@ type Config struct {
 	BridgeURL string
 	APIToken  string // sent as a bearer token
 	// AccountID and DatabaseID name the D1 database. Both are required.
-	AccountID  string
-	DatabaseID string
-	HTTPClient *http.Client // if set, carries every request
-	Retry      RetryPolicy  // the zero value is DefaultRetryPolicy()
-	// AttemptTimeout bounds each HTTP attempt: 10 ms to 10 min; 0 means
-	// DefaultAttemptTimeout.
-	AttemptTimeout time.Duration
+	AccountID      string
+	DatabaseID     string
+	HTTPClient     *http.Client  // if set, carries every request
+	Retry          RetryPolicy   // the zero value is DefaultRetryPolicy()
+	AttemptTimeout time.Duration // each HTTP attempt's: 10 ms to 10 min; 0: DefaultAttemptTimeout
 	// Budget is the API budget (package budget); zero: Cloudflare's 1200
 	// calls per 300 s. Account, if set, is one shared by every Client given
 	// it (one Cloudflare account), and Budget must then be zero.
@@ -65,9 +63,8 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
-// Client is a D1 REST client, safe for concurrent use. Its String,
-// GoString, Format, LogValue and MarshalJSON methods never show the API
-// token.
+// Client is a D1 REST client, safe for concurrent use. Printing it never
+// shows the API token.
 type Client struct {
 	cfg     Config  // with defaults; APIToken cleared: see token
 	token   *string // behind a pointer, so that printing a Client shows an address
@@ -147,8 +144,7 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// resolveBaseURL returns the base URL, as Config.BaseURL says, with a
-// trailing slash.
+// resolveBaseURL returns the base URL Config.BaseURL means, with a trailing slash.
 func resolveBaseURL(configured string) (string, error) {
 	u := configured
 	if u == "" {
@@ -176,8 +172,7 @@ func invalidf(format string, args ...any) *Error {
 	return &Error{kind: kindInvalid, Message: fmt.Sprintf(format, args...)}
 }
 
-// setting sets *v, Config's field name, to dflt when it is 0, or fails when
-// *v is outside lo to hi.
+// setting sets *v, Config's field name, to dflt if 0, or fails outside lo to hi.
 func setting[T int | time.Duration](name string, v *T, lo, hi, dflt T) error {
 	if *v != 0 && (*v < lo || *v > hi) {
 		return invalidf("Config.%s is %v; accepted: 0 (the default, %v) or %v to %v", name, *v, dflt, lo, hi)
@@ -259,8 +254,7 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 			c.tel.sheds.Add(context.Background(), 1, c.tel.shedSets[cl]...)
 		}
 		if last != nil && !err.Ambiguous && (ctx.Err() != nil || err.notSent && last.Ambiguous) {
-			// This attempt was never sent: the previous failure is the one
-			// to report, above all when it may have committed.
+			// Never sent: report the previous failure, which may have committed.
 			return c.failed(op, start, last)
 		}
 		err.Statements = redactAll(stmts)
@@ -299,8 +293,7 @@ func (c *Client) Query(ctx context.Context, sql string, params ...any) (*Result,
 	return &res[0], nil
 }
 
-// encode validates and encodes the statements, and reports whether all are
-// proven read-only.
+// encode validates and encodes the statements, and reports whether all are proven read-only.
 func (c *Client) encode(stmts []Statement) ([]wireStatement, bool, *Error) {
 	if len(stmts) == 0 {
 		return nil, false, invalidf("no statements")

@@ -85,9 +85,8 @@ func (c *Client) retryDelay(ctx context.Context, e *Error, attempt int, safe, un
 	return delay, true
 }
 
-// acquire takes a call of class cl from the client's Account, recording any
-// wait; when it took none, it returns the refusal: ErrBudget, ErrRateLimited,
-// or ErrTransport for want of a round trip.
+// acquire takes a call of class cl from the Account, recording any wait, or
+// returns the refusal: ErrBudget, ErrRateLimited, or ErrTransport (deadline).
 func (c *Client) acquire(ctx context.Context, cl budget.Class) *Error {
 	waited, err := c.account.Acquire(ctx, cl)
 	if waited > 0 {
@@ -123,8 +122,7 @@ func exhausted(a *budget.Account, wait time.Duration, err error) *Error {
 		Message: fmt.Sprintf("not sent: the request budget (%s) has no call for it; one may go in %s", a.Budget(), wait.Round(time.Millisecond))}
 }
 
-// blockedError is the error of a call not sent during a 971 block, which
-// ends at until, after wait.
+// blockedError is the error of a call not sent during a 971 block, until until.
 func blockedError(until time.Time, wait time.Duration) *Error {
 	return &Error{kind: kindRateLimited, StatusCode: http.StatusTooManyRequests, Codes: []int{971},
 		RetryAfter: wait, BlockedUntil: until, notSent: true,

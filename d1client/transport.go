@@ -34,9 +34,8 @@ func encodeBody(wire []wireStatement) []byte {
 	return append(dst[:len(dst)-1], "]}"...) // the last comma replaced
 }
 
-// send makes one HTTP attempt, its call taken from the budget: it POSTs
-// body to /raw, gives the answer's headers to the Account, and classifies
-// the answer.
+// send makes one HTTP attempt, its call taken from the budget: it POSTs body
+// to /raw, gives the headers to the Account, and classifies the answer.
 func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (results []Result, e *Error) {
 	start := time.Now()
 	defer func() {
@@ -102,8 +101,7 @@ func readBody(res *http.Response) ([]byte, error) {
 	return io.ReadAll(r)
 }
 
-// transportError wraps a failure that produced no HTTP response. It is
-// ambiguous unless the connection was never established.
+// transportError wraps a failure without a response: ambiguous unless not even dialled.
 func transportError(err error) *Error {
 	var op *net.OpError
 	dial := errors.As(err, &op) && op.Op == "dial"
@@ -128,8 +126,7 @@ func (c *Client) redact(e *Error) {
 	}
 }
 
-// envelope is Cloudflare's v4 response envelope; its result decodes in the
-// same pass.
+// envelope is Cloudflare's v4 response envelope; its result decodes in the same pass.
 type envelope struct {
 	Success optBool       `json:"success"`
 	Errors  []ErrorDetail `json:"errors"`
@@ -141,8 +138,7 @@ type envelope struct {
 // account not authorized (7403), a bad account or database identifier (7003).
 var authCodes = []int{10000, 10001, 9106, 9107, 9109, 6003, 6111, 6103, 7403, 7003}
 
-// classify turns an answer into the results of its n statements, or an
-// *Error of the kind its shape says.
+// classify turns an answer into its n statements' results, or an *Error.
 func (c *Client) classify(status int, header http.Header, body []byte, n int) ([]Result, *Error) {
 	var env envelope
 	if !fastEnvelope(body, n, &env) {
@@ -173,8 +169,7 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 	return env.Result.results(status, n)
 }
 
-// classifyFailure sets the kind of e, an answer of status 400 or more; a
-// 971 blocks the account.
+// classifyFailure sets the kind of e, of status 400 or more; 971 blocks the account.
 func (c *Client) classifyFailure(e *Error) {
 	status := e.StatusCode
 	switch {
@@ -211,8 +206,7 @@ func (e *Error) globalLimit() bool {
 	return slices.Contains(e.Codes, 971) || strings.Contains(strings.ToLower(e.Message), "throttl") || strings.Contains(e.Message, "1200")
 }
 
-// results returns a successful answer's results, checked against n, the
-// number of statements sent.
+// results returns a successful answer's results, checked against n statements sent.
 func (l *resultList) results(status, n int) ([]Result, *Error) {
 	malformed := func(msg string, err error) *Error {
 		return &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true, Message: msg, Err: err}
@@ -240,8 +234,7 @@ func (l *resultList) results(status, n int) ([]Result, *Error) {
 
 var titlePattern = regexp.MustCompile(`(?is)<title>\s*(.*?)\s*</title>`)
 
-// bodySnippet summarises a non-JSON body: an HTML page's title, or the first
-// bytes of anything else.
+// bodySnippet summarises a non-JSON body: an HTML title, or its first bytes.
 func bodySnippet(header http.Header, body []byte) string {
 	s := strings.Join(strings.Fields(string(body)), " ")
 	if m := titlePattern.FindSubmatch(body); m != nil {
