@@ -46,9 +46,8 @@ type groupView struct {
 	base, per   time.Duration // a call lasts base + per × statements; 0: unknown
 }
 
-// flight is a call in flight. handed callers were handed over to its
-// runner, since arrival number since, by calls the first of which left at
-// first.
+// flight is a call in flight. handed callers were handed over to its runner,
+// since arrival number since, by calls the first of which left at first.
 type flight struct {
 	start  time.Time
 	stmts  int // its statements and those of the calls handed over to it
@@ -132,8 +131,8 @@ func (p groupPolicy) gathering(v groupView) wait {
 	return wait{gathering: true, start: v.now, until: v.now.Add(d)}
 }
 
-// afterReturn is the wait of a runner whose call returned at v.now,
-// having answered callers since arrival number since.
+// afterReturn is the wait of a runner whose call returned at v.now, having
+// answered callers since arrival number since.
 func (p groupPolicy) afterReturn(v groupView, since uint64, answered int) wait {
 	window := p.window
 	if window == 0 {
@@ -209,8 +208,8 @@ func (m *costModel) add(n int, d time.Duration) {
 	m.nd = m.nd*costDecay + x*y
 }
 
-// estimate returns base and per once calls of different sizes show a
-// positive cost per statement; zeros otherwise.
+// estimate returns base and per once calls of different sizes show a cost
+// per statement; zeros otherwise.
 func (m *costModel) estimate() (base, per time.Duration) {
 	den := m.w*m.nn - m.n*m.n
 	if m.w < 4 || den <= m.w*m.w { // sizes spread by less than a statement

@@ -98,8 +98,7 @@ func (b *batcher) view() groupView {
 	return v
 }
 
-// head is the class of the queue's next call, and the earliest deadline of
-// its queued groups (zero: none).
+// head is the class of the queue's next call and its groups' earliest deadline.
 func (b *batcher) head() (cl budget.Class, dl time.Time) {
 	if len(b.queue[budget.Priority]) > 0 {
 		cl = budget.Priority
@@ -112,8 +111,8 @@ func (b *batcher) head() (cl budget.Class, dl time.Time) {
 	return cl, dl
 }
 
-// submit queues the statements for the next shared call and returns their
-// results and the statements of the call that carried them (0: none did).
+// submit queues the statements for a shared call and returns their results
+// and the statements of the call that carried them (0: none did).
 func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, int, *Error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, notSent(err, "")
@@ -322,8 +321,7 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) ([]Result, *Error) {
 	for _, g := range groups {
 		wire = append(wire, g.wire...)
 	}
-	// A shared call outlives its callers' contexts; a lone caller's keeps
-	// its context's values (its trace).
+	// A shared call outlives its callers' contexts; a lone one keeps its trace.
 	ctx := context.Background()
 	if len(groups) == 1 {
 		ctx = context.WithoutCancel(groups[0].ctx)
@@ -353,8 +351,7 @@ func deliver(groups []*pendingGroup, results []Result, err *Error) {
 	}
 }
 
-// dropLate fails, with b.mu held, the queued groups with less than a round
-// trip left before their deadline.
+// dropLate fails, with b.mu held, queued groups with less than a round trip left.
 func (b *batcher) dropLate() {
 	rtt := b.acct.RoundTrip()
 	if rtt == 0 {
@@ -372,9 +369,9 @@ func (b *batcher) dropLate() {
 	}
 }
 
-// drain takes the queued groups for one call of at most capacity statements
-// and maxBytes (a larger group travels alone), first come first served,
-// priority work first.
+// drain takes the queued groups, priority first, then first come first
+// served, for one call of at most capacity statements and maxBytes (a
+// larger group travels alone).
 func (b *batcher) drain(capacity, maxBytes int) ([]*pendingGroup, int) {
 	var groups []*pendingGroup
 	stmts, size := 0, batchOverhead

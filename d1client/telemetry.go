@@ -36,8 +36,7 @@ const (
 	numResults       = int(kindBudget) + 1 // ok, then each kind
 )
 
-// callKinds name the kinds of call: one statement alone, a batch of one
-// caller's, a group-commit call (see callKindOf).
+// callKinds name the kinds of call: one statement, one caller's batch, group commit.
 var callKinds = [...]string{"single", "batch", "coalesced"}
 
 // kindClasses name the kinds of failure in metrics and spans, "ok" for none.
@@ -49,9 +48,8 @@ var kindClasses = [numResults]string{0: "ok", kindSQL: "sql", kindAuth: "auth", 
 // class is the name of a kind of failure in metrics and spans.
 func (k kind) class() string { return kindClasses[k] }
 
-// telemetry is a Client's instrumentation through the OpenTelemetry API;
-// the measurement options are built once, so that recording allocates
-// nothing.
+// telemetry is a Client's OpenTelemetry instrumentation; the measurement
+// options are built once, so that recording allocates nothing.
 type telemetry struct {
 	tracer                             trace.Tracer
 	callDuration, opDuration, waitTime metric.Float64Histogram // seconds
@@ -140,16 +138,14 @@ func callKindOf(coalesced bool, n int) int {
 	return min(n, 2) - 1
 }
 
-// call records one HTTP call to D1: its kind, result, duration and
-// statements.
+// call records one HTTP call to D1: its kind, result, duration and statements.
 func (t *telemetry) call(coalesced bool, n int, k kind, d time.Duration) {
 	ck := callKindOf(coalesced, n)
 	t.callDuration.Record(context.Background(), d.Seconds(), t.callSets[ck][k]...)
 	t.callStatements.Record(context.Background(), int64(n), t.stmtSets[ck]...)
 }
 
-// startAttempt starts the span of one attempt of an Exec call, and returns
-// ctx unchanged when the span does not record.
+// startAttempt starts an Exec attempt's span; ctx is unchanged if it does not record.
 func (t *telemetry) startAttempt(ctx context.Context, o *opTelemetry) (context.Context, trace.Span) {
 	sctx, span := t.tracer.Start(ctx, o.span)
 	if span.IsRecording() {
@@ -158,9 +154,8 @@ func (t *telemetry) startAttempt(ctx context.Context, o *opTelemetry) (context.C
 	return ctx, span
 }
 
-// endAttempt sets the attributes of an attempt's span, all at once, and ends
-// it: the caller's statements, the call that carried them (shared: its
-// statements in all), and a failure's class and HTTP status.
+// endAttempt sets an attempt span's attributes, all at once, and ends it;
+// shared is the statements of the call that carried the caller's.
 func (t *telemetry) endAttempt(span trace.Span, o *opTelemetry, attempt int, coalesced bool, stmts, shared int, err *Error) {
 	if !span.IsRecording() {
 		span.End()

@@ -48,11 +48,7 @@ func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (
 	}()
 	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.rawURL, bytes.NewReader(body))
-	if err != nil {
-		c.account.Answered(nil)
-		return nil, &Error{kind: kindInvalid, Message: "building the request", Err: err}
-	}
+	req, _ := http.NewRequestWithContext(actx, http.MethodPost, c.rawURL, bytes.NewReader(body)) // New checked rawURL
 	req.Header = http.Header{
 		"Content-Type": {"application/json"},
 		"Accept":       {"application/json"},
