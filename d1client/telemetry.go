@@ -157,16 +157,16 @@ func (t *telemetry) startAttempt(ctx context.Context, o *opTelemetry) (context.C
 // endAttempt sets an attempt span's attributes, all at once, and ends it;
 // shared is the statements of the call that carried the caller's.
 func (t *telemetry) endAttempt(span trace.Span, o *opTelemetry, attempt int, coalesced bool, stmts, shared int, err *Error) {
+	defer span.End()
 	if !span.IsRecording() {
-		span.End()
 		return
 	}
 	var k kind
 	if err != nil {
 		k = err.kind
+		span.SetStatus(codes.Error, k.class()) // not the message: it may quote SQL
 	}
-	attrs := make([]attribute.KeyValue, 0, 8)
-	attrs = append(attrs, o.attr, t.db, attrStatements.Int(stmts), attrAttempt.Int(attempt),
+	attrs := append(make([]attribute.KeyValue, 0, 8), o.attr, t.db, attrStatements.Int(stmts), attrAttempt.Int(attempt),
 		attrResult.String(k.class()), attrCallKind.String(callKinds[callKindOf(coalesced, stmts)]))
 	if shared > 0 {
 		attrs = append(attrs, attrCallStmts.Int(shared))
@@ -175,10 +175,6 @@ func (t *telemetry) endAttempt(span trace.Span, o *opTelemetry, attempt int, coa
 		attrs = append(attrs, attrHTTPStatus.Int(err.StatusCode))
 	}
 	span.SetAttributes(attrs...)
-	if err != nil {
-		span.SetStatus(codes.Error, k.class()) // not the message: it may quote SQL
-	}
-	span.End()
 }
 
 // operation records an Exec call as its caller saw it.
@@ -195,12 +191,10 @@ func (t *telemetry) waited(cl budget.Class, d time.Duration) {
 // sees it, until the client is unreachable (the callback holds the Account).
 func observeBudget(c *Client, mp metric.MeterProvider) {
 	m, _ := otelscope.New(mp, nil, ScopeName)
-	gauge := func(name, desc string) metric.Int64ObservableGauge {
-		g, _ := m.Int64ObservableGauge(name, metric.WithUnit("{call}"), metric.WithDescription(desc))
-		return g
-	}
-	remaining := gauge("d1idem.d1.budget.remaining", "API calls left to the Cloudflare account in the current window, as the last response's Ratelimit header said.")
-	limit := gauge("d1idem.d1.budget.limit", "API calls allowed per window: the Ratelimit-Policy's quota, or the local Budget's calls.")
+	remaining, _ := m.Int64ObservableGauge("d1idem.d1.budget.remaining", metric.WithUnit("{call}"),
+		metric.WithDescription("API calls left to the Cloudflare account in the current window, as the last response's Ratelimit header said."))
+	limit, _ := m.Int64ObservableGauge("d1idem.d1.budget.limit", metric.WithUnit("{call}"),
+		metric.WithDescription("API calls allowed per window: the Ratelimit-Policy's quota, or the local Budget's calls."))
 	reset, _ := m.Float64ObservableGauge("d1idem.d1.budget.reset", metric.WithUnit("s"),
 		metric.WithDescription("Seconds until the API budget's window resets, as the last response's Ratelimit header said."))
 	acct := c.account
@@ -219,8 +213,7 @@ func observeBudget(c *Client, mp metric.MeterProvider) {
 		}
 		return nil
 	}, remaining, limit, reset)
-	if err != nil || reg == nil {
-		return
+	if err == nil && reg != nil {
+		runtime.AddCleanup(c, func(r metric.Registration) { _ = r.Unregister() }, reg)
 	}
-	runtime.AddCleanup(c, func(r metric.Registration) { _ = r.Unregister() }, reg)
 }
