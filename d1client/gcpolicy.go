@@ -1,6 +1,7 @@
 package d1client
 
 import (
+	"cmp"
 	"math"
 	"time"
 )
@@ -99,10 +100,8 @@ func (p groupPolicy) spawn(v groupView) (start, gather bool) {
 // leftover says whether what a departing call could not carry gets a runner
 // at once (else it waits a round trip), and whether that one gathers.
 func (p groupPolicy) leftover(v groupView) (start, gather bool) {
-	if v.stmts == 0 || v.departing > 0 || v.runners >= p.maxInFlight || !v.spare {
-		return false, false
-	}
-	return true, v.plentiful
+	start = v.stmts > 0 && v.departing == 0 && v.runners < p.maxInFlight && v.spare
+	return start, start && v.plentiful
 }
 
 func (p groupPolicy) gatherTime(v groupView) time.Duration {
@@ -122,11 +121,8 @@ type wait struct {
 // gathering is the wait of a runner just started beside others.
 func (p groupPolicy) gathering(v groupView) wait {
 	d := p.gatherTime(v)
-	switch {
-	case p.window < 0:
-		d = 0
-	case p.window > 0:
-		d = min(d, p.window)
+	if p.window != 0 { // a negative window: none
+		d = min(d, max(p.window, 0))
 	}
 	return wait{gathering: true, start: v.now, until: v.now.Add(d)}
 }
@@ -134,11 +130,8 @@ func (p groupPolicy) gathering(v groupView) wait {
 // afterReturn is the wait of a runner whose call returned at v.now, having
 // answered callers since arrival number since.
 func (p groupPolicy) afterReturn(v groupView, since uint64, answered int) wait {
-	window := p.window
-	if window == 0 {
-		window = v.rtt
-	}
-	return wait{start: v.now, arrivals: since, answered: answered, until: v.now.Add(max(window, 0))}
+	window := max(cmp.Or(p.window, v.rtt), 0)
+	return wait{start: v.now, arrivals: since, answered: answered, until: v.now.Add(window)}
 }
 
 // depart says whether a runner waiting as w departs now, or when to look
