@@ -86,11 +86,10 @@ func (p groupPolicy) spawn(v groupView) (start, gather bool) {
 		return true, false
 	case v.departing > 0 || !v.plentiful:
 		return false, false
-	}
-	due := v.rtt
-	if v.rtt == 0 {
+	case v.rtt == 0:
 		return v.groups > 1, true // no round trip known: each waits one
 	}
+	due := v.rtt
 	for i := range v.flights {
 		due = min(due, v.due(&v.flights[i]))
 	}

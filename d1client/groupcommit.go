@@ -216,11 +216,10 @@ func (b *batcher) run(w wait) {
 			b.mu.Unlock()
 			return
 		}
-		next, on := b.fly()
-		if !on {
+		var on bool
+		if w, on = b.fly(); !on {
 			return
 		}
-		w = next
 	}
 }
 
