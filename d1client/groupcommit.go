@@ -249,7 +249,7 @@ func (b *batcher) await(w wait) bool {
 				groups, _ := b.drain(math.MaxInt, math.MaxInt)
 				e := blockedError(at, time.Until(at))
 				b.mu.Unlock()
-				deliver(groups, nil, e)
+				deliver(groups, 0, nil, e)
 				b.mu.Lock()
 				continue
 			case budgetSince.IsZero():
@@ -306,7 +306,7 @@ func (b *batcher) fly() (wait, bool) {
 		b.departing++ // before the callers wake: whoever comes back rides with this runner
 	}
 	b.mu.Unlock()
-	deliver(groups, results, err)
+	deliver(groups, stmts, results, err)
 	if i >= 0 {
 		return wait{}, false
 	}
@@ -326,19 +326,18 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) ([]Result, *Error) {
 		ctx = context.WithoutCancel(groups[0].ctx)
 	}
 	results, err := b.c.send(ctx, encodeBody(wire), len(wire), true)
-	for _, g := range groups {
-		g.shared = len(wire)
-	}
 	if err != nil && err.kind == kindSQL && len(groups) > 1 { // nothing committed: each sent again alone
 		err = &Error{kind: kindSQL, siblingAbort: true, Message: err.Message}
 	}
 	return results, err
 }
 
-// deliver hands each group its results, or its own copy of the error.
-func deliver(groups []*pendingGroup, results []Result, err *Error) {
+// deliver hands each group its results, or its own copy of the error, and
+// the statements of the call that carried it (shared).
+func deliver(groups []*pendingGroup, shared int, results []Result, err *Error) {
 	off := 0
 	for _, g := range groups {
+		g.shared = shared
 		if err != nil {
 			cp := *err
 			g.err = &cp
