@@ -121,12 +121,11 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Coalesce, err = cfg.Coalesce.withDefaults(); err != nil {
 		return nil, err
 	}
-	token := cfg.APIToken
-	cfg.APIToken = ""
-	auth := ""
+	token, auth := cfg.APIToken, ""
 	if token != "" {
 		auth = "Bearer " + token
 	}
+	cfg.APIToken = ""
 	c := &Client{
 		cfg:     cfg,
 		token:   &token,
@@ -139,7 +138,7 @@ func New(cfg Config) (*Client, error) {
 		tel:     newTelemetry(cfg.MeterProvider, cfg.TracerProvider, cfg.DatabaseID),
 		bridge:  bridge,
 	}
-	c.batch = &batcher{pol: newGroupPolicy(cfg.Coalesce), c: c, acct: account, kick: make(chan struct{}), returns: 1}
+	c.batch = &batcher{pol: newGroupPolicy(cfg.Coalesce), c: c, kick: make(chan struct{}), returns: 1}
 	observeBudget(c, cfg.MeterProvider)
 	return c, nil
 }

@@ -46,9 +46,8 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 // for them to come back, until it has nothing to carry or hands its callers
 // over to the runner of a call in flight.
 type batcher struct {
-	pol  groupPolicy
-	c    *Client
-	acct *budget.Account
+	pol groupPolicy
+	c   *Client
 
 	mu          sync.Mutex
 	queue       [2][]*pendingGroup // by class: budget.Normal, budget.Priority
@@ -85,15 +84,15 @@ func (b *batcher) view() groupView {
 	v := groupView{
 		now: time.Now(), groups: len(b.queue[budget.Normal]) + len(b.queue[budget.Priority]), stmts: b.stmts, size: b.size,
 		arrivals: b.arrivals, lastArrival: b.lastArrival, runners: b.runners, departing: b.departing,
-		rtt: b.acct.RoundTrip(),
+		rtt: b.c.account.RoundTrip(),
 	}
 	v.flights = make([]flight, len(b.flights))
 	for i, f := range b.flights {
 		v.flights[i] = *f
 	}
 	cl, _ := b.head()
-	v.spare = b.acct.Spare(cl)
-	v.plentiful = v.spare && b.acct.Plentiful(cl, b.pol.maxInFlight, v.rtt)
+	v.spare = b.c.account.Spare(cl)
+	v.plentiful = v.spare && b.c.account.Plentiful(cl, b.pol.maxInFlight, v.rtt)
 	v.base, v.per = b.cost.estimate()
 	return v
 }
@@ -117,7 +116,7 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 	if err := ctx.Err(); err != nil {
 		return nil, 0, notSent(err, "")
 	}
-	if until, on := b.acct.Blocked(); on {
+	if until, on := b.c.account.Blocked(); on {
 		return nil, 0, blockedError(until, time.Until(until))
 	}
 	g := &pendingGroup{ctx: ctx, wire: wire, class: cl, done: make(chan struct{})}
@@ -126,15 +125,15 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		g.deadline = dl
-		rtt := b.acct.RoundTrip()
+		rtt := b.c.account.RoundTrip()
 		if left := time.Until(dl); left < rtt {
 			return nil, 0, tooLate(left, rtt)
 		}
-		if at, why := b.acct.NextSlot(cl, dl); why != budget.NotWaiting && time.Until(dl) < time.Until(at)+rtt {
+		if at, why := b.c.account.NextSlot(cl, dl); why != budget.NotWaiting && time.Until(dl) < time.Until(at)+rtt {
 			if why == budget.WaitBlock {
 				return nil, 0, blockedError(at, time.Until(at))
 			}
-			return nil, 0, exhausted(b.acct, time.Until(at), nil)
+			return nil, 0, exhausted(b.c.account, time.Until(at), nil)
 		}
 	}
 	b.mu.Lock()
@@ -168,8 +167,8 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 	if taken {
 		return nil, 0, &Error{kind: kindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
 	}
-	if at, why := b.acct.NextSlot(cl, g.deadline); why == budget.WaitBudget {
-		return nil, 0, exhausted(b.acct, time.Until(at), ctx.Err())
+	if at, why := b.c.account.NextSlot(cl, g.deadline); why == budget.WaitBudget {
+		return nil, 0, exhausted(b.c.account, time.Until(at), ctx.Err())
 	}
 	return nil, 0, notSent(ctx.Err(), " while queued for group commit")
 }
@@ -237,7 +236,7 @@ func (b *batcher) await(w wait) bool {
 		var changed <-chan struct{}
 		if depart {
 			cl, dl := b.head()
-			ok, at, why, ch := b.acct.TryTake(cl, dl)
+			ok, at, why, ch := b.c.account.TryTake(cl, dl)
 			switch {
 			case ok:
 				if !budgetSince.IsZero() {
@@ -351,7 +350,7 @@ func deliver(groups []*pendingGroup, shared int, results []Result, err *Error) {
 
 // dropLate fails, with b.mu held, queued groups with less than a round trip left.
 func (b *batcher) dropLate() {
-	rtt := b.acct.RoundTrip()
+	rtt := b.c.account.RoundTrip()
 	if rtt == 0 {
 		return
 	}
