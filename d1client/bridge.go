@@ -13,17 +13,9 @@ import (
 // when neither Config.BridgeURL nor Config.BaseURL is set.
 const BridgeURLEnv = "D1IDEM_BRIDGE_URL"
 
-// validSecret reports whether the bridge accepts s as its secret: 16 to
-// 4096 visible ASCII characters but the comma (SECRET_PATTERN in
-// bridge/worker.js).
-func validSecret(s string) bool {
-	return len(s) >= 16 && len(s) <= 4096 && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x21 || r > 0x7e || r == ',' })
-}
-
-// applyBridge resolves the bridge URL (Config.BridgeURL, else the
-// environment's) and reports whether there is one: then it sets BaseURL,
-// APIToken (the secret; BridgeURL is cleared), and a zero Budget without an
-// Account to budget.Unlimited().
+// applyBridge resolves the bridge URL, if any (then it reports true), into
+// BaseURL and APIToken, clears BridgeURL, and makes a zero Budget without
+// an Account unlimited.
 func (cfg *Config) applyBridge() (bool, error) {
 	raw, name := cfg.BridgeURL, "Config.BridgeURL"
 	cfg.BridgeURL = ""
@@ -57,18 +49,14 @@ func (cfg *Config) applyBridge() (bool, error) {
 func parseBridgeURL(name, raw string) (base, secret string, err error) {
 	const form = "https://:SECRET@HOST"
 	u, perr := url.Parse(raw)
-	if perr != nil || u.Opaque != "" || u.Host == "" {
-		return "", "", invalidf("%s is not a URL of the form %s (the URL is not shown: it holds the secret)", name, form)
-	}
-	if u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
-		return "", "", invalidf("%s has a query or a fragment; the form is %s", name, form)
-	}
 	switch {
-	case u.Scheme == "https":
-	case u.Scheme == "http" && loopback.Host(u.Hostname()):
-	case u.Scheme == "http":
+	case perr != nil || u.Opaque != "" || u.Host == "":
+		return "", "", invalidf("%s is not a URL of the form %s (the URL is not shown: it holds the secret)", name, form)
+	case u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
+		return "", "", invalidf("%s has a query or a fragment; the form is %s", name, form)
+	case u.Scheme == "http" && !loopback.Host(u.Hostname()):
 		return "", "", invalidf("%s is http:// to %s, which is not this machine: the URL carries the bridge's secret, so it must be https:// (http:// is accepted for a bridge on 127.0.0.1, such as `d1idem bridge serve`)", name, u.Host)
-	default:
+	case u.Scheme != "https" && u.Scheme != "http":
 		return "", "", invalidf("%s must start with https:// (the form is %s)", name, form)
 	}
 	pass, hasPass := u.User.Password()
@@ -79,15 +67,15 @@ func parseBridgeURL(name, raw string) (base, secret string, err error) {
 		return "", "", invalidf("%s has the secret where the user name goes; write it after a colon: %s", name, form)
 	case u.User.Username() != "":
 		return "", "", invalidf("%s has a user name; the bridge takes none: write %s", name, form)
-	case !validSecret(pass):
+	case len(pass) < 16 || len(pass) > 4096 || strings.ContainsFunc(pass, func(r rune) bool { return r < 0x21 || r > 0x7e || r == ',' }):
+		// SECRET_PATTERN in bridge/worker.js
 		return "", "", invalidf("%s: the secret must be 16 to 4096 visible ASCII characters, without spaces or commas (percent-encode :, @, / and the like)", name)
 	}
 	u.User = nil
 	return u.String(), pass, nil
 }
 
-// Bridge reports whether the client talks to a d1idem bridge (see
-// Config.BridgeURL).
+// Bridge reports whether the client talks to a d1idem bridge (Config.BridgeURL).
 func (c *Client) Bridge() bool { return c.bridge }
 
 // redactURL shows a bridge URL with its secret, query and fragment left out;

@@ -20,49 +20,40 @@ import (
 	"github.com/d1idem/d1idem/internal/textcache"
 )
 
-// DefaultBaseURL is Cloudflare's API base URL.
-const DefaultBaseURL = "https://api.cloudflare.com/client/v4/"
-
-// Environment variables (wrangler's, cloudflare-go's) New reads for the API
-// base URL when Config.BaseURL is empty; they must agree.
 const (
+	// DefaultBaseURL is Cloudflare's API base URL.
+	DefaultBaseURL = "https://api.cloudflare.com/client/v4/"
+	// APIBaseURLEnv and BaseURLEnv (wrangler's, cloudflare-go's) give the
+	// API base URL when Config.BaseURL is empty; they must agree.
 	APIBaseURLEnv = "CLOUDFLARE_API_BASE_URL"
 	BaseURLEnv    = "CLOUDFLARE_BASE_URL"
+	// DefaultAttemptTimeout bounds one HTTP attempt, above D1's 30 s query limit.
+	DefaultAttemptTimeout = 45 * time.Second
+	maxResponseBytes      = 64 << 20 // read of one response body at most
 )
-
-// DefaultAttemptTimeout bounds one HTTP attempt, above D1's 30 s query limit.
-const DefaultAttemptTimeout = 45 * time.Second
-
-// maxResponseBytes bounds how much of one response body is read.
-const maxResponseBytes = 64 << 20
 
 // Config configures a Client. Its String, GoString, Format, LogValue and
 // MarshalJSON methods never show the API token or the secret of BridgeURL.
 type Config struct {
-	// BaseURL of the Cloudflare API (or of a d1local server). Empty means
-	// $CLOUDFLARE_API_BASE_URL or $CLOUDFLARE_BASE_URL, then DefaultBaseURL.
+	// BaseURL of the Cloudflare API or a d1local server; empty means the
+	// environment's (APIBaseURLEnv, BaseURLEnv), else DefaultBaseURL.
 	BaseURL string
-	// BridgeURL, https://:SECRET@HOST, is a d1idem bridge (docs/bridge.md):
-	// it replaces BaseURL and APIToken, and the zero Budget then means none.
-	// Empty means $D1IDEM_BRIDGE_URL when BaseURL is empty too. It is an
-	// error with BaseURL (or the variable with a base-URL variable), and
-	// http:// is accepted for this machine only.
+	// BridgeURL, https://:SECRET@HOST (http:// for this machine only), is a
+	// d1idem bridge (docs/bridge.md) replacing BaseURL and APIToken; the
+	// zero Budget then means none. Empty means $D1IDEM_BRIDGE_URL if BaseURL
+	// is empty too.
 	BridgeURL string
 	APIToken  string // sent as a bearer token
 	// AccountID and DatabaseID name the D1 database. Both are required.
-	AccountID  string
-	DatabaseID string
-	HTTPClient *http.Client // if set, carries every request
-	Retry      RetryPolicy  // the zero value is DefaultRetryPolicy()
-	// AttemptTimeout bounds each HTTP attempt: 10 ms to 10 min; 0 means
-	// DefaultAttemptTimeout.
-	AttemptTimeout time.Duration
-	// Budget is how the client spends the API budget (package budget); the
-	// zero value is Cloudflare's 1200 calls per 300 s. Leave it zero when
-	// Account is set.
-	Budget budget.Budget
-	// Account, if set, is the budget shared by every Client given it (one
-	// Cloudflare account); nil makes one from Budget.
+	AccountID      string
+	DatabaseID     string
+	HTTPClient     *http.Client  // if set, carries every request
+	Retry          RetryPolicy   // the zero value is DefaultRetryPolicy()
+	AttemptTimeout time.Duration // each HTTP attempt's: 10 ms to 10 min; 0: DefaultAttemptTimeout
+	// Budget is the API budget (package budget); zero: Cloudflare's 1200
+	// calls per 300 s. Account, if set, is one shared by every Client given
+	// it (one Cloudflare account), and Budget must then be zero.
+	Budget   budget.Budget
 	Account  *budget.Account
 	Coalesce CoalesceConfig // group commit, for calls made with Coalesce()
 	Logger   *slog.Logger   // retry and rate-limit events; nil discards them
@@ -72,17 +63,15 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
-// Client is a D1 REST client, safe for concurrent use. Its String,
-// GoString, Format, LogValue and MarshalJSON methods never show the API
-// token.
+// Client is a D1 REST client, safe for concurrent use. Printing it never
+// shows the API token.
 type Client struct {
-	cfg     Config  // APIToken cleared: see token
+	cfg     Config  // with defaults; APIToken cleared: see token
 	token   *string // behind a pointer, so that printing a Client shows an address
 	auth    *string // "Bearer <token>", or "" without a token
 	http    *http.Client
 	rawURL  string
 	log     *slog.Logger
-	retry   RetryPolicy
 	account *budget.Account
 	batch   *batcher
 	classes *textcache.Cache[sqlClass] // classifySQL by SQL text
@@ -100,11 +89,9 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	base, err := resolveBaseURL(cfg.BaseURL)
-	if err != nil {
+	if cfg.BaseURL, err = resolveBaseURL(cfg.BaseURL); err != nil {
 		return nil, err
 	}
-	cfg.BaseURL = base
 	switch {
 	case cfg.AccountID == "":
 		return nil, invalidf("account ID is required (CLOUDFLARE_ACCOUNT_ID)")
@@ -118,8 +105,7 @@ func New(cfg Config) (*Client, error) {
 	if err := setting("AttemptTimeout", &cfg.AttemptTimeout, 10*time.Millisecond, 10*time.Minute, DefaultAttemptTimeout); err != nil {
 		return nil, err
 	}
-	retry, err := cfg.Retry.withDefaults()
-	if err != nil {
+	if cfg.Retry, err = cfg.Retry.withDefaults(); err != nil {
 		return nil, err
 	}
 	if err := cfg.Budget.Validate(); err != nil {
@@ -132,16 +118,14 @@ func New(cfg Config) (*Client, error) {
 	case cfg.Budget != budget.Budget{}:
 		return nil, invalidf("Config.Budget and Config.Account are both set: give the Budget to budget.NewAccount")
 	}
-	coalesce, err := cfg.Coalesce.withDefaults()
-	if err != nil {
+	if cfg.Coalesce, err = cfg.Coalesce.withDefaults(); err != nil {
 		return nil, err
 	}
-	token := cfg.APIToken
-	cfg.APIToken = ""
-	auth := ""
+	token, auth := cfg.APIToken, ""
 	if token != "" {
 		auth = "Bearer " + token
 	}
+	cfg.APIToken = ""
 	c := &Client{
 		cfg:     cfg,
 		token:   &token,
@@ -149,19 +133,17 @@ func New(cfg Config) (*Client, error) {
 		http:    cmp.Or(cfg.HTTPClient, http.DefaultClient),
 		rawURL:  cfg.BaseURL + "accounts/" + cfg.AccountID + "/d1/database/" + cfg.DatabaseID + "/raw",
 		log:     cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
-		retry:   retry,
 		account: account,
 		classes: textcache.New[sqlClass](classCacheEntries, classCacheMaxSQL),
 		tel:     newTelemetry(cfg.MeterProvider, cfg.TracerProvider, cfg.DatabaseID),
 		bridge:  bridge,
 	}
-	c.batch = &batcher{pol: newGroupPolicy(coalesce), c: c, acct: account, kick: make(chan struct{}), returns: 1}
+	c.batch = &batcher{pol: newGroupPolicy(cfg.Coalesce), c: c, kick: make(chan struct{}), returns: 1}
 	observeBudget(c, cfg.MeterProvider)
 	return c, nil
 }
 
-// resolveBaseURL returns the base URL to use: the configured one, else the
-// environment's, else DefaultBaseURL; with a trailing slash.
+// resolveBaseURL returns the base URL Config.BaseURL means, with a trailing slash.
 func resolveBaseURL(configured string) (string, error) {
 	u := configured
 	if u == "" {
@@ -189,8 +171,7 @@ func invalidf(format string, args ...any) *Error {
 	return &Error{kind: kindInvalid, Message: fmt.Sprintf(format, args...)}
 }
 
-// setting sets *v, Config's field name, to dflt when it is 0; it returns an
-// error when *v is outside lo to hi.
+// setting sets *v, Config's field name, to dflt if 0, or fails outside lo to hi.
 func setting[T int | time.Duration](name string, v *T, lo, hi, dflt T) error {
 	if *v != 0 && (*v < lo || *v > hi) {
 		return invalidf("Config.%s is %v; accepted: 0 (the default, %v) or %v to %v", name, *v, dflt, lo, hi)
@@ -223,8 +204,8 @@ func RetryUntilDeadline() ExecOption { return func(o *execOptions) { o.untilDead
 func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 
 // Priority marks the call as completing, renewing or releasing what an
-// earlier call started: when calls are scarce it goes first, and may use the
-// calls kept from other work (budget.Budget.Kept).
+// earlier call started: it goes first, and may use the calls kept from other
+// work (budget.Budget.Kept).
 func Priority() ExecOption { return func(o *execOptions) { o.class = budget.Priority } }
 
 // Operation names the call in metrics and spans (d1idem.d1.operation): a
@@ -272,8 +253,7 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 			c.tel.sheds.Add(context.Background(), 1, c.tel.shedSets[cl]...)
 		}
 		if last != nil && !err.Ambiguous && (ctx.Err() != nil || err.notSent && last.Ambiguous) {
-			// This attempt was never sent: the previous failure is the one
-			// to report, above all when it may have committed.
+			// Never sent: report the previous failure, which may have committed.
 			return c.failed(op, start, last)
 		}
 		err.Statements = redactAll(stmts)
@@ -287,8 +267,10 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 		c.log.LogAttrs(ctx, slog.LevelWarn, "d1client: retrying",
 			slog.String("kind", err.kind.String()), slog.Int("status", err.StatusCode),
 			slog.Int("attempt", attempt), slog.Duration("delay", delay))
-		if sleepCtx(ctx, delay) != nil {
+		select {
+		case <-ctx.Done():
 			return c.failed(op, start, err)
+		case <-time.After(delay):
 		}
 		last = err
 	}
@@ -310,8 +292,7 @@ func (c *Client) Query(ctx context.Context, sql string, params ...any) (*Result,
 	return &res[0], nil
 }
 
-// encode validates and encodes the statements, and reports whether every
-// one is proven read-only.
+// encode validates and encodes the statements, and reports whether all are proven read-only.
 func (c *Client) encode(stmts []Statement) ([]wireStatement, bool, *Error) {
 	if len(stmts) == 0 {
 		return nil, false, invalidf("no statements")
@@ -343,8 +324,7 @@ func redactAll(stmts []Statement) []string {
 	return out
 }
 
-// call makes one HTTP attempt for the statements, alone: it takes a call of
-// class cl from the budget (honouring a 971 block), sends, and decodes.
+// call sends the statements alone, on a call of class cl from the budget.
 func (c *Client) call(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, int, *Error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, notSent(err, "")
@@ -365,9 +345,7 @@ type Stats struct {
 	Failures   int64 // Exec calls that returned an error
 }
 
-type clientStats struct {
-	calls, statements, execs, retries, failures atomic.Int64
-}
+type clientStats struct{ calls, statements, execs, retries, failures atomic.Int64 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
@@ -388,3 +366,12 @@ func (c *Client) DatabaseID() string { return c.cfg.DatabaseID }
 
 // BaseURL returns the API base URL the client sends to, with a trailing slash.
 func (c *Client) BaseURL() string { return c.cfg.BaseURL }
+
+// Executor runs statements on one D1 database as *Client.Exec does: one
+// call, one transaction, one Result per statement. It honours the options it
+// knows and ignores the others; its errors match this package's sentinels.
+type Executor interface {
+	Exec(ctx context.Context, stmts []Statement, opts ...ExecOption) ([]Result, error)
+}
+
+var _ Executor = (*Client)(nil)

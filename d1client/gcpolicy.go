@@ -1,6 +1,7 @@
 package d1client
 
 import (
+	"cmp"
 	"math"
 	"time"
 )
@@ -9,19 +10,16 @@ import (
 // what it carries, and whether another starts beside it. Every rule is a
 // pure function of a groupView, and every constant is here.
 type groupPolicy struct {
-	maxInFlight, maxStatements, maxBytes int // from CoalesceConfig
-	// window bounds a returned call's runner's wait for the callers it
-	// answered: 0 a round trip, negative none (CoalesceConfig.Window).
-	window time.Duration
+	maxInFlight, maxStatements, maxBytes int           // from CoalesceConfig
+	window                               time.Duration // CoalesceConfig.Window
 	// gap: a waiting runner departs once no caller arrived for this long.
 	gap time.Duration
 	// gather: a runner started beside others gathers arriving callers for
 	// this share of a round trip at most; calls that left within it of each
 	// other count as leaving together (handoff).
 	gather float64
-	// serial, serialShare: while calls are plentiful, a call carries no
-	// more statements than D1 runs in serial, nor in serialShare of a call:
-	// each caller waits for all of them.
+	// While calls are plentiful, a call carries no more statements than D1
+	// runs in serial, nor in serialShare of a call: each caller waits for all.
 	serial      time.Duration
 	serialShare float64
 }
@@ -44,18 +42,16 @@ type groupView struct {
 	departing   int       // runners not in flight
 	flights     []flight  // the calls in flight
 	rtt         time.Duration
-	// spare: the budget has a call now; plentiful: and its pace allows
-	// maxInFlight calls a round trip.
-	spare, plentiful bool
-	base, per        time.Duration // a call lasts base + per × statements; 0: unknown
+	spare       bool          // the budget has a call now
+	plentiful   bool          // and its pace allows maxInFlight calls a round trip
+	base, per   time.Duration // a call lasts base + per × statements; 0: unknown
 }
 
-// flight is a call in flight.
+// flight is a call in flight. handed callers were handed over to its runner,
+// since arrival number since, by calls the first of which left at first.
 type flight struct {
-	start time.Time
-	stmts int // its statements and those of the calls handed over to it
-	// handed callers were handed over to its runner (handoff), since arrival
-	// number since, by calls the first of which left at first.
+	start  time.Time
+	stmts  int // its statements and those of the calls handed over to it
 	handed int
 	since  uint64
 	first  time.Time
@@ -77,7 +73,7 @@ func (p groupPolicy) capacity(v groupView) int {
 
 // spawn says whether a caller just queued gets a new runner, and whether it
 // gathers. The queue waits for a departing runner or a return unless that
-// costs more than a round trip in all; a further runner needs a budget call.
+// costs more than a round trip in all; another runner needs a budget call.
 func (p groupPolicy) spawn(v groupView) (start, gather bool) {
 	switch {
 	case v.runners >= p.maxInFlight:
@@ -90,11 +86,10 @@ func (p groupPolicy) spawn(v groupView) (start, gather bool) {
 		return true, false
 	case v.departing > 0 || !v.plentiful:
 		return false, false
-	}
-	due := v.rtt
-	if v.rtt == 0 {
+	case v.rtt == 0:
 		return v.groups > 1, true // no round trip known: each waits one
 	}
+	due := v.rtt
 	for i := range v.flights {
 		due = min(due, v.due(&v.flights[i]))
 	}
@@ -104,10 +99,8 @@ func (p groupPolicy) spawn(v groupView) (start, gather bool) {
 // leftover says whether what a departing call could not carry gets a runner
 // at once (else it waits a round trip), and whether that one gathers.
 func (p groupPolicy) leftover(v groupView) (start, gather bool) {
-	if v.stmts == 0 || v.departing > 0 || v.runners >= p.maxInFlight || !v.spare {
-		return false, false
-	}
-	return true, v.plentiful
+	start = v.stmts > 0 && v.departing == 0 && v.runners < p.maxInFlight && v.spare
+	return start, start && v.plentiful
 }
 
 func (p groupPolicy) gatherTime(v groupView) time.Duration {
@@ -127,30 +120,24 @@ type wait struct {
 // gathering is the wait of a runner just started beside others.
 func (p groupPolicy) gathering(v groupView) wait {
 	d := p.gatherTime(v)
-	switch {
-	case p.window < 0:
-		d = 0
-	case p.window > 0:
-		d = min(d, p.window)
+	if p.window != 0 { // a negative window: none
+		d = min(d, max(p.window, 0))
 	}
 	return wait{gathering: true, start: v.now, until: v.now.Add(d)}
 }
 
-// afterReturn is the wait of a runner whose call returned at v.now having
+// afterReturn is the wait of a runner whose call returned at v.now, having
 // answered callers since arrival number since.
 func (p groupPolicy) afterReturn(v groupView, since uint64, answered int) wait {
-	window := p.window
-	if window == 0 {
-		window = v.rtt
-	}
-	return wait{start: v.now, arrivals: since, answered: answered, until: v.now.Add(max(window, 0))}
+	window := max(cmp.Or(p.window, v.rtt), 0)
+	return wait{start: v.now, arrivals: since, answered: answered, until: v.now.Add(window)}
 }
 
 // depart says whether a runner waiting as w departs now, or when to look
 // again. It waits while the call has room, until has not passed, and callers
-// keep coming less than gap apart (for a returned runner: while some it
-// answered are missing). While calls are scarce a missing caller, who would
-// wait a round trip for the next call, is worth longer waiting, weighed by
+// keep coming less than gap apart (a returned runner: while some it answered
+// are missing). While calls are scarce, a missing caller, who would wait a
+// round trip for the next call, is worth waiting longer for, weighed by
 // returns, the share of answered callers that come back.
 func (p groupPolicy) depart(v groupView, w wait, returns float64) (bool, time.Time) {
 	if v.stmts >= p.capacity(v) || v.size+batchOverhead >= p.maxBytes || !v.now.Before(w.until) {
@@ -200,9 +187,7 @@ func (p groupPolicy) handoff(v groupView, f *flight, answered int) int {
 
 // costModel fits a call's duration to base + per × statements by least
 // squares, each call's weight decaying by costDecay at each later one.
-type costModel struct {
-	w, n, d, nn, nd float64
-}
+type costModel struct{ w, n, d, nn, nd float64 }
 
 const costDecay = 0.95
 
@@ -215,8 +200,8 @@ func (m *costModel) add(n int, d time.Duration) {
 	m.nd = m.nd*costDecay + x*y
 }
 
-// estimate returns base and per once calls of different sizes show a
-// positive cost per statement; zeros otherwise.
+// estimate returns base and per once calls of different sizes show a cost
+// per statement; zeros otherwise.
 func (m *costModel) estimate() (base, per time.Duration) {
 	den := m.w*m.nn - m.n*m.n
 	if m.w < 4 || den <= m.w*m.w { // sizes spread by less than a statement

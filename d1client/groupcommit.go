@@ -11,16 +11,15 @@ import (
 	"github.com/d1idem/d1idem/d1client/budget"
 )
 
-// CoalesceConfig configures group commit: the statements of concurrent Exec
-// calls made with Coalesce() travel together in shared D1 batch calls. A
-// caller that finds no call in flight is sent at once; others queue for the
-// next call, priority work first. A statement that fails in a shared call
-// makes each of its callers be sent again alone; any other failure reaches
-// each caller.
+// CoalesceConfig configures group commit: concurrent Exec calls made with
+// Coalesce() share D1 batch calls. A caller finding no call in flight is
+// sent at once; others queue for the next call, priority work first. A
+// statement failing in a shared call makes each of its callers be sent
+// again alone; any other failure reaches each caller.
 type CoalesceConfig struct {
-	// Window bounds how long a call waits, after the previous one
-	// returned, for the callers that one answered to come back: up to 1 s.
-	// Default (0): a round trip; negative: never wait.
+	// Window bounds how long a call waits, after the previous one returned,
+	// for the callers that one answered to come back: up to 1 s; 0 (the
+	// default) a round trip; negative: never.
 	Window        time.Duration
 	MaxStatements int // statements in one call: 1 to 10,000; default 512
 	MaxBytes      int // encoded statements of one call: 1 KiB to 50 MiB; default 512 KiB
@@ -41,15 +40,14 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 	return c, err
 }
 
-// batcher is group commit's mechanism, as its policy (gcpolicy.go) decides.
-// A runner is a goroutine holding one of maxInFlight call slots: it waits,
-// takes a budget call, drains the queue into it, sends it, answers its
-// callers and waits for them to come back; it ends when it has nothing to
-// carry or hands its callers over to the runner of a call in flight.
+// batcher is group commit's mechanism; gcpolicy.go decides. A runner is a
+// goroutine holding one of maxInFlight call slots: it waits, takes a budget
+// call, drains the queue into it, sends it, answers its callers and waits
+// for them to come back, until it has nothing to carry or hands its callers
+// over to the runner of a call in flight.
 type batcher struct {
-	pol  groupPolicy
-	c    *Client
-	acct *budget.Account
+	pol groupPolicy
+	c   *Client
 
 	mu          sync.Mutex
 	queue       [2][]*pendingGroup // by class: budget.Normal, budget.Priority
@@ -86,21 +84,20 @@ func (b *batcher) view() groupView {
 	v := groupView{
 		now: time.Now(), groups: len(b.queue[budget.Normal]) + len(b.queue[budget.Priority]), stmts: b.stmts, size: b.size,
 		arrivals: b.arrivals, lastArrival: b.lastArrival, runners: b.runners, departing: b.departing,
-		rtt: b.acct.RoundTrip(),
+		rtt: b.c.account.RoundTrip(),
 	}
 	v.flights = make([]flight, len(b.flights))
 	for i, f := range b.flights {
 		v.flights[i] = *f
 	}
 	cl, _ := b.head()
-	v.spare = b.acct.Spare(cl)
-	v.plentiful = v.spare && b.acct.Plentiful(cl, b.pol.maxInFlight, v.rtt)
+	v.spare = b.c.account.Spare(cl)
+	v.plentiful = v.spare && b.c.account.Plentiful(cl, b.pol.maxInFlight, v.rtt)
 	v.base, v.per = b.cost.estimate()
 	return v
 }
 
-// head is the class of the queue's next call, priority when any priority
-// work waits, and the earliest deadline of its queued groups (zero: none).
+// head is the class of the queue's next call and its groups' earliest deadline.
 func (b *batcher) head() (cl budget.Class, dl time.Time) {
 	if len(b.queue[budget.Priority]) > 0 {
 		cl = budget.Priority
@@ -113,13 +110,13 @@ func (b *batcher) head() (cl budget.Class, dl time.Time) {
 	return cl, dl
 }
 
-// submit queues the statements for the next shared call and returns their
-// results and the statements of the call that carried them (0: none did).
+// submit queues the statements for a shared call and returns their results
+// and the statements of the call that carried them (0: none did).
 func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, int, *Error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, notSent(err, "")
 	}
-	if until, on := b.acct.Blocked(); on {
+	if until, on := b.c.account.Blocked(); on {
 		return nil, 0, blockedError(until, time.Until(until))
 	}
 	g := &pendingGroup{ctx: ctx, wire: wire, class: cl, done: make(chan struct{})}
@@ -128,15 +125,15 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		g.deadline = dl
-		rtt := b.acct.RoundTrip()
+		rtt := b.c.account.RoundTrip()
 		if left := time.Until(dl); left < rtt {
 			return nil, 0, tooLate(left, rtt)
 		}
-		if at, why := b.acct.NextSlot(cl, dl); why != budget.NotWaiting && time.Until(dl) < time.Until(at)+rtt {
+		if at, why := b.c.account.NextSlot(cl, dl); why != budget.NotWaiting && time.Until(dl) < time.Until(at)+rtt {
 			if why == budget.WaitBlock {
 				return nil, 0, blockedError(at, time.Until(at))
 			}
-			return nil, 0, exhausted(b.acct, time.Until(at))
+			return nil, 0, exhausted(b.c.account, time.Until(at), nil)
 		}
 	}
 	b.mu.Lock()
@@ -170,10 +167,8 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 	if taken {
 		return nil, 0, &Error{kind: kindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
 	}
-	if at, why := b.acct.NextSlot(cl, g.deadline); why == budget.WaitBudget {
-		e := exhausted(b.acct, time.Until(at))
-		e.Err = ctx.Err()
-		return nil, 0, e
+	if at, why := b.c.account.NextSlot(cl, g.deadline); why == budget.WaitBudget {
+		return nil, 0, exhausted(b.c.account, time.Until(at), ctx.Err())
 	}
 	return nil, 0, notSent(ctx.Err(), " while queued for group commit")
 }
@@ -220,11 +215,10 @@ func (b *batcher) run(w wait) {
 			b.mu.Unlock()
 			return
 		}
-		next, on := b.fly()
-		if !on {
+		var on bool
+		if w, on = b.fly(); !on {
 			return
 		}
-		w = next
 	}
 }
 
@@ -242,7 +236,7 @@ func (b *batcher) await(w wait) bool {
 		var changed <-chan struct{}
 		if depart {
 			cl, dl := b.head()
-			ok, at, why, ch := b.acct.TryTake(cl, dl)
+			ok, at, why, ch := b.c.account.TryTake(cl, dl)
 			switch {
 			case ok:
 				if !budgetSince.IsZero() {
@@ -254,7 +248,7 @@ func (b *batcher) await(w wait) bool {
 				groups, _ := b.drain(math.MaxInt, math.MaxInt)
 				e := blockedError(at, time.Until(at))
 				b.mu.Unlock()
-				deliver(groups, nil, e)
+				deliver(groups, 0, nil, e)
 				b.mu.Lock()
 				continue
 			case budgetSince.IsZero():
@@ -264,20 +258,18 @@ func (b *batcher) await(w wait) bool {
 		}
 		kick := b.kick
 		b.mu.Unlock()
-		timer := time.NewTimer(time.Until(wake))
 		select {
-		case <-timer.C:
+		case <-time.After(time.Until(wake)):
 		case <-kick:
 		case <-changed:
 		}
-		timer.Stop()
 		b.mu.Lock()
 	}
 }
 
-// fly sends a call drained from the queue, entered with b.mu held and the
-// budget's call taken. It returns the runner's next wait, with b.mu held, or
-// false, b.mu released, when the runner handed its callers over.
+// fly sends a call drained from the queue, with b.mu held and the budget's
+// call taken. It returns the runner's next wait, with b.mu held, or false,
+// b.mu released, when the runner handed its callers over.
 func (b *batcher) fly() (wait, bool) {
 	groups, stmts := b.drain(b.pol.capacity(b.view()), b.pol.maxBytes)
 	if start, gather := b.pol.leftover(b.view()); start {
@@ -297,7 +289,8 @@ func (b *batcher) fly() (wait, bool) {
 	if f.handed > 0 {
 		since, answered = f.since, answered+f.handed
 	}
-	if i := b.pol.handoff(b.view(), f, answered); i >= 0 { // it takes these callers over
+	i := b.pol.handoff(b.view(), f, answered)
+	if i >= 0 { // its runner takes these callers over
 		g := b.flights[i]
 		g.stmts += f.stmts
 		if g.handed == 0 || since < g.since {
@@ -308,13 +301,14 @@ func (b *batcher) fly() (wait, bool) {
 			g.first = f.first
 		}
 		b.runners--
-		b.mu.Unlock()
-		deliver(groups, results, err)
+	} else {
+		b.departing++ // before the callers wake: whoever comes back rides with this runner
+	}
+	b.mu.Unlock()
+	deliver(groups, stmts, results, err)
+	if i >= 0 {
 		return wait{}, false
 	}
-	b.departing++ // before the callers wake: whoever comes back rides with this runner
-	b.mu.Unlock()
-	deliver(groups, results, err)
 	b.mu.Lock()
 	return b.pol.afterReturn(b.view(), since, answered), true
 }
@@ -325,28 +319,24 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) ([]Result, *Error) {
 	for _, g := range groups {
 		wire = append(wire, g.wire...)
 	}
-	// A shared call outlives its callers' contexts; one caller's call keeps
-	// its context's values (its trace), without its cancellation.
+	// A shared call outlives its callers' contexts; a lone one keeps its trace.
 	ctx := context.Background()
 	if len(groups) == 1 {
 		ctx = context.WithoutCancel(groups[0].ctx)
 	}
 	results, err := b.c.send(ctx, encodeBody(wire), len(wire), true)
-	for _, g := range groups {
-		g.shared = len(wire)
-	}
-	if err != nil && err.kind == kindSQL && len(groups) > 1 {
-		// Nothing committed, and whose statement failed is unknown: every
-		// caller is sent again alone.
+	if err != nil && err.kind == kindSQL && len(groups) > 1 { // nothing committed: each sent again alone
 		err = &Error{kind: kindSQL, siblingAbort: true, Message: err.Message}
 	}
 	return results, err
 }
 
-// deliver hands each group its results, or its own copy of the error.
-func deliver(groups []*pendingGroup, results []Result, err *Error) {
+// deliver hands each group its results, or its own copy of the error, and
+// the statements of the call that carried it (shared).
+func deliver(groups []*pendingGroup, shared int, results []Result, err *Error) {
 	off := 0
 	for _, g := range groups {
+		g.shared = shared
 		if err != nil {
 			cp := *err
 			g.err = &cp
@@ -358,10 +348,9 @@ func deliver(groups []*pendingGroup, results []Result, err *Error) {
 	}
 }
 
-// dropLate fails, with b.mu held, the queued groups with less than a round
-// trip left before their deadline.
+// dropLate fails, with b.mu held, queued groups with less than a round trip left.
 func (b *batcher) dropLate() {
-	rtt := b.acct.RoundTrip()
+	rtt := b.c.account.RoundTrip()
 	if rtt == 0 {
 		return
 	}
@@ -377,9 +366,9 @@ func (b *batcher) dropLate() {
 	}
 }
 
-// drain takes the queued groups for one call of at most capacity statements
-// and maxBytes (a larger group travels alone), first come first served,
-// priority work first.
+// drain takes the queued groups, priority first, then first come first
+// served, for one call of at most capacity statements and maxBytes (a
+// larger group travels alone).
 func (b *batcher) drain(capacity, maxBytes int) ([]*pendingGroup, int) {
 	var groups []*pendingGroup
 	stmts, size := 0, batchOverhead

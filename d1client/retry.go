@@ -3,8 +3,13 @@ package d1client
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"time"
+
+	"github.com/d1idem/d1idem/d1client/budget"
 )
 
 // RateLimitBlock is how long Cloudflare blocks every API call of an account
@@ -54,12 +59,8 @@ func (p RetryPolicy) withDefaults() (RetryPolicy, error) {
 
 // backoff returns the jittered delay before retry number attempt (1-based).
 func (p RetryPolicy) backoff(attempt int) time.Duration {
-	d := p.BaseDelay
-	for i := 1; i < attempt && d < p.MaxDelay; i++ {
-		d *= 2
-	}
-	d = min(d, p.MaxDelay)
-	half := d / 2
+	// BaseDelay << 20 (>= 1 ms << 20) exceeds any MaxDelay, and cannot overflow.
+	half := min(p.BaseDelay<<min(attempt-1, 20), p.MaxDelay) / 2
 	return half + rand.N(half+1)
 }
 
@@ -73,25 +74,64 @@ func (c *Client) retryDelay(ctx context.Context, e *Error, attempt int, safe, un
 		!retryable,
 		!safe && e.Ambiguous, // a write that may have committed is never repeated blindly
 		ctx.Err() != nil,
-		attempt >= c.retry.MaxAttempts && !(untilDeadline && hasDeadline),
-		e.RetryAfter > c.retry.MaxRetryAfter:
+		attempt >= c.cfg.Retry.MaxAttempts && !(untilDeadline && hasDeadline),
+		e.RetryAfter > c.cfg.Retry.MaxRetryAfter:
 		return 0, false
 	}
-	delay := max(c.retry.backoff(attempt), e.RetryAfter)
+	delay := max(c.cfg.Retry.backoff(attempt), e.RetryAfter)
 	if hasDeadline && time.Until(deadline) <= delay+c.account.RoundTrip() {
 		return 0, false // the deadline wins: no attempt could finish in time
 	}
 	return delay, true
 }
 
-// sleepCtx sleeps for d, or until ctx ends, returning its error then.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
+// acquire takes a call of class cl from the Account, recording any wait, or
+// returns the refusal: ErrBudget, ErrRateLimited, or ErrTransport (deadline).
+func (c *Client) acquire(ctx context.Context, cl budget.Class) *Error {
+	waited, err := c.account.Acquire(ctx, cl)
+	if waited > 0 {
+		c.tel.waited(cl, waited)
+	}
+	if err == nil {
 		return nil
 	}
+	var r *budget.Refusal
+	switch {
+	case !errors.As(err, &r):
+		return notSent(err, "")
+	case r.Cause == budget.CauseBlock:
+		return blockedError(r.Until, r.Wait)
+	case r.Cause == budget.CauseDeadline:
+		return tooLate(r.Left, r.RoundTrip)
+	}
+	return exhausted(c.account, r.Wait, r.Err)
+}
+
+// tooLate is the error of a call not sent because only left, less than a
+// round trip of rtt, remained before its deadline: context.DeadlineExceeded.
+func tooLate(left, rtt time.Duration) *Error {
+	return &Error{kind: kindTransport, Err: context.DeadlineExceeded, notSent: true,
+		Message: fmt.Sprintf("not sent: %s left before the context's deadline, less than a round trip (%s): the call could not finish in time",
+			max(left, 0).Round(time.Millisecond), rtt.Round(time.Millisecond))}
+}
+
+// exhausted is the error of a call not sent because a's budget had no call
+// for it in time; one may go after wait. err is the cause, if any.
+func exhausted(a *budget.Account, wait time.Duration, err error) *Error {
+	return &Error{kind: kindBudget, RetryAfter: wait, notSent: true, Err: err,
+		Message: fmt.Sprintf("not sent: the request budget (%s) has no call for it; one may go in %s", a.Budget(), wait.Round(time.Millisecond))}
+}
+
+// blockedError is the error of a call not sent during a 971 block, until until.
+func blockedError(until time.Time, wait time.Duration) *Error {
+	return &Error{kind: kindRateLimited, StatusCode: http.StatusTooManyRequests, Codes: []int{971},
+		RetryAfter: wait, BlockedUntil: until, notSent: true,
+		Message: "not sent: Cloudflare's global API rate limit blocks this account until " + until.UTC().Format(time.RFC3339)}
+}
+
+// BudgetWait returns how long the next call without Priority would wait for
+// the budget; zero when one may be sent now.
+func (c *Client) BudgetWait() time.Duration {
+	at, _ := c.account.NextSlot(budget.Normal, time.Time{})
+	return max(0, time.Until(at))
 }

@@ -15,12 +15,12 @@ import (
 	"github.com/d1idem/d1idem/internal/otelscope"
 )
 
-// ScopeName is the instrumentation scope of the client's metrics and spans.
-const ScopeName = "github.com/d1idem/d1idem/d1client"
-
-// Attribute keys of the client's metrics and spans (docs/observability.md).
-// None ever carries a parameter value, a principal, a key or a token.
 const (
+	// ScopeName is the instrumentation scope of the client's metrics and spans.
+	ScopeName = "github.com/d1idem/d1idem/d1client"
+
+	// Attribute keys of the client's metrics and spans (docs/observability.md).
+	// None ever carries a parameter value, a principal, a key or a token.
 	attrOperation  = attribute.Key("d1idem.d1.operation")
 	attrResult     = attribute.Key("d1idem.d1.result")
 	attrCallKind   = attribute.Key("d1idem.d1.call.kind")
@@ -31,15 +31,12 @@ const (
 	attrDatabase   = attribute.Key("db.namespace")
 	attrAccount    = attribute.Key("cloud.account.id")
 	attrHTTPStatus = attribute.Key("http.response.status_code")
-)
 
-const (
 	defaultOperation = "exec"
 	numResults       = int(kindBudget) + 1 // ok, then each kind
 )
 
-// callKinds name the kinds of call: one statement alone, a batch of one
-// caller's, a group-commit call (see callKindOf).
+// callKinds name the kinds of call: one statement, one caller's batch, group commit.
 var callKinds = [...]string{"single", "batch", "coalesced"}
 
 // kindClasses name the kinds of failure in metrics and spans, "ok" for none.
@@ -51,9 +48,8 @@ var kindClasses = [numResults]string{0: "ok", kindSQL: "sql", kindAuth: "auth", 
 // class is the name of a kind of failure in metrics and spans.
 func (k kind) class() string { return kindClasses[k] }
 
-// telemetry is a Client's instrumentation through the OpenTelemetry API;
-// the measurement options are built once, so that recording allocates
-// nothing.
+// telemetry is a Client's OpenTelemetry instrumentation; the measurement
+// options are built once, so that recording allocates nothing.
 type telemetry struct {
 	tracer                             trace.Tracer
 	callDuration, opDuration, waitTime metric.Float64Histogram // seconds
@@ -65,8 +61,7 @@ type telemetry struct {
 	stmtSets [len(callKinds)][]metric.RecordOption
 	waitSets [2][]metric.RecordOption // by class
 	shedSets [2][]metric.AddOption
-	mu       sync.RWMutex
-	ops      map[string]*opTelemetry
+	ops      sync.Map // operation name -> *opTelemetry
 }
 
 // opTelemetry are the measurement options of one operation name.
@@ -89,18 +84,15 @@ func addWith(kvs ...attribute.KeyValue) []metric.AddOption {
 // providers (nil: otel's global ones); one a provider refuses is a no-op.
 func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, db string) *telemetry {
 	m, tracer := otelscope.New(mp, tp, ScopeName)
-	t := &telemetry{tracer: tracer, db: attrDatabase.String(db), ops: map[string]*opTelemetry{}}
-	for _, h := range []struct {
-		dst        *metric.Float64Histogram
-		name, desc string
-	}{
-		{&t.callDuration, "d1idem.d1.call.duration", "Duration of HTTP calls to D1's API (what the API budget counts), by kind and result."},
-		{&t.opDuration, "d1idem.d1.operation.duration", "Duration of Exec calls as their callers see them (group commit, budget waits and retries included), by operation and result."},
-		{&t.waitTime, "d1idem.d1.budget.wait.duration", "Time calls waited for the API budget before they were sent (only calls that waited)."},
-	} {
-		*h.dst, _ = m.Float64Histogram(h.name, metric.WithUnit("s"), metric.WithDescription(h.desc),
+	t := &telemetry{tracer: tracer, db: attrDatabase.String(db)}
+	seconds := func(name, desc string) metric.Float64Histogram {
+		h, _ := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
 			metric.WithExplicitBucketBoundaries(otelscope.DurationBuckets...))
+		return h
 	}
+	t.callDuration = seconds("d1idem.d1.call.duration", "Duration of HTTP calls to D1's API (what the API budget counts), by kind and result.")
+	t.opDuration = seconds("d1idem.d1.operation.duration", "Duration of Exec calls as their callers see them (group commit, budget waits and retries included), by operation and result.")
+	t.waitTime = seconds("d1idem.d1.budget.wait.duration", "Time calls waited for the API budget before they were sent (only calls that waited).")
 	t.callStatements, _ = m.Int64Histogram("d1idem.d1.call.statements", metric.WithUnit("{statement}"),
 		metric.WithDescription("Statements carried by each HTTP call to D1's API."),
 		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))
@@ -125,48 +117,35 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, db string) *
 
 // op returns the options of an operation name, made on first use.
 func (t *telemetry) op(name string) *opTelemetry {
-	t.mu.RLock()
-	o := t.ops[name]
-	t.mu.RUnlock()
-	if o != nil {
-		return o
+	if o, ok := t.ops.Load(name); ok {
+		return o.(*opTelemetry)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if o = t.ops[name]; o != nil {
-		return o
-	}
-	o = &opTelemetry{span: "d1idem.d1." + name, attr: attrOperation.String(name)}
+	o := &opTelemetry{span: "d1idem.d1." + name, attr: attrOperation.String(name)}
 	for r := range numResults {
 		res := attrResult.String(kindClasses[r])
 		o.record[r] = recordWith(t.db, o.attr, res)
 		o.add[r] = addWith(t.db, o.attr, res)
 	}
-	t.ops[name] = o
-	return o
+	known, _ := t.ops.LoadOrStore(name, o)
+	return known.(*opTelemetry)
 }
 
 // callKindOf is the index in callKinds of a call of n statements.
 func callKindOf(coalesced bool, n int) int {
-	switch {
-	case coalesced:
+	if coalesced {
 		return 2
-	case n > 1:
-		return 1
 	}
-	return 0
+	return min(n, 2) - 1
 }
 
-// call records one HTTP call to D1: its kind, result, duration and
-// statements.
+// call records one HTTP call to D1: its kind, result, duration and statements.
 func (t *telemetry) call(coalesced bool, n int, k kind, d time.Duration) {
 	ck := callKindOf(coalesced, n)
 	t.callDuration.Record(context.Background(), d.Seconds(), t.callSets[ck][k]...)
 	t.callStatements.Record(context.Background(), int64(n), t.stmtSets[ck]...)
 }
 
-// startAttempt starts the span of one attempt of an Exec call, and returns
-// ctx unchanged when the span does not record.
+// startAttempt starts an Exec attempt's span; ctx is unchanged if it does not record.
 func (t *telemetry) startAttempt(ctx context.Context, o *opTelemetry) (context.Context, trace.Span) {
 	sctx, span := t.tracer.Start(ctx, o.span)
 	if span.IsRecording() {
@@ -175,20 +154,19 @@ func (t *telemetry) startAttempt(ctx context.Context, o *opTelemetry) (context.C
 	return ctx, span
 }
 
-// endAttempt sets the attributes of an attempt's span, all at once, and ends
-// it: the caller's statements, the call that carried them (shared: its
-// statements in all), and a failure's class and HTTP status.
+// endAttempt sets an attempt span's attributes, all at once, and ends it;
+// shared is the statements of the call that carried the caller's.
 func (t *telemetry) endAttempt(span trace.Span, o *opTelemetry, attempt int, coalesced bool, stmts, shared int, err *Error) {
+	defer span.End()
 	if !span.IsRecording() {
-		span.End()
 		return
 	}
 	var k kind
 	if err != nil {
 		k = err.kind
+		span.SetStatus(codes.Error, k.class()) // not the message: it may quote SQL
 	}
-	attrs := make([]attribute.KeyValue, 0, 8)
-	attrs = append(attrs, o.attr, t.db, attrStatements.Int(stmts), attrAttempt.Int(attempt),
+	attrs := append(make([]attribute.KeyValue, 0, 8), o.attr, t.db, attrStatements.Int(stmts), attrAttempt.Int(attempt),
 		attrResult.String(k.class()), attrCallKind.String(callKinds[callKindOf(coalesced, stmts)]))
 	if shared > 0 {
 		attrs = append(attrs, attrCallStmts.Int(shared))
@@ -197,10 +175,6 @@ func (t *telemetry) endAttempt(span trace.Span, o *opTelemetry, attempt int, coa
 		attrs = append(attrs, attrHTTPStatus.Int(err.StatusCode))
 	}
 	span.SetAttributes(attrs...)
-	if err != nil {
-		span.SetStatus(codes.Error, k.class()) // not the message: it may quote SQL
-	}
-	span.End()
 }
 
 // operation records an Exec call as its caller saw it.
@@ -217,12 +191,10 @@ func (t *telemetry) waited(cl budget.Class, d time.Duration) {
 // sees it, until the client is unreachable (the callback holds the Account).
 func observeBudget(c *Client, mp metric.MeterProvider) {
 	m, _ := otelscope.New(mp, nil, ScopeName)
-	gauge := func(name, desc string) metric.Int64ObservableGauge {
-		g, _ := m.Int64ObservableGauge(name, metric.WithUnit("{call}"), metric.WithDescription(desc))
-		return g
-	}
-	remaining := gauge("d1idem.d1.budget.remaining", "API calls left to the Cloudflare account in the current window, as the last response's Ratelimit header said.")
-	limit := gauge("d1idem.d1.budget.limit", "API calls allowed per window: the Ratelimit-Policy's quota, or the local Budget's calls.")
+	remaining, _ := m.Int64ObservableGauge("d1idem.d1.budget.remaining", metric.WithUnit("{call}"),
+		metric.WithDescription("API calls left to the Cloudflare account in the current window, as the last response's Ratelimit header said."))
+	limit, _ := m.Int64ObservableGauge("d1idem.d1.budget.limit", metric.WithUnit("{call}"),
+		metric.WithDescription("API calls allowed per window: the Ratelimit-Policy's quota, or the local Budget's calls."))
 	reset, _ := m.Float64ObservableGauge("d1idem.d1.budget.reset", metric.WithUnit("s"),
 		metric.WithDescription("Seconds until the API budget's window resets, as the last response's Ratelimit header said."))
 	acct := c.account
@@ -241,8 +213,7 @@ func observeBudget(c *Client, mp metric.MeterProvider) {
 		}
 		return nil
 	}, remaining, limit, reset)
-	if err != nil || reg == nil {
-		return
+	if err == nil && reg != nil {
+		runtime.AddCleanup(c, func(r metric.Registration) { _ = r.Unregister() }, reg)
 	}
-	runtime.AddCleanup(c, func(r metric.Registration) { _ = r.Unregister() }, reg)
 }

@@ -27,20 +27,15 @@ func encodeBody(wire []wireStatement) []byte {
 	for _, w := range wire {
 		n += len(w)
 	}
-	dst := make([]byte, 0, n)
-	dst = append(dst, `{"batch":[`...)
-	for i, w := range wire {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = append(dst, w...)
+	dst := append(make([]byte, 0, n), `{"batch":[`...)
+	for _, w := range wire {
+		dst = append(append(dst, w...), ',')
 	}
-	return append(dst, "]}"...)
+	return append(dst[:len(dst)-1], "]}"...) // the last comma replaced
 }
 
-// send makes one HTTP attempt, for which a call was taken from the budget:
-// it POSTs body to the /raw endpoint, hands the answer's rate-limit headers
-// to the Account, and classifies the answer, its error redacted.
+// send makes one HTTP attempt, its call taken from the budget: it POSTs body
+// to /raw, gives the headers to the Account, and classifies the answer.
 func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (results []Result, e *Error) {
 	start := time.Now()
 	defer func() {
@@ -53,11 +48,7 @@ func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (
 	}()
 	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.rawURL, bytes.NewReader(body))
-	if err != nil {
-		c.account.Answered(nil)
-		return nil, &Error{kind: kindInvalid, Message: "building the request", Err: err}
-	}
+	req, _ := http.NewRequestWithContext(actx, http.MethodPost, c.rawURL, bytes.NewReader(body)) // New checked rawURL
 	req.Header = http.Header{
 		"Content-Type": {"application/json"},
 		"Accept":       {"application/json"},
@@ -86,7 +77,7 @@ func (c *Client) send(ctx context.Context, body []byte, n int, coalesced bool) (
 }
 
 // readBody reads and closes the response body, at most maxResponseBytes+1
-// bytes, into one buffer when the length is known.
+// bytes, in one buffer when the length is known.
 func readBody(res *http.Response) ([]byte, error) {
 	defer res.Body.Close()
 	r := io.LimitReader(res.Body, maxResponseBytes+1)
@@ -106,17 +97,15 @@ func readBody(res *http.Response) ([]byte, error) {
 	return io.ReadAll(r)
 }
 
-// transportError wraps a failure that produced no HTTP response. It is
-// ambiguous unless the connection was never established.
+// transportError wraps a failure without a response: ambiguous unless not even dialled.
 func transportError(err error) *Error {
 	var op *net.OpError
 	dial := errors.As(err, &op) && op.Op == "dial"
 	return &Error{kind: kindTransport, Ambiguous: !dial, Err: err, Message: err.Error()}
 }
 
-// redact removes the API token from every text of the error, against a
-// server or a proxy echoing it back (see redactText); the cause stays
-// reachable by errors.Is.
+// redact removes the API token from every text of the error, should a
+// server or proxy echo it back; the cause stays reachable by errors.Is.
 func (c *Client) redact(e *Error) {
 	tok := *c.token
 	if tok == "" {
@@ -127,16 +116,13 @@ func (c *Client) redact(e *Error) {
 		e.Details[i].Message = redactText(e.Details[i].Message, tok)
 	}
 	if e.Err != nil {
-		if s := e.Err.Error(); redactText(s, tok) != s {
-			// The cause's text names the token: it is kept behind its
-			// redacted text, for errors.Is alone, not Unwrap.
+		if s := e.Err.Error(); redactText(s, tok) != s { // kept for errors.Is alone
 			e.Err = &redactedCause{text: redactText(s, tok), cause: e.Err}
 		}
 	}
 }
 
-// envelope is Cloudflare's v4 response envelope. Its result decodes in the
-// same pass, straight into the statements' results.
+// envelope is Cloudflare's v4 response envelope; its result decodes in the same pass.
 type envelope struct {
 	Success optBool       `json:"success"`
 	Errors  []ErrorDetail `json:"errors"`
@@ -148,8 +134,7 @@ type envelope struct {
 // account not authorized (7403), a bad account or database identifier (7003).
 var authCodes = []int{10000, 10001, 9106, 9107, 9109, 6003, 6111, 6103, 7403, 7003}
 
-// classify turns an answer into the results of its n statements, or an
-// *Error of the kind its shape says.
+// classify turns an answer into its n statements' results, or an *Error.
 func (c *Client) classify(status int, header http.Header, body []byte, n int) ([]Result, *Error) {
 	var env envelope
 	if !fastEnvelope(body, n, &env) {
@@ -180,8 +165,7 @@ func (c *Client) classify(status int, header http.Header, body []byte, n int) ([
 	return env.Result.results(status, n)
 }
 
-// classifyFailure sets the kind of e, an answer with an HTTP status of 400
-// or more. A 971 blocks the account.
+// classifyFailure sets the kind of e, of status 400 or more; 971 blocks the account.
 func (c *Client) classifyFailure(e *Error) {
 	status := e.StatusCode
 	switch {
@@ -218,8 +202,7 @@ func (e *Error) globalLimit() bool {
 	return slices.Contains(e.Codes, 971) || strings.Contains(strings.ToLower(e.Message), "throttl") || strings.Contains(e.Message, "1200")
 }
 
-// results returns the statements' results of a successful answer, checked
-// against n, the number of statements sent.
+// results returns a successful answer's results, checked against n statements sent.
 func (l *resultList) results(status, n int) ([]Result, *Error) {
 	malformed := func(msg string, err error) *Error {
 		return &Error{kind: kindEnvelope, StatusCode: status, Ambiguous: true, Message: msg, Err: err}
@@ -247,8 +230,7 @@ func (l *resultList) results(status, n int) ([]Result, *Error) {
 
 var titlePattern = regexp.MustCompile(`(?is)<title>\s*(.*?)\s*</title>`)
 
-// bodySnippet summarises a non-JSON body: an HTML page's title, or the first
-// bytes of anything else.
+// bodySnippet summarises a non-JSON body: an HTML title, or its first bytes.
 func bodySnippet(header http.Header, body []byte) string {
 	s := strings.Join(strings.Fields(string(body)), " ")
 	if m := titlePattern.FindSubmatch(body); m != nil {
