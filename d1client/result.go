@@ -505,41 +505,31 @@ func (t *rawTable) UnmarshalJSON(data []byte) error {
 }
 
 // decodeObjects reads /query-form results, an array of objects, the first
-// object's keys in order being the columns; other keys in another row are
-// an error.
+// object's keys in order being the columns. The body is valid JSON: the
+// decoder has checked it.
 func decodeObjects(body []byte) ([]string, [][]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if _, err := dec.Token(); err != nil { // [
-		return nil, nil, err
-	}
+	dec.Token() // [
 	var cols []string
 	var rows [][]json.RawMessage
 	for dec.More() {
-		if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		if t, _ := dec.Token(); t != json.Delim('{') {
 			return nil, nil, fmt.Errorf("row %d is not an object", len(rows))
 		}
 		var row []json.RawMessage
-		for i := 0; dec.More(); i++ {
-			t, err := dec.Token()
-			if err != nil {
-				return nil, nil, err
-			}
+		for dec.More() {
+			t, _ := dec.Token()
 			name, _ := t.(string)
-			var cell json.RawMessage
-			if err := dec.Decode(&cell); err != nil {
-				return nil, nil, err
-			}
 			if len(rows) == 0 {
 				cols = append(cols, name)
-			} else if i >= len(cols) || cols[i] != name {
+			} else if len(row) >= len(cols) || cols[len(row)] != name {
 				return nil, nil, fmt.Errorf("row %d has columns that differ from row 0", len(rows))
 			}
+			var cell json.RawMessage
+			dec.Decode(&cell)
 			row = append(row, cell)
 		}
-		if _, err := dec.Token(); err != nil { // }
-			return nil, nil, err
-		}
+		dec.Token() // }
 		if len(row) != len(cols) {
 			return nil, nil, fmt.Errorf("row %d has %d columns, row 0 has %d", len(rows), len(row), len(cols))
 		}
