@@ -40,14 +40,6 @@ func appendParam(dst []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case nil:
 		return append(dst, "null"...), nil
-	case string:
-		return appendStringParam(dst, x)
-	case int:
-		return appendInt(dst, int64(x)), nil
-	case int64:
-		return appendInt(dst, x), nil
-	case float64:
-		return appendFloat(dst, x)
 	case json.Number:
 		if _, err := strconv.ParseFloat(string(x), 64); err != nil {
 			return nil, fmt.Errorf("json.Number %q is not a number", string(x))
@@ -86,7 +78,10 @@ func appendParam(dst []byte, v any) ([]byte, error) {
 	case reflect.Float32, reflect.Float64:
 		return appendFloat(dst, rv.Float())
 	case reflect.String:
-		return appendStringParam(dst, rv.String())
+		if s := rv.String(); utf8.ValidString(s) {
+			return appendJSONString(dst, s), nil
+		}
+		return nil, fmt.Errorf("string parameter is not valid UTF-8 (JSON would replace the invalid bytes): bind hex text with unhex(?) for binary data")
 	case reflect.Slice:
 		if rv.Type().Elem().Kind() == reflect.Uint8 {
 			return nil, fmt.Errorf("[]byte cannot travel in D1's JSON API: bind hex.EncodeToString(b) and write unhex(?) in the SQL")
@@ -107,13 +102,6 @@ func appendFloat(dst []byte, f float64) ([]byte, error) {
 		return nil, fmt.Errorf("float %v has no JSON encoding", f)
 	}
 	return strconv.AppendFloat(dst, f, 'g', -1, 64), nil
-}
-
-func appendStringParam(dst []byte, s string) ([]byte, error) {
-	if !utf8.ValidString(s) {
-		return nil, fmt.Errorf("string parameter is not valid UTF-8 (JSON would replace the invalid bytes): bind hex text with unhex(?) for binary data")
-	}
-	return appendJSONString(dst, s), nil
 }
 
 // appendJSONString appends s, valid UTF-8, as a JSON string as encoding/json
