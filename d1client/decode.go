@@ -8,9 +8,8 @@ import (
 
 // fastEnvelope decodes a successful answer's body into env in one pass,
 // exactly as json.Unmarshal would, n results expected. It gives up (false)
-// on anything unusual (an error body, a missing "success", a key repeated
-// or spelled in another case, the /query form, a blob, invalid JSON...):
-// encoding/json then says what is wrong.
+// on anything unusual (an error body, a key repeated or spelled in another
+// case, the /query form, a blob...), leaving it to encoding/json.
 func fastEnvelope(body []byte, n int, env *envelope) bool {
 	d := fastDecoder{Scanner: jsonscan.Scanner{Data: body}}
 	ok := d.envelope(n, env) && d.End() && env.Success != unset
@@ -38,18 +37,14 @@ func (d *fastDecoder) object(known []string, member func(i int, key string) bool
 	var seen uint64
 	return d.Object(func(key []byte) bool {
 		for i, k := range known {
-			if string(key) == k {
-				if seen&(1<<i) != 0 {
-					return false
-				}
-				seen |= 1 << i
-				return member(i, k)
+			if !bytes.EqualFold(key, []byte(k)) {
+				continue
 			}
-		}
-		for _, k := range known {
-			if bytes.EqualFold(key, []byte(k)) {
+			if string(key) != k || seen&(1<<i) != 0 {
 				return false
 			}
+			seen |= 1 << i
+			return member(i, k)
 		}
 		return d.skip()
 	})
@@ -162,10 +157,7 @@ func (d *fastDecoder) result(r *rawResult) bool {
 		case "success":
 			return d.boolean(&r.Success)
 		default: // meta
-			if d.Literal("null") {
-				return true
-			}
-			return d.meta(&r.Meta)
+			return d.Literal("null") || d.meta(&r.Meta)
 		}
 	})
 }
@@ -254,10 +246,8 @@ func (d *fastDecoder) meta(w *metaWire) bool {
 		}
 		switch p := w.fields()[i].(type) {
 		case *bool:
-			var b optBool
-			ok := d.boolean(&b)
-			*p = b == isTrue
-			return ok
+			*p = d.Literal("true")
+			return *p || d.Literal("false")
 		case *string:
 			s, ok := d.intern()
 			*p = s
