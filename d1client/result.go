@@ -148,12 +148,9 @@ func RealValue(f float64) Value { return Value{typ: Real, f: f} }
 func TextValue(s string) Value  { return Value{typ: Text, s: s} }
 func BlobValue(b []byte) Value  { return Value{typ: Blob, s: string(b)} }
 
-// decodeValue decodes one JSON cell exactly.
+// decodeValue decodes one JSON cell exactly, as encoding/json hands it
+// over: valid, without surrounding white space.
 func decodeValue(raw json.RawMessage) (Value, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return Value{}, fmt.Errorf("empty cell")
-	}
 	switch c := raw[0]; {
 	case c == 'n':
 		return Value{}, nil
@@ -456,8 +453,7 @@ type rawResult struct {
 }
 
 // rawTable is a statement's results: {"columns":[...],"rows":[[...]]},
-// null, missing, [], or the /query form (objects). It keeps its decoding
-// error.
+// null, missing, or the /query form (objects). It keeps its decoding error.
 type rawTable struct {
 	columns []string
 	rows    []Row
@@ -465,43 +461,42 @@ type rawTable struct {
 }
 
 func (t *rawTable) UnmarshalJSON(data []byte) error {
-	*t = rawTable{} // a repeated key: the last one counts
-	body := bytes.TrimSpace(data)
-	if len(body) == 0 || bytes.Equal(body, []byte("null")) || bytes.Equal(body, []byte("[]")) {
-		return nil
-	}
+	t.columns, t.rows, t.err = decodeTable(data) // a repeated key: the last one counts
+	return nil
+}
+
+// decodeTable decodes a statement's results, valid JSON as encoding/json
+// hands it over: without surrounding white space.
+func decodeTable(data []byte) ([]string, []Row, error) {
 	var table struct {
 		Columns []string            `json:"columns"`
 		Rows    [][]json.RawMessage `json:"rows"`
 	}
 	var err error
-	if body[0] == '[' {
-		table.Columns, table.Rows, err = decodeObjects(body)
+	if data[0] == '[' {
+		table.Columns, table.Rows, err = decodeObjects(data)
 	} else {
-		err = json.Unmarshal(body, &table)
+		err = json.Unmarshal(data, &table) // null leaves table empty
 	}
 	if err != nil {
-		t.err = fmt.Errorf("results are not in /raw form: %w", err)
-		return nil
+		return nil, nil, fmt.Errorf("results are not in /raw form: %w", err)
 	}
-	t.columns = table.Columns
+	var rows []Row
 	if len(table.Rows) > 0 {
-		t.rows = make([]Row, len(table.Rows))
+		rows = make([]Row, len(table.Rows))
 	}
 	for i, cells := range table.Rows {
 		if len(cells) != len(table.Columns) {
-			t.err = fmt.Errorf("row %d has %d cells for %d columns", i, len(cells), len(table.Columns))
-			return nil
+			return nil, nil, fmt.Errorf("row %d has %d cells for %d columns", i, len(cells), len(table.Columns))
 		}
-		t.rows[i] = make(Row, len(cells))
+		rows[i] = make(Row, len(cells))
 		for j, cell := range cells {
-			if t.rows[i][j], err = decodeValue(cell); err != nil {
-				t.err = fmt.Errorf("row %d, column %d: %w", i, j, err)
-				return nil
+			if rows[i][j], err = decodeValue(cell); err != nil {
+				return nil, nil, fmt.Errorf("row %d, column %d: %w", i, j, err)
 			}
 		}
 	}
-	return nil
+	return table.Columns, rows, nil
 }
 
 // decodeObjects reads /query-form results, an array of objects, the first
