@@ -31,11 +31,10 @@ type Statement struct {
 }
 
 // appendParam appends the JSON D1 binds v as. D1 has no boolean, time or
-// binary type; its service path is JavaScript, where a number is a double,
-// so integers beyond 2^53 travel as decimal strings, which INTEGER affinity
-// (or CAST(? AS INTEGER)) converts back exactly; and JSON would replace
-// invalid UTF-8. A driver.Valuer is converted first; pointers and named types
-// (type UserID int64) encode as what they point to or their underlying kind.
+// binary type, and reads numbers as JavaScript doubles: integers beyond
+// 2^53 travel as decimal strings, which INTEGER affinity converts back
+// exactly. A driver.Valuer is converted first; pointers and named types
+// encode as what they point to or their underlying kind.
 func appendParam(dst []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case nil:
@@ -133,12 +132,11 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// wireStatement is a statement's JSON encoding, {"sql":"...","params":[...]},
-// "params" only when there are some.
+// wireStatement is a statement's JSON encoding, {"sql":"...","params":[...]}.
 type wireStatement []byte
 
-// encode validates the statement against D1's limits and encodes it; index
-// is its position in the call.
+// encode checks the statement against D1's limits and encodes it; index is
+// its position in the call.
 func (s Statement) encode(index int) (wireStatement, error) {
 	if strings.TrimSpace(s.SQL) == "" {
 		return nil, fmt.Errorf("statement %d: empty SQL", index)
