@@ -188,7 +188,6 @@ func (d *fastDecoder) table(t *rawTable) bool {
 				return ok
 			})
 		}
-		rows = []Row{}
 		return d.Array(func() bool {
 			row := make(Row, 0, len(columns))
 			ok := d.Array(func() bool {
@@ -208,10 +207,7 @@ func (d *fastDecoder) table(t *rawTable) bool {
 			return false // the general path words the error
 		}
 	}
-	t.columns = columns
-	if len(rows) > 0 {
-		t.rows = rows
-	}
+	t.columns, t.rows = columns, rows
 	return true
 }
 

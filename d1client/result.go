@@ -237,11 +237,7 @@ func scanValue(v Value, dest any) error {
 		p.Elem().Set(x)
 		return nil
 	}
-	if v.typ == Null {
-		if d, ok := dest.(*[]byte); ok {
-			*d = nil
-			return nil
-		}
+	if _, ok := dest.(*[]byte); v.typ == Null && !ok {
 		return fmt.Errorf("NULL cannot be stored in %T; scan into a pointer to a pointer or an sql.Null type", dest)
 	}
 	switch d := dest.(type) {
@@ -276,7 +272,7 @@ func scanValue(v Value, dest any) error {
 		*d = i == 1
 	case *[]byte:
 		b, ok := v.Bytes()
-		if !ok {
+		if !ok && v.typ != Null {
 			return fmt.Errorf("%s value cannot be scanned into *[]byte", v.typ)
 		}
 		*d = b
