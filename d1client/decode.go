@@ -94,29 +94,22 @@ func (d *fastDecoder) boolean(p *optBool) bool {
 	return true
 }
 
-// intern reads a string, reusing a recent one with the same bytes: the
+// intern reads a string, reusing a recent one with the same text: the
 // column names and meta of a batch's results repeat.
 func (d *fastDecoder) intern() (string, bool) {
-	if d.Peek() != '"' {
+	b, ok := d.StringBytes()
+	if !ok {
 		return "", false
 	}
-	if end := bytes.IndexByte(d.Data[d.Pos+1:], '"'); end >= 0 {
-		raw := d.Data[d.Pos+1 : d.Pos+1+end]
-		if bytes.IndexByte(raw, '\\') < 0 { // an escape is read properly below
-			for _, s := range d.recent[:min(d.seen, len(d.recent))] {
-				if string(raw) == s {
-					d.Pos += end + 2
-					return s, true
-				}
-			}
+	for _, s := range d.recent[:min(d.seen, len(d.recent))] {
+		if string(b) == s {
+			return s, true
 		}
 	}
-	s, ok := d.StringValue()
-	if ok {
-		d.recent[d.seen%len(d.recent)] = s
-		d.seen++
-	}
-	return s, ok
+	s := string(b)
+	d.recent[d.seen%len(d.recent)] = s
+	d.seen++
+	return s, true
 }
 
 var (
