@@ -224,6 +224,13 @@ func scanValue(v Value, dest any) error {
 		return nil
 	case sql.Scanner:
 		return d.Scan(v.Any())
+	case *[]byte:
+		b, ok := v.Bytes()
+		if !ok && v.typ != Null {
+			return fmt.Errorf("%s value cannot be scanned into *[]byte", v.typ)
+		}
+		*d = b
+		return nil
 	}
 	if p := reflect.ValueOf(dest); p.Kind() == reflect.Pointer && p.Elem().Kind() == reflect.Pointer {
 		if v.typ == Null {
@@ -237,7 +244,7 @@ func scanValue(v Value, dest any) error {
 		p.Elem().Set(x)
 		return nil
 	}
-	if _, ok := dest.(*[]byte); v.typ == Null && !ok {
+	if v.typ == Null {
 		return fmt.Errorf("NULL cannot be stored in %T; scan into a pointer to a pointer or an sql.Null type", dest)
 	}
 	switch d := dest.(type) {
@@ -270,12 +277,6 @@ func scanValue(v Value, dest any) error {
 			return fmt.Errorf("%s value %s is not a boolean 0/1", v.typ, v)
 		}
 		*d = i == 1
-	case *[]byte:
-		b, ok := v.Bytes()
-		if !ok && v.typ != Null {
-			return fmt.Errorf("%s value cannot be scanned into *[]byte", v.typ)
-		}
-		*d = b
 	default:
 		return fmt.Errorf("unsupported Scan destination %T", dest)
 	}
