@@ -106,27 +106,18 @@ func appendFloat(dst []byte, f float64) ([]byte, error) {
 // appendJSONString appends s, valid UTF-8, as a JSON string as encoding/json
 // does with SetEscapeHTML(false): an HTML body does not grow sixfold.
 func appendJSONString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); i++ {
-		b := s[i]
-		switch {
-		case b >= 0x20 && b != '"' && b != '\\' && b != 0xE2:
-			continue
-		case b == 0xE2:
-			// U+2028 and U+2029 are E2 80 A8 and E2 80 A9.
-			if i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xA8 || s[i+2] == 0xA9) {
-				dst = append(dst, s[start:i]...)
-				dst = append(dst, '\\', 'u', '2', '0', '2', hex[s[i+2]&0xF])
-				i += 2
-				start = i + 1
-			}
-			continue
+		if b := s[i]; b < 0x20 || b == '"' || b == '\\' {
+			dst = jsonstr.AppendEscaped(append(dst, s[start:i]...), b)
+			start = i + 1
+		} else if b == 0xE2 && i+2 < len(s) && s[i+1] == 0x80 && s[i+2]&^1 == 0xA8 { // U+2028 or U+2029
+			dst = append(append(dst, s[start:i]...), `\u202`...)
+			dst = append(dst, "89"[s[i+2]&1])
+			i += 2
+			start = i + 1
 		}
-		dst = append(dst, s[start:i]...)
-		dst = jsonstr.AppendEscaped(dst, b)
-		start = i + 1
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
