@@ -54,16 +54,8 @@ func (d *fastDecoder) object(known []string, member func(i int, key string) bool
 func (d *fastDecoder) skip() bool {
 	switch c := d.Peek(); c {
 	case '{', '[':
-		if d.depth >= maxSkipDepth {
-			return false
-		}
 		d.depth++
-		var ok bool
-		if c == '{' {
-			ok = d.object(nil, nil)
-		} else {
-			ok = d.Array(d.skip)
-		}
+		ok := d.depth <= maxSkipDepth && (c == '{' && d.object(nil, nil) || c == '[' && d.Array(d.skip))
 		d.depth--
 		return ok
 	case '"':
