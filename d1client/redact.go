@@ -124,14 +124,17 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	return json.Marshal(v)
 }
 
+// clientView is what a Client shows of itself.
+type clientView struct{ BaseURL, AccountID, DatabaseID string }
+
+func (c *Client) view() clientView { return clientView{c.cfg.BaseURL, c.cfg.AccountID, c.cfg.DatabaseID} }
+
 // String describes the client: the database it reaches and where.
-func (c *Client) String() string {
-	return fmt.Sprintf("d1client.Client{BaseURL:%s AccountID:%s DatabaseID:%s}", c.cfg.BaseURL, c.cfg.AccountID, c.cfg.DatabaseID)
-}
+func (c *Client) String() string { return fmt.Sprintf("d1client.Client%+v", c.view()) }
 
 // GoString describes the client as Go syntax, without its state.
 func (c *Client) GoString() string {
-	return fmt.Sprintf("&d1client.Client{BaseURL:%q, AccountID:%q, DatabaseID:%q}", c.cfg.BaseURL, c.cfg.AccountID, c.cfg.DatabaseID)
+	return strings.Replace(fmt.Sprintf("%#v", c.view()), "d1client.clientView", "&d1client.Client", 1)
 }
 
 // Format implements fmt.Formatter: %#v is GoString, %q the quoted String,
@@ -148,11 +151,7 @@ func (c *Client) LogValue() slog.Value {
 }
 
 // MarshalJSON implements json.Marshaler, with what LogValue shows.
-func (c *Client) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		BaseURL, AccountID, DatabaseID string
-	}{c.cfg.BaseURL, c.cfg.AccountID, c.cfg.DatabaseID})
-}
+func (c *Client) MarshalJSON() ([]byte, error) { return json.Marshal(c.view()) }
 
 func formatWith(f fmt.State, verb rune, s, gs string) {
 	switch {

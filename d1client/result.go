@@ -479,19 +479,17 @@ func decodeTable(data []byte) ([]string, []Row, error) {
 		return nil, nil, fmt.Errorf("results are not in /raw form: %w", err)
 	}
 	var rows []Row
-	if len(table.Rows) > 0 {
-		rows = make([]Row, len(table.Rows))
-	}
 	for i, cells := range table.Rows {
 		if len(cells) != len(table.Columns) {
 			return nil, nil, fmt.Errorf("row %d has %d cells for %d columns", i, len(cells), len(table.Columns))
 		}
-		rows[i] = make(Row, len(cells))
+		row := make(Row, len(cells))
 		for j, cell := range cells {
-			if rows[i][j], err = decodeValue(cell); err != nil {
+			if row[j], err = decodeValue(cell); err != nil {
 				return nil, nil, fmt.Errorf("row %d, column %d: %w", i, j, err)
 			}
 		}
+		rows = append(rows, row)
 	}
 	return table.Columns, rows, nil
 }
