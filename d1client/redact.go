@@ -127,7 +127,9 @@ func (c Config) MarshalJSON() ([]byte, error) {
 // clientView is what a Client shows of itself.
 type clientView struct{ BaseURL, AccountID, DatabaseID string }
 
-func (c *Client) view() clientView { return clientView{c.cfg.BaseURL, c.cfg.AccountID, c.cfg.DatabaseID} }
+func (c *Client) view() clientView {
+	return clientView{c.cfg.BaseURL, c.cfg.AccountID, c.cfg.DatabaseID}
+}
 
 // String describes the client: the database it reaches and where.
 func (c *Client) String() string { return fmt.Sprintf("d1client.Client%+v", c.view()) }
