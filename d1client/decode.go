@@ -75,15 +75,13 @@ func (d *fastDecoder) skip() bool {
 
 // boolean reads true, false or null.
 func (d *fastDecoder) boolean(p *optBool) bool {
-	switch {
-	case d.Literal("true"):
-		*p = isTrue
-	case d.Literal("false"):
-		*p = isFalse
-	default:
-		return d.Literal("null")
+	for b, word := range boolWords {
+		if d.Literal(word) {
+			*p = optBool(b)
+			return true
+		}
 	}
-	return true
+	return false
 }
 
 // intern reads a string, reusing a recent one with the same text: the

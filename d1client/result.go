@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 )
 
@@ -428,17 +429,14 @@ const (
 	isTrue
 )
 
+var boolWords = [...]string{unset: "null", isFalse: "false", isTrue: "true"}
+
 func (b *optBool) UnmarshalJSON(data []byte) error {
-	switch string(bytes.TrimSpace(data)) {
-	case "true":
-		*b = isTrue
-	case "false":
-		*b = isFalse
-	case "null":
-		*b = unset
-	default:
+	i := slices.Index(boolWords[:], string(data))
+	if i < 0 {
 		return fmt.Errorf("%q is not a boolean", data)
 	}
+	*b = optBool(i)
 	return nil
 }
 
