@@ -182,16 +182,11 @@ func (d *fastDecoder) table(t *rawTable) bool {
 			return ok
 		})
 	})
-	if !ok {
-		return false
-	}
 	for _, row := range rows {
-		if len(row) != len(columns) {
-			return false // the general path words the error
-		}
+		ok = ok && len(row) == len(columns) // else the general path words the error
 	}
 	t.columns, t.rows = columns, rows
-	return true
+	return ok
 }
 
 // cell reads one value of a row as decodeValue would.
