@@ -205,11 +205,8 @@ func (d *fastDecoder) cell() (Value, bool) {
 		return Value{}, false // blobs and objects take the general path
 	}
 	num, ok := d.Number()
-	if !ok {
-		return Value{}, false
-	}
 	v, err := decodeNumber(num)
-	return v, err == nil
+	return v, ok && err == nil
 }
 
 // meta reads a statement's meta into w as metaWire's decoding would.
