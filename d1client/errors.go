@@ -196,6 +196,9 @@ const maxRetryAfter = time.Hour
 // parseRetryAfter reads Retry-After as seconds or an HTTP date.
 func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
 	if secs, err := strconv.ParseFloat(v, 64); (err == nil || errors.Is(err, strconv.ErrRange)) && secs >= 0 {
 		return time.Duration(min(secs, maxRetryAfter.Seconds()) * float64(time.Second)), true
 	}
