@@ -196,7 +196,7 @@ const maxRetryAfter = time.Hour
 // parseRetryAfter reads Retry-After as seconds or an HTTP date.
 func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
-	if v == "" {
+	if v == "" { // the usual case, which must not allocate an error
 		return 0, false
 	}
 	if secs, err := strconv.ParseFloat(v, 64); (err == nil || errors.Is(err, strconv.ErrRange)) && secs >= 0 {
