@@ -8,9 +8,8 @@ import (
 
 // fastEnvelope decodes a successful answer's body into env in one pass,
 // exactly as json.Unmarshal would, n results expected. It gives up (false)
-// on anything unusual (an error body, a missing "success", a key repeated
-// or spelled in another case, the /query form, a blob, invalid JSON...):
-// encoding/json then says what is wrong.
+// on anything unusual (an error body, a key repeated or spelled in another
+// case, the /query form, a blob...), leaving it to encoding/json.
 func fastEnvelope(body []byte, n int, env *envelope) bool {
 	d := fastDecoder{Scanner: jsonscan.Scanner{Data: body}}
 	ok := d.envelope(n, env) && d.End() && env.Success != unset
@@ -38,18 +37,14 @@ func (d *fastDecoder) object(known []string, member func(i int, key string) bool
 	var seen uint64
 	return d.Object(func(key []byte) bool {
 		for i, k := range known {
-			if string(key) == k {
-				if seen&(1<<i) != 0 {
-					return false
-				}
-				seen |= 1 << i
-				return member(i, k)
+			if !bytes.EqualFold(key, []byte(k)) {
+				continue
 			}
-		}
-		for _, k := range known {
-			if bytes.EqualFold(key, []byte(k)) {
+			if string(key) != k || seen&(1<<i) != 0 {
 				return false
 			}
+			seen |= 1 << i
+			return member(i, k)
 		}
 		return d.skip()
 	})
@@ -59,16 +54,8 @@ func (d *fastDecoder) object(known []string, member func(i int, key string) bool
 func (d *fastDecoder) skip() bool {
 	switch c := d.Peek(); c {
 	case '{', '[':
-		if d.depth >= maxSkipDepth {
-			return false
-		}
 		d.depth++
-		var ok bool
-		if c == '{' {
-			ok = d.object(nil, nil)
-		} else {
-			ok = d.Array(d.skip)
-		}
+		ok := d.depth <= maxSkipDepth && (c == '{' && d.object(nil, nil) || c == '[' && d.Array(d.skip))
 		d.depth--
 		return ok
 	case '"':
@@ -88,40 +75,31 @@ func (d *fastDecoder) skip() bool {
 
 // boolean reads true, false or null.
 func (d *fastDecoder) boolean(p *optBool) bool {
-	switch {
-	case d.Literal("true"):
-		*p = isTrue
-	case d.Literal("false"):
-		*p = isFalse
-	default:
-		return d.Literal("null")
-	}
-	return true
-}
-
-// intern reads a string, reusing a recent one with the same bytes: the
-// column names and meta of a batch's results repeat.
-func (d *fastDecoder) intern() (string, bool) {
-	if d.Peek() != '"' {
-		return "", false
-	}
-	if end := bytes.IndexByte(d.Data[d.Pos+1:], '"'); end >= 0 {
-		raw := d.Data[d.Pos+1 : d.Pos+1+end]
-		if bytes.IndexByte(raw, '\\') < 0 { // an escape is read properly below
-			for _, s := range d.recent[:min(d.seen, len(d.recent))] {
-				if string(raw) == s {
-					d.Pos += end + 2
-					return s, true
-				}
-			}
+	for b, word := range boolWords {
+		if d.Literal(word) {
+			*p = optBool(b)
+			return true
 		}
 	}
-	s, ok := d.StringValue()
-	if ok {
-		d.recent[d.seen%len(d.recent)] = s
-		d.seen++
+	return false
+}
+
+// intern reads a string, reusing a recent one with the same text: the
+// column names and meta of a batch's results repeat.
+func (d *fastDecoder) intern() (string, bool) {
+	b, ok := d.StringBytes()
+	if !ok {
+		return "", false
 	}
-	return s, ok
+	for _, s := range d.recent[:min(d.seen, len(d.recent))] {
+		if string(b) == s {
+			return s, true
+		}
+	}
+	s := string(b)
+	d.recent[d.seen%len(d.recent)] = s
+	d.seen++
+	return s, true
 }
 
 var (
@@ -162,10 +140,7 @@ func (d *fastDecoder) result(r *rawResult) bool {
 		case "success":
 			return d.boolean(&r.Success)
 		default: // meta
-			if d.Literal("null") {
-				return true
-			}
-			return d.meta(&r.Meta)
+			return d.Literal("null") || d.meta(&r.Meta)
 		}
 	})
 }
@@ -196,7 +171,6 @@ func (d *fastDecoder) table(t *rawTable) bool {
 				return ok
 			})
 		}
-		rows = []Row{}
 		return d.Array(func() bool {
 			row := make(Row, 0, len(columns))
 			ok := d.Array(func() bool {
@@ -208,19 +182,11 @@ func (d *fastDecoder) table(t *rawTable) bool {
 			return ok
 		})
 	})
-	if !ok {
-		return false
-	}
 	for _, row := range rows {
-		if len(row) != len(columns) {
-			return false // the general path words the error
-		}
+		ok = ok && len(row) == len(columns) // else the general path words the error
 	}
-	t.columns = columns
-	if len(rows) > 0 {
-		t.rows = rows
-	}
-	return true
+	t.columns, t.rows = columns, rows
+	return ok
 }
 
 // cell reads one value of a row as decodeValue would.
@@ -239,11 +205,8 @@ func (d *fastDecoder) cell() (Value, bool) {
 		return Value{}, false // blobs and objects take the general path
 	}
 	num, ok := d.Number()
-	if !ok {
-		return Value{}, false
-	}
 	v, err := decodeNumber(num)
-	return v, err == nil
+	return v, ok && err == nil
 }
 
 // meta reads a statement's meta into w as metaWire's decoding would.
@@ -254,10 +217,8 @@ func (d *fastDecoder) meta(w *metaWire) bool {
 		}
 		switch p := w.fields()[i].(type) {
 		case *bool:
-			var b optBool
-			ok := d.boolean(&b)
-			*p = b == isTrue
-			return ok
+			*p = d.Literal("true")
+			return *p || d.Literal("false")
 		case *string:
 			s, ok := d.intern()
 			*p = s

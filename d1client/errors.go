@@ -28,12 +28,11 @@ const (
 	kindBudget
 )
 
-// Sentinel errors, one per kind of failure. Every error of this package is
-// an [*Error] that matches exactly one of them with [errors.Is], except that
-// a constraint violation matches both ErrSQL and ErrConstraint. "A write may
-// have committed" marks the kinds that are Ambiguous.
+// Sentinel errors. Every error of this package is an [*Error] matching
+// exactly one of them with [errors.Is] (a constraint violation: ErrSQL and
+// ErrConstraint). "A write may have committed" marks the Ambiguous kinds.
 var (
-	// ErrSQL: SQLite refused the statement (HTTP 400, code 7500). Nothing
+	// ErrSQL: SQLite refused the statement (HTTP 400, code 7500); nothing
 	// of the call was committed.
 	ErrSQL = errors.New("d1: SQL error")
 	// ErrConstraint: a UNIQUE, PRIMARY KEY, NOT NULL, CHECK or FOREIGN KEY
@@ -62,19 +61,17 @@ var (
 	// committed.
 	ErrResultCount = errors.New("d1: result count does not match statement count")
 	// ErrTransport: no HTTP response (connection refused or lost, a
-	// timeout), or not sent because the context was done or had less than a
-	// round trip left (the error then matches the context's error).
-	// Error.Ambiguous says whether the request may have reached D1.
+	// timeout; Error.Ambiguous says whether the request may have reached
+	// D1), or not sent as the context was done or had less than a round
+	// trip left (the error then matches the context's error).
 	ErrTransport = errors.New("d1: transport error")
-	// ErrInvalid: refused before sending: a bad Config, too many
-	// parameters, SQL too long or holding several statements, an
-	// unsupported parameter type.
+	// ErrInvalid: refused before sending: a bad Config, statement or
+	// parameter.
 	ErrInvalid = errors.New("d1: invalid request")
 	// ErrRejected: any other HTTP 4xx.
 	ErrRejected = errors.New("d1: request rejected")
-	// ErrBudget: the API budget (see Account) had no call for the
-	// statements a round trip before the context's deadline. Nothing was
-	// sent; Error.RetryAfter says when a call could go.
+	// ErrBudget: the API budget (see Account) had no call free a round
+	// trip before the context's deadline; Error.RetryAfter says when.
 	ErrBudget = errors.New("d1: request budget exhausted")
 )
 
@@ -98,29 +95,21 @@ type ErrorDetail struct {
 	Message string `json:"message"`
 }
 
-// Error is a failed D1 call. Match it against the sentinel errors with
-// [errors.Is]; use [errors.As] for its details. It never holds the API
-// token, nor any parameter value of the call.
+// Error is a failed D1 call, matched against the sentinel errors with
+// [errors.Is]. It never holds the API token nor a parameter value.
 type Error struct {
 	StatusCode int           // HTTP status; 0 when no response arrived
 	Codes      []int         // Cloudflare error codes, in order
 	Message    string        // the first error message, or a snippet of a non-JSON body
 	Details    []ErrorDetail // every entry of the envelope's errors array
 
-	// SQLiteCode is the SQLite result code ending an SQL error's message
-	// ("SQLITE_CONSTRAINT"); ExtendedCode the extended one, where given.
-	SQLiteCode   string
-	ExtendedCode string
+	SQLiteCode   string // the SQLite result code ending an SQL error's message ("SQLITE_CONSTRAINT")
+	ExtendedCode string // the extended result code, where given
 
-	// RetryAfter is the server's Retry-After or, for ErrBudget, the wait
-	// until the budget frees a call. BlockedUntil ends a 971 block.
-	RetryAfter   time.Duration
-	BlockedUntil time.Time
+	RetryAfter   time.Duration // the server's Retry-After; for ErrBudget, the wait until a call is free
+	BlockedUntil time.Time     // the end of a 971 block
 
-	// Ambiguous: the request may have reached D1 and committed although no
-	// successful answer came back.
-	Ambiguous bool
-
+	Ambiguous  bool     // the request may have reached D1 and committed, no successful answer came back
 	Statements []string // the call's SQL, each with its number of parameters
 	Attempts   int      // HTTP attempts made
 	Err        error    // the underlying cause, if any
@@ -191,14 +180,13 @@ func isViolation(code, msg string) bool {
 
 var sqliteSuffix = regexp.MustCompile(`:\s*(SQLITE_[A-Z_]+)(?:\s*\(extended:\s*(SQLITE_[A-Z_]+)\))?\s*$`)
 
-// parseSQLiteCode splits "<message>: SQLITE_<CODE>", optionally followed by
-// " (extended: SQLITE_<EXT>)" as local workerd answers, into its parts.
+// parseSQLiteCode reads the codes ending "<message>: SQLITE_<CODE>",
+// optionally followed by " (extended: SQLITE_<EXT>)" as local workerd says.
 func parseSQLiteCode(msg string) (code, extended string) {
-	m := sqliteSuffix.FindStringSubmatch(msg)
-	if m == nil {
-		return "", ""
+	if m := sqliteSuffix.FindStringSubmatch(msg); m != nil {
+		return m[1], m[2]
 	}
-	return m[1], m[2]
+	return "", ""
 }
 
 // maxRetryAfter bounds a server's Retry-After: Cloudflare's longest block
@@ -208,7 +196,7 @@ const maxRetryAfter = time.Hour
 // parseRetryAfter reads Retry-After as seconds or an HTTP date.
 func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
-	if v == "" {
+	if v == "" { // the usual case, which must not allocate an error
 		return 0, false
 	}
 	if secs, err := strconv.ParseFloat(v, 64); (err == nil || errors.Is(err, strconv.ErrRange)) && secs >= 0 {

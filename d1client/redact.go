@@ -22,14 +22,12 @@ func redactToken(token string) string {
 	return redacted
 }
 
-// opaqueToken is the length from which a token is never part of another
-// word by chance (Cloudflare's API tokens have 40 characters): then every
-// occurrence is redacted, even one glued to others ("Bearer%20TOKEN").
+// opaqueToken is the length from which a token (Cloudflare's have 40
+// characters) is redacted even glued to other words ("Bearer%20TOKEN").
 const opaqueToken = 16
 
-// redactText returns s with the token's occurrences replaced by redacted;
-// a shorter token than opaqueToken only where it stands as a whole word: a
-// token "local" leaves "localhost" alone.
+// redactText returns s with the token replaced by redacted; a token shorter
+// than opaqueToken only as a whole word ("local" leaves "localhost" alone).
 func redactText(s, tok string) string {
 	if tok == "" || !strings.Contains(s, tok) {
 		return s
@@ -58,8 +56,8 @@ func wordByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c >= 0x80
 }
 
-// redactedCause stands for an error cause whose text names the token: no
-// Unwrap reaches the cause's own text, but errors.Is sees through it.
+// redactedCause hides a cause whose text names the token from Unwrap, not
+// from errors.Is.
 type redactedCause struct {
 	text  string
 	cause error
@@ -70,8 +68,7 @@ func (r *redactedCause) Error() string { return r.text }
 // Is reports whether the hidden cause matches target.
 func (r *redactedCause) Is(target error) bool { return errors.Is(r.cause, target) }
 
-// configView is a Config as printed (a type without Config's methods), its
-// token and bridge URL's secret replaced.
+// configView is a Config as printed, without its methods or secrets.
 type configView Config
 
 func (c Config) view() configView {
@@ -127,14 +124,19 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	return json.Marshal(v)
 }
 
-// String describes the client: the database it reaches and where.
-func (c *Client) String() string {
-	return fmt.Sprintf("d1client.Client{BaseURL:%s AccountID:%s DatabaseID:%s}", c.cfg.BaseURL, c.cfg.AccountID, c.cfg.DatabaseID)
+// clientView is what a Client shows of itself.
+type clientView struct{ BaseURL, AccountID, DatabaseID string }
+
+func (c *Client) view() clientView {
+	return clientView{c.cfg.BaseURL, c.cfg.AccountID, c.cfg.DatabaseID}
 }
+
+// String describes the client: the database it reaches and where.
+func (c *Client) String() string { return fmt.Sprintf("d1client.Client%+v", c.view()) }
 
 // GoString describes the client as Go syntax, without its state.
 func (c *Client) GoString() string {
-	return fmt.Sprintf("&d1client.Client{BaseURL:%q, AccountID:%q, DatabaseID:%q}", c.cfg.BaseURL, c.cfg.AccountID, c.cfg.DatabaseID)
+	return strings.Replace(fmt.Sprintf("%#v", c.view()), "d1client.clientView", "&d1client.Client", 1)
 }
 
 // Format implements fmt.Formatter: %#v is GoString, %q the quoted String,
@@ -151,11 +153,7 @@ func (c *Client) LogValue() slog.Value {
 }
 
 // MarshalJSON implements json.Marshaler, with what LogValue shows.
-func (c *Client) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		BaseURL, AccountID, DatabaseID string
-	}{c.cfg.BaseURL, c.cfg.AccountID, c.cfg.DatabaseID})
-}
+func (c *Client) MarshalJSON() ([]byte, error) { return json.Marshal(c.view()) }
 
 func formatWith(f fmt.State, verb rune, s, gs string) {
 	switch {

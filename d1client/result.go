@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 )
 
@@ -148,12 +149,9 @@ func RealValue(f float64) Value { return Value{typ: Real, f: f} }
 func TextValue(s string) Value  { return Value{typ: Text, s: s} }
 func BlobValue(b []byte) Value  { return Value{typ: Blob, s: string(b)} }
 
-// decodeValue decodes one JSON cell exactly.
+// decodeValue decodes one JSON cell exactly, as encoding/json hands it
+// over: valid, without surrounding white space.
 func decodeValue(raw json.RawMessage) (Value, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return Value{}, fmt.Errorf("empty cell")
-	}
 	switch c := raw[0]; {
 	case c == 'n':
 		return Value{}, nil
@@ -227,6 +225,13 @@ func scanValue(v Value, dest any) error {
 		return nil
 	case sql.Scanner:
 		return d.Scan(v.Any())
+	case *[]byte:
+		b, ok := v.Bytes()
+		if !ok && v.typ != Null {
+			return fmt.Errorf("%s value cannot be scanned into *[]byte", v.typ)
+		}
+		*d = b
+		return nil
 	}
 	if p := reflect.ValueOf(dest); p.Kind() == reflect.Pointer && p.Elem().Kind() == reflect.Pointer {
 		if v.typ == Null {
@@ -241,10 +246,6 @@ func scanValue(v Value, dest any) error {
 		return nil
 	}
 	if v.typ == Null {
-		if d, ok := dest.(*[]byte); ok {
-			*d = nil
-			return nil
-		}
 		return fmt.Errorf("NULL cannot be stored in %T; scan into a pointer to a pointer or an sql.Null type", dest)
 	}
 	switch d := dest.(type) {
@@ -277,12 +278,6 @@ func scanValue(v Value, dest any) error {
 			return fmt.Errorf("%s value %s is not a boolean 0/1", v.typ, v)
 		}
 		*d = i == 1
-	case *[]byte:
-		b, ok := v.Bytes()
-		if !ok {
-			return fmt.Errorf("%s value cannot be scanned into *[]byte", v.typ)
-		}
-		*d = b
 	default:
 		return fmt.Errorf("unsupported Scan destination %T", dest)
 	}
@@ -434,17 +429,14 @@ const (
 	isTrue
 )
 
+var boolWords = [...]string{unset: "null", isFalse: "false", isTrue: "true"}
+
 func (b *optBool) UnmarshalJSON(data []byte) error {
-	switch string(bytes.TrimSpace(data)) {
-	case "true":
-		*b = isTrue
-	case "false":
-		*b = isFalse
-	case "null":
-		*b = unset
-	default:
+	i := slices.Index(boolWords[:], string(data))
+	if i < 0 {
 		return fmt.Errorf("%q is not a boolean", data)
 	}
+	*b = optBool(i)
 	return nil
 }
 
@@ -456,8 +448,7 @@ type rawResult struct {
 }
 
 // rawTable is a statement's results: {"columns":[...],"rows":[[...]]},
-// null, missing, [], or the /query form (objects). It keeps its decoding
-// error.
+// null, missing, or the /query form (objects). It keeps its decoding error.
 type rawTable struct {
 	columns []string
 	rows    []Row
@@ -465,81 +456,68 @@ type rawTable struct {
 }
 
 func (t *rawTable) UnmarshalJSON(data []byte) error {
-	*t = rawTable{} // a repeated key: the last one counts
-	body := bytes.TrimSpace(data)
-	if len(body) == 0 || bytes.Equal(body, []byte("null")) || bytes.Equal(body, []byte("[]")) {
-		return nil
-	}
+	t.columns, t.rows, t.err = decodeTable(data) // a repeated key: the last one counts
+	return nil
+}
+
+// decodeTable decodes a statement's results, valid JSON as encoding/json
+// hands it over: without surrounding white space.
+func decodeTable(data []byte) ([]string, []Row, error) {
 	var table struct {
 		Columns []string            `json:"columns"`
 		Rows    [][]json.RawMessage `json:"rows"`
 	}
 	var err error
-	if body[0] == '[' {
-		table.Columns, table.Rows, err = decodeObjects(body)
+	if data[0] == '[' {
+		table.Columns, table.Rows, err = decodeObjects(data)
 	} else {
-		err = json.Unmarshal(body, &table)
+		err = json.Unmarshal(data, &table) // null leaves table empty
 	}
 	if err != nil {
-		t.err = fmt.Errorf("results are not in /raw form: %w", err)
-		return nil
+		return nil, nil, fmt.Errorf("results are not in /raw form: %w", err)
 	}
-	t.columns = table.Columns
-	if len(table.Rows) > 0 {
-		t.rows = make([]Row, len(table.Rows))
-	}
+	var rows []Row
 	for i, cells := range table.Rows {
 		if len(cells) != len(table.Columns) {
-			t.err = fmt.Errorf("row %d has %d cells for %d columns", i, len(cells), len(table.Columns))
-			return nil
+			return nil, nil, fmt.Errorf("row %d has %d cells for %d columns", i, len(cells), len(table.Columns))
 		}
-		t.rows[i] = make(Row, len(cells))
+		row := make(Row, len(cells))
 		for j, cell := range cells {
-			if t.rows[i][j], err = decodeValue(cell); err != nil {
-				t.err = fmt.Errorf("row %d, column %d: %w", i, j, err)
-				return nil
+			if row[j], err = decodeValue(cell); err != nil {
+				return nil, nil, fmt.Errorf("row %d, column %d: %w", i, j, err)
 			}
 		}
+		rows = append(rows, row)
 	}
-	return nil
+	return table.Columns, rows, nil
 }
 
 // decodeObjects reads /query-form results, an array of objects, the first
-// object's keys in order being the columns; other keys in another row are
-// an error.
+// object's keys in order being the columns. The body is valid JSON: the
+// decoder has checked it.
 func decodeObjects(body []byte) ([]string, [][]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if _, err := dec.Token(); err != nil { // [
-		return nil, nil, err
-	}
+	dec.Token() // [
 	var cols []string
 	var rows [][]json.RawMessage
 	for dec.More() {
-		if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		if t, _ := dec.Token(); t != json.Delim('{') {
 			return nil, nil, fmt.Errorf("row %d is not an object", len(rows))
 		}
 		var row []json.RawMessage
-		for i := 0; dec.More(); i++ {
-			t, err := dec.Token()
-			if err != nil {
-				return nil, nil, err
-			}
+		for dec.More() {
+			t, _ := dec.Token()
 			name, _ := t.(string)
-			var cell json.RawMessage
-			if err := dec.Decode(&cell); err != nil {
-				return nil, nil, err
-			}
 			if len(rows) == 0 {
 				cols = append(cols, name)
-			} else if i >= len(cols) || cols[i] != name {
+			} else if len(row) >= len(cols) || cols[len(row)] != name {
 				return nil, nil, fmt.Errorf("row %d has columns that differ from row 0", len(rows))
 			}
+			var cell json.RawMessage
+			dec.Decode(&cell)
 			row = append(row, cell)
 		}
-		if _, err := dec.Token(); err != nil { // }
-			return nil, nil, err
-		}
+		dec.Token() // }
 		if len(row) != len(cols) {
 			return nil, nil, fmt.Errorf("row %d has %d columns, row 0 has %d", len(rows), len(row), len(cols))
 		}

@@ -14,8 +14,8 @@ type sqlClass struct {
 	readOnly   bool // one statement, proven not to write
 }
 
-// check refuses SQL that holds no statement or several: D1 would refuse
-// its parameters, or answer with more results than Statements.
+// check refuses SQL holding no statement or several (D1 would refuse its
+// parameters, or answer with more results than Statements).
 func (c sqlClass) check(index int) error {
 	switch {
 	case c.statements == 0:
@@ -30,8 +30,7 @@ func (c sqlClass) check(index int) error {
 func classifySQL(sql string) sqlClass {
 	stmts := sqlite.Split(sql)
 	c := sqlClass{statements: len(stmts)}
-	// D1 would not see this text: SQLite stops at a NUL byte, and JSON
-	// replaces bytes that are not UTF-8.
+	// SQLite stops at a NUL byte, JSON replaces bytes that are not UTF-8.
 	if len(stmts) != 1 || strings.IndexByte(sql, 0) >= 0 || !utf8.ValidString(sql) {
 		return c
 	}
@@ -46,11 +45,9 @@ func classifySQL(sql string) sqlClass {
 	return c
 }
 
-// readsOnly reports whether a statement's tokens, not empty, make one that
-// cannot write: a SELECT, a VALUES, an EXPLAIN (which never runs its
-// statement), a WITH whose main statement is a SELECT or VALUES, or a
-// PRAGMA that only reads. SQLite has no data-changing statement inside a
-// SELECT or a CTE, so the main verb decides.
+// readsOnly reports whether a statement's tokens, not empty, cannot write:
+// a SELECT, VALUES, EXPLAIN (which never runs its statement), a WITH whose
+// main verb (no CTE can write) is SELECT or VALUES, or a reading PRAGMA.
 func readsOnly(toks []sqlite.Token) bool {
 	switch toks[0].Keyword() {
 	case "SELECT", "VALUES", "EXPLAIN":
@@ -83,8 +80,8 @@ func readsOnly(toks []sqlite.Token) bool {
 	return false
 }
 
-// pragmaReadsOnly reports whether "PRAGMA [schema.]name [(arg)]" only
-// reads: its name is one of readPragma's and it assigns nothing.
+// pragmaReadsOnly reports whether "PRAGMA [schema.]name [(arg)]" is one
+// of readPragma's and assigns nothing.
 func pragmaReadsOnly(toks []sqlite.Token) bool {
 	if len(toks) >= 3 && toks[0].Kind == sqlite.Word && toks[1].Text == "." {
 		toks = toks[2:] // schema.name
@@ -106,8 +103,8 @@ func pragmaReadsOnly(toks []sqlite.Token) bool {
 	return false // "PRAGMA name = value" assigns
 }
 
-// readPragma reports whether the pragma, called with or without an
-// argument, only reads; it knows only those that D1 allows.
+// readPragma reports whether the pragma, with or without an argument, only
+// reads; it knows only those D1 allows.
 func readPragma(name string, withArg bool) bool {
 	switch name {
 	case "table_info", "table_xinfo", "index_info", "index_xinfo", "index_list", "foreign_key_list":

@@ -31,23 +31,14 @@ type Statement struct {
 }
 
 // appendParam appends the JSON D1 binds v as. D1 has no boolean, time or
-// binary type; its service path is JavaScript, where a number is a double,
-// so integers beyond 2^53 travel as decimal strings, which INTEGER affinity
-// (or CAST(? AS INTEGER)) converts back exactly; and JSON would replace
-// invalid UTF-8. A driver.Valuer is converted first; pointers and named types
-// (type UserID int64) encode as what they point to or their underlying kind.
+// binary type, and reads numbers as JavaScript doubles: integers beyond
+// 2^53 travel as decimal strings, which INTEGER affinity converts back
+// exactly. A driver.Valuer is converted first; pointers and named types
+// encode as what they point to or their underlying kind.
 func appendParam(dst []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case nil:
 		return append(dst, "null"...), nil
-	case string:
-		return appendStringParam(dst, x)
-	case int:
-		return appendInt(dst, int64(x)), nil
-	case int64:
-		return appendInt(dst, x), nil
-	case float64:
-		return appendFloat(dst, x)
 	case json.Number:
 		if _, err := strconv.ParseFloat(string(x), 64); err != nil {
 			return nil, fmt.Errorf("json.Number %q is not a number", string(x))
@@ -86,7 +77,10 @@ func appendParam(dst []byte, v any) ([]byte, error) {
 	case reflect.Float32, reflect.Float64:
 		return appendFloat(dst, rv.Float())
 	case reflect.String:
-		return appendStringParam(dst, rv.String())
+		if s := rv.String(); utf8.ValidString(s) {
+			return appendJSONString(dst, s), nil
+		}
+		return nil, fmt.Errorf("string parameter is not valid UTF-8 (JSON would replace the invalid bytes): bind hex text with unhex(?) for binary data")
 	case reflect.Slice:
 		if rv.Type().Elem().Kind() == reflect.Uint8 {
 			return nil, fmt.Errorf("[]byte cannot travel in D1's JSON API: bind hex.EncodeToString(b) and write unhex(?) in the SQL")
@@ -109,48 +103,31 @@ func appendFloat(dst []byte, f float64) ([]byte, error) {
 	return strconv.AppendFloat(dst, f, 'g', -1, 64), nil
 }
 
-func appendStringParam(dst []byte, s string) ([]byte, error) {
-	if !utf8.ValidString(s) {
-		return nil, fmt.Errorf("string parameter is not valid UTF-8 (JSON would replace the invalid bytes): bind hex text with unhex(?) for binary data")
-	}
-	return appendJSONString(dst, s), nil
-}
-
 // appendJSONString appends s, valid UTF-8, as a JSON string as encoding/json
 // does with SetEscapeHTML(false): an HTML body does not grow sixfold.
 func appendJSONString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); i++ {
-		b := s[i]
-		switch {
-		case b >= 0x20 && b != '"' && b != '\\' && b != 0xE2:
-			continue
-		case b == 0xE2:
-			// U+2028 and U+2029 are E2 80 A8 and E2 80 A9.
-			if i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xA8 || s[i+2] == 0xA9) {
-				dst = append(dst, s[start:i]...)
-				dst = append(dst, '\\', 'u', '2', '0', '2', hex[s[i+2]&0xF])
-				i += 2
-				start = i + 1
-			}
-			continue
+		if b := s[i]; b < 0x20 || b == '"' || b == '\\' {
+			dst = jsonstr.AppendEscaped(append(dst, s[start:i]...), b)
+			start = i + 1
+		} else if b == 0xE2 && i+2 < len(s) && s[i+1] == 0x80 && s[i+2]&^1 == 0xA8 { // U+2028 or U+2029
+			dst = append(append(dst, s[start:i]...), `\u202`...)
+			dst = append(dst, "89"[s[i+2]&1])
+			i += 2
+			start = i + 1
 		}
-		dst = append(dst, s[start:i]...)
-		dst = jsonstr.AppendEscaped(dst, b)
-		start = i + 1
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
 
-// wireStatement is a statement's JSON encoding, {"sql":"...","params":[...]},
-// "params" only when there are some.
+// wireStatement is a statement's JSON encoding, {"sql":"...","params":[...]}.
 type wireStatement []byte
 
-// encode validates the statement against D1's limits and encodes it; index
-// is its position in the call.
+// encode checks the statement against D1's limits and encodes it; index is
+// its position in the call.
 func (s Statement) encode(index int) (wireStatement, error) {
 	if strings.TrimSpace(s.SQL) == "" {
 		return nil, fmt.Errorf("statement %d: empty SQL", index)
