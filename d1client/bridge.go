@@ -7,6 +7,7 @@ import (
 
 	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/internal/loopback"
+	"github.com/d1idem/d1idem/internal/redact"
 )
 
 // BridgeURLEnv is the environment variable New reads for the bridge URL
@@ -86,12 +87,12 @@ func redactURL(raw string) string {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Opaque != "" || u.Host == "" {
-		return redacted
+		return redact.Redacted
 	}
 	secret := u.User != nil
 	u.User, u.RawQuery, u.Fragment, u.ForceQuery = nil, "", "", false
 	if !secret {
 		return u.String()
 	}
-	return u.Scheme + "://:" + redacted + "@" + strings.TrimPrefix(u.String(), u.Scheme+"://")
+	return u.Scheme + "://:" + redact.Redacted + "@" + strings.TrimPrefix(u.String(), u.Scheme+"://")
 }

@@ -4,36 +4,25 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/d1idem/d1idem/internal/redact"
 )
-
-// redacted stands for the API token wherever a Config is printed.
-const redacted = "[REDACTED]"
-
-// redactToken returns what is printed for the token: redacted, or "" if unset.
-func redactToken(token string) string {
-	if token == "" {
-		return ""
-	}
-	return redacted
-}
 
 // opaqueToken is the length from which a token (Cloudflare's have 40
 // characters) is redacted even glued to other words ("Bearer%20TOKEN").
 const opaqueToken = 16
 
-// redactText returns s with the token replaced by redacted; a token shorter
-// than opaqueToken only as a whole word ("local" leaves "localhost" alone).
+// redactText returns s with the token replaced by redact.Redacted; a token
+// shorter than opaqueToken only as a whole word ("local" leaves "localhost" alone).
 func redactText(s, tok string) string {
 	if tok == "" || !strings.Contains(s, tok) {
 		return s
 	}
 	if len(tok) >= opaqueToken {
-		return strings.ReplaceAll(s, tok, redacted)
+		return strings.ReplaceAll(s, tok, redact.Redacted)
 	}
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
@@ -41,7 +30,7 @@ func redactText(s, tok string) string {
 		glued := (i > 0 && wordByte(s[i-1]) && wordByte(tok[0])) ||
 			(end < len(s) && wordByte(s[end]) && wordByte(tok[len(tok)-1]))
 		if strings.HasPrefix(s[i:], tok) && !glued {
-			b.WriteString(redacted)
+			b.WriteString(redact.Redacted)
 			i = end - 1
 			continue
 		}
@@ -73,7 +62,7 @@ type configView Config
 
 func (c Config) view() configView {
 	v := configView(c)
-	v.APIToken = redactToken(c.APIToken)
+	v.APIToken = redact.Token(c.APIToken)
 	v.BridgeURL = redactURL(c.BridgeURL)
 	return v
 }
@@ -88,14 +77,14 @@ func (c Config) GoString() string {
 
 // Format implements fmt.Formatter: %#v is GoString, %q the quoted String,
 // and every other verb String. None shows the API token.
-func (c Config) Format(f fmt.State, verb rune) { formatWith(f, verb, c.String(), c.GoString()) }
+func (c Config) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String(), c.GoString()) }
 
 // LogValue implements slog.LogValuer, without the API token.
 func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("base_url", c.BaseURL),
 		slog.String("bridge_url", redactURL(c.BridgeURL)),
-		slog.String("api_token", redactToken(c.APIToken)),
+		slog.String("api_token", redact.Token(c.APIToken)),
 		slog.String("account_id", c.AccountID),
 		slog.String("database_id", c.DatabaseID),
 		slog.Duration("attempt_timeout", c.AttemptTimeout),
@@ -114,7 +103,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		Account                                             string `json:",omitempty"`
 		Coalesce                                            CoalesceConfig
 	}{
-		BaseURL: c.BaseURL, BridgeURL: redactURL(c.BridgeURL), APIToken: redactToken(c.APIToken),
+		BaseURL: c.BaseURL, BridgeURL: redactURL(c.BridgeURL), APIToken: redact.Token(c.APIToken),
 		AccountID: c.AccountID, DatabaseID: c.DatabaseID, Retry: c.Retry, AttemptTimeout: c.AttemptTimeout,
 		Budget: c.Budget.String(), Coalesce: c.Coalesce,
 	}
@@ -141,7 +130,7 @@ func (c *Client) GoString() string {
 
 // Format implements fmt.Formatter: %#v is GoString, %q the quoted String,
 // and every other verb String. None shows the API token.
-func (c *Client) Format(f fmt.State, verb rune) { formatWith(f, verb, c.String(), c.GoString()) }
+func (c *Client) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String(), c.GoString()) }
 
 // LogValue implements slog.LogValuer, without the API token.
 func (c *Client) LogValue() slog.Value {
@@ -154,14 +143,3 @@ func (c *Client) LogValue() slog.Value {
 
 // MarshalJSON implements json.Marshaler, with what LogValue shows.
 func (c *Client) MarshalJSON() ([]byte, error) { return json.Marshal(c.view()) }
-
-func formatWith(f fmt.State, verb rune, s, gs string) {
-	switch {
-	case verb == 'v' && f.Flag('#'):
-		io.WriteString(f, gs)
-	case verb == 'q':
-		io.WriteString(f, strconv.Quote(s))
-	default:
-		io.WriteString(f, s)
-	}
-}

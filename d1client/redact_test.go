@@ -12,6 +12,7 @@ import (
 	"github.com/jarcoal/httpmock"
 
 	"github.com/d1idem/d1idem/d1client/budget"
+	"github.com/d1idem/d1idem/internal/redact"
 )
 
 // sqlError answers with D1's SQL error (HTTP 400, code 7500) of message msg.
@@ -97,7 +98,7 @@ func TestRedactKeepsErrorChain(t *testing.T) {
 	if !errors.Is(err, ErrTransport) || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("err = %v; want ErrTransport and ECONNREFUSED", err)
 	}
-	if strings.Contains(err.Error(), redacted) || !strings.Contains(err.Error(), "localhost") {
+	if strings.Contains(err.Error(), redact.Redacted) || !strings.Contains(err.Error(), "localhost") {
 		t.Errorf("the host name was mangled: %v", err)
 	}
 

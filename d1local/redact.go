@@ -3,23 +3,11 @@ package d1local
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"strconv"
 	"strings"
+
+	"github.com/d1idem/d1idem/internal/redact"
 )
-
-// redacted stands for the token wherever a Config is printed.
-const redacted = "[REDACTED]"
-
-// redactToken returns what is printed for the token: redacted, or "" when
-// none is set.
-func redactToken(token string) string {
-	if token == "" {
-		return ""
-	}
-	return redacted
-}
 
 // configView is a Config as it is printed: the same fields (a type of its
 // own has none of Config's methods, so fmt prints them), the token
@@ -28,7 +16,7 @@ type configView Config
 
 func (c Config) view() configView {
 	v := configView(c)
-	v.Token = redactToken(c.Token)
+	v.Token = redact.Token(c.Token)
 	return v
 }
 
@@ -44,13 +32,13 @@ func (c Config) GoString() string {
 
 // Format implements fmt.Formatter: %#v is GoString, %q the quoted String,
 // and every other verb String. None shows the token.
-func (c Config) Format(f fmt.State, verb rune) { formatWith(f, verb, c.String(), c.GoString()) }
+func (c Config) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String(), c.GoString()) }
 
 // LogValue implements slog.LogValuer, without the token.
 func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("dir", c.Dir),
-		slog.String("token", redactToken(c.Token)),
+		slog.String("token", redact.Token(c.Token)),
 		slog.Bool("no_auto_create", c.NoAutoCreate),
 		slog.String("account_id", c.AccountID),
 		slog.Int("budget_limit", c.Budget.Limit),
@@ -70,7 +58,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		AccountID        string
 		Budget           Budget
 		MaxOpenDatabases int
-	}{c.Dir, redactToken(c.Token), c.NoAutoCreate, c.AccountID, c.Budget, c.MaxOpenDatabases})
+	}{c.Dir, redact.Token(c.Token), c.NoAutoCreate, c.AccountID, c.Budget, c.MaxOpenDatabases})
 }
 
 // String describes the server by where it keeps its databases and the
@@ -86,7 +74,7 @@ func (s *Server) GoString() string {
 
 // Format implements fmt.Formatter: %#v is GoString, %q the quoted String,
 // and every other verb String. None shows the token.
-func (s *Server) Format(f fmt.State, verb rune) { formatWith(f, verb, s.String(), s.GoString()) }
+func (s *Server) Format(f fmt.State, verb rune) { redact.Format(f, verb, s.String(), s.GoString()) }
 
 // LogValue implements slog.LogValuer, without the token.
 func (s *Server) LogValue() slog.Value {
@@ -96,15 +84,4 @@ func (s *Server) LogValue() slog.Value {
 // MarshalJSON implements json.Marshaler, with what LogValue shows.
 func (s *Server) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct{ Dir, AccountID string }{s.cfg.Dir, s.account})
-}
-
-func formatWith(f fmt.State, verb rune, s, gs string) {
-	switch {
-	case verb == 'v' && f.Flag('#'):
-		io.WriteString(f, gs)
-	case verb == 'q':
-		io.WriteString(f, strconv.Quote(s))
-	default:
-		io.WriteString(f, s)
-	}
 }
