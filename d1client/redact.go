@@ -77,7 +77,7 @@ func (c Config) GoString() string {
 
 // Format implements fmt.Formatter: %#v is GoString, %q the quoted String,
 // and every other verb String. None shows the API token.
-func (c Config) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String(), c.GoString()) }
+func (c Config) Format(f fmt.State, verb rune) { redact.Format(f, verb, c) }
 
 // LogValue implements slog.LogValuer, without the API token.
 func (c Config) LogValue() slog.Value {
@@ -130,7 +130,7 @@ func (c *Client) GoString() string {
 
 // Format implements fmt.Formatter: %#v is GoString, %q the quoted String,
 // and every other verb String. None shows the API token.
-func (c *Client) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String(), c.GoString()) }
+func (c *Client) Format(f fmt.State, verb rune) { redact.Format(f, verb, c) }
 
 // LogValue implements slog.LogValuer, without the API token.
 func (c *Client) LogValue() slog.Value {

@@ -32,7 +32,7 @@ func (c Config) GoString() string {
 
 // Format implements fmt.Formatter: %#v is GoString, %q the quoted String,
 // and every other verb String. None shows the token.
-func (c Config) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String(), c.GoString()) }
+func (c Config) Format(f fmt.State, verb rune) { redact.Format(f, verb, c) }
 
 // LogValue implements slog.LogValuer, without the token.
 func (c Config) LogValue() slog.Value {
@@ -74,7 +74,7 @@ func (s *Server) GoString() string {
 
 // Format implements fmt.Formatter: %#v is GoString, %q the quoted String,
 // and every other verb String. None shows the token.
-func (s *Server) Format(f fmt.State, verb rune) { redact.Format(f, verb, s.String(), s.GoString()) }
+func (s *Server) Format(f fmt.State, verb rune) { redact.Format(f, verb, s) }
 
 // LogValue implements slog.LogValuer, without the token.
 func (s *Server) LogValue() slog.Value {

@@ -24,7 +24,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http/httptest"
 	"sync"
@@ -35,6 +34,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
+	"github.com/d1idem/d1idem/internal/redact"
 )
 
 // DatabaseID is the database Server.Client uses unless WithDatabaseID says
@@ -200,13 +200,7 @@ func (s *Server) String() string {
 
 // Format implements fmt.Formatter: every verb prints String (%q quoted),
 // so that no verb shows the token.
-func (s *Server) Format(f fmt.State, verb rune) {
-	if verb == 'q' {
-		fmt.Fprintf(f, "%q", s.String())
-		return
-	}
-	io.WriteString(f, s.String())
-}
+func (s *Server) Format(f fmt.State, verb rune) { redact.Format(f, verb, s) }
 
 // LogValue implements slog.LogValuer, without the token.
 func (s *Server) LogValue() slog.Value {

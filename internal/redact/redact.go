@@ -19,16 +19,17 @@ func Token(token string) string {
 	return Redacted
 }
 
-// Format writes a value for a fmt.Formatter: gs for %#v, s quoted for %q,
-// and s for every other verb. s and gs are the value's String and GoString,
-// already redacted.
-func Format(f fmt.State, verb rune, s, gs string) {
-	switch {
-	case verb == 'v' && f.Flag('#'):
-		io.WriteString(f, gs)
-	case verb == 'q':
-		io.WriteString(f, strconv.Quote(s))
-	default:
-		io.WriteString(f, s)
+// Format writes v for a fmt.Formatter from v's own String and GoString,
+// which must not show a token: GoString for %#v when v has one, String
+// quoted for %q, and String for every other verb.
+func Format(f fmt.State, verb rune, v fmt.Stringer) {
+	if gs, ok := v.(fmt.GoStringer); ok && verb == 'v' && f.Flag('#') {
+		io.WriteString(f, gs.GoString())
+		return
 	}
+	s := v.String()
+	if verb == 'q' {
+		s = strconv.Quote(s)
+	}
+	io.WriteString(f, s)
 }

@@ -7,7 +7,15 @@ import (
 
 type shown struct{}
 
-func (shown) Format(f fmt.State, verb rune) { Format(f, verb, "plain", "go-syntax") }
+func (shown) String() string                  { return "plain" }
+func (shown) GoString() string                { return "go-syntax" }
+func (v shown) Format(f fmt.State, verb rune) { Format(f, verb, v) }
+
+// plain has no GoString: %#v prints its String.
+type plain struct{}
+
+func (plain) String() string                  { return "plain" }
+func (v plain) Format(f fmt.State, verb rune) { Format(f, verb, v) }
 
 func TestFormat(t *testing.T) {
 	for verb, want := range map[string]string{
@@ -17,6 +25,9 @@ func TestFormat(t *testing.T) {
 		if got := fmt.Sprintf(verb, shown{}); got != want {
 			t.Errorf("%s: %q, want %q", verb, got, want)
 		}
+	}
+	if got := fmt.Sprintf("%#v", plain{}); got != "plain" {
+		t.Errorf("%%#v without GoString: %q, want String's", got)
 	}
 }
 
