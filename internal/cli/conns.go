@@ -112,12 +112,14 @@ func (c *conn) label() string {
 	return c.databaseID
 }
 
-// label names the database with this ID (a home of the ring) for people.
+// label names the database with this ID (a home of the ring) for people;
+// an ID that is none of the set's, read from a ring, is shown as display
+// shows a ledger value.
 func (s *dbSet) label(id string) string {
 	if cn := s.byID(id); cn != nil {
 		return cn.label()
 	}
-	return id
+	return display(id)
 }
 
 // labels names the databases with these IDs, comma-separated.

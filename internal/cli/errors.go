@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -59,7 +61,7 @@ func report(stderr io.Writer, err error, code int, asJSON bool) {
 	b, _ := json.Marshal(struct {
 		Error errorJSON `json:"error"`
 	}{errorJSONOf(err, msg, code)})
-	fmt.Fprintf(stderr, "%s\n", b)
+	fmt.Fprintf(stderr, "%s\n", jsonSafe(b))
 }
 
 // errorJSON is an error under --json.
@@ -217,10 +219,33 @@ func kindName(e *d1client.Error) string {
 	return "error"
 }
 
-// collapse joins the lines of s with spaces, and cuts a text longer than
-// maxErrorLine (a proxy's page passed on as a message, say) to its start.
+// collapse makes s one line that is safe on a terminal: each run of white
+// space with a line break, a tab or another space character in it becomes
+// one space, the text is trimmed, what may not reach the terminal raw is
+// escaped (escapeText), and a text longer than maxErrorLine (a proxy's page
+// passed on as a message, say) is cut to its start. A run of plain spaces
+// is kept: it may be inside a command line the error suggests.
 func collapse(s string) string {
-	return clip(strings.Join(strings.Fields(s), " "))
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if !unicode.IsSpace(r) {
+			b.WriteString(s[i : i+n])
+			i += n
+			continue
+		}
+		end := i + strings.IndexFunc(s[i:], func(r rune) bool { return !unicode.IsSpace(r) })
+		if end < i {
+			end = len(s)
+		}
+		if run := s[i:end]; strings.Trim(run, " ") == "" {
+			b.WriteString(run)
+		} else {
+			b.WriteByte(' ')
+		}
+		i = end
+	}
+	return clip(escapeText(strings.TrimSpace(b.String())))
 }
 
 // maxErrorLine bounds the text of an error line, in bytes.

@@ -2,9 +2,11 @@ package cli
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -40,7 +42,45 @@ ring recorded in them (see 'd1idem ring'), and list and stuck merge them all.
 // Flags of the keys commands.
 
 func principalFlag(usage string) cli.Flag {
-	return &cli.StringFlag{Name: "principal", Usage: usage}
+	return &cli.StringFlag{Name: flagPrincipal, Usage: usage}
+}
+
+// Flags that name the principal: --principal-hex names one that no shell
+// can pass as an argument, with a NUL byte (any UTF-8 is a principal).
+const (
+	flagPrincipal    = "principal"
+	flagPrincipalHex = "principal-hex"
+)
+
+func principalHexFlag() cli.Flag {
+	return &cli.StringFlag{Name: flagPrincipalHex, Usage: "the principal as the `HEX` of its bytes, in place of --principal: for one a shell cannot pass (with a NUL byte); printed commands use it then"}
+}
+
+// principalOf reads --principal, or --principal-hex; "" when neither is
+// given.
+func principalOf(c *cli.Context) (string, error) {
+	p, h := c.String(flagPrincipal), c.String(flagPrincipalHex)
+	switch {
+	case h == "":
+		return p, nil
+	case p != "":
+		return "", usagef("--%s and --%s both name the principal; pass one", flagPrincipal, flagPrincipalHex)
+	}
+	b, err := hex.DecodeString(h)
+	if err != nil {
+		return "", usagef("--%s %s is not the hex of the principal's bytes (two hex digits a byte, such as 61637431 for acct1)", flagPrincipalHex, strconv.Quote(h))
+	}
+	return string(b), nil
+}
+
+// principalArg names the principal p in a command line the CLI prints:
+// --principal and p, quoted for the shell, or --principal-hex when p has a
+// NUL byte, which no argument can hold.
+func principalArg(p string) string {
+	if strings.ContainsRune(p, 0) {
+		return "--" + flagPrincipalHex + " " + hex.EncodeToString([]byte(p))
+	}
+	return "--" + flagPrincipal + " " + shellQuote(p)
 }
 
 // requiredMark ends the usage of a flag the command cannot do without.
@@ -90,9 +130,12 @@ func requiredString(c *cli.Context, name string) (string, error) {
 }
 
 func principalAndKey(c *cli.Context) (string, string, error) {
-	principal, err := requiredString(c, "principal")
+	principal, err := principalOf(c)
 	if err != nil {
 		return "", "", err
+	}
+	if principal == "" {
+		return "", "", usagef("--%s is required; see 'd1idem %s --help'", flagPrincipal, commandPath(c))
 	}
 	if err := checkPrincipal(principal); err != nil {
 		return "", "", err
@@ -186,7 +229,7 @@ release the key if its owner died. Exits 1 if there is no such key.
    d1idem keys get --principal acct_42 --key order-7 --json`,
 		Flags: append([]cli.Flag{
 			principalFlag("the `PRINCIPAL` the key belongs to (the server-derived account or user ID)" + requiredMark),
-			keyFlag(), ttlFlag(), heartbeatFlag(), jsonFlag(),
+			principalHexFlag(), keyFlag(), ttlFlag(), heartbeatFlag(), jsonFlag(),
 		}, connFlags()...),
 		Action: o.keysGet,
 	}
@@ -229,8 +272,8 @@ func releaseCommandLine(c *cli.Context, k *idem.KeyRecord, ls lease) string {
 	// The release backdates the row by the TTL: it must be the
 	// application's.
 	force += setDurations(c, "ttl", "heartbeat")
-	return fmt.Sprintf("d1idem keys release --principal %s --key %s --generation %d%s%s",
-		shellQuote(k.Principal), shellQuote(k.Key), k.Generation, force, connHint(c))
+	return fmt.Sprintf("d1idem keys release %s --key %s --generation %d%s%s",
+		principalArg(k.Principal), shellQuote(k.Key), k.Generation, force, connHint(c))
 }
 
 // ---- keys list ----
@@ -249,6 +292,7 @@ next page. Pagination is stable while rows are added, updated or deleted.
    d1idem keys list --status completed --cursor v1.WzE3N...`,
 		Flags: append([]cli.Flag{
 			principalFlag("only keys of this `PRINCIPAL`"),
+			principalHexFlag(),
 			&cli.StringFlag{Name: "status", Usage: "only keys with this `STATUS`: pending or completed"},
 			&cli.DurationFlag{Name: "older-than", Usage: "only keys whose last update is older than `DURATION` (e.g. 10m, 24h)", DefaultText: "any age"},
 			limitFlag(),
@@ -293,12 +337,15 @@ func checkPrincipal(p string) error {
 
 // listOptions reads the filters of keys list.
 func listOptions(c *cli.Context) (idem.ListOptions, error) {
-	opts := idem.ListOptions{Principal: c.String("principal"), OlderThan: c.Duration("older-than"), Cursor: c.String("cursor")}
+	opts := idem.ListOptions{OlderThan: c.Duration("older-than"), Cursor: c.String("cursor")}
+	var err error
+	if opts.Principal, err = principalOf(c); err != nil {
+		return opts, err
+	}
 	if err := checkPrincipal(opts.Principal); err != nil {
 		return opts, err
 	}
 	if s := c.String("status"); s != "" {
-		var err error
 		if opts.Status, err = idem.ParseStatus(s); err != nil {
 			return opts, usagef("--status %s is not a status: use %s or %s", strconv.Quote(s), idem.StatusPending, idem.StatusCompleted)
 		}
@@ -308,7 +355,6 @@ func listOptions(c *cli.Context) (idem.ListOptions, error) {
 			return opts, err
 		}
 	}
-	var err error
 	opts.Limit, err = listLimit(c)
 	return opts, err
 }
@@ -440,6 +486,7 @@ again.
    d1idem keys release --principal acct_42 --key order-7 --generation 1 --force`,
 		Flags: append([]cli.Flag{
 			principalFlag("the `PRINCIPAL` the key belongs to" + requiredMark),
+			principalHexFlag(),
 			keyFlag(),
 			requiredInt64Flag{&cli.Int64Flag{Name: "generation", Usage: "the `GENERATION` to release, as 'keys get' or 'keys stuck' shows it: the fence" + requiredMark}},
 			&cli.BoolFlag{Name: "force", Usage: "also release a pending row inside the TTL, or a completed row (forgetting its response)", DisableDefaultText: true},
@@ -495,7 +542,7 @@ func keyName(principal, key string) string {
 // getCommandLine is the command that shows the row k, as the command line
 // reached it.
 func getCommandLine(c *cli.Context, k *idem.KeyRecord) string {
-	return fmt.Sprintf("d1idem keys get --principal %s --key %s%s%s", shellQuote(k.Principal), shellQuote(k.Key), connHint(c), setDurations(c, "ttl", "heartbeat"))
+	return fmt.Sprintf("d1idem keys get %s --key %s%s%s", principalArg(k.Principal), shellQuote(k.Key), connHint(c), setDurations(c, "ttl", "heartbeat"))
 }
 
 // notReleased says why the ledger left the row k alone; look is the

@@ -291,6 +291,6 @@ func renderRelease(w io.Writer, res idem.ReleaseResult, hint string) error {
 	fmt.Fprintf(w, "The old owner (generation %d), if it is still running, may still perform its mutation, but its\n", k.Generation)
 	fmt.Fprintf(w, "completion will be fenced out and not stored: the row is no longer at generation %d.\n", k.Generation)
 	fmt.Fprintln(w, "An owner using the idem package learns at its next heartbeat that it has lost its lease.")
-	_, err := fmt.Fprintf(w, "See the row: d1idem keys get --principal %s --key %s%s\n", shellQuote(k.Principal), shellQuote(k.Key), hint)
+	_, err := fmt.Fprintf(w, "See the row: d1idem keys get %s --key %s%s\n", principalArg(k.Principal), shellQuote(k.Key), hint)
 	return err
 }

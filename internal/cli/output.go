@@ -1,43 +1,59 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 )
 
-// printTable writes an aligned table: a header row, then the rows.
+// printTable writes an aligned table: a header row, then the rows. Each
+// cell is escaped (escapeText): a tab or a control character in a value
+// neither breaks the columns nor reaches the terminal.
 func printTable(w io.Writer, header []string, rows [][]string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		cells := make([]string, len(r))
+		for i, cell := range r {
+			cells[i] = escapeText(cell)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	return tw.Flush()
 }
 
 // printJSON writes v as indented JSON with a trailing newline.
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
+func printJSON(w io.Writer, v any) error { return writeJSON(w, v, "  ") }
+
+// writeJSON writes v as JSON with a trailing newline, indented by indent
+// ("": on one line), with no control character raw (jsonSafe).
+func writeJSON(w io.Writer, v any, indent string) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", indent)
 	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(jsonSafe(b.Bytes()))
+	return err
 }
 
 // printFields writes label/value pairs as two aligned columns. A value with
-// several lines continues under its first line.
+// several lines continues under its first line. Each line is escaped
+// (escapeText), as printTable's cells are.
 func printFields(w io.Writer, fields [][2]string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, f := range fields {
 		lines := strings.Split(f[1], "\n")
-		fmt.Fprintf(tw, "%s\t%s\n", f[0], lines[0])
+		fmt.Fprintf(tw, "%s\t%s\n", escapeText(f[0]), escapeText(lines[0]))
 		for _, l := range lines[1:] {
-			fmt.Fprintf(tw, "\t%s\n", l)
+			fmt.Fprintf(tw, "\t%s\n", escapeText(l))
 		}
 	}
 	return tw.Flush()
@@ -80,34 +96,6 @@ func formatAge(d time.Duration) string {
 		return formatDuration(-d) + " in the future"
 	}
 	return formatDuration(d) + " ago"
-}
-
-// display makes a ledger value safe to show in a table: a value with
-// characters that are not printable ASCII, or with spaces at its edges, is
-// shown Go-quoted, so that what is shown can be pasted back.
-func display(s string) string {
-	if s == "" {
-		return `""`
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return strconv.Quote(s)
-		}
-	}
-	if s[0] == ' ' || s[len(s)-1] == ' ' {
-		return strconv.Quote(s)
-	}
-	return s
-}
-
-// shellQuote quotes s for a POSIX shell, for command lines that hints print.
-func shellQuote(s string) string {
-	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-.,:/@%+=", r))
-	}) < 0 {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // preview returns the first max bytes of s, cut at a character boundary,

@@ -15,11 +15,17 @@ import (
 // "d1idem".
 func pasted(t *testing.T, line string, env ...string) []string {
 	t.Helper()
-	cmd := exec.Command("sh", "-c", `printf '%s\0' `+line)
+	return pastedIn(t, "sh", line, env...)
+}
+
+// pastedIn is pasted with another shell: bash, for the $'...' quotes.
+func pastedIn(t *testing.T, shell, line string, env ...string) []string {
+	t.Helper()
+	cmd := exec.Command(shell, "-c", `printf '%s\0' `+line)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("sh cannot read %q: %v", line, err)
+		t.Fatalf("%s cannot read %q: %v", shell, line, err)
 	}
 	args := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
 	if args[0] != "d1idem" {

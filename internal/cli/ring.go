@@ -152,7 +152,7 @@ database cannot be read, or when the ring names one that was not given.
 				}
 				if missing := notNamed(st); len(missing) > 0 {
 					return fmt.Errorf("ring status: version %d names %s not given here (%s): name every database of the ring, as the application's replicas have them",
-						st.Ring.Version, pick(len(missing) == 1, "a database", "databases"), strings.Join(missing, ", "))
+						st.Ring.Version, pick(len(missing) == 1, "a database", "databases"), rc.set.labels(missing))
 				}
 				return nil
 			})

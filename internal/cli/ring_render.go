@@ -120,7 +120,7 @@ func (rc *ringCtx) render(w io.Writer, st idem.RingStatus) error {
 		rows = append(rows, rc.homeRow(st, h))
 	}
 	for _, id := range notNamed(st) {
-		rows = append(rows, []string{id, notNamedText, "-", "-"})
+		rows = append(rows, []string{display(id), notNamedText, "-", "-"})
 	}
 	return printTable(w, []string{"DATABASE", "RECORDED", "SINCE", "KEYS"}, rows)
 }

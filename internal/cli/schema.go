@@ -269,7 +269,7 @@ func checkLine(c *cli.Context) error {
 
 // renderApply writes what schema apply did, or would do with --dry-run.
 func renderApply(w io.Writer, res schema.Result, dryRun bool, table, where string) error {
-	names := strings.Join(res.Migrations, ", ")
+	names := escapeText(strings.Join(res.Migrations, ", ")) // file names
 	switch {
 	case dryRun && res.Action == schema.Nothing:
 		_, err := fmt.Fprintf(w, "-- nothing to do on %s: %s is already recorded in %s\n", where, names, table)
@@ -300,10 +300,12 @@ func driftError(c *cli.Context, drift *schema.DriftError) error {
 		d1idem.Table, plural(int64(len(drift.Diff)), "difference", "differences"))
 }
 
+// printDiff writes the differences of a drifted table. Their lines show
+// names, types and defaults read from the live table: escaped.
 func printDiff(w io.Writer, lines []string) error {
 	fmt.Fprintf(w, "%s differs from schema.sql (- schema.sql, + live table):\n", d1idem.Table)
 	for _, l := range lines {
-		if _, err := fmt.Fprintf(w, "  %s\n", l); err != nil {
+		if _, err := fmt.Fprintf(w, "  %s\n", escapeText(l)); err != nil {
 			return err
 		}
 	}

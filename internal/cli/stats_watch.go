@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -88,9 +87,7 @@ func (o *options) watchStats(c *cli.Context, a *idem.Admin, cn *conn, out statsJ
 func (o *options) watchRenderer(c *cli.Context, base statsJSON, interval time.Duration) func(watchView) error {
 	w := c.App.Writer
 	if c.Bool(flagJSON) {
-		enc := json.NewEncoder(w)
-		enc.SetEscapeHTML(false)
-		return func(v watchView) error { return enc.Encode(watchJSONOf(v, base)) }
+		return func(v watchView) error { return writeJSON(w, watchJSONOf(v, base), "") }
 	}
 	tty := o.terminal(w)
 	first := true
