@@ -312,7 +312,7 @@ type Completion struct {
 // Fenced out, it logs and Stored is false. Send Completion.Response even on an error.
 func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (done Completion, err error) {
 	defer l.completed(r, &done, &err)
-	w := l.prepare(r, resp)
+	w := l.prepare(ctx, r, resp)
 	h, err := l.homeOf(r)
 	if err != nil {
 		return w.done, fmt.Errorf("idem: completion: %w", err)
@@ -337,8 +337,14 @@ type completionWrite struct {
 	done    Completion
 }
 
-func (l *Ledger) prepare(r *Reservation, resp Response) completionWrite {
-	stored, headersJSON, body := l.normalize(resp)
+// prepare builds r's completion of resp, logging at ERROR a response that
+// will be stored as the sentinel instead.
+func (l *Ledger) prepare(ctx context.Context, r *Reservation, resp Response) completionWrite {
+	stored, headersJSON, body, unstored := l.normalize(resp)
+	if unstored != "" {
+		l.log().LogAttrs(ctx, slog.LevelError, "idem: response not stored as given: the spec's sentinel (500, no body) is stored and answered instead, to this request and every replay",
+			append(r.LogValue().Group(), slog.String("reason", unstored), slog.Int("status", resp.Status))...)
+	}
 	return completionWrite{
 		stmt: l.sql.complete(r, stored.Status, body, headersJSON, l.now()),
 		body: body, headers: headersJSON, done: Completion{Response: stored, Sentinel: body == nil},
