@@ -55,11 +55,11 @@ func (l *Ledger) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 			return
 		case time.Since(r.leaseStart()) >= l.cfg.TTL:
 			lose(causeUnreachable, ErrLeaseLost, "idem: lease lost: no heartbeat reached D1 for a whole TTL; the handler's context is cancelled",
-				slog.String("error", err.Error()))
+				ErrorAttrs(err)...)
 			return
 		default:
 			l.log().LogAttrs(ctx, slog.LevelWarn, "idem: heartbeat failed; retrying at the next beat",
-				append(r.LogValue().Group(), slog.String("error", err.Error()))...)
+				append(r.LogValue().Group(), ErrorAttrs(err)...)...)
 		}
 	}
 }

@@ -20,7 +20,7 @@ import (
 
 const (
 	minCompletionWindow = 2 * time.Second        // completion retries get at least this long
-	minRetryAfter       = 100 * time.Millisecond // the least Retry-After of an in-progress answer
+	minRetryAfter       = 100 * time.Millisecond // the least wait for a young owner to finish
 	defaultHandlerTime  = time.Second            // the handler time estimated before any was measured
 	logKeyPrefix        = 16                     // characters of a key shown in logs
 	hashPrefix          = 12                     // hex digits of a SHA-256 shown in logs
@@ -106,7 +106,7 @@ type Decision struct {
 	Outcome     Outcome
 	Reservation *Reservation  // set for Execute
 	Response    *Response     // set for Replay: the stored response
-	RetryAfter  time.Duration // set for InProgress: when the owner is likely done, within its lease
+	RetryAfter  time.Duration // set for InProgress: when the owner is likely done, else when its lease ends
 }
 
 // Reservation is the right to execute one request's mutation: the
@@ -254,12 +254,27 @@ func (l *Ledger) decideRow(row *storedRow, fingerprint string) (Decision, error)
 	}
 }
 
-// retryAfter estimates when a pending row's owner will be done: the time
-// handlers typically take less the row's age, at most the rest of its lease.
+// retryAfter says when a client should ask again about a pending row: when
+// its owner is likely done (the time handlers typically take, less the
+// owner's age), or, once the owner is older than that (it may have died),
+// when a retry can take the key over (the rest of its lease). So an obeying
+// client asks at most once more before the owner's lease runs out, never
+// in a tight loop. The owner's age counts from its own claim: created_at for
+// generation 1; a later generation's claim, a takeover, set updated_at
+// (which renewals move on, so its age is then underestimated, and the wait
+// long rather than short).
 func (l *Ledger) retryAfter(row *storedRow) time.Duration {
-	age := time.Duration(row.now-row.createdAt) * time.Millisecond
-	lease := time.Duration(row.updatedAt-row.now)*time.Millisecond + l.cfg.TTL
-	return max(min(l.handlerTime.estimate()-age, lease), minRetryAfter)
+	claimed := row.createdAt
+	if row.generation > 1 {
+		claimed = max(row.createdAt, row.updatedAt)
+	}
+	age := time.Duration(row.now-claimed) * time.Millisecond
+	// A takeover needs updated_at < now - TTL: a millisecond past the lease.
+	lease := time.Duration(row.updatedAt-row.now)*time.Millisecond + l.cfg.TTL + time.Millisecond
+	if done := l.handlerTime.estimate() - age; done > 0 {
+		return min(max(done, minRetryAfter), lease)
+	}
+	return max(lease, time.Millisecond)
 }
 
 // durationEstimate is a smoothed duration, safe for concurrent use.
@@ -297,7 +312,7 @@ type Completion struct {
 // Fenced out, it logs and Stored is false. Send Completion.Response even on an error.
 func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (done Completion, err error) {
 	defer l.completed(r, &done, &err)
-	w := l.prepare(r, resp)
+	w := l.prepare(ctx, r, resp)
 	h, err := l.homeOf(r)
 	if err != nil {
 		return w.done, fmt.Errorf("idem: completion: %w", err)
@@ -322,8 +337,14 @@ type completionWrite struct {
 	done    Completion
 }
 
-func (l *Ledger) prepare(r *Reservation, resp Response) completionWrite {
-	stored, headersJSON, body := l.normalize(resp)
+// prepare builds r's completion of resp, logging at ERROR a response that
+// will be stored as the sentinel instead.
+func (l *Ledger) prepare(ctx context.Context, r *Reservation, resp Response) completionWrite {
+	stored, headersJSON, body, unstored := l.normalize(resp)
+	if unstored != "" {
+		l.log().LogAttrs(ctx, slog.LevelError, "idem: response not stored as given: the spec's sentinel (500, no body) is stored and answered instead, to this request and every replay",
+			append(r.LogValue().Group(), slog.String("reason", unstored), slog.Int("status", resp.Status))...)
+	}
 	return completionWrite{
 		stmt: l.sql.complete(r, stored.Status, body, headersJSON, l.now()),
 		body: body, headers: headersJSON, done: Completion{Response: stored, Sentinel: body == nil},

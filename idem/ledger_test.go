@@ -93,9 +93,9 @@ func freshPendingCompleted(t *testing.T, l *idem.Ledger, key string) {
 	r1 := d.Reservation
 
 	// The same request while pending: InProgress, with a Retry-After
-	// within the owner's lease.
+	// within the owner's lease (and the millisecond a takeover needs).
 	d = begin(t, l, "acct_1", key, "fpA")
-	if d.Outcome != idem.InProgress || d.RetryAfter <= 0 || d.RetryAfter > 400*time.Millisecond {
+	if d.Outcome != idem.InProgress || d.RetryAfter <= 0 || d.RetryAfter > 401*time.Millisecond {
 		t.Fatalf("pending: %+v", d)
 	}
 	// Another request with the same key while pending: Reused.
@@ -653,10 +653,11 @@ func TestLedgerOnAnyExecutor(t *testing.T) {
 	}
 }
 
-// An in-progress answer's Retry-After estimates when the owner will be
-// done: the typical time from claim to stored completion (1 s before any
-// was measured), less the row's age; never past the owner's lease (its
-// last write plus the TTL), never under 100 ms.
+// An in-progress answer's Retry-After says when asking again is useful:
+// the typical time from claim to stored completion (1 s before any was
+// measured) less the owner's age; once the owner is older than that, the
+// rest of its lease (its last write plus the TTL, and the millisecond a
+// takeover needs), never a short floor that a client would poll at.
 func TestInProgressRetryAfterEstimate(t *testing.T) {
 	clk := newClock()
 	l := newLedger(t, d1test.Local(t).NewClientSchema(t), idem.Config{Clock: clk.Now, TTL: time.Minute, Heartbeat: -1})
@@ -666,8 +667,12 @@ func TestInProgressRetryAfterEstimate(t *testing.T) {
 		t.Errorf("before any handler was timed: %v %v, want 1s - 400ms", d.Outcome, d.RetryAfter)
 	}
 	clk.Advance(2 * time.Second)
-	if d := begin(t, l, "p", "a", "fp"); d.RetryAfter != 100*time.Millisecond {
-		t.Errorf("an owner past the typical time: %v, want the 100ms floor", d.RetryAfter)
+	if d := begin(t, l, "p", "a", "fp"); d.RetryAfter != time.Minute-2400*time.Millisecond+time.Millisecond {
+		t.Errorf("an owner past the typical time: %v, want the rest of its lease, 57.601s", d.RetryAfter)
+	}
+	clk.Advance(950 * time.Millisecond)
+	if d := begin(t, l, "p", "a", "fp"); d.RetryAfter != time.Minute-3350*time.Millisecond+time.Millisecond {
+		t.Errorf("asked again: %v, want the rest of its lease, 56.651s", d.RetryAfter)
 	}
 
 	// Handlers measured: the estimate is no longer than the longest.
@@ -687,7 +692,86 @@ func TestInProgressRetryAfterEstimate(t *testing.T) {
 	short := newLedger(t, d1test.Local(t).NewClientSchema(t), idem.Config{Clock: clk.Now, TTL: 500 * time.Millisecond, Heartbeat: -1})
 	begin(t, short, "p", "c", "fp")
 	clk.Advance(300 * time.Millisecond)
-	if d := begin(t, short, "p", "c", "fp"); d.RetryAfter != 200*time.Millisecond {
-		t.Errorf("300ms into a 500ms lease: %v, want the 200ms left", d.RetryAfter)
+	if d := begin(t, short, "p", "c", "fp"); d.RetryAfter != 201*time.Millisecond {
+		t.Errorf("300ms into a 500ms lease: %v, want the 200ms left and 1ms", d.RetryAfter)
+	}
+}
+
+// A takeover's owner is as old as its own claim, not the row: 200 ms into
+// its run, a client is told to wait the typical time less 200 ms, not a
+// short floor counted from the first owner's claim (created_at, which a
+// takeover leaves alone).
+func TestInProgressRetryAfterCountsFromTheTakeover(t *testing.T) {
+	clk := newClock()
+	l := newLedger(t, d1test.Local(t).NewClientSchema(t), idem.Config{Clock: clk.Now, TTL: 30 * time.Second, Heartbeat: -1})
+	begin(t, l, "p", "k", "fp") // the first owner dies
+	clk.Advance(31 * time.Second)
+	if d := begin(t, l, "p", "k", "fp"); d.Outcome != idem.Execute || d.Reservation.Generation != 2 {
+		t.Fatalf("the retry: %v, want a takeover at generation 2", d.Outcome)
+	}
+	clk.Advance(200 * time.Millisecond)
+	d := begin(t, l, "p", "k", "fp")
+	if d.Outcome != idem.InProgress || d.RetryAfter != 800*time.Millisecond {
+		t.Errorf("200ms into the takeover's run: %v %v, want in progress, 1s - 200ms", d.Outcome, d.RetryAfter)
+	}
+}
+
+// A client obeying Retry-After while the owner is stuck asks a handful of
+// times over the whole lease, not every 100 ms: at the default TTL, the
+// first answer and then one per lease end.
+func TestInProgressRetryAfterNeverInvitesPolling(t *testing.T) {
+	clk := newClock()
+	l := newLedger(t, d1test.Local(t).NewClientSchema(t), idem.Config{Clock: clk.Now, Heartbeat: -1})
+	begin(t, l, "p", "k", "fp") // an owner that never finishes
+	asks := 0
+	for {
+		asks++
+		d := begin(t, l, "p", "k", "fp")
+		if d.Outcome == idem.Execute {
+			break
+		}
+		if d.Outcome != idem.InProgress || d.RetryAfter <= 0 {
+			t.Fatalf("ask %d: %v %v", asks, d.Outcome, d.RetryAfter)
+		}
+		clk.Advance(d.RetryAfter)
+		if asks > 10 {
+			t.Fatalf("still in progress after %d asks", asks)
+		}
+	}
+	if asks > 3 {
+		t.Errorf("%d asks before the takeover, want at most 3 over a %v lease", asks, idem.DefaultTTL)
+	}
+}
+
+// A response stored as the sentinel instead of as given is never silent: the
+// completion logs it at ERROR with the key's digest (never the principal)
+// and the reason, for each reason.
+func TestUnstoredResponseLogged(t *testing.T) {
+	var logs bytes.Buffer
+	db := d1test.Local(t).NewClientSchema(t)
+	l := newLedger(t, db, idem.Config{MaxStoredBody: 10, Heartbeat: -1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	for _, tc := range []struct {
+		key, reason string
+		resp        idem.Response
+	}{
+		{"big-key-0123456789abcdef", `reason="the body of 11 bytes is over Config.MaxStoredBody (10)"`, idem.Response{Status: 201, Body: []byte("01234567890")}},
+		{"binary", `reason="the body is not valid UTF-8 (the stored body is text)"`, idem.Response{Status: 200, Body: []byte{0xff}}},
+		{"status", `reason="the status 999 cannot be replayed (200-599)"`, idem.Response{Status: 999}},
+	} {
+		logs.Reset()
+		r := begin(t, l, "secret-principal", tc.key, "fp").Reservation
+		if c, err := l.Complete(bg, r, tc.resp); err != nil || !c.Sentinel {
+			t.Fatalf("%s: %+v %v", tc.key, c, err)
+		}
+		out := logs.String()
+		if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "response not stored as given") || !strings.Contains(out, tc.reason) ||
+			!strings.Contains(out, "key_sha256=") || strings.Contains(out, "secret-principal") {
+			t.Errorf("%s: logged\n%s", tc.key, out)
+		}
+	}
+	logs.Reset()
+	complete(t, l, begin(t, l, "p", "small", "fp").Reservation, 201, "ok")
+	if logs.Len() != 0 {
+		t.Errorf("a response stored as given logged:\n%s", logs.String())
 	}
 }

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
 
 	"github.com/d1idem/d1idem"
@@ -20,11 +21,14 @@ var remedies = []struct {
 	{ErrRingConflict, "", "the sharded ledger's databases hold conflicting rings; it serves nothing until they agree: see 'd1idem ring status' and docs/sharding.md"},
 	{ErrHomeMismatch, "", "a database is given to this replica under another home ID than it recorded: give every replica the same Home IDs for the same databases (docs/sharding.md)"},
 	{ErrUnknownHome, "", "the ring routes this principal to a database this replica has no Home for: give every replica every database of the ring (docs/sharding.md)"},
-	{d1client.ErrAuth, "", "D1 refused the request: check the API token (it needs D1 edit permission), the account ID and the database ID"},
+	{ErrSchemaDrift, "", "the ledger table lacks part of the schema: run `d1idem schema apply` (or schema.Apply) on this database"},
+	{d1client.ErrAuth, "", "D1 refused the API token: give it the Account > D1 > Edit permission on this account, and check the account ID"},
+	{d1client.ErrNoDatabase, "", "the account has no D1 database with this ID: check the database ID (`wrangler d1 list` shows them) and the account ID"},
 }
 
 // Remedy returns what an operator should do about a known ledger error (a
-// missing table, disagreeing shards, refused credentials), or "".
+// missing table, disagreeing shards, refused credentials, an unknown
+// database), or "".
 func Remedy(err error) string {
 	for _, r := range remedies {
 		if errors.Is(err, r.err) && strings.Contains(err.Error(), r.text) {
@@ -32,4 +36,29 @@ func Remedy(err error) string {
 		}
 	}
 	return ""
+}
+
+// Permanent reports whether err is a refusal that no retry can cure until
+// an operator fixes the configuration: D1 refused the token or knows no such
+// database, the ledger table or part of its schema is missing, or d1client
+// refused to send the request as invalid. Answer it with a server error and
+// no Retry-After. A sharded ledger's ring errors are not permanent: another
+// replica, or the same one after a deploy, may serve the retry.
+func Permanent(err error) bool {
+	switch {
+	case errors.Is(err, d1client.ErrAuth), errors.Is(err, d1client.ErrNoDatabase),
+		errors.Is(err, d1client.ErrInvalid), errors.Is(err, ErrSchemaDrift):
+		return true
+	}
+	return errors.Is(err, d1client.ErrSQL) && Remedy(err) != ""
+}
+
+// ErrorAttrs are the log attributes of a ledger error: error, and fix where
+// Remedy knows one.
+func ErrorAttrs(err error) []slog.Attr {
+	attrs := []slog.Attr{slog.String("error", err.Error())}
+	if fix := Remedy(err); fix != "" {
+		attrs = append(attrs, slog.String("fix", fix))
+	}
+	return attrs
 }

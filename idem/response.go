@@ -84,19 +84,28 @@ func decodeHeaders(s *string) (http.Header, error) {
 }
 
 // normalize applies the completion rules (docs/contract.md#6-responses): it
-// returns what the caller gets, response_headers, and the body (nil: sentinel).
-func (l *Ledger) normalize(resp Response) (Response, string, *string) {
+// returns what the caller gets, response_headers, and the body (nil: the
+// sentinel, and why in unstored).
+func (l *Ledger) normalize(resp Response) (_ Response, headersJSON string, body *string, unstored string) {
 	resp.Status = cmp.Or(resp.Status, http.StatusOK)
-	headersJSON := captureHeaders(resp.Header, l.cfg.ReplayableHeaders)
-	if len(resp.Body) > l.cfg.MaxStoredBody || !utf8.Valid(resp.Body) || !replayableStatus(resp.Status) {
-		h, _ := decodeHeaders(&headersJSON)
-		return Response{Status: http.StatusInternalServerError, Header: h}, headersJSON, nil
+	headersJSON = captureHeaders(resp.Header, l.cfg.ReplayableHeaders)
+	switch {
+	case len(resp.Body) > l.cfg.MaxStoredBody:
+		unstored = fmt.Sprintf("the body of %d bytes is over Config.MaxStoredBody (%d)", len(resp.Body), l.cfg.MaxStoredBody)
+	case !utf8.Valid(resp.Body):
+		unstored = "the body is not valid UTF-8 (the stored body is text)"
+	case !replayableStatus(resp.Status):
+		unstored = fmt.Sprintf("the status %d cannot be replayed (200-599)", resp.Status)
 	}
-	body := string(resp.Body)
+	if unstored != "" {
+		h, _ := decodeHeaders(&headersJSON)
+		return Response{Status: http.StatusInternalServerError, Header: h}, headersJSON, nil, unstored
+	}
+	b := string(resp.Body)
 	if nullBodyStatus(resp.Status) {
 		resp.Body = nil
 	}
-	return resp, headersJSON, &body
+	return resp, headersJSON, &b, ""
 }
 
 // captureHeaders encodes response_headers as a Worker does: replayable headers present, in order.

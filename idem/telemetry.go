@@ -35,6 +35,7 @@ var (
 	opRelease         = d1client.Operation("release")
 	opLookup          = d1client.Operation("lookup")
 	opRing            = d1client.Operation("ring")
+	opCheck           = d1client.Operation("check")
 )
 
 // Results of the ledger's writes, and causes of a lost lease.

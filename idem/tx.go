@@ -16,7 +16,7 @@ var ErrTxNotCommitted = errors.New("idem: the mutation was not committed")
 // (use INSERT ... ON CONFLICT); if the batch fails, the reservation is released for a retry.
 func (l *Ledger) CompleteTx(ctx context.Context, r *Reservation, resp Response, stmts []d1client.Statement) (done Completion, err error) {
 	defer l.completed(r, &done, &err)
-	w := l.prepare(r, resp)
+	w := l.prepare(ctx, r, resp)
 	h, err := l.homeOf(r)
 	if err != nil {
 		return w.done, fmt.Errorf("%w: %w", ErrTxNotCommitted, err)

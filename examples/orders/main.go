@@ -105,6 +105,9 @@ func run(f flags) error {
 	if err != nil {
 		return err
 	}
+	if err := ledger.Check(ctx); err != nil { // fail at boot, not at the first request
+		return err
+	}
 	if f.statsInterval > 0 {
 		go countRows(ctx, ledger, f.statsInterval, log)
 	}

@@ -38,19 +38,20 @@ const (
 // Error codes of the JSON bodies the middleware answers with. The first
 // five are the spec's; the rest cover what the spec leaves open.
 const (
-	CodeKeyRequired       = "idempotency_key_required"
-	CodeKeyInvalid        = "idempotency_key_invalid"
-	CodeKeyReused         = "idempotency_key_reused"
-	CodeKeyInProgress     = "idempotency_key_in_progress"
-	CodeKeyRetry          = "idempotency_key_retry"
-	CodeUnauthenticated   = "unauthenticated"
-	CodePrincipalInvalid  = "idempotency_principal_invalid"
-	CodeBodyTooLarge      = "request_body_too_large"
-	CodeBodyUnreadable    = "request_body_unreadable"
-	CodeLedgerUnavailable = "idempotency_ledger_unavailable"
-	CodeBudgetExhausted   = "idempotency_budget_exhausted"
-	CodeRecordUnreadable  = "idempotency_record_unreadable"
-	CodeMutationAbandoned = "idempotency_mutation_not_committed"
+	CodeKeyRequired         = "idempotency_key_required"
+	CodeKeyInvalid          = "idempotency_key_invalid"
+	CodeKeyReused           = "idempotency_key_reused"
+	CodeKeyInProgress       = "idempotency_key_in_progress"
+	CodeKeyRetry            = "idempotency_key_retry"
+	CodeUnauthenticated     = "unauthenticated"
+	CodePrincipalInvalid    = "idempotency_principal_invalid"
+	CodeBodyTooLarge        = "request_body_too_large"
+	CodeBodyUnreadable      = "request_body_unreadable"
+	CodeLedgerUnavailable   = "idempotency_ledger_unavailable"
+	CodeLedgerMisconfigured = "idempotency_ledger_misconfigured"
+	CodeBudgetExhausted     = "idempotency_budget_exhausted"
+	CodeRecordUnreadable    = "idempotency_record_unreadable"
+	CodeMutationAbandoned   = "idempotency_mutation_not_committed"
 )
 
 const (
@@ -304,18 +305,13 @@ func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, err err
 		return m.refuse(w, outRecordUnreadable, 0)
 	case errors.Is(err, d1client.ErrBudget) || errors.Is(err, d1client.ErrRateLimited):
 		return m.refuse(w, outBudgetShed, wait)
+	case idem.Permanent(err):
+		// A retry cannot succeed until an operator acts: no Retry-After.
+		m.log().LogAttrs(r.Context(), slog.LevelError, "idem: ledger misconfigured; request refused", idem.ErrorAttrs(err)...)
+		return m.refuse(w, outLedgerMisconfigured, 0)
 	}
-	m.log().LogAttrs(r.Context(), slog.LevelError, "idem: ledger unavailable; request refused", errAttrs(err)...)
+	m.log().LogAttrs(r.Context(), slog.LevelError, "idem: ledger unavailable; request refused", idem.ErrorAttrs(err)...)
 	return m.refuse(w, outLedgerUnavailable, wait)
-}
-
-// errAttrs are the log attributes of a ledger error, with its fix if known.
-func errAttrs(err error) []slog.Attr {
-	attrs := []slog.Attr{slog.String("error", err.Error())}
-	if fix := idem.Remedy(err); fix != "" {
-		attrs = append(attrs, slog.String("fix", fix))
-	}
-	return attrs
 }
 
 // execute runs the handler under the reservation's lease and stores its
@@ -371,7 +367,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 	switch {
 	case errors.Is(err, idem.ErrTxNotCommitted):
 		m.log().LogAttrs(r.Context(), slog.LevelError, "idem: the handler's statements were not committed; reservation released",
-			append(res.LogValue().Group(), errAttrs(err)...)...)
+			append(res.LogValue().Group(), idem.ErrorAttrs(err)...)...)
 		clear(w.Header()) // the handler's headers describe what did not happen
 		a, wait := txNotCommitted, time.Second
 		if errors.Is(err, d1client.ErrSQL) || errors.Is(err, d1client.ErrInvalid) {
@@ -381,7 +377,7 @@ func (m *middleware) execute(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	case err != nil:
 		m.log().LogAttrs(r.Context(), slog.LevelError, "idem: completion not stored; the response is sent, and a retry after the TTL will run the mutation again",
-			append(res.LogValue().Group(), errAttrs(err)...)...)
+			append(res.LogValue().Group(), idem.ErrorAttrs(err)...)...)
 	case !done.Stored && len(stmts) > 0:
 		// Fenced out: the writes its response describes were aborted.
 		m.answerFromLedger(w, r, res)
@@ -436,7 +432,7 @@ func (m *middleware) release(r *http.Request, res *idem.Reservation, why string)
 	released, err := m.l.Release(ctx, res)
 	attrs := append(res.LogValue().Group(), slog.String("reason", why), slog.Bool("released", released))
 	if err != nil {
-		attrs = append(attrs, slog.String("error", err.Error()))
+		attrs = append(attrs, idem.ErrorAttrs(err)...)
 	}
 	m.log().LogAttrs(r.Context(), slog.LevelWarn, "idem: response not stored; reservation released so the client may retry", attrs...)
 }
@@ -476,6 +472,7 @@ const (
 	outTooLarge
 	outBodyUnreadable
 	outLedgerUnavailable
+	outLedgerMisconfigured
 	outBudgetShed
 	outRecordUnreadable
 	outUnprotected
@@ -493,21 +490,22 @@ type answer struct {
 // answers maps each outcome to its answer; Options set outReused's status
 // and outTooLarge's limit.
 var answers = [numOutcomes]answer{
-	outExecute:           {name: "execute"},
-	outReplay:            {name: "replay"},
-	outUnprotected:       {name: "unprotected"},
-	outInProgress:        {"in_progress", 409, CodeKeyInProgress, "A request with this Idempotency-Key is still being processed; retry after Retry-After seconds."},
-	outReused:            {"reused", 0, CodeKeyReused, "This Idempotency-Key was already used for a different request."},
-	outRetry:             {"retry", 409, CodeKeyRetry, "Retry the request."},
-	outKeyMissing:        {"key_missing", 400, CodeKeyRequired, "This endpoint requires an Idempotency-Key header."},
-	outKeyInvalid:        {"key_invalid", 400, CodeKeyInvalid, "Idempotency-Key must be 1-255 printable ASCII characters."},
-	outUnauthenticated:   {"unauthenticated", 401, CodeUnauthenticated, "The request could not be authenticated."},
-	outPrincipalInvalid:  {"principal_invalid", 500, CodePrincipalInvalid, fmt.Sprintf("The server derived an invalid principal for this request (not UTF-8, or over %d bytes).", idem.MaxPrincipalLength)},
-	outTooLarge:          {"too_large", 413, CodeBodyTooLarge, "The request body exceeds %d bytes."},
-	outBodyUnreadable:    {"body_unreadable", 400, CodeBodyUnreadable, "The request body could not be read."},
-	outLedgerUnavailable: {"ledger_unavailable", 503, CodeLedgerUnavailable, "The idempotency ledger is unavailable; retry later."},
-	outBudgetShed:        {"budget_shed", 503, CodeBudgetExhausted, "The idempotency ledger's request budget is spent; retry later."},
-	outRecordUnreadable:  {"record_unreadable", 500, CodeRecordUnreadable, "The stored response for this Idempotency-Key cannot be read."},
+	outExecute:             {name: "execute"},
+	outReplay:              {name: "replay"},
+	outUnprotected:         {name: "unprotected"},
+	outInProgress:          {"in_progress", 409, CodeKeyInProgress, "A request with this Idempotency-Key is still being processed; retry after Retry-After seconds."},
+	outReused:              {"reused", 0, CodeKeyReused, "This Idempotency-Key was already used for a different request."},
+	outRetry:               {"retry", 409, CodeKeyRetry, "Retry the request."},
+	outKeyMissing:          {"key_missing", 400, CodeKeyRequired, "This endpoint requires an Idempotency-Key header."},
+	outKeyInvalid:          {"key_invalid", 400, CodeKeyInvalid, "Idempotency-Key must be 1-255 printable ASCII characters."},
+	outUnauthenticated:     {"unauthenticated", 401, CodeUnauthenticated, "The request could not be authenticated."},
+	outPrincipalInvalid:    {"principal_invalid", 500, CodePrincipalInvalid, fmt.Sprintf("The server derived an invalid principal for this request (not UTF-8, or over %d bytes).", idem.MaxPrincipalLength)},
+	outTooLarge:            {"too_large", 413, CodeBodyTooLarge, "The request body exceeds %d bytes."},
+	outBodyUnreadable:      {"body_unreadable", 400, CodeBodyUnreadable, "The request body could not be read."},
+	outLedgerUnavailable:   {"ledger_unavailable", 503, CodeLedgerUnavailable, "The idempotency ledger is unavailable; retry later."},
+	outLedgerMisconfigured: {"ledger_misconfigured", 500, CodeLedgerMisconfigured, "The idempotency ledger is misconfigured; the server's operators must fix it before this request can succeed."},
+	outBudgetShed:          {"budget_shed", 503, CodeBudgetExhausted, "The idempotency ledger's request budget is spent; retry later."},
+	outRecordUnreadable:    {"record_unreadable", 500, CodeRecordUnreadable, "The stored response for this Idempotency-Key cannot be read."},
 }
 
 // The answers that are not an outcome's own.

@@ -690,38 +690,58 @@ func TestMiddlewareDuplicateKeyHeaders(t *testing.T) {
 	}
 }
 
-// With no Logger, the middleware logs to slog.Default(), and a ledger
-// failure whose fix is known carries it: a missing table says to apply the
-// schema.
-func TestMiddlewareLogsToDefaultWithFix(t *testing.T) {
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	prev := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil)))
-	t.Cleanup(func() { slog.SetDefault(prev) })
+// With no Logger, the middleware logs to slog.Default(). A refusal no
+// retry can cure until an operator acts (no table, a refused token, an
+// unknown database) answers 500 idempotency_ledger_misconfigured without
+// Retry-After, so that clients stop, and its log line carries the fix; a
+// transient failure stays a 503 with Retry-After.
+func TestMiddlewarePermanentRefusals(t *testing.T) {
+	local := d1test.LocalConfig(t, d1local.Config{Token: "right-token", Dir: t.TempDir(), NoAutoCreate: true})
+	local.Token = "right-token"
+	for _, tc := range []struct {
+		name, logged, fix string
+		db                func(t *testing.T) *d1client.Client
+	}{
+		{"no table", "no such table: idempotency_keys", "fix=\"the ledger table is missing: run `d1idem schema apply`", func(t *testing.T) *d1client.Client {
+			return d1test.Local(t).NewClient(t)
+		}},
+		{"wrong token", "HTTP 403, code 10000", "fix=\"D1 refused the API token", func(t *testing.T) *d1client.Client {
+			return local.NewClient(t, func(c *d1client.Config) { c.APIToken = "wrong-token" })
+		}},
+		{"unknown database", "HTTP 404, code 7404", "fix=\"the account has no D1 database with this ID", func(t *testing.T) *d1client.Client {
+			return local.Database("no-such-database").Client(t)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			var mu sync.Mutex
+			prev := slog.Default()
+			slog.SetDefault(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil)))
+			t.Cleanup(func() { slog.SetDefault(prev) })
 
-	db := d1test.Local(t).NewClient(t) // no schema
-	l, err := idem.New(db, idem.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := idemhttp.Must(l, idemhttp.Options{Principal: bearer})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t.Error("the handler ran without a ledger")
-	}))
-	req := httptest.NewRequest("POST", "/x", strings.NewReader("{}"))
-	req.Header.Set("Authorization", "Bearer tok")
-	req.Header.Set("Idempotency-Key", "k")
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	if rec.Code != 503 || !strings.Contains(rec.Body.String(), idemhttp.CodeLedgerUnavailable) {
-		t.Fatalf("%d %s", rec.Code, rec.Body)
-	}
-	mu.Lock()
-	out := logs.String()
-	mu.Unlock()
-	if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "ledger unavailable") ||
-		!strings.Contains(out, "no such table: idempotency_keys") || !strings.Contains(out, "run `d1idem schema apply`") {
-		t.Errorf("default log:\n%s", out)
+			l, err := idem.New(tc.db(t), idem.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := idemhttp.Must(l, idemhttp.Options{Principal: bearer})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				t.Error("the handler ran without a ledger")
+			}))
+			req := httptest.NewRequest("POST", "/x", strings.NewReader("{}"))
+			req.Header.Set("Authorization", "Bearer tok")
+			req.Header.Set("Idempotency-Key", "k")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != 500 || !strings.Contains(rec.Body.String(), idemhttp.CodeLedgerMisconfigured) || rec.Header().Get("Retry-After") != "" {
+				t.Fatalf("%d %s (Retry-After %q)", rec.Code, rec.Body, rec.Header().Get("Retry-After"))
+			}
+			mu.Lock()
+			out := logs.String()
+			mu.Unlock()
+			if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "ledger misconfigured") ||
+				!strings.Contains(out, tc.logged) || !strings.Contains(out, tc.fix) || strings.Contains(out, "wrong-token") {
+				t.Errorf("default log:\n%s", out)
+			}
+		})
 	}
 }
 

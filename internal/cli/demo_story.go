@@ -201,7 +201,8 @@ func exchangeLines(prefix string, msg []byte) string {
 }
 
 // retries sends the first request again three times: each gets the stored
-// answer, byte for byte, and nothing runs again.
+// answer (status, body, Content-Type and Location: what a replay carries),
+// and nothing runs again.
 func (s *story) retries(ctx context.Context) error {
 	key := s.key("order-1")
 	var first reply
@@ -222,7 +223,7 @@ func (s *story) retries(ctx context.Context) error {
 		return err
 	}
 	s.check("It retries the same request, 4 times", first.words()+" (each time)", same && n == 1,
-		"the same answer byte for byte, marked Idempotent-Replayed; still one order")
+		"the same status, body and Location, marked Idempotent-Replayed; still one order")
 	return nil
 }
 
