@@ -22,7 +22,7 @@ const module = "github.com/d1idem/d1idem"
 // Package sets of the layering rules.
 var (
 	// core are the library packages a user's production binary imports.
-	core = []string{module, module + "/d1client", module + "/d1client/budget", module + "/idem", module + "/idem/idemhttp", module + "/schema"}
+	core = []string{module, module + "/d1client", module + "/d1client/budget", module + "/idem", module + "/idem/idemhttp", module + "/schema", module + "/idemclient"}
 	// libraries are every public package that is not a program or an
 	// example: core, and the local D1 with its test server.
 	libraries = append(slices.Clone(core), module+"/d1local", module+"/d1local/d1localtest")
@@ -93,6 +93,15 @@ func TestLintLayering(t *testing.T) {
 	forbid([]string{module + "/d1client/budget"}, "the API budget imports no package of this module", func(dep string) bool {
 		return under(dep, module)
 	})
+	// The client half of the protocol is for any Go client: it links
+	// nothing of the server's (this module, D1, OpenTelemetry), only the
+	// standard library.
+	if !slices.Contains(all[module+"/idemclient"], "net/http") {
+		t.Fatal("the check is broken: idemclient should depend on net/http")
+	}
+	forbid([]string{module + "/idemclient"}, "the client imports only the standard library", func(dep string) bool {
+		return !standard(dep)
+	})
 	// The ledger knows no transport: the middleware is built on its
 	// exported API, as any other transport would be.
 	if !slices.Contains(all[module+"/idem/idemhttp"], module+"/idem") {
@@ -113,6 +122,13 @@ func TestLintLayering(t *testing.T) {
 	})
 	// The first `go run ./cmd/d1idem demo` compiles all of it: keep it lean.
 	forbid(programs, "the CLI links no telemetry SDK or exporter", telemetrySDK)
+}
+
+// standard reports whether a package is in the standard library (its
+// vendored packages included): the first element of its path has no dot.
+func standard(pkg string) bool {
+	first, _, _ := strings.Cut(pkg, "/")
+	return !strings.Contains(first, ".")
 }
 
 // telemetrySDK reports whether a package is an OpenTelemetry SDK or
