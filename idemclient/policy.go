@@ -94,7 +94,7 @@ type Policy struct {
 	// RetryServerErrors retries ServerError outcomes: over HTTP, the 5xx
 	// answers other than 503 (always retried), but for the 500s d1idem says
 	// a retry cannot change (CodeMutationAbandoned, CodeRecordUnreadable,
-	// CodePrincipalInvalid), which are Final. A 500 the server stored as the
+	// CodePrincipalInvalid, CodeLedgerMisconfigured), which are Final. A 500 the server stored as the
 	// request's answer comes back as a replay, which is Final too.
 	RetryServerErrors bool
 }

@@ -10,8 +10,8 @@ const (
 
 // Error codes of the JSON bodies a d1idem server answers with,
 // {"error": code, "message": ...}. The first five are the spec's; the rest
-// are d1idem's answers to what the spec leaves open. The names and values
-// are those of package idemhttp's constants.
+// are d1idem's answers to what the spec leaves open. Package idemhttp's
+// constants of the same names are these.
 const (
 	// CodeKeyRequired (400): the request has no Idempotency-Key.
 	CodeKeyRequired = "idempotency_key_required"
@@ -37,6 +37,10 @@ const (
 	// CodeLedgerUnavailable (503): the server could not reach its ledger and
 	// ran nothing; Retry-After says when to retry.
 	CodeLedgerUnavailable = "idempotency_ledger_unavailable"
+	// CodeLedgerMisconfigured (500): the server's ledger refuses it (its
+	// token, database or schema); nothing ran, and no retry can succeed
+	// until the server's operators fix it.
+	CodeLedgerMisconfigured = "idempotency_ledger_misconfigured"
 	// CodeBudgetExhausted (503): the server's ledger is out of API budget
 	// and ran nothing; Retry-After says when to retry.
 	CodeBudgetExhausted = "idempotency_budget_exhausted"

@@ -250,7 +250,7 @@ func classify(res *http.Response, err error) answer {
 		a.Class = RetryNow
 	case s == http.StatusTooManyRequests || s == http.StatusServiceUnavailable:
 		a.Class = Unavailable
-	case s >= 500 && s <= 599 && a.code != CodeMutationAbandoned && a.code != CodeRecordUnreadable && a.code != CodePrincipalInvalid:
+	case s >= 500 && s <= 599 && a.code != CodeMutationAbandoned && a.code != CodeRecordUnreadable && a.code != CodePrincipalInvalid && a.code != CodeLedgerMisconfigured:
 		a.Class = ServerError
 	}
 	return a

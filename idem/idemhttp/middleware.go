@@ -25,33 +25,36 @@ import (
 
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/idemclient"
 	"github.com/d1idem/d1idem/internal/otelscope"
 )
 
 // HeaderKey is the request header carrying the idempotency key, and
-// HeaderReplayed the response header marking a replay (Stripe's spelling).
+// HeaderReplayed the response header marking a replay (Stripe's spelling):
+// package idemclient's, the client half of the protocol.
 const (
-	HeaderKey      = "Idempotency-Key"
-	HeaderReplayed = "Idempotent-Replayed"
+	HeaderKey      = idemclient.HeaderKey
+	HeaderReplayed = idemclient.HeaderReplayed
 )
 
-// Error codes of the JSON bodies the middleware answers with. The first
-// five are the spec's; the rest cover what the spec leaves open.
+// Error codes of the JSON bodies the middleware answers with, those of
+// package idemclient (which documents each). The first five are the spec's;
+// the rest cover what the spec leaves open.
 const (
-	CodeKeyRequired         = "idempotency_key_required"
-	CodeKeyInvalid          = "idempotency_key_invalid"
-	CodeKeyReused           = "idempotency_key_reused"
-	CodeKeyInProgress       = "idempotency_key_in_progress"
-	CodeKeyRetry            = "idempotency_key_retry"
-	CodeUnauthenticated     = "unauthenticated"
-	CodePrincipalInvalid    = "idempotency_principal_invalid"
-	CodeBodyTooLarge        = "request_body_too_large"
-	CodeBodyUnreadable      = "request_body_unreadable"
-	CodeLedgerUnavailable   = "idempotency_ledger_unavailable"
-	CodeLedgerMisconfigured = "idempotency_ledger_misconfigured"
-	CodeBudgetExhausted     = "idempotency_budget_exhausted"
-	CodeRecordUnreadable    = "idempotency_record_unreadable"
-	CodeMutationAbandoned   = "idempotency_mutation_not_committed"
+	CodeKeyRequired         = idemclient.CodeKeyRequired
+	CodeKeyInvalid          = idemclient.CodeKeyInvalid
+	CodeKeyReused           = idemclient.CodeKeyReused
+	CodeKeyInProgress       = idemclient.CodeKeyInProgress
+	CodeKeyRetry            = idemclient.CodeKeyRetry
+	CodeUnauthenticated     = idemclient.CodeUnauthenticated
+	CodePrincipalInvalid    = idemclient.CodePrincipalInvalid
+	CodeBodyTooLarge        = idemclient.CodeBodyTooLarge
+	CodeBodyUnreadable      = idemclient.CodeBodyUnreadable
+	CodeLedgerUnavailable   = idemclient.CodeLedgerUnavailable
+	CodeLedgerMisconfigured = idemclient.CodeLedgerMisconfigured
+	CodeBudgetExhausted     = idemclient.CodeBudgetExhausted
+	CodeRecordUnreadable    = idemclient.CodeRecordUnreadable
+	CodeMutationAbandoned   = idemclient.CodeMutationAbandoned
 )
 
 const (

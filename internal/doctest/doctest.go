@@ -172,6 +172,7 @@ var packages = map[string]string{
 	"d1localtest": "github.com/d1idem/d1idem/d1local/d1localtest",
 	"idem":        "github.com/d1idem/d1idem/idem",
 	"idemhttp":    "github.com/d1idem/d1idem/idem/idemhttp",
+	"idemclient":  "github.com/d1idem/d1idem/idemclient",
 	"schema":      "github.com/d1idem/d1idem/schema",
 	"chi":         "github.com/go-chi/chi/v5",
 	"d1test":      "github.com/d1idem/d1idem/internal/d1test",
