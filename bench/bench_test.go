@@ -142,7 +142,7 @@ func BenchmarkCallsPerRequest(b *testing.B) {
 				before := e.db.Stats().Calls
 				b.ResetTimer()
 				run(b, c, func(i int) error {
-					if path == "replay" {
+					if path != "first_execution" {
 						return e.request("p", fmt.Sprintf("done-%d", i%c))
 					}
 					return e.request("p", fmt.Sprintf("first-%d", i))
@@ -225,14 +225,23 @@ func sortedPercentile[T cmp.Ordered](d []T, p float64) T {
 // which is the layer's own cost free of the network's and the VM's jitter.
 // Targets: a first execution at most 2 RTT + 3 ms, a replay at most
 // 1 RTT + 3 ms: exactly 2 (1) round trips and at most 3 ms of its own.
+// replay_cached is a replay with idem.Config.ReplayCache on, of keys this
+// process completed: 0 round trips.
 func BenchmarkAddedLatency(b *testing.B) {
 	const rtt = 50 * time.Millisecond
 	const samples = 100
 	now := func() time.Time { return time.Now() }
 	for _, impl := range []string{"ours", "spec"} {
-		for _, path := range []string{"first_execution", "replay"} {
+		for _, path := range []string{"first_execution", "replay", "replay_cached"} {
+			if impl == "spec" && path == "replay_cached" {
+				continue
+			}
 			b.Run(impl+"/"+path, func(b *testing.B) {
-				e := newEnv(b, nil, idem.Config{})
+				cfg := idem.Config{}
+				if path == "replay_cached" {
+					cfg.ReplayCache = 16 << 20
+				}
+				e := newEnv(b, nil, cfg)
 				key := func(i, j int) string { return fmt.Sprintf("%s-%d-%d", path, i, j) }
 				request := func(k string) error {
 					if impl == "ours" {
@@ -260,7 +269,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 				for i := 0; i < b.N; i++ {
 					b.StopTimer()
 					e.latency.Store(0)
-					if path == "replay" {
+					if path != "first_execution" {
 						for j := 0; j < samples; j++ {
 							if err := request(key(i, j)); err != nil {
 								b.Fatal(err)

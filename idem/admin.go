@@ -240,6 +240,7 @@ func (a *Admin) Release(ctx context.Context, principal, key string, generation i
 	mode := releaseStuck
 	if opts.Force {
 		mode = releaseForce
+		a.l.cache.forget(principal, key) // this process no longer replays it
 	}
 	k, res, err := a.find(ctx, "release", principal, key, false, a.l.sql.release(principal, key, generation, a.l.cfg.TTL, mode, a.l.now()))
 	if err != nil {

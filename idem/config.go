@@ -37,6 +37,7 @@ const (
 	maxRetention     = 10 * 365 * 24 * time.Hour
 	maxSweepInterval = 24 * time.Hour
 	maxStoredBody    = 1 << 20
+	maxReplayCache   = 1 << 30
 )
 
 // The spec's FINGERPRINT_HEADERS and REPLAYABLE_HEADERS.
@@ -75,7 +76,13 @@ type Config struct {
 	// MaxLease bounds how long heartbeats keep a reservation alive. The TTL
 	// to 7 days; default 10 minutes, or the TTL if longer.
 	MaxLease time.Duration
-	Logger   *slog.Logger // nil means slog.Default()
+	// ReplayCache, if positive, keeps up to this many bytes of completed
+	// responses in memory, so that a replay this process can answer costs no
+	// D1 call. An entry is served only for its principal's key with the same
+	// fingerprint, and never past its row's retention; the least recently
+	// used go first. 0 (the default): off. Up to 1 GiB.
+	ReplayCache int
+	Logger      *slog.Logger // nil means slog.Default()
 	// MeterProvider receives the ledger's and idemhttp's metrics, and
 	// TracerProvider idemhttp's spans; nil means otel's global ones.
 	MeterProvider  metric.MeterProvider
@@ -120,6 +127,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"SweepInterval", c.SweepInterval, c.SweepInterval < 0 || c.SweepInterval > maxSweepInterval,
 			fmt.Sprintf("use a positive duration up to %v", maxSweepInterval)},
 		{"MaxStoredBody", c.MaxStoredBody, c.MaxStoredBody < 1 || c.MaxStoredBody > maxStoredBody, fmt.Sprintf("use 1 to %d bytes", maxStoredBody)},
+		{"ReplayCache", c.ReplayCache, c.ReplayCache < 0 || c.ReplayCache > maxReplayCache, fmt.Sprintf("use 0 (off) to %d bytes", maxReplayCache)},
 	} {
 		if ch.bad {
 			return c, &ConfigError{Field: "Config." + ch.field, Value: fmt.Sprint(ch.value), Want: ch.want}

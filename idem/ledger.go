@@ -24,6 +24,7 @@ const (
 	defaultHandlerTime  = time.Second            // the handler time estimated before any was measured
 	logKeyPrefix        = 16                     // characters of a key shown in logs
 	hashPrefix          = 12                     // hex digits of a SHA-256 shown in logs
+	releaseTimeout      = 5 * time.Second        // bound on a release made while unwinding
 )
 
 // Ledger is the spec's claim-before-mutate ledger on D1, safe for concurrent use. A first
@@ -35,6 +36,7 @@ type Ledger struct {
 
 	single *home // the database of a ledger made by New; nil if sharded
 	shards *shards
+	cache  *replayCache // nil when off
 
 	handlerTime durationEstimate // from claim to stored completion
 }
@@ -58,7 +60,7 @@ func New(db d1client.Executor, cfg Config) (*Ledger, error) {
 		return nil, err
 	}
 	return &Ledger{cfg: cfg, sql: buildSQL(cfg.Clock != nil), single: &home{id: databaseID(db), db: db},
-		tel: newTelemetry(cfg.MeterProvider)}, nil
+		tel: newTelemetry(cfg.MeterProvider), cache: newReplayCache(cfg.ReplayCache)}, nil
 }
 
 // databaseID returns the ID of db's database if it says (a Client does).
@@ -107,6 +109,8 @@ type Decision struct {
 	Reservation *Reservation  // set for Execute
 	Response    *Response     // set for Replay: the stored response
 	RetryAfter  time.Duration // set for InProgress: when the owner is likely done, else when its lease ends
+
+	retained time.Duration // Replay from a read: how long the row was yet to be kept when read
 }
 
 // Reservation is the right to execute one request's mutation: the
@@ -187,7 +191,11 @@ func (l *Ledger) Begin(ctx context.Context, principal, key, fingerprint string) 
 		return Decision{}, ErrInvalidKey
 	case fingerprint == "":
 		return Decision{}, errors.New("idem: empty fingerprint")
-	case l.shards != nil:
+	}
+	if resp, ok := l.cache.get(principal, key, fingerprint); ok {
+		return Decision{Outcome: Replay, Response: resp}, nil
+	}
+	if l.shards != nil {
 		return l.beginSharded(ctx, principal, key, fingerprint)
 	}
 	return l.claimAt(ctx, l.single, nil, principal, key, fingerprint)
@@ -206,6 +214,9 @@ func (l *Ledger) claimAt(ctx context.Context, h *home, guard []d1client.Statemen
 		return Decision{}, fmt.Errorf("idem: claim: %w", err)
 	}
 	d, err := l.decide(res[len(guard):], principal, key, fingerprint, acquired)
+	if d.Outcome == Replay {
+		l.cache.put(principal, key, fingerprint, d.Response, acquired.Add(d.retained))
+	}
 	if d.Reservation != nil {
 		d.Reservation.clockAcquired = now
 		d.Reservation.home = h
@@ -248,7 +259,8 @@ func (l *Ledger) decideRow(row *storedRow, fingerprint string) (Decision, error)
 		if err != nil {
 			return Decision{}, err
 		}
-		return Decision{Outcome: Replay, Response: resp}, nil
+		retained := time.Duration(row.updatedAt-row.now)*time.Millisecond + l.cfg.Retention
+		return Decision{Outcome: Replay, Response: resp, retained: retained}, nil
 	default:
 		return Decision{Outcome: InProgress, RetryAfter: l.retryAfter(row)}, nil
 	}
@@ -311,14 +323,35 @@ type Completion struct {
 // status outside 200-599) is stored as the spec's sentinel, 500 with no body.
 // Fenced out, it logs and Stored is false. Send Completion.Response even on an error.
 func (l *Ledger) Complete(ctx context.Context, r *Reservation, resp Response) (done Completion, err error) {
+	return l.complete(ctx, r, resp, l.cfg.ReplayableHeaders)
+}
+
+// complete is Complete, storing the headers named in replayable.
+func (l *Ledger) complete(ctx context.Context, r *Reservation, resp Response, replayable []string) (done Completion, err error) {
 	defer l.completed(r, &done, &err)
-	w := l.prepare(ctx, r, resp)
+	w := l.prepare(ctx, r, resp, replayable)
 	h, err := l.homeOf(r)
 	if err != nil {
 		return w.done, fmt.Errorf("idem: completion: %w", err)
 	}
+	sent := time.Now()
 	err = l.finish(ctx, h, r, []d1client.Statement{w.stmt}, 0, &w)
+	l.remember(r, &w, sent, err)
 	return w.done, err // w.done as finish left it
+}
+
+// remember keeps a stored completion, written no sooner than sent, in the
+// replay cache, as a replay will read it.
+func (l *Ledger) remember(r *Reservation, w *completionWrite, sent time.Time, err error) {
+	if l.cache == nil || err != nil || !w.done.Stored {
+		return
+	}
+	header, _ := decodeHeaders(&w.headers) // encoded by captureHeaders: it decodes
+	resp := Response{Status: w.done.Response.Status, Header: header}
+	if w.body != nil && !nullBodyStatus(resp.Status) {
+		resp.Body = []byte(*w.body)
+	}
+	l.cache.put(r.Principal, r.Key, r.Fingerprint, &resp, sent.Add(l.cfg.Retention))
 }
 
 // completed counts a completion and measures the handler's time.
@@ -339,8 +372,8 @@ type completionWrite struct {
 
 // prepare builds r's completion of resp, logging at ERROR a response that
 // will be stored as the sentinel instead.
-func (l *Ledger) prepare(ctx context.Context, r *Reservation, resp Response) completionWrite {
-	stored, headersJSON, body, unstored := l.normalize(resp)
+func (l *Ledger) prepare(ctx context.Context, r *Reservation, resp Response, replayable []string) completionWrite {
+	stored, headersJSON, body, unstored := l.normalize(resp, replayable)
 	if unstored != "" {
 		l.log().LogAttrs(ctx, slog.LevelError, "idem: response not stored as given: the spec's sentinel (500, no body) is stored and answered instead, to this request and every replay",
 			append(r.LogValue().Group(), slog.String("reason", unstored), slog.Int("status", resp.Status))...)

@@ -84,11 +84,11 @@ func decodeHeaders(s *string) (http.Header, error) {
 }
 
 // normalize applies the completion rules (docs/contract.md#6-responses): it
-// returns what the caller gets, response_headers, and the body (nil: the
-// sentinel, and why in unstored).
-func (l *Ledger) normalize(resp Response) (_ Response, headersJSON string, body *string, unstored string) {
+// returns what the caller gets, response_headers (the replayable headers),
+// and the body (nil: the sentinel, and why in unstored).
+func (l *Ledger) normalize(resp Response, replayable []string) (_ Response, headersJSON string, body *string, unstored string) {
 	resp.Status = cmp.Or(resp.Status, http.StatusOK)
-	headersJSON = captureHeaders(resp.Header, l.cfg.ReplayableHeaders)
+	headersJSON = captureHeaders(resp.Header, replayable)
 	switch {
 	case len(resp.Body) > l.cfg.MaxStoredBody:
 		unstored = fmt.Sprintf("the body of %d bytes is over Config.MaxStoredBody (%d)", len(resp.Body), l.cfg.MaxStoredBody)

@@ -98,7 +98,7 @@ func NewSharded(homes []Home, cfg Config) (*Ledger, error) {
 		s.ids = append(s.ids, id)
 	}
 	slices.Sort(s.ids)
-	return &Ledger{cfg: cfg, sql: buildSQL(cfg.Clock != nil), shards: s, tel: newTelemetry(cfg.MeterProvider)}, nil
+	return &Ledger{cfg: cfg, sql: buildSQL(cfg.Clock != nil), shards: s, tel: newTelemetry(cfg.MeterProvider), cache: newReplayCache(cfg.ReplayCache)}, nil
 }
 
 // Ring returns the ring the ledger routes by (ErrNotSharded for a ledger made by New).

@@ -189,6 +189,8 @@ var prelude = map[string]string{
 	"sku":                "var sku string // a value read from the request",
 	"accountFromSession": "func accountFromSession(*http.Request) (string, error) { return \"\", nil }",
 	"newOrderID":         "func newOrderID() string { return \"\" }",
+	"msg":                "var msg struct{ ID string; Body []byte; Nack func(time.Duration); Ack func(result []byte) } // a queue's message",
+	"orderID":            "var orderID string // read from the message",
 }
 
 // Check type-checks blocks against the packages of the module in moduleDir
