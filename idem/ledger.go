@@ -192,8 +192,12 @@ func (l *Ledger) Begin(ctx context.Context, principal, key, fingerprint string) 
 	case fingerprint == "":
 		return Decision{}, errors.New("idem: empty fingerprint")
 	}
-	if resp, ok := l.cache.get(principal, key, fingerprint); ok {
-		return Decision{Outcome: Replay, Response: resp}, nil
+	if l.cache != nil {
+		if resp, ok := l.cache.get(principal, key, fingerprint); ok {
+			l.tel.add(l.tel.cache, 1, attrCacheResult.String("hit"))
+			return Decision{Outcome: Replay, Response: resp}, nil
+		}
+		l.tel.add(l.tel.cache, 1, attrCacheResult.String("miss"))
 	}
 	if l.shards != nil {
 		return l.beginSharded(ctx, principal, key, fingerprint)

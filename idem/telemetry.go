@@ -22,6 +22,7 @@ const (
 	attrLeaseCause       = attribute.Key("d1idem.lease.cause")
 	attrReleaseResult    = attribute.Key("d1idem.release.result")
 	attrSweepSource      = attribute.Key("d1idem.sweep.source")
+	attrCacheResult      = attribute.Key("d1idem.replay_cache.result")
 	attrKeyStatus        = attribute.Key("d1idem.key.status")
 	attrDatabase         = attribute.Key("db.namespace")
 )
@@ -62,6 +63,7 @@ type telemetry struct {
 	lost        metric.Int64Counter
 	releases    metric.Int64Counter
 	swept       metric.Int64Counter
+	cache       metric.Int64Counter
 	keys        metric.Int64Gauge
 	stuck       metric.Int64Gauge
 	backlog     metric.Int64Gauge
@@ -87,6 +89,7 @@ func newTelemetry(mp metric.MeterProvider) *telemetry {
 	t.lost = counter("d1idem.lease.lost", "{lease}", "Leases lost while their handler ran, by cause: superseded, unreachable, expired, max_lease.")
 	t.releases = counter("d1idem.releases", "{release}", "Reservations given up so that the client may retry, by result: released, not_held, failed, expired.")
 	t.swept = counter("d1idem.sweep.deleted", "{row}", "Rows deleted by the sweep, by source: completion, admin.")
+	t.cache = counter("d1idem.replay_cache.lookups", "{lookup}", "Begins that looked in the replay cache (Config.ReplayCache), by result: hit (answered with no D1 call), miss.")
 	t.keys = gauge("d1idem.keys", "{key}", "Rows of the ledger by status, as Admin.Stats last counted them.")
 	t.stuck = gauge("d1idem.keys.stuck", "{key}", "Pending rows with no update for longer than the TTL, as Admin.Stats last counted them.")
 	t.backlog = gauge("d1idem.sweep.backlog", "{row}", "Rows older than the retention, awaiting the sweep, as Admin.Stats last counted them.")
@@ -96,6 +99,7 @@ func newTelemetry(mp metric.MeterProvider) *telemetry {
 		attrLeaseCause:       {causeSuperseded, causeUnreachable, causeExpired, causeMaxLease},
 		attrReleaseResult:    {resReleased, resNotHeld, resFailed, resExpired},
 		attrSweepSource:      {"completion", "admin"},
+		attrCacheResult:      {"hit", "miss"},
 	}
 	for key, values := range results {
 		for _, v := range values {

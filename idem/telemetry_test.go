@@ -208,3 +208,21 @@ func TestTelemetryCompletionFailures(t *testing.T) {
 	}
 	e.rec.NoSecrets(t, m, telPrincipal, "key-secret")
 }
+
+// The replay cache's look-ups are counted by result, with no principal or key.
+func TestReplayCacheMetrics(t *testing.T) {
+	e := newTelEnv(t, idem.Config{ReplayCache: 1 << 20})
+	l := e.ledger
+	r := begin(t, l, telPrincipal, "key-secret-1", "fp").Reservation // a miss
+	complete(t, l, r, 201, "ok")
+	begin(t, l, telPrincipal, "key-secret-1", "fp") // hits
+	begin(t, l, telPrincipal, "key-secret-1", "fp")
+	begin(t, l, telPrincipal, "key-secret-1", "other") // a miss: another request
+	m := e.rec.Collect(t)
+	for result, want := range map[string]float64{"hit": 2, "miss": 2} {
+		if got := m.Value("d1idem.replay_cache.lookups", attribute.String("d1idem.replay_cache.result", result)); got != want {
+			t.Errorf("%s = %g, want %g\n%s", result, got, want, m)
+		}
+	}
+	e.rec.NoSecrets(t, m, telPrincipal, "key-secret")
+}
