@@ -19,6 +19,7 @@ var remedies = []struct {
 	{d1client.ErrSQL, "no such column", "the ledger table does not match the schema: run `d1idem schema verify`"},
 	{ErrNoRing, "", "no ring is recorded in the sharded ledger's databases: record one with Admin.InitRing (docs/sharding.md)"},
 	{ErrRingConflict, "", "the sharded ledger's databases hold conflicting rings; it serves nothing until they agree: see 'd1idem ring status' and docs/sharding.md"},
+	{ErrHomeLost, "", "a database of the sharded ledger's ring lost its identity: it was replaced or wiped, with the keys it held, and its principals are refused; restore it to a moment before the loss (D1 Time Travel), or give its Home its own database again; never record the ring in it again, which would execute its keys a second time (docs/sharding.md#a-database-replaced-or-wiped)"},
 	{ErrHomeMismatch, "", "a database is given to this replica under another home ID than it recorded: give every replica the same Home IDs for the same databases (docs/sharding.md)"},
 	{ErrUnknownHome, "", "the ring routes this principal to a database this replica has no Home for: give every replica every database of the ring (docs/sharding.md)"},
 	{ErrSchemaDrift, "", "the ledger table lacks part of the schema: run `d1idem schema apply` (or schema.Apply) on this database"},

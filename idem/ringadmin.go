@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -146,6 +147,22 @@ func (st *RingStatus) check(ids []string, readable bool) error {
 	return errors.Join(errs...)
 }
 
+// lostHome returns an ErrHomeLost error for the first database of the
+// newest ring that was read and holds no identity. Every database records
+// its identity before any ring naming it is recorded anywhere (InitRing and
+// Grow join them all first, and the ring is only ever written beside an
+// identity), so a database the ring names without one is another database,
+// or the same one wiped: never one that a failed operation missed.
+func (st *RingStatus) lostHome() error {
+	r := newest(st.Homes)
+	for _, id := range r.Homes {
+		if h := st.home(id); h != nil && h.Err == nil && h.Identity == "" {
+			return lost(id, r)
+		}
+	}
+	return nil
+}
+
 // reservedRow inserts the reserved row key; params are its fingerprint, a
 // generation if genSQL is "?", and its body.
 func (a *Admin) reservedRow(key, genSQL, onConflict string, params ...any) d1client.Statement {
@@ -155,19 +172,33 @@ VALUES ('', '`+key+`', ?, 'completed', `+genSQL+`, 200, ?, '{"content-type":"app
 ON CONFLICT (principal, key) `+onConflict, int64(ringFarFuture)).statement()
 }
 
-// write records, once, that h is home h.id and joined r, and, with ring, r
-// unless h holds a newer ring; it returns what h holds, with an error if h is
-// another home, joined another ring, or (with ring) does not hold r.
-func (a *Admin) write(ctx context.Context, h *home, r Ring, ring bool) HomeRing {
-	stmts := []d1client.Statement{a.reservedRow(homeKey, "1", "DO NOTHING", h.id, encodeHome(h.id, r))}
-	if ring {
-		stmts = append(stmts, a.reservedRow(ringKey, "?", `DO UPDATE SET generation = excluded.generation, fingerprint = excluded.fingerprint,
+// ringRow records ring r at the database of home id unless it holds a newer
+// ring, or no identity row naming it home id: only a database that joined is
+// given the ring, so a wiped one is never taken back in.
+func (a *Admin) ringRow(id string, r Ring) d1client.Statement {
+	return a.l.sql.query(a.l.now()).add(`INSERT INTO `+d1idem.Table+` (principal, key, fingerprint, status, generation, response_status, response_body, response_headers, created_at, updated_at)
+SELECT '', '`+ringKey+`', ?, 'completed', ?, 200, ?, '{"content-type":"application/json"}', `, r.digest(), r.Epoch(), r.encode()).
+		clock().add(`, ?
+WHERE EXISTS (SELECT 1 FROM `+d1idem.Table+` WHERE principal = '' AND key = '`+homeKey+`' AND fingerprint = ?)
+ON CONFLICT (principal, key) DO UPDATE SET generation = excluded.generation, fingerprint = excluded.fingerprint,
   response_body = excluded.response_body, created_at = excluded.created_at
-WHERE generation < excluded.generation`, r.digest(), r.Epoch(), r.encode()))
+WHERE generation < excluded.generation`, int64(ringFarFuture), id).statement()
+}
+
+// write records, once, that h is home h.id and joined r or, with ring, r,
+// unless h holds a newer ring or never joined; it returns what h holds, with
+// an error if h is another home, joined another ring, or (with ring) holds no
+// identity or does not hold r.
+func (a *Admin) write(ctx context.Context, h *home, r Ring, ring bool) HomeRing {
+	stmt := a.reservedRow(homeKey, "1", "DO NOTHING", h.id, encodeHome(h.id, r))
+	if ring {
+		stmt = a.ringRow(h.id, r)
 	}
-	hr := a.statusAt(ctx, h, stmts...)
+	hr := a.statusAt(ctx, h, stmt)
 	switch {
 	case hr.Err != nil:
+	case ring && hr.Identity == "":
+		hr.Err = lost(h.id, r)
 	case hr.Identity != h.id:
 		hr.Err = mismatch(h.id, hr.Identity)
 	case ring && (hr.Ring == nil || !hr.Ring.equal(r)):
@@ -184,7 +215,8 @@ func (a *Admin) joinAll(ctx context.Context, st *RingStatus, ids []string, r Rin
 }
 
 // record writes r first at coordinator, which decides between racing operators, then at every
-// other database of r that lacks it or its identity, updating st.
+// other database of r that lacks it, updating st. Every database of r has joined it, or an
+// earlier ring, before.
 func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, r Ring) error {
 	first := a.write(ctx, a.l.shards.homes[coordinator], r, true)
 	*st.home(coordinator) = first
@@ -193,16 +225,18 @@ func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, 
 	}
 	var rest []string
 	for _, id := range r.Homes {
-		if h := st.home(id); id != coordinator && (h.Ring == nil || h.Ring.Epoch() < r.Epoch() || h.Err != nil || h.Identity == "") {
+		if h := st.home(id); id != coordinator && (h.Ring == nil || h.Ring.Epoch() < r.Epoch() || h.Err != nil) {
 			rest = append(rest, id)
 		}
 	}
 	errs := a.atEach(ctx, st, rest, func(h *home) HomeRing { return a.write(ctx, h, r, true) })
 	st.Ring = r
 	st.DropAt = a.dropAt(*st)
-	if len(errs) > 0 {
+	if err := errors.Join(errs...); errors.Is(err, ErrHomeLost) {
+		return fmt.Errorf("idem: %s is recorded at %d of its %d databases: %w", r, len(r.Homes)-len(errs), len(r.Homes), err)
+	} else if err != nil {
 		return fmt.Errorf("idem: %s is recorded at %d of its %d databases; run AdvanceRing to record it at the others: %w",
-			r, len(r.Homes)-len(errs), len(r.Homes), errors.Join(errs...))
+			r, len(r.Homes)-len(errs), len(r.Homes), err)
 	}
 	_, err := a.l.shards.adopt(a.l, r)
 	return err
@@ -216,7 +250,7 @@ func (a *Admin) InitRing(ctx context.Context) (RingStatus, error) {
 		return st, err
 	}
 	ids := a.l.shards.ids
-	if err := st.check(ids, true); err != nil {
+	if err := cmp.Or(st.check(ids, true), st.lostHome()); err != nil {
 		return st, fmt.Errorf("idem: init ring: %w", err)
 	}
 	for _, h := range st.Homes {
@@ -251,11 +285,11 @@ func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 	case cur.Phase != RingStable:
 		return st, fmt.Errorf("idem: grow: %s is still moving: wait for RingStatus.DropAt and run AdvanceRing", cur)
 	}
-	if err := st.check(slices.Concat(cur.Homes, ids), true); err != nil {
+	if err := cmp.Or(st.check(slices.Concat(cur.Homes, ids), true), st.lostHome()); err != nil {
 		return st, fmt.Errorf("idem: grow: %w", err)
 	}
 	for _, id := range cur.Homes {
-		if h := st.home(id); h.Ring == nil || !h.Ring.equal(cur) || h.Identity == "" {
+		if h := st.home(id); h.Ring == nil || !h.Ring.equal(cur) {
 			return st, fmt.Errorf("idem: grow: %w (home %s holds %v)", ErrRingIncomplete, id, h.Ring)
 		}
 	}
@@ -291,7 +325,7 @@ func (a *Admin) AdvanceRing(ctx context.Context) (RingStatus, error) {
 	if cur.Version == 0 {
 		return st, fmt.Errorf("idem: advance ring: %w", ErrNoRing)
 	}
-	if err := st.check(cur.Homes, false); err != nil {
+	if err := cmp.Or(st.check(cur.Homes, false), st.lostHome()); err != nil {
 		return st, fmt.Errorf("idem: advance ring: %w", err)
 	}
 	coordinator := slices.Concat(cur.Previous, cur.Homes)[0] // while Moving, an old home

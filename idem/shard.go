@@ -22,13 +22,16 @@ type Home struct {
 }
 
 // Errors of a sharded ledger, as their texts say. On ErrHomeMismatch nothing
-// is served until the Homes are fixed.
+// is served until the Homes are fixed. On ErrHomeLost the principals of
+// that database are refused, and the ring operations refuse to change the
+// ring, until it is restored (docs/sharding.md#a-database-replaced-or-wiped).
 var (
 	ErrNotSharded    = errors.New("idem: not a sharded ledger: make it with NewSharded")
 	ErrNoRing        = errors.New("idem: no ring is recorded in any home: record one with Admin.InitRing")
 	ErrUnknownHome   = errors.New("idem: the ring names a database this ledger has no Home for")
 	ErrRingUnsettled = errors.New("idem: the ring kept changing while the request was routed")
 	ErrHomeMismatch  = errors.New("idem: a database is not the home it is given as")
+	ErrHomeLost      = errors.New("idem: a database of the ring lost its identity: it was replaced or wiped")
 )
 
 const (
@@ -200,6 +203,15 @@ func (l *Ledger) readAt(ctx context.Context, h *home, stmts []d1client.Statement
 	return hr, res[1:], nil
 }
 
+// lost is the error of home id, a database of ring r, that holds no
+// identity: every database records one before any ring naming it is
+// recorded, so this one was replaced or wiped, and the keys it held are gone.
+func lost(id string, r Ring) error {
+	return fmt.Errorf("%w: home %q, a database of %s, holds no identity, which every database records when it joins: the keys it held are gone, "+
+		"and recording the ring there again would execute them a second time; restore it to a moment before the loss (D1 Time Travel), "+
+		"or give home %q its own database again (docs/sharding.md#a-database-replaced-or-wiped)", ErrHomeLost, id, r, id)
+}
+
 func mismatch(id, recorded string) error {
 	return fmt.Errorf("%w: the database given as home %q recorded that it is home %q (one database given under two IDs, or IDs that differ between replicas)", ErrHomeMismatch, id, recorded)
 }
@@ -303,7 +315,7 @@ func (s *shards) judge(l *Ledger, h *home, st HomeRing, want expect) error {
 	var err error
 	switch {
 	case st.Identity == "":
-		err = fmt.Errorf("%w: the database given as home %q has no identity recorded: finish the ring's recording with Admin.AdvanceRing (d1idem ring advance)", ErrHomeMismatch, h.id)
+		return lost(h.id, want.Ring) // only the principals it holds are refused
 	case st.Identity != h.id:
 		err = mismatch(h.id, st.Identity)
 	case st.Ring == nil || st.Ring.Epoch() < want.Epoch():

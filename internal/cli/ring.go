@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -133,7 +134,8 @@ func ringStatusCommand(o *options) *cli.Command {
 		Description: `Reads the ring row of every database named (one D1 call each) and shows the
 newest ring, its phase, what moves while it is moving, when the old route can be
 dropped (DropAt), and what each database has recorded, and when. Exits 1 when a
-database cannot be read, or when the ring names one that was not given.
+database cannot be read, when the ring names one that was not given, or when one
+it names lost its identity (replaced or wiped: restore it, docs/sharding.md).
 
    d1idem ring status --databases-prefix ledger-
    d1idem ring status --database ledger-a --database ledger-b --json`,
@@ -147,7 +149,7 @@ database cannot be read, or when the ring names one that was not given.
 				if err := rc.show("status", "", st); err != nil {
 					return err
 				}
-				if err := unreadable(c.Context, st, rc.set); err != nil {
+				if err := cmp.Or(unreadable(c.Context, st, rc.set), rc.lostError(st)); err != nil {
 					return err
 				}
 				if missing := notNamed(st); len(missing) > 0 {
@@ -226,7 +228,7 @@ func (rc *ringCtx) partial(cmd string, st idem.RingStatus, err error) error {
 			bad = append(bad, rc.set.label(id)+": "+describe(h.Err))
 		}
 	}
-	recorded := st.Ring.Version > 0 && len(bad) > 0 && len(bad) < len(st.Ring.Homes) && !errors.Is(err, idem.ErrRingConflict)
+	recorded := st.Ring.Version > 0 && len(bad) > 0 && len(bad) < len(st.Ring.Homes) && !errors.Is(err, idem.ErrRingConflict) && !errors.Is(err, idem.ErrHomeLost)
 	if !recorded {
 		return fmt.Errorf("%s: %w", cmd, trimIdem(err))
 	}
@@ -283,6 +285,9 @@ func ringFix(c *cli.Context, err error) error {
 		return fmt.Errorf("%s: the ring changed while the command ran (an operator is changing it): see 'd1idem ring status%s', then run it again", path, hint)
 	case errors.Is(err, idem.ErrRingIncomplete):
 		return fmt.Errorf("%s: the current ring is not recorded in every database yet: run 'd1idem ring advance%s' to record it there, then grow again", path, hint)
+	case errors.Is(err, idem.ErrHomeLost):
+		return fmt.Errorf("%s: %s: %s; with wrangler: 'wrangler d1 time-travel restore DATABASE --timestamp=TIME', TIME before the loss",
+			path, strings.TrimPrefix(idem.ErrHomeLost.Error(), "idem: "), after(err, idem.ErrHomeLost))
 	case errors.Is(err, idem.ErrRingConflict):
 		return fmt.Errorf("%s: the databases hold a ring this command did not expect (%s): another operator changed it first, or the databases disagree; see 'd1idem ring status%s'",
 			path, after(err, idem.ErrRingConflict), hint)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/d1idem/d1idem/idem"
@@ -49,7 +50,12 @@ type homeRingJSON struct {
 	RecordedAt   *string   `json:"recorded_at"`
 	RecordedAtMS *int64    `json:"recorded_at_ms"`
 	HasKeys      bool      `json:"has_keys"`
-	Error        *string   `json:"error"`
+	// Identity is the home ID the database recorded when it joined; null if none.
+	Identity *string `json:"identity"`
+	// Lost says that the ring names the database but it holds no identity:
+	// it was replaced or wiped.
+	Lost  bool    `json:"lost"`
+	Error *string `json:"error"`
 }
 
 // ringResultJSON is ring init, grow and advance --json: what was done, and
@@ -71,7 +77,10 @@ func (rc *ringCtx) statusJSON(st idem.RingStatus) ringStatusJSON {
 		out.DropAt, out.DropAtMS = &at, &ms
 	}
 	for _, h := range st.Homes {
-		j := homeRingJSON{Database: rc.set.label(h.ID), ID: h.ID, Ring: ringJSONOf(h.Ring), HasKeys: h.HasKeys}
+		j := homeRingJSON{Database: rc.set.label(h.ID), ID: h.ID, Ring: ringJSONOf(h.Ring), HasKeys: h.HasKeys, Lost: isLost(st, h)}
+		if h.Identity != "" {
+			j.Identity = &h.Identity
+		}
 		if h.Err != nil {
 			msg := describe(h.Err)
 			j.Error = &msg
@@ -132,6 +141,10 @@ func (rc *ringCtx) homeRow(st idem.RingStatus, h idem.HomeRing) []string {
 	switch {
 	case h.Err != nil:
 		return []string{label, "error: " + describe(h.Err), "-", "-"}
+	case isLost(st, h):
+		return []string{label, fmt.Sprintf("no identity, but version %d names it: the database was replaced or wiped; restore it (below)", st.Ring.Version), "-", yesNo(h.HasKeys)}
+	case h.Identity != "" && h.Identity != h.ID:
+		return []string{label, fmt.Sprintf("it recorded that it is home %s, not this one", h.Identity), "-", yesNo(h.HasKeys)}
 	case h.Ring == nil && inRing:
 		return []string{label, fmt.Sprintf("none, but version %d names it: 'd1idem ring advance' records it", st.Ring.Version), "-", yesNo(h.HasKeys)}
 	case h.Ring == nil && st.Ring.Version > 0:
@@ -167,4 +180,34 @@ func clockOf(st idem.RingStatus) time.Time {
 		return time.Now()
 	}
 	return now
+}
+
+// isLost says whether the ring names the database h read but it holds no
+// identity: it was replaced or wiped (idem.ErrHomeLost).
+func isLost(st idem.RingStatus, h idem.HomeRing) bool {
+	return h.Err == nil && h.Identity == "" && slices.Contains(st.Ring.Homes, h.ID)
+}
+
+// lostError is ring status's error for the databases of the ring that lost
+// their identity, or that recorded another; nil when there are none.
+func (rc *ringCtx) lostError(st idem.RingStatus) error {
+	var lost, other []string
+	for _, h := range st.Homes {
+		switch {
+		case isLost(st, h):
+			lost = append(lost, rc.set.label(h.ID))
+		case h.Err == nil && h.Identity != "" && h.Identity != h.ID:
+			other = append(other, fmt.Sprintf("%s recorded that it is home %s", rc.set.label(h.ID), h.Identity))
+		}
+	}
+	switch {
+	case len(lost) > 0:
+		return fmt.Errorf("ring status: %s lost %s identity: replaced or wiped, with the keys %s held; restore %s to a moment before the loss with D1 Time Travel "+
+			"('wrangler d1 time-travel restore %s --timestamp=TIME'), or name the home's own database again; no ring command records the ring there again, "+
+			"which would execute those keys a second time (docs/sharding.md)",
+			strings.Join(lost, ", "), pick(len(lost) == 1, "its", "their"), pick(len(lost) == 1, "it", "they"), pick(len(lost) == 1, "it", "them"), lost[0])
+	case len(other) > 0:
+		return fmt.Errorf("ring status: %s: give each home its own database, the same in every replica (docs/sharding.md)", strings.Join(other, "; "))
+	}
+	return nil
 }

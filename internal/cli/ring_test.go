@@ -88,9 +88,10 @@ func TestRingRefusals(t *testing.T) {
 	expect(3, exitUsage, "ring grow: --add ledger-z is not one of the databases named (ledger-a, ledger-b, ledger-c): name it with --database or --database-id too", "ring", "grow", "--add", "ledger-z")
 	expect(3, exitUsage, "ring grow: --add ledger-b is already in the ring (version 1: ledger-a, ledger-b)", "ring", "grow", "--add", "ledger-b")
 
-	// The ring not recorded everywhere: grow says to advance first, and
-	// advance records it.
-	if _, err := e.client(t, "ledger-b").Query(context.Background(), "DELETE FROM idempotency_keys WHERE principal = ''"); err != nil {
+	// The ring not recorded everywhere (ledger-b joined, but lacks it, as
+	// after an init whose write failed there): grow says to advance first,
+	// and advance records it.
+	if _, err := e.client(t, "ledger-b").Query(context.Background(), "DELETE FROM idempotency_keys WHERE principal = '' AND key = 'd1idem:ring'"); err != nil {
 		t.Fatal(err)
 	}
 	expect(3, exitError, "ring grow: the current ring is not recorded in every database yet: run 'd1idem ring advance"+e.hint(3)+"' to record it there, then grow again",
@@ -121,6 +122,39 @@ func TestRingRefusals(t *testing.T) {
 		"ring", "advance", "--retention", "72h")
 	// A keys command that does not name every database of the ring.
 	expect(2, exitError, "keys get: the ring names a database not given here (\"ledger-c\")", "keys", "get", "--principal", e.moved(t, 2), "--key", "k")
+}
+
+// TestRingLostGolden: what ring status, advance and grow say when a
+// database of the ring lost its identity (emptied after it answered keys),
+// and what keys get says for a principal it held; none of them records the
+// ring there again.
+func TestRingLostGolden(t *testing.T) {
+	e := newShardEnv(t, d1test.Local(t), 3)
+	tr := &transcript{t: t, e: e}
+	e.must(t, 3, "schema", "apply")
+	e.must(t, 2, "ring", "init")
+	e.serve(t, e.ledger(t), "order-1", time.Second, principals(4)...)
+	if _, err := e.client(t, "ledger-b").Query(context.Background(), "DELETE FROM idempotency_keys"); err != nil {
+		t.Fatal(err)
+	}
+	tr.note("4 principals served; then ledger-b emptied (DELETE FROM idempotency_keys): its identity, ring and keys are gone")
+	tr.run(2, "ring", "status")
+	tr.run(2, "ring", "advance")
+	tr.run(3, "ring", "grow", "--add", "ledger-c")
+	var p string
+	for _, q := range principals(4) {
+		if p == "" && idem.Rendezvous(q, e.ids[:2]) == "ledger-b" {
+			p = q
+		}
+	}
+	tr.run(2, "keys", "get", "--principal", p, "--key", "order-1")
+	tr.run(2, "ring", "status", "--json")
+	golden(t, "ring_lost", tr.b.String())
+	for _, r := range e.ids[1:] {
+		if keys, err := e.client(t, r).Query(context.Background(), "SELECT key FROM idempotency_keys"); err != nil || len(keys.Rows) != 0 {
+			t.Errorf("%s after the refusals: %v %v", r, keys, err)
+		}
+	}
 }
 
 // TestRingGrowPartial: a grow whose new ring reaches the coordinating
@@ -162,6 +196,7 @@ func TestRingFix(t *testing.T) {
 		{fmt.Errorf("idem: %w", idem.ErrNoRing), "keys get: no ring is recorded in these databases: run 'd1idem ring init' once, before the first request"},
 		{fmt.Errorf("idem: %w: %q", idem.ErrUnknownHome, "db-9"), `keys get: the ring names a database not given here ("db-9"): name every database of the ring ('d1idem ring status' lists them)`},
 		{fmt.Errorf("idem: grow: %w: home a already holds v2", idem.ErrRingConflict), "keys get: the databases hold a ring this command did not expect (home a already holds v2): another operator changed it first"},
+		{fmt.Errorf("idem: advance ring: %w: home \"b\", a database of v1, holds no identity", idem.ErrHomeLost), `keys get: a database of the ring lost its identity: it was replaced or wiped: home "b", a database of v1, holds no identity; with wrangler: 'wrangler d1 time-travel restore DATABASE --timestamp=TIME', TIME before the loss`},
 	} {
 		parent := cli.NewContext(app, nil, nil)
 		parent.Command = &cli.Command{Name: "keys"}
