@@ -276,7 +276,7 @@ func (s *shards) refuse(l *Ledger, err error) error {
 	s.route, s.refused, s.refuseAt = nil, err, time.Now()
 	s.mu.Unlock()
 	l.log().LogAttrs(context.Background(), slog.LevelError, "idem: the databases' rings or identities conflict; the sharded ledger serves nothing until they are fixed",
-		slog.String("error", err.Error()))
+		ErrorAttrs(err)...)
 	return err
 }
 
