@@ -53,5 +53,6 @@ func (l *Ledger) heartbeatOf(r *Reservation) time.Duration {
 	if hb <= 0 || ttl == l.cfg.TTL {
 		return hb
 	}
-	return max(time.Duration(int64(hb)*int64(ttl)/int64(l.cfg.TTL)), time.Millisecond)
+	// In floating point: hb * ttl overflows int64 nanoseconds past about 3 s².
+	return max(time.Duration(float64(hb)*float64(ttl)/float64(l.cfg.TTL)), time.Millisecond)
 }

@@ -8,7 +8,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/oteltest"
 )
 
 func beginTTL(t *testing.T, l *idem.Ledger, key string, ttl time.Duration) idem.Decision {
@@ -50,10 +53,12 @@ func TestBeginOptionsTTLTakeover(t *testing.T) {
 
 // Heartbeats keep their ratio to the reservation's TTL: with the default
 // (TTL/3 of the ledger's 30 s, every 10 s), a 3 s reservation renews every
-// second, so a live owner is never taken over by a retry with its TTL.
+// second, so a live owner is never taken over by a retry with its TTL; 20
+// seconds of it are 20 renewals (or 19).
 func TestBeginOptionsTTLScalesHeartbeat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, _ := fakeTimeLedger(t, idem.Config{TTL: 30 * time.Second}, nil)
+		rec := oteltest.New()
+		l, _ := fakeTimeLedger(t, idem.Config{TTL: 30 * time.Second, MeterProvider: rec.MeterProvider}, nil)
 		r := beginTTL(t, l, "hb", 3*time.Second).Reservation
 		err := l.Hold(bg, r, func(ctx context.Context) error {
 			for i := range 10 {
@@ -69,6 +74,10 @@ func TestBeginOptionsTTLScalesHeartbeat(t *testing.T) {
 		}
 		if c := complete(t, l, r, 201, "done"); !c.Stored {
 			t.Fatal("the live owner was fenced out")
+		}
+		// The 20th falls at the instant the handler returns: it may not run.
+		if n := rec.Collect(t).Value("d1idem.lease.renewals", attribute.String("d1idem.renewal.result", "renewed")); n < 19 || n > 20 {
+			t.Fatalf("%v renewals in 20 s, want 19 or 20 (one a second)", n)
 		}
 	})
 }
