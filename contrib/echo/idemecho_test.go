@@ -497,3 +497,23 @@ func TestOptionsPerRoute(t *testing.T) {
 		t.Fatalf("strict without a key: %d", r.StatusCode)
 	}
 }
+
+// A handler that flushes streams its response: the client gets it whole,
+// nothing is stored, and the retry executes again.
+func TestStreamedNotStored(t *testing.T) {
+	s := newStack(t, config{handler: func(c echo.Context) error {
+		c.Response().WriteHeader(202)
+		io.WriteString(c.Response(), "part 1;")
+		c.Response().Flush()
+		_, err := io.WriteString(c.Response(), "part 2")
+		return err
+	}})
+	for i := range 2 {
+		if r := s.do("POST", "k", "{}"); r.status != 202 || r.body != "part 1;part 2" || r.header.Get(idemhttp.HeaderReplayed) != "" {
+			t.Fatalf("try %d: %+v", i, r)
+		}
+	}
+	if s.runs.Load() != 2 {
+		t.Fatalf("runs = %d", s.runs.Load())
+	}
+}

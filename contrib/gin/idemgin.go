@@ -19,6 +19,7 @@ package idemgin
 import (
 	"bufio"
 	"cmp"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -121,6 +122,9 @@ func (m *middleware) checkOrder(c *gin.Context) {
 // unwritten is responseWriter.size before anything was written.
 const unwritten = -1
 
+// errHijackWritten refuses a hijack once the body was written, as gin does.
+var errHijackWritten = errors.New("idemgin: response body already written")
+
 // responseWriter is gin's ResponseWriter over the Guard's capture, with
 // gin's semantics: WriteHeader records the status, which goes out with the
 // first write or WriteHeaderNow.
@@ -163,7 +167,7 @@ func (w *responseWriter) Written() bool { return w.size != unwritten }
 // statements queued).
 func (w *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if w.size > 0 {
-		return nil, nil, http.ErrHijacked
+		return nil, nil, errHijackWritten
 	}
 	w.size = max(w.size, 0)
 	return http.NewResponseController(w.ResponseWriter).Hijack()

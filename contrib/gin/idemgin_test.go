@@ -513,3 +513,22 @@ func TestOptionsPerRoute(t *testing.T) {
 		t.Fatalf("strict without a key: %d", r.StatusCode)
 	}
 }
+
+// A handler that flushes streams its response: the client gets it whole,
+// nothing is stored, and the retry executes again.
+func TestStreamedNotStored(t *testing.T) {
+	s := newStack(t, config{handler: func(c *gin.Context) {
+		c.Status(202)
+		c.Writer.WriteString("part 1;")
+		c.Writer.Flush()
+		c.Writer.WriteString("part 2")
+	}})
+	for i := range 2 {
+		if r := s.do("POST", "k", "{}"); r.status != 202 || r.body != "part 1;part 2" || r.header.Get(idemhttp.HeaderReplayed) != "" {
+			t.Fatalf("try %d: %+v", i, r)
+		}
+	}
+	if s.runs.Load() != 2 {
+		t.Fatalf("runs = %d", s.runs.Load())
+	}
+}
