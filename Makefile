@@ -3,20 +3,37 @@ GO ?= go
 NPM ?= npm
 PKGS := ./...
 
-.PHONY: all build test test-short bench bench-budget bench-figures lint demo fuzz conformance-deps clean bridge-statements faults-long faults-long-bridge first-hour-timings
+# The adapters under contrib/ are modules of their own (each with a replace
+# of the core to ../..). Every command here runs outside the workspace of
+# go.work, as a user's build does: the core with its own go.mod's versions,
+# each adapter as a clone of it would build. go.work is for editors and
+# commands typed by hand.
+export GOWORK := off
+CONTRIB := $(patsubst %/go.mod,%,$(wildcard contrib/*/go.mod))
+# Runs $(1) in each module of contrib/, all of them even if one fails.
+in_contrib = status=0; for m in $(CONTRIB); do echo "$$m: $(1)"; (cd $$m && $(1)) || status=1; done; exit $$status
+
+.PHONY: all build test test-core test-contrib test-short bench bench-budget bench-figures lint demo fuzz conformance-deps clean bridge-statements faults-long faults-long-bridge first-hour-timings
 
 all: lint test
 
 build:
 	$(GO) build $(PKGS)
+	@$(call in_contrib,$(GO) build ./...)
 
 # The whole suite, under the race detector. The workerd conformance leg needs
 # Node and the pinned npm packages in conformance/; they are installed here
 # when npm is present. In CI (CI set) a missing Node fails the suite.
 # After the tests it says whether the workerd leg ran: each test binary that
 # asks for it leaves a word in a marker directory (internal/d1test,
-# D1TEST_WORKERD_MARKER).
-test: conformance-deps
+# D1TEST_WORKERD_MARKER). Then each module of contrib/ is vetted and tested
+# under the race detector too.
+test: conformance-deps test-core test-contrib
+
+test-contrib:
+	@$(call in_contrib,$(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...)
+
+test-core:
 	$(GO) vet $(PKGS)
 	@marker=$$(mktemp -d); \
 	D1TEST_WORKERD_MARKER=$$marker $(GO) test -race -count=1 -timeout 20m $(PKGS); status=$$?; \
@@ -29,6 +46,7 @@ test: conformance-deps
 
 test-short:
 	$(GO) test -count=1 -short $(PKGS)
+	@$(call in_contrib,$(GO) test -count=1 -short ./...)
 
 conformance-deps:
 	@if command -v $(NPM) >/dev/null 2>&1; then \
@@ -87,7 +105,7 @@ bridge-statements:
 # staticcheck is pinned in tools/go.mod (a tool directive of its own module,
 # so that its dependencies stay out of the product's go.mod and of the
 # demo's first build).
-STATICCHECK ?= $(GO) tool -modfile=tools/go.mod staticcheck
+STATICCHECK ?= $(GO) tool -modfile=$(CURDIR)/tools/go.mod staticcheck
 
 # vet, gofmt, staticcheck, and the layering and size rules of
 # CONTRIBUTING.md (the TestLint tests of deps_test.go).
@@ -95,6 +113,7 @@ lint:
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(STATICCHECK) $(PKGS)
+	@$(call in_contrib,$(GO) vet ./... && $(STATICCHECK) ./...)
 	$(GO) test -count=1 -run '^TestLint' .
 
 demo:

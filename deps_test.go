@@ -1,6 +1,7 @@
 package d1idem_test
 
 import (
+	"encoding/json"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -215,5 +216,110 @@ func TestLintShortFunctions(t *testing.T) {
 	}
 	if checked < 50 {
 		t.Fatalf("the check is broken: only %d functions found under internal/cli", checked)
+	}
+}
+
+// frameworks are the module paths of the web frameworks and RPC systems the
+// adapters of contrib/ bring; the core module requires none of them.
+var frameworks = []string{"github.com/gin-gonic/", "github.com/labstack/", "google.golang.org/grpc"}
+
+// goCmd runs the go command outside any workspace (go.work), in dir, and
+// returns its output.
+func goCmd(t *testing.T, dir string, args ...string) []byte {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("the go command is needed in CI: %v", err)
+		}
+		t.Skipf("the go command is not in PATH: %v", err)
+	}
+	cmd := exec.Command(goBin, args...)
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), "GOWORK=off")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go %s in %s: %v", strings.Join(args, " "), dir, err)
+	}
+	return out
+}
+
+// goMod is what `go mod edit -json` says of a go.mod.
+type goMod struct {
+	Module  struct{ Path string }
+	Require []requirement
+	Replace []struct {
+		Old, New struct{ Path, Version string }
+	}
+}
+
+type requirement struct {
+	Path, Version string
+	Indirect      bool
+}
+
+func readGoMod(t *testing.T, dir string) goMod {
+	t.Helper()
+	var m goMod
+	if err := json.Unmarshal(goCmd(t, dir, "mod", "edit", "-json"), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestLintCoreRequiresNoFramework: the core module requires no framework,
+// directly or not: the adapters are modules of their own, under contrib/.
+func TestLintCoreRequiresNoFramework(t *testing.T) {
+	m := readGoMod(t, ".")
+	if m.Module.Path != module || len(m.Require) < 5 {
+		t.Fatalf("the check is broken: go.mod read as %+v", m)
+	}
+	all := strings.Fields(string(goCmd(t, ".", "list", "-m", "-f", "{{.Path}}", "all")))
+	if !slices.Contains(all, "modernc.org/sqlite") {
+		t.Fatal("the check is broken: the core's build list should hold modernc.org/sqlite")
+	}
+	for _, p := range all {
+		if slices.ContainsFunc(frameworks, func(f string) bool { return strings.HasPrefix(p, f) }) {
+			t.Errorf("the core module's build list holds %s; an adapter belongs in a module of its own under contrib/ (`go mod why -m %s`)", p, p)
+		}
+	}
+}
+
+// TestLintContribModules: each module of contrib/ requires the core at
+// v0.0.0 with a replace to this tree (until the first tag), is in go.work,
+// and imports only the core's public packages (Go's internal rule would let
+// it, being under this tree, but a user's build pairs it with a released
+// core whose internals differ).
+func TestLintContribModules(t *testing.T) {
+	mods, err := filepath.Glob("contrib/*/go.mod")
+	if err != nil || len(mods) < 2 {
+		t.Fatalf("the check is broken: contrib modules %v, %v", mods, err)
+	}
+	work, err := os.ReadFile("go.work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gm := range mods {
+		dir := filepath.Dir(gm)
+		m := readGoMod(t, dir)
+		if m.Module.Path != module+"/"+filepath.ToSlash(dir) {
+			t.Errorf("%s: module %s, want %s", gm, m.Module.Path, module+"/"+filepath.ToSlash(dir))
+		}
+		if !slices.Contains(m.Require, requirement{module, "v0.0.0", false}) {
+			t.Errorf("%s does not require %s v0.0.0", gm, module)
+		}
+		if len(m.Replace) != 1 || m.Replace[0].Old.Path != module || m.Replace[0].New.Path != "../.." {
+			t.Errorf("%s: replace %+v, want %s => ../..", gm, m.Replace, module)
+		}
+		if !strings.Contains(string(work), "./"+filepath.ToSlash(dir)+"\n") {
+			t.Errorf("go.work does not use ./%s: run `go work use ./%s`", dir, dir)
+		}
+		out := goCmd(t, dir, "list", "-f", "{{.ImportPath}} {{.Imports}} {{.TestImports}} {{.XTestImports}}", "./...")
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			for _, p := range strings.Fields(strings.NewReplacer("[", " ", "]", " ").Replace(line))[1:] {
+				if under(p, module+"/internal") {
+					t.Errorf("%s imports %s: an adapter uses the core's public API only", strings.Fields(line)[0], p)
+				}
+			}
+		}
 	}
 }

@@ -16,14 +16,16 @@ var (
 	ErrMaxLease  = errors.New("idem: maximum lease duration exceeded") // beyond Config.MaxLease
 )
 
-// heartbeat renews r's lease every Config.Heartbeat until beat ends, cancelling ctx if it is lost.
+// heartbeat renews r's lease every Config.Heartbeat (scaled to r's TTL) until beat ends, cancelling
+// ctx if it is lost.
 func (l *Ledger) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, beat context.Context, r *Reservation) {
+	every := l.heartbeatOf(r)
 	lose := func(cause string, err error, msg string, attrs ...slog.Attr) {
 		l.log().LogAttrs(ctx, slog.LevelError, msg, append(r.LogValue().Group(), attrs...)...)
 		l.tel.add(l.tel.lost, 1, attrLeaseCause.String(cause))
 		cancel(err)
 	}
-	tick := time.NewTicker(l.cfg.Heartbeat)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	maxLease := time.NewTimer(l.cfg.MaxLease - time.Since(r.acquired))
 	defer maxLease.Stop()
@@ -39,7 +41,7 @@ func (l *Ledger) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 			return
 		case <-tick.C:
 		}
-		rctx, stop := context.WithTimeout(beat, l.cfg.Heartbeat)
+		rctx, stop := context.WithTimeout(beat, every)
 		ok, err := l.Renew(rctx, r)
 		stop()
 		switch {
@@ -53,7 +55,7 @@ func (l *Ledger) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 			}
 			lose(cause, ErrLeaseLost, "idem: lease lost: the reservation was taken over, released or expired; the handler's context is cancelled")
 			return
-		case time.Since(r.leaseStart()) >= l.cfg.TTL:
+		case time.Since(r.leaseStart()) >= l.ttl(r):
 			lose(causeUnreachable, ErrLeaseLost, "idem: lease lost: no heartbeat reached D1 for a whole TTL; the handler's context is cancelled",
 				ErrorAttrs(err)...)
 			return
@@ -71,7 +73,7 @@ func (l *Ledger) Hold(ctx context.Context, r *Reservation, fn func(ctx context.C
 	hctx, cancel := context.WithCancelCause(ctx)
 	beat, end := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	if l.cfg.Heartbeat > 0 {
+	if l.heartbeatOf(r) > 0 {
 		wg.Go(func() { l.heartbeat(hctx, cancel, beat, r) })
 	}
 	defer func() {

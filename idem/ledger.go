@@ -123,6 +123,7 @@ type Reservation struct {
 	Takeover    bool // it took over an earlier owner's stale pending row
 
 	home          *home         // the database the reservation was claimed in
+	ttl           time.Duration // BeginOptions.TTL, or zero: the ledger's
 	acquired      time.Time     // local monotonic time just before the claim was sent
 	clockAcquired time.Time     // the injected clock's time of the claim; zero with D1's clock
 	renewed       *atomic.Int64 // nanoseconds after acquired of the last renewal's start
@@ -182,8 +183,10 @@ var ErrReservationExpired = errors.New("idem: reservation expired: its row may h
 
 // Begin runs round trip 1: one D1 batch that claims the key (or takes over
 // a stale pending reservation with the same fingerprint) and reads the row.
-func (l *Ledger) Begin(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
+// Options, if given, adjust this call (see BeginOptions).
+func (l *Ledger) Begin(ctx context.Context, principal, key, fingerprint string, opts ...BeginOptions) (Decision, error) {
 	err := checkPrincipal(principal)
+	ttl, terr := l.beginTTL(opts)
 	switch {
 	case err != nil:
 		return Decision{}, err
@@ -191,6 +194,8 @@ func (l *Ledger) Begin(ctx context.Context, principal, key, fingerprint string) 
 		return Decision{}, ErrInvalidKey
 	case fingerprint == "":
 		return Decision{}, errors.New("idem: empty fingerprint")
+	case terr != nil:
+		return Decision{}, terr
 	}
 	if l.cache != nil {
 		if resp, ok := l.cache.get(principal, key, fingerprint); ok {
@@ -200,15 +205,15 @@ func (l *Ledger) Begin(ctx context.Context, principal, key, fingerprint string) 
 		l.tel.add(l.tel.cache, 1, attrCacheResult.String("miss"))
 	}
 	if l.shards != nil {
-		return l.beginSharded(ctx, principal, key, fingerprint)
+		return l.beginSharded(ctx, principal, key, fingerprint, ttl)
 	}
-	return l.claimAt(ctx, l.single, nil, principal, key, fingerprint)
+	return l.claimAt(ctx, l.single, nil, principal, key, fingerprint, ttl)
 }
 
 // claimAt runs round trip 1 at h, after guard (the ring guard, if any).
-func (l *Ledger) claimAt(ctx context.Context, h *home, guard []d1client.Statement, principal, key, fingerprint string) (Decision, error) {
+func (l *Ledger) claimAt(ctx context.Context, h *home, guard []d1client.Statement, principal, key, fingerprint string, ttl time.Duration) (Decision, error) {
 	now := l.now()
-	stmts := l.sql.begin(principal, key, fingerprint, l.cfg.TTL, now)
+	stmts := l.sql.begin(principal, key, fingerprint, ttl, now)
 	if guard != nil {
 		stmts = append(guard, stmts...)
 	}
@@ -217,12 +222,13 @@ func (l *Ledger) claimAt(ctx context.Context, h *home, guard []d1client.Statemen
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: claim: %w", err)
 	}
-	d, err := l.decide(res[len(guard):], principal, key, fingerprint, acquired)
+	d, err := l.decide(res[len(guard):], principal, key, fingerprint, acquired, ttl)
 	if d.Outcome == Replay {
 		l.cache.put(principal, key, fingerprint, d.Response, acquired.Add(d.retained))
 	}
 	if d.Reservation != nil {
 		d.Reservation.clockAcquired = now
+		d.Reservation.ttl = ttl
 		d.Reservation.home = h
 		if d.Reservation.Takeover {
 			l.tel.takeovers.Add(ctx, 1)
@@ -232,7 +238,7 @@ func (l *Ledger) claimAt(ctx context.Context, h *home, guard []d1client.Statemen
 }
 
 // decide maps round trip 1's results (the claim, the lookup) to the outcome.
-func (l *Ledger) decide(res []d1client.Result, principal, key, fingerprint string, acquired time.Time) (Decision, error) {
+func (l *Ledger) decide(res []d1client.Result, principal, key, fingerprint string, acquired time.Time, ttl time.Duration) (Decision, error) {
 	if len(res[0].Rows) == 1 {
 		var gen int64
 		if err := res[0].Rows[0].Scan(&gen); err != nil {
@@ -250,11 +256,11 @@ func (l *Ledger) decide(res []d1client.Result, principal, key, fingerprint strin
 	if err := row.scan(res[1].Rows[0]); err != nil {
 		return Decision{}, fmt.Errorf("idem: lookup result: %w", err)
 	}
-	return l.decideRow(&row, fingerprint)
+	return l.decideRow(&row, fingerprint, ttl)
 }
 
-// decideRow answers from an existing row that was not claimed.
-func (l *Ledger) decideRow(row *storedRow, fingerprint string) (Decision, error) {
+// decideRow answers from an existing row that was not claimed, judged by ttl.
+func (l *Ledger) decideRow(row *storedRow, fingerprint string, ttl time.Duration) (Decision, error) {
 	switch {
 	case row.fingerprint != fingerprint:
 		return Decision{Outcome: Reused}, nil
@@ -266,7 +272,7 @@ func (l *Ledger) decideRow(row *storedRow, fingerprint string) (Decision, error)
 		retained := time.Duration(row.updatedAt-row.now)*time.Millisecond + l.cfg.Retention
 		return Decision{Outcome: Replay, Response: resp, retained: retained}, nil
 	default:
-		return Decision{Outcome: InProgress, RetryAfter: l.retryAfter(row)}, nil
+		return Decision{Outcome: InProgress, RetryAfter: l.retryAfter(row, ttl)}, nil
 	}
 }
 
@@ -279,14 +285,14 @@ func (l *Ledger) decideRow(row *storedRow, fingerprint string) (Decision, error)
 // generation 1; a later generation's claim, a takeover, set updated_at
 // (which renewals move on, so its age is then underestimated, and the wait
 // long rather than short).
-func (l *Ledger) retryAfter(row *storedRow) time.Duration {
+func (l *Ledger) retryAfter(row *storedRow, ttl time.Duration) time.Duration {
 	claimed := row.createdAt
 	if row.generation > 1 {
 		claimed = max(row.createdAt, row.updatedAt)
 	}
 	age := time.Duration(row.now-claimed) * time.Millisecond
 	// A takeover needs updated_at < now - TTL: a millisecond past the lease.
-	lease := time.Duration(row.updatedAt-row.now)*time.Millisecond + l.cfg.TTL + time.Millisecond
+	lease := time.Duration(row.updatedAt-row.now)*time.Millisecond + ttl + time.Millisecond
 	if done := l.handlerTime.estimate() - age; done > 0 {
 		return min(max(done, minRetryAfter), lease)
 	}
@@ -391,7 +397,7 @@ func (l *Ledger) prepare(ctx context.Context, r *Reservation, resp Response, rep
 // finish sends a completion batch (and a due sweep), recording it in w.done.
 func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1client.Statement, userStmts int, w *completionWrite) error {
 	now := time.Now() // retries stop when the lease would expire, but get minCompletionWindow
-	ctx, cancel, err := l.writeContext(ctx, r, now.Add(max(r.leaseStart().Add(l.cfg.TTL).Sub(now), minCompletionWindow)))
+	ctx, cancel, err := l.writeContext(ctx, r, now.Add(max(r.leaseStart().Add(l.ttl(r)).Sub(now), minCompletionWindow)))
 	if err != nil {
 		l.expired(ctx, r, "completion")
 		return fmt.Errorf("idem: completion: %w", err)
@@ -528,7 +534,7 @@ func shortHash(s string) string {
 // Release gives up a pending reservation, fenced, moving its row a generation on so the client's
 // retry takes it over at once; it reports whether it released the row.
 func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
-	stmt := l.sql.release(r.Principal, r.Key, r.Generation, l.cfg.TTL, releaseOwner, l.now())
+	stmt := l.sql.release(r.Principal, r.Key, r.Generation, l.ttl(r), releaseOwner, l.now())
 	ok, err := l.fencedWrite(ctx, r, "release", stmt, opRelease)
 	if errors.Is(err, ErrReservationExpired) {
 		l.expired(ctx, r, "release")
@@ -562,7 +568,7 @@ func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string)
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: lookup: %w", err)
 	}
-	return l.decide([]d1client.Result{{}, res[0]}, principal, key, fingerprint, time.Time{})
+	return l.decide([]d1client.Result{{}, res[0]}, principal, key, fingerprint, time.Time{}, l.cfg.TTL)
 }
 
 // Renew extends a pending reservation's lease, fenced; false: the lease is lost.

@@ -347,13 +347,13 @@ func (s *shards) recheck(ctx context.Context, l *Ledger, h *home, want expect, e
 }
 
 // beginSharded is Begin on a sharded ledger.
-func (l *Ledger) beginSharded(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
+func (l *Ledger) beginSharded(ctx context.Context, principal, key, fingerprint string, ttl time.Duration) (Decision, error) {
 	for range maxReroutes {
 		hs, rt, err := l.homesFor(ctx, principal)
 		if err != nil {
 			return Decision{}, err
 		}
-		d, err := l.beginRouted(ctx, rt, hs, principal, key, fingerprint)
+		d, err := l.beginRouted(ctx, rt, hs, principal, key, fingerprint, ttl)
 		if !errors.Is(err, errReroute) {
 			return d, err
 		}
@@ -365,10 +365,10 @@ func (l *Ledger) beginSharded(ctx context.Context, principal, key, fingerprint s
 // first: if it lacks rt, the key is claimed there behind the predecessor's guard; else answered
 // from there or, absent or a stale reservation of this request (deleted, fenced), claimed at the
 // new home. Once the old home records rt nothing claims a moved key there (docs/sharding.md).
-func (l *Ledger) beginRouted(ctx context.Context, rt *route, hs []*home, principal, key, fingerprint string) (Decision, error) {
+func (l *Ledger) beginRouted(ctx context.Context, rt *route, hs []*home, principal, key, fingerprint string, ttl time.Duration) (Decision, error) {
 	oh, nh := hs[0], hs[len(hs)-1]
 	if len(hs) == 1 {
-		return l.claimGuarded(ctx, nh, rt.expect, principal, key, fingerprint)
+		return l.claimGuarded(ctx, nh, rt.expect, principal, key, fingerprint, ttl)
 	}
 	st, res, err := l.readAt(ctx, oh, []d1client.Statement{l.sql.lookupRow(principal, key, l.now())}, d1client.Coalesce(), opClaim)
 	if err != nil {
@@ -378,7 +378,7 @@ func (l *Ledger) beginRouted(ctx context.Context, rt *route, hs []*home, princip
 		if err := l.shards.judge(l, oh, st, rt.prev); err != nil {
 			return Decision{}, err
 		}
-		return l.claimGuarded(ctx, oh, rt.prev, principal, key, fingerprint)
+		return l.claimGuarded(ctx, oh, rt.prev, principal, key, fingerprint, ttl)
 	}
 	if err := l.shards.judge(l, oh, st, rt.expect); err != nil {
 		return Decision{}, err
@@ -387,30 +387,30 @@ func (l *Ledger) beginRouted(ctx context.Context, rt *route, hs []*home, princip
 		return Decision{}, fmt.Errorf("idem: claim: %w: home %s, the old home of a moved principal, holds no ring", ErrRingConflict, oh.id)
 	}
 	if len(res[0].Rows) == 0 {
-		return l.claimGuarded(ctx, nh, rt.expect, principal, key, fingerprint)
+		return l.claimGuarded(ctx, nh, rt.expect, principal, key, fingerprint, ttl)
 	}
 	var row storedRow
 	if err := row.scan(res[0].Rows[0]); err != nil {
 		return Decision{}, fmt.Errorf("idem: lookup result: %w", err)
 	}
-	if row.fingerprint != fingerprint || row.status != StatusPending || row.updatedAt >= row.now-l.cfg.TTL.Milliseconds() {
-		return l.decideRow(&row, fingerprint)
+	if row.fingerprint != fingerprint || row.status != StatusPending || row.updatedAt >= row.now-ttl.Milliseconds() {
+		return l.decideRow(&row, fingerprint, ttl)
 	}
 	// A stale reservation of this request: delete it, as a takeover would.
 	res, err = oh.db.Exec(ctx, []d1client.Statement{l.sql.ringGuard(rt.expect, oh.id),
-		l.sql.movedDelete(principal, key, row.generation, fingerprint, l.cfg.TTL, l.now())}, d1client.Idempotent(), opClaim)
+		l.sql.movedDelete(principal, key, row.generation, fingerprint, ttl, l.now())}, d1client.Idempotent(), opClaim)
 	switch {
 	case err != nil:
 		return Decision{}, fmt.Errorf("idem: claim: moving a stale reservation: %w", l.shards.recheck(ctx, l, oh, rt.expect, err))
 	case len(res[1].Rows) == 1:
-		return l.claimGuarded(ctx, nh, rt.expect, principal, key, fingerprint)
+		return l.claimGuarded(ctx, nh, rt.expect, principal, key, fingerprint, ttl)
 	}
 	return Decision{}, errReroute // the row changed meanwhile: read it again
 }
 
 // claimGuarded claims at h behind the guard of ring want.
-func (l *Ledger) claimGuarded(ctx context.Context, h *home, want expect, principal, key, fingerprint string) (Decision, error) {
-	d, err := l.claimAt(ctx, h, []d1client.Statement{l.sql.ringGuard(want, h.id)}, principal, key, fingerprint)
+func (l *Ledger) claimGuarded(ctx context.Context, h *home, want expect, principal, key, fingerprint string, ttl time.Duration) (Decision, error) {
+	d, err := l.claimAt(ctx, h, []d1client.Statement{l.sql.ringGuard(want, h.id)}, principal, key, fingerprint, ttl)
 	if err != nil {
 		return Decision{}, l.shards.recheck(ctx, l, h, want, err)
 	}

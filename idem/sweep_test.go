@@ -182,7 +182,7 @@ func TestClocks(t *testing.T) {
 // arise within one transaction, but the decision keeps the spec's branch.
 func TestDecideRetryWhenRowVanished(t *testing.T) {
 	l := &Ledger{cfg: Config{TTL: DefaultTTL}}
-	d, err := l.decide([]d1client.Result{{}, {}}, "p", "k", "fp", time.Now())
+	d, err := l.decide([]d1client.Result{{}, {}}, "p", "k", "fp", time.Now(), l.cfg.TTL)
 	if err != nil || d.Outcome != Retry {
 		t.Fatalf("%+v %v", d, err)
 	}

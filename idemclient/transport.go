@@ -2,6 +2,7 @@ package idemclient
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -258,7 +259,7 @@ func classify(res *http.Response, err error) answer {
 
 // readError reads the start of the answer's body, decodes its error code
 // and message ({"error": code} or, as Stripe answers, {"error": {"code":
-// code}}), and returns its retry_after_ms, if any. The body is left whole
+// code}}; the message, or RFC 9457's "detail"), and returns its retry_after_ms, if any. The body is left whole
 // for the caller.
 func (a *answer) readError() (retryAfterMS *float64) {
 	body := a.res.Body
@@ -274,6 +275,7 @@ func (a *answer) readError() (retryAfterMS *float64) {
 	var eb struct {
 		Error        json.RawMessage `json:"error"`
 		Message      string          `json:"message"`
+		Detail       string          `json:"detail"` // RFC 9457's, in a problem+json body
 		RetryAfterMS *float64        `json:"retry_after_ms"`
 	}
 	if json.Unmarshal(b, &eb) != nil || len(eb.Error) == 0 {
@@ -285,7 +287,7 @@ func (a *answer) readError() (retryAfterMS *float64) {
 			a.code, eb.Message = obj.Code, obj.Message
 		}
 	}
-	a.message = eb.Message
+	a.message = cmp.Or(eb.Message, eb.Detail)
 	return eb.RetryAfterMS
 }
 

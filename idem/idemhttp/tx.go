@@ -38,6 +38,7 @@ var (
 	errTxStreamed = fmt.Errorf("%w: the response was already streamed (flushed before any statement was queued)", ErrTxClosed)
 	errTxHijacked = fmt.Errorf("%w: the connection was hijacked", ErrTxClosed)
 	errTxDone     = fmt.Errorf("%w: the handler has returned", ErrTxClosed)
+	errTxUnstored = fmt.Errorf("%w: Options.Store refused the response's status", ErrTxClosed)
 )
 
 // Add queues statements to commit in order, or fails with ErrTxClosed.
@@ -62,22 +63,88 @@ func (t *Tx) finish() ([]d1client.Statement, int) {
 
 type txKey struct{}
 
-// TxFromContext returns the Tx of the request the middleware executes.
+// TxContextKey is the string key under which a framework whose context looks
+// values up by string (gin's Context, whose Keys hold it) may keep the Tx,
+// so that TxFromContext finds it there too.
+const TxContextKey = "github.com/d1idem/d1idem/idem/idemhttp.Tx"
+
+// TxFromContext returns the Tx of the request the middleware executes, from
+// the request's context (or a framework's context that holds it under
+// TxContextKey, as contrib/gin's does).
 func TxFromContext(ctx context.Context) (*Tx, bool) {
-	tx, ok := ctx.Value(txKey{}).(*Tx)
+	if tx, ok := ctx.Value(txKey{}).(*Tx); ok {
+		return tx, true
+	}
+	tx, ok := ctx.Value(TxContextKey).(*Tx)
 	return tx, ok
 }
 
+// MustTx returns the Tx of the request the middleware executes, and panics
+// if ctx has none: a handler whose business write must commit with the
+// response fails loudly rather than skipping the write when it is not
+// behind the middleware (behind it, the panic releases the key and is
+// re-raised, so the client gets a 500 and its retry executes).
+func MustTx(ctx context.Context) *Tx {
+	tx, ok := TxFromContext(ctx)
+	if !ok {
+		panic("idemhttp: MustTx: no Tx in this context: the handler does not run behind the idempotency middleware, or was given another context than its request's")
+	}
+	return tx
+}
+
 // captureWriter records a handler's response, to be stored before the client
-// sees it, until the handler streams or hijacks (see Tx).
+// sees it, until the handler streams or hijacks (see Tx), or passes it
+// through unstored when Options.Store refuses its status.
 type captureWriter struct {
 	w        http.ResponseWriter
 	tx       *Tx
 	max      int
+	store    func(status int) bool
 	status   int
 	body     bytes.Buffer
 	streamed bool
 	hijacked bool
+	// Store refused the status: the response passes through, or with Tx
+	// statements queued and a status under 400, is discarded.
+	refusedStatus bool
+	discard       bool
+}
+
+// passing reports whether the response goes to the client as written.
+func (c *captureWriter) passing() bool {
+	return c.streamed || c.hijacked || c.refusedStatus && !c.discard
+}
+
+// setStatus records the response's status, the first, and asks Store about
+// it: refused, the response passes through from now on unless Tx statements
+// are queued and the status is under 400 (a success for writes that will
+// not commit): then it is discarded. Either way the Tx closes.
+func (c *captureWriter) setStatus(code int) {
+	c.status = code
+	if c.store(code) {
+		return
+	}
+	c.tx.mu.Lock()
+	defer c.tx.mu.Unlock()
+	c.refusedStatus = true
+	c.tx.closed = cmp.Or(c.tx.closed, errTxUnstored)
+	if len(c.tx.stmts) > 0 && code < 400 {
+		c.discard = true
+		return
+	}
+	c.w.WriteHeader(code)
+}
+
+// end is the handler's return: a response never written is a 200 with no
+// body, as net/http sends it.
+func (c *captureWriter) end() {
+	switch {
+	case c.hijacked || c.status != 0:
+	case c.passing(): // streamed before anything was written: net/http sent 200
+		c.status = http.StatusOK
+	default:
+		c.WriteHeader(http.StatusOK)
+	}
 }
 
 func (c *captureWriter) Header() http.Header { return c.w.Header() }
@@ -90,7 +157,7 @@ func (c *captureWriter) WriteHeader(code int) {
 		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
 	}
 	switch {
-	case c.streamed || c.hijacked:
+	case c.passing():
 		c.w.WriteHeader(code)
 	case c.status != 0: // not the first: ignored
 	case code == http.StatusSwitchingProtocols && !c.stream():
@@ -98,16 +165,20 @@ func (c *captureWriter) WriteHeader(code int) {
 	case code < 200:
 		c.w.WriteHeader(code)
 	default:
-		c.status = code
+		c.setStatus(code)
 	}
 }
 
 func (c *captureWriter) Write(p []byte) (int, error) {
-	if c.streamed || c.hijacked {
-		return c.w.Write(p)
+	if c.status == 0 && !c.passing() {
+		c.setStatus(http.StatusOK)
 	}
-	c.status = cmp.Or(c.status, http.StatusOK)
-	if nullBodyStatus(c.status) {
+	switch {
+	case c.passing():
+		return c.w.Write(p)
+	case c.discard:
+		return len(p), nil
+	case nullBodyStatus(c.status):
 		return 0, http.ErrBodyNotAllowed
 	}
 	// Keep at most max+1 bytes: enough to know the body is over the cap.
@@ -137,7 +208,10 @@ func (c *captureWriter) Flush() { _ = c.FlushError() }
 // held while Tx statements are queued, and ignored once the body is over the
 // stored-body cap (the response will be the sentinel).
 func (c *captureWriter) FlushError() error {
-	if !c.streamed && !c.hijacked {
+	if c.discard {
+		return nil
+	}
+	if !c.passing() {
 		if c.body.Len() > c.max || !c.stream() {
 			return nil
 		}
