@@ -66,6 +66,13 @@ func WithReport(ctx context.Context, r *Report) context.Context {
 	return context.WithValue(ctx, reportKey{}, r)
 }
 
+// ReportFrom returns the Report WithReport put in ctx, for another
+// transport of the protocol (contrib/grpc's interceptor) to fill in.
+func ReportFrom(ctx context.Context) (*Report, bool) {
+	r, ok := ctx.Value(reportKey{}).(*Report)
+	return r, ok && r != nil
+}
+
 // NewKey returns a new idempotency key: 128 random bits, from crypto/rand,
 // as 32 lowercase hexadecimal digits.
 func NewKey() string {
@@ -93,7 +100,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	ctx := req.Context()
-	rep, _ := ctx.Value(reportKey{}).(*Report)
+	rep, _ := ReportFrom(ctx)
 	if rep == nil {
 		rep = new(Report)
 	}
