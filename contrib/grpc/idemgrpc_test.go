@@ -63,7 +63,9 @@ var ordersDesc = grpc.ServiceDesc{
 		if err := dec(in); err != nil {
 			return nil, err
 		}
-		h := func(ctx context.Context, req any) (any, error) { return srv.(*orders).create(ctx, req.(*structpb.Struct)) }
+		h := func(ctx context.Context, req any) (any, error) {
+			return srv.(*orders).create(ctx, req.(*structpb.Struct))
+		}
 		if icpt == nil {
 			return h(ctx, in)
 		}
