@@ -66,8 +66,8 @@ func under(pkg, prefix string) bool { return pkg == prefix || strings.HasPrefix(
 // TestLintLayering: the arrows of CONTRIBUTING.md point one way.
 func TestLintLayering(t *testing.T) {
 	all := deps(t)
-	if !slices.Contains(all[module+"/cmd/d1idem"], module+"/internal/cli") {
-		t.Fatal("the check is broken: cmd/d1idem should depend on internal/cli")
+	if !slices.Contains(all[module+"/cmd/d1idem"], module+"/cli") {
+		t.Fatal("the check is broken: cmd/d1idem should depend on cli")
 	}
 	forbid := func(pkgs []string, why string, bad func(dep string) bool) {
 		t.Helper()
@@ -80,7 +80,7 @@ func TestLintLayering(t *testing.T) {
 		}
 	}
 	forbid(libraries, "a library imports neither the CLI, nor an example, nor a test helper", func(dep string) bool {
-		return under(dep, module+"/internal/cli") || under(dep, module+"/examples") || slices.Contains(testHelpers, dep)
+		return under(dep, module+"/cli") || under(dep, module+"/examples") || slices.Contains(testHelpers, dep)
 	})
 	forbid(core, "a core library does not import the local D1 (d1local, d1localtest)", func(dep string) bool {
 		return under(dep, module+"/d1local")
@@ -116,7 +116,7 @@ func TestLintLayering(t *testing.T) {
 	if !slices.Contains(all[module+"/examples/orders"], "go.opentelemetry.io/otel/exporters/prometheus") {
 		t.Fatal("the check is broken: examples/orders should link the Prometheus exporter")
 	}
-	programs := []string{module + "/internal/cli", module + "/cmd/d1idem"}
+	programs := []string{module + "/cli", module + "/cmd/d1idem"}
 	forbid(programs, "the CLI imports neither an example nor a test helper", func(dep string) bool {
 		return under(dep, module+"/examples") || slices.Contains(testHelpers, dep)
 	})
@@ -172,8 +172,8 @@ func TestLintExamplesPublicOnly(t *testing.T) {
 		}
 		return out
 	}
-	if len(internal("./cmd/d1idem")) == 0 {
-		t.Fatal("the check is broken: cmd/d1idem imports internal/cli")
+	if len(internal("./cli")) == 0 {
+		t.Fatal("the check is broken: cli imports cli/internal/...")
 	}
 	if got := internal("./examples/..."); len(got) > 0 {
 		t.Errorf("examples/ import internal packages: %s", strings.Join(got, ", "))
@@ -184,13 +184,13 @@ func TestLintExamplesPublicOnly(t *testing.T) {
 // each doing one thing.
 const maxFuncLines = 60
 
-// TestLintShortFunctions: no function of internal/cli (tests aside) is
+// TestLintShortFunctions: no function of cli (tests aside) is
 // longer than maxFuncLines lines, from its func keyword to its closing
 // brace.
 func TestLintShortFunctions(t *testing.T) {
 	fset := token.NewFileSet()
 	checked := 0
-	err := filepath.WalkDir(filepath.Join("internal", "cli"), func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir("cli", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return err
 		}
@@ -214,6 +214,6 @@ func TestLintShortFunctions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if checked < 50 {
-		t.Fatalf("the check is broken: only %d functions found under internal/cli", checked)
+		t.Fatalf("the check is broken: only %d functions found under cli", checked)
 	}
 }

@@ -184,7 +184,7 @@ func golden(t *testing.T, name, got string) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run go test ./internal/cli -run %s -update to create it)", err, t.Name())
+		t.Fatalf("%v (run go test ./cli -run %s -update to create it)", err, t.Name())
 	}
 	if string(want) != got {
 		t.Errorf("%s differs from the golden file (run with -update to accept):\n--- got:\n%s--- want:\n%s", path, got, want)
@@ -216,7 +216,7 @@ func listResponder(req *http.Request) (*http.Response, error) {
 // replay answers with the recorded response testdata/d1/<name>.http of
 // the repository, parsed afresh for each request.
 func replay(t testing.TB, name string) httpmock.Responder {
-	raw, err := os.ReadFile(filepath.Join("..", "..", "testdata", "d1", name+".http"))
+	raw, err := os.ReadFile(filepath.Join("..", "testdata", "d1", name+".http"))
 	if err != nil {
 		t.Fatalf("fixture %s: %v", name, err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/bridge"
-	"github.com/d1idem/d1idem/internal/wrangler"
+	"github.com/d1idem/d1idem/cli/internal/wrangler"
 )
 
 // The files of a bridge directory.

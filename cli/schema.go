@@ -12,10 +12,10 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem"
+	"github.com/d1idem/d1idem/cli/internal/embedded"
+	"github.com/d1idem/d1idem/cli/internal/wrangler"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
-	"github.com/d1idem/d1idem/internal/embedded"
-	"github.com/d1idem/d1idem/internal/wrangler"
 	"github.com/d1idem/d1idem/schema"
 )
 

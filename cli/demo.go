@@ -15,10 +15,10 @@ import (
 	"github.com/urfave/cli/v2"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/d1idem/d1idem/cli/internal/embedded"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
-	"github.com/d1idem/d1idem/internal/embedded"
 	"github.com/d1idem/d1idem/schema"
 )
 

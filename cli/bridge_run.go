@@ -25,8 +25,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/bridge"
+	"github.com/d1idem/d1idem/cli/internal/wrangler"
 	"github.com/d1idem/d1idem/d1client"
-	"github.com/d1idem/d1idem/internal/wrangler"
 )
 
 // wranglerVersion is the wrangler the bridge is tested with
