@@ -19,6 +19,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/human"
 	"github.com/d1idem/d1idem/schema"
 )
 
@@ -152,7 +153,7 @@ func runDemo(ctx context.Context, out io.Writer, opts demoOptions, api demoAPIFu
 	s := newStory(e, out, ttl)
 	fmt.Fprintf(out, "\nThe orders API is at %s. Its ledger, the idempotency_keys table, is in D1: here the\n", e.base)
 	fmt.Fprintf(out, "embedded d1local, %s.\n", e.where())
-	fmt.Fprintf(out, "A key whose request is running is held for %s without an update (the TTL; 30s in production).\n\n", formatDuration(ttl))
+	fmt.Fprintf(out, "A key whose request is running is held for %s without an update (the TTL; 30s in production).\n\n", human.Duration(ttl))
 	if err := s.play(ctx); err != nil {
 		return err
 	}

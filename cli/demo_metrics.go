@@ -13,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/d1idem/d1idem/internal/human"
 )
 
 // The demo's --metrics summary is made from the measurements the ledger and
@@ -181,7 +183,7 @@ func renderDemoMetrics(w io.Writer, t *tally) error {
 	d1 := "none"
 	if calls.count > 0 {
 		d1 = fmt.Sprintf("%d, %s on average, %.1f statements each (%s)", calls.count,
-			formatDuration(time.Duration(calls.sum/float64(calls.count)*float64(time.Second))), stmts.sum/float64(max(stmts.count, 1)),
+			human.Duration(time.Duration(calls.sum/float64(calls.count)*float64(time.Second))), stmts.sum/float64(max(stmts.count, 1)),
 			t.by("d1idem.d1.call.duration", "d1idem.d1.call.kind", true))
 	}
 	fmt.Fprintln(w, "\nWhat the story's OpenTelemetry metrics say (docs/observability.md names them):")

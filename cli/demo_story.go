@@ -17,6 +17,7 @@ import (
 
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/idem/idemhttp"
+	"github.com/d1idem/d1idem/internal/human"
 )
 
 // demoToken is the demo client's bearer token, and so its principal.
@@ -321,7 +322,7 @@ func (s *story) slowRequest(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.check(fmt.Sprintf("A slow request (key %s) takes %s, longer than the TTL; the client retries it after %s", key, formatDuration(stall), formatDuration(wait)),
+	s.check(fmt.Sprintf("A slow request (key %s) takes %s, longer than the TTL; the client retries it after %s", key, human.Duration(stall), human.Duration(wait)),
 		r.words(), r.status == http.StatusConflict && r.errorCode() == idemhttp.CodeKeyInProgress && r.header.Get("Retry-After") != "",
 		"told to wait: the slow request's server renews its key while it works")
 	if err := <-done; err != nil {
@@ -381,7 +382,7 @@ func (s *story) takeOver(ctx context.Context, key, body string) error {
 	if err != nil {
 		return err
 	}
-	s.check(fmt.Sprintf("After the %s TTL, the client retries", formatDuration(s.ttl)), r.words(),
+	s.check(fmt.Sprintf("After the %s TTL, the client retries", human.Duration(s.ttl)), r.words(),
 		r.status == http.StatusCreated && n == 1 && row.Generation == 2, "the retry takes the key over (generation 2): one order")
 	return nil
 }
@@ -404,6 +405,6 @@ func (s *story) report(ctx context.Context) error {
 		return err
 	}
 	_, err = fmt.Fprintf(s.out, "\n%s in %s, %s.\n", plural(int64(s.steps), "step", "steps"),
-		formatDuration(time.Since(s.start)), plural(s.env.db.Stats().Calls, "D1 call", "D1 calls"))
+		human.Duration(time.Since(s.start)), plural(s.env.db.Stats().Calls, "D1 call", "D1 calls"))
 	return err
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/d1idem/d1idem/internal/human"
 )
 
 // The errors of Go's flag package, which urfave/cli passes on: they name
@@ -76,7 +78,7 @@ func flagExample(name string, flags []cli.Flag) string {
 	value := "VALUE"
 	switch f := findFlag(name, flags).(type) {
 	case *cli.DurationFlag:
-		value = durationArg(positiveOr(f.Value, 10*time.Minute))
+		value = human.Arg(positiveOr(f.Value, 10*time.Minute))
 	case *cli.IntFlag:
 		value = strconv.Itoa(positiveOr(f.Value, 1))
 	case *cli.Int64Flag:

@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/human"
 )
 
 func keysCommand(o *options) *cli.Command {
@@ -552,16 +553,16 @@ func notReleased(k *idem.KeyRecord, gen int64, ls lease, look string) error {
 	switch state := stateOf(k, ls); {
 	case k.Generation != gen:
 		return fmt.Errorf("not released: %s is now at generation %d (%s, updated %s), not %d; look again with '%s'",
-			who, k.Generation, state.words(), formatAge(k.SinceUpdate()), gen, look)
+			who, k.Generation, state.words(), human.Age(k.SinceUpdate()), gen, look)
 	case state == stateCompleted:
 		return fmt.Errorf("not released: %s is completed (response %s): retries replay it; --force forgets the response, and the next retry executes the request again",
 			who, statusOrDash(k.ResponseStatus))
 	case state == stateOwnerQuiet:
 		return fmt.Errorf("not released: %s was updated %s, inside the %s TTL, and its owner has missed its heartbeats: if you know it is dead, release it with --force",
-			who, formatAge(k.SinceUpdate()), formatDuration(ls.ttl))
+			who, human.Age(k.SinceUpdate()), human.Duration(ls.ttl))
 	case state == stateInFlight:
 		return fmt.Errorf("not released: %s was updated %s, inside the %s TTL: its owner is alive and renewing it; wait, or use --force",
-			who, formatAge(k.SinceUpdate()), formatDuration(ls.ttl))
+			who, human.Age(k.SinceUpdate()), human.Duration(ls.ttl))
 	}
 	return fmt.Errorf("not released: %s has status %s, which the ledger does not release", who, display(string(k.Status)))
 }

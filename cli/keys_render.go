@@ -9,6 +9,7 @@ import (
 
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/idem/idemhttp"
+	"github.com/d1idem/d1idem/internal/human"
 )
 
 // previewBytes is how much of a stored body keys get shows.
@@ -53,8 +54,8 @@ func renderKey(w io.Writer, k *idem.KeyRecord, ls lease, release, home string) e
 		{"key", display(k.Key)},
 		{"status", statusText(k, ls)},
 		{"generation", strconv.FormatInt(k.Generation, 10)},
-		{"created", fmt.Sprintf("%s  (%s)", formatAge(k.Age()), formatTime(k.CreatedAt))},
-		{"updated", fmt.Sprintf("%s  (%s)", formatAge(k.SinceUpdate()), formatTime(k.UpdatedAt))},
+		{"created", fmt.Sprintf("%s  (%s)", human.Age(k.Age()), human.Time(k.CreatedAt))},
+		{"updated", fmt.Sprintf("%s  (%s)", human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt))},
 		{"fingerprint", display(k.Fingerprint)},
 		{"response status", statusOrDash(k.ResponseStatus)},
 		{"replay headers", headersText(k)},
@@ -71,12 +72,12 @@ func renderKey(w io.Writer, k *idem.KeyRecord, ls lease, release, home string) e
 func statusText(k *idem.KeyRecord, ls lease) string {
 	switch stateOf(k, ls) {
 	case stateAwaitingRetry:
-		return fmt.Sprintf("pending, awaiting retry: past the %s TTL (released, or its owner stopped renewing it)", formatDuration(ls.ttl))
+		return fmt.Sprintf("pending, awaiting retry: past the %s TTL (released, or its owner stopped renewing it)", human.Duration(ls.ttl))
 	case stateOwnerQuiet:
 		return fmt.Sprintf("pending, owner quiet: no update for %s (a live owner renews every %s), inside the %s TTL",
-			formatDuration(k.SinceUpdate()), formatDuration(ls.heartbeat), formatDuration(ls.ttl))
+			human.Duration(k.SinceUpdate()), human.Duration(ls.heartbeat), human.Duration(ls.ttl))
 	case stateInFlight:
-		return fmt.Sprintf("pending: in flight, last updated %s (within the %s TTL)", formatAge(k.SinceUpdate()), formatDuration(ls.ttl))
+		return fmt.Sprintf("pending: in flight, last updated %s (within the %s TTL)", human.Age(k.SinceUpdate()), human.Duration(ls.ttl))
 	case stateCompleted:
 		return "completed: retries replay the stored response"
 	}
@@ -91,13 +92,13 @@ func nextRetry(k *idem.KeyRecord, ls lease, release string) string {
 			k.Generation+1)
 	case stateOwnerQuiet:
 		return fmt.Sprintf("Its owner has missed its heartbeats and is presumed dead. Retries get 409 %s until\nthe TTL has passed (in %s); to let the client retry now, release the key:\n  %s\n",
-			idemhttp.CodeKeyInProgress, formatDuration(ls.ttl-k.SinceUpdate()), release)
+			idemhttp.CodeKeyInProgress, human.Duration(ls.ttl-k.SinceUpdate()), release)
 	case stateInFlight:
 		return fmt.Sprintf("Its owner is presumably still running (a live owner renews the row every %s).\nRetries get 409 %s until it completes, or until %s without an update.\n",
-			formatDuration(ls.heartbeat), idemhttp.CodeKeyInProgress, formatDuration(ls.ttl))
+			human.Duration(ls.heartbeat), idemhttp.CodeKeyInProgress, human.Duration(ls.ttl))
 	case stateCompleted:
 		return fmt.Sprintf("Retries with this key replay the stored response, without executing, until the sweep\ndeletes the row (%s after its last update with the default retention).\n",
-			formatDuration(idem.DefaultRetention))
+			human.Duration(idem.DefaultRetention))
 	}
 	return ""
 }
@@ -174,7 +175,7 @@ func renderKeyPage(w io.Writer, page idem.KeyPage, ls lease, continued bool) err
 			status += " (" + s.words() + ")"
 		}
 		table = append(table, []string{display(k.Principal), display(k.Key), status, strconv.FormatInt(k.Generation, 10),
-			statusOrDash(k.ResponseStatus), formatAge(k.SinceUpdate()), formatTime(k.UpdatedAt), formatAge(k.Age())})
+			statusOrDash(k.ResponseStatus), human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt), human.Age(k.Age())})
 	}
 	if err := printTable(w, []string{"PRINCIPAL", "KEY", "STATUS", "GEN", "RESPONSE", "UPDATED", "UPDATED (UTC)", "CREATED"}, table); err != nil {
 		return err
@@ -206,16 +207,16 @@ func quietJSONOf(q quiet) quietJSON {
 // renderQuiet writes keys stuck for people: the owner-quiet keys, then
 // those awaiting retry, and what to do about each group.
 func renderQuiet(w io.Writer, q quiet, release string) error {
-	ttl := formatDuration(q.lease.ttl)
+	ttl := human.Duration(q.lease.ttl)
 	if q.nAll == 0 {
 		_, err := fmt.Fprintf(w, "No stuck keys: every pending key was updated within the last %s (a live owner renews every %s).\n",
-			formatDuration(q.lease.quietAfter()), formatDuration(q.lease.heartbeat))
+			human.Duration(q.lease.quietAfter()), human.Duration(q.lease.heartbeat))
 		return err
 	}
 	var table [][]string
 	for _, k := range append(append([]idem.KeyRecord{}, q.quiet...), q.awaiting...) {
 		table = append(table, []string{display(k.Principal), display(k.Key), strconv.FormatInt(k.Generation, 10),
-			stateOf(&k, q.lease).words(), formatAge(k.SinceUpdate()), formatTime(k.UpdatedAt), formatAge(k.Age())})
+			stateOf(&k, q.lease).words(), human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt), human.Age(k.Age())})
 	}
 	if err := printTable(w, []string{"PRINCIPAL", "KEY", "GEN", "STATE", "UPDATED", "UPDATED (UTC)", "CREATED"}, table); err != nil {
 		return err
@@ -281,12 +282,12 @@ func renderRelease(w io.Writer, res idem.ReleaseResult, hint string) error {
 	who := keyName(k.Principal, k.Key)
 	if k.Status == idem.StatusCompleted {
 		fmt.Fprintf(w, "Released %s: its completed row (response %s, completed %s) moved from generation %d to %d:\nreleased, awaiting retry.\n",
-			who, statusOrDash(k.ResponseStatus), formatAge(k.SinceUpdate()), k.Generation, res.Generation)
+			who, statusOrDash(k.ResponseStatus), human.Age(k.SinceUpdate()), k.Generation, res.Generation)
 		_, err := fmt.Fprintln(w, "The stored response is forgotten: the client's next request with this key (the same request) executes again.")
 		return err
 	}
 	fmt.Fprintf(w, "Released %s: generation %d moved to %d (no update for %s, created %s);\nthe key is released, awaiting retry.\n",
-		who, k.Generation, res.Generation, formatDuration(k.SinceUpdate()), formatAge(k.Age()))
+		who, k.Generation, res.Generation, human.Duration(k.SinceUpdate()), human.Age(k.Age()))
 	fmt.Fprintln(w, "The client may retry now: its next request with this key (the same request) takes the key over and executes.")
 	fmt.Fprintf(w, "The old owner (generation %d), if it is still running, may still perform its mutation, but its\n", k.Generation)
 	fmt.Fprintf(w, "completion will be fenced out and not stored: the row is no longer at generation %d.\n", k.Generation)

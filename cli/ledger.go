@@ -8,6 +8,7 @@ import (
 
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/human"
 )
 
 // admin returns the ledger's administrative API on the connection, with
@@ -146,8 +147,8 @@ func summaryJSON(k *idem.KeyRecord, l lease) keySummaryJSON {
 	return keySummaryJSON{
 		Principal: k.Principal, Key: k.Key, Status: string(k.Status), State: string(stateOf(k, l)), Generation: k.Generation,
 		ResponseStatus: k.ResponseStatus,
-		CreatedAt:      formatTime(k.CreatedAt), CreatedAtMS: k.CreatedAt.UnixMilli(),
-		UpdatedAt: formatTime(k.UpdatedAt), UpdatedAtMS: k.UpdatedAt.UnixMilli(),
+		CreatedAt:      human.Time(k.CreatedAt), CreatedAtMS: k.CreatedAt.UnixMilli(),
+		UpdatedAt: human.Time(k.UpdatedAt), UpdatedAtMS: k.UpdatedAt.UnixMilli(),
 		AgeMS: k.Age().Milliseconds(), SinceUpdateMS: k.SinceUpdate().Milliseconds(),
 		Stuck: k.Stuck,
 	}
@@ -160,6 +161,3 @@ func summariesJSON(keys []idem.KeyRecord, l lease) []keySummaryJSON {
 	}
 	return out
 }
-
-// formatTime formats a ledger time in UTC.
-func formatTime(t time.Time) string { return formatUTC(t.UnixMilli()) }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-	"time"
 	"unicode/utf8"
 )
 
@@ -57,45 +56,6 @@ func printFields(w io.Writer, fields [][2]string) error {
 		}
 	}
 	return tw.Flush()
-}
-
-// utcLayout is how absolute times are shown: UTC, milliseconds, RFC 3339.
-const utcLayout = "2006-01-02T15:04:05.000Z"
-
-// formatUTC formats a ledger timestamp (Unix milliseconds) in UTC.
-func formatUTC(ms int64) string { return time.UnixMilli(ms).UTC().Format(utcLayout) }
-
-// formatDuration is a short human duration: "850ms", "42s", "5m", "12m3s",
-// "5h7m", "24h", "3d4h".
-func formatDuration(d time.Duration) string {
-	if d < 0 {
-		return "-" + formatDuration(-d)
-	}
-	switch {
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Hour-time.Second/2:
-		d = d.Round(time.Second)
-	case d < 72*time.Hour-time.Minute/2:
-		d = d.Round(time.Minute)
-	default:
-		d = d.Round(time.Hour)
-		days, hours := d/(24*time.Hour), (d%(24*time.Hour))/time.Hour
-		if hours == 0 {
-			return fmt.Sprintf("%dd", days)
-		}
-		return fmt.Sprintf("%dd%dh", days, hours)
-	}
-	return durationArg(d) // "1h30m", "1h", "12m", "12m30s"
-}
-
-// formatAge says how long ago a timestamp was: "12m3s ago". A timestamp in
-// the future (clock skew between writers) says so.
-func formatAge(d time.Duration) string {
-	if d < 0 {
-		return formatDuration(-d) + " in the future"
-	}
-	return formatDuration(d) + " ago"
 }
 
 // preview returns the first max bytes of s, cut at a character boundary,

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/human"
 )
 
 // d1MaxBytes is D1's limit on the size of one database: 10 GB (10^10
@@ -56,9 +57,9 @@ func project(st idem.Stats, retention time.Duration) projection {
 	span := min(retention, st.AsOf.Sub(st.FirstCreated))
 	switch {
 	case span < minSampleSpan:
-		return projection{Reason: fmt.Sprintf("the oldest row was created %s ago; the rate needs %s of writes", formatDuration(max(span, 0)), formatDuration(minSampleSpan))}
+		return projection{Reason: fmt.Sprintf("the oldest row was created %s ago; the rate needs %s of writes", human.Duration(max(span, 0)), human.Duration(minSampleSpan))}
 	case st.Created < minSampleRows:
-		return projection{Reason: fmt.Sprintf("%s created in the last %s; the rate needs %d", plural(st.Created, "row", "rows"), formatDuration(span), minSampleRows)}
+		return projection{Reason: fmt.Sprintf("%s created in the last %s; the rate needs %d", plural(st.Created, "row", "rows"), human.Duration(span), minSampleRows)}
 	}
 	day := 24 * time.Hour
 	p := projection{
@@ -82,10 +83,10 @@ func (p projection) text(retention time.Duration) string {
 		return "reached: the database is at D1's 10 GB limit, and writes to it fail; grow the ledger (see 'd1idem ring --help')"
 	case p.Reaches:
 		return fmt.Sprintf("in about %s at this rate: %s a day x %s a row, levelling off at %s within the %s retention",
-			formatDays(p.Days), rowsText(p.RowsPerDay), shortBytes(p.BytesPerRow), shortBytes(p.LevelBytes), formatDuration(retention))
+			formatDays(p.Days), rowsText(p.RowsPerDay), shortBytes(p.BytesPerRow), shortBytes(p.LevelBytes), human.Duration(retention))
 	}
 	return fmt.Sprintf("not reached at this rate: %s a day x %s a row level off at %s (%s of 10 GB) within the %s retention",
-		rowsText(p.RowsPerDay), shortBytes(p.BytesPerRow), shortBytes(p.LevelBytes), percent(p.LevelBytes/d1MaxBytes), formatDuration(retention))
+		rowsText(p.RowsPerDay), shortBytes(p.BytesPerRow), shortBytes(p.LevelBytes), percent(p.LevelBytes/d1MaxBytes), human.Duration(retention))
 }
 
 // short is the projection in a table's cell.
@@ -132,7 +133,7 @@ func (p projection) json() projectionJSON {
 func formatDays(d float64) string {
 	switch {
 	case d < 1:
-		return formatDuration(time.Duration(d * float64(24*time.Hour)))
+		return human.Duration(time.Duration(d * float64(24*time.Hour)))
 	case d < 10:
 		return fmt.Sprintf("%.1f days", d)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/human"
 )
 
 const ringDescription = `A ledger across several D1 databases routes each principal to one of them by
@@ -94,22 +95,10 @@ func setDurations(c *cli.Context, names ...string) string {
 	var h string
 	for _, name := range names {
 		if c.IsSet(name) {
-			h += " --" + name + " " + durationArg(c.Duration(name))
+			h += " --" + name + " " + human.Arg(c.Duration(name))
 		}
 	}
 	return h
-}
-
-// durationArg is a duration as a flag takes it back: "72h", "1m30s".
-func durationArg(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 // show prints a status: JSON under --json, else a line saying what was

@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/human"
 )
 
 // flagAdd names the databases ring grow adds.
@@ -167,7 +168,7 @@ func (rc *ringCtx) notDue(st idem.RingStatus) error {
 		return fmt.Errorf("ring advance: not yet: %s", rc.dropText(st))
 	}
 	return fmt.Errorf("ring advance: not yet: until %s (in %s, with the %s retention and %s TTL given) the moved principals' old homes may hold keys that must replay from there; run 'd1idem ring advance%s' again then",
-		formatTime(st.DropAt), formatDuration(st.DropAt.Sub(clockOf(st))), formatDuration(rc.retention), formatDuration(rc.ttl), rc.hint())
+		human.Time(st.DropAt), human.Duration(st.DropAt.Sub(clockOf(st))), human.Duration(rc.retention), human.Duration(rc.ttl), rc.hint())
 }
 
 // advanced says what ring advance did.
@@ -205,10 +206,10 @@ func (rc *ringCtx) dropText(st idem.RingStatus) string {
 	}
 	now := clockOf(st)
 	if !now.Before(st.DropAt) {
-		return fmt.Sprintf("the old route could be dropped from %s: 'd1idem ring advance%s' drops it", formatTime(st.DropAt), rc.hint())
+		return fmt.Sprintf("the old route could be dropped from %s: 'd1idem ring advance%s' drops it", human.Time(st.DropAt), rc.hint())
 	}
 	return fmt.Sprintf("the old route can be dropped at %s (in %s, with the %s retention and %s TTL given): run 'd1idem ring advance%s' then",
-		formatTime(st.DropAt), formatDuration(st.DropAt.Sub(now)), formatDuration(rc.retention), formatDuration(rc.ttl), rc.hint())
+		human.Time(st.DropAt), human.Duration(st.DropAt.Sub(now)), human.Duration(rc.retention), human.Duration(rc.ttl), rc.hint())
 }
 
 // describeRing is a ring for people: "version 2, moving from 2 databases

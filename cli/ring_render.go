@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/human"
 )
 
 // ringJSON is a ring under --json: the IDs of its databases.
@@ -67,7 +68,7 @@ func (rc *ringCtx) statusJSON(st idem.RingStatus) ringStatusJSON {
 		out.Adds = added(st.Ring)
 	}
 	if !st.DropAt.IsZero() {
-		at, ms := formatTime(st.DropAt), st.DropAt.UnixMilli()
+		at, ms := human.Time(st.DropAt), st.DropAt.UnixMilli()
 		out.DropAt, out.DropAtMS = &at, &ms
 	}
 	for _, h := range st.Homes {
@@ -77,7 +78,7 @@ func (rc *ringCtx) statusJSON(st idem.RingStatus) ringStatusJSON {
 			j.Error = &msg
 		}
 		if h.Ring != nil {
-			at, ms := formatTime(h.RecordedAt), h.RecordedAt.UnixMilli()
+			at, ms := human.Time(h.RecordedAt), h.RecordedAt.UnixMilli()
 			j.RecordedAt, j.RecordedAtMS = &at, &ms
 		}
 		out.Databases = append(out.Databases, j)
@@ -143,7 +144,7 @@ func (rc *ringCtx) homeRow(st idem.RingStatus, h idem.HomeRing) []string {
 	if h.Ring.Epoch() < st.Ring.Epoch() {
 		rec += fmt.Sprintf(" (behind version %d, %s: 'd1idem ring advance' records it)", st.Ring.Version, st.Ring.Phase)
 	}
-	since := fmt.Sprintf("%s (%s)", formatTime(h.RecordedAt), formatAge(h.Now.Sub(h.RecordedAt)))
+	since := fmt.Sprintf("%s (%s)", human.Time(h.RecordedAt), human.Age(h.Now.Sub(h.RecordedAt)))
 	return []string{label, rec, since, yesNo(h.HasKeys)}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/human"
 )
 
 func statsCommand(o *options) *cli.Command {
@@ -178,10 +179,10 @@ func statsFields(st idem.Stats, out statsJSON) [][2]string {
 func awaitingText(st idem.Stats, ttl time.Duration, h statsHints) string {
 	k := st.OldestStuck
 	if k == nil {
-		return fmt.Sprintf("none: no pending key is past the %s TTL", formatDuration(ttl))
+		return fmt.Sprintf("none: no pending key is past the %s TTL", human.Duration(ttl))
 	}
 	return fmt.Sprintf("%d pending past the %s TTL, taken over by their next retry (the oldest: %s / %s, updated %s); see '%s'",
-		st.Stuck, formatDuration(ttl), display(k.Principal), display(k.Key), formatAge(k.SinceUpdate()), h.stuck)
+		st.Stuck, human.Duration(ttl), display(k.Principal), display(k.Key), human.Age(k.SinceUpdate()), h.stuck)
 }
 
 func oldestText(k *idem.KeyRecord) string {
@@ -189,16 +190,16 @@ func oldestText(k *idem.KeyRecord) string {
 		return "-"
 	}
 	return fmt.Sprintf("%s / %s: %s, last updated %s (%s)", display(k.Principal), display(k.Key),
-		display(string(k.Status)), formatAge(k.SinceUpdate()), formatTime(k.UpdatedAt))
+		display(string(k.Status)), human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt))
 }
 
 func backlogText(n int64, retention time.Duration, h statsHints) string {
 	if n == 0 {
-		return fmt.Sprintf("none older than the %s retention", formatDuration(retention))
+		return fmt.Sprintf("none older than the %s retention", human.Duration(retention))
 	}
 	them := "them"
 	if n == 1 {
 		them = "it"
 	}
-	return fmt.Sprintf("%s older than the %s retention: '%s' deletes %s", plural(n, "row", "rows"), formatDuration(retention), h.sweep, them)
+	return fmt.Sprintf("%s older than the %s retention: '%s' deletes %s", plural(n, "row", "rows"), human.Duration(retention), h.sweep, them)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/human"
 )
 
 // dbStats is one database's stats, or why they could not be read.
@@ -147,7 +148,7 @@ func renderStatsMany(w io.Writer, per []dbStats, total idem.Stats, ttl, retentio
 		{"oldest row", oldestText(total.Oldest)},
 		{"sweep backlog", backlogText(total.SweepBacklog, retention, h)},
 		{"10 GB limit", fmt.Sprintf("per database, at the rate its rows were created within the %s retention\n(not enough data under %d rows or %s of writes; see 'd1idem stats --help')",
-			formatDuration(retention), minSampleRows, formatDuration(minSampleSpan))},
+			human.Duration(retention), minSampleRows, human.Duration(minSampleSpan))},
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/human"
 )
 
 // stats --watch: the stats view every --interval, with the API budget the
@@ -146,7 +147,7 @@ type policyJSON struct {
 }
 
 func watchJSONOf(v watchView, base statsJSON) watchJSON {
-	out := watchJSON{At: v.at.UTC().Format(utcLayout), Budget: budgetJSONOf(v.budget, v.seen)}
+	out := watchJSON{At: human.Time(v.at), Budget: budgetJSONOf(v.budget, v.seen)}
 	if v.err != nil {
 		out.Error = describe(ledgerErr("stats", v.err))
 		return out
@@ -160,7 +161,7 @@ func budgetJSONOf(b budget.State, now time.Time) *budgetJSON {
 	if b.Seen.IsZero() {
 		return nil
 	}
-	out := &budgetJSON{Seen: b.Seen.UTC().Format(utcLayout), Remaining: b.Remaining, Reset: b.Reset.UTC().Format(utcLayout),
+	out := &budgetJSON{Seen: human.Time(b.Seen), Remaining: b.Remaining, Reset: human.Time(b.Reset),
 		ResetInMS: max(0, b.Reset.Sub(now).Milliseconds())}
 	if b.Quota > 0 {
 		out.Policy = &policyJSON{Quota: b.Quota, WindowMS: b.Window.Milliseconds()}
@@ -171,7 +172,7 @@ func budgetJSONOf(b budget.State, now time.Time) *budgetJSON {
 // renderWatch writes one refresh for people: a heading, then the stats
 // view and the budget, or the refresh's error.
 func renderWatch(w io.Writer, v watchView, base statsJSON, interval time.Duration, tty bool) error {
-	heading := fmt.Sprintf("%s, every %s", v.at.UTC().Format(utcLayout), formatDuration(interval))
+	heading := fmt.Sprintf("%s, every %s", human.Time(v.at), human.Duration(interval))
 	if tty {
 		heading += "; Ctrl-C stops"
 	}
@@ -192,12 +193,12 @@ func budgetText(b budget.State, now time.Time) string {
 	}
 	s := fmt.Sprintf("%d calls left", b.Remaining)
 	if b.Quota > 0 {
-		s += fmt.Sprintf(" of %d per %s", b.Quota, formatDuration(b.Window))
+		s += fmt.Sprintf(" of %d per %s", b.Quota, human.Duration(b.Window))
 	}
 	if reset := b.Reset.Sub(now); reset > 0 {
-		s += ", resets in " + formatDuration(reset)
+		s += ", resets in " + human.Duration(reset)
 	} else {
 		s += ", its window has reset since"
 	}
-	return s + fmt.Sprintf(" (as the response of %s said)", formatAge(now.Sub(b.Seen)))
+	return s + fmt.Sprintf(" (as the response of %s said)", human.Age(now.Sub(b.Seen)))
 }

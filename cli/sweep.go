@@ -16,6 +16,7 @@ import (
 	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/human"
 )
 
 // defaultMaxCalls is sweep's share of the account's API limit
@@ -219,11 +220,11 @@ func (s *sweeper) dryRun() error {
 	batches := (n + int64(s.batch) - 1) / int64(s.batch)
 	if len(s.targets) > 1 {
 		_, err = fmt.Fprintf(w, "Dry run: %s last updated more than %s ago would be deleted from %d databases (%s), in batches of %d. Nothing was deleted.\n",
-			plural(n, "row", "rows"), formatDuration(s.retention), len(s.targets), s.split(true), s.batch)
+			plural(n, "row", "rows"), human.Duration(s.retention), len(s.targets), s.split(true), s.batch)
 		return err
 	}
 	_, err = fmt.Fprintf(w, "Dry run: %s last updated more than %s ago would be deleted (%s of %d with --all; one sweep without --all deletes %d). Nothing was deleted.\n",
-		plural(n, "row", "rows"), formatDuration(s.retention), plural(batches, "batch", "batches"), s.batch, min(n, int64(s.batch)))
+		plural(n, "row", "rows"), human.Duration(s.retention), plural(batches, "batch", "batches"), s.batch, min(n, int64(s.batch)))
 	return err
 }
 
@@ -344,10 +345,10 @@ func (s *sweeper) summary(complete bool, calls int64) string {
 		from = fmt.Sprintf(" from %d databases (%s)", len(s.targets), s.split(false))
 	}
 	line := fmt.Sprintf("Swept %s last updated more than %s ago%s in %s of at most %d (%s, %s)",
-		plural(s.deleted, "row", "rows"), formatDuration(s.retention), from, plural(s.batches, "batch", "batches"), s.batch,
-		plural(calls, "D1 call", "D1 calls"), formatDuration(time.Since(s.start)))
+		plural(s.deleted, "row", "rows"), human.Duration(s.retention), from, plural(s.batches, "batch", "batches"), s.batch,
+		plural(calls, "D1 call", "D1 calls"), human.Duration(time.Since(s.start)))
 	if s.waits > 0 {
-		line += fmt.Sprintf("; waited %s for the request budget", formatDuration(s.waited))
+		line += fmt.Sprintf("; waited %s for the request budget", human.Duration(s.waited))
 	}
 	if complete {
 		return line + "; the backlog is clear."
@@ -375,7 +376,7 @@ func (s *sweeper) reportWait(d time.Duration) {
 		fmt.Fprintln(s.c.App.Writer)
 	}
 	fmt.Fprintf(s.c.App.ErrWriter, "d1idem: sweep: waiting %s for the request budget (%s per %s, --max-calls) after %s\n",
-		formatDuration(d), plural(int64(s.maxCalls), "D1 call", "D1 calls"), formatDuration(s.per), plural(s.deleted, "row", "rows"))
+		human.Duration(d), plural(int64(s.maxCalls), "D1 call", "D1 calls"), human.Duration(s.per), plural(s.deleted, "row", "rows"))
 }
 
 // interrupted reports how far the sweep got before err.

@@ -1,13 +1,13 @@
-package cli
+package human
 
 import (
 	"testing"
 	"time"
 )
 
-// TestFormatDuration: the short durations keep every digit; only a zero
+// TestDuration: the short durations keep every digit; only a zero
 // last unit is left out.
-func TestFormatDuration(t *testing.T) {
+func TestDuration(t *testing.T) {
 	for d, want := range map[time.Duration]string{
 		850 * time.Millisecond:              "850ms",
 		42 * time.Second:                    "42s",
@@ -28,11 +28,17 @@ func TestFormatDuration(t *testing.T) {
 		-(time.Hour + 30*time.Minute):       "-1h30m",
 		59*time.Minute + 59*time.Second + 1: "59m59s",
 	} {
-		if got := formatDuration(d); got != want {
-			t.Errorf("formatDuration(%v) = %q, want %q", d, got, want)
+		if got := Duration(d); got != want {
+			t.Errorf("Duration(%v) = %q, want %q", d, got, want)
 		}
 	}
-	if got := formatAge(20*time.Minute + 50*time.Second); got != "20m50s ago" {
-		t.Errorf("formatAge = %q", got)
+	if got := Age(20*time.Minute + 50*time.Second); got != "20m50s ago" {
+		t.Errorf("Age = %q", got)
+	}
+}
+
+func TestTime(t *testing.T) {
+	if got := Time(time.Date(2026, 3, 1, 2, 47, 57, 0, time.FixedZone("X", 3600))); got != "2026-03-01T01:47:57.000Z" {
+		t.Errorf("Time = %q", got)
 	}
 }
