@@ -11,12 +11,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/d1idem/d1idem/cli/internal/embedded"
 	"github.com/d1idem/d1idem/cli/internal/wrangler"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
@@ -84,109 +82,6 @@ func wranglerFlags() []cli.Flag {
 
 func jsonFlag() cli.Flag {
 	return &cli.BoolFlag{Name: flagJSON, Usage: "print JSON with stable field names, for scripts (errors too, on stderr)", DisableDefaultText: true}
-}
-
-// access says whether a command may create the database it names.
-type access int
-
-const (
-	// existing: the database must exist; nothing is created (every command
-	// but schema apply).
-	existing access = iota
-	// create: the database, and with --local its directory, are created if
-	// needed (schema apply): locally, or on a d1local server, never on D1
-	// (see conn.create).
-	create
-)
-
-// conn is an open connection to one D1 database.
-type conn struct {
-	db *d1client.Client
-	// where describes the target for people, without secrets.
-	where string
-	// databaseID is the database's ID: the Cloudflare UUID, or the d1local
-	// database under --local.
-	databaseID string
-	// wrangler is the wrangler config's entry for the database, when
-	// --database chose it.
-	wrangler *wrangler.Database
-	local    *embedded.Server
-	// scope says where a missing database was looked for ("under DIR"),
-	// and list lists the databases there are, for the error.
-	scope string
-	list  func(context.Context) ([]string, error)
-	// create, called once the database turned out to be missing, creates
-	// it where that is the CLI's to do (under --local with access create,
-	// or on a d1local server) and says what it created ("" for nothing).
-	// nil where nothing may be created: D1 gives a database its UUID when
-	// wrangler or the dashboard creates it.
-	create func(context.Context) (string, error)
-}
-
-func (c *conn) close() {
-	if c.local != nil {
-		_ = c.local.Close()
-	}
-}
-
-// withConn opens the connection the flags name, runs fn, and closes it. A
-// database that turns out to be missing is reported with those there are.
-func withConn(c *cli.Context, o *options, acc access, fn func(*conn) error, mods ...func(*d1client.Config)) error {
-	cn, err := openConn(c, o, acc, mods...)
-	if err != nil {
-		return err
-	}
-	defer cn.close()
-	return cn.named(c, fn(cn))
-}
-
-// openConn connects to the database the flags name: the embedded d1local
-// with --local, Cloudflare otherwise. It never falls back silently: missing
-// settings are listed in the error. mods adjust the client's configuration
-// (a request budget, say); o's clientMods apply to Cloudflare clients only.
-func openConn(c *cli.Context, o *options, acc access, mods ...func(*d1client.Config)) (*conn, error) {
-	if err := envWithoutDatabase(c); err != nil {
-		return nil, err
-	}
-	if dir := c.String(flagLocal); dir != "" {
-		if err := localOnly(c); err != nil {
-			return nil, err
-		}
-		return openLocal(c, dir, acc, mods...)
-	}
-	t, err := cloudflareTarget(c)
-	if err != nil {
-		return nil, err
-	}
-	cfg := d1client.Config{BaseURL: c.String(flagBaseURL), BridgeURL: t.bridgeURL, APIToken: t.token, AccountID: t.accountID, DatabaseID: t.databaseID}
-	// No logger: retries and rate-limit blocks reach the operator in the
-	// one error line of a failed call (see describe), not as log lines.
-	for _, m := range append(mods, o.clientMods...) {
-		m(&cfg)
-	}
-	return cloudflareConn(cfg, t)
-}
-
-// cloudflareConn makes the client of cfg for the target t.
-func cloudflareConn(cfg d1client.Config, t target) (*conn, error) {
-	db, err := d1client.New(cfg)
-	if err != nil {
-		return nil, clientError(err)
-	}
-	cn := &conn{db: db, where: t.where, databaseID: t.databaseID, wrangler: t.wrangler}
-	if t.wrangler != nil {
-		cn.scope = "(--database " + t.wrangler.Name() + " of " + t.wrangler.ConfigPath + ")"
-	}
-	cn.list = func(ctx context.Context) ([]string, error) { return listCloudflare(ctx, db, cfg.HTTPClient, t.token) }
-	cn.create = func(ctx context.Context) (string, error) { return createOnD1local(ctx, db, cfg.HTTPClient, t.token) }
-	if db.Bridge() {
-		cn.create = nil
-		cn.where += " through the bridge at " + strings.TrimSuffix(db.BaseURL(), "/")
-		cn.list = func(context.Context) ([]string, error) {
-			return nil, errors.New("a bridge serves the databases its wrangler.toml binds, and lists none")
-		}
-	}
-	return cn, nil
 }
 
 // bridgeURL returns the bridge URL of the connection flags, for
@@ -273,69 +168,6 @@ func missingSettings(accountID string, token, database bool) error {
 	return nil
 }
 
-// startLocal starts the embedded d1local on dir. It creates no database
-// on first use (see localCreate); unless acc is create, it creates no
-// directory either: dir must exist.
-func startLocal(c *cli.Context, dir string, acc access) (*embedded.Server, error) {
-	if acc == create {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("--local %s: %w", dir, err)
-		}
-	} else if _, err := os.Stat(dir); err != nil {
-		return nil, &noDirectoryError{dir: dir, apply: "d1idem schema apply" + connHint(c)}
-	}
-	return embedded.Start(d1local.Config{Dir: dir, NoAutoCreate: true}, "")
-}
-
-// localCreate is a conn's create for the local database id under dir on
-// srv, with access acc: nil unless acc is create.
-func localCreate(srv *embedded.Server, dir, id string, acc access) func(context.Context) (string, error) {
-	if acc != create {
-		return nil
-	}
-	return func(context.Context) (string, error) {
-		if err := srv.D1.CreateDatabase(id); err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("database %q under %s", id, dir), nil
-	}
-}
-
-// openLocal starts the embedded d1local on dir. Unless acc is create, it
-// creates nothing: the directory and the database must exist.
-func openLocal(c *cli.Context, dir string, acc access, mods ...func(*d1client.Config)) (*conn, error) {
-	id := localDatabaseID(c)
-	where := fmt.Sprintf("local database %q under %s", id, dir)
-	srv, err := startLocal(c, dir, acc)
-	if err != nil {
-		return nil, err
-	}
-	cn := &conn{where: where, databaseID: id, local: srv, scope: "under " + dir,
-		list: func(context.Context) ([]string, error) { return srv.D1.Databases() }, create: localCreate(srv, dir, id, acc)}
-	if acc != create {
-		if err := cn.mustExist(id); err != nil {
-			cn.close()
-			return nil, err
-		}
-	}
-	if cn.db, err = srv.Client(id, mods...); err != nil {
-		cn.close()
-		return nil, err
-	}
-	return cn, nil
-}
-
-// localDatabaseID is the database --local names: --database-id (or
-// --database), else the one the demo and the example API use.
-func localDatabaseID(c *cli.Context) string {
-	for _, id := range []string{c.String(flagDatabaseID), c.String(flagDatabase)} {
-		if id != "" {
-			return id
-		}
-	}
-	return d1local.LocalDatabaseID
-}
-
 // noDirectoryError is a --local directory that does not exist; apply is
 // the schema apply that would make it, and the database.
 type noDirectoryError struct{ dir, apply string }
@@ -343,18 +175,6 @@ type noDirectoryError struct{ dir, apply string }
 func (e *noDirectoryError) Error() string {
 	return fmt.Sprintf("no directory %s: nothing has kept a database there yet (the demo with --dir, the example API with --local, or '%s' do)",
 		e.dir, e.apply)
-}
-
-// mustExist returns a noDatabaseError unless the local database id exists.
-func (c *conn) mustExist(id string) error {
-	have, err := c.local.D1.Databases()
-	if err != nil {
-		return err
-	}
-	if !slices.Contains(have, id) {
-		return &noDatabaseError{id: id, where: c.scope, have: append([]string{}, have...)}
-	}
-	return nil
 }
 
 // noDatabaseError is a database that does not exist, with those that do.

@@ -1,21 +1,14 @@
 package cli
 
 import (
-	"context"
-	"errors"
 	"flag"
-	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/d1idem/d1idem/cli/internal/embedded"
 	"github.com/d1idem/d1idem/cli/internal/wrangler"
-	"github.com/d1idem/d1idem/d1client"
-	"github.com/d1idem/d1idem/d1client/budget"
-	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/d1local"
 )
 
 // flagDatabasesPrefix chooses every database of the wrangler config (or,
@@ -85,155 +78,6 @@ func severalDatabases(c *cli.Context) bool {
 	return c.String(flagDatabasesPrefix) != "" || len(names) > 1 || len(ids) > 1
 }
 
-// dbSet is the databases the connection flags name, open: one, or the
-// several of a sharded ledger, in the order the flags name them.
-type dbSet struct {
-	conns []*conn
-	// local is the embedded d1local serving every database of a --local
-	// set of several.
-	local *embedded.Server
-}
-
-func (s *dbSet) close() {
-	for _, cn := range s.conns {
-		cn.close()
-	}
-	if s.local != nil {
-		_ = s.local.Close()
-	}
-}
-
-// label names a database for people: its name in the wrangler config, or
-// its ID.
-func (c *conn) label() string {
-	if c.wrangler != nil {
-		return c.wrangler.Name()
-	}
-	return c.databaseID
-}
-
-// label names the database with this ID (a home of the ring) for people;
-// an ID that is none of the set's, read from a ring, is shown as display
-// shows a ledger value.
-func (s *dbSet) label(id string) string {
-	if cn := s.byID(id); cn != nil {
-		return cn.label()
-	}
-	return display(id)
-}
-
-// labels names the databases with these IDs, comma-separated.
-func (s *dbSet) labels(ids []string) string {
-	out := make([]string, len(ids))
-	for i, id := range ids {
-		out[i] = s.label(id)
-	}
-	return strings.Join(out, ", ")
-}
-
-// where describes the set for people: "3 databases (a, b, c)".
-func (s *dbSet) where() string {
-	if len(s.conns) == 1 {
-		return s.conns[0].where
-	}
-	return fmt.Sprintf("%d databases (%s)", len(s.conns), s.labels(s.ids()))
-}
-
-// calls is the D1 calls the set's clients have made.
-func (s *dbSet) calls() int64 {
-	var n int64
-	for _, cn := range s.conns {
-		n += cn.db.Stats().Calls
-	}
-	return n
-}
-
-// shardedLedger is a sharded ledger whose homes are the set's databases,
-// each under its database ID (the ID idem.Home gives a database by
-// default, as the application's ledger does), with the CLI's clock.
-func shardedLedger(o *options, s *dbSet, cfg idem.Config) (*idem.Ledger, error) {
-	homes := make([]idem.Home, len(s.conns))
-	for i, cn := range s.conns {
-		homes[i] = idem.Home{DB: cn.db}
-	}
-	cfg.Clock = o.now
-	// The ledger logs the rings it adopts; the commands say what matters.
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	l, err := idem.NewSharded(homes, cfg)
-	if err != nil {
-		return nil, configUsage(err)
-	}
-	return l, nil
-}
-
-// withDatabases runs one on the database the flags name, as every command
-// always has, or many on the several they name (a set that turns out to
-// hold one database runs one).
-func withDatabases(c *cli.Context, o *options, acc access, one func(*conn) error, many func(*dbSet) error, mods ...func(*d1client.Config)) error {
-	if !severalDatabases(c) {
-		return withConn(c, o, acc, one, mods...)
-	}
-	return withSet(c, o, acc, func(s *dbSet) error {
-		if len(s.conns) == 1 {
-			return one(s.conns[0]) // withSet names a missing database
-		}
-		return many(s)
-	}, mods...)
-}
-
-// withSet opens the databases the flags name, runs fn, and closes them.
-func withSet(c *cli.Context, o *options, acc access, fn func(*dbSet) error, mods ...func(*d1client.Config)) error {
-	s, err := openSet(c, o, acc, mods...)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	if len(s.conns) == 1 {
-		return s.conns[0].named(c, fn(s))
-	}
-	return fn(s)
-}
-
-// named turns D1's "no such database" in err into an error naming the
-// connection's database with those there are, and gives an SQL error the
-// schema apply that the connection flags need (see applyHint).
-func (cn *conn) named(c *cli.Context, err error) error {
-	var de *d1client.Error
-	switch {
-	case errors.Is(err, d1client.ErrNoDatabase):
-		return cn.missing(c.Context, err)
-	case errors.As(err, &de) && errors.Is(de, d1client.ErrSQL):
-		return applyHint{err: err, command: "d1idem schema apply" + connHint(c)}
-	}
-	return err
-}
-
-// openSet connects to the databases the flags name. All Cloudflare clients
-// share one budget.Account (the account's API budget, --max-calls's
-// included), and so do all local ones.
-func openSet(c *cli.Context, o *options, acc access, mods ...func(*d1client.Config)) (*dbSet, error) {
-	if !severalDatabases(c) {
-		cn, err := openConn(c, o, acc, mods...)
-		if err != nil {
-			return nil, err
-		}
-		return &dbSet{conns: []*conn{cn}}, nil
-	}
-	if err := envWithoutDatabase(c); err != nil {
-		return nil, err
-	}
-	if err := noEnvDatabaseID(c); err != nil {
-		return nil, err
-	}
-	if dir := c.String(flagLocal); dir != "" {
-		if err := localOnly(c); err != nil {
-			return nil, err
-		}
-		return openLocalSet(c, dir, acc, mods...)
-	}
-	return openCloudflareSet(c, o, mods...)
-}
-
 // noEnvDatabaseID refuses D1_DATABASE_ID beside a command line that names
 // several databases: it would add a database nobody named there.
 func noEnvDatabaseID(c *cli.Context) error {
@@ -243,75 +87,15 @@ func noEnvDatabaseID(c *cli.Context) error {
 	return nil
 }
 
-// sharedAccount returns the Account every client of a set spends, made
-// from the budget that mods give a configuration starting with base, and
-// the adjustment that gives a client's configuration that Account.
-func sharedAccount(base budget.Budget, mods []func(*d1client.Config)) (func(*d1client.Config), error) {
-	scratch := d1client.Config{Budget: base}
-	for _, m := range mods {
-		m(&scratch)
-	}
-	account, err := budget.NewAccount(scratch.Budget)
-	if err != nil {
-		return nil, clientError(err)
-	}
-	return func(cfg *d1client.Config) { cfg.Budget, cfg.Account = budget.Budget{}, account }, nil
-}
-
-// clientError is an error of d1client.New: a setting it refuses (two
-// base-URL variables that disagree, say) is the caller's to fix.
-func clientError(err error) error {
-	var de *d1client.Error
-	if errors.As(err, &de) {
-		// The library's field names are the CLI's flags here.
-		msg := strings.NewReplacer("Config.BridgeURL", "--"+flagBridgeURL, "Config.BaseURL", "--"+flagBaseURL).Replace(de.Message)
-		return usagef("cannot reach D1: %s", msg)
-	}
-	return err
-}
-
-// openCloudflareSet connects to several Cloudflare databases of one
-// account, directly or all through one bridge (--bridge-url or
-// $D1IDEM_BRIDGE_URL): the bridge serves each database it binds under its
-// ID, as the REST API does, and is not metered by the API budget.
-func openCloudflareSet(c *cli.Context, o *options, mods ...func(*d1client.Config)) (*dbSet, error) {
-	bridgeURL, bridge, err := bridgeURL(c)
-	if err != nil {
-		return nil, err
-	}
-	ts, err := cloudflareTargets(c, bridge)
-	if err != nil {
-		return nil, err
-	}
-	all := append(slices.Clone(mods), o.clientMods...)
-	limit := budget.Budget{} // Cloudflare's API limit
-	if bridge {
-		limit = budget.Unlimited()
-	}
-	share, err := sharedAccount(limit, all)
-	if err != nil {
-		return nil, err
-	}
-	s := &dbSet{}
-	for _, t := range ts {
-		cfg := d1client.Config{BaseURL: c.String(flagBaseURL), BridgeURL: bridgeURL, APIToken: t.token, AccountID: t.accountID, DatabaseID: t.databaseID}
-		for _, m := range append(all, share) {
-			m(&cfg)
-		}
-		cn, err := cloudflareConn(cfg, t)
-		if err != nil {
-			return nil, err
-		}
-		s.conns = append(s.conns, cn)
-	}
-	return s, nil
-}
-
 // cloudflareTargets resolves the databases of --database (each given
 // name), --database-id (each ID) and --databases-prefix, in that order, and
 // the account and token to reach them (none is needed through a bridge).
 // A database named twice is refused.
 func cloudflareTargets(c *cli.Context, bridge bool) ([]target, error) {
+	if !severalDatabases(c) {
+		t, err := cloudflareTarget(c)
+		return []target{t}, err
+	}
 	accountID, token := c.String(flagAccountID), c.String(flagAPIToken)
 	entries, how, err := wranglerEntries(c)
 	if err != nil {
@@ -417,54 +201,13 @@ func orNone(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-// openLocalSet starts the embedded d1local on dir with the databases
-// --database-id, --database and --databases-prefix name. Unless acc is
-// create, it creates nothing: the directory and the databases must exist.
-func openLocalSet(c *cli.Context, dir string, acc access, mods ...func(*d1client.Config)) (*dbSet, error) {
-	srv, err := startLocal(c, dir, acc)
-	if err != nil {
-		return nil, err
-	}
-	s := &dbSet{local: srv}
-	if err := s.addLocal(c, dir, acc, mods); err != nil {
-		s.close()
-		return nil, err
-	}
-	return s, nil
-}
-
-// addLocal opens a client on each local database the flags name.
-func (s *dbSet) addLocal(c *cli.Context, dir string, acc access, mods []func(*d1client.Config)) error {
-	have, err := s.local.D1.Databases()
-	if err != nil {
-		return err
-	}
-	ids, err := localIDs(c, dir, have)
-	if err != nil {
-		return err
-	}
-	share, err := sharedAccount(budget.Unlimited(), mods)
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		if acc != create && !slices.Contains(have, id) {
-			return &noDatabaseError{id: id, where: "under " + dir, have: slices.Clone(have)}
-		}
-		db, err := s.local.Client(id, append(slices.Clone(mods), share)...)
-		if err != nil {
-			return clientError(err)
-		}
-		s.conns = append(s.conns, &conn{db: db, where: fmt.Sprintf("local database %q under %s", id, dir), databaseID: id, scope: "under " + dir,
-			list: func(context.Context) ([]string, error) { return s.local.D1.Databases() }, create: localCreate(s.local, dir, id, acc)})
-	}
-	return nil
-}
-
 // localIDs are the local databases the flags name: each --database-id, each
 // --database, then those under dir (have) that begin with
 // --databases-prefix. A database named twice is refused.
 func localIDs(c *cli.Context, dir string, have []string) ([]string, error) {
+	if !severalDatabases(c) {
+		return []string{localDatabaseID(c)}, nil
+	}
 	var ids, how []string
 	for _, name := range []string{flagDatabaseID, flagDatabase} {
 		vals, _ := multiValues(c, name)
@@ -487,4 +230,15 @@ func localIDs(c *cli.Context, dir string, have []string) ([]string, error) {
 		return nil, err
 	}
 	return ids, nil
+}
+
+// localDatabaseID is the one database --local names: --database-id (or
+// --database), else the one the demo and the example API use.
+func localDatabaseID(c *cli.Context) string {
+	for _, id := range []string{c.String(flagDatabaseID), c.String(flagDatabase)} {
+		if id != "" {
+			return id
+		}
+	}
+	return d1local.LocalDatabaseID
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/idem"
 )
 
 // usageError marks an error as the caller's misuse of the command line:
@@ -259,4 +260,41 @@ func clip(s string) string {
 		return s
 	}
 	return fmt.Sprintf("%s... (%d more bytes)", p, more)
+}
+
+// flagOf names the CLI flag of a ledger configuration field, or "".
+func flagOf(field string) string {
+	switch field {
+	case "Config.TTL":
+		return "--ttl"
+	case "Config.Heartbeat":
+		return "--heartbeat"
+	case "Config.Retention":
+		return "--retention"
+	case "Config.SweepBatch":
+		return "--batch"
+	}
+	return ""
+}
+
+// configUsage turns an invalid ledger configuration from flags into a
+// usage error naming the flag.
+func configUsage(err error) error {
+	var ce *idem.ConfigError
+	if errors.As(err, &ce) {
+		if flag := flagOf(ce.Field); flag != "" {
+			return usagef("%s %s is out of range: %s", flag, ce.Value, ce.Want)
+		}
+	}
+	return err
+}
+
+// ledgerErr prefixes an error of the administrative API with the command,
+// leaving out the ledger's own prefix before a D1 error.
+func ledgerErr(cmd string, err error) error {
+	var de *d1client.Error
+	if errors.As(err, &de) {
+		return fmt.Errorf("%s: %w", cmd, de)
+	}
+	return fmt.Errorf("%s: %w", cmd, err)
 }

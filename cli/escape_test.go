@@ -249,7 +249,7 @@ func TestHostileValuesShownEscaped(t *testing.T) {
 	r := safeOutput(t, "keys get --json", mustRun(t, o, l.args("keys", "get", "--principal", hostileLetters, "--key", "order-2", "--json")...))
 	var d keyDetailJSON
 	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil || d.Principal != hostileLetters || d.Fingerprint != hostileRows[1].fingerprint ||
-		d.ResponseHeaders["x-evil\x1b[2J"] != "v\u009b\x1b]0;t\a" || d.ResponseBodyPreview == nil || *d.ResponseBodyPreview != hostileRows[1].body {
+		d.ResponseHeaders["x-evil\x1b[2J"] != "v\u009b\x1b]0;t\a" || d.ResponseBody == nil || *d.ResponseBody != hostileRows[1].body {
 		t.Errorf("keys get --json (%v): %+v\n%s", err, d, r.stdout)
 	}
 }

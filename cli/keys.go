@@ -103,17 +103,22 @@ func heartbeatFlag() cli.Flag {
 		DefaultText: "a third of --ttl"}
 }
 
-// leaseFlags reads --ttl and --heartbeat.
-func leaseFlags(c *cli.Context) (lease, error) {
+// keysConfig reads --ttl and --heartbeat into the ledger configuration of
+// the keys commands, which read and release but never sweep: the lease and
+// the retention are set to what any TTL accepts.
+func keysConfig(c *cli.Context) (idem.Config, error) {
 	ttl, err := positiveDuration(c, "ttl")
 	if err != nil {
-		return lease{}, err
+		return idem.Config{}, err
 	}
 	hb := c.Duration("heartbeat")
 	if c.IsSet("heartbeat") && (hb <= 0 || hb > ttl) {
-		return lease{}, usagef("--heartbeat %s is out of range: more than 0, at most --ttl (%s)", hb, ttl)
+		return idem.Config{}, usagef("--heartbeat %s is out of range: more than 0, at most --ttl (%s)", hb, ttl)
 	}
-	return leaseOf(ttl, hb), nil
+	if hb == ttl {
+		hb = ttl - time.Millisecond // the ledger's renewals come before the TTL
+	}
+	return idem.Config{TTL: ttl, Heartbeat: hb, MaxLease: ttl, Retention: max(idem.DefaultRetention, 2*ttl+idem.RetentionMargin)}, nil
 }
 
 func limitFlag() cli.Flag {
@@ -187,30 +192,40 @@ func noArgs(c *cli.Context) error {
 	return nil
 }
 
+// keysScope is what a keys command works on: the administrative API, and
+// for people, where it reads.
+type keysScope struct {
+	a     *idem.Admin
+	cfg   idem.Config // the ledger's, its defaults filled in
+	where string
+	// On several databases: the ledger across them, and the set.
+	ledger *idem.Ledger
+	set    *dbSet
+}
+
 // withKeys runs a keys command: it refuses arguments, reads --ttl and
-// --heartbeat, opens the database and hands fn the administrative API.
-// With several databases, the administrative API is a sharded ledger's:
-// it finds each principal's database by the ring recorded in them.
-func (o *options) withKeys(c *cli.Context, fn func(ks *keysScope, ls lease) error) error {
+// --heartbeat, opens the databases and hands fn the administrative API of
+// the ledger on them. Across several databases, it finds each principal's
+// database by the ring recorded in them.
+func (o *options) withKeys(c *cli.Context, fn func(ks *keysScope) error) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
-	ls, err := leaseFlags(c)
+	cfg, err := keysConfig(c)
 	if err != nil {
 		return err
 	}
-	return withDatabases(c, o, existing, func(cn *conn) error {
-		a, err := keysAdmin(o, cn, ls.ttl)
+	return o.withSet(c, existing, func(s *dbSet) error {
+		l, err := o.ledger(s, cfg, false)
 		if err != nil {
 			return err
 		}
-		return fn(&keysScope{a: a, where: cn.where}, ls)
-	}, func(s *dbSet) error {
-		ks, err := shardedKeys(o, s, ls.ttl)
-		if err != nil {
-			return err
+		ks := &keysScope{a: l.Admin(), cfg: l.Config(), where: s.where()}
+		if s.one() {
+			return fn(ks)
 		}
-		return ringFix(c, fn(ks, ls))
+		ks.ledger, ks.set = l, s
+		return ringFix(c, fn(ks))
 	})
 }
 
@@ -241,7 +256,7 @@ func (o *options) keysGet(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	return o.withKeys(c, func(ks *keysScope, ls lease) error {
+	return o.withKeys(c, func(ks *keysScope) error {
 		k, err := ks.a.Get(c.Context, principal, key)
 		if errors.Is(err, idem.ErrKeyNotFound) {
 			return fmt.Errorf("no key %s for principal %s on %s (it was never claimed, or was swept)",
@@ -254,20 +269,22 @@ func (o *options) keysGet(c *cli.Context) error {
 			return ledgerErr("keys get", err)
 		}
 		if c.Bool(flagJSON) {
-			d := keyDetailOf(&k, ls)
-			d.Database = home
-			return printJSON(c.App.Writer, d)
+			var db any
+			if home != "" {
+				db = field{"database", home}
+			}
+			return printObject(c.App.Writer, k, field{"ttl_ms", ks.cfg.TTL.Milliseconds()}, db)
 		}
-		return renderKey(c.App.Writer, &k, ls, releaseCommandLine(c, &k, ls), homeText)
+		return renderKey(c.App.Writer, &k, ks.a.Explain(&k), releaseCommandLine(c, &k), homeText)
 	})
 }
 
 // releaseCommandLine is the command that releases k at its generation:
 // with --force when the row is inside its TTL, which the ledger then
 // requires.
-func releaseCommandLine(c *cli.Context, k *idem.KeyRecord, ls lease) string {
+func releaseCommandLine(c *cli.Context, k *idem.KeyRecord) string {
 	force := ""
-	if stateOf(k, ls) != stateAwaitingRetry {
+	if k.State != idem.KeyAwaitingRetry {
 		force = " --force"
 	}
 	// The release backdates the row by the TTL: it must be the
@@ -311,7 +328,7 @@ func (o *options) keysList(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	return o.withKeys(c, func(ks *keysScope, ls lease) error {
+	return o.withKeys(c, func(ks *keysScope) error {
 		page, err := ks.a.List(c.Context, opts)
 		if errors.Is(err, idem.ErrBadCursor) {
 			return usagef("--cursor is not a cursor this command printed (a \"next cursor\" token of 'd1idem keys list'); copy it whole, or start without --cursor")
@@ -319,10 +336,22 @@ func (o *options) keysList(c *cli.Context) error {
 			return ledgerErr("keys list", err)
 		}
 		if c.Bool(flagJSON) {
-			return printJSON(c.App.Writer, keyPageJSONOf(page, ls))
+			var next *string
+			if page.NextCursor != "" {
+				next = &page.NextCursor
+			}
+			return printObject(c.App.Writer, field{"keys", rows(page.Keys)}, field{"next_cursor", next})
 		}
-		return renderKeyPage(c.App.Writer, page, ls, opts.Cursor != "")
+		return renderKeyPage(c.App.Writer, page, opts.Cursor != "")
 	})
+}
+
+// rows are keys, never nil: an empty list is [] in JSON.
+func rows(keys []idem.KeyRecord) []idem.KeyRecord {
+	if keys == nil {
+		return []idem.KeyRecord{}
+	}
+	return keys
 }
 
 // checkPrincipal refuses a --principal no request can have (see
@@ -388,17 +417,19 @@ func (o *options) keysStuck(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	return o.withKeys(c, func(ks *keysScope, ls lease) error {
-		q, err := quietKeys(c.Context, ks.a, ls, limit)
+	return o.withKeys(c, func(ks *keysScope) error {
+		q, err := quietKeys(c.Context, ks, limit)
 		if err != nil {
 			return ledgerErr("keys stuck", err)
 		}
 		if c.Bool(flagJSON) {
-			return printJSON(c.App.Writer, quietJSONOf(q))
+			return printObject(c.App.Writer, field{"ttl_ms", q.ttl.Milliseconds()}, field{"quiet_after_ms", q.after.Milliseconds()},
+				field{"total", q.nQuiet + q.nAwaiting}, field{"owner_quiet", q.nQuiet}, field{"awaiting_retry", q.nAwaiting},
+				field{"partial", q.partial}, field{"keys", rows(append(q.quiet, q.awaiting...))})
 		}
 		release := ""
 		if len(q.quiet) > 0 {
-			release = releaseCommandLine(c, &q.quiet[0], ls)
+			release = releaseCommandLine(c, &q.quiet[0])
 		}
 		return renderQuiet(c.App.Writer, q, release)
 	})
@@ -407,11 +438,10 @@ func (o *options) keysStuck(c *cli.Context) error {
 // quiet is what keys stuck found: the pending rows whose owner has gone
 // quiet, split by whether they are still inside the TTL.
 type quiet struct {
-	lease        lease
-	quiet        []idem.KeyRecord // inside the TTL, oldest first
-	awaiting     []idem.KeyRecord // past the TTL, oldest first
-	nQuiet, nAll int64            // how many there are of each, shown or not
-	nAwaiting    int64
+	ttl, heartbeat, after time.Duration    // the ledger's, and when an owner is presumed dead
+	quiet                 []idem.KeyRecord // inside the TTL, oldest first
+	awaiting              []idem.KeyRecord // past the TTL, oldest first
+	nQuiet, nAwaiting     int64            // how many there are of each, shown or not
 	// partial reports that more pending rows remain than were read
 	// (maxQuietPages pages): the counts are of the oldest.
 	partial bool
@@ -421,10 +451,11 @@ type quiet struct {
 const maxQuietPages = 20
 
 // quietKeys pages through the pending rows with no update for longer than
-// ls.quietAfter(), oldest first, keeping at most limit of each group.
-func quietKeys(ctx context.Context, a *idem.Admin, ls lease, limit int) (quiet, error) {
-	q := quiet{lease: ls}
-	opts := idem.ListOptions{Status: idem.StatusPending, OlderThan: ls.quietAfter(), Limit: idem.MaxListLimit}
+// the Admin's QuietAfter, oldest first, keeping at most limit of each group.
+func quietKeys(ctx context.Context, ks *keysScope, limit int) (quiet, error) {
+	a := ks.a
+	q := quiet{ttl: ks.cfg.TTL, heartbeat: ks.cfg.Heartbeat, after: a.QuietAfter()}
+	opts := idem.ListOptions{Status: idem.StatusPending, OlderThan: q.after, Limit: idem.MaxListLimit}
 	for range maxQuietPages {
 		page, err := a.List(ctx, opts)
 		if err != nil {
@@ -432,7 +463,7 @@ func quietKeys(ctx context.Context, a *idem.Admin, ls lease, limit int) (quiet, 
 		}
 		for _, k := range page.Keys {
 			group, n := &q.quiet, &q.nQuiet
-			if stateOf(&k, ls) == stateAwaitingRetry {
+			if k.State == idem.KeyAwaitingRetry {
 				group, n = &q.awaiting, &q.nAwaiting
 			}
 			*n++
@@ -446,7 +477,6 @@ func quietKeys(ctx context.Context, a *idem.Admin, ls lease, limit int) (quiet, 
 		}
 	}
 	q.partial = opts.Cursor != ""
-	q.nAll = q.nQuiet + q.nAwaiting
 	return q, nil
 }
 
@@ -508,7 +538,7 @@ func (o *options) keysRelease(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	return o.withKeys(c, func(ks *keysScope, ls lease) error {
+	return o.withKeys(c, func(ks *keysScope) error {
 		res, err := ks.a.Release(c.Context, principal, key, gen, idem.ReleaseOptions{Force: c.Bool("force")})
 		if errors.Is(err, idem.ErrKeyNotFound) {
 			return fmt.Errorf("no %s on %s: nothing to release (it was never claimed, or was swept)", keyName(principal, key), ks.where)
@@ -516,10 +546,10 @@ func (o *options) keysRelease(c *cli.Context) error {
 			return ledgerErr("keys release", err)
 		}
 		if !res.Released {
-			return notReleased(&res.Before, gen, ls, getCommandLine(c, &res.Before))
+			return notReleased(&res.Before, gen, ks.cfg.TTL, getCommandLine(c, &res.Before))
 		}
 		if c.Bool(flagJSON) {
-			return printJSON(c.App.Writer, releaseJSONOf(res, c.Bool("force")))
+			return printJSON(c.App.Writer, res)
 		}
 		return renderRelease(c.App.Writer, res, connHint(c))
 	})
@@ -548,23 +578,31 @@ func getCommandLine(c *cli.Context, k *idem.KeyRecord) string {
 
 // notReleased says why the ledger left the row k alone; look is the
 // command that shows it.
-func notReleased(k *idem.KeyRecord, gen int64, ls lease, look string) error {
-	who := keyName(k.Principal, k.Key)
-	switch state := stateOf(k, ls); {
+func notReleased(k *idem.KeyRecord, gen int64, lease time.Duration, look string) error {
+	who, ttl := keyName(k.Principal, k.Key), human.Duration(lease)
+	switch {
 	case k.Generation != gen:
 		return fmt.Errorf("not released: %s is now at generation %d (%s, updated %s), not %d; look again with '%s'",
-			who, k.Generation, state.words(), human.Age(k.SinceUpdate()), gen, look)
-	case state == stateCompleted:
+			who, k.Generation, stateWords(k.State), human.Age(k.SinceUpdate()), gen, look)
+	case k.State == idem.KeyCompleted:
 		return fmt.Errorf("not released: %s is completed (response %s): retries replay it; --force forgets the response, and the next retry executes the request again",
 			who, statusOrDash(k.ResponseStatus))
-	case state == stateOwnerQuiet:
+	case k.State == idem.KeyOwnerQuiet:
 		return fmt.Errorf("not released: %s was updated %s, inside the %s TTL, and its owner has missed its heartbeats: if you know it is dead, release it with --force",
-			who, human.Age(k.SinceUpdate()), human.Duration(ls.ttl))
-	case state == stateInFlight:
+			who, human.Age(k.SinceUpdate()), ttl)
+	case k.State == idem.KeyInFlight:
 		return fmt.Errorf("not released: %s was updated %s, inside the %s TTL: its owner is alive and renewing it; wait, or use --force",
-			who, human.Age(k.SinceUpdate()), human.Duration(ls.ttl))
+			who, human.Age(k.SinceUpdate()), ttl)
 	}
 	return fmt.Errorf("not released: %s has status %s, which the ledger does not release", who, display(string(k.Status)))
+}
+
+// stateWords names a state in tables and lines: "awaiting retry".
+func stateWords(s idem.KeyState) string {
+	if s == idem.KeyUnknown {
+		return "unknown status"
+	}
+	return strings.ReplaceAll(string(s), "_", " ")
 }
 
 func statusOrDash(s *int64) string {

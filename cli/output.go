@@ -91,3 +91,91 @@ func plural(n int64, one, many string) string {
 	}
 	return fmt.Sprintf("%d %s", n, many)
 }
+
+// field is a named value of a JSON object that object writes.
+type field struct {
+	name  string
+	value any
+}
+
+// object is the JSON object of parts, in order: a field is one member; any
+// other part is a value whose JSON is an object (a library result, say),
+// all of whose members are taken; nil is none. It is how a command adds what only it
+// knows (the database's label, the D1 calls it made) to what the library
+// returns, in one flat object.
+func object(parts ...any) (json.RawMessage, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for _, p := range parts {
+		if p == nil {
+			continue
+		}
+		if f, ok := p.(field); ok {
+			p = map[string]any{f.name: f.value}
+		}
+		v, err := json.Marshal(p)
+		if err != nil {
+			return nil, err
+		}
+		if len(v) < 2 || v[0] != '{' {
+			return nil, fmt.Errorf("cli: %T is not a JSON object", p)
+		}
+		if inner := v[1 : len(v)-1]; len(inner) > 0 {
+			if b.Len() > 1 {
+				b.WriteByte(',')
+			}
+			b.Write(inner)
+		}
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// printObject writes object(parts...) as printJSON does.
+func printObject(w io.Writer, parts ...any) error {
+	v, err := object(parts...)
+	if err != nil {
+		return err
+	}
+	return printJSON(w, v)
+}
+
+// maxCell bounds a ledger value in a table's cell, in characters: a long
+// principal or key is cut, with an ellipsis, and shown whole by keys get.
+const maxCell = 40
+
+// cell is a ledger value in a table: shown as display shows it, cut to
+// maxCell characters with an ellipsis at the end.
+func cell(v string) string {
+	s := display(v)
+	if utf8.RuneCountInString(s) <= maxCell {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:maxCell-1]) + "…"
+}
+
+// wrapWidth is where wrap breaks a long line of text.
+const wrapWidth = 100
+
+// wrap breaks text into lines of at most wrapWidth characters, at spaces;
+// a longer word keeps a line of its own.
+func wrap(text string) string {
+	var b strings.Builder
+	n := 0
+	for i, word := range strings.Fields(text) {
+		w := utf8.RuneCountInString(word)
+		switch {
+		case i == 0:
+		case n+1+w > wrapWidth:
+			b.WriteByte('\n')
+			n = 0
+		default:
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(word)
+		n += w
+	}
+	return b.String()
+}

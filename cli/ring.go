@@ -74,8 +74,8 @@ func (o *options) withRing(c *cli.Context, fn func(rc *ringCtx) error) error {
 	if err != nil {
 		return err
 	}
-	return withSet(c, o, existing, func(s *dbSet) error {
-		l, err := shardedLedger(o, s, idem.Config{TTL: ttl, MaxLease: ttl, Retention: retention})
+	return o.withSet(c, existing, func(s *dbSet) error {
+		l, err := o.ledger(s, idem.Config{TTL: ttl, MaxLease: ttl, Retention: retention}, true)
 		if err != nil {
 			return err
 		}

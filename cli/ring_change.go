@@ -103,25 +103,6 @@ func (rc *ringCtx) toAdd(st idem.RingStatus) ([]string, error) {
 	return ids, nil
 }
 
-// named is the set's database with this label or ID; nil when none.
-func (s *dbSet) named(name string) *conn {
-	for _, cn := range s.conns {
-		if cn.label() == name || cn.databaseID == name {
-			return cn
-		}
-	}
-	return nil
-}
-
-// ids are the set's database IDs.
-func (s *dbSet) ids() []string {
-	out := make([]string, len(s.conns))
-	for i, cn := range s.conns {
-		out[i] = cn.databaseID
-	}
-	return out
-}
-
 func ringAdvanceCommand(o *options) *cli.Command {
 	return &cli.Command{
 		Name:  "advance",

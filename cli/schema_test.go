@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -8,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/d1idem/d1idem"
+	"github.com/d1idem/d1idem/cli/internal/embedded"
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/internal/d1test"
 	"github.com/d1idem/d1idem/schema"
 )
@@ -129,6 +132,52 @@ func TestSchemaDrift(t *testing.T) {
 	res := l.exec(t, "SELECT count(*) FROM sqlite_master WHERE name = 'd1_migrations'")
 	if n, _ := res.Rows[0][0].Int64(); n != 0 {
 		t.Error("apply recorded a drifted table")
+	}
+}
+
+// TestSchemaApplyAfterDrift is the CI pipeline on a database whose
+// migration is recorded but whose index was dropped: apply creates the
+// index again, and verify passes after it; on a column that changed, apply
+// fails as verify does, never "Nothing to do" with exit 0.
+func TestSchemaApplyAfterDrift(t *testing.T) {
+	dir := t.TempDir()
+	mustRun(t, nil, "schema", "apply", "--local", dir)
+	localExec(t, dir, "DROP INDEX idx_idempotency_keys_updated_at")
+	if r := runCLI(t, nil, "schema", "verify", "--local", dir); r.code != exitError {
+		t.Fatalf("verify after the drop: %s", r)
+	}
+	r := mustRun(t, nil, "schema", "apply", "--local", dir)
+	want := "idempotency_keys had the expected columns but not its index idx_idempotency_keys_updated_at, which was created again; " +
+		"0001_d1idem_idempotency_keys.sql is recorded in d1_migrations, on local database \"d1idem\" under " + dir + ".\n" +
+		"Check the live shape with 'd1idem schema verify --local " + dir + "'.\n"
+	if r.stdout != want {
+		t.Errorf("apply after the drop:\n got %q\nwant %q", r.stdout, want)
+	}
+	mustRun(t, nil, "schema", "verify", "--local", dir)
+
+	localExec(t, dir, "ALTER TABLE idempotency_keys ADD COLUMN note TEXT")
+	r = runCLI(t, nil, "schema", "apply", "--local", dir)
+	if r.code != exitError || !strings.Contains(r.stdout, "+ column note TEXT") ||
+		r.stderr != "d1idem: idempotency_keys differs from schema.sql (1 difference, shown on stdout): the migration is recorded, but the table is not what it made; fix the table by hand or restore it, then apply again\n" {
+		t.Errorf("apply on a changed column: %s", r)
+	}
+}
+
+// localExec runs sql on the local database d1idem under dir, as an
+// operator's own SQL would.
+func localExec(t *testing.T, dir, sql string) {
+	t.Helper()
+	srv, err := embedded.Start(d1local.Config{Dir: dir}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	db, err := srv.Client(d1local.LocalDatabaseID)
+	if err == nil {
+		_, err = db.Query(context.Background(), sql)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -66,53 +67,37 @@ func (o *options) stats(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	return withDatabases(c, o, existing, func(cn *conn) error {
-		a, err := admin(o, cn, idem.Config{TTL: ttl, MaxLease: ttl, Retention: retention})
+	return o.withSet(c, existing, func(s *dbSet) error {
+		l, err := o.ledger(s, idem.Config{TTL: ttl, MaxLease: ttl, Retention: retention}, false)
 		if err != nil {
 			return err
 		}
+		v := statsView{set: s, hints: statsHintsOf(c)}
 		if c.Bool(flagWatch) {
-			base := statsJSONOf(idem.Stats{}, cn.where, ttl, retention)
-			base.hints = statsHintsOf(c)
-			return o.watchStats(c, a, cn, base, interval)
+			if !s.one() {
+				return usagef("--watch watches one database; name one, or leave --watch out to see all %d", len(s.conns))
+			}
+			return o.watchStats(c, l.Admin(), v, interval)
 		}
-		st, err := a.Stats(c.Context)
+		ov, err := l.Admin().Overview(c.Context)
 		if err != nil {
 			return ledgerErr("stats", err)
 		}
-		out := statsJSONOf(st, cn.where, ttl, retention)
-		out.hints = statsHintsOf(c)
-		if c.Bool(flagJSON) {
-			return printJSON(c.App.Writer, out)
+		if s.one() && ov.Homes[0].Err != nil {
+			return ledgerErr("stats", ov.Homes[0].Err)
 		}
-		return renderStats(c.App.Writer, st, out)
-	}, func(s *dbSet) error {
-		if c.Bool(flagWatch) {
-			return usagef("--watch watches one database; name one, or leave --watch out to see all %d", len(s.conns))
+		if err := v.print(c.App.Writer, ov, c.Bool(flagJSON)); err != nil {
+			return err
 		}
-		return o.statsMany(c, s, ttl, retention)
+		return v.unread(c, ov)
 	})
 }
 
-// ptr returns a pointer to a copy of v.
-func ptr[T any](v T) *T { return &v }
-
-// statsJSON is stats --json.
-type statsJSON struct {
-	Database     string           `json:"database"`
-	Keys         int64            `json:"keys"`
-	ByStatus     map[string]int64 `json:"by_status"`
-	TTLMS        int64            `json:"ttl_ms"`
-	Stuck        int64            `json:"stuck"`
-	OldestStuck  *keySummaryJSON  `json:"oldest_stuck"`
-	Oldest       *keySummaryJSON  `json:"oldest"`
-	RetentionMS  int64            `json:"retention_ms"`
-	SweepBacklog int64            `json:"sweep_backlog"`
-	SizeBytes    int64            `json:"size_bytes"`
-	// SizeLimit projects when the database reaches D1's 10 GB limit.
-	SizeLimit *projectionJSON `json:"size_limit,omitempty"`
-
-	hints statsHints // for people only
+// statsView writes stats: the fields of one database, or a table of
+// several with their totals; or their JSON.
+type statsView struct {
+	set   *dbSet
+	hints statsHints
 }
 
 // statsHints are the commands the stats view suggests, with the flags that
@@ -126,36 +111,77 @@ func statsHintsOf(c *cli.Context) statsHints {
 	return statsHints{stuck: "d1idem keys stuck" + h + setDurations(c, "ttl"), sweep: "d1idem sweep --all" + h + setDurations(c, "retention")}
 }
 
-func statsJSONOf(st idem.Stats, where string, ttl, retention time.Duration) statsJSON {
-	out := statsJSON{Database: where, Keys: st.Keys, ByStatus: map[string]int64{}, TTLMS: ttl.Milliseconds(),
-		Stuck: st.Stuck, RetentionMS: retention.Milliseconds(), SweepBacklog: st.SweepBacklog, SizeBytes: st.SizeBytes,
-		SizeLimit: ptr(project(st, retention).json())}
-	for status, n := range st.ByStatus {
-		out.ByStatus[string(status)] = n
+func (v statsView) print(w io.Writer, ov idem.Overview, asJSON bool) error {
+	switch {
+	case asJSON && v.set.one():
+		return printObject(w, v.oneJSON(ov.Homes[0].Stats)...)
+	case asJSON:
+		return printObject(w, field{"database", v.set.where()}, ov.Total, field{"databases", v.homesJSON(ov)})
+	case v.set.one():
+		return printFields(w, v.fields(v.set.where(), ov.Homes[0].Stats))
 	}
-	if st.Oldest != nil {
-		j := summaryJSON(st.Oldest, leaseOf(ttl, 0))
-		out.Oldest = &j
-	}
-	if st.OldestStuck != nil {
-		j := summaryJSON(st.OldestStuck, leaseOf(ttl, 0))
-		out.OldestStuck = &j
+	return v.table(w, ov)
+}
+
+// oneJSON are the members of one database's stats under --json.
+func (v statsView) oneJSON(st idem.Stats) []any {
+	return []any{field{"database", v.set.where()}, st, field{"size_limit", st.Projection()}}
+}
+
+// homesJSON is each database's stats under --json: its label and ID, its
+// stats and projection, or the error that kept them.
+func (v statsView) homesJSON(ov idem.Overview) []any {
+	out := make([]any, len(ov.Homes))
+	for i, h := range v.ordered(ov) {
+		parts := []any{field{"database", v.set.label(h.Home)}, field{"id", h.Home}}
+		if h.Err != nil {
+			parts = append(parts, field{"error", describe(h.Err)})
+		} else {
+			parts = append(parts, h.Stats, field{"size_limit", h.Stats.Projection()}, field{"error", nil})
+		}
+		out[i], _ = object(parts...)
 	}
 	return out
 }
 
-// renderStats writes stats for people, from the ledger's stats and their
-// JSON form (which carries the database, TTL and retention).
-func renderStats(w io.Writer, st idem.Stats, out statsJSON) error {
-	return printFields(w, statsFields(st, out))
+// ordered are the databases' stats in the order the flags named them.
+func (v statsView) ordered(ov idem.Overview) []idem.HomeStats {
+	out := make([]idem.HomeStats, 0, len(ov.Homes))
+	for _, cn := range v.set.conns {
+		for _, h := range ov.Homes {
+			if h.Home == cn.databaseID {
+				out = append(out, h)
+			}
+		}
+	}
+	return out
 }
 
-// statsFields are the lines of the stats view, as printFields takes them.
-func statsFields(st idem.Stats, out statsJSON) [][2]string {
-	ttl, retention := time.Duration(out.TTLMS)*time.Millisecond, time.Duration(out.RetentionMS)*time.Millisecond
+// unread is an error naming the databases whose stats could not be read.
+func (v statsView) unread(c *cli.Context, ov idem.Overview) error {
+	var bad []string
+	for _, h := range v.ordered(ov) {
+		if h.Err != nil {
+			bad = append(bad, v.set.failed(c, h.Home, h.Err))
+		}
+	}
+	return couldNotRead("stats", bad)
+}
+
+// couldNotRead is cmd's error for the databases it could not read, each
+// "label: cause"; nil for none.
+func couldNotRead(cmd string, bad []string) error {
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %s could not be read: %s", cmd, plural(int64(len(bad)), "database", "databases"), strings.Join(bad, "; "))
+}
+
+// fields are the lines of one database's stats, as printFields takes them.
+func (v statsView) fields(where string, st idem.Stats) [][2]string {
 	fields := [][2]string{
-		{"ledger on", out.Database}, // "database orders", "local database ...", "orders-db (...)"
-		{"keys", strconv.FormatInt(out.Keys, 10)},
+		{"ledger on", where}, // "database orders", "local database ...", "orders-db (...)"
+		{"keys", strconv.FormatInt(st.Keys, 10)},
 		{"  " + string(idem.StatusPending), strconv.FormatInt(st.ByStatus[idem.StatusPending], 10)},
 		{"  " + string(idem.StatusCompleted), strconv.FormatInt(st.ByStatus[idem.StatusCompleted], 10)},
 	}
@@ -167,22 +193,55 @@ func statsFields(st idem.Stats, out statsJSON) [][2]string {
 	}
 	sort.Strings(others)
 	for _, s := range others {
-		fields = append(fields, [2]string{"  " + display(s), strconv.FormatInt(out.ByStatus[s], 10) + " (not a status the ledger writes)"})
+		fields = append(fields, [2]string{"  " + display(s), strconv.FormatInt(st.ByStatus[idem.Status(s)], 10) + " (not a status the ledger writes)"})
 	}
-	fields = append(fields, [2]string{"awaiting retry", awaitingText(st, ttl, out.hints)}, [2]string{"oldest row", oldestText(st.Oldest)},
-		[2]string{"sweep backlog", backlogText(out.SweepBacklog, retention, out.hints)}, [2]string{"database size", formatBytes(out.SizeBytes)},
-		[2]string{"10 GB limit", project(st, retention).text(retention)})
-	return fields
+	return append(fields, [2]string{"awaiting retry", v.awaiting(st)}, [2]string{"oldest row", oldestText(st.Oldest)},
+		[2]string{"sweep backlog", v.backlog(st)}, [2]string{"database size", formatBytes(st.SizeBytes)},
+		[2]string{"10 GB limit", projectionText(st.Projection(), st.Retention)})
 }
 
-// awaitingText describes the pending rows past the TTL.
-func awaitingText(st idem.Stats, ttl time.Duration, h statsHints) string {
+// table writes the stats of several databases: a row each and the totals,
+// then the totals' details.
+func (v statsView) table(w io.Writer, ov idem.Overview) error {
+	header := []string{"DATABASE", "KEYS", "PENDING", "COMPLETED", "AWAITING RETRY", "BACKLOG", "SIZE", "ROWS/DAY", "10 GB LIMIT"}
+	var rows [][]string
+	for _, h := range v.ordered(ov) {
+		if h.Err != nil {
+			rows = append(rows, []string{v.set.label(h.Home), "unreadable: " + describe(h.Err), "", "", "", "", "", "", ""})
+			continue
+		}
+		p := h.Stats.Projection()
+		rows = append(rows, append(statsRow(v.set.label(h.Home), h.Stats), rateText(p), projectionShort(p)))
+	}
+	rows = append(rows, append(statsRow("total", ov.Total), "", ""))
+	if err := printTable(w, header, rows); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	return printFields(w, [][2]string{
+		{"awaiting retry", v.awaiting(ov.Total)},
+		{"oldest row", oldestText(ov.Total.Oldest)},
+		{"sweep backlog", v.backlog(ov.Total)},
+		{"10 GB limit", fmt.Sprintf("per database, at the rate its rows were created within the %s retention\n(not enough data under %d rows or %s of writes; see 'd1idem stats --help')",
+			human.Duration(ov.Total.Retention), idem.MinSampleRows, human.Duration(idem.MinSampleSpan))},
+	})
+}
+
+// statsRow is a row of the table: the counts and the size.
+func statsRow(label string, st idem.Stats) []string {
+	return []string{label, strconv.FormatInt(st.Keys, 10), strconv.FormatInt(st.ByStatus[idem.StatusPending], 10),
+		strconv.FormatInt(st.ByStatus[idem.StatusCompleted], 10), strconv.FormatInt(st.Stuck, 10),
+		strconv.FormatInt(st.SweepBacklog, 10), shortBytes(float64(st.SizeBytes))}
+}
+
+// awaiting describes the pending rows past the TTL.
+func (v statsView) awaiting(st idem.Stats) string {
 	k := st.OldestStuck
 	if k == nil {
-		return fmt.Sprintf("none: no pending key is past the %s TTL", human.Duration(ttl))
+		return fmt.Sprintf("none: no pending key is past the %s TTL", human.Duration(st.TTL))
 	}
 	return fmt.Sprintf("%d pending past the %s TTL, taken over by their next retry (the oldest: %s / %s, updated %s); see '%s'",
-		st.Stuck, human.Duration(ttl), display(k.Principal), display(k.Key), human.Age(k.SinceUpdate()), h.stuck)
+		st.Stuck, human.Duration(st.TTL), display(k.Principal), display(k.Key), human.Age(k.SinceUpdate()), v.hints.stuck)
 }
 
 func oldestText(k *idem.KeyRecord) string {
@@ -193,13 +252,93 @@ func oldestText(k *idem.KeyRecord) string {
 		display(string(k.Status)), human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt))
 }
 
-func backlogText(n int64, retention time.Duration, h statsHints) string {
+// backlog describes the rows past the retention.
+func (v statsView) backlog(st idem.Stats) string {
+	n, retention := st.SweepBacklog, human.Duration(st.Retention)
 	if n == 0 {
-		return fmt.Sprintf("none older than the %s retention", human.Duration(retention))
+		return fmt.Sprintf("none older than the %s retention", retention)
 	}
 	them := "them"
 	if n == 1 {
 		them = "it"
 	}
-	return fmt.Sprintf("%s older than the %s retention: '%s' deletes %s", plural(n, "row", "rows"), human.Duration(retention), h.sweep, them)
+	return fmt.Sprintf("%s older than the %s retention: '%s' deletes %s", plural(n, "row", "rows"), retention, v.hints.sweep, them)
+}
+
+// projectionText is a database's 10 GB projection for people, in full.
+func projectionText(p idem.Projection, retention time.Duration) string {
+	switch {
+	case p.Reason != "":
+		return "not enough data to project: " + p.Reason
+	case p.Reaches && p.Days == 0:
+		return "reached: the database is at D1's 10 GB limit, and writes to it fail; grow the ledger (see 'd1idem ring --help')"
+	case p.Reaches:
+		return fmt.Sprintf("in about %s at this rate: %s a day x %s a row, levelling off at %s within the %s retention",
+			formatDays(p.Days), rowsText(p.RowsPerDay), shortBytes(p.BytesPerRow), shortBytes(p.LevelBytes), human.Duration(retention))
+	}
+	return fmt.Sprintf("not reached at this rate: %s a day x %s a row level off at %s (%s of 10 GB) within the %s retention",
+		rowsText(p.RowsPerDay), shortBytes(p.BytesPerRow), shortBytes(p.LevelBytes), percent(p.LevelBytes/idem.D1MaxBytes), human.Duration(retention))
+}
+
+// projectionShort is a projection in a table's cell.
+func projectionShort(p idem.Projection) string {
+	switch {
+	case p.Reason != "":
+		return "not enough data"
+	case p.Reaches && p.Days == 0:
+		return "reached"
+	case p.Reaches:
+		return "in about " + formatDays(p.Days)
+	}
+	return fmt.Sprintf("not at this rate (levels off at %s of it)", percent(p.LevelBytes/idem.D1MaxBytes))
+}
+
+// rateText is a projection's rows per day in a table's cell.
+func rateText(p idem.Projection) string {
+	if p.RowsPerDay == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", p.RowsPerDay)
+}
+
+// formatDays is a number of days for people: "5h" under a day, "3.5 days"
+// under ten, "41 days".
+func formatDays(d float64) string {
+	switch {
+	case d < 1:
+		return human.Duration(time.Duration(d * float64(24*time.Hour)))
+	case d < 10:
+		return fmt.Sprintf("%.1f days", d)
+	}
+	return fmt.Sprintf("%.0f days", d)
+}
+
+// rowsText is a rate of rows: "1200 rows", "2.5 million rows".
+func rowsText(n float64) string {
+	if n >= 1e6 {
+		return fmt.Sprintf("%.1f million rows", n/1e6)
+	}
+	return fmt.Sprintf("%.0f rows", n)
+}
+
+// shortBytes is a size with a decimal prefix, as D1's limit is stated:
+// "812 bytes", "1.5 kB", "9.8 GB".
+func shortBytes(n float64) string {
+	for _, u := range []struct {
+		size float64
+		name string
+	}{{1e9, "GB"}, {1e6, "MB"}, {1e3, "kB"}} {
+		if n >= u.size {
+			return fmt.Sprintf("%.1f %s", n/u.size, u.name)
+		}
+	}
+	return fmt.Sprintf("%.0f bytes", n)
+}
+
+// percent is a fraction as a percentage: "12%", "0.02%".
+func percent(f float64) string {
+	if f < 0.01 {
+		return fmt.Sprintf("%.2g%%", 100*f)
+	}
+	return fmt.Sprintf("%.0f%%", 100*f)
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -60,10 +61,10 @@ type watchView struct {
 // watchStats runs the stats view every interval until the command's
 // context ends (Ctrl-C), which is a clean stop. A first refresh that fails
 // is the command's error; a later one is shown, and the watch goes on.
-func (o *options) watchStats(c *cli.Context, a *idem.Admin, cn *conn, out statsJSON, interval time.Duration) error {
+func (o *options) watchStats(c *cli.Context, a *idem.Admin, sv statsView, interval time.Duration) error {
 	tick, stop := o.newTicker(interval)
 	defer stop()
-	render := o.watchRenderer(c, out, interval)
+	render := o.watchRenderer(c, sv, interval)
 	for first := true; ; first = false {
 		st, err := a.Stats(c.Context)
 		if c.Context.Err() != nil {
@@ -72,7 +73,7 @@ func (o *options) watchStats(c *cli.Context, a *idem.Admin, cn *conn, out statsJ
 		if err != nil && first {
 			return ledgerErr("stats", err)
 		}
-		if err := render(watchView{at: o.clock(), stats: st, budget: cn.db.Account().State(), seen: time.Now(), err: err}); err != nil {
+		if err := render(watchView{at: o.clock(), stats: st, budget: sv.set.conns[0].db.Account().State(), seen: time.Now(), err: err}); err != nil {
 			return err
 		}
 		select {
@@ -85,10 +86,10 @@ func (o *options) watchStats(c *cli.Context, a *idem.Admin, cn *conn, out statsJ
 
 // watchRenderer returns the function that writes one refresh: a JSON line
 // with --json, the view redrawn in place on a terminal, a block otherwise.
-func (o *options) watchRenderer(c *cli.Context, base statsJSON, interval time.Duration) func(watchView) error {
+func (o *options) watchRenderer(c *cli.Context, sv statsView, interval time.Duration) func(watchView) error {
 	w := c.App.Writer
 	if c.Bool(flagJSON) {
-		return func(v watchView) error { return writeJSON(w, watchJSONOf(v, base), "") }
+		return func(v watchView) error { return sv.watchJSON(w, v) }
 	}
 	tty := o.terminal(w)
 	first := true
@@ -100,7 +101,7 @@ func (o *options) watchRenderer(c *cli.Context, base statsJSON, interval time.Du
 			fmt.Fprintln(w)
 		}
 		first = false
-		return renderWatch(w, v, base, interval, tty)
+		return sv.watch(w, v, interval, tty)
 	}
 }
 
@@ -121,57 +122,36 @@ func (o *options) clock() time.Time {
 	return time.Now()
 }
 
-// watchJSON is one line of stats --watch --json: stats --json's fields, the
-// time of the refresh, the API budget, and the error of a failed refresh.
-type watchJSON struct {
-	At string `json:"at"`
-	*statsJSON
-	Budget *budgetJSON `json:"budget"`
-	Error  string      `json:"error,omitempty"`
-}
-
-// budgetJSON is the API budget as the last response's Ratelimit headers
-// gave it; null when none did.
-type budgetJSON struct {
-	Seen      string      `json:"seen"`
-	Remaining int         `json:"remaining"`
-	Reset     string      `json:"reset"`
-	ResetInMS int64       `json:"reset_in_ms"`
-	Policy    *policyJSON `json:"policy"`
-}
-
-// policyJSON is the Ratelimit-Policy: calls per window.
-type policyJSON struct {
-	Quota    int   `json:"quota"`
-	WindowMS int64 `json:"window_ms"`
-}
-
-func watchJSONOf(v watchView, base statsJSON) watchJSON {
-	out := watchJSON{At: human.Time(v.at), Budget: budgetJSONOf(v.budget, v.seen)}
+// watchJSON writes one refresh as a line of JSON: the time of the refresh,
+// stats --json's members (or the error of a failed refresh), and the API
+// budget the last response's Ratelimit headers gave (null when none did).
+func (sv statsView) watchJSON(w io.Writer, v watchView) error {
+	parts := []any{field{"at", human.Time(v.at)}}
 	if v.err != nil {
-		out.Error = describe(ledgerErr("stats", v.err))
-		return out
+		parts = append(parts, field{"error", describe(ledgerErr("stats", v.err))})
+	} else {
+		parts = append(parts, sv.oneJSON(v.stats)...)
 	}
-	s := statsJSONOf(v.stats, base.Database, time.Duration(base.TTLMS)*time.Millisecond, time.Duration(base.RetentionMS)*time.Millisecond)
-	out.statsJSON = &s
-	return out
+	line, err := object(append(parts, field{"budget", budgetObject(v.budget, v.seen)})...)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, line, "")
 }
 
-func budgetJSONOf(b budget.State, now time.Time) *budgetJSON {
+// budgetObject is the API budget under --json, with how long until its window
+// resets from now; nil when no response carried Ratelimit headers.
+func budgetObject(b budget.State, now time.Time) json.RawMessage {
 	if b.Seen.IsZero() {
 		return nil
 	}
-	out := &budgetJSON{Seen: human.Time(b.Seen), Remaining: b.Remaining, Reset: human.Time(b.Reset),
-		ResetInMS: max(0, b.Reset.Sub(now).Milliseconds())}
-	if b.Quota > 0 {
-		out.Policy = &policyJSON{Quota: b.Quota, WindowMS: b.Window.Milliseconds()}
-	}
-	return out
+	v, _ := object(b, field{"reset_in_ms", max(0, b.Reset.Sub(now).Milliseconds())})
+	return v
 }
 
-// renderWatch writes one refresh for people: a heading, then the stats
-// view and the budget, or the refresh's error.
-func renderWatch(w io.Writer, v watchView, base statsJSON, interval time.Duration, tty bool) error {
+// watch writes one refresh for people: a heading, then the stats view and
+// the budget, or the refresh's error.
+func (sv statsView) watch(w io.Writer, v watchView, interval time.Duration, tty bool) error {
 	heading := fmt.Sprintf("%s, every %s", human.Time(v.at), human.Duration(interval))
 	if tty {
 		heading += "; Ctrl-C stops"
@@ -181,9 +161,7 @@ func renderWatch(w io.Writer, v watchView, base statsJSON, interval time.Duratio
 		_, err := fmt.Fprintf(w, "this refresh failed: %s\n", describe(ledgerErr("stats", v.err)))
 		return err
 	}
-	out := statsJSONOf(v.stats, base.Database, time.Duration(base.TTLMS)*time.Millisecond, time.Duration(base.RetentionMS)*time.Millisecond)
-	out.hints = base.hints
-	return printFields(w, append(statsFields(v.stats, out), [2]string{"API budget", budgetText(v.budget, v.seen)}))
+	return printFields(w, append(sv.fields(sv.set.where(), v.stats), [2]string{"API budget", budgetText(v.budget, v.seen)}))
 }
 
 // budgetText describes the API budget the last response's headers gave.

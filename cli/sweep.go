@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -79,14 +80,10 @@ func (o *options) sweep(c *cli.Context) error {
 	s := &sweeper{c: c, o: o, retention: retention, batch: batch}
 	var mods []func(*d1client.Config)
 	if maxCalls > 0 {
-		window := o.budgetWindow
-		if window == 0 {
-			window = d1local.CloudflareBudget().Window
-		}
-		s.maxCalls, s.per = maxCalls, window
-		mods = append(mods, func(cfg *d1client.Config) { cfg.Budget = sweepBudget(maxCalls, window) })
+		s.maxCalls, s.per = maxCalls, cmp.Or(o.budgetWindow, d1local.CloudflareBudget().Window)
+		mods = append(mods, func(cfg *d1client.Config) { cfg.Budget = sweepBudget(maxCalls, s.per) })
 	}
-	err = withSet(c, o, existing, s.runSet, mods...)
+	err = o.withSet(c, existing, s.run, mods...)
 	if errors.Is(err, d1client.ErrRateLimited) {
 		err = hintedError{err, "use a lower --max-calls"}
 	}
@@ -135,264 +132,203 @@ type sweeper struct {
 	o         *options
 	retention time.Duration
 	batch     int
-	maxCalls  int // --max-calls, per window per: the client's budget; waits are announced before Exec waits
+	maxCalls  int // --max-calls, per window per: the client's budget
 	per       time.Duration
 
 	waits  int           // budget waits announced
 	waited time.Duration // their total
 
-	deleted, batches int64
-	start            time.Time
-	estimate         int64 // rows to delete, counted first on a terminal; -1 unknown
-	tty              bool
-
-	set     *dbSet
-	targets []*sweepTarget
+	set      *dbSet
+	start    time.Time
+	estimate int64 // rows to delete, counted first on a terminal; -1 unknown
+	tty      bool
 }
 
-// sweepJSON is sweep --json.
-type sweepJSON struct {
-	DryRun         bool   `json:"dry_run"`
-	RetentionMS    int64  `json:"retention_ms"`
-	BatchSize      int    `json:"batch_size"`
-	WouldDelete    *int64 `json:"would_delete,omitempty"`
-	Deleted        int64  `json:"deleted"`
-	Batches        int64  `json:"batches"`
-	Complete       bool   `json:"complete"`
-	D1Calls        int64  `json:"d1_calls"`
-	BudgetWaits    int    `json:"budget_waits"`
-	BudgetWaitedMS int64  `json:"budget_waited_ms"`
-	ElapsedMS      int64  `json:"elapsed_ms"`
-	// Databases are each database's share, with several.
-	Databases []sweptJSON `json:"databases,omitempty"`
-}
-
-// sweepTarget is one database being swept.
-type sweepTarget struct {
-	cn               *conn
-	a                *idem.Admin
-	deleted, batches int64
-	done             bool // its last batch came back short
-	backlog          int64
-}
-
-// runSet sweeps the databases of set, one batch of each in turn, all
-// within the one budget of their shared account.
-func (s *sweeper) runSet(set *dbSet) error {
+// run sweeps the databases of set with idem's SweepAll, one batch of each
+// in turn, all within the one budget of their shared account; with
+// --dry-run it counts their backlogs.
+func (s *sweeper) run(set *dbSet) error {
 	s.start, s.estimate, s.set = time.Now(), -1, set
-	for _, cn := range set.conns {
-		// The application's TTL and lease are assumed to be the defaults:
-		// the retention must outlast them (see idem.Config.Retention).
-		a, err := admin(s.o, cn, idem.Config{Retention: s.retention, SweepBatch: s.batch})
-		if err != nil {
-			return err
-		}
-		s.targets = append(s.targets, &sweepTarget{cn: cn, a: a})
-	}
-	if s.c.Bool("dry-run") {
-		return s.dryRun()
-	}
-	complete, err := s.loop()
+	// The application's TTL and lease are assumed to be the defaults: the
+	// retention must outlast them (see idem.Config.Retention).
+	l, err := s.o.ledger(set, idem.Config{Retention: s.retention, SweepBatch: s.batch}, false)
 	if err != nil {
 		return err
 	}
-	w := s.c.App.Writer
-	if s.c.Bool(flagJSON) {
-		return printJSON(w, sweepJSON{RetentionMS: s.retention.Milliseconds(), BatchSize: s.batch, Deleted: s.deleted, Batches: s.batches,
-			Complete: complete, D1Calls: set.calls(), BudgetWaits: s.waits, BudgetWaitedMS: s.waited.Milliseconds(),
-			ElapsedMS: time.Since(s.start).Milliseconds(), Databases: s.perDatabase(false)})
+	a := l.Admin()
+	if s.c.Bool("dry-run") {
+		res, err := a.SweepAll(s.c.Context, idem.SweepOptions{DryRun: true})
+		if err != nil {
+			return ledgerErr("sweep --dry-run", s.named(err))
+		}
+		return s.print(res, true)
 	}
-	_, err = fmt.Fprintln(w, s.summary(complete, set.calls()))
+	s.tty = !s.c.Bool(flagJSON) && s.o.terminal(s.c.App.Writer)
+	if s.tty && s.c.Bool("all") {
+		res, err := a.SweepAll(s.c.Context, idem.SweepOptions{DryRun: true})
+		if err != nil {
+			return ledgerErr("sweep: counting the backlog", s.named(err))
+		}
+		s.estimate = res.Backlog
+	}
+	opts := idem.SweepOptions{MaxBatches: 1, Progress: s.progress}
+	if s.c.Bool("all") {
+		opts.MaxBatches = 0
+	}
+	res, err := a.SweepAll(s.c.Context, opts)
+	if s.tty && res.Batches > 0 {
+		fmt.Fprintln(s.c.App.Writer)
+	}
+	if err != nil {
+		return s.interrupted(res, err)
+	}
+	return s.print(res, false)
+}
+
+// named turns a *idem.HomeError into its D1 error, prefixed with the
+// database's label when there are several.
+func (s *sweeper) named(err error) error {
+	var he *idem.HomeError
+	if !errors.As(err, &he) {
+		return err
+	}
+	err = he.Err
+	if !s.set.one() {
+		err = fmt.Errorf("%s: %w", s.set.label(he.Home), err)
+	}
 	return err
 }
 
-// dryRun counts the backlog and deletes nothing.
-func (s *sweeper) dryRun() error {
-	n, err := s.backlog()
-	if err != nil {
-		return ledgerErr("sweep --dry-run", err)
-	}
+// print writes what the sweep did, or with a dry run would do.
+func (s *sweeper) print(res idem.SweepResult, dryRun bool) error {
 	w := s.c.App.Writer
 	if s.c.Bool(flagJSON) {
-		return printJSON(w, sweepJSON{DryRun: true, RetentionMS: s.retention.Milliseconds(), BatchSize: s.batch, WouldDelete: &n,
-			D1Calls: s.set.calls(), ElapsedMS: time.Since(s.start).Milliseconds(), Databases: s.perDatabase(true)})
+		return printObject(w, s.json(res, dryRun)...)
 	}
-	batches := (n + int64(s.batch) - 1) / int64(s.batch)
-	if len(s.targets) > 1 {
-		_, err = fmt.Fprintf(w, "Dry run: %s last updated more than %s ago would be deleted from %d databases (%s), in batches of %d. Nothing was deleted.\n",
-			plural(n, "row", "rows"), human.Duration(s.retention), len(s.targets), s.split(true), s.batch)
+	if !dryRun {
+		_, err := fmt.Fprintln(w, s.summary(res))
 		return err
 	}
-	_, err = fmt.Fprintf(w, "Dry run: %s last updated more than %s ago would be deleted (%s of %d with --all; one sweep without --all deletes %d). Nothing was deleted.\n",
+	n := res.Backlog
+	if !s.set.one() {
+		_, err := fmt.Fprintf(w, "Dry run: %s last updated more than %s ago would be deleted from %d databases (%s), in batches of %d. Nothing was deleted.\n",
+			plural(n, "row", "rows"), human.Duration(s.retention), len(s.set.conns), s.split(res, true), s.batch)
+		return err
+	}
+	batches := (n + int64(s.batch) - 1) / int64(s.batch)
+	_, err := fmt.Fprintf(w, "Dry run: %s last updated more than %s ago would be deleted (%s of %d with --all; one sweep without --all deletes %d). Nothing was deleted.\n",
 		plural(n, "row", "rows"), human.Duration(s.retention), plural(batches, "batch", "batches"), s.batch, min(n, int64(s.batch)))
 	return err
 }
 
-// backlog counts the rows to delete in every database.
-func (s *sweeper) backlog() (int64, error) {
-	var total int64
-	for _, t := range s.targets {
-		n, err := t.a.SweepBacklog(s.c.Context)
-		if err != nil {
-			return 0, s.named(t, err)
-		}
-		t.backlog, total = n, total+n
+// json are the members of sweep --json: the settings, what was done (or
+// would be), the D1 calls, the budget's waits and the time it took, and
+// with several databases each one's share.
+func (s *sweeper) json(res idem.SweepResult, dryRun bool) []any {
+	parts := []any{field{"dry_run", dryRun}, field{"retention_ms", s.retention.Milliseconds()}, field{"batch_size", s.batch}}
+	if dryRun {
+		parts = append(parts, field{"would_delete", res.Backlog})
+		res.Complete = false
 	}
-	return total, nil
-}
-
-// named prefixes err with the database, when there are several.
-func (s *sweeper) named(t *sweepTarget, err error) error {
-	if len(s.targets) > 1 {
-		return fmt.Errorf("%s: %w", t.cn.label(), err)
+	parts = append(parts, field{"deleted", res.Deleted}, field{"batches", res.Batches}, field{"complete", res.Complete},
+		field{"d1_calls", s.set.calls()}, field{"budget_waits", s.waits}, field{"budget_waited_ms", s.waited.Milliseconds()},
+		field{"elapsed_ms", time.Since(s.start).Milliseconds()})
+	if s.set.one() {
+		return parts
 	}
-	return err
-}
-
-// loop sweeps one batch of each database, or with --all until each one's
-// batch comes back short, announcing budget waits and drawing progress on
-// a terminal. complete reports that every backlog is clear.
-func (s *sweeper) loop() (complete bool, err error) {
-	c := s.c
-	s.tty = !c.Bool(flagJSON) && s.o.terminal(c.App.Writer)
-	if s.tty && c.Bool("all") {
-		if s.estimate, err = s.backlog(); err != nil {
-			return false, ledgerErr("sweep: counting the backlog", err)
-		}
-	}
-	for {
-		complete = true
-		for _, t := range s.targets {
-			if t.done {
-				continue
-			}
-			if err := s.sweepOne(t); err != nil {
-				return false, s.interrupted(s.named(t, err))
-			}
-			complete = complete && t.done
-		}
-		if complete || !c.Bool("all") {
-			break
-		}
-	}
-	if s.tty {
-		fmt.Fprintln(c.App.Writer)
-	}
-	return complete, nil
-}
-
-// sweepOne sweeps one batch of one database.
-func (s *sweeper) sweepOne(t *sweepTarget) error {
-	if d := t.cn.db.BudgetWait(); d > 0 {
-		s.reportWait(d)
-		s.waits++
-		s.waited += d
-	}
-	n, err := t.a.Sweep(s.c.Context)
-	if err != nil {
-		return err
-	}
-	s.deleted, s.batches, t.deleted, t.batches = s.deleted+n, s.batches+1, t.deleted+n, t.batches+1
-	t.done = n < int64(s.batch)
-	if s.tty {
-		s.progress()
-	}
-	return nil
-}
-
-// sweptJSON is one database of sweep --json over several.
-type sweptJSON struct {
-	Database    string `json:"database"`
-	ID          string `json:"id"`
-	WouldDelete *int64 `json:"would_delete,omitempty"`
-	Deleted     int64  `json:"deleted"`
-	Batches     int64  `json:"batches"`
-	Complete    bool   `json:"complete"`
-}
-
-// perDatabase is each database's share, when there are several.
-func (s *sweeper) perDatabase(dryRun bool) []sweptJSON {
-	if len(s.targets) < 2 {
-		return nil
-	}
-	out := make([]sweptJSON, 0, len(s.targets))
-	for _, t := range s.targets {
-		j := sweptJSON{Database: t.cn.label(), ID: t.cn.databaseID, Deleted: t.deleted, Batches: t.batches, Complete: t.done}
+	homes := make([]any, len(res.Homes))
+	for i, h := range s.ordered(res) {
 		if dryRun {
-			j.WouldDelete = &t.backlog
+			h.Complete = false
 		}
-		out = append(out, j)
+		homes[i], _ = object(field{"database", s.set.label(h.Home)}, h)
+	}
+	return append(parts, field{"databases", homes})
+}
+
+// ordered are the databases' shares in the order the flags named them.
+func (s *sweeper) ordered(res idem.SweepResult) []idem.HomeSweep {
+	var out []idem.HomeSweep
+	for _, cn := range s.set.conns {
+		for _, h := range res.Homes {
+			if h.Home == cn.databaseID {
+				out = append(out, h)
+			}
+		}
 	}
 	return out
 }
 
 // split says how many rows each database had, or gave: "a 20, b 25".
-func (s *sweeper) split(backlog bool) string {
-	parts := make([]string, len(s.targets))
-	for i, t := range s.targets {
-		n := t.deleted
-		if backlog {
-			n = t.backlog
+func (s *sweeper) split(res idem.SweepResult, backlog bool) string {
+	var parts []string
+	for _, h := range s.ordered(res) {
+		n := h.Deleted
+		if backlog && h.Backlog != nil {
+			n = *h.Backlog
 		}
-		parts[i] = fmt.Sprintf("%s %d", t.cn.label(), n)
+		parts = append(parts, fmt.Sprintf("%s %d", s.set.label(h.Home), n))
 	}
 	return strings.Join(parts, ", ")
 }
 
-func (s *sweeper) summary(complete bool, calls int64) string {
+func (s *sweeper) summary(res idem.SweepResult) string {
 	from := ""
-	if len(s.targets) > 1 {
-		from = fmt.Sprintf(" from %d databases (%s)", len(s.targets), s.split(false))
+	if !s.set.one() {
+		from = fmt.Sprintf(" from %d databases (%s)", len(s.set.conns), s.split(res, false))
 	}
 	line := fmt.Sprintf("Swept %s last updated more than %s ago%s in %s of at most %d (%s, %s)",
-		plural(s.deleted, "row", "rows"), human.Duration(s.retention), from, plural(s.batches, "batch", "batches"), s.batch,
-		plural(calls, "D1 call", "D1 calls"), human.Duration(time.Since(s.start)))
+		plural(res.Deleted, "row", "rows"), human.Duration(s.retention), from, plural(res.Batches, "batch", "batches"), s.batch,
+		plural(s.set.calls(), "D1 call", "D1 calls"), human.Duration(time.Since(s.start)))
 	if s.waits > 0 {
 		line += fmt.Sprintf("; waited %s for the request budget", human.Duration(s.waited))
 	}
-	if complete {
+	if res.Complete {
 		return line + "; the backlog is clear."
 	}
 	return line + "; more remain: run again with --all."
 }
 
-// progress redraws the progress line: deleted so far of the estimate, and
-// the rate.
-func (s *sweeper) progress() {
-	rate := float64(s.deleted) / max(time.Since(s.start).Seconds(), 1e-3)
+// progress hears SweepAll: it announces a wait for the budget on stderr,
+// and on a terminal redraws the progress line after each batch: deleted so
+// far of the estimate, and the rate.
+func (s *sweeper) progress(p idem.SweepProgress) {
+	if p.Wait > 0 {
+		s.reportWait(p)
+		return
+	}
+	if !s.tty {
+		return
+	}
+	rate := float64(p.Deleted) / max(time.Since(s.start).Seconds(), 1e-3)
 	of := ""
 	if s.estimate > 0 {
-		pct := min(100, 100*s.deleted/s.estimate)
-		of = fmt.Sprintf(" of ~%d (%d%%)", s.estimate, pct)
+		pct := min(100, 100*p.Deleted/s.estimate)
 		const width = 24
 		filled := int(pct * width / 100)
-		of = " [" + strings.Repeat("#", filled) + strings.Repeat(".", width-filled) + "]" + of
+		of = fmt.Sprintf(" [%s%s] of ~%d (%d%%)", strings.Repeat("#", filled), strings.Repeat(".", width-filled), s.estimate, pct)
 	}
-	fmt.Fprintf(s.c.App.Writer, "\r\033[Kswept %d%s rows, %s, %.0f rows/s", s.deleted, of, plural(s.batches, "batch", "batches"), rate)
+	fmt.Fprintf(s.c.App.Writer, "\r\033[Kswept %d%s rows, %s, %.0f rows/s", p.Deleted, of, plural(p.Batches, "batch", "batches"), rate)
 }
 
-func (s *sweeper) reportWait(d time.Duration) {
+func (s *sweeper) reportWait(p idem.SweepProgress) {
+	s.waits++
+	s.waited += p.Wait
 	if s.tty {
 		fmt.Fprintln(s.c.App.Writer)
 	}
 	fmt.Fprintf(s.c.App.ErrWriter, "d1idem: sweep: waiting %s for the request budget (%s per %s, --max-calls) after %s\n",
-		human.Duration(d), plural(int64(s.maxCalls), "D1 call", "D1 calls"), human.Duration(s.per), plural(s.deleted, "row", "rows"))
+		human.Duration(p.Wait), plural(int64(s.maxCalls), "D1 call", "D1 calls"), human.Duration(s.per), plural(p.Deleted, "row", "rows"))
 }
 
 // interrupted reports how far the sweep got before err.
-func (s *sweeper) interrupted(err error) error {
-	var de *d1client.Error
-	if errors.As(err, &de) {
-		err = de // without the ledger's "idem: sweep:" prefix
-	}
-	if s.tty && s.batches > 0 {
-		fmt.Fprintln(s.c.App.Writer)
-	}
+func (s *sweeper) interrupted(res idem.SweepResult, err error) error {
+	err = s.named(err)
 	if errors.Is(err, context.Canceled) {
-		return fmt.Errorf("sweep interrupted after deleting %s in %s", plural(s.deleted, "row", "rows"), plural(s.batches, "batch", "batches"))
+		return fmt.Errorf("sweep interrupted after deleting %s in %s", plural(res.Deleted, "row", "rows"), plural(res.Batches, "batch", "batches"))
 	}
-	if s.batches > 0 {
-		return fmt.Errorf("sweep stopped after deleting %s in %s: %w", plural(s.deleted, "row", "rows"), plural(s.batches, "batch", "batches"), err)
+	if res.Batches > 0 {
+		return fmt.Errorf("sweep stopped after deleting %s in %s: %w", plural(res.Deleted, "row", "rows"), plural(res.Batches, "batch", "batches"), err)
 	}
 	return fmt.Errorf("sweep: %w", err)
 }

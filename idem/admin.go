@@ -340,9 +340,9 @@ func older(a, b *KeyRecord) *KeyRecord {
 
 // HomeStats is one database's share of a ledger's Stats.
 type HomeStats struct {
-	Home  string // the database's ID (Home.ID)
-	Stats Stats
-	Err   error // why the database could not be read (Overview only); Stats is then unset
+	Home  string `json:"id"` // the database's ID (Home.ID)
+	Stats Stats  `json:"stats"`
+	Err   error  `json:"-"` // why the database could not be read (Overview only); Stats is then unset
 }
 
 // HomeStats summarises each database of the ring as Stats does.

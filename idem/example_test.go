@@ -105,7 +105,7 @@ func ExampleAdmin_Explain() {
 	fmt.Printf("release at generation %d, force %v; the retry takes it over at generation %d\n", e.Release.Generation, e.Release.Force, e.TakeoverGeneration)
 	// Output:
 	// owner_quiet - no update for 25s (a live owner renews every 10s), inside the 30s TTL
-	// Retries are told it is in progress (409 idempotency_key_in_progress) until the TTL has passed, in 5s.
+	// Retries get 409 idempotency_key_in_progress until the TTL has passed, in 5s.
 	// release at generation 1, force true; the retry takes it over at generation 3
 }
 

@@ -101,19 +101,19 @@ func (a *Admin) Explain(k *KeyRecord) Explanation {
 	case KeyAwaitingRetry:
 		e.Reason = fmt.Sprintf("past the %s TTL (released, or its owner stopped renewing it)", ttl)
 		if k.Released() {
-			e.Reason = fmt.Sprintf("released %s: a release sets the last update one TTL (%s) back", human.Age(k.SinceUpdate()-c.TTL), ttl)
+			e.Reason = fmt.Sprintf("released %s (a release sets the last update one TTL, %s, back)", human.Age(k.SinceUpdate()-c.TTL-time.Millisecond), ttl)
 		}
 		e.Next = fmt.Sprintf("The next retry of the same request takes the key over (generation %d) and executes it.", e.TakeoverGeneration)
 		e.Remedy = "Nothing needs releasing."
 	case KeyOwnerQuiet:
 		e.Reason = fmt.Sprintf("no update for %s (a live owner renews every %s), inside the %s TTL", human.Duration(k.SinceUpdate()), human.Duration(c.Heartbeat), ttl)
-		e.Next = fmt.Sprintf("Retries are told it is in progress (409 idempotency_key_in_progress) until the TTL has passed, in %s.", human.Duration(c.TTL-k.SinceUpdate()))
-		e.Remedy = fmt.Sprintf("Its owner has missed its heartbeats and is presumed dead: to let the client retry now, release the key at generation %d, with force (the ledger cannot prove the owner dead); the retry then takes it over at generation %d.",
+		e.Next = fmt.Sprintf("Retries get 409 idempotency_key_in_progress until the TTL has passed, in %s.", human.Duration(c.TTL-k.SinceUpdate()))
+		e.Remedy = fmt.Sprintf("Its owner has missed its heartbeats and is presumed dead. To let the client retry now, release the key (at generation %d, with force: the ledger cannot prove the owner dead); the retry then takes it over at generation %d.",
 			k.Generation, k.Generation+2)
 		e.Release, e.TakeoverGeneration = &ReleaseAdvice{Generation: k.Generation, Force: true}, k.Generation+2
 	case KeyInFlight:
 		e.Reason = fmt.Sprintf("last updated %s, within the %s TTL", human.Age(k.SinceUpdate()), ttl)
-		e.Next = fmt.Sprintf("Retries are told it is in progress (409 idempotency_key_in_progress) until it completes, or until %s without an update.", ttl)
+		e.Next = fmt.Sprintf("Retries get 409 idempotency_key_in_progress until it completes, or until %s without an update.", ttl)
 		e.Remedy = fmt.Sprintf("Its owner is presumably still running (a live owner renews the row every %s): wait.", human.Duration(c.Heartbeat))
 		if c.Heartbeat <= 0 {
 			e.Remedy = "Its owner is presumably still running: wait."

@@ -47,7 +47,7 @@ VALUES ('p', 'quiet', 'fp', 'pending', 1, ?, ?)`, now.Add(-25*time.Second).UnixM
 	}{
 		{"live", idem.KeyInFlight, "last updated 5s ago, within the 30s TTL", "until it completes, or until 30s without an update", "renews the row every 10s): wait", nil, 2},
 		{"quiet", idem.KeyOwnerQuiet, "no update for 25s (a live owner renews every 10s), inside the 30s TTL", "until the TTL has passed, in 5s",
-			"release the key at generation 1, with force", &idem.ReleaseAdvice{Generation: 1, Force: true}, 3},
+			"release the key (at generation 1, with force", &idem.ReleaseAdvice{Generation: 1, Force: true}, 3},
 		{"old", idem.KeyAwaitingRetry, "past the 30s TTL (released, or its owner stopped renewing it)", "takes the key over (generation 3)", "Nothing needs releasing.", nil, 3},
 		{"done", idem.KeyCompleted, "retries replay the stored response", "until the sweep deletes the row (24h after its last update)", "", nil, 0},
 		{"odd", idem.KeyUnknown, "not a status the ledger writes", "", "", nil, 0},
@@ -76,7 +76,7 @@ VALUES ('p', 'quiet', 'fp', 'pending', 1, ?, ?)`, now.Add(-25*time.Second).UnixM
 	}
 	e := a.Explain(&k)
 	if !k.Released() || e.State != idem.KeyAwaitingRetry || e.TakeoverGeneration != 3 || !strings.Contains(e.Next, "(generation 3)") ||
-		e.Reason != "released 4s ago: a release sets the last update one TTL (30s) back" {
+		e.Reason != "released 4s ago (a release sets the last update one TTL, 30s, back)" {
 		t.Errorf("after the release: released %v, %+v", k.Released(), e)
 	}
 	if k, _ := a.Get(bg, "p", "old"); k.Released() {
@@ -161,10 +161,6 @@ func TestOverview(t *testing.T) {
 	}
 	if err := ov.Err(); err == nil || !errors.Is(err, d1client.ErrSQL) || !strings.Contains(err.Error(), "home gone") {
 		t.Errorf("Overview.Err = %v", err)
-	}
-	b2, _ := json.Marshal(ov.Homes[2])
-	if !strings.HasPrefix(string(b2), `{"id":"gone","keys":0,`) || !strings.Contains(string(b2), `"error":"`) {
-		t.Errorf("HomeStats JSON: %s", b2)
 	}
 }
 

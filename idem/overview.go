@@ -210,21 +210,6 @@ func (s Stats) json() statsJSON {
 // Retention as ttl_ms and retention_ms.
 func (s Stats) MarshalJSON() ([]byte, error) { return json.Marshal(s.json()) }
 
-// MarshalJSON writes the database's ID (id), its Stats as Stats does, and
-// its error (error, null when there is none).
-func (h HomeStats) MarshalJSON() ([]byte, error) {
-	var msg *string
-	if h.Err != nil {
-		m := h.Err.Error()
-		msg = &m
-	}
-	return json.Marshal(struct {
-		ID string `json:"id"`
-		statsJSON
-		Error *string `json:"error"`
-	}{h.Home, h.Stats.json(), msg})
-}
-
 // MarshalJSON writes the row's fields, its times in UTC with milliseconds
 // and as Unix milliseconds, its ages in milliseconds, and its stored
 // headers decoded (response_headers) and its body's length
