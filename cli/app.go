@@ -1,7 +1,7 @@
 // Package cli is the d1idem command line: schema management for CI, key
 // inspection and release for operators, sweeping and stats, a standalone
 // d1local server, the bridge (a Worker serving D1's REST API past the API
-// budget: written, deployed and run locally), and the demo. cmd/d1idem is its thin main; the command
+// budget: written and deployed), and the demo. cmd/d1idem is its thin main; the command
 // line, not this package, is the interface.
 //
 // Each command group has its file (schema.go, keys.go, sweep.go, stats.go,
@@ -73,7 +73,7 @@ type options struct {
 const appDescription = `d1idem keeps Stripe-style Idempotency-Key records in a D1 table,
 idempotency_keys. This tool applies and verifies that table's schema, shows and
 releases keys, sweeps expired rows, reports stats, serves a local D1 (d1local),
-writes, deploys and runs the bridge (D1's REST API past the API budget), and
+writes and deploys the bridge (D1's REST API past the API budget), and
 plays a demo.
 
 Connect to D1 the way wrangler does, with --account-id, --api-token and

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/d1idem/d1idem/bridge"
 	"github.com/d1idem/d1idem/cli/internal/wrangler"
+	"github.com/d1idem/d1idem/d1client"
 )
 
 // The files of a bridge directory.
@@ -31,7 +34,7 @@ var bridgeIgnored = []string{bridgeSecretFile, bridgeDevVars, ".wrangler/"}
 func bridgeCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bridge",
-		Usage: "write, deploy and run the bridge: a Worker serving D1's REST API past the API budget",
+		Usage: "write and deploy the bridge: a Worker serving D1's REST API past the API budget",
 		Description: `The bridge is a Cloudflare Worker that serves the D1 REST API's query endpoints
 on the D1 bindings it is deployed with. d1client, this tool and the idem
 middleware use it in place of Cloudflare's API, by one environment variable,
@@ -41,8 +44,10 @@ per 5 minutes). See docs/bridge.md.
 
    d1idem bridge init bridge --database orders-db   # the Worker and its wrangler.toml
    d1idem bridge deploy bridge                      # wrangler deploy, and its secret
-   d1idem bridge serve bridge                       # the same Worker on 127.0.0.1`,
-		Subcommands: []*cli.Command{bridgeInitCommand(), bridgeDeployCommand(), bridgeServeCommand()},
+
+To run it on this machine, in workerd, use wrangler itself: 'wrangler dev
+--local' in DIR, with the development secret bridge init keeps in DIR/.dev.vars.`,
+		Subcommands: []*cli.Command{bridgeInitCommand(), bridgeDeployCommand()},
 	}
 }
 
@@ -56,7 +61,9 @@ that binds each --database into DIR, and a .gitignore that keeps its secrets
 out of git. A --database NAME is looked up in your wrangler config (the one
 wrangler would use here, or --config FILE; --env NAME for one of its
 environments), which also gives the account ID; NAME=ID names a database
-without one. It overwrites nothing without --force.
+without one. It overwrites nothing without --force. It adds a development
+secret to DIR/.dev.vars (mode 0600, out of git), which 'wrangler dev' reads,
+and prints how to run the bridge on this machine with it.
 
    d1idem bridge init bridge --database orders-db
    d1idem bridge init bridge-staging --database orders-db --env staging
@@ -118,7 +125,10 @@ func initBridge(c *cli.Context) error {
 	for name := range files {
 		p.Files = append(p.Files, filepath.Join(p.Dir, name))
 	}
-	p.Files = append(p.Files, filepath.Join(p.Dir, ".gitignore"))
+	if _, err := devSecret(filepath.Join(p.Dir, bridgeDevVars)); err != nil {
+		return err
+	}
+	p.Files = append(p.Files, filepath.Join(p.Dir, ".gitignore"), filepath.Join(p.Dir, bridgeDevVars))
 	slices.Sort(p.Files)
 	if c.Bool(flagJSON) {
 		return printJSON(c.App.Writer, p)
@@ -264,7 +274,8 @@ func bridgeConfig(p *bridgePlan) []byte {
 # past the account's API budget. Written by 'd1idem bridge init'%s.
 #
 #   d1idem bridge deploy DIR   deploys it, with a new secret (BRIDGE_SECRET)
-#   d1idem bridge serve DIR    runs it on 127.0.0.1, in workerd
+#   wrangler dev --local       runs it on 127.0.0.1, in workerd, with the
+#                              development secret of .dev.vars
 name = %q
 main = "worker.js"
 compatibility_date = %q
@@ -407,6 +418,40 @@ func renderBridgeInit(w io.Writer, p *bridgePlan) error {
 		fmt.Fprintf(w, "\n(databases from %s)\n", from)
 	}
 	dir := shellQuote(p.Dir)
-	_, err := fmt.Fprintf(w, "\nNext: 'd1idem bridge deploy %s' deploys it, with a secret of its own; 'd1idem bridge serve %s' runs it here.\n", dir, dir)
+	fmt.Fprintf(w, "\nNext: 'd1idem bridge deploy %s' deploys it, with a secret of its own.\n", dir)
+	_, err := fmt.Fprintf(w, "To run it here, in workerd, with the development secret of %s:\n\n   (cd %s && npx wrangler dev --local --port 8788)\n   export %s=\"http://:$(sed -n 's/^BRIDGE_SECRET=//p' %s)@127.0.0.1:8788\"\n",
+		filepath.Join(p.Dir, bridgeDevVars), dir, d1client.BridgeURLEnv, shellQuote(filepath.Join(p.Dir, bridgeDevVars)))
 	return err
+}
+
+// devSecret returns BRIDGE_SECRET of the .dev.vars file at path (wrangler
+// dev's secrets), adding a new one (and making the file, mode 0600) when
+// it has none.
+func devSecret(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
+		if !ok || strings.TrimSpace(strings.TrimPrefix(k, "export ")) != "BRIDGE_SECRET" {
+			continue
+		}
+		v = strings.Trim(strings.TrimSpace(v), `"'`)
+		if !validSecret(v) {
+			return "", fmt.Errorf("%s: BRIDGE_SECRET must be 16 to 4096 visible ASCII characters, no commas; delete the line for a new one", path)
+		}
+		return v, nil
+	}
+	secret := newSecret()
+	line := "BRIDGE_SECRET=" + secret + "\n"
+	if len(data) > 0 && !bytes.HasSuffix(data, []byte("\n")) {
+		line = "\n" + line
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", err
+	}
+	return secret, errors.Join(writeString(f, line), f.Close())
 }

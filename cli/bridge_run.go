@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -9,18 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -380,200 +375,5 @@ func renderDeployCommands(w io.Writer, d *deployment) error {
 	fmt.Fprintf(w, "   cd %s\n   %s deploy\n   %s secret put BRIDGE_SECRET < %s\n\n", shellQuote(d.dir), d.wrangler, d.wrangler, bridgeSecretFile)
 	fmt.Fprintf(w, "%s holds the bridge's secret: mode 0600, left out of git by %s, never printed.\n", d.secretPath, filepath.Join(d.dir, ".gitignore"))
 	_, err := fmt.Fprintf(w, "Then point your service and d1idem at the bridge with one variable, in place of the API base URL and token:\n\n   %s\n", d.bridgeURLCommand())
-	return err
-}
-
-func bridgeServeCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "serve",
-		Usage:     "run the bridge in DIR on 127.0.0.1, in workerd (wrangler dev --local), for development",
-		ArgsUsage: "[DIR]",
-		Description: `Runs the bridge of DIR (default: here) as it will run deployed: the same
-worker.js and wrangler.toml, under 'wrangler dev --local', in workerd with a
-local D1 per binding (kept under DIR/.wrangler/state), on 127.0.0.1 only. Its
-secret is a development one, kept in DIR/.dev.vars (made on first use, mode
-0600, left out of git): never the deployed Worker's. It prints the
-D1IDEM_BRIDGE_URL to use, and stops on Ctrl-C.
-
-wrangler is the one on PATH, else 'npx --yes wrangler@4.86.0'.
-
-   d1idem bridge serve bridge
-   d1idem bridge serve bridge --port 0   # any free port`,
-		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "port", Value: 8788, Usage: "listen on 127.0.0.1:`PORT`; 0 picks a free one"},
-		},
-		Action: serveBridge,
-	}
-}
-
-// serveTimeout bounds the wait for wrangler dev to answer: its first run
-// through npx downloads it.
-const serveTimeout = 3 * time.Minute
-
-func serveBridge(c *cli.Context) error {
-	dir, cfg, err := bridgeDir(c)
-	if err != nil {
-		return err
-	}
-	port, err := servePort(c.Int("port"))
-	if err != nil {
-		return err
-	}
-	secret, err := devSecret(filepath.Join(dir, bridgeDevVars))
-	if err != nil {
-		return err
-	}
-	w := wranglerCommand()
-	if w == nil {
-		return errors.New("bridge serve runs the bridge with wrangler dev: neither wrangler nor npx (Node.js 20 or later) is on PATH")
-	}
-	dev, err := startDev(w, dir, port, c.App.ErrWriter)
-	if err != nil {
-		return err
-	}
-	defer dev.stop()
-	base := "http://127.0.0.1:" + strconv.Itoa(port)
-	if err := dev.waitServing(c.Context, base); err != nil {
-		return err
-	}
-	if c.Context.Err() != nil {
-		return nil
-	}
-	if err := renderServe(c.App.Writer, dir, cfg, base, secret); err != nil {
-		return err
-	}
-	select {
-	case <-dev.exited:
-		return fmt.Errorf("bridge serve: wrangler dev exited (%s); its output is above", dev.cmd.ProcessState)
-	case <-c.Context.Done():
-		return nil
-	}
-}
-
-// servePort returns --port, or a free port for 0, once it is free.
-func servePort(port int) (int, error) {
-	if port < 0 || port > 65535 {
-		return 0, usagef("--port %d: use 1 to 65535, or 0 for any free port", port)
-	}
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	if err != nil {
-		return 0, fmt.Errorf("cannot listen on 127.0.0.1:%d (%w); pass --port N, or --port 0 for any free port", port, err)
-	}
-	port = l.Addr().(*net.TCPAddr).Port
-	return port, l.Close()
-}
-
-// devSecret returns BRIDGE_SECRET of the .dev.vars file at path (wrangler
-// dev's secrets), adding a new one (and making the file, mode 0600) when
-// it has none.
-func devSecret(path string) (string, error) {
-	data, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", err
-	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
-		if !ok || strings.TrimSpace(strings.TrimPrefix(k, "export ")) != "BRIDGE_SECRET" {
-			continue
-		}
-		v = strings.Trim(strings.TrimSpace(v), `"'`)
-		if !validSecret(v) {
-			return "", fmt.Errorf("%s: BRIDGE_SECRET must be 16 to 4096 visible ASCII characters, no commas; delete the line for a new one", path)
-		}
-		return v, nil
-	}
-	secret := newSecret()
-	line := "BRIDGE_SECRET=" + secret + "\n"
-	if len(data) > 0 && !bytes.HasSuffix(data, []byte("\n")) {
-		line = "\n" + line
-	}
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		return "", err
-	}
-	return secret, errors.Join(writeString(f, line), f.Close())
-}
-
-// devProcess is a running wrangler dev.
-type devProcess struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-}
-
-// startDev starts wrangler dev --local for the bridge in dir on
-// 127.0.0.1:port, its output passed to out, in a process group of its own.
-func startDev(w []string, dir string, port int, out io.Writer) (*devProcess, error) {
-	args := append(w[1:len(w):len(w)], "dev", "--local", "--ip", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--show-interactive-dev-session=false")
-	cmd := exec.Command(w[0], args...)
-	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, out, out
-	// The bridge never reads request.cf: do not fetch it from the internet.
-	cmd.Env = append(wranglerEnv(), "CLOUDFLARE_CF_FETCH_ENABLED=false")
-	inOwnGroup(cmd)
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting wrangler dev: %w", err)
-	}
-	p := &devProcess{cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
-	return p, nil
-}
-
-// waitServing waits until the bridge answers at base, the process exits,
-// or ctx ends (which is not an error: the caller stops).
-func (p *devProcess) waitServing(ctx context.Context, base string) error {
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}
-	defer hc.CloseIdleConnections()
-	deadline := time.NewTimer(serveTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if res, err := hc.Post(base+"/", "application/json", nil); err == nil {
-			res.Body.Close()
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-p.exited:
-			return fmt.Errorf("bridge serve: wrangler dev exited before serving (%s); its output is above", p.cmd.ProcessState)
-		case <-deadline.C:
-			return fmt.Errorf("bridge serve: wrangler dev did not answer on %s within %s; its output is above", base, serveTimeout)
-		case <-tick.C:
-		}
-	}
-}
-
-// stop asks wrangler dev and the workerd it started to stop, and kills
-// them if they have not within 10 s.
-func (p *devProcess) stop() {
-	_ = stopGroup(p.cmd, false)
-	select {
-	case <-p.exited:
-		return
-	case <-time.After(10 * time.Second):
-	}
-	_ = stopGroup(p.cmd, true)
-	<-p.exited
-}
-
-// renderServe prints where the bridge serves and the D1IDEM_BRIDGE_URL to
-// use: with its development secret, for a bridge on this machine only.
-func renderServe(w io.Writer, dir string, cfg *wrangler.Config, base, secret string) error {
-	u, _ := url.Parse(base)
-	u.User = url.UserPassword("", secret)
-	fmt.Fprintf(w, "The bridge of %s is serving %s, in workerd (wrangler dev --local); its databases are kept under %s.\n",
-		dir, base, filepath.Join(dir, ".wrangler", "state"))
-	fmt.Fprintf(w, "Point d1idem and your service at it (a development secret, from %s):\n\n   export %s=%s\n\n", filepath.Join(dir, bridgeDevVars), d1client.BridgeURLEnv, u)
-	if len(cfg.D1Databases) > 0 {
-		d := cfg.D1Databases[0]
-		fmt.Fprintf(w, "Its databases start empty: 'd1idem schema apply --account-id local --database-id %s' applies the ledger's schema through it.\n",
-			shellQuote(d.DatabaseName))
-	}
-	_, err := fmt.Fprintln(w, "Stop it with Ctrl-C.")
 	return err
 }

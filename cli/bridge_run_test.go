@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,10 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/d1idem/d1idem/d1client"
-	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/internal/d1test"
 )
 
@@ -249,131 +244,7 @@ func TestBridgeDeployFailures(t *testing.T) {
 	}
 }
 
-// wranglerBin returns the directory of the pinned wrangler
-// (conformance/node_modules/.bin). It skips t when Node or the npm packages
-// are missing, and fails it in CI.
-func wranglerBin(t *testing.T) string {
-	t.Helper()
-	missing := func(why string) {
-		t.Helper()
-		if os.Getenv("CI") != "" {
-			t.Fatalf("bridge serve cannot be tested in CI: %s; install Node >= 20 and run `npm ci` in conformance/", why)
-		}
-		t.Skipf("bridge serve not tested: %s; run `make test` with Node 20 and npm to include it", why)
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		missing("node is not in PATH")
-	}
-	root, err := d1test.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(root, "conformance", "node_modules", ".bin")
-	if _, err := os.Stat(filepath.Join(bin, "wrangler")); err != nil {
-		missing(err.Error())
-	}
-	return bin
-}
-
-var bridgeURLLine = regexp.MustCompile(`export D1IDEM_BRIDGE_URL=(http://:[0-9a-f]{64}@127\.0\.0\.1:(\d+))\n`)
-
-// bridge serve runs the bridge bridge init wrote, under the pinned
-// wrangler's `wrangler dev --local` (real workerd D1), and prints the
-// D1IDEM_BRIDGE_URL that reaches it: with that variable alone, the CLI
-// applies the schema and the ledger serves a request and its replay. It
-// stops when its context ends, workerd with it.
-func TestBridgeServe(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts wrangler dev")
-	}
-	bin := wranglerBin(t)
-	initBridgeDir(t)
-	home := t.TempDir()
-	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	for k, v := range map[string]string{"HOME": home, "XDG_CONFIG_HOME": filepath.Join(home, ".config"), "WRANGLER_SEND_METRICS": "false",
-		"BROWSER": "none", "NO_COLOR": "1", d1client.BridgeURLEnv: "", d1client.BaseURLEnv: "", d1client.APIBaseURLEnv: "", "CLOUDFLARE_API_TOKEN": ""} {
-		t.Setenv(k, v)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errb syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, newApp(&out, &errb, &options{}), []string{"d1idem", "bridge", "serve", "bridge", "--port", "0"}, &errb)
-	}()
-	m := waitFor(t, &out, &errb, done, bridgeURLLine)
-	if fi, err := os.Stat("bridge/.dev.vars"); err != nil || fi.Mode().Perm() != 0o600 || !strings.Contains(readFile(t, "bridge/.dev.vars"), "BRIDGE_SECRET="+m[1][8:72]) {
-		t.Fatalf("bridge/.dev.vars: %v", err)
-	}
-	t.Setenv(d1client.BridgeURLEnv, m[1])
-	r := mustRun(t, nil, "schema", "apply", "--account-id", "local", "--database-id", "orders-db")
-	if !strings.Contains(r.stdout, "on database orders-db through the bridge at http://127.0.0.1:"+m[2]+".") {
-		t.Errorf("schema apply: %s", r)
-	}
-	serveLedger(t)
-	mustRun(t, nil, "keys", "get", "--account-id", "local", "--database-id", ordersID, "--principal", "acct_1", "--key", "order-1")
-
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("bridge serve exited %d on its context's end: %s", code, errb.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("bridge serve did not stop within 30 s of its context's end")
-	}
-	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+m[2], time.Second); err == nil {
-		c.Close()
-		t.Fatal("the bridge still answers after serve returned")
-	}
-}
-
-// serveLedger runs one request and its replay through the ledger, on a
-// client configured by D1IDEM_BRIDGE_URL alone.
-func serveLedger(t *testing.T) {
-	t.Helper()
-	db, err := d1client.New(d1client.Config{AccountID: "local", DatabaseID: ordersID})
-	if err != nil || !db.Bridge() {
-		t.Fatalf("d1client from D1IDEM_BRIDGE_URL: %v (bridge %v)", err, db != nil && db.Bridge())
-	}
-	ledger, err := idem.New(db, idem.Config{Heartbeat: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := ledger.Begin(t.Context(), "acct_1", "order-1", "fp")
-	if err != nil || d.Outcome != idem.Execute {
-		t.Fatalf("Begin: %v, %v", d.Outcome, err)
-	}
-	if _, err := ledger.Complete(t.Context(), d.Reservation, idem.Response{Status: 201, Body: []byte(`{"id":1}`)}); err != nil {
-		t.Fatal(err)
-	}
-	d, err = ledger.Begin(t.Context(), "acct_1", "order-1", "fp")
-	if err != nil || d.Outcome != idem.Replay || string(d.Response.Body) != `{"id":1}` {
-		t.Fatalf("replay: %v, %v", d.Outcome, err)
-	}
-}
-
-// waitFor waits up to 3 minutes for out to match re, failing t if the
-// command exits first.
-func waitFor(t *testing.T, out, errb *syncBuffer, done chan int, re *regexp.Regexp) []string {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for time.Now().Before(deadline) {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			return m
-		}
-		select {
-		case code := <-done:
-			done <- code
-			t.Fatalf("exited %d: %s%s", code, out.String(), errb.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	t.Fatalf("no %s within 3 minutes: %s%s", re, out.String(), errb.String())
-	return nil
-}
-
-// The wrangler that deploy and serve run through npx is the one the tests
+// The wrangler that deploy runs through npx is the one the tests
 // pin (conformance/package.json).
 func TestWranglerVersionIsThePinnedOne(t *testing.T) {
 	root, err := d1test.RepoRoot()
@@ -387,6 +258,6 @@ func TestWranglerVersionIsThePinnedOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := pkg.Dependencies["wrangler"]; got != wranglerVersion {
-		t.Errorf("conformance/package.json pins wrangler %q; bridge deploy and serve run %q", got, wranglerVersion)
+		t.Errorf("conformance/package.json pins wrangler %q; bridge deploy runs %q", got, wranglerVersion)
 	}
 }

@@ -108,6 +108,30 @@ func TestBridgeInitExplicitDatabases(t *testing.T) {
 	if d := cfg.D1Databases[1]; d.Binding != "DB_2024_AUDIT" || d.DatabaseName != "2024-audit" || d.DatabaseID != auditID {
 		t.Errorf("second database: %+v", d)
 	}
+	// The development secret wrangler dev reads: kept across a --force.
+	secret := devVarsSecret(t)
+	mustRun(t, nil, "bridge", "init", "bridge", "--database", "orders-db="+ordersID, "--force")
+	if again := devVarsSecret(t); again != secret {
+		t.Errorf("bridge init --force changed the development secret")
+	}
+	if !strings.Contains(readFile(t, "bridge/.gitignore"), ".dev.vars\n") {
+		t.Errorf(".dev.vars is not left out of git")
+	}
+}
+
+// devVarsSecret returns the development secret of bridge/.dev.vars,
+// checking that others may not read the file and the bridge accepts it.
+func devVarsSecret(t *testing.T) string {
+	t.Helper()
+	fi, err := os.Stat("bridge/.dev.vars")
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("bridge/.dev.vars: %v %v", fi, err)
+	}
+	secret, ok := strings.CutPrefix(strings.TrimSpace(readFile(t, "bridge/.dev.vars")), "BRIDGE_SECRET=")
+	if !ok || !validSecret(secret) {
+		t.Fatalf("bridge/.dev.vars holds no valid BRIDGE_SECRET")
+	}
+	return secret
 }
 
 // bridge init reads the databases, and the account, from the wrangler

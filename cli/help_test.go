@@ -13,7 +13,7 @@ var commandPaths = [][]string{
 	{"schema"}, {"schema", "apply"}, {"schema", "verify"}, {"schema", "print"},
 	{"keys"}, {"keys", "get"}, {"keys", "list"}, {"keys", "stuck"}, {"keys", "release"},
 	{"sweep"}, {"stats"}, {"ring"}, {"ring", "status"}, {"ring", "init"}, {"ring", "grow"}, {"ring", "advance"},
-	{"local"}, {"local", "serve"}, {"bridge"}, {"bridge", "init"}, {"bridge", "deploy"}, {"bridge", "serve"}, {"demo"},
+	{"local"}, {"local", "serve"}, {"bridge"}, {"bridge", "init"}, {"bridge", "deploy"}, {"demo"},
 }
 
 func TestHelp(t *testing.T) {
