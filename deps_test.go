@@ -27,7 +27,13 @@ var (
 	// example: core, and the local D1 with its test server.
 	libraries = append(slices.Clone(core), module+"/d1local", module+"/d1local/d1localtest")
 	// testHelpers are imported by tests only.
-	testHelpers = []string{module + "/internal/d1test", module + "/internal/specseq", module + "/internal/doctest", module + "/internal/oteltest"}
+	testHelpers = []string{module + "/internal/d1test", module + "/internal/specseq", module + "/internal/oteltest"}
+	// leafHelpers are the internal packages the library shares: each
+	// imports no package of this module.
+	leafHelpers = []string{module + "/internal/jsonstr", module + "/internal/jsonscan", module + "/internal/textcache", module + "/internal/sqlite",
+		module + "/internal/redact", module + "/internal/loopback", module + "/internal/otelscope", module + "/internal/human"}
+	// ordersAPI is the example's orders API, which the demo plays against.
+	ordersAPI = module + "/examples/orders/ordersapi"
 )
 
 // goList runs `go list` with args in the module's root and returns its
@@ -79,9 +85,20 @@ func TestLintLayering(t *testing.T) {
 			}
 		}
 	}
-	forbid(libraries, "a library imports neither the CLI, nor an example, nor a test helper", func(dep string) bool {
-		return under(dep, module+"/cli") || under(dep, module+"/examples") || slices.Contains(testHelpers, dep)
+	forbid(libraries, "a library imports neither the CLI, nor an example, nor a test helper, nor a development tool", func(dep string) bool {
+		return under(dep, module+"/cli") || under(dep, module+"/examples") || slices.Contains(testHelpers, dep) || under(dep, module+"/tools")
 	})
+	// internal/ holds leaf helpers, which import nothing above them, and
+	// test helpers, which only tests import.
+	forbid(leafHelpers, "a leaf helper of internal/ imports no package of this module", func(dep string) bool { return under(dep, module) })
+	for pkg := range all {
+		if under(pkg, module+"/internal") && !slices.Contains(leafHelpers, pkg) && !slices.Contains(testHelpers, pkg) {
+			t.Errorf("%s is neither a leaf helper nor a test helper: internal/ holds only those (CONTRIBUTING.md); add it to the lists of deps_test.go, or move it", pkg)
+		}
+		if !slices.Contains(testHelpers, pkg) {
+			forbid([]string{pkg}, "only tests import a test helper", func(dep string) bool { return slices.Contains(testHelpers, dep) })
+		}
+	}
 	forbid(core, "a core library does not import the local D1 (d1local, d1localtest)", func(dep string) bool {
 		return under(dep, module+"/d1local")
 	})
@@ -117,11 +134,20 @@ func TestLintLayering(t *testing.T) {
 		t.Fatal("the check is broken: examples/orders should link the Prometheus exporter")
 	}
 	programs := []string{module + "/cli", module + "/cmd/d1idem"}
-	forbid(programs, "the CLI imports neither an example nor a test helper", func(dep string) bool {
-		return under(dep, module+"/examples") || slices.Contains(testHelpers, dep)
+	if !slices.Contains(all[module+"/cli"], ordersAPI) {
+		t.Fatal("the check is broken: the CLI's demo should play against " + ordersAPI)
+	}
+	forbid(programs, "the CLI imports no example but the orders API its demo plays against, and no test helper", func(dep string) bool {
+		return under(dep, module+"/examples") && dep != ordersAPI || slices.Contains(testHelpers, dep) || under(dep, module+"/tools")
 	})
-	// The first `go run ./cmd/d1idem demo` compiles all of it: keep it lean.
-	forbid(programs, "the CLI links no telemetry SDK or exporter", telemetrySDK)
+	// The CLI is a program: its demo reads the story's metrics with the
+	// SDK's ManualReader. The first `go run ./cmd/d1idem demo` compiles all
+	// of it: no exporter, Prometheus client or trace SDK.
+	forbid(programs, "the CLI links no telemetry exporter, Prometheus client or trace SDK", func(dep string) bool {
+		return telemetrySDK(dep) && !under(dep, "go.opentelemetry.io/otel/sdk/metric") && dep != "go.opentelemetry.io/otel/sdk" &&
+			!under(dep, "go.opentelemetry.io/otel/sdk/resource") && !under(dep, "go.opentelemetry.io/otel/sdk/instrumentation") &&
+			!under(dep, "go.opentelemetry.io/otel/sdk/internal")
+	})
 }
 
 // standard reports whether a package is in the standard library (its

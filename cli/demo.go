@@ -14,13 +14,14 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/d1idem/d1idem/cli/internal/embedded"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
+	"github.com/d1idem/d1idem/examples/orders/ordersapi"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/internal/human"
-	"github.com/d1idem/d1idem/schema"
 )
 
 func demoCommand() *cli.Command {
@@ -53,7 +54,7 @@ Cloudflare account is needed.
 			case ttl > maxDemoTTL:
 				return usagef("--ttl %v is too long for the story, which waits it out three times; use at most %v", ttl, maxDemoTTL)
 			}
-			return runDemo(c.Context, c.App.Writer, demoOptions{ttl: c.Duration("ttl"), dir: c.String("dir"), metrics: c.Bool("metrics")}, demoAPI)
+			return runDemo(c.Context, c.App.Writer, demoOptions{ttl: c.Duration("ttl"), dir: c.String("dir"), metrics: c.Bool("metrics")}, ordersAPI)
 		},
 	}
 }
@@ -77,8 +78,8 @@ type demoOptions struct {
 }
 
 // startDemo starts d1local (in memory, or under dir), applies the ledger
-// schema and the demo's table, and serves the demo API. The ledger and its
-// client report their metrics to mp (nil: otel's global provider).
+// schema and the orders table, and serves the orders API. The ledger and
+// its client report their metrics to mp (nil: otel's global provider).
 func startDemo(ctx context.Context, opts demoOptions, mp metric.MeterProvider, api demoAPIFunc) (*demoEnv, error) {
 	srv, err := embedded.Start(d1local.Config{Dir: opts.dir}, "")
 	if err != nil {
@@ -97,10 +98,7 @@ func (e *demoEnv) start(ctx context.Context, ttl time.Duration, mp metric.MeterP
 	if e.db, err = e.d1.Client(d1local.LocalDatabaseID, func(c *d1client.Config) { c.MeterProvider = mp }); err != nil {
 		return err
 	}
-	if _, err := schema.Apply(ctx, e.db, schema.Options{}); err != nil {
-		return err
-	}
-	if _, err := e.db.Query(ctx, demoTable); err != nil {
+	if err := ordersapi.EnsureSchema(ctx, e.db); err != nil {
 		return err
 	}
 	// The demo stages a crashed server and a refused late answer on
@@ -108,7 +106,7 @@ func (e *demoEnv) start(ctx context.Context, ttl time.Duration, mp metric.MeterP
 	if e.ledger, err = idem.New(e.db, idem.Config{TTL: ttl, Logger: slog.New(slog.DiscardHandler), MeterProvider: mp}); err != nil {
 		return err
 	}
-	api, err := newAPI(e.ledger)
+	api, err := newAPI(e.ledger, e.db)
 	if err != nil {
 		return err
 	}
@@ -129,18 +127,32 @@ func (e *demoEnv) close() {
 	_ = e.d1.Close()
 }
 
-// demoAPIFunc makes the API the demo plays against (demoAPI; a test gives
-// a broken one).
-type demoAPIFunc func(*idem.Ledger) (http.Handler, error)
+// demoAPIFunc makes the API the demo plays against (ordersAPI; a test
+// gives a broken one).
+type demoAPIFunc func(*idem.Ledger, *d1client.Client) (http.Handler, error)
+
+// demoStallHeader makes the orders API take as long as its value ("3s")
+// before it creates the order: a slow request. The example API has the
+// same header when started with --demo-headers.
+const demoStallHeader = "X-Demo-Stall"
+
+// ordersAPI is the example's orders API (examples/orders/ordersapi), which
+// the demo plays against: POST /v1/orders, guarded by the idem middleware,
+// its INSERT committed with the ledger's completion (idemhttp.Tx). The
+// demo and the example can share one database.
+func ordersAPI(ledger *idem.Ledger, db *d1client.Client) (http.Handler, error) {
+	return ordersapi.New(ordersapi.Config{Ledger: ledger, DB: db, DelayHeader: demoStallHeader})
+}
 
 // runDemo plays the story against api and writes it to out; a promise that
 // did not hold is an error.
 func runDemo(ctx context.Context, out io.Writer, opts demoOptions, api demoAPIFunc) error {
-	var t *tally
 	var mp metric.MeterProvider
+	var reader *sdkmetric.ManualReader
 	if opts.metrics {
-		t = newTally()
-		mp = t.provider()
+		provider, r := newDemoMeter()
+		defer provider.Shutdown(context.Background())
+		mp, reader = provider, r
 	}
 	fmt.Fprintln(out, "d1idem demo: what Idempotency-Key protection does. Starting a local D1 (the embedded d1local)")
 	fmt.Fprintln(out, "and a small orders API on it, then playing a client against the API, one step at a time.")
@@ -160,7 +172,11 @@ func runDemo(ctx context.Context, out io.Writer, opts demoOptions, api demoAPIFu
 	if err := s.report(ctx); err != nil {
 		return err
 	}
-	if t != nil {
+	if reader != nil {
+		t, err := collect(ctx, reader)
+		if err != nil {
+			return err
+		}
 		if err := renderDemoMetrics(out, t); err != nil {
 			return err
 		}

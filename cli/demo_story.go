@@ -148,9 +148,9 @@ func (s *story) attempt(ctx context.Context, key, body string) (reply, int64, er
 	return r, n, err
 }
 
-// orders counts the orders the demo API created for a key.
+// orders counts the orders the orders API created for a key.
 func (s *story) orders(ctx context.Context, key string) (int64, error) {
-	res, err := s.env.db.Query(ctx, "SELECT count(*) FROM demo_orders WHERE idempotency_key = ?", key)
+	res, err := s.env.db.Query(ctx, "SELECT count(*) FROM orders WHERE idempotency_key = ?", key)
 	if err != nil {
 		return 0, err
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/idem/idemhttp"
@@ -75,13 +77,19 @@ func TestDemoKeepsItsDatabase(t *testing.T) {
 // TestDemoFailsLoudly: against an API that does not protect its requests,
 // the promises break and the demo says which, and exits 1.
 func TestDemoFailsLoudly(t *testing.T) {
-	unprotected := func(*idem.Ledger) (http.Handler, error) {
+	// The orders API's handler without the middleware: every request
+	// creates an order, a slow one after its stall.
+	unprotected := func(_ *idem.Ledger, db *d1client.Client) (http.Handler, error) {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get(idemhttp.HeaderKey) == "" {
-				w.WriteHeader(http.StatusCreated)
+			if d, err := time.ParseDuration(r.Header.Get(demoStallHeader)); err == nil {
+				time.Sleep(d)
+			}
+			if _, err := db.Query(r.Context(), "INSERT INTO orders (id, principal, sku, qty, idempotency_key, created_at) VALUES (?, 'p', 'tea', 1, ?, 0)",
+				fmt.Sprint(time.Now().UnixNano()), r.Header.Get(idemhttp.HeaderKey)); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
-			createDemoOrder(w, r.WithContext(context.Background()))
+			w.WriteHeader(http.StatusCreated)
 		}), nil
 	}
 	var out bytes.Buffer
@@ -150,9 +158,9 @@ func TestDemoShowsEachStepAsItHappens(t *testing.T) {
 	var out syncBuffer
 	var mu sync.Mutex // the handlers write beforeLast
 	var atStart, beforeLast string
-	api := func(l *idem.Ledger) (http.Handler, error) {
+	api := func(l *idem.Ledger, db *d1client.Client) (http.Handler, error) {
 		atStart = out.String()
-		h, err := demoAPI(l)
+		h, err := ordersAPI(l, db)
 		if err != nil {
 			return nil, err
 		}

@@ -77,7 +77,7 @@ func TestMarkdownGoBlocksCompile(t *testing.T) {
 		t.Fatal("the check is broken: no Go block found in README.md")
 	}
 	if err := Check(root, blocks); err != nil {
-		t.Errorf("Go blocks of the Markdown files do not compile (see internal/doctest for how blocks are compiled):\n%v", err)
+		t.Errorf("Go blocks of the Markdown files do not compile (see tools/doctest for how blocks are compiled):\n%v", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-module github.com/d1idem/d1idem/tools
+module github.com/d1idem/d1idem/tools/staticcheck
 
 go 1.26.0
 
