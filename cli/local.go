@@ -46,7 +46,7 @@ REST client, or wrangler, at it:
 
 On any address but a loopback one (0.0.0.0 in a container, say) it refuses to
 start without --token: it runs any SQL for anyone who can reach it.
---budget 1200/300s plays Cloudflare's account API limit (off by default).
+--rate-limit 1200/300s plays Cloudflare's account API rate limit (off by default).
 Stop it with Ctrl-C.`,
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "dir", Usage: "keep databases under `DIR` (default: in memory)"},
@@ -56,7 +56,9 @@ Stop it with Ctrl-C.`,
 				// The default since databases are created only on request;
 				// kept for scripts, with its other effect: no --dir is made.
 				&cli.BoolFlag{Name: "no-auto-create", Hidden: true, Usage: "create no --dir either: it must exist"},
-				&cli.StringFlag{Name: "budget", Value: "off", Usage: "the account's API budget, `CALLS/WINDOW` such as 1200/300s: 429 code 971 for 300 s once spent"},
+				&cli.StringFlag{Name: "rate-limit", Value: "off", Usage: "play the account's API rate limit, `CALLS/WINDOW` such as 1200/300s: 429 code 971 for 300 s once spent"},
+				// The flag's first name, kept for scripts.
+				&cli.StringFlag{Name: "budget", Hidden: true, Usage: "--rate-limit's former name"},
 			},
 			Action: serveLocal,
 		}},
@@ -106,9 +108,13 @@ func localServeConfig(c *cli.Context) (d1local.Config, error) {
 	if c.Bool("auto-create") && c.Bool("no-auto-create") {
 		return d1local.Config{}, usagef("--auto-create and --no-auto-create contradict each other; pass one")
 	}
-	budget, err := d1local.ParseBudget(c.String("budget"))
+	name := "rate-limit"
+	if c.IsSet("budget") {
+		name = "budget"
+	}
+	limit, err := d1local.ParseRateLimit(c.String(name))
 	if err != nil {
-		return d1local.Config{}, usagef("--budget: %v", err)
+		return d1local.Config{}, usagef("--%s: %v", name, err)
 	}
 	dir := c.String("dir")
 	if dir != "" && !c.Bool("no-auto-create") {
@@ -116,7 +122,7 @@ func localServeConfig(c *cli.Context) (d1local.Config, error) {
 			return d1local.Config{}, fmt.Errorf("--dir %s: %w", dir, err)
 		}
 	}
-	return d1local.Config{Dir: dir, Token: c.String("token"), NoAutoCreate: !c.Bool("auto-create"), Budget: budget,
+	return d1local.Config{Dir: dir, Token: c.String("token"), NoAutoCreate: !c.Bool("auto-create"), RateLimit: limit,
 		Logger: slog.New(slog.NewTextHandler(c.App.ErrWriter, nil))}, nil
 }
 

@@ -114,8 +114,8 @@ func TestLocalServeNeedsATokenOffLoopback(t *testing.T) {
 	}
 }
 
-func TestLocalServeBudget(t *testing.T) {
-	addr := serve(t, "--budget", "10/60s")
+func TestLocalServeRateLimit(t *testing.T) {
+	addr := serve(t, "--rate-limit", "10/60s")
 	resp, err := http.Get("http://" + addr + "/client/v4/memberships")
 	if err != nil {
 		t.Fatal(err)
@@ -128,9 +128,20 @@ func TestLocalServeBudget(t *testing.T) {
 		t.Errorf("Ratelimit = %q", got)
 	}
 	for _, bad := range []string{"10", "x/60s", "10/0s"} {
-		if r := runCLI(t, nil, "local", "serve", "--budget", bad); r.code != exitUsage || !strings.Contains(r.stderr, "--budget") {
-			t.Errorf("--budget %s: %s", bad, r)
+		for _, flag := range []string{"--rate-limit", "--budget"} { // its former name still works
+			if r := runCLI(t, nil, "local", "serve", flag, bad); r.code != exitUsage || !strings.Contains(r.stderr, flag) {
+				t.Errorf("%s %s: %s", flag, bad, r)
+			}
 		}
+	}
+	addr = serve(t, "--budget", "5/60s")
+	resp, err = http.Get("http://" + addr + "/client/v4/memberships")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := resp.Header.Get("Ratelimit-Policy"); got != `"burst";q=5;w=60` {
+		t.Errorf("--budget: Ratelimit-Policy = %q", got)
 	}
 }
 

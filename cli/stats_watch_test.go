@@ -94,7 +94,7 @@ func watchRunWith(t *testing.T, o *options, w *watchWriter, args ...string) (str
 // its answers carry Ratelimit headers.
 func newBudgetDB(t *testing.T, id string) *ledgerDB {
 	t.Helper()
-	b := d1test.LocalConfig(t, d1local.Config{Budget: d1local.Budget{Limit: 1000, Window: 5 * time.Minute}})
+	b := d1test.LocalConfig(t, d1local.Config{RateLimit: d1local.RateLimit{Limit: 1000, Window: 5 * time.Minute}})
 	l := &ledgerDB{b: b, id: id, client: b.Database(id).Client(t)}
 	d1test.ApplySchema(t, l.client)
 	return l

@@ -80,7 +80,7 @@ func (o *options) sweep(c *cli.Context) error {
 	s := &sweeper{c: c, o: o, retention: retention, batch: batch}
 	var mods []func(*d1client.Config)
 	if maxCalls > 0 {
-		s.maxCalls, s.per = maxCalls, cmp.Or(o.budgetWindow, d1local.CloudflareBudget().Window)
+		s.maxCalls, s.per = maxCalls, cmp.Or(o.budgetWindow, d1local.CloudflareRateLimit().Window)
 		mods = append(mods, func(cfg *d1client.Config) { cfg.Budget = sweepBudget(maxCalls, s.per) })
 	}
 	err = o.withSet(c, existing, s.run, mods...)
@@ -112,7 +112,7 @@ func maxCalls(c *cli.Context) (int, error) {
 	n := c.Int("max-calls")
 	_, bridge, _ := bridgeURL(c) // a bad combination is reported by openConn
 	unmetered := c.String(flagLocal) != "" || bridge
-	limit := d1local.CloudflareBudget().Limit
+	limit := d1local.CloudflareRateLimit().Limit
 	switch {
 	case n < 0:
 		return 0, usagef("--max-calls %d must not be negative", n)

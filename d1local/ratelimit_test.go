@@ -46,7 +46,7 @@ func wantBudget(t *testing.T, r response, ratelimit, policy, retryAfter string) 
 
 func TestBudget(t *testing.T) {
 	clock := newTestClock()
-	h := newHarness(t, Config{Budget: Budget{Limit: 3, Window: 10 * time.Second, Block: 30 * time.Second}, Now: clock.Now})
+	h := newHarness(t, Config{RateLimit: RateLimit{Limit: 3, Window: 10 * time.Second, Block: 30 * time.Second}, Now: clock.Now})
 	const policy = `"burst";q=3;w=10`
 
 	r := h.post(t, "a", "query", q("CREATE TABLE t (x)"))
@@ -94,7 +94,7 @@ func TestBudget(t *testing.T) {
 
 func TestBudgetIgnoresRejectedTokens(t *testing.T) {
 	clock := newTestClock()
-	h := newHarness(t, Config{Token: "tok", Budget: Budget{Limit: 2, Window: time.Minute}, Now: clock.Now})
+	h := newHarness(t, Config{Token: "tok", RateLimit: RateLimit{Limit: 2, Window: time.Minute}, Now: clock.Now})
 	for range 5 {
 		checkError(t, h.post(t, "a", "query", q("SELECT 1"), "Authorization", "Bearer wrong"), 403, 10000)
 	}
@@ -117,7 +117,7 @@ func TestNoBudgetNoHeaders(t *testing.T) {
 func TestBudgetIsAccountWide(t *testing.T) {
 	clock := newTestClock()
 	const limit, callers = 40, 160
-	h := newHarness(t, Config{Budget: Budget{Limit: limit, Window: time.Minute}, Now: clock.Now})
+	h := newHarness(t, Config{RateLimit: RateLimit{Limit: limit, Window: time.Minute}, Now: clock.Now})
 	statuses := make(chan int, callers)
 	var wg sync.WaitGroup
 	for i := range callers {
@@ -144,19 +144,19 @@ func TestBudgetIsAccountWide(t *testing.T) {
 	}
 }
 
-func TestParseBudget(t *testing.T) {
-	for in, want := range map[string]Budget{
+func TestParseRateLimit(t *testing.T) {
+	for in, want := range map[string]RateLimit{
 		"":          {},
 		"off":       {},
-		"1200/300s": CloudflareBudget(),
+		"1200/300s": CloudflareRateLimit(),
 		"600/5m":    {Limit: 600, Window: 5 * time.Minute, Block: 300 * time.Second},
 	} {
-		got, err := ParseBudget(in)
+		got, err := ParseRateLimit(in)
 		if err != nil || got != want {
-			t.Errorf("ParseBudget(%q) = %+v, %v; want %+v", in, got, err, want)
+			t.Errorf("ParseRateLimit(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
-		if again, err := ParseBudget(got.String()); err != nil || again != got {
-			t.Errorf("ParseBudget(%q.String() = %q) = %+v, %v", in, got.String(), again, err)
+		if again, err := ParseRateLimit(got.String()); err != nil || again != got {
+			t.Errorf("ParseRateLimit(%q.String() = %q) = %+v, %v", in, got.String(), again, err)
 		}
 	}
 	for in, want := range map[string]string{
@@ -171,20 +171,20 @@ func TestParseBudget(t *testing.T) {
 		"1200/25h":          "WINDOW a duration of at most 24h",
 		"1200/2562047h47m1": "WINDOW a duration",
 	} {
-		if _, err := ParseBudget(in); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("ParseBudget(%q) = %v; want %q", in, err, want)
+		if _, err := ParseRateLimit(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseRateLimit(%q) = %v; want %q", in, err, want)
 		}
 	}
-	if b, err := ParseBudget("1/24h"); err != nil || b.Window != 24*time.Hour {
-		t.Errorf("ParseBudget(1/24h) = %+v, %v", b, err)
+	if b, err := ParseRateLimit("1/24h"); err != nil || b.Window != 24*time.Hour {
+		t.Errorf("ParseRateLimit(1/24h) = %+v, %v", b, err)
 	}
-	if _, err := New(Config{Budget: Budget{Limit: 1}}); err == nil {
+	if _, err := New(Config{RateLimit: RateLimit{Limit: 1}}); err == nil {
 		t.Error("New accepted a Budget without a Window")
 	}
-	if _, err := New(Config{Budget: Budget{Limit: 1, Window: 48 * time.Hour}}); err == nil || !strings.Contains(err.Error(), "Window") {
+	if _, err := New(Config{RateLimit: RateLimit{Limit: 1, Window: 48 * time.Hour}}); err == nil || !strings.Contains(err.Error(), "Window") {
 		t.Errorf("New with a 48h Window: %v, want an error", err)
 	}
-	srv, err := New(Config{Budget: Budget{Limit: 1, Window: maxBudgetWindow}})
+	srv, err := New(Config{RateLimit: RateLimit{Limit: 1, Window: maxRateLimitWindow}})
 	if err != nil {
 		t.Errorf("New with a 24h Window: %v", err)
 	} else {

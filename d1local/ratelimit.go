@@ -11,14 +11,14 @@ import (
 	"time"
 )
 
-// Budget is an account-wide API rate limit, the one Cloudflare applies to
+// RateLimit is an account-wide API rate limit, the one Cloudflare applies to
 // every account: at most Limit calls per Window, counted across every
 // database, endpoint and client; the call that finds the window spent, and
 // every call after it for Block, is refused with HTTP 429, code 971 and a
 // Retry-After header. A window starts with the first call after the
 // previous one ended (or after a block). Window is at most 24 hours. The
-// zero Budget is no limit.
-type Budget struct {
+// zero RateLimit is no limit.
+type RateLimit struct {
 	Limit  int
 	Window time.Duration
 	// Block is how long an exceeded budget refuses every call; 0 means 300
@@ -26,71 +26,71 @@ type Budget struct {
 	Block time.Duration
 }
 
-// CloudflareBudget returns Cloudflare's API limit: 1200 calls per 300 s,
+// CloudflareRateLimit returns Cloudflare's API limit: 1200 calls per 300 s,
 // and a 300 s block once exceeded.
-func CloudflareBudget() Budget {
-	return Budget{Limit: 1200, Window: 300 * time.Second, Block: defaultBlock}
+func CloudflareRateLimit() RateLimit {
+	return RateLimit{Limit: 1200, Window: 300 * time.Second, Block: defaultBlock}
 }
 
-// maxBudgetWindow is the longest Window a Budget may have.
-const maxBudgetWindow = 24 * time.Hour
+// maxRateLimitWindow is the longest Window a RateLimit may have.
+const maxRateLimitWindow = 24 * time.Hour
 
 // defaultBlock is Cloudflare's block after the limit is exceeded.
 const defaultBlock = 300 * time.Second
 
-// ParseBudget parses a budget written as CALLS/WINDOW, such as "1200/300s"
-// or "600/5m" (the block is 300 s). "off" and "" are the zero Budget.
-func ParseBudget(s string) (Budget, error) {
+// ParseRateLimit parses a rate limit written as CALLS/WINDOW, such as "1200/300s"
+// or "600/5m" (the block is 300 s). "off" and "" are the zero RateLimit.
+func ParseRateLimit(s string) (RateLimit, error) {
 	if s == "" || s == "off" {
-		return Budget{}, nil
+		return RateLimit{}, nil
 	}
 	calls, window, ok := strings.Cut(s, "/")
 	n, err := strconv.Atoi(calls)
 	if !ok || err != nil || n <= 0 {
-		return Budget{}, fmt.Errorf("budget %q: want CALLS/WINDOW with CALLS a positive integer, such as 1200/300s", s)
+		return RateLimit{}, fmt.Errorf("rate limit %q: want CALLS/WINDOW with CALLS a positive integer, such as 1200/300s", s)
 	}
 	d, err := time.ParseDuration(window)
 	switch {
 	case err != nil:
-		return Budget{}, fmt.Errorf("budget %q: want CALLS/WINDOW with WINDOW a duration (1s to 24h), such as 1200/300s", s)
+		return RateLimit{}, fmt.Errorf("rate limit %q: want CALLS/WINDOW with WINDOW a duration (1s to 24h), such as 1200/300s", s)
 	case d < time.Second:
-		return Budget{}, fmt.Errorf("budget %q: want CALLS/WINDOW with WINDOW a duration of at least 1s, such as 1200/300s", s)
+		return RateLimit{}, fmt.Errorf("rate limit %q: want CALLS/WINDOW with WINDOW a duration of at least 1s, such as 1200/300s", s)
 	}
-	b := Budget{Limit: n, Window: d, Block: defaultBlock}
+	b := RateLimit{Limit: n, Window: d, Block: defaultBlock}
 	if err := b.validate(); err != nil {
 		// What is left to fail is the window's upper bound.
-		return Budget{}, fmt.Errorf("budget %q: want CALLS/WINDOW with WINDOW a duration of at most 24h, such as 1200/300s", s)
+		return RateLimit{}, fmt.Errorf("rate limit %q: want CALLS/WINDOW with WINDOW a duration of at most 24h, such as 1200/300s", s)
 	}
 	return b, nil
 }
 
-// String formats b as ParseBudget reads it.
-func (b Budget) String() string {
+// String formats b as ParseRateLimit reads it.
+func (b RateLimit) String() string {
 	if b.IsZero() {
 		return "off"
 	}
 	return fmt.Sprintf("%d/%s", b.Limit, b.Window)
 }
 
-// IsZero reports whether b is the zero Budget, no limit.
-func (b Budget) IsZero() bool { return b == Budget{} }
+// IsZero reports whether b is the zero RateLimit, no limit.
+func (b RateLimit) IsZero() bool { return b == RateLimit{} }
 
-func (b Budget) validate() error {
+func (b RateLimit) validate() error {
 	if b.IsZero() {
 		return nil
 	}
 	if b.Limit <= 0 || b.Window <= 0 || b.Block < 0 {
-		return errors.New("d1local: Budget needs a positive Limit and Window, and a Block of 0 (300 s) or more")
+		return errors.New("d1local: RateLimit needs a positive Limit and Window, and a Block of 0 (300 s) or more")
 	}
-	if b.Window > maxBudgetWindow {
-		return fmt.Errorf("d1local: Budget's Window is %v, over the longest allowed, %v", b.Window, maxBudgetWindow)
+	if b.Window > maxRateLimitWindow {
+		return fmt.Errorf("d1local: RateLimit's Window is %v, over the longest allowed, %v", b.Window, maxRateLimitWindow)
 	}
 	return nil
 }
 
 // limiter keeps the account's budget.
 type limiter struct {
-	b     Budget
+	b     RateLimit
 	now   func() time.Time
 	mu    sync.Mutex
 	start time.Time // the current window's start; zero when none is open
@@ -98,7 +98,7 @@ type limiter struct {
 	until time.Time // the end of the current block, if any
 }
 
-func newLimiter(b Budget, now func() time.Time) *limiter {
+func newLimiter(b RateLimit, now func() time.Time) *limiter {
 	if b.IsZero() {
 		return nil
 	}
