@@ -125,16 +125,6 @@ func limitFlag() cli.Flag {
 	return &cli.IntFlag{Name: "limit", Value: idem.DefaultListLimit, Usage: fmt.Sprintf("show at most `N` rows (1 to %d)", idem.MaxListLimit)}
 }
 
-// Flag readers that turn bad values into usage errors.
-
-func requiredString(c *cli.Context, name string) (string, error) {
-	v := c.String(name)
-	if v == "" {
-		return "", usagef("--%s is required; see 'd1idem %s --help'", name, commandPath(c))
-	}
-	return v, nil
-}
-
 func principalAndKey(c *cli.Context) (string, string, error) {
 	principal, err := principalOf(c)
 	if err != nil {
@@ -156,40 +146,12 @@ func principalAndKey(c *cli.Context) (string, string, error) {
 	return principal, key, nil
 }
 
-func positiveDuration(c *cli.Context, name string) (time.Duration, error) {
-	d := c.Duration(name)
-	if d <= 0 {
-		return 0, usagef("--%s %s must be positive", name, d)
-	}
-	return d, nil
-}
-
-// ledgerFlags checks that a command has no arguments and reads its --ttl
-// and --retention, both positive.
-func ledgerFlags(c *cli.Context) (ttl, retention time.Duration, err error) {
-	if err := noArgs(c); err != nil {
-		return 0, 0, err
-	}
-	if ttl, err = positiveDuration(c, "ttl"); err != nil {
-		return 0, 0, err
-	}
-	retention, err = positiveDuration(c, "retention")
-	return ttl, retention, err
-}
-
 func listLimit(c *cli.Context) (int, error) {
 	n := c.Int("limit")
 	if n < 1 || n > idem.MaxListLimit {
 		return 0, usagef("--limit %d is out of range: use 1 to %d", n, idem.MaxListLimit)
 	}
 	return n, nil
-}
-
-func noArgs(c *cli.Context) error {
-	if c.Args().Present() {
-		return usagef("%s takes no arguments (got %q); values go in flags, see 'd1idem %s --help'", commandPath(c), c.Args().First(), commandPath(c))
-	}
-	return nil
 }
 
 // keysScope is what a keys command works on: the administrative API, and

@@ -12,7 +12,6 @@ import (
 
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
-	"github.com/d1idem/d1idem/internal/human"
 )
 
 const ringDescription = `A ledger across several D1 databases routes each principal to one of them by
@@ -87,18 +86,6 @@ func (o *options) withRing(c *cli.Context, fn func(rc *ringCtx) error) error {
 // databases and the lease.
 func (rc *ringCtx) hint() string {
 	return connHint(rc.c) + setDurations(rc.c, "retention", "ttl")
-}
-
-// setDurations repeats the duration flags of names that the command line
-// set, " --name DURATION" each, for a command a hint suggests.
-func setDurations(c *cli.Context, names ...string) string {
-	var h string
-	for _, name := range names {
-		if c.IsSet(name) {
-			h += " --" + name + " " + human.Arg(c.Duration(name))
-		}
-	}
-	return h
 }
 
 // show prints a status: JSON under --json, else a line saying what was

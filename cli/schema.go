@@ -650,9 +650,11 @@ func applyArgs(c *cli.Context, d *wrangler.Database) (wranglerArgs, d1idemArgs s
 func printMigrationsDir(c *cli.Context) (dir string, d *wrangler.Database, err error) {
 	switch {
 	case c.String(flagDatabase) != "":
-		if d, err = wranglerDatabase(c); err != nil {
+		entries, _, err := wranglerEntries(c)
+		if err != nil {
 			return "", nil, err
 		}
+		d = entries[0]
 	case c.String(flagConfig) != "" || findsConfig():
 		cfg, err := loadWrangler(c)
 		if err != nil {

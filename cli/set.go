@@ -386,3 +386,56 @@ func (s *dbSet) failed(c *cli.Context, id string, err error) string {
 	}
 	return cn.label() + ": " + describe(cn.named(c, err))
 }
+
+// noDirectoryError is a --local directory that does not exist; apply is
+// the schema apply that would make it, and the database.
+type noDirectoryError struct{ dir, apply string }
+
+func (e *noDirectoryError) Error() string {
+	return fmt.Sprintf("no directory %s: nothing has kept a database there yet (the demo with --dir, the example API with --local, or '%s' do)",
+		e.dir, e.apply)
+}
+
+// noDatabaseError is a database that does not exist, with those that do.
+type noDatabaseError struct {
+	id, where string
+	have      []string // nil when they were not listed
+	listErr   string   // why they could not be listed
+	cause     error
+}
+
+func (e *noDatabaseError) Error() string {
+	s := fmt.Sprintf("no database %q", e.id)
+	if e.where != "" {
+		s += " " + e.where
+	}
+	switch {
+	case len(e.have) > 0:
+		s += " (have: " + strings.Join(e.have, ", ") + ")"
+	case e.have != nil:
+		s += " (there is none)"
+	case e.listErr != "":
+		s += " (the databases could not be listed: " + e.listErr + ")"
+	}
+	return s
+}
+
+func (e *noDatabaseError) Unwrap() error { return e.cause }
+
+// missing turns D1's "no such database" (HTTP 404, code 7404) into an error
+// naming the database and listing those there are, when they can be listed.
+// It keeps the command's prefix ("stats: ").
+func (c *conn) missing(ctx context.Context, err error) error {
+	nd := &noDatabaseError{id: c.databaseID, where: c.scope, cause: err}
+	have, lerr := c.list(ctx)
+	if lerr != nil {
+		nd.listErr = describe(lerr)
+	} else {
+		nd.have = append([]string{}, have...)
+	}
+	var de *d1client.Error
+	if errors.As(err, &de) && strings.HasSuffix(err.Error(), de.Error()) {
+		return fmt.Errorf("%s%w", strings.TrimSuffix(err.Error(), de.Error()), nd)
+	}
+	return nd
+}
