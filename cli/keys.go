@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -380,66 +379,19 @@ func (o *options) keysStuck(c *cli.Context) error {
 		return err
 	}
 	return o.withKeys(c, func(ks *keysScope) error {
-		q, err := quietKeys(c.Context, ks, limit)
+		st, err := ks.a.Stuck(c.Context, limit)
 		if err != nil {
 			return ledgerErr("keys stuck", err)
 		}
 		if c.Bool(flagJSON) {
-			return printObject(c.App.Writer, field{"ttl_ms", q.ttl.Milliseconds()}, field{"quiet_after_ms", q.after.Milliseconds()},
-				field{"total", q.nQuiet + q.nAwaiting}, field{"owner_quiet", q.nQuiet}, field{"awaiting_retry", q.nAwaiting},
-				field{"partial", q.partial}, field{"keys", rows(append(q.quiet, q.awaiting...))})
+			return printJSON(c.App.Writer, st)
 		}
 		release := ""
-		if len(q.quiet) > 0 {
-			release = releaseCommandLine(c, &q.quiet[0])
+		if len(st.OwnerQuiet) > 0 {
+			release = releaseCommandLine(c, &st.OwnerQuiet[0])
 		}
-		return renderQuiet(c.App.Writer, q, release)
+		return renderStuck(c.App.Writer, st, ks.cfg.Heartbeat, release)
 	})
-}
-
-// quiet is what keys stuck found: the pending rows whose owner has gone
-// quiet, split by whether they are still inside the TTL.
-type quiet struct {
-	ttl, heartbeat, after time.Duration    // the ledger's, and when an owner is presumed dead
-	quiet                 []idem.KeyRecord // inside the TTL, oldest first
-	awaiting              []idem.KeyRecord // past the TTL, oldest first
-	nQuiet, nAwaiting     int64            // how many there are of each, shown or not
-	// partial reports that more pending rows remain than were read
-	// (maxQuietPages pages): the counts are of the oldest.
-	partial bool
-}
-
-// maxQuietPages bounds the pages quietKeys reads: 20 D1 calls, 20,000 rows.
-const maxQuietPages = 20
-
-// quietKeys pages through the pending rows with no update for longer than
-// the Admin's QuietAfter, oldest first, keeping at most limit of each group.
-func quietKeys(ctx context.Context, ks *keysScope, limit int) (quiet, error) {
-	a := ks.a
-	q := quiet{ttl: ks.cfg.TTL, heartbeat: ks.cfg.Heartbeat, after: a.QuietAfter()}
-	opts := idem.ListOptions{Status: idem.StatusPending, OlderThan: q.after, Limit: idem.MaxListLimit}
-	for range maxQuietPages {
-		page, err := a.List(ctx, opts)
-		if err != nil {
-			return q, err
-		}
-		for _, k := range page.Keys {
-			group, n := &q.quiet, &q.nQuiet
-			if k.State == idem.KeyAwaitingRetry {
-				group, n = &q.awaiting, &q.nAwaiting
-			}
-			*n++
-			if len(*group) < limit {
-				*group = append(*group, k)
-			}
-		}
-		opts.Cursor = page.NextCursor
-		if opts.Cursor == "" {
-			break
-		}
-	}
-	q.partial = opts.Cursor != ""
-	return q, nil
 }
 
 // ---- keys release ----

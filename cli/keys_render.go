@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/internal/human"
@@ -133,17 +134,17 @@ func renderKeyPage(w io.Writer, page idem.KeyPage, continued bool) error {
 	return nil
 }
 
-// renderQuiet writes keys stuck for people: the owner-quiet keys, then
+// renderStuck writes keys stuck for people: the owner-quiet keys, then
 // those awaiting retry, and what to do about each group.
-func renderQuiet(w io.Writer, q quiet, release string) error {
-	ttl := human.Duration(q.ttl)
-	if q.nQuiet+q.nAwaiting == 0 {
+func renderStuck(w io.Writer, st idem.StuckKeys, heartbeat time.Duration, release string) error {
+	ttl, total := human.Duration(st.TTL), st.NOwnerQuiet+st.NAwaitingRetry
+	if total == 0 {
 		_, err := fmt.Fprintf(w, "No stuck keys: every pending key was updated within the last %s (a live owner renews every %s).\n",
-			human.Duration(q.after), human.Duration(q.heartbeat))
+			human.Duration(st.QuietAfter), human.Duration(heartbeat))
 		return err
 	}
 	var table [][]string
-	for _, k := range append(append([]idem.KeyRecord{}, q.quiet...), q.awaiting...) {
+	for _, k := range append(append([]idem.KeyRecord{}, st.OwnerQuiet...), st.AwaitingRetry...) {
 		table = append(table, []string{cell(k.Principal), cell(k.Key), strconv.FormatInt(k.Generation, 10),
 			stateWords(k.State), human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt), human.Age(k.Age())})
 	}
@@ -151,16 +152,16 @@ func renderQuiet(w io.Writer, q quiet, release string) error {
 		return err
 	}
 	fmt.Fprintln(w)
-	if q.partial {
-		fmt.Fprintf(w, "There are more than %d pending keys without a recent update; the counts below are of the oldest %[1]d.\n", q.nQuiet+q.nAwaiting)
+	if st.Partial {
+		fmt.Fprintf(w, "There are more than %d pending keys without a recent update; the counts below are of the oldest %[1]d.\n", total)
 	}
-	if q.nAwaiting > 0 {
+	if st.NAwaitingRetry > 0 {
 		fmt.Fprintf(w, "%s past the %s TTL, awaiting retry%s: the next retry of the same request takes each over,\nat the next generation, and executes it. Nothing needs releasing: a release sets a key's last update\none TTL back, so a key just released is one of these.\n",
-			plural(q.nAwaiting, "key", "keys"), ttl, shownOf(q.nAwaiting, len(q.awaiting)))
+			plural(st.NAwaitingRetry, "key", "keys"), ttl, shownOf(st.NAwaitingRetry, len(st.AwaitingRetry)))
 	}
-	if q.nQuiet > 0 {
+	if st.NOwnerQuiet > 0 {
 		fmt.Fprintf(w, "%s inside the %s TTL whose owner has missed its heartbeats%s: retries get 409 until the TTL\nhas passed. To let the client retry now, release the key (fenced by its generation; --force, since\nthe ledger cannot prove the owner dead):\n  %s\n",
-			plural(q.nQuiet, "key", "keys"), ttl, shownOf(q.nQuiet, len(q.quiet)), release)
+			plural(st.NOwnerQuiet, "key", "keys"), ttl, shownOf(st.NOwnerQuiet, len(st.OwnerQuiet)), release)
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package idem
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -127,4 +129,70 @@ func (a *Admin) Explain(k *KeyRecord) Explanation {
 		e.TakeoverGeneration = 0
 	}
 	return e
+}
+
+// StuckKeys are the pending keys whose owner has gone quiet, as
+// Admin.Stuck reads them, oldest first: those still inside the TTL (their
+// retries get in progress until it passes; a forced release lets them
+// retry now) and those past it (the next retry takes them over). Its JSON
+// form (MarshalJSON) has the TTL and QuietAfter in milliseconds (ttl_ms,
+// quiet_after_ms), the counts (total, owner_quiet, awaiting_retry),
+// partial, and the keys shown (keys), owner-quiet ones first.
+type StuckKeys struct {
+	OwnerQuiet, AwaitingRetry   []KeyRecord // the oldest of each, at most Admin.Stuck's limit
+	NOwnerQuiet, NAwaitingRetry int64       // how many there are of each, shown or not
+	// Partial reports that more pending rows remain than were read (the
+	// counts are of the oldest MaxStuckRows).
+	Partial         bool
+	TTL, QuietAfter time.Duration // the ledger's TTL, and Admin.QuietAfter
+}
+
+// MaxStuckRows bounds the rows Admin.Stuck reads: 20 pages of
+// MaxListLimit, 20 D1 calls.
+const MaxStuckRows = 20 * MaxListLimit
+
+// Stuck pages through the pending rows with no update for longer than
+// QuietAfter, oldest first (at most MaxStuckRows), and keeps at most limit
+// (1 to MaxListLimit) of each group.
+func (a *Admin) Stuck(ctx context.Context, limit int) (StuckKeys, error) {
+	out := StuckKeys{TTL: a.l.cfg.TTL, QuietAfter: a.QuietAfter()}
+	if limit < 1 || limit > MaxListLimit {
+		return out, fmt.Errorf("idem: stuck: limit %d is out of range: use 1 to %d", limit, MaxListLimit)
+	}
+	opts := ListOptions{Status: StatusPending, OlderThan: out.QuietAfter, Limit: MaxListLimit}
+	for read := 0; read < MaxStuckRows; read += MaxListLimit {
+		page, err := a.List(ctx, opts)
+		if err != nil {
+			return out, err
+		}
+		for _, k := range page.Keys {
+			group, n := &out.OwnerQuiet, &out.NOwnerQuiet
+			if k.State == KeyAwaitingRetry {
+				group, n = &out.AwaitingRetry, &out.NAwaitingRetry
+			}
+			*n++
+			if len(*group) < limit {
+				*group = append(*group, k)
+			}
+		}
+		if opts.Cursor = page.NextCursor; opts.Cursor == "" {
+			break
+		}
+	}
+	out.Partial = opts.Cursor != ""
+	return out, nil
+}
+
+// MarshalJSON writes the stuck keys as d1idem keys stuck --json does.
+func (s StuckKeys) MarshalJSON() ([]byte, error) {
+	keys := append(append([]KeyRecord{}, s.OwnerQuiet...), s.AwaitingRetry...)
+	return json.Marshal(struct {
+		TTLMS         int64       `json:"ttl_ms"`
+		QuietAfterMS  int64       `json:"quiet_after_ms"`
+		Total         int64       `json:"total"`
+		OwnerQuiet    int64       `json:"owner_quiet"`
+		AwaitingRetry int64       `json:"awaiting_retry"`
+		Partial       bool        `json:"partial"`
+		Keys          []KeyRecord `json:"keys"`
+	}{s.TTL.Milliseconds(), s.QuietAfter.Milliseconds(), s.NOwnerQuiet + s.NAwaitingRetry, s.NOwnerQuiet, s.NAwaitingRetry, s.Partial, keys})
 }

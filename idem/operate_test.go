@@ -226,3 +226,31 @@ func TestSweepAllBudgetAndFailure(t *testing.T) {
 		}
 	})
 }
+
+// Stuck splits the pending keys whose owner has gone quiet by the TTL,
+// counts each group, and keeps the oldest of each up to the limit.
+func TestStuck(t *testing.T) {
+	db := d1test.Local(t).NewClientSchema(t)
+	clk := newClock()
+	now := clk.Now()
+	seedRow(t, db, now, "p", "live", "pending", 1, 5*time.Second, nil, nil, nil)
+	seedRow(t, db, now, "p", "quiet-1", "pending", 1, 25*time.Second, nil, nil, nil)
+	seedRow(t, db, now, "p", "quiet-2", "pending", 1, 22*time.Second, nil, nil, nil)
+	seedRow(t, db, now, "p", "old", "pending", 2, time.Hour, nil, nil, nil)
+	seedRow(t, db, now, "p", "done", "completed", 1, time.Hour, 201, `{}`, "ok")
+	a := newLedger(t, db, idem.Config{Clock: clk.Now, Heartbeat: 10 * time.Second}).Admin()
+	st, err := a.Stuck(bg, 1)
+	if err != nil || st.NOwnerQuiet != 2 || st.NAwaitingRetry != 1 || len(st.OwnerQuiet) != 1 || st.OwnerQuiet[0].Key != "quiet-1" ||
+		len(st.AwaitingRetry) != 1 || st.AwaitingRetry[0].Key != "old" || st.Partial || st.QuietAfter != 20*time.Second {
+		t.Fatalf("Stuck = %+v, %v", st, err)
+	}
+	b, _ := json.Marshal(st)
+	for _, want := range []string{`"ttl_ms":30000,"quiet_after_ms":20000,"total":3,"owner_quiet":2,"awaiting_retry":1,"partial":false,"keys":[{`, `"key":"quiet-1"`, `"key":"old"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("JSON lacks %s: %s", want, b)
+		}
+	}
+	if _, err := a.Stuck(bg, 0); err == nil {
+		t.Error("Stuck with limit 0 accepted")
+	}
+}
