@@ -81,23 +81,13 @@ and prints how to run the bridge on this machine with it.
 	}
 }
 
-// bridgeDatabase is one database a bridge serves.
-type bridgeDatabase struct {
-	Name    string `json:"name"`
-	ID      string `json:"id"`
-	Binding string `json:"binding"`
-}
-
 // bridgePlan is what bridge init writes.
 type bridgePlan struct {
-	Dir        string           `json:"dir"`
-	Files      []string         `json:"files"`
-	Worker     string           `json:"worker"`
-	AccountID  string           `json:"account_id,omitempty"`
-	Mode       string           `json:"mode"`
-	Databases  []bridgeDatabase `json:"databases"`
-	ConfigPath string           `json:"wrangler_config,omitempty"` // where the databases came from
-	Env        string           `json:"env,omitempty"`
+	Dir   string   `json:"dir"`
+	Files []string `json:"files"`
+	bridge.Config
+	ConfigPath string `json:"wrangler_config,omitempty"` // where the databases came from
+	Env        string `json:"env,omitempty"`
 }
 
 func initBridge(c *cli.Context) error {
@@ -115,7 +105,11 @@ func initBridge(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	files := map[string][]byte{bridgeConfigFile: bridgeConfig(p)}
+	source := p.ConfigPath
+	if source != "" && p.Env != "" {
+		source += " (env " + p.Env + ")"
+	}
+	files := map[string][]byte{bridgeConfigFile: p.WranglerTOML(source)}
 	for _, f := range bridge.WorkerFiles() {
 		files[f.Name] = f.Data
 	}
@@ -142,7 +136,7 @@ func planBridge(c *cli.Context, dir string) (*bridgePlan, error) {
 	if len(args) == 0 {
 		return nil, usagef("bridge init needs --%s NAME (or NAME=ID), once for each database the bridge serves", flagDatabase)
 	}
-	p := &bridgePlan{Dir: dir, Mode: "full", Env: c.String(flagEnv)}
+	p := &bridgePlan{Dir: dir, Config: bridge.Config{Mode: "full"}, Env: c.String(flagEnv)}
 	if c.Bool("ledger-only") {
 		p.Mode = "ledger-only"
 	}
@@ -165,8 +159,8 @@ func planBridge(c *cli.Context, dir string) (*bridgePlan, error) {
 			p.AccountID = account
 		}
 	}
-	if err := checkBridgeDatabases(p.Databases); err != nil {
-		return nil, err
+	if err := p.CheckDatabases(); err != nil {
+		return nil, usageError{err}
 	}
 	return p, workerName(c, p)
 }
@@ -177,73 +171,29 @@ var idLike = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // bridgeDatabaseOf resolves one --database: NAME=ID as given, NAME from the
 // wrangler config's environment env. It returns the account ID the config
 // gives, if any.
-func bridgeDatabaseOf(cfg *wrangler.Config, env, name, id string, explicit bool) (bridgeDatabase, string, error) {
+func bridgeDatabaseOf(cfg *wrangler.Config, env, name, id string, explicit bool) (bridge.Database, string, error) {
 	if !idLike.MatchString(name) || explicit && !idLike.MatchString(id) {
 		given := name
 		if explicit {
 			given += "=" + id
 		}
-		return bridgeDatabase{}, "", usagef("--%s %q: expected NAME or NAME=ID, each of letters, digits, '.', '_' and '-'", flagDatabase, given)
+		return bridge.Database{}, "", usagef("--%s %q: expected NAME or NAME=ID, each of letters, digits, '.', '_' and '-'", flagDatabase, given)
 	}
 	if explicit {
-		return bridgeDatabase{Name: name, ID: id, Binding: bindingName(name)}, "", nil
+		return bridge.Database{Name: name, ID: id, Binding: bridge.BindingName(name)}, "", nil
 	}
 	d, err := cfg.Database(env, name)
 	if err != nil {
-		return bridgeDatabase{}, "", usagef("%v; or pass --%s %s=ID", err, flagDatabase, name)
+		return bridge.Database{}, "", usagef("%v; or pass --%s %s=ID", err, flagDatabase, name)
 	}
 	if id, err = d.ID(false); err != nil {
-		return bridgeDatabase{}, "", usagef("%v in %s", err, d.ConfigPath)
+		return bridge.Database{}, "", usagef("%v in %s", err, d.ConfigPath)
 	}
-	if !idLike.MatchString(id) || !bindingPattern.MatchString(d.Binding) || d.AccountID != "" && !idLike.MatchString(d.AccountID) {
-		return bridgeDatabase{}, "", fmt.Errorf("database %q of %s: its binding, database_id or account_id is not one the bridge can use", name, d.ConfigPath)
+	if !idLike.MatchString(id) || !bridge.ValidBinding(d.Binding) || d.AccountID != "" && !idLike.MatchString(d.AccountID) {
+		return bridge.Database{}, "", fmt.Errorf("database %q of %s: its binding, database_id or account_id is not one the bridge can use", name, d.ConfigPath)
 	}
-	return bridgeDatabase{Name: d.Name(), ID: id, Binding: d.Binding}, d.AccountID, nil
+	return bridge.Database{Name: d.Name(), ID: id, Binding: d.Binding}, d.AccountID, nil
 }
-
-// bindingPattern is a D1 binding name the bridge accepts: a JavaScript
-// identifier of ASCII letters, digits and underscores.
-var bindingPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// bindingName makes a binding name of a database name: "orders-db" is
-// ORDERS_DB.
-func bindingName(name string) string {
-	b := []byte(strings.ToUpper(name))
-	for i, ch := range b {
-		if !(ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9') {
-			b[i] = '_'
-		}
-	}
-	if b[0] >= '0' && b[0] <= '9' {
-		return "DB_" + string(b)
-	}
-	return string(b)
-}
-
-// checkBridgeDatabases refuses two databases that share a binding, or a
-// name or ID that would reach two bindings.
-func checkBridgeDatabases(dbs []bridgeDatabase) error {
-	bindings, keys := map[string]string{}, map[string]string{}
-	for _, d := range dbs {
-		if strings.HasPrefix(d.Binding, "BRIDGE_") {
-			return usagef("database %s: its binding %s would clash with the bridge's settings (BRIDGE_*); rename the binding", d.Name, d.Binding)
-		}
-		if prev, ok := bindings[d.Binding]; ok {
-			return usagef("databases %s and %s would share the binding %s; name each database once", prev, d.Name, d.Binding)
-		}
-		bindings[d.Binding] = d.Name
-		for _, k := range []string{d.ID, d.Name} {
-			if prev, ok := keys[k]; ok && prev != d.Binding {
-				return usagef("%q names two databases; the bridge must know which one a request means", k)
-			}
-			keys[k] = d.Binding
-		}
-	}
-	return nil
-}
-
-// workerPattern is a Worker name Cloudflare accepts.
-var workerPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // workerName sets p.Worker from --name, or the default for --env.
 func workerName(c *cli.Context, p *bridgePlan) error {
@@ -254,61 +204,10 @@ func workerName(c *cli.Context, p *bridgePlan) error {
 			p.Worker += "-" + strings.ToLower(p.Env)
 		}
 	}
-	if !workerPattern.MatchString(p.Worker) {
+	if !bridge.ValidWorkerName(p.Worker) {
 		return usagef("the Worker name %q is not one Cloudflare accepts: lower-case letters, digits and '-', at most 63; pass --name NAME", p.Worker)
 	}
 	return nil
-}
-
-// bridgeConfig is the wrangler.toml of a bridge.
-func bridgeConfig(p *bridgePlan) []byte {
-	var b strings.Builder
-	from := ""
-	if p.ConfigPath != "" {
-		from = " from " + p.ConfigPath
-		if p.Env != "" {
-			from += " (env " + p.Env + ")"
-		}
-	}
-	fmt.Fprintf(&b, `# The d1idem bridge: D1's REST API served by this Worker on its D1 bindings,
-# past the account's API budget. Written by 'd1idem bridge init'%s.
-#
-#   d1idem bridge deploy DIR   deploys it, with a new secret (BRIDGE_SECRET)
-#   wrangler dev --local       runs it on 127.0.0.1, in workerd, with the
-#                              development secret of .dev.vars
-name = %q
-main = "worker.js"
-compatibility_date = %q
-workers_dev = true
-`, from, p.Worker, bridge.CompatibilityDate)
-	if p.AccountID != "" {
-		fmt.Fprintf(&b, "account_id = %q\n", p.AccountID)
-	}
-	for _, d := range p.Databases {
-		fmt.Fprintf(&b, "\n[[d1_databases]]\nbinding = %q\ndatabase_name = %q\ndatabase_id = %q\n", d.Binding, d.Name, d.ID)
-	}
-	fmt.Fprintf(&b, `
-[vars]
-# "full": any SQL, as the REST API. "ledger-only": only the ledger's own
-# statements (ledger-statements.js) and those of BRIDGE_ALLOWED_STATEMENTS,
-# byte for byte (list your idemhttp.Tx statements there), so that a leaked secret
-# cannot read or change other tables.
-BRIDGE_MODE = %q
-# BRIDGE_ALLOWED_STATEMENTS = [
-#   "INSERT INTO orders (id, sku) VALUES (?, ?)",
-# ]
-
-# Which database IDs and names reach which binding; anything else gets 404
-# (code 7404).
-[vars.BRIDGE_DATABASES]
-`, p.Mode)
-	for _, d := range p.Databases {
-		fmt.Fprintf(&b, "%q = %q\n", d.ID, d.Binding)
-		if d.Name != d.ID {
-			fmt.Fprintf(&b, "%q = %q\n", d.Name, d.Binding)
-		}
-	}
-	return []byte(b.String())
 }
 
 // writeBridgeFiles writes files into dir, refusing to overwrite any
@@ -439,12 +338,12 @@ func devSecret(path string) (string, error) {
 			continue
 		}
 		v = strings.Trim(strings.TrimSpace(v), `"'`)
-		if !validSecret(v) {
+		if !bridge.ValidSecret(v) {
 			return "", fmt.Errorf("%s: BRIDGE_SECRET must be 16 to 4096 visible ASCII characters, no commas; delete the line for a new one", path)
 		}
 		return v, nil
 	}
-	secret := newSecret()
+	secret := bridge.NewSecret()
 	line := "BRIDGE_SECRET=" + secret + "\n"
 	if len(data) > 0 && !bytes.HasSuffix(data, []byte("\n")) {
 		line = "\n" + line

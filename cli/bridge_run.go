@@ -3,8 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -102,7 +100,7 @@ func deployBridge(c *cli.Context) error {
 func (d *deployment) run(c *cli.Context, w []string, old string, rotate bool) error {
 	secret := old
 	if old == "" || rotate {
-		secret, d.created = newSecret(), true
+		secret, d.created = bridge.NewSecret(), true
 	}
 	if old == "" {
 		if err := writeSecret(d.secretPath, secret); err != nil {
@@ -137,7 +135,7 @@ func (d *deployment) run(c *cli.Context, w []string, old string, rotate bool) er
 func (d *deployment) printCommands(w io.Writer, old string) error {
 	if old == "" {
 		d.created = true
-		if err := writeSecret(d.secretPath, newSecret()); err != nil {
+		if err := writeSecret(d.secretPath, bridge.NewSecret()); err != nil {
 			return err
 		}
 	}
@@ -191,22 +189,6 @@ func workerURL(s string) (*url.URL, error) {
 	return nil, usagef("--url %q: expected the Worker's https://HOST[/PATH], without a secret", s)
 }
 
-// newSecret returns a new bridge secret: 32 random bytes, in hex.
-func newSecret() string {
-	var b [32]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// validSecret reports whether the bridge accepts s as its secret (see
-// SECRET_PATTERN in bridge/worker.js).
-func validSecret(s string) bool {
-	if len(s) < 16 || len(s) > 4096 {
-		return false
-	}
-	return strings.IndexFunc(s, func(r rune) bool { return r < 0x21 || r > 0x7e || r == ',' }) < 0
-}
-
 // readSecret returns the secret kept at path, "" when there is none.
 func readSecret(path string) (string, error) {
 	data, err := os.ReadFile(path)
@@ -245,7 +227,7 @@ func checkSecretFile(path string, data []byte) (string, error) {
 		return "", fmt.Errorf("%s is readable by others (mode %04o): 'chmod 600 %s' (and, if others did read it, rotate the secret: see docs/bridge.md)", path, fi.Mode().Perm(), shellQuote(path))
 	}
 	secret := strings.TrimSpace(string(data))
-	if !validSecret(secret) {
+	if !bridge.ValidSecret(secret) {
 		return "", fmt.Errorf("%s does not hold a secret the bridge accepts (16 to 4096 visible ASCII characters, no commas); delete it for a new one", path)
 	}
 	return secret, nil

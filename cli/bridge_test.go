@@ -128,7 +128,7 @@ func devVarsSecret(t *testing.T) string {
 		t.Fatalf("bridge/.dev.vars: %v %v", fi, err)
 	}
 	secret, ok := strings.CutPrefix(strings.TrimSpace(readFile(t, "bridge/.dev.vars")), "BRIDGE_SECRET=")
-	if !ok || !validSecret(secret) {
+	if !ok || !bridge.ValidSecret(secret) {
 		t.Fatalf("bridge/.dev.vars holds no valid BRIDGE_SECRET")
 	}
 	return secret
