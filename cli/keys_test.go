@@ -518,3 +518,26 @@ func TestKeysD1Clock(t *testing.T) {
 		t.Errorf("keys get on D1's clock:\n%s", r.stdout)
 	}
 }
+
+// TestKeysListLongValues: a key of 255 characters, the longest there is,
+// is cut in the tables with an ellipsis, so that the other rows keep their
+// width, and shown whole by keys get and --json.
+func TestKeysListLongValues(t *testing.T) {
+	l := newSchemaDB(t, "ops")
+	long := strings.Repeat("k", 255)
+	l.insert(t, testNow, scenario[0], row{principal: "acct_42", key: long, status: "pending", generation: 1, created: time.Minute, updated: time.Minute})
+	cut := strings.Repeat("k", maxCell-1) + "…"
+	for _, args := range [][]string{{"keys", "list"}, {"keys", "stuck"}} {
+		r := mustRun(t, fixedClock(), l.args(args...)...)
+		lines := strings.Split(r.stdout, "\n")
+		if !strings.Contains(r.stdout, "acct_42    "+cut+"  ") || strings.Contains(r.stdout, long+" ") || len(lines[0]) > 150 {
+			t.Errorf("%s:\n%s", strings.Join(args, " "), r.stdout)
+		}
+	}
+	if r := mustRun(t, fixedClock(), l.args("keys", "get", "--principal", "acct_42", "--key", long)...); !strings.Contains(r.stdout, "key              "+long+"\n") {
+		t.Errorf("keys get does not show the key whole:\n%s", r.stdout)
+	}
+	if r := mustRun(t, fixedClock(), l.args("keys", "list", "--json")...); !strings.Contains(r.stdout, `"key": "`+long+`"`) {
+		t.Errorf("keys list --json does not carry the key whole")
+	}
+}
