@@ -74,7 +74,7 @@ func collect(ctx context.Context, reader *sdkmetric.ManualReader) (tally, error)
 func (t tally) add(name string, attrs []attribute.KeyValue, sum float64, count int64) {
 	keys := []tallyKey{{metric: name}}
 	for _, kv := range attrs {
-		keys = append(keys, tallyKey{name, string(kv.Key), kv.Value.Emit()})
+		keys = append(keys, tallyKey{name, string(kv.Key), kv.Value.String()})
 	}
 	for _, k := range keys {
 		v := t[k]

@@ -317,5 +317,3 @@ func queryInt(t *testing.T, db *d1client.Client, sql string) int64 {
 	}
 	return n
 }
-
-func errorsIsInProgress(err error) bool { return errors.Is(err, idem.ErrInProgress) }
