@@ -101,6 +101,13 @@ func TestAdminJSON(t *testing.T) {
 	checkJSON(t, k, `{"principal":"p","key":"done","fingerprint":"fp","status":"completed","state":"completed","generation":1,"response_status":201,`+
 		`"response_headers_raw":"{\"location\":\"/v1/x\"}","response_body":"ok","stuck":false,"created_at":"2025-12-31T22:00:00.000Z","created_at_ms":1767218400000,`+
 		`"updated_at":"2025-12-31T23:00:00.000Z","updated_at_ms":1767222000000,"age_ms":7200000,"since_update_ms":3600000,"response_headers":{"location":"/v1/x"},"response_body_bytes":2}`)
+	if k, _ := a.Get(bg, "p", "stuck"); !strings.Contains(jsonOf(t, k), `"response_status":null,"stuck":true,`) {
+		t.Errorf("a pending row's JSON: %s", jsonOf(t, k))
+	}
+	seedRow(t, db, now, "p", "bare", "completed", 1, time.Hour, 204, `{}`, nil)
+	if k, _ := a.Get(bg, "p", "bare"); !strings.Contains(jsonOf(t, k), `"response_headers":{}`) || strings.Contains(jsonOf(t, k), "response_body_bytes") {
+		t.Errorf("a completed row without headers or body: %s", jsonOf(t, k))
+	}
 	res, err := a.Release(bg, "p", "stuck", 1, idem.ReleaseOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -116,14 +123,23 @@ func TestAdminJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	for field, want := range map[string]any{"keys": 2.0, "stuck": 1.0, "sweep_backlog": 0.0, "ttl_ms": 30000.0, "retention_ms": 86400000.0} {
+	for field, want := range map[string]any{"keys": 3.0, "stuck": 1.0, "sweep_backlog": 0.0, "ttl_ms": 30000.0, "retention_ms": 86400000.0} {
 		if m[field] != want {
 			t.Errorf("Stats JSON %s = %v, want %v: %s", field, m[field], want, b)
 		}
 	}
-	if o, ok := m["oldest"].(map[string]any); !ok || o["key"] != "done" || m["oldest_stuck"].(map[string]any)["key"] != "stuck" || m["by_status"].(map[string]any)["pending"] != 1.0 {
+	if o, ok := m["oldest"].(map[string]any); !ok || o["key"] != "bare" || m["oldest_stuck"].(map[string]any)["key"] != "stuck" || m["by_status"].(map[string]any)["pending"] != 1.0 {
 		t.Errorf("Stats JSON: %s", b)
 	}
+}
+
+func jsonOf(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func checkJSON(t *testing.T, v any, want string) {

@@ -216,7 +216,10 @@ func (s Stats) MarshalJSON() ([]byte, error) { return json.Marshal(s.json()) }
 // (response_body_bytes) when they were read.
 func (k KeyRecord) MarshalJSON() ([]byte, error) {
 	type fields KeyRecord
-	headers, _ := k.StoredHeaders()
+	var headers *map[string]string // {} for stored headers that are none
+	if h, err := k.StoredHeaders(); err == nil && k.ResponseHeaders != nil {
+		headers = &h
+	}
 	var bodyBytes *int
 	if k.ResponseBody != nil {
 		n := len(*k.ResponseBody)
@@ -224,14 +227,14 @@ func (k KeyRecord) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal(struct {
 		fields
-		CreatedAt     string            `json:"created_at"`
-		CreatedAtMS   int64             `json:"created_at_ms"`
-		UpdatedAt     string            `json:"updated_at"`
-		UpdatedAtMS   int64             `json:"updated_at_ms"`
-		AgeMS         int64             `json:"age_ms"`
-		SinceUpdateMS int64             `json:"since_update_ms"`
-		Headers       map[string]string `json:"response_headers,omitempty"`
-		BodyBytes     *int              `json:"response_body_bytes,omitempty"`
+		CreatedAt     string             `json:"created_at"`
+		CreatedAtMS   int64              `json:"created_at_ms"`
+		UpdatedAt     string             `json:"updated_at"`
+		UpdatedAtMS   int64              `json:"updated_at_ms"`
+		AgeMS         int64              `json:"age_ms"`
+		SinceUpdateMS int64              `json:"since_update_ms"`
+		Headers       *map[string]string `json:"response_headers,omitempty"`
+		BodyBytes     *int               `json:"response_body_bytes,omitempty"`
 	}{fields(k), human.Time(k.CreatedAt), k.CreatedAt.UnixMilli(), human.Time(k.UpdatedAt), k.UpdatedAt.UnixMilli(),
 		k.Age().Milliseconds(), k.SinceUpdate().Milliseconds(), headers, bodyBytes})
 }
