@@ -68,7 +68,7 @@ bench: conformance-deps
 	   $(GO) test -run '^$$' -bench ClaimLookup -benchtime 200x ./conformance/ && \
 	   $(GO) test -run '^$$' -bench BridgeOverhead -benchtime 2000x ./conformance/ && \
 	   $(GO) test -run '^$$' -bench MiddlewareTelemetry -benchtime 10000x ./bench/ && \
-	   $(GO) test -run '^$$' -bench . -skip MiddlewareTelemetry -timeout 20m ./bench/ ; } 2>&1 | tee bench.out | $(GO) run ./internal/benchtable
+	   $(GO) test -run '^$$' -bench . -skip MiddlewareTelemetry -timeout 20m ./bench/ ; } 2>&1 | tee bench.out | $(GO) run ./tools/benchtable
 
 # The long forms of the API-budget benchmarks: open-loop load at
 # 20, 150 and 400 first executions per second and four replica processes,
@@ -77,7 +77,7 @@ bench: conformance-deps
 BENCH_DURATION ?= 600s
 bench-budget:
 	@$(GO) test -run '^$$' -bench '^Benchmark(OpenLoop|Replicas)$$' -timeout 4h ./bench/ \
-		-bench.long -bench.duration $(BENCH_DURATION) 2>&1 | tee bench-budget.out | $(GO) run ./internal/benchtable
+		-bench.long -bench.duration $(BENCH_DURATION) 2>&1 | tee bench-budget.out | $(GO) run ./tools/benchtable
 
 # The long randomized fault runs: rounds of fresh keys for
 # FAULTS_DURATION (10 minutes) on d1local, or on the bridge in workerd. Each
@@ -95,17 +95,17 @@ faults-long-bridge: conformance-deps
 # make bench-budget if there is one.
 bench-figures:
 	@test -f bench.out || { echo "no bench.out: run make bench first"; exit 1; }
-	@$(GO) run ./internal/benchtable -doc docs/benchmarks.md -bridge docs/bridge.md bench.out $(wildcard bench-budget.out) >/dev/null
+	@$(GO) run ./tools/benchtable -doc docs/benchmarks.md -bridge docs/bridge.md bench.out $(wildcard bench-budget.out) >/dev/null
 
 # Regenerate bridge/ledger-statements.js after changing the idem package's
 # statements (go test ./idem fails while it is stale).
 bridge-statements:
 	$(GO) test ./idem -run TestBridgeStatements -update
 
-# staticcheck is pinned in tools/go.mod (a tool directive of its own module,
+# staticcheck is pinned in tools/staticcheck/go.mod (a tool directive of its own module,
 # so that its dependencies stay out of the product's go.mod and of the
 # demo's first build).
-STATICCHECK ?= $(GO) tool -modfile=$(CURDIR)/tools/go.mod staticcheck
+STATICCHECK ?= $(GO) tool -modfile=$(CURDIR)/tools/staticcheck/go.mod staticcheck
 
 # vet, gofmt, staticcheck, and the layering and size rules of
 # CONTRIBUTING.md (the TestLint tests of deps_test.go).

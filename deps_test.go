@@ -28,7 +28,13 @@ var (
 	// example: core, and the local D1 with its test server.
 	libraries = append(slices.Clone(core), module+"/d1local", module+"/d1local/d1localtest")
 	// testHelpers are imported by tests only.
-	testHelpers = []string{module + "/internal/d1test", module + "/internal/specseq", module + "/internal/doctest", module + "/internal/oteltest"}
+	testHelpers = []string{module + "/internal/d1test", module + "/internal/specseq", module + "/internal/oteltest"}
+	// leafHelpers are the internal packages the library shares: each
+	// imports no package of this module.
+	leafHelpers = []string{module + "/internal/jsonstr", module + "/internal/jsonscan", module + "/internal/textcache", module + "/internal/sqlite",
+		module + "/internal/redact", module + "/internal/loopback", module + "/internal/otelscope", module + "/internal/human"}
+	// ordersAPI is the example's orders API, which the demo plays against.
+	ordersAPI = module + "/examples/orders/ordersapi"
 )
 
 // goList runs `go list` with args in the module's root and returns its
@@ -67,8 +73,8 @@ func under(pkg, prefix string) bool { return pkg == prefix || strings.HasPrefix(
 // TestLintLayering: the arrows of CONTRIBUTING.md point one way.
 func TestLintLayering(t *testing.T) {
 	all := deps(t)
-	if !slices.Contains(all[module+"/cmd/d1idem"], module+"/internal/cli") {
-		t.Fatal("the check is broken: cmd/d1idem should depend on internal/cli")
+	if !slices.Contains(all[module+"/cmd/d1idem"], module+"/cli") {
+		t.Fatal("the check is broken: cmd/d1idem should depend on cli")
 	}
 	forbid := func(pkgs []string, why string, bad func(dep string) bool) {
 		t.Helper()
@@ -80,9 +86,20 @@ func TestLintLayering(t *testing.T) {
 			}
 		}
 	}
-	forbid(libraries, "a library imports neither the CLI, nor an example, nor a test helper", func(dep string) bool {
-		return under(dep, module+"/internal/cli") || under(dep, module+"/examples") || slices.Contains(testHelpers, dep)
+	forbid(libraries, "a library imports neither the CLI, nor an example, nor a test helper, nor a development tool", func(dep string) bool {
+		return under(dep, module+"/cli") || under(dep, module+"/examples") || slices.Contains(testHelpers, dep) || under(dep, module+"/tools")
 	})
+	// internal/ holds leaf helpers, which import nothing above them, and
+	// test helpers, which only tests import.
+	forbid(leafHelpers, "a leaf helper of internal/ imports no package of this module", func(dep string) bool { return under(dep, module) })
+	for pkg := range all {
+		if under(pkg, module+"/internal") && !slices.Contains(leafHelpers, pkg) && !slices.Contains(testHelpers, pkg) {
+			t.Errorf("%s is neither a leaf helper nor a test helper: internal/ holds only those (CONTRIBUTING.md); add it to the lists of deps_test.go, or move it", pkg)
+		}
+		if !slices.Contains(testHelpers, pkg) {
+			forbid([]string{pkg}, "only tests import a test helper", func(dep string) bool { return slices.Contains(testHelpers, dep) })
+		}
+	}
 	forbid(core, "a core library does not import the local D1 (d1local, d1localtest)", func(dep string) bool {
 		return under(dep, module+"/d1local")
 	})
@@ -117,12 +134,21 @@ func TestLintLayering(t *testing.T) {
 	if !slices.Contains(all[module+"/examples/orders"], "go.opentelemetry.io/otel/exporters/prometheus") {
 		t.Fatal("the check is broken: examples/orders should link the Prometheus exporter")
 	}
-	programs := []string{module + "/internal/cli", module + "/cmd/d1idem"}
-	forbid(programs, "the CLI imports neither an example nor a test helper", func(dep string) bool {
-		return under(dep, module+"/examples") || slices.Contains(testHelpers, dep)
+	programs := []string{module + "/cli", module + "/cmd/d1idem"}
+	if !slices.Contains(all[module+"/cli"], ordersAPI) {
+		t.Fatal("the check is broken: the CLI's demo should play against " + ordersAPI)
+	}
+	forbid(programs, "the CLI imports no example but the orders API its demo plays against, and no test helper", func(dep string) bool {
+		return under(dep, module+"/examples") && dep != ordersAPI || slices.Contains(testHelpers, dep) || under(dep, module+"/tools")
 	})
-	// The first `go run ./cmd/d1idem demo` compiles all of it: keep it lean.
-	forbid(programs, "the CLI links no telemetry SDK or exporter", telemetrySDK)
+	// The CLI is a program: its demo reads the story's metrics with the
+	// SDK's ManualReader. The first `go run ./cmd/d1idem demo` compiles all
+	// of it: no exporter, Prometheus client or trace SDK.
+	forbid(programs, "the CLI links no telemetry exporter, Prometheus client or trace SDK", func(dep string) bool {
+		return telemetrySDK(dep) && !under(dep, "go.opentelemetry.io/otel/sdk/metric") && dep != "go.opentelemetry.io/otel/sdk" &&
+			!under(dep, "go.opentelemetry.io/otel/sdk/resource") && !under(dep, "go.opentelemetry.io/otel/sdk/instrumentation") &&
+			!under(dep, "go.opentelemetry.io/otel/sdk/internal")
+	})
 }
 
 // standard reports whether a package is in the standard library (its
@@ -173,8 +199,8 @@ func TestLintExamplesPublicOnly(t *testing.T) {
 		}
 		return out
 	}
-	if len(internal("./cmd/d1idem")) == 0 {
-		t.Fatal("the check is broken: cmd/d1idem imports internal/cli")
+	if len(internal("./cli")) == 0 {
+		t.Fatal("the check is broken: cli imports cli/internal/...")
 	}
 	if got := internal("./examples/..."); len(got) > 0 {
 		t.Errorf("examples/ import internal packages: %s", strings.Join(got, ", "))
@@ -185,13 +211,13 @@ func TestLintExamplesPublicOnly(t *testing.T) {
 // each doing one thing.
 const maxFuncLines = 60
 
-// TestLintShortFunctions: no function of internal/cli (tests aside) is
+// TestLintShortFunctions: no function of cli (tests aside) is
 // longer than maxFuncLines lines, from its func keyword to its closing
 // brace.
 func TestLintShortFunctions(t *testing.T) {
 	fset := token.NewFileSet()
 	checked := 0
-	err := filepath.WalkDir(filepath.Join("internal", "cli"), func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir("cli", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return err
 		}
@@ -215,7 +241,7 @@ func TestLintShortFunctions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if checked < 50 {
-		t.Fatalf("the check is broken: only %d functions found under internal/cli", checked)
+		t.Fatalf("the check is broken: only %d functions found under cli", checked)
 	}
 }
 

@@ -46,7 +46,7 @@ func (t *replay) RoundTrip(r *http.Request) (*http.Response, error) {
 // one row back) and for a batch of two (the spec's claim and lookup, as
 // round trip 1 is). client_only replays d1local's answer to the same call,
 // so its allocs/op are the client's own (target: at most half the baseline
-// of internal/benchtable); d1local_in_process has d1local execute every call, its SQLite
+// of tools/benchtable); d1local_in_process has d1local execute every call, its SQLite
 // work included. Each sub-benchmark reports its allocations itself.
 func BenchmarkClientExec(b *testing.B) {
 	local, err := d1local.New(d1local.Config{})

@@ -1,7 +1,7 @@
 // Package bench holds the throughput benchmarks of d1idem. They are ordinary
 // Go benchmarks (go test -bench . ./bench/); `make bench` runs them with the
 // ledger and conformance benchmarks and prints one table with the machine
-// noted (internal/benchtable).
+// noted (tools/benchtable).
 //
 // What they measure, against d1local over real HTTP on loopback:
 //

@@ -103,7 +103,7 @@ type d1Server struct {
 func localConfig(faults d1local.FaultFunc, account bool) d1local.Config {
 	cfg := d1local.Config{Faults: faults}
 	if account {
-		cfg.Budget = d1local.CloudflareBudget()
+		cfg.RateLimit = d1local.CloudflareRateLimit()
 	}
 	return cfg
 }

@@ -108,7 +108,7 @@ func closedLoop(impl sideBySide, c, n int, prefix string) ([]time.Duration, erro
 // concurrency 1, 8, 64 and 256, with 20 ms and 50 ms injected per D1 call
 // and no budget. Each cell is a vsSpecCell.
 // Targets: both ratios at most 1; d1idem's calls per request no more than
-// the baseline of internal/benchtable.
+// the baseline of tools/benchtable.
 //
 // With -bench.vsspec-inflight N, d1idem's group commit never waits and keeps
 // up to N calls in flight: how much latency spending calls buys.

@@ -4,7 +4,9 @@
 // ledger-only mode; see README.md in this directory and docs/bridge.md.
 //
 // Its Go API is the Worker's files, embedded, for `d1idem bridge init` to
-// write out: WorkerFiles, WranglerExample and CompatibilityDate. Its tests
+// write out (WorkerFiles, WranglerExample and CompatibilityDate), and a
+// deployment's configuration (Config: its wrangler.toml, its bindings'
+// names and checks) and secret (NewSecret, ValidSecret). Its tests
 // run the Worker in workerd (through internal/d1test) and check its
 // authentication, routing, database mapping and ledger-only mode.
 //

@@ -198,7 +198,7 @@ func TestUncoalescedCallsTravelAlone(t *testing.T) {
 // Retry-After.
 func TestAccountBudgetIsNeverExceeded(t *testing.T) {
 	const limit, window = 40, 2 * time.Second
-	b := d1test.LocalConfig(t, d1local.Config{Budget: d1local.Budget{Limit: limit, Window: window}})
+	b := d1test.LocalConfig(t, d1local.Config{RateLimit: d1local.RateLimit{Limit: limit, Window: window}})
 	shared, err := budget.NewAccount(budget.Unlimited())
 	if err != nil {
 		t.Fatal(err)

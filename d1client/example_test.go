@@ -54,7 +54,7 @@ func ExampleClient_Exec() {
 // account's own Ratelimit headers, which d1local sends when it plays the
 // account's budget.
 func ExampleConfig_account() {
-	local, _ := d1local.New(d1local.Config{Budget: d1local.CloudflareBudget()})
+	local, _ := d1local.New(d1local.Config{RateLimit: d1local.CloudflareRateLimit()})
 	defer local.Close()
 	srv := httptest.NewServer(local)
 	defer srv.Close()

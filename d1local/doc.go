@@ -82,9 +82,9 @@
 // d1 info reports zero queries in the last 24 hours: d1local keeps no
 // analytics (GraphQL is not served).
 //
-// # Budget and faults
+// # Rate limit and faults
 //
-// Config.Budget plays the account's API rate limit: one budget for every
+// Config.RateLimit plays the account's API rate limit: one limit for every
 // database and client, reported in Cloudflare's Ratelimit and
 // Ratelimit-Policy headers, and 429 with code 971 and Retry-After once it
 // is spent. Inject and Config.Faults simulate D1's failures on query and raw
@@ -101,7 +101,7 @@
 //
 // # API stability
 //
-// The Go API (Config, Server and its methods, Budget, Fault, Request)
+// The Go API (Config, Server and its methods, RateLimit, Fault, Request)
 // follows the module's semantic versioning. What the server answers tracks
 // D1: when D1 or workerd is found to answer differently, d1local changes to
 // match, and such a change is a fix, not a break.

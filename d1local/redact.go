@@ -41,8 +41,8 @@ func (c Config) LogValue() slog.Value {
 		slog.String("token", redact.Token(c.Token)),
 		slog.Bool("no_auto_create", c.NoAutoCreate),
 		slog.String("account_id", c.AccountID),
-		slog.Int("budget_limit", c.Budget.Limit),
-		slog.Duration("budget_window", c.Budget.Window),
+		slog.Int("rate_limit", c.RateLimit.Limit),
+		slog.Duration("rate_limit_window", c.RateLimit.Window),
 		slog.Int("max_open_databases", c.MaxOpenDatabases),
 	)
 }
@@ -56,9 +56,9 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		Dir, Token       string
 		NoAutoCreate     bool
 		AccountID        string
-		Budget           Budget
+		RateLimit        RateLimit
 		MaxOpenDatabases int
-	}{c.Dir, redact.Token(c.Token), c.NoAutoCreate, c.AccountID, c.Budget, c.MaxOpenDatabases})
+	}{c.Dir, redact.Token(c.Token), c.NoAutoCreate, c.AccountID, c.RateLimit, c.MaxOpenDatabases})
 }
 
 // String describes the server by where it keeps its databases and the

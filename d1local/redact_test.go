@@ -44,7 +44,7 @@ func printed(t *testing.T, v any) []string {
 // fmt verb, slog's text and JSON handlers, json.Marshal, alone or inside
 // another value; and json.Marshal works with every field set.
 func TestConfigNeverShowsTheToken(t *testing.T) {
-	cfg := Config{Token: secretToken, AccountID: DefaultAccountID, Budget: CloudflareBudget(),
+	cfg := Config{Token: secretToken, AccountID: DefaultAccountID, RateLimit: CloudflareRateLimit(),
 		Now: time.Now, Logger: slog.New(slog.DiscardHandler), Faults: func(Request) Fault { return Fault{} }}
 	bare := Config{Token: secretToken}
 	srv, err := New(cfg)

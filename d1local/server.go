@@ -58,11 +58,11 @@ type Config struct {
 	// "" means DefaultAccountID. Requests may name any account ID: all
 	// accounts share the server's databases.
 	AccountID string
-	// Budget, if not zero, is the account-wide API rate limit: every
+	// RateLimit, if not zero, is the account-wide API rate limit: every
 	// authenticated API call counts, every answer carries Cloudflare's
 	// Ratelimit and Ratelimit-Policy headers, and calls over the limit get
 	// 429, code 971.
-	Budget Budget
+	RateLimit RateLimit
 	// Now is the clock of the budget and of import and export links; nil
 	// means time.Now.
 	Now func() time.Time
@@ -141,7 +141,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.AccountID != "" && !idPattern.MatchString(cfg.AccountID) {
 		return nil, fmt.Errorf("d1local: invalid AccountID %q", cfg.AccountID)
 	}
-	if err := cfg.Budget.validate(); err != nil {
+	if err := cfg.RateLimit.validate(); err != nil {
 		return nil, err
 	}
 	log := cfg.Logger
@@ -156,7 +156,7 @@ func New(cfg Config) (*Server, error) {
 	if account == "" {
 		account = DefaultAccountID
 	}
-	return &Server{cfg: cfg, log: log, now: now, account: account, budget: newLimiter(cfg.Budget, now),
+	return &Server{cfg: cfg, log: log, now: now, account: account, budget: newLimiter(cfg.RateLimit, now),
 		dbs: make(map[string]*database), splits: newSplitCache(), answers: make(chan []byte, spareAnswers)}, nil
 }
 

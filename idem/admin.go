@@ -56,21 +56,26 @@ const (
 	MaxListLimit     = 1000
 )
 
-// KeyRecord is a ledger row as the administrative API reads it.
+// KeyRecord is a ledger row as the administrative API reads it. Its JSON
+// form (MarshalJSON) has these fields' names, its times as RFC 3339 in UTC
+// and as Unix milliseconds (created_at, created_at_ms, updated_at,
+// updated_at_ms), its ages in milliseconds (age_ms, since_update_ms), and
+// the stored headers decoded (response_headers) as well as raw.
 type KeyRecord struct {
-	Principal   string
-	Key         string
-	Fingerprint string
-	Status      Status
-	Generation  int64 // the fencing token
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	Principal   string    `json:"principal"`
+	Key         string    `json:"key"`
+	Fingerprint string    `json:"fingerprint"`
+	Status      Status    `json:"status"`
+	State       KeyState  `json:"state"`      // under the TTL and heartbeat of the Admin that read it
+	Generation  int64     `json:"generation"` // the fencing token
+	CreatedAt   time.Time `json:"-"`
+	UpdatedAt   time.Time `json:"-"`
 	// The stored response (nil when NULL); headers (JSON) and body by Get only.
-	ResponseStatus  *int64
-	ResponseHeaders *string
-	ResponseBody    *string
-	AsOf            time.Time // the ledger clock's time of the read
-	Stuck           bool      // pending with no update for longer than the TTL
+	ResponseStatus  *int64    `json:"response_status"`
+	ResponseHeaders *string   `json:"response_headers_raw,omitempty"`
+	ResponseBody    *string   `json:"response_body,omitempty"`
+	AsOf            time.Time `json:"-"`     // the ledger clock's time of the read
+	Stuck           bool      `json:"stuck"` // pending with no update for longer than the TTL
 }
 
 // Age is how long before AsOf the row was created.
@@ -110,6 +115,7 @@ func (a *Admin) scan(row d1client.Row, detail bool) (KeyRecord, error) {
 	}
 	k.CreatedAt, k.UpdatedAt, k.AsOf = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC(), time.UnixMilli(now).UTC()
 	k.Stuck = k.Status == StatusPending && updated < now-a.l.cfg.TTL.Milliseconds()
+	k.State = a.l.cfg.stateOf(&k)
 	return k, nil
 }
 
@@ -227,11 +233,14 @@ type ReleaseOptions struct {
 	Force bool
 }
 
-// ReleaseResult is the answer of Admin.Release.
+// ReleaseResult is the answer of Admin.Release. Its JSON form
+// (MarshalJSON) names the row, the generations before and after, and what
+// was done: "expired" a pending row, "reset" a completed one.
 type ReleaseResult struct {
-	Released   bool      // whether the row was released
-	Before     KeyRecord // the row as it was, read in the same transaction
-	Generation int64     // the row's generation now
+	Released   bool      `json:"released"`      // whether the row was released
+	Before     KeyRecord `json:"-"`             // the row as it was, read in the same transaction
+	Generation int64     `json:"to_generation"` // the row's generation now
+	Forced     bool      `json:"forced"`        // ReleaseOptions.Force was set
 }
 
 // Release releases a key at the given generation as Ledger.Release does (without Force, only if
@@ -246,7 +255,7 @@ func (a *Admin) Release(ctx context.Context, principal, key string, generation i
 	if err != nil {
 		return ReleaseResult{}, err
 	}
-	out := ReleaseResult{Before: k, Generation: k.Generation}
+	out := ReleaseResult{Before: k, Generation: k.Generation, Forced: opts.Force}
 	if len(res[0].Rows) == 1 {
 		out.Released = true
 		if err := res[0].Rows[0].Scan(&out.Generation); err != nil {
@@ -277,8 +286,7 @@ func (a *Admin) Sweep(ctx context.Context) (int64, error) {
 
 // SweepBacklog counts the rows last updated more than Retention ago.
 func (a *Admin) SweepBacklog(ctx context.Context) (int64, error) {
-	q := stale(a.l.sql.query(a.l.now()).add("SELECT count(*) FROM "+d1idem.Table+" WHERE "), a.l.cfg.Retention)
-	res, err := a.at(ctx, "", q.statement())
+	res, err := a.at(ctx, "", a.backlogStatement())
 	if err != nil {
 		return 0, fmt.Errorf("idem: sweep backlog: %w", err)
 	}
@@ -293,18 +301,23 @@ func (a *Admin) SweepBacklog(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-// Stats summarises the ledger.
+// Stats summarises the ledger. Its JSON form (MarshalJSON) has these
+// fields' names, with TTL and Retention in milliseconds (ttl_ms,
+// retention_ms).
 type Stats struct {
-	Keys         int64            // rows in all
-	ByStatus     map[Status]int64 // rows by status; the spec's two are always present
-	Stuck        int64            // pending rows with no update for longer than the TTL
-	OldestStuck  *KeyRecord       // the stuck row updated longest ago; nil if none
-	Oldest       *KeyRecord       // the row updated longest ago; nil if none
-	SweepBacklog int64            // rows last updated more than Retention ago
-	SizeBytes    int64            // the size D1 reports (meta size_after); 0 if none
-	Created      int64            // rows created within the last Retention
-	FirstCreated time.Time        // when the oldest row was created; zero if none
-	AsOf         time.Time        // the ledger clock's time of the read
+	Keys         int64            `json:"keys"`          // rows in all
+	ByStatus     map[Status]int64 `json:"by_status"`     // rows by status; the spec's two are always present
+	Stuck        int64            `json:"stuck"`         // pending rows with no update for longer than the TTL
+	OldestStuck  *KeyRecord       `json:"oldest_stuck"`  // the stuck row updated longest ago; nil if none
+	Oldest       *KeyRecord       `json:"oldest"`        // the row updated longest ago; nil if none
+	SweepBacklog int64            `json:"sweep_backlog"` // rows last updated more than Retention ago
+	SizeBytes    int64            `json:"size_bytes"`    // the size D1 reports (meta size_after); 0 if none
+	Created      int64            `json:"-"`             // rows created within the last Retention
+	FirstCreated time.Time        `json:"-"`             // when the oldest row was created; zero if none
+	AsOf         time.Time        `json:"-"`             // the ledger clock's time of the read
+	// TTL and Retention are the ledger's, with which Stuck, SweepBacklog
+	// and Created were counted.
+	TTL, Retention time.Duration `json:"-"`
 }
 
 // Stats totals the ledger's databases, one read-only D1 call each (billed for the whole table),
@@ -314,27 +327,7 @@ func (a *Admin) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	out := Stats{ByStatus: map[Status]int64{}}
-	for _, p := range per {
-		s := p.Stats
-		out.Keys += s.Keys
-		out.Stuck += s.Stuck
-		out.SweepBacklog += s.SweepBacklog
-		out.SizeBytes += s.SizeBytes
-		out.Created += s.Created
-		if !s.FirstCreated.IsZero() && (out.FirstCreated.IsZero() || s.FirstCreated.Before(out.FirstCreated)) {
-			out.FirstCreated = s.FirstCreated
-		}
-		if s.AsOf.After(out.AsOf) {
-			out.AsOf = s.AsOf
-		}
-		for st, n := range s.ByStatus {
-			out.ByStatus[st] += n
-		}
-		out.Oldest = older(out.Oldest, s.Oldest)
-		out.OldestStuck = older(out.OldestStuck, s.OldestStuck)
-	}
-	return out, nil
+	return a.total(per), nil
 }
 
 // older returns the earlier of two rows in List's order; nil ones lose.
@@ -347,8 +340,9 @@ func older(a, b *KeyRecord) *KeyRecord {
 
 // HomeStats is one database's share of a ledger's Stats.
 type HomeStats struct {
-	Home  string // the database's ID (Home.ID)
-	Stats Stats
+	Home  string `json:"id"` // the database's ID (Home.ID)
+	Stats Stats  `json:"stats"`
+	Err   error  `json:"-"` // why the database could not be read (Overview only); Stats is then unset
 }
 
 // HomeStats summarises each database of the ring as Stats does.
@@ -384,7 +378,7 @@ func (a *Admin) statsAt(ctx context.Context, h *home) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	out := Stats{ByStatus: map[Status]int64{StatusPending: 0, StatusCompleted: 0}, SizeBytes: res[0].Meta.SizeAfter}
+	out := Stats{ByStatus: map[Status]int64{StatusPending: 0, StatusCompleted: 0}, SizeBytes: res[0].Meta.SizeAfter, TTL: l.cfg.TTL, Retention: l.cfg.Retention}
 	for _, r := range res[0].Rows {
 		var status string
 		var n int64

@@ -3,6 +3,7 @@ package idem_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -82,6 +83,56 @@ func ExampleAdmin() {
 	// Output:
 	// 1 order-7 1 1m0s
 	// true 1 -> 2
+}
+
+// Say why a key is stuck and what to do, as the d1idem CLI does.
+func ExampleAdmin_Explain() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	now := time.UnixMilli(1_767_225_600_000)
+	ledger, _ := idem.New(db, idem.Config{Clock: func() time.Time { return now }})
+	ctx := context.Background()
+
+	// An owner claims a key, and stops renewing it.
+	ledger.Begin(ctx, "acct_42", "order-7", "fp")
+	now = now.Add(25 * time.Second)
+
+	admin := ledger.Admin()
+	k, _ := admin.Get(ctx, "acct_42", "order-7")
+	e := admin.Explain(&k)
+	fmt.Println(e.State, "-", e.Reason)
+	fmt.Println(e.Next)
+	fmt.Printf("release at generation %d, force %v; the retry takes it over at generation %d\n", e.Release.Generation, e.Release.Force, e.TakeoverGeneration)
+	// Output:
+	// owner_quiet - no update for 25s (a live owner renews every 10s), inside the 30s TTL
+	// Retries get 409 idempotency_key_in_progress until the TTL has passed, in 5s.
+	// release at generation 1, force true; the retry takes it over at generation 3
+}
+
+// A cron job that clears the sweep backlog of every database of the
+// ledger, batch by batch, within the D1 client's API budget.
+func ExampleAdmin_SweepAll() {
+	db, cleanup := exampleDB()
+	defer cleanup()
+	now := time.UnixMilli(1_767_225_600_000)
+	ledger, _ := idem.New(db, idem.Config{Clock: func() time.Time { return now }, SweepBatch: 2})
+	ctx := context.Background()
+	for _, key := range []string{"k1", "k2", "k3"} {
+		d, _ := ledger.Begin(ctx, "acct_42", key, "fp")
+		ledger.Complete(ctx, d.Reservation, idem.Response{Status: 204})
+	}
+	now = now.Add(25 * time.Hour) // past the retention
+
+	res, err := ledger.Admin().SweepAll(ctx, idem.SweepOptions{
+		Progress: func(p idem.SweepProgress) {
+			if p.Wait > 0 {
+				log.Printf("sweep: waiting %v for the API budget", p.Wait)
+			}
+		},
+	})
+	fmt.Println(res.Deleted, res.Batches, res.Complete, err)
+	// Output:
+	// 3 2 true <nil>
 }
 
 // exampleDBs returns clients on fresh local D1 databases with these IDs,

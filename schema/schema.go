@@ -79,6 +79,10 @@ const (
 	// migration is not recorded (the table was made by hand, by a Worker,
 	// or recorded under another name); record it.
 	RecordOnly
+	// Repair: the table has the expected columns but lacks an index of
+	// schema.sql (dropped by hand, say); create it, and record the
+	// migration if it is not.
+	Repair
 )
 
 // String describes the action for people.
@@ -88,6 +92,8 @@ func (a Action) String() string {
 		return "create the ledger table and index, and record the migration"
 	case RecordOnly:
 		return "record the migration (the table already exists with the expected shape)"
+	case Repair:
+		return "create the missing index of schema.sql (the table has the expected columns)"
 	}
 	return "nothing: the migration is already recorded"
 }
@@ -95,6 +101,8 @@ func (a Action) String() string {
 // Result is what Apply did, or with Options.DryRun would do.
 type Result struct {
 	Action Action
+	// DryRun reports that nothing was run (Options.DryRun).
+	DryRun bool
 	// Migrations are the names the schema is recorded under in the
 	// migrations table: those Apply records, or for Nothing those it found.
 	Migrations []string
@@ -120,13 +128,14 @@ func (r Result) SQL() string {
 	return b.String()
 }
 
-// Apply makes the ledger schema present and recorded, idempotently: on a
-// database without the table it creates the table and index and records
-// the migration in one batch (one transaction); it records an existing
-// table whose shape matches Expected, refuses one that differs (a
-// *DriftError), and does nothing when the migration is recorded. When the
-// migration is recorded, Apply makes two D1 calls and does not read the
-// table's shape; Verify does.
+// Apply makes the ledger schema present and recorded, idempotently, and
+// leaves the live table matching Expected or fails: on a database without
+// the table it creates the table and index and records the migration in
+// one batch (one transaction); on one with the table it reads its shape
+// (as Verify does) and records it if it matches Expected, creates an index
+// of schema.sql that is missing (Repair), refuses any other difference (a
+// *DriftError), and does nothing when the migration is recorded and the
+// shape matches.
 //
 // Concurrent Applies are safe: the loser's batch fails as a whole, and it
 // finds the winner's work.
@@ -149,6 +158,7 @@ func Apply(ctx context.Context, db *d1client.Client, opts Options) (Result, erro
 	}
 	for attempt := 0; ; attempt++ {
 		r, err := plan(ctx, db, opts.MigrationsTable, names)
+		r.DryRun = opts.DryRun
 		if err != nil || r.Action == Nothing || opts.DryRun {
 			return r, err
 		}
@@ -196,25 +206,70 @@ func plan(ctx context.Context, db *d1client.Client, table string, names []string
 			r.Statements = append(r.Statements, d1client.Statement{SQL: s})
 		}
 	} else {
-		if len(missing) == 0 {
-			r.Migrations = found
-			return r, nil // Nothing
-		}
 		got, err := Inspect(ctx, db)
 		if err != nil {
 			return Result{}, err
 		}
-		if err := check(got); err != nil {
+		fix, err := repairs(got)
+		switch {
+		case err != nil && len(missing) > 0:
 			return Result{}, fmt.Errorf("schema: not recording the migration: %w", err)
+		case err != nil:
+			return Result{}, fmt.Errorf("schema: %s is recorded in %s, but: %w", strings.Join(found, ", "), table, err)
+		case len(missing) == 0 && len(fix) == 0:
+			r.Migrations = found
+			return r, nil // Nothing
+		case len(fix) > 0:
+			r.Action, r.Statements = Repair, fix
+		default:
+			r.Action = RecordOnly
 		}
-		r.Action = RecordOnly
-		r.Statements = []d1client.Statement{{SQL: migrationsTableSQL(table)}}
+		if len(missing) == 0 {
+			r.Migrations = found
+			return r, nil
+		}
+		r.Statements = append(r.Statements, d1client.Statement{SQL: migrationsTableSQL(table)})
 	}
 	r.Migrations = missing
 	for _, n := range missing {
 		r.Statements = append(r.Statements, d1client.Statement{SQL: "INSERT INTO " + table + " (name) VALUES (?)", Params: []any{n}})
 	}
 	return r, nil
+}
+
+// repairs returns the statements that give got the indexes of schema.sql
+// it lacks (each CREATE INDEX of schema.sql, made IF NOT EXISTS), or a
+// *DriftError when it differs from Expected otherwise.
+func repairs(got Shape) ([]d1client.Statement, error) {
+	want := Expected()
+	has := map[string]bool{}
+	for _, ix := range got.Indexes {
+		has[ix.Name] = true
+	}
+	var fix []d1client.Statement
+	kept := want.Indexes[:0:0]
+	for _, ix := range want.Indexes {
+		if stmt := createIndex(ix.Name); ix.Origin == "c" && !has[ix.Name] && stmt != "" {
+			fix = append(fix, d1client.Statement{SQL: stmt})
+			continue
+		}
+		kept = append(kept, ix)
+	}
+	if len(Diff(Shape{Exists: want.Exists, Columns: want.Columns, Indexes: kept}, got)) > 0 {
+		return nil, check(got)
+	}
+	return fix, nil
+}
+
+// createIndex is schema.sql's CREATE INDEX of the index name, made IF NOT
+// EXISTS; "" when it has none.
+func createIndex(name string) string {
+	for _, st := range d1idem.SchemaStatements() {
+		if rest, ok := strings.CutPrefix(st, "CREATE INDEX "+name+" "); ok {
+			return "CREATE INDEX IF NOT EXISTS " + name + " " + rest
+		}
+	}
+	return ""
 }
 
 // readState reports whether the ledger table exists, and which migrations

@@ -2,6 +2,7 @@ package schema_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -90,6 +91,69 @@ func TestApplyRecordsAnExistingTableOrRefusesDrift(t *testing.T) {
 		}
 		if res, _ := drifted.Query(ctx, "SELECT count(*) FROM sqlite_master WHERE name = 'd1_migrations'"); res.Rows[0][0] != d1client.IntValue(0) {
 			t.Error("a drifted table was recorded")
+		}
+	})
+}
+
+// A table whose migration is recorded is still checked: an index of
+// schema.sql dropped by hand is created again (Repair), recorded or not,
+// and any other difference fails; Apply never reports success on a table
+// Verify refuses.
+func TestApplyRepairsOrRefusesARecordedTable(t *testing.T) {
+	d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
+		db := b.NewClient(t)
+		if _, err := schema.Apply(ctx, db, schema.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Query(ctx, "DROP INDEX idx_idempotency_keys_updated_at"); err != nil {
+			t.Fatal(err)
+		}
+		if err := schema.Verify(ctx, db); !errors.Is(err, schema.ErrDrift) {
+			t.Fatalf("Verify after the drop: %v", err)
+		}
+		dry, err := schema.Apply(ctx, db, schema.Options{DryRun: true})
+		if err != nil || dry.Action != schema.Repair || !dry.DryRun || len(dry.Statements) != 1 ||
+			dry.Statements[0].SQL != "CREATE INDEX IF NOT EXISTS idx_idempotency_keys_updated_at ON idempotency_keys (updated_at)" {
+			t.Fatalf("dry run: %+v, %v", dry, err)
+		}
+		if b, err := json.Marshal(dry); err != nil || string(b) != `{"action":"repair","description":"create the missing index of schema.sql (the table has the expected columns)",`+
+			`"dry_run":true,"migration":"0001_d1idem_idempotency_keys.sql","migrations":["0001_d1idem_idempotency_keys.sql"],"migrations_table":"d1_migrations",`+
+			`"sql":"CREATE INDEX IF NOT EXISTS idx_idempotency_keys_updated_at ON idempotency_keys (updated_at);\n"}` {
+			t.Errorf("JSON: %s, %v", b, err)
+		}
+		r, err := schema.Apply(ctx, db, schema.Options{})
+		if err != nil || r.Action != schema.Repair || !reflect.DeepEqual(r.Migrations, []string{schema.MigrationName}) {
+			t.Fatalf("apply: %+v, %v", r, err)
+		}
+		if err := schema.Verify(ctx, db); err != nil {
+			t.Fatalf("Verify after the repair: %v", err)
+		}
+		if r, err := schema.Apply(ctx, db, schema.Options{}); err != nil || r.Action != schema.Nothing {
+			t.Fatalf("apply again: %+v, %v", r, err)
+		}
+		if got := migrations(t, db, "d1_migrations"); !reflect.DeepEqual(got, []string{schema.MigrationName}) {
+			t.Errorf("recorded %v", got)
+		}
+
+		// Unrecorded, and without the index: created and recorded.
+		bare := b.NewClient(t)
+		if _, err := bare.Query(ctx, d1idem.SchemaStatements()[0]); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := schema.Apply(ctx, bare, schema.Options{}); err != nil || r.Action != schema.Repair || len(r.Statements) != 3 {
+			t.Fatalf("apply on a table without its index: %+v, %v", r, err)
+		}
+		if err := schema.Verify(ctx, bare); err != nil {
+			t.Fatalf("Verify: %v", err)
+		}
+
+		// Recorded, with a column changed: refused.
+		if _, err := db.Query(ctx, "ALTER TABLE idempotency_keys ADD COLUMN note TEXT"); err != nil {
+			t.Fatal(err)
+		}
+		_, err = schema.Apply(ctx, db, schema.Options{})
+		if !errors.Is(err, schema.ErrDrift) || !strings.Contains(err.Error(), "+ column note TEXT") || !strings.Contains(err.Error(), "is recorded in d1_migrations, but") {
+			t.Fatalf("apply on a drifted, recorded table: %v", err)
 		}
 	})
 }

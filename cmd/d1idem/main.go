@@ -7,7 +7,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/d1idem/d1idem/internal/cli"
+	"github.com/d1idem/d1idem/cli"
 )
 
 func main() {

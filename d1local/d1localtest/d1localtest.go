@@ -162,7 +162,7 @@ func (s *Server) NewClient(databaseID string, mods ...func(*d1client.Config)) (*
 }
 
 // unlimited gives cfg no request budget: d1local has no API limit unless
-// its Config.Budget sets one.
+// its Config.RateLimit sets one.
 func unlimited(cfg *d1client.Config) {
 	cfg.Budget = budget.Unlimited()
 }

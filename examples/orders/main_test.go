@@ -101,7 +101,7 @@ func TestMetricsBudgetGauges(t *testing.T) {
 	defer mp.Shutdown(context.Background())
 	// A d1local that plays Cloudflare's API limit, so that its answers
 	// carry the Ratelimit headers Cloudflare's do.
-	d1, err := d1local.New(d1local.Config{Budget: d1local.CloudflareBudget()})
+	d1, err := d1local.New(d1local.Config{RateLimit: d1local.CloudflareRateLimit()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,300 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/d1idem/d1idem"
+	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/idem"
+)
+
+// usageError marks an error as the caller's misuse of the command line:
+// exit status 2. It is set where the misuse is detected, urfave/cli's own
+// flag errors included (through OnUsageError).
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// hintedError is an error with advice that only its command can give (a
+// flag of its own, say), which describe adds at the end of its line.
+type hintedError struct {
+	err  error
+	hint string
+}
+
+func (h hintedError) Error() string { return h.err.Error() }
+func (h hintedError) Unwrap() error { return h.err }
+
+// exitCode is the exit status for a command's error.
+func exitCode(err error) int {
+	var exit cli.ExitCoder
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, new(usageError)):
+		return exitUsage
+	case errors.As(err, &exit):
+		return exit.ExitCode()
+	}
+	return exitError
+}
+
+// report writes err on stderr: one line "d1idem: ...", or under --json one
+// line {"error": {...}}.
+func report(stderr io.Writer, err error, code int, asJSON bool) {
+	msg := describe(err)
+	if !asJSON {
+		fmt.Fprintln(stderr, "d1idem: "+msg)
+		return
+	}
+	b, _ := json.Marshal(struct {
+		Error errorJSON `json:"error"`
+	}{errorJSONOf(err, msg, code)})
+	fmt.Fprintf(stderr, "%s\n", jsonSafe(b))
+}
+
+// errorJSON is an error under --json.
+type errorJSON struct {
+	Message  string   `json:"message"`
+	ExitCode int      `json:"exit_code"`
+	Usage    bool     `json:"usage"`
+	D1       *d1JSON  `json:"d1,omitempty"`
+	Missing  *string  `json:"missing_database,omitempty"`
+	Have     []string `json:"have,omitempty"`
+}
+
+// d1JSON is the D1 failure behind an error.
+type d1JSON struct {
+	HTTPStatus       int    `json:"http_status"`
+	Codes            []int  `json:"codes"`
+	Message          string `json:"message"`
+	RetryAfterMS     int64  `json:"retry_after_ms,omitempty"`
+	MayHaveCommitted bool   `json:"may_have_committed"`
+	Attempts         int    `json:"attempts"`
+}
+
+func errorJSONOf(err error, msg string, code int) errorJSON {
+	out := errorJSON{Message: msg, ExitCode: code, Usage: code == exitUsage}
+	var de *d1client.Error
+	if errors.As(err, &de) {
+		codes := de.Codes
+		if codes == nil {
+			codes = []int{}
+		}
+		out.D1 = &d1JSON{HTTPStatus: de.StatusCode, Codes: codes, Message: clip(de.Message), RetryAfterMS: de.RetryAfter.Milliseconds(),
+			MayHaveCommitted: de.Ambiguous && writes(de.Statements), Attempts: de.Attempts}
+	}
+	var nd *noDatabaseError
+	if errors.As(err, &nd) {
+		out.Missing, out.Have = &nd.id, nd.have
+	}
+	return out
+}
+
+// describe turns an error into the one line an operator reads on stderr.
+// D1 failures get a plain statement of what happened and what to do; their
+// SQL (which d1client attaches, parameters redacted) is left out, because it
+// spans lines and says nothing the operator can act on.
+func describe(err error) string {
+	line := describeLine(err)
+	if h := (hintedError{}); errors.As(err, &h) {
+		line += "; " + h.hint
+	}
+	return line
+}
+
+// describeLine is describe without a command's own hint.
+func describeLine(err error) string {
+	var de *d1client.Error
+	if !errors.As(err, &de) || errors.As(err, new(*noDatabaseError)) {
+		return collapse(err.Error())
+	}
+	// The context the command added ("keys get: ..."), without the D1 error.
+	prefix := ""
+	if full, inner := err.Error(), de.Error(); full != inner && strings.HasSuffix(full, inner) {
+		prefix = strings.TrimSuffix(full, inner)
+	}
+	line := prefix + describeD1(de)
+	if errors.Is(de, d1client.ErrSQL) && strings.Contains(de.Message, "no such table: "+d1idem.Table) {
+		apply := "d1idem schema apply"
+		if h := (applyHint{}); errors.As(err, &h) {
+			apply = h.command
+		}
+		line += "; the ledger table is missing: run '" + apply + "'"
+	}
+	return collapse(line)
+}
+
+// applyHint is an error of a command run on a database without the ledger
+// table, with the schema apply that makes it there (see conn.named).
+type applyHint struct {
+	err     error
+	command string
+}
+
+func (h applyHint) Error() string { return h.err.Error() }
+func (h applyHint) Unwrap() error { return h.err }
+
+func describeD1(e *d1client.Error) string {
+	s := describeKind(e)
+	if e.Attempts > 1 {
+		s += fmt.Sprintf(" (after %d attempts)", e.Attempts)
+	}
+	// d1client marks any call that may have reached D1 as ambiguous; that
+	// only matters for a write.
+	if e.Ambiguous && writes(e.Statements) {
+		s += "; the change may have been committed: look before repeating it"
+	}
+	return s
+}
+
+// writes reports whether any of the statements can change the database.
+func writes(stmts []string) bool {
+	for _, s := range stmts {
+		f := strings.Fields(s)
+		if len(f) == 0 {
+			continue
+		}
+		switch strings.ToUpper(f[0]) {
+		case "SELECT", "PRAGMA", "EXPLAIN":
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+func describeKind(e *d1client.Error) string {
+	status := ""
+	if st := e.Status(); st != "" {
+		status = " (" + st + ")"
+	}
+	msg := e.Message
+	if msg == "" && e.Err != nil {
+		msg = e.Err.Error()
+	}
+	switch {
+	case errors.Is(e, d1client.ErrAuth):
+		return fmt.Sprintf("D1 refused the credentials%s: %s; check the API token (it needs D1 edit permission), the account ID and the database ID", status, msg)
+	case errors.Is(e, d1client.ErrNoDatabase):
+		return fmt.Sprintf("D1 has no such database%s: %s; check the database ID", status, msg)
+	case errors.Is(e, d1client.ErrRateLimited):
+		wait := ""
+		if e.RetryAfter > 0 {
+			wait = fmt.Sprintf("; try again in %s", e.RetryAfter.Round(time.Second))
+		} else if !e.BlockedUntil.IsZero() {
+			wait = fmt.Sprintf("; try again after %s", e.BlockedUntil.UTC().Format(time.RFC3339))
+		}
+		return fmt.Sprintf("Cloudflare's API rate limit is reached%s: every API call of the account, the application's included, is blocked for up to 5 minutes%s", status, wait)
+	case errors.Is(e, d1client.ErrNonJSON):
+		return fmt.Sprintf("D1 answered with a page that is not JSON%s, an error of Cloudflare's edge or gateway; it is usually transient: try again", status)
+	case errors.Is(e, d1client.ErrBudget):
+		return fmt.Sprintf("the request budget is spent: %s", msg)
+	case errors.Is(e, d1client.ErrOverloaded):
+		return fmt.Sprintf("D1 reports the database overloaded%s: %s; try again shortly", status, msg)
+	case errors.Is(e, d1client.ErrTransport):
+		return fmt.Sprintf("cannot reach D1: %s", msg)
+	}
+	return fmt.Sprintf("D1 %s%s: %s", kindName(e), status, msg)
+}
+
+// kindName names the remaining failures as d1client's sentinels do.
+func kindName(e *d1client.Error) string {
+	for _, s := range []error{d1client.ErrSQL, d1client.ErrTransient, d1client.ErrEnvelope, d1client.ErrResultCount, d1client.ErrInvalid, d1client.ErrRejected} {
+		if errors.Is(e, s) {
+			return strings.TrimPrefix(s.Error(), "d1: ")
+		}
+	}
+	return "error"
+}
+
+// collapse makes s one line that is safe on a terminal: each run of white
+// space with a line break, a tab or another space character in it becomes
+// one space, the text is trimmed, what may not reach the terminal raw is
+// escaped (escapeText), and a text longer than maxErrorLine (a proxy's page
+// passed on as a message, say) is cut to its start. A run of plain spaces
+// is kept: it may be inside a command line the error suggests.
+func collapse(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if !unicode.IsSpace(r) {
+			b.WriteString(s[i : i+n])
+			i += n
+			continue
+		}
+		end := i + strings.IndexFunc(s[i:], func(r rune) bool { return !unicode.IsSpace(r) })
+		if end < i {
+			end = len(s)
+		}
+		if run := s[i:end]; strings.Trim(run, " ") == "" {
+			b.WriteString(run)
+		} else {
+			b.WriteByte(' ')
+		}
+		i = end
+	}
+	return clip(escapeText(strings.TrimSpace(b.String())))
+}
+
+// maxErrorLine bounds the text of an error line, in bytes.
+const maxErrorLine = 2048
+
+// clip cuts s to at most maxErrorLine bytes, at a character boundary, and
+// says how much it left out.
+func clip(s string) string {
+	p, more := preview(s, maxErrorLine)
+	if more == 0 {
+		return s
+	}
+	return fmt.Sprintf("%s... (%d more bytes)", p, more)
+}
+
+// flagOf names the CLI flag of a ledger configuration field, or "".
+func flagOf(field string) string {
+	switch field {
+	case "Config.TTL":
+		return "--ttl"
+	case "Config.Heartbeat":
+		return "--heartbeat"
+	case "Config.Retention":
+		return "--retention"
+	case "Config.SweepBatch":
+		return "--batch"
+	}
+	return ""
+}
+
+// configUsage turns an invalid ledger configuration from flags into a
+// usage error naming the flag.
+func configUsage(err error) error {
+	var ce *idem.ConfigError
+	if errors.As(err, &ce) {
+		if flag := flagOf(ce.Field); flag != "" {
+			return usagef("%s %s is out of range: %s", flag, ce.Value, ce.Want)
+		}
+	}
+	return err
+}
+
+// ledgerErr prefixes an error of the administrative API with the command,
+// leaving out the ledger's own prefix before a D1 error.
+func ledgerErr(cmd string, err error) error {
+	var de *d1client.Error
+	if errors.As(err, &de) {
+		return fmt.Errorf("%s: %w", cmd, de)
+	}
+	return fmt.Errorf("%s: %w", cmd, err)
+}

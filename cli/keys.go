@@ -1,0 +1,527 @@
+package cli
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/human"
+)
+
+func keysCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:  "keys",
+		Usage: "inspect and release idempotency keys",
+		Description: `Shows the ledger's rows and releases keys whose owner died. Start with 'd1idem
+keys stuck': it lists the pending keys whose owner has gone quiet.
+
+   d1idem keys stuck
+   d1idem keys get --principal acct_42 --key order-7
+   d1idem keys release --principal acct_42 --key order-7 --generation 1 --force
+
+On a ledger across several databases (--database or --database-id repeated, or
+--databases-prefix), get and release go to the key's database, found by the
+ring recorded in them (see 'd1idem ring'), and list and stuck merge them all.
+
+   d1idem keys stuck --databases-prefix ledger-`,
+		Subcommands: []*cli.Command{
+			keysGetCommand(o),
+			keysListCommand(o),
+			keysStuckCommand(o),
+			keysReleaseCommand(o),
+		},
+	}
+}
+
+// Flags of the keys commands.
+
+func principalFlag(usage string) cli.Flag {
+	return &cli.StringFlag{Name: flagPrincipal, Usage: usage}
+}
+
+// Flags that name the principal: --principal-hex names one that no shell
+// can pass as an argument, with a NUL byte (any UTF-8 is a principal).
+const (
+	flagPrincipal    = "principal"
+	flagPrincipalHex = "principal-hex"
+)
+
+func principalHexFlag() cli.Flag {
+	return &cli.StringFlag{Name: flagPrincipalHex, Usage: "the principal as the `HEX` of its bytes, in place of --principal: for one a shell cannot pass (with a NUL byte); printed commands use it then"}
+}
+
+// principalOf reads --principal, or --principal-hex; "" when neither is
+// given.
+func principalOf(c *cli.Context) (string, error) {
+	p, h := c.String(flagPrincipal), c.String(flagPrincipalHex)
+	switch {
+	case h == "":
+		return p, nil
+	case p != "":
+		return "", usagef("--%s and --%s both name the principal; pass one", flagPrincipal, flagPrincipalHex)
+	}
+	b, err := hex.DecodeString(h)
+	if err != nil {
+		return "", usagef("--%s %s is not the hex of the principal's bytes (two hex digits a byte, such as 61637431 for acct1)", flagPrincipalHex, strconv.Quote(h))
+	}
+	return string(b), nil
+}
+
+// principalArg names the principal p in a command line the CLI prints:
+// --principal and p, quoted for the shell, or --principal-hex when p has a
+// NUL byte, which no argument can hold.
+func principalArg(p string) string {
+	if strings.ContainsRune(p, 0) {
+		return "--" + flagPrincipalHex + " " + hex.EncodeToString([]byte(p))
+	}
+	return "--" + flagPrincipal + " " + shellQuote(p)
+}
+
+// requiredMark ends the usage of a flag the command cannot do without.
+// urfave/cli v2 neither marks Required flags in help nor reports them
+// missing in one line (it prints the whole help), so the commands check
+// them themselves (requiredString) and say so here.
+const requiredMark = " (required)"
+
+func keyFlag() cli.Flag {
+	return &cli.StringFlag{Name: "key", Usage: "the Idempotency-Key `KEY`, as the client sent it" + requiredMark}
+}
+
+func ttlFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "ttl", Value: idem.DefaultTTL, Usage: "the pending `TTL` the application uses: a pending key without an update for longer is taken over by the next retry"}
+}
+
+func heartbeatFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "heartbeat", Usage: "the `DURATION` between the application's renewals of a running request's key (idem.Config.Heartbeat): a pending key without an update for two heartbeats has an owner presumed dead",
+		DefaultText: "a third of --ttl"}
+}
+
+// keysConfig reads --ttl and --heartbeat into the ledger configuration of
+// the keys commands, which read and release but never sweep: the lease and
+// the retention are set to what any TTL accepts.
+func keysConfig(c *cli.Context) (idem.Config, error) {
+	ttl, err := positiveDuration(c, "ttl")
+	if err != nil {
+		return idem.Config{}, err
+	}
+	hb := c.Duration("heartbeat")
+	if c.IsSet("heartbeat") && (hb <= 0 || hb > ttl) {
+		return idem.Config{}, usagef("--heartbeat %s is out of range: more than 0, at most --ttl (%s)", hb, ttl)
+	}
+	if hb == ttl {
+		hb = ttl - time.Millisecond // the ledger's renewals come before the TTL
+	}
+	return idem.Config{TTL: ttl, Heartbeat: hb, MaxLease: ttl, Retention: max(idem.DefaultRetention, 2*ttl+idem.RetentionMargin)}, nil
+}
+
+func limitFlag() cli.Flag {
+	return &cli.IntFlag{Name: "limit", Value: idem.DefaultListLimit, Usage: fmt.Sprintf("show at most `N` rows (1 to %d)", idem.MaxListLimit)}
+}
+
+func principalAndKey(c *cli.Context) (string, string, error) {
+	principal, err := principalOf(c)
+	if err != nil {
+		return "", "", err
+	}
+	if principal == "" {
+		return "", "", usagef("--%s is required; see 'd1idem %s --help'", flagPrincipal, commandPath(c))
+	}
+	if err := checkPrincipal(principal); err != nil {
+		return "", "", err
+	}
+	key, err := requiredString(c, "key")
+	if err != nil {
+		return "", "", err
+	}
+	if !idem.ValidKey(key) {
+		return "", "", usagef("--key %s is not an Idempotency-Key: keys are 1 to 255 printable ASCII characters", strconv.Quote(key))
+	}
+	return principal, key, nil
+}
+
+func listLimit(c *cli.Context) (int, error) {
+	n := c.Int("limit")
+	if n < 1 || n > idem.MaxListLimit {
+		return 0, usagef("--limit %d is out of range: use 1 to %d", n, idem.MaxListLimit)
+	}
+	return n, nil
+}
+
+// keysScope is what a keys command works on: the administrative API, and
+// for people, where it reads.
+type keysScope struct {
+	a     *idem.Admin
+	cfg   idem.Config // the ledger's, its defaults filled in
+	where string
+	// On several databases: the ledger across them, and the set.
+	ledger *idem.Ledger
+	set    *dbSet
+}
+
+// withKeys runs a keys command: it refuses arguments, reads --ttl and
+// --heartbeat, opens the databases and hands fn the administrative API of
+// the ledger on them. Across several databases, it finds each principal's
+// database by the ring recorded in them.
+func (o *options) withKeys(c *cli.Context, fn func(ks *keysScope) error) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	cfg, err := keysConfig(c)
+	if err != nil {
+		return err
+	}
+	return o.withSet(c, existing, func(s *dbSet) error {
+		l, err := o.ledger(s, cfg, false)
+		if err != nil {
+			return err
+		}
+		ks := &keysScope{a: l.Admin(), cfg: l.Config(), where: s.where()}
+		if s.one() {
+			return fn(ks)
+		}
+		ks.ledger, ks.set = l, s
+		return ringFix(c, fn(ks))
+	})
+}
+
+// ---- keys get ----
+
+func keysGetCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:  "get",
+		Usage: "show one key: status, generation, ages, replay headers, body preview",
+		Description: `Shows one ledger row: its status and generation (the fencing token), when it was
+created and last updated (ages, and UTC times), and what a retry would be
+answered with: the response status, the replay headers and the first 200 bytes
+of the stored body. It ends with what happens to the next retry, and how to
+release the key if its owner died. Exits 1 if there is no such key.
+
+   d1idem keys get --principal acct_42 --key order-7
+   d1idem keys get --principal acct_42 --key order-7 --json`,
+		Flags: append([]cli.Flag{
+			principalFlag("the `PRINCIPAL` the key belongs to (the server-derived account or user ID)" + requiredMark),
+			principalHexFlag(), keyFlag(), ttlFlag(), heartbeatFlag(), jsonFlag(),
+		}, connFlags()...),
+		Action: o.keysGet,
+	}
+}
+
+func (o *options) keysGet(c *cli.Context) error {
+	principal, key, err := principalAndKey(c)
+	if err != nil {
+		return err
+	}
+	return o.withKeys(c, func(ks *keysScope) error {
+		k, err := ks.a.Get(c.Context, principal, key)
+		if errors.Is(err, idem.ErrKeyNotFound) {
+			return fmt.Errorf("no key %s for principal %s on %s (it was never claimed, or was swept)",
+				strconv.Quote(key), strconv.Quote(principal), ks.where)
+		} else if err != nil {
+			return ledgerErr("keys get", err)
+		}
+		home, homeText, err := ks.home(c.Context, principal, key)
+		if err != nil {
+			return ledgerErr("keys get", err)
+		}
+		if c.Bool(flagJSON) {
+			var db any
+			if home != "" {
+				db = field{"database", home}
+			}
+			return printObject(c.App.Writer, k, field{"ttl_ms", ks.cfg.TTL.Milliseconds()}, db)
+		}
+		return renderKey(c.App.Writer, &k, ks.a.Explain(&k), releaseCommandLine(c, &k), homeText)
+	})
+}
+
+// releaseCommandLine is the command that releases k at its generation:
+// with --force when the row is inside its TTL, which the ledger then
+// requires.
+func releaseCommandLine(c *cli.Context, k *idem.KeyRecord) string {
+	force := ""
+	if k.State != idem.KeyAwaitingRetry {
+		force = " --force"
+	}
+	// The release backdates the row by the TTL: it must be the
+	// application's.
+	force += setDurations(c, "ttl", "heartbeat")
+	return fmt.Sprintf("d1idem keys release %s --key %s --generation %d%s%s",
+		principalArg(k.Principal), shellQuote(k.Key), k.Generation, force, connHint(c))
+}
+
+// ---- keys list ----
+
+func keysListCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:  "list",
+		Usage: "list keys, oldest update first, filtered and paginated",
+		Description: `Lists ledger rows ordered by their last update, then principal and key. Filters
+combine. Pages are keyset-paginated: when more rows match, the last line is
+"next cursor: TOKEN"; pass it back with --cursor (and the same filters) for the
+next page. Pagination is stable while rows are added, updated or deleted.
+
+   d1idem keys list --status pending
+   d1idem keys list --principal acct_42 --older-than 1h --limit 100
+   d1idem keys list --status completed --cursor v1.WzE3N...`,
+		Flags: append([]cli.Flag{
+			principalFlag("only keys of this `PRINCIPAL`"),
+			principalHexFlag(),
+			&cli.StringFlag{Name: "status", Usage: "only keys with this `STATUS`: pending or completed"},
+			&cli.DurationFlag{Name: "older-than", Usage: "only keys whose last update is older than `DURATION` (e.g. 10m, 24h)", DefaultText: "any age"},
+			limitFlag(),
+			ttlFlag(),
+			heartbeatFlag(),
+			&cli.StringFlag{Name: "cursor", Usage: "continue after the page that printed this `TOKEN` as its next cursor"},
+			jsonFlag(),
+		}, connFlags()...),
+		Action: o.keysList,
+	}
+}
+
+func (o *options) keysList(c *cli.Context) error {
+	opts, err := listOptions(c)
+	if err != nil {
+		return err
+	}
+	return o.withKeys(c, func(ks *keysScope) error {
+		page, err := ks.a.List(c.Context, opts)
+		if errors.Is(err, idem.ErrBadCursor) {
+			return usagef("--cursor is not a cursor this command printed (a \"next cursor\" token of 'd1idem keys list'); copy it whole, or start without --cursor")
+		} else if err != nil {
+			return ledgerErr("keys list", err)
+		}
+		if c.Bool(flagJSON) {
+			var next *string
+			if page.NextCursor != "" {
+				next = &page.NextCursor
+			}
+			return printObject(c.App.Writer, field{"keys", rows(page.Keys)}, field{"next_cursor", next})
+		}
+		return renderKeyPage(c.App.Writer, page, opts.Cursor != "")
+	})
+}
+
+// rows are keys, never nil: an empty list is [] in JSON.
+func rows(keys []idem.KeyRecord) []idem.KeyRecord {
+	if keys == nil {
+		return []idem.KeyRecord{}
+	}
+	return keys
+}
+
+// checkPrincipal refuses a --principal no request can have (see
+// idem.ValidPrincipal); "" is keys list's "any principal".
+func checkPrincipal(p string) error {
+	if p == "" || idem.ValidPrincipal(p) {
+		return nil
+	}
+	shown, _ := preview(p, 64)
+	return usagef("--principal %s (%s) is not one the ledger holds: principals are 1 to %d bytes of UTF-8",
+		strconv.QuoteToASCII(shown), plural(int64(len(p)), "byte", "bytes"), idem.MaxPrincipalLength)
+}
+
+// listOptions reads the filters of keys list.
+func listOptions(c *cli.Context) (idem.ListOptions, error) {
+	opts := idem.ListOptions{OlderThan: c.Duration("older-than"), Cursor: c.String("cursor")}
+	var err error
+	if opts.Principal, err = principalOf(c); err != nil {
+		return opts, err
+	}
+	if err := checkPrincipal(opts.Principal); err != nil {
+		return opts, err
+	}
+	if s := c.String("status"); s != "" {
+		if opts.Status, err = idem.ParseStatus(s); err != nil {
+			return opts, usagef("--status %s is not a status: use %s or %s", strconv.Quote(s), idem.StatusPending, idem.StatusCompleted)
+		}
+	}
+	if c.IsSet("older-than") {
+		if _, err := positiveDuration(c, "older-than"); err != nil {
+			return opts, err
+		}
+	}
+	opts.Limit, err = listLimit(c)
+	return opts, err
+}
+
+// ---- keys stuck ----
+
+func keysStuckCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:  "stuck",
+		Usage: "list pending keys whose owner has gone quiet: the first thing to look at",
+		Description: `Lists the pending keys whose owner has stopped renewing them (a live owner
+renews its row every third of the TTL), in two groups:
+
+  owner quiet     no update for more than 2/3 of the TTL, but still inside it:
+                  retries get 409 until the TTL has passed. Releasing the key
+                  lets the client retry now; the last line shows how.
+  awaiting retry  past the TTL: the next retry of the same request takes the
+                  key over and executes. Nothing needs releasing; a key just
+                  released is one of these.
+
+   d1idem keys stuck
+   d1idem keys stuck --ttl 2m --json`,
+		Flags:  append([]cli.Flag{ttlFlag(), heartbeatFlag(), limitFlag(), jsonFlag()}, connFlags()...),
+		Action: o.keysStuck,
+	}
+}
+
+func (o *options) keysStuck(c *cli.Context) error {
+	limit, err := listLimit(c)
+	if err != nil {
+		return err
+	}
+	return o.withKeys(c, func(ks *keysScope) error {
+		st, err := ks.a.Stuck(c.Context, limit)
+		if err != nil {
+			return ledgerErr("keys stuck", err)
+		}
+		if c.Bool(flagJSON) {
+			return printJSON(c.App.Writer, st)
+		}
+		release := ""
+		if len(st.OwnerQuiet) > 0 {
+			release = releaseCommandLine(c, &st.OwnerQuiet[0])
+		}
+		return renderStuck(c.App.Writer, st, ks.cfg.Heartbeat, release)
+	})
+}
+
+// ---- keys release ----
+
+func keysReleaseCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:  "release",
+		Usage: "release a pending key whose owner died, fenced by its generation, so the client may retry now",
+		Description: `Releases one row, only at the generation given, in one fenced statement, with
+the ledger's one release rule (the one the application applies when a handler
+panics or streams): the row's generation moves one past the old owner's, and
+its last update is set one millisecond further back than the TTL, so the row is
+released, awaiting retry: the client's next request with the key (the same
+request, by its fingerprint) takes it over at once and executes. The row is
+never deleted: a fresh claim would start again at generation 1, which could be
+an old owner's own generation; the sweep removes it after the retention.
+
+If another owner has taken the key over (a newer generation) or completed it in
+the meantime, nothing changes and the command says what the row holds now.
+
+The old owner, if it is still running, may still perform its mutation; its
+completion is fenced by its generation and will not be stored. An owner using
+the idem package learns at its next heartbeat that it lost its lease.
+
+Only the same request (by its fingerprint) takes a released key over; a client
+that changed its request gets 409 idempotency_key_reused (a new operation takes
+a new key).
+
+A pending row inside the TTL is refused without --force: the ledger cannot
+prove its owner dead ('keys stuck' shows which owners have missed their
+heartbeats). A row past the TTL needs no release (the next retry takes it
+over), but a release fences its old owner out at once. A completed row is
+refused without --force; with --force its stored response is forgotten (the
+row is released like a pending one), and the next retry executes the request
+again.
+
+   d1idem keys release --principal acct_42 --key order-7 --generation 1 --force`,
+		Flags: append([]cli.Flag{
+			principalFlag("the `PRINCIPAL` the key belongs to" + requiredMark),
+			principalHexFlag(),
+			keyFlag(),
+			requiredInt64Flag{&cli.Int64Flag{Name: "generation", Usage: "the `GENERATION` to release, as 'keys get' or 'keys stuck' shows it: the fence" + requiredMark}},
+			&cli.BoolFlag{Name: "force", Usage: "also release a pending row inside the TTL, or a completed row (forgetting its response)", DisableDefaultText: true},
+			ttlFlag(),
+			heartbeatFlag(),
+			jsonFlag(),
+		}, connFlags()...),
+		Action: o.keysRelease,
+	}
+}
+
+func (o *options) keysRelease(c *cli.Context) error {
+	principal, key, err := principalAndKey(c)
+	if err != nil {
+		return err
+	}
+	gen, err := releaseGeneration(c)
+	if err != nil {
+		return err
+	}
+	return o.withKeys(c, func(ks *keysScope) error {
+		res, err := ks.a.Release(c.Context, principal, key, gen, idem.ReleaseOptions{Force: c.Bool("force")})
+		if errors.Is(err, idem.ErrKeyNotFound) {
+			return fmt.Errorf("no %s on %s: nothing to release (it was never claimed, or was swept)", keyName(principal, key), ks.where)
+		} else if err != nil {
+			return ledgerErr("keys release", err)
+		}
+		if !res.Released {
+			return notReleased(&res.Before, gen, ks.cfg.TTL, getCommandLine(c, &res.Before))
+		}
+		if c.Bool(flagJSON) {
+			return printJSON(c.App.Writer, res)
+		}
+		return renderRelease(c.App.Writer, res, connHint(c))
+	})
+}
+
+func releaseGeneration(c *cli.Context) (int64, error) {
+	if !c.IsSet("generation") {
+		return 0, usagef("--generation is required: it fences the release to the row you looked at (see 'd1idem keys get')")
+	}
+	gen := c.Int64("generation")
+	if gen < 1 {
+		return 0, usagef("--generation %d must be 1 or more", gen)
+	}
+	return gen, nil
+}
+
+func keyName(principal, key string) string {
+	return fmt.Sprintf("key %s of principal %s", strconv.Quote(key), strconv.Quote(principal))
+}
+
+// getCommandLine is the command that shows the row k, as the command line
+// reached it.
+func getCommandLine(c *cli.Context, k *idem.KeyRecord) string {
+	return fmt.Sprintf("d1idem keys get %s --key %s%s%s", principalArg(k.Principal), shellQuote(k.Key), connHint(c), setDurations(c, "ttl", "heartbeat"))
+}
+
+// notReleased says why the ledger left the row k alone; look is the
+// command that shows it.
+func notReleased(k *idem.KeyRecord, gen int64, lease time.Duration, look string) error {
+	who, ttl := keyName(k.Principal, k.Key), human.Duration(lease)
+	switch {
+	case k.Generation != gen:
+		return fmt.Errorf("not released: %s is now at generation %d (%s, updated %s), not %d; look again with '%s'",
+			who, k.Generation, stateWords(k.State), human.Age(k.SinceUpdate()), gen, look)
+	case k.State == idem.KeyCompleted:
+		return fmt.Errorf("not released: %s is completed (response %s): retries replay it; --force forgets the response, and the next retry executes the request again",
+			who, statusOrDash(k.ResponseStatus))
+	case k.State == idem.KeyOwnerQuiet:
+		return fmt.Errorf("not released: %s was updated %s, inside the %s TTL, and its owner has missed its heartbeats: if you know it is dead, release it with --force",
+			who, human.Age(k.SinceUpdate()), ttl)
+	case k.State == idem.KeyInFlight:
+		return fmt.Errorf("not released: %s was updated %s, inside the %s TTL: its owner is alive and renewing it; wait, or use --force",
+			who, human.Age(k.SinceUpdate()), ttl)
+	}
+	return fmt.Errorf("not released: %s has status %s, which the ledger does not release", who, display(string(k.Status)))
+}
+
+// stateWords names a state in tables and lines: "awaiting retry".
+func stateWords(s idem.KeyState) string {
+	if s == idem.KeyUnknown {
+		return "unknown status"
+	}
+	return strings.ReplaceAll(string(s), "_", " ")
+}
+
+func statusOrDash(s *int64) string {
+	if s == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*s, 10)
+}

@@ -1,0 +1,181 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"unicode/utf8"
+)
+
+// printTable writes an aligned table: a header row, then the rows. Each
+// cell is escaped (escapeText): a tab or a control character in a value
+// neither breaks the columns nor reaches the terminal.
+func printTable(w io.Writer, header []string, rows [][]string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		cells := make([]string, len(r))
+		for i, cell := range r {
+			cells[i] = escapeText(cell)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	return tw.Flush()
+}
+
+// printJSON writes v as indented JSON with a trailing newline.
+func printJSON(w io.Writer, v any) error { return writeJSON(w, v, "  ") }
+
+// writeJSON writes v as JSON with a trailing newline, indented by indent
+// ("": on one line), with no control character raw (jsonSafe).
+func writeJSON(w io.Writer, v any, indent string) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", indent)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(jsonSafe(b.Bytes()))
+	return err
+}
+
+// printFields writes label/value pairs as two aligned columns. A value with
+// several lines continues under its first line. Each line is escaped
+// (escapeText), as printTable's cells are.
+func printFields(w io.Writer, fields [][2]string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, f := range fields {
+		lines := strings.Split(f[1], "\n")
+		fmt.Fprintf(tw, "%s\t%s\n", escapeText(f[0]), escapeText(lines[0]))
+		for _, l := range lines[1:] {
+			fmt.Fprintf(tw, "\t%s\n", escapeText(l))
+		}
+	}
+	return tw.Flush()
+}
+
+// preview returns the first max bytes of s, cut at a character boundary,
+// and how many bytes were left out.
+func preview(s string, max int) (string, int) {
+	if len(s) <= max {
+		return s, 0
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut], len(s) - cut
+}
+
+// formatBytes is a byte count with its binary-prefixed size: "45056 bytes (44.0 KiB)".
+func formatBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%d bytes (%.1f GiB)", n, float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%d bytes (%.1f MiB)", n, float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%d bytes (%.1f KiB)", n, float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// plural is "1 row", "2 rows".
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// field is a named value of a JSON object that object writes.
+type field struct {
+	name  string
+	value any
+}
+
+// object is the JSON object of parts, in order: a field is one member; any
+// other part is a value whose JSON is an object (a library result, say),
+// all of whose members are taken; nil is none. It is how a command adds what only it
+// knows (the database's label, the D1 calls it made) to what the library
+// returns, in one flat object.
+func object(parts ...any) (json.RawMessage, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for _, p := range parts {
+		if p == nil {
+			continue
+		}
+		if f, ok := p.(field); ok {
+			p = map[string]any{f.name: f.value}
+		}
+		v, err := json.Marshal(p)
+		if err != nil {
+			return nil, err
+		}
+		if len(v) < 2 || v[0] != '{' {
+			return nil, fmt.Errorf("cli: %T is not a JSON object", p)
+		}
+		if inner := v[1 : len(v)-1]; len(inner) > 0 {
+			if b.Len() > 1 {
+				b.WriteByte(',')
+			}
+			b.Write(inner)
+		}
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// printObject writes object(parts...) as printJSON does.
+func printObject(w io.Writer, parts ...any) error {
+	v, err := object(parts...)
+	if err != nil {
+		return err
+	}
+	return printJSON(w, v)
+}
+
+// maxCell bounds a ledger value in a table's cell, in characters: a long
+// principal or key is cut, with an ellipsis, and shown whole by keys get.
+const maxCell = 40
+
+// cell is a ledger value in a table: shown as display shows it, cut to
+// maxCell characters with an ellipsis at the end.
+func cell(v string) string {
+	s := display(v)
+	if utf8.RuneCountInString(s) <= maxCell {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:maxCell-1]) + "…"
+}
+
+// wrapWidth is where wrap breaks a long line of text.
+const wrapWidth = 100
+
+// wrap breaks text into lines of at most wrapWidth characters, at spaces;
+// a longer word keeps a line of its own.
+func wrap(text string) string {
+	var b strings.Builder
+	n := 0
+	for i, word := range strings.Fields(text) {
+		w := utf8.RuneCountInString(word)
+		switch {
+		case i == 0:
+		case n+1+w > wrapWidth:
+			b.WriteByte('\n')
+			n = 0
+		default:
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(word)
+		n += w
+	}
+	return b.String()
+}

@@ -1,0 +1,344 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/human"
+)
+
+func statsCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:  "stats",
+		Usage: "counts by status, keys awaiting retry, the oldest row, the sweep backlog, the database size and when it reaches 10 GB",
+		Description: `Summarises the ledger in one D1 call per database (a read-only batch): how many
+keys are pending and completed, how many pending keys are past --ttl, awaiting
+the retry that takes them over (their owner died, or they were released), the
+oldest row, the sweep backlog (rows last updated more than --retention ago), the
+database size D1 reports, and when the database would reach D1's limit of 10 GB
+a database. Counting reads the whole table, which D1 bills as rows read.
+
+The 10 GB projection is an estimate at the current write rate. Rows per day are
+the rows created within the retention, over the time they span (less than the
+retention while the oldest row is younger); bytes per row are the database size
+over its rows (an overestimate: the size includes SQLite's own pages and any
+other table). Rows stay for the retention after their last update, so at that
+rate the database levels off at rows per day x retention x bytes per row, and
+until then grows by rows per day x bytes per row a day: if it levels off above
+10 GB, the days to the limit are what is left of it over that growth; if below,
+it does not reach the limit at this rate. Under 100 rows or an hour of writes it
+says there is not enough data. Pass the application's --retention.
+
+With several databases (--database or --database-id repeated, or
+--databases-prefix) it shows each database, the totals, and each database's
+projection: the limit is per database.
+
+With --watch it refreshes every --interval until Ctrl-C, redrawn in place on a
+terminal, one block per interval elsewhere, and with --json one JSON object per
+line; each refresh adds the Cloudflare account's API budget as the last
+response's Ratelimit headers gave it. It watches one database.
+
+   d1idem stats
+   d1idem stats --ttl 1m --retention 48h --json
+   d1idem stats --databases-prefix ledger-
+   d1idem stats --watch --interval 10s`,
+		Flags: append([]cli.Flag{
+			ttlFlag(),
+			&cli.DurationFlag{Name: "retention", Value: idem.DefaultRetention, Usage: "the retention the sweep uses: rows last updated more than `DURATION` ago are its backlog"},
+			jsonFlag(),
+		}, append(watchFlags(), connFlags()...)...),
+		Action: o.stats,
+	}
+}
+
+func (o *options) stats(c *cli.Context) error {
+	ttl, retention, err := ledgerFlags(c)
+	if err != nil {
+		return err
+	}
+	interval, err := watchInterval(c)
+	if err != nil {
+		return err
+	}
+	return o.withSet(c, existing, func(s *dbSet) error {
+		l, err := o.ledger(s, idem.Config{TTL: ttl, MaxLease: ttl, Retention: retention}, false)
+		if err != nil {
+			return err
+		}
+		v := statsView{set: s, hints: statsHintsOf(c)}
+		if c.Bool(flagWatch) {
+			if !s.one() {
+				return usagef("--watch watches one database; name one, or leave --watch out to see all %d", len(s.conns))
+			}
+			return o.watchStats(c, l.Admin(), v, interval)
+		}
+		ov, err := l.Admin().Overview(c.Context)
+		if err != nil {
+			return ledgerErr("stats", err)
+		}
+		if s.one() && ov.Homes[0].Err != nil {
+			return ledgerErr("stats", ov.Homes[0].Err)
+		}
+		if err := v.print(c.App.Writer, ov, c.Bool(flagJSON)); err != nil {
+			return err
+		}
+		return v.unread(c, ov)
+	})
+}
+
+// statsView writes stats: the fields of one database, or a table of
+// several with their totals; or their JSON.
+type statsView struct {
+	set   *dbSet
+	hints statsHints
+}
+
+// statsHints are the commands the stats view suggests, with the flags that
+// make them run as they are when pasted.
+type statsHints struct{ stuck, sweep string }
+
+// statsHintsOf repeats the command line's connection flags, and the
+// lease's or the retention that the suggested command takes.
+func statsHintsOf(c *cli.Context) statsHints {
+	h := connHint(c)
+	return statsHints{stuck: "d1idem keys stuck" + h + setDurations(c, "ttl"), sweep: "d1idem sweep --all" + h + setDurations(c, "retention")}
+}
+
+func (v statsView) print(w io.Writer, ov idem.Overview, asJSON bool) error {
+	switch {
+	case asJSON && v.set.one():
+		return printObject(w, v.oneJSON(ov.Homes[0].Stats)...)
+	case asJSON:
+		return printObject(w, field{"database", v.set.where()}, ov.Total, field{"databases", v.homesJSON(ov)})
+	case v.set.one():
+		return printFields(w, v.fields(v.set.where(), ov.Homes[0].Stats))
+	}
+	return v.table(w, ov)
+}
+
+// oneJSON are the members of one database's stats under --json.
+func (v statsView) oneJSON(st idem.Stats) []any {
+	return []any{field{"database", v.set.where()}, st, field{"size_limit", st.Projection()}}
+}
+
+// homesJSON is each database's stats under --json: its label and ID, its
+// stats and projection, or the error that kept them.
+func (v statsView) homesJSON(ov idem.Overview) []any {
+	out := make([]any, len(ov.Homes))
+	for i, h := range v.ordered(ov) {
+		parts := []any{field{"database", v.set.label(h.Home)}, field{"id", h.Home}}
+		if h.Err != nil {
+			parts = append(parts, field{"error", describe(h.Err)})
+		} else {
+			parts = append(parts, h.Stats, field{"size_limit", h.Stats.Projection()}, field{"error", nil})
+		}
+		out[i], _ = object(parts...)
+	}
+	return out
+}
+
+// ordered are the databases' stats in the order the flags named them.
+func (v statsView) ordered(ov idem.Overview) []idem.HomeStats {
+	out := make([]idem.HomeStats, 0, len(ov.Homes))
+	for _, cn := range v.set.conns {
+		for _, h := range ov.Homes {
+			if h.Home == cn.databaseID {
+				out = append(out, h)
+			}
+		}
+	}
+	return out
+}
+
+// unread is an error naming the databases whose stats could not be read.
+func (v statsView) unread(c *cli.Context, ov idem.Overview) error {
+	var bad []string
+	for _, h := range v.ordered(ov) {
+		if h.Err != nil {
+			bad = append(bad, v.set.failed(c, h.Home, h.Err))
+		}
+	}
+	return couldNotRead("stats", bad)
+}
+
+// couldNotRead is cmd's error for the databases it could not read, each
+// "label: cause"; nil for none.
+func couldNotRead(cmd string, bad []string) error {
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %s could not be read: %s", cmd, plural(int64(len(bad)), "database", "databases"), strings.Join(bad, "; "))
+}
+
+// fields are the lines of one database's stats, as printFields takes them.
+func (v statsView) fields(where string, st idem.Stats) [][2]string {
+	fields := [][2]string{
+		{"ledger on", where}, // "database orders", "local database ...", "orders-db (...)"
+		{"keys", strconv.FormatInt(st.Keys, 10)},
+		{"  " + string(idem.StatusPending), strconv.FormatInt(st.ByStatus[idem.StatusPending], 10)},
+		{"  " + string(idem.StatusCompleted), strconv.FormatInt(st.ByStatus[idem.StatusCompleted], 10)},
+	}
+	var others []string
+	for status := range st.ByStatus {
+		if !status.Valid() {
+			others = append(others, string(status))
+		}
+	}
+	sort.Strings(others)
+	for _, s := range others {
+		fields = append(fields, [2]string{"  " + display(s), strconv.FormatInt(st.ByStatus[idem.Status(s)], 10) + " (not a status the ledger writes)"})
+	}
+	return append(fields, [2]string{"awaiting retry", v.awaiting(st)}, [2]string{"oldest row", oldestText(st.Oldest)},
+		[2]string{"sweep backlog", v.backlog(st)}, [2]string{"database size", formatBytes(st.SizeBytes)},
+		[2]string{"10 GB limit", projectionText(st.Projection(), st.Retention)})
+}
+
+// table writes the stats of several databases: a row each and the totals,
+// then the totals' details.
+func (v statsView) table(w io.Writer, ov idem.Overview) error {
+	header := []string{"DATABASE", "KEYS", "PENDING", "COMPLETED", "AWAITING RETRY", "BACKLOG", "SIZE", "ROWS/DAY", "10 GB LIMIT"}
+	var rows [][]string
+	for _, h := range v.ordered(ov) {
+		if h.Err != nil {
+			rows = append(rows, []string{v.set.label(h.Home), "unreadable: " + describe(h.Err), "", "", "", "", "", "", ""})
+			continue
+		}
+		p := h.Stats.Projection()
+		rows = append(rows, append(statsRow(v.set.label(h.Home), h.Stats), rateText(p), projectionShort(p)))
+	}
+	rows = append(rows, append(statsRow("total", ov.Total), "", ""))
+	if err := printTable(w, header, rows); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	return printFields(w, [][2]string{
+		{"awaiting retry", v.awaiting(ov.Total)},
+		{"oldest row", oldestText(ov.Total.Oldest)},
+		{"sweep backlog", v.backlog(ov.Total)},
+		{"10 GB limit", fmt.Sprintf("per database, at the rate its rows were created within the %s retention\n(not enough data under %d rows or %s of writes; see 'd1idem stats --help')",
+			human.Duration(ov.Total.Retention), idem.MinSampleRows, human.Duration(idem.MinSampleSpan))},
+	})
+}
+
+// statsRow is a row of the table: the counts and the size.
+func statsRow(label string, st idem.Stats) []string {
+	return []string{label, strconv.FormatInt(st.Keys, 10), strconv.FormatInt(st.ByStatus[idem.StatusPending], 10),
+		strconv.FormatInt(st.ByStatus[idem.StatusCompleted], 10), strconv.FormatInt(st.Stuck, 10),
+		strconv.FormatInt(st.SweepBacklog, 10), shortBytes(float64(st.SizeBytes))}
+}
+
+// awaiting describes the pending rows past the TTL.
+func (v statsView) awaiting(st idem.Stats) string {
+	k := st.OldestStuck
+	if k == nil {
+		return fmt.Sprintf("none: no pending key is past the %s TTL", human.Duration(st.TTL))
+	}
+	return fmt.Sprintf("%d pending past the %s TTL, taken over by their next retry (the oldest: %s / %s, updated %s); see '%s'",
+		st.Stuck, human.Duration(st.TTL), display(k.Principal), display(k.Key), human.Age(k.SinceUpdate()), v.hints.stuck)
+}
+
+func oldestText(k *idem.KeyRecord) string {
+	if k == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%s / %s: %s, last updated %s (%s)", display(k.Principal), display(k.Key),
+		display(string(k.Status)), human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt))
+}
+
+// backlog describes the rows past the retention.
+func (v statsView) backlog(st idem.Stats) string {
+	n, retention := st.SweepBacklog, human.Duration(st.Retention)
+	if n == 0 {
+		return fmt.Sprintf("none older than the %s retention", retention)
+	}
+	them := "them"
+	if n == 1 {
+		them = "it"
+	}
+	return fmt.Sprintf("%s older than the %s retention: '%s' deletes %s", plural(n, "row", "rows"), retention, v.hints.sweep, them)
+}
+
+// projectionText is a database's 10 GB projection for people, in full.
+func projectionText(p idem.Projection, retention time.Duration) string {
+	switch {
+	case p.Reason != "":
+		return "not enough data to project: " + p.Reason
+	case p.Reaches && p.Days == 0:
+		return "reached: the database is at D1's 10 GB limit, and writes to it fail; grow the ledger (see 'd1idem ring --help')"
+	case p.Reaches:
+		return fmt.Sprintf("in about %s at this rate: %s a day x %s a row, levelling off at %s within the %s retention",
+			formatDays(p.Days), rowsText(p.RowsPerDay), shortBytes(p.BytesPerRow), shortBytes(p.LevelBytes), human.Duration(retention))
+	}
+	return fmt.Sprintf("not reached at this rate: %s a day x %s a row level off at %s (%s of 10 GB) within the %s retention",
+		rowsText(p.RowsPerDay), shortBytes(p.BytesPerRow), shortBytes(p.LevelBytes), percent(p.LevelBytes/idem.D1MaxBytes), human.Duration(retention))
+}
+
+// projectionShort is a projection in a table's cell.
+func projectionShort(p idem.Projection) string {
+	switch {
+	case p.Reason != "":
+		return "not enough data"
+	case p.Reaches && p.Days == 0:
+		return "reached"
+	case p.Reaches:
+		return "in about " + formatDays(p.Days)
+	}
+	return fmt.Sprintf("not at this rate (levels off at %s of it)", percent(p.LevelBytes/idem.D1MaxBytes))
+}
+
+// rateText is a projection's rows per day in a table's cell.
+func rateText(p idem.Projection) string {
+	if p.RowsPerDay == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", p.RowsPerDay)
+}
+
+// formatDays is a number of days for people: "5h" under a day, "3.5 days"
+// under ten, "41 days".
+func formatDays(d float64) string {
+	switch {
+	case d < 1:
+		return human.Duration(time.Duration(d * float64(24*time.Hour)))
+	case d < 10:
+		return fmt.Sprintf("%.1f days", d)
+	}
+	return fmt.Sprintf("%.0f days", d)
+}
+
+// rowsText is a rate of rows: "1200 rows", "2.5 million rows".
+func rowsText(n float64) string {
+	if n >= 1e6 {
+		return fmt.Sprintf("%.1f million rows", n/1e6)
+	}
+	return fmt.Sprintf("%.0f rows", n)
+}
+
+// shortBytes is a size with a decimal prefix, as D1's limit is stated:
+// "812 bytes", "1.5 kB", "9.8 GB".
+func shortBytes(n float64) string {
+	for _, u := range []struct {
+		size float64
+		name string
+	}{{1e9, "GB"}, {1e6, "MB"}, {1e3, "kB"}} {
+		if n >= u.size {
+			return fmt.Sprintf("%.1f %s", n/u.size, u.name)
+		}
+	}
+	return fmt.Sprintf("%.0f bytes", n)
+}
+
+// percent is a fraction as a percentage: "12%", "0.02%".
+func percent(f float64) string {
+	if f < 0.01 {
+		return fmt.Sprintf("%.2g%%", 100*f)
+	}
+	return fmt.Sprintf("%.0f%%", 100*f)
+}

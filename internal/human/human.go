@@ -1,0 +1,64 @@
+// Package human writes durations, ages and times for people: the one way
+// the ledger's explanations (idem.Explanation) and the d1idem command line
+// spell them. It imports nothing of this module.
+package human
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// TimeLayout is how absolute times are shown: UTC, to the millisecond,
+// RFC 3339.
+const TimeLayout = "2006-01-02T15:04:05.000Z"
+
+// Time formats t in UTC as TimeLayout: "2026-03-01T02:47:57.000Z".
+func Time(t time.Time) string { return t.UTC().Format(TimeLayout) }
+
+// Duration is a short duration: "850ms", "42s", "5m", "12m3s", "5h7m",
+// "24h", "3d4h". It rounds to the millisecond under a second, to the second
+// under an hour, to the minute under three days, and to the hour above.
+func Duration(d time.Duration) string {
+	if d < 0 {
+		return "-" + Duration(-d)
+	}
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Hour-time.Second/2:
+		d = d.Round(time.Second)
+	case d < 72*time.Hour-time.Minute/2:
+		d = d.Round(time.Minute)
+	default:
+		d = d.Round(time.Hour)
+		days, hours := d/(24*time.Hour), (d%(24*time.Hour))/time.Hour
+		if hours == 0 {
+			return fmt.Sprintf("%dd", days)
+		}
+		return fmt.Sprintf("%dd%dh", days, hours)
+	}
+	return Arg(d)
+}
+
+// Arg is a duration as a command-line flag takes it back, without zero
+// units at its end: "72h", "1m30s", "12m".
+func Arg(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// Age says how long ago something was, d before now: "12m3s ago". A time
+// in the future (clock skew between writers) says so.
+func Age(d time.Duration) string {
+	if d < 0 {
+		return Duration(-d) + " in the future"
+	}
+	return Duration(d) + " ago"
+}

@@ -1,0 +1,44 @@
+package human
+
+import (
+	"testing"
+	"time"
+)
+
+// TestDuration: the short durations keep every digit; only a zero
+// last unit is left out.
+func TestDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		850 * time.Millisecond:              "850ms",
+		42 * time.Second:                    "42s",
+		5 * time.Minute:                     "5m",
+		10 * time.Minute:                    "10m",
+		12*time.Minute + 3*time.Second:      "12m3s",
+		2*time.Minute + 10*time.Second:      "2m10s",
+		11*time.Minute + 30*time.Second:     "11m30s",
+		20*time.Minute + 50*time.Second:     "20m50s",
+		time.Hour:                           "1h",
+		10 * time.Hour:                      "10h",
+		time.Hour + 30*time.Minute:          "1h30m",
+		2*time.Hour + 10*time.Minute:        "2h10m",
+		5*time.Hour + 7*time.Minute:         "5h7m",
+		24 * time.Hour:                      "24h",
+		3*24*time.Hour + 4*time.Hour:        "3d4h",
+		10 * 24 * time.Hour:                 "10d",
+		-(time.Hour + 30*time.Minute):       "-1h30m",
+		59*time.Minute + 59*time.Second + 1: "59m59s",
+	} {
+		if got := Duration(d); got != want {
+			t.Errorf("Duration(%v) = %q, want %q", d, got, want)
+		}
+	}
+	if got := Age(20*time.Minute + 50*time.Second); got != "20m50s ago" {
+		t.Errorf("Age = %q", got)
+	}
+}
+
+func TestTime(t *testing.T) {
+	if got := Time(time.Date(2026, 3, 1, 2, 47, 57, 0, time.FixedZone("X", 3600))); got != "2026-03-01T01:47:57.000Z" {
+		t.Errorf("Time = %q", got)
+	}
+}
