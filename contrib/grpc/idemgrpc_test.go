@@ -3,6 +3,7 @@ package idemgrpc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -441,5 +442,56 @@ func TestClientKeysAndGivingUp(t *testing.T) {
 	}
 	if _, err := idemgrpc.UnaryClientInterceptor(idemgrpc.ClientOptions{Policy: idemclient.Policy{MaxAttempts: -1}}); err == nil {
 		t.Error("an invalid policy was accepted")
+	}
+}
+
+// A handler that panics never leaves its key pending: with a recovery
+// interceptor outside this one, the panic releases the key and the retry
+// runs; with one inside, the recovered error (Internal) is not final, so
+// the key is released too.
+func TestServerPanicReleasesKey(t *testing.T) {
+	recovery := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				err = status.Errorf(codes.Internal, "panic: %v", v)
+			}
+		}()
+		return handler(ctx, req)
+	}
+	for _, outside := range []bool{true, false} {
+		t.Run(fmt.Sprintf("recovery outside %v", outside), func(t *testing.T) {
+			d1 := d1localtest.New(t, d1localtest.WithSchema())
+			ledger, err := idem.New(d1.Client, idem.Config{Heartbeat: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			guard, err := idemgrpc.UnaryServerInterceptor(ledger, idemgrpc.ServerOptions{Principal: principalFromMetadata})
+			if err != nil {
+				t.Fatal(err)
+			}
+			chain := []grpc.UnaryServerInterceptor{recovery, guard}
+			if !outside {
+				chain = []grpc.UnaryServerInterceptor{guard, recovery}
+			}
+			svc := &orders{answer: func(ctx context.Context, name string, n int64) (*structpb.Struct, error) {
+				if n == 1 {
+					panic("the payment provider's client crashed")
+				}
+				return structpb.NewStruct(map[string]any{"order": name, "run": float64(n)})
+			}}
+			e := &env{d1: d1, ledger: ledger, svc: svc, lis: bufconn.Listen(1 << 20)}
+			srv := grpc.NewServer(grpc.ChainUnaryInterceptor(chain...))
+			srv.RegisterService(&ordersDesc, svc)
+			go srv.Serve(e.lis)
+			t.Cleanup(srv.Stop)
+			cc := e.conn(t)
+			if _, _, err := call(cc, "k", "tea"); status.Code(err) != codes.Internal {
+				t.Fatalf("the panicking call: %v", err)
+			}
+			out, _, err := call(cc, "k", "tea")
+			if err != nil || out.GetFields()["run"].GetNumberValue() != 2 {
+				t.Fatalf("the retry: %v %v, want a second run at once", out, err)
+			}
+		})
 	}
 }
