@@ -228,22 +228,17 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 		return nil, e
 	}
 	safe := readOnly || o.idempotent // may be sent again even if delivered
-	solo, cl := !o.coalesce, o.class
+	cl := o.class
+	send := c.batch.submit
+	if !o.coalesce {
+		send = c.call
+	}
 
 	var last *Error // the previous attempt's failure
 	for attempt := 1; ; attempt++ {
-		send := c.batch.submit
-		if solo {
-			send = c.call
-		}
 		actx, span := c.tel.startAttempt(ctx, op)
 		results, shared, err := send(actx, wire, cl) // shared: the statements of the call that carried ours
-		c.tel.endAttempt(span, op, attempt, !solo, len(stmts), shared, err)
-		if err != nil && err.siblingAbort { // sent again alone, not counted
-			solo = true
-			attempt--
-			continue
-		}
+		c.tel.endAttempt(span, op, attempt, o.coalesce, len(stmts), shared, err)
 		if err == nil {
 			c.stats.execs.Add(1)
 			c.tel.operation(op, 0, time.Since(start))

@@ -114,10 +114,9 @@ type Error struct {
 	Attempts   int      // HTTP attempts made
 	Err        error    // the underlying cause, if any
 
-	kind         kind
-	violation    bool // a constraint violation, read from the message before redaction
-	notSent      bool // raised before the call was sent (budget, 971, deadline): never retried
-	siblingAbort bool // an SQL error of a shared call: each caller is sent again alone
+	kind      kind
+	violation bool // a constraint violation, read from the message before redaction
+	notSent   bool // raised before the call was sent (budget, 971, deadline): never retried
 }
 
 func (e *Error) Error() string {

@@ -14,8 +14,8 @@ import (
 // CoalesceConfig configures group commit: concurrent Exec calls made with
 // Coalesce() share D1 batch calls. A caller finding no call in flight is
 // sent at once; others queue for the next call, priority work first. A
-// statement failing in a shared call makes each of its callers be sent
-// again alone; any other failure reaches each caller.
+// statement failing in a shared call makes its callers be sent again in
+// halves until it is alone; any other failure reaches each caller.
 type CoalesceConfig struct {
 	// Window bounds how long a call waits, after the previous one returned,
 	// for the callers that one answered to come back: up to 1 s; 0 (the
@@ -280,7 +280,7 @@ func (b *batcher) fly() (wait, bool) {
 	b.flights = append(b.flights, f)
 	b.mu.Unlock()
 
-	results, err := b.call(groups, stmts)
+	b.call(groups, stmts)
 
 	b.mu.Lock()
 	b.flights = slices.DeleteFunc(b.flights, func(x *flight) bool { return x == f })
@@ -305,7 +305,9 @@ func (b *batcher) fly() (wait, bool) {
 		b.departing++ // before the callers wake: whoever comes back rides with this runner
 	}
 	b.mu.Unlock()
-	deliver(groups, stmts, results, err)
+	for _, g := range groups {
+		close(g.done)
+	}
 	if i >= 0 {
 		return wait{}, false
 	}
@@ -313,8 +315,13 @@ func (b *batcher) fly() (wait, bool) {
 	return b.pol.afterReturn(b.view(), since, answered), true
 }
 
-// call sends the groups' statements as one call, whose budget was taken.
-func (b *batcher) call(groups []*pendingGroup, stmts int) ([]Result, *Error) {
+// call sends the groups' statements as one call, whose budget was taken,
+// and records each group's outcome. A statement failing in a shared call
+// aborts the whole batch, and the error does not say whose it was: the
+// groups are sent again in two halves, on calls of their own, until the
+// failing one is alone, so that a failure costs about two calls per
+// halving rather than one per caller.
+func (b *batcher) call(groups []*pendingGroup, stmts int) {
 	wire := make([]wireStatement, 0, stmts)
 	for _, g := range groups {
 		wire = append(wire, g.wire...)
@@ -325,15 +332,46 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) ([]Result, *Error) {
 		ctx = context.WithoutCancel(groups[0].ctx)
 	}
 	results, err := b.c.send(ctx, encodeBody(wire), len(wire), true)
-	if err != nil && err.kind == kindSQL && len(groups) > 1 { // nothing committed: each sent again alone
-		err = &Error{kind: kindSQL, siblingAbort: true, Message: err.Message}
+	if err == nil || err.kind != kindSQL || len(groups) == 1 {
+		record(groups, stmts, results, err)
+		return
 	}
-	return results, err
+	half := len(groups) / 2
+	for _, part := range [][]*pendingGroup{groups[:half], groups[half:]} {
+		n := 0
+		for _, g := range part {
+			n += len(g.wire)
+		}
+		if e := b.acquireFor(part); e != nil {
+			record(part, 0, nil, e)
+			continue
+		}
+		b.call(part, n)
+	}
 }
 
-// deliver hands each group its results, or its own copy of the error, and
+// acquireFor takes a budget call for groups, sent again after a shared
+// call failed: of their first class, until their earliest deadline.
+func (b *batcher) acquireFor(groups []*pendingGroup) *Error {
+	cl := budget.Normal
+	var dl time.Time
+	for _, g := range groups {
+		cl = max(cl, g.class)
+		if !g.deadline.IsZero() && (dl.IsZero() || g.deadline.Before(dl)) {
+			dl = g.deadline
+		}
+	}
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if !dl.IsZero() {
+		ctx, cancel = context.WithDeadline(ctx, dl)
+	}
+	defer cancel()
+	return b.c.acquire(ctx, cl)
+}
+
+// record gives each group its results, or its own copy of the error, and
 // the statements of the call that carried it (shared).
-func deliver(groups []*pendingGroup, shared int, results []Result, err *Error) {
+func record(groups []*pendingGroup, shared int, results []Result, err *Error) {
 	off := 0
 	for _, g := range groups {
 		g.shared = shared
@@ -344,6 +382,13 @@ func deliver(groups []*pendingGroup, shared int, results []Result, err *Error) {
 			g.results = results[off : off+len(g.wire) : off+len(g.wire)]
 			off += len(g.wire)
 		}
+	}
+}
+
+// deliver records the groups' outcome (see record) and answers them.
+func deliver(groups []*pendingGroup, shared int, results []Result, err *Error) {
+	record(groups, shared, results, err)
+	for _, g := range groups {
 		close(g.done)
 	}
 }
