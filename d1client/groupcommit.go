@@ -46,8 +46,9 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 // for them to come back, until it has nothing to carry or hands its callers
 // over to the runner of a call in flight.
 type batcher struct {
-	pol groupPolicy
-	c   *Client
+	pol  groupPolicy
+	c    *Client
+	lane *budget.Lane // its calls' line: each carries all waiting priority work it can
 
 	mu          sync.Mutex
 	queue       [2][]*pendingGroup // by class: budget.Normal, budget.Priority
@@ -67,6 +68,7 @@ type pendingGroup struct {
 	ctx      context.Context // the caller's attempt's
 	wire     []wireStatement
 	class    budget.Class
+	debts              // the debt its call admits, the one it pays
 	deadline time.Time // the caller's context's; zero: none
 	size     int
 	taken    bool // drained into a call: the caller can no longer withdraw it
@@ -112,14 +114,14 @@ func (b *batcher) head() (cl budget.Class, dl time.Time) {
 
 // submit queues the statements for a shared call and returns their results
 // and the statements of the call that carried them (0: none did).
-func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, int, *Error) {
+func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Class, d debts) ([]Result, int, *Error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, notSent(err, "")
 	}
 	if until, on := b.c.account.Blocked(); on {
 		return nil, 0, blockedError(until, time.Until(until))
 	}
-	g := &pendingGroup{ctx: ctx, wire: wire, class: cl, done: make(chan struct{})}
+	g := &pendingGroup{ctx: ctx, wire: wire, class: cl, debts: d, done: make(chan struct{})}
 	for _, w := range wire {
 		g.size += len(w) + 1 // its encoding and a comma: its exact share of a batch body
 	}
@@ -167,8 +169,8 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 	if taken {
 		return nil, 0, &Error{kind: kindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
 	}
-	if at, why := b.c.account.NextSlot(cl, g.deadline); why == budget.WaitBudget {
-		return nil, 0, exhausted(b.c.account, time.Until(at), ctx.Err())
+	if e := b.heldBy(g, ctx.Err()); e != nil {
+		return nil, 0, e
 	}
 	return nil, 0, notSent(ctx.Err(), " while queued for group commit")
 }
@@ -204,7 +206,7 @@ func (b *batcher) changed() {
 func (b *batcher) run(w wait) {
 	b.mu.Lock()
 	for {
-		ok := b.await(w)
+		groups, stmts, ok := b.await(w)
 		if !w.gathering && w.answered > 0 {
 			back := min(float64(b.arrivals-w.arrivals)/float64(w.answered), 1)
 			b.returns += (back - b.returns) / 8
@@ -216,36 +218,39 @@ func (b *batcher) run(w wait) {
 			return
 		}
 		var on bool
-		if w, on = b.fly(); !on {
+		if w, on = b.fly(groups, stmts); !on {
 			return
 		}
 	}
 }
 
-// await waits, with b.mu held, until the runner may depart, and takes the
-// call from the budget. It returns false when there is nothing to carry.
-func (b *batcher) await(w wait) bool {
+// await waits, with b.mu held, until the runner may depart, takes the call
+// from the budget and the groups it carries from the queue. It returns
+// false when there is nothing to carry.
+func (b *batcher) await(w wait) ([]*pendingGroup, int, bool) {
 	var budgetSince time.Time // when the budget first had no call for it
 	for {
 		b.dropLate()
 		v := b.view()
 		depart, wake := b.pol.depart(v, w, b.returns)
 		if b.stmts == 0 && depart {
-			return false
+			return nil, 0, false
 		}
 		var changed <-chan struct{}
 		if depart {
-			cl, dl := b.head()
-			ok, at, why, ch := b.c.account.TryTake(cl, dl)
+			groups, call := b.pick(b.pol.capacity(v), b.pol.maxBytes)
+			_, ok, at, why, ch := b.c.account.TryCall(&call)
 			switch {
 			case ok:
 				if !budgetSince.IsZero() {
-					b.c.tel.waited(cl, time.Since(budgetSince))
+					b.c.tel.waited(call.Class, time.Since(budgetSince))
 				}
-				return true
+				groups, stmts := b.take(groups, false)
+				return groups, stmts, true
 			case why == budget.WaitBlock:
 				// A 971 arrived while these waited: nothing is sent.
-				groups, _ := b.drain(math.MaxInt, math.MaxInt)
+				groups, _ := b.pick(math.MaxInt, math.MaxInt)
+				groups, _ = b.take(groups, true)
 				e := blockedError(at, time.Until(at))
 				b.mu.Unlock()
 				deliver(groups, 0, nil, e)
@@ -270,8 +275,7 @@ func (b *batcher) await(w wait) bool {
 // fly sends a call drained from the queue, with b.mu held and the budget's
 // call taken. It returns the runner's next wait, with b.mu held, or false,
 // b.mu released, when the runner handed its callers over.
-func (b *batcher) fly() (wait, bool) {
-	groups, stmts := b.drain(b.pol.capacity(b.view()), b.pol.maxBytes)
+func (b *batcher) fly(groups []*pendingGroup, stmts int) (wait, bool) {
 	if start, gather := b.pol.leftover(b.view()); start {
 		b.start(gather)
 	}
@@ -353,10 +357,10 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) {
 // acquireFor takes a budget call for groups, sent again after a shared
 // call failed: of their first class, until their earliest deadline.
 func (b *batcher) acquireFor(groups []*pendingGroup) *Error {
-	cl := budget.Normal
+	call := budget.Call{Class: budget.Normal, Lane: b.lane}
 	var dl time.Time
 	for _, g := range groups {
-		cl = max(cl, g.class)
+		call.Class = max(call.Class, g.class)
 		if !g.deadline.IsZero() && (dl.IsZero() || g.deadline.Before(dl)) {
 			dl = g.deadline
 		}
@@ -366,7 +370,7 @@ func (b *batcher) acquireFor(groups []*pendingGroup) *Error {
 		ctx, cancel = context.WithDeadline(ctx, dl)
 	}
 	defer cancel()
-	return b.c.acquire(ctx, cl)
+	return b.c.acquire(ctx, &call)
 }
 
 // record gives each group its results, or its own copy of the error, and
@@ -404,38 +408,96 @@ func (b *batcher) dropLate() {
 			if g, left := q[i], time.Until(q[i].deadline); !g.deadline.IsZero() && left < rtt {
 				b.withdraw(g)
 				g.taken = true
-				g.err = tooLate(left, rtt)
+				g.err = b.late(g, left, rtt)
 				close(g.done)
 			}
 		}
 	}
 }
 
-// drain takes the queued groups, priority first, then first come first
-// served, for one call of at most capacity statements and maxBytes (a
-// larger group travels alone).
-func (b *batcher) drain(capacity, maxBytes int) ([]*pendingGroup, int) {
+// pick returns the queued groups the next call carries, priority first,
+// then first come first served, for one call of at most capacity statements
+// and maxBytes (a larger group travels alone), and that call as the budget
+// sees it: it carries all the lane's waiting priority work if all of it
+// fits, pays the debts of those groups and would admit theirs.
+func (b *batcher) pick(capacity, maxBytes int) ([]*pendingGroup, budget.Call) {
+	cl, dl := b.head()
+	call := budget.Call{Class: cl, Deadline: dl, Lane: b.lane, Drained: true}
 	var groups []*pendingGroup
 	stmts, size := 0, batchOverhead
 	for c := budget.Priority; ; c-- {
-		q := b.queue[c]
-		i := 0
-		for ; i < len(q); i++ {
-			g := q[i]
+		for _, g := range b.queue[c] {
 			if len(groups) > 0 && (stmts+len(g.wire) > capacity || size+g.size > maxBytes) {
-				break
+				call.Drained = call.Drained && c == budget.Normal
+				return groups, call
 			}
-			g.taken = true
 			groups = append(groups, g)
 			stmts += len(g.wire)
 			size += g.size
+			if g.pay != nil {
+				call.Pays = append(call.Pays, g.pay)
+				call.PayShare = max(call.PayShare, b.share(g))
+			}
+			if g.owe != nil && !g.owe.Admitted() {
+				call.Owes = append(call.Owes, g.owe)
+			} else {
+				call.Others = true
+			}
 		}
-		b.queue[c] = q[i:]
-		if i < len(q) || c == budget.Normal {
-			break
+		if c == budget.Normal {
+			return groups, call
 		}
 	}
+}
+
+// share is the share of a call of the most statements and bytes group
+// commit puts in one that group g takes.
+func (b *batcher) share(g *pendingGroup) float64 {
+	return max(float64(len(g.wire))/float64(b.pol.maxStatements), float64(g.size)/float64(b.pol.maxBytes-batchOverhead))
+}
+
+// take takes the groups pick chose out of the queue, all of them or but
+// those whose debt the budget did not admit, and returns them and their
+// statements.
+func (b *batcher) take(groups []*pendingGroup, all bool) ([]*pendingGroup, int) {
+	kept, stmts, size := groups[:0], 0, 0
+	for _, g := range groups {
+		if !all && g.owe != nil && !g.owe.Admitted() {
+			continue
+		}
+		g.taken = true
+		kept = append(kept, g)
+		stmts += len(g.wire)
+		size += g.size
+	}
+	for c := range b.queue {
+		b.queue[c] = slices.DeleteFunc(b.queue[c], func(g *pendingGroup) bool { return g.taken })
+	}
 	b.stmts -= stmts
-	b.size -= size - batchOverhead
-	return groups, stmts
+	b.size -= size
+	return kept, stmts
+}
+
+// late is the error of group g, dropped with left, less than a round trip
+// of rtt, before its deadline: heldBy's, else tooLate's.
+func (b *batcher) late(g *pendingGroup, left, rtt time.Duration) *Error {
+	if e := b.heldBy(g, nil); e != nil {
+		return e
+	}
+	return tooLate(left, rtt)
+}
+
+// heldBy returns ErrBudget, with cause err, if the budget kept queued group
+// g waiting: its slot, or the calls its debt would need, are to come; nil
+// otherwise.
+func (b *batcher) heldBy(g *pendingGroup, err error) *Error {
+	if at, why := b.c.account.NextSlot(g.class, g.deadline); why == budget.WaitBudget {
+		return exhausted(b.c.account, time.Until(at), err)
+	}
+	if g.owe != nil && !g.owe.Admitted() {
+		if wait := b.c.account.Admission(b.lane, g.owe); wait > 0 {
+			return exhausted(b.c.account, wait, err)
+		}
+	}
+	return nil
 }

@@ -85,12 +85,12 @@ func (c *Client) retryDelay(ctx context.Context, e *Error, attempt int, safe, un
 	return delay, true
 }
 
-// acquire takes a call of class cl from the Account, recording any wait, or
+// acquire takes call from the Account, recording any wait, or
 // returns the refusal: ErrBudget, ErrRateLimited, or ErrTransport (deadline).
-func (c *Client) acquire(ctx context.Context, cl budget.Class) *Error {
-	waited, err := c.account.Acquire(ctx, cl)
+func (c *Client) acquire(ctx context.Context, call *budget.Call) *Error {
+	_, waited, err := c.account.AcquireCall(ctx, call)
 	if waited > 0 {
-		c.tel.waited(cl, waited)
+		c.tel.waited(call.Class, waited)
 	}
 	if err == nil {
 		return nil
