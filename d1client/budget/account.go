@@ -437,7 +437,10 @@ func (a *Account) admissible(now time.Time, oc owedCall, debts []*Debt, spare in
 			owes = append(owes, d)
 		}
 	}
-	lo, hi := 0, len(owes)
+	if oc.owes = owes; a.fits(now, oc, true, spare) {
+		return owes // the usual case: all of them
+	}
+	lo, hi := 0, len(owes)-1
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
 		if oc.owes = owes[:mid]; a.fits(now, oc, true, spare) {

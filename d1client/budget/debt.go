@@ -263,7 +263,7 @@ func (ln *laneNeed) saturates(hb bool) time.Duration {
 }
 
 // maxSteps bounds the horizons fits looks at.
-const maxSteps = 1024
+const maxSteps = 512
 
 // owedCall describes a call for fits: the lane it is taken on, the debts it
 // pays and admits, whether it carries all the lane's waiting Priority work.
@@ -314,19 +314,55 @@ func (a *Account) fits(now time.Time, c owedCall, hb bool, spare int) bool {
 	if step == 0 || horizon/step > maxSteps {
 		step = max(horizon/maxSteps, 1)
 	}
+	needAt := func(h time.Duration) int {
+		n := 0
+		for i := range needs {
+			n += needs[i].calls(h, hb)
+		}
+		return n
+	}
+	// Enough: the calls free now cover all the need within the horizon.
+	ring := a.ringScan(now)
+	if need := needAt(horizon + step); need == 0 || min(ring.supply(0), a.accountSupply(now, 0))-1 >= need+spare {
+		return true
+	}
 	for h := time.Duration(0); ; h += step {
 		// The need at the end of the step, against the supply at its start.
-		need := 0
-		for i := range needs {
-			need += needs[i].calls(h+step-1, hb)
-		}
-		if need > 0 && a.supply(now, h)-1 < need+spare {
+		if need := needAt(h + step - 1); need > 0 && min(ring.supply(h), a.accountSupply(now, h))-1 < need+spare {
 			return false
 		}
 		if h >= horizon {
 			return true
 		}
 	}
+}
+
+// ringScan reads the local window's supply at growing horizons from now,
+// going forward in the ring; with a.mu held.
+type ringScan struct {
+	a    *Account
+	now  time.Time
+	sent int // calls sent at or before the last threshold asked
+}
+
+func (a *Account) ringScan(now time.Time) *ringScan { return &ringScan{a: a, now: now} }
+
+// supply is the local window's calls free by now+h, h no less than before:
+// those sent at or before now+h-window leave it by then.
+func (r *ringScan) supply(h time.Duration) int {
+	a := r.a
+	if a.ring == nil {
+		return unlimitedSupply
+	}
+	if r.sent == 0 {
+		r.sent = a.sentBy(r.now.Add(h - a.window()))
+		return r.sent
+	}
+	gone := r.now.Add(h - a.window())
+	for r.sent < len(a.ring) && !a.ring[(a.head+r.sent)%len(a.ring)].After(gone) {
+		r.sent++
+	}
+	return r.sent
 }
 
 // supplyHorizon is how far ahead fits looks: the local window, and the
