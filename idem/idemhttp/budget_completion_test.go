@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/d1idem/d1idem/d1client"
@@ -73,4 +74,45 @@ func TestCompletionStoredUnderSaturatedBudget(t *testing.T) {
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the handler ran %d times, want once", n)
 	}
+}
+
+// Under steady load on the default budget, with a short TTL, no completion
+// is lost to the budget once the window fills: 10 requests a second with a
+// TTL of 1 s and handlers of 500 ms, past the end of the first 300 s
+// window. Claims could wait 10 s for a call and completions only about
+// 2 s, so once the window was full the claims won the calls, and
+// completions failed with "one may go in 3.1s" (15 in 10 minutes, the
+// first at 298 s); the client's retry after the TTL then ran those
+// handlers again.
+func TestSteadyLoadLosesNoCompletion(t *testing.T) {
+	t.Parallel()
+	spec := loadSpec{Rate: 10, Duration: 6 * time.Minute, TTL: time.Second, Handler: 500 * time.Millisecond,
+		Ledgers: 1, Latency: 20 * time.Millisecond}
+	synctest.Test(t, func(t *testing.T) {
+		r := runLoad(t, spec)
+		checkOwed(t, spec, r)
+		if r.Executed == 0 {
+			t.Fatalf("%v: nothing executed", spec)
+		}
+	})
+}
+
+// On a small budget (10 calls an hour) seven claims that each take their
+// own call are not all let through: only those whose completions the
+// budget still holds calls for, the others are turned away with 503 and a
+// Retry-After. The completions, 50 ms apart, each find their call, and the
+// clients' retries after the TTL are replays. Before, the seven were let
+// through, four completions failed, and their retries ran the handler
+// again.
+func TestSmallBudgetAdmitsOnlyWhatItOwes(t *testing.T) {
+	spec := loadSpec{Rate: 10, Duration: 700 * time.Millisecond, TTL: 30 * time.Second,
+		HandlerOf: func(i int) time.Duration { return time.Second - time.Duration(i)*50*time.Millisecond },
+		Budget:    budget.New(10, time.Hour), Ledgers: 1, Latency: 20 * time.Millisecond}
+	synctest.Test(t, func(t *testing.T) {
+		r := runLoad(t, spec)
+		checkOwed(t, spec, r)
+		if r.Executed == 0 || r.Shed == 0 {
+			t.Errorf("%v: %d executed, %d refused; want some of each", spec, r.Executed, r.Shed)
+		}
+	})
 }
