@@ -662,7 +662,10 @@ func (a *Account) Answered(h http.Header) {
 }
 
 // estimateOthers updates the rates at which others and this process spend:
-// between two headers of a window, r fell by everyone's calls.
+// between two headers of a window, r fell by everyone's calls, this
+// process's being those answered since and those still in flight that D1
+// likely counted already, sent a round trip ago or more (answers come in
+// any order).
 func (a *Account) estimateOthers(now time.Time, r int, reset time.Time) {
 	prev := a.sample
 	same := !prev.seen.IsZero() && reset.Sub(prev.reset).Abs() <= windowSlack
@@ -675,7 +678,11 @@ func (a *Account) estimateOthers(now time.Time, r int, reset time.Time) {
 		return // no sample across windows, nor over no time
 	}
 	ours := float64(a.replies - prev.replies)
-	others := max(float64(prev.header-r)-ours, 0)
+	counted := 0
+	for counted < len(a.sentAt) && !a.sentAt[counted].After(now.Add(-a.rtt)) {
+		counted++
+	}
+	others := max(float64(prev.header-r)-ours-float64(counted), 0)
 	alpha := 1 - math.Exp2(-dt.Seconds()/othersHalfLife.Seconds())
 	a.others += alpha * (others/dt.Seconds() - a.others)
 	a.ours += alpha * (ours/dt.Seconds() - a.ours)
