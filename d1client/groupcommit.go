@@ -403,15 +403,24 @@ func (b *batcher) dropLate() {
 	if rtt == 0 {
 		return
 	}
-	for _, q := range b.queue {
-		for i := len(q) - 1; i >= 0; i-- { // backwards: withdraw shifts what follows
-			if g, left := q[i], time.Until(q[i].deadline); !g.deadline.IsZero() && left < rtt {
-				b.withdraw(g)
-				g.taken = true
-				g.err = b.late(g, left, rtt)
-				close(g.done)
+	now, dropped := time.Now(), false // one reading of the clock: the queue may be long
+	for c, q := range b.queue {
+		b.queue[c] = slices.DeleteFunc(q, func(g *pendingGroup) bool {
+			left := g.deadline.Sub(now)
+			if g.deadline.IsZero() || left >= rtt {
+				return false
 			}
-		}
+			b.stmts -= len(g.wire)
+			b.size -= g.size
+			g.taken = true
+			g.err = b.late(g, left, rtt)
+			close(g.done)
+			dropped = true
+			return true
+		})
+	}
+	if dropped {
+		b.changed()
 	}
 }
 
