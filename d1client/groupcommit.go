@@ -24,6 +24,12 @@ type CoalesceConfig struct {
 	MaxStatements int // statements in one call: 1 to 10,000; default 512
 	MaxBytes      int // encoded statements of one call: 1 KiB to 50 MiB; default 512 KiB
 	MaxInFlight   int // coalesced calls in flight at once: 1 to 64; default 4
+	// MaxQueueWait is the longest a caller without Priority may expect to
+	// wait, beyond the next call's slot, for the calls that carry the work
+	// queued ahead of it; one that would wait longer is refused at once,
+	// unsent, with ErrShed. Up to 1 minute; 0 (the default) 500 ms;
+	// negative: never refused for the queue.
+	MaxQueueWait time.Duration
 }
 
 // withDefaults validates c and fills its zero fields with the defaults.
@@ -32,6 +38,10 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 		return c, invalidf("Config.Coalesce.Window is %s; accepted: negative (never wait), 0 (the default: a round trip) or up to 1s", c.Window)
 	}
 	c.Window = max(c.Window, -1)
+	if c.MaxQueueWait > time.Minute {
+		return c, invalidf("Config.Coalesce.MaxQueueWait is %s; accepted: negative (never refuse), 0 (the default: 500ms) or up to 1m", c.MaxQueueWait)
+	}
+	c.MaxQueueWait = cmp.Or(max(c.MaxQueueWait, -1), defaultMaxQueueWait)
 	err := cmp.Or(
 		setting("Coalesce.MaxStatements", &c.MaxStatements, 1, 10_000, 512),
 		setting("Coalesce.MaxBytes", &c.MaxBytes, 1<<10, 50<<20, 512<<10),
@@ -39,6 +49,9 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 	)
 	return c, err
 }
+
+// defaultMaxQueueWait is CoalesceConfig.MaxQueueWait's default.
+const defaultMaxQueueWait = 500 * time.Millisecond
 
 // batcher is group commit's mechanism; gcpolicy.go decides. A runner is a
 // goroutine holding one of maxInFlight call slots: it waits, takes a budget
@@ -53,6 +66,7 @@ type batcher struct {
 	mu          sync.Mutex
 	queue       [2][]*pendingGroup // by class: budget.Normal, budget.Priority
 	stmts, size int                // statements queued, and their share of a body
+	owing       int                // queued groups whose call would admit a debt
 	runners     int
 	departing   int // runners not in flight
 	flights     []*flight
@@ -72,6 +86,7 @@ type pendingGroup struct {
 	deadline time.Time // the caller's context's; zero: none
 	size     int
 	taken    bool // drained into a call: the caller can no longer withdraw it
+	owing    bool // its call would admit a debt, when queued
 	done     chan struct{}
 	results  []Result
 	err      *Error
@@ -86,7 +101,7 @@ func (b *batcher) view() groupView {
 	v := groupView{
 		now: time.Now(), groups: len(b.queue[budget.Normal]) + len(b.queue[budget.Priority]), stmts: b.stmts, size: b.size,
 		arrivals: b.arrivals, lastArrival: b.lastArrival, runners: b.runners, departing: b.departing,
-		rtt: b.c.account.RoundTrip(),
+		rtt: b.c.account.RoundTrip(), owing: b.owing,
 	}
 	v.flights = make([]flight, len(b.flights))
 	for i, f := range b.flights {
@@ -121,7 +136,7 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 	if until, on := b.c.account.Blocked(); on {
 		return nil, 0, blockedError(until, time.Until(until))
 	}
-	g := &pendingGroup{ctx: ctx, wire: wire, class: cl, debts: d, done: make(chan struct{})}
+	g := &pendingGroup{ctx: ctx, wire: wire, class: cl, debts: d, owing: d.owe != nil && !d.owe.Admitted(), done: make(chan struct{})}
 	for _, w := range wire {
 		g.size += len(w) + 1 // its encoding and a comma: its exact share of a batch body
 	}
@@ -139,9 +154,14 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 		}
 	}
 	b.mu.Lock()
+	if cl == budget.Normal {
+		if shed, wait := b.pol.shed(b.shedView(), len(wire), time.Until(g.deadline)); shed {
+			b.mu.Unlock()
+			return nil, 0, shedError(wait)
+		}
+	}
 	b.queue[cl] = append(b.queue[cl], g)
-	b.stmts += len(wire)
-	b.size += g.size
+	b.count(g, 1)
 	b.arrivals++
 	b.lastArrival = time.Now()
 	b.changed()
@@ -190,10 +210,27 @@ func (b *batcher) start(gather bool) {
 func (b *batcher) withdraw(g *pendingGroup) {
 	if i := slices.Index(b.queue[g.class], g); i >= 0 {
 		b.queue[g.class] = slices.Delete(b.queue[g.class], i, i+1)
-		b.stmts -= len(g.wire)
-		b.size -= g.size
+		b.count(g, -1)
 		b.changed()
 	}
+}
+
+// count adds queued group g to the queue's counts (sign 1), or takes it
+// out of them (-1), with b.mu held.
+func (b *batcher) count(g *pendingGroup, sign int) {
+	b.stmts += sign * len(g.wire)
+	b.size += sign * g.size
+	if g.owing {
+		b.owing += sign
+	}
+}
+
+// shedView is the view of the shed decision, with b.mu held: view's, with
+// the priority work to come and the budget's pace.
+func (b *batcher) shedView() groupView {
+	v := b.view()
+	v.owed, v.pace = b.lane.Owed(), b.c.account.Pace()
+	return v
 }
 
 // changed wakes the runners waiting to depart.
@@ -410,8 +447,7 @@ func (b *batcher) dropLate() {
 			if g.deadline.IsZero() || left >= rtt {
 				return false
 			}
-			b.stmts -= len(g.wire)
-			b.size -= g.size
+			b.count(g, -1)
 			g.taken = true
 			g.err = b.late(g, left, rtt)
 			close(g.done)
@@ -469,21 +505,19 @@ func (b *batcher) share(g *pendingGroup) float64 {
 // those whose debt the budget did not admit, and returns them and their
 // statements.
 func (b *batcher) take(groups []*pendingGroup, all bool) ([]*pendingGroup, int) {
-	kept, stmts, size := groups[:0], 0, 0
+	kept, stmts := groups[:0], 0
 	for _, g := range groups {
 		if !all && g.owe != nil && !g.owe.Admitted() {
 			continue
 		}
 		g.taken = true
+		b.count(g, -1)
 		kept = append(kept, g)
 		stmts += len(g.wire)
-		size += g.size
 	}
 	for c := range b.queue {
 		b.queue[c] = slices.DeleteFunc(b.queue[c], func(g *pendingGroup) bool { return g.taken })
 	}
-	b.stmts -= stmts
-	b.size -= size
 	return kept, stmts
 }
 

@@ -507,6 +507,49 @@ func TestSharedBatchFailureCostsAFewCalls(t *testing.T) {
 	})
 }
 
+// Overload is shed at once: with the default budget's pace (a call every
+// 250 ms) and calls of 4 statements, callers are queued while the calls
+// that carry the work ahead of them would leave within 500 ms of the next
+// (MaxQueueWait): 12 of them; the next are refused at once, unsent, with
+// ErrShed and the time after which the queue should have room. Priority
+// work is never refused, and the callers queued are all answered.
+func TestOverloadIsShedAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, g := gcClient(t, budget.Budget{}, CoalesceConfig{MaxStatements: 4, MaxInFlight: 1})
+		busy := execAsync(c, normalWork, "SELECT 'busy'")
+		g.sent()
+		var queued []chan error
+		for i := range 16 {
+			start := time.Now()
+			done := execAsync(c, normalWork, fmt.Sprintf("SELECT %d", i))
+			synctest.Wait()
+			select {
+			case err := <-done:
+				var de *Error
+				if i < 12 || !errors.Is(err, ErrShed) || !errors.As(err, &de) || de.RetryAfter != ms(500) || time.Since(start) != 0 {
+					t.Fatalf("caller %d: %v, after %v", i, err, time.Since(start))
+				}
+			default:
+				if i >= 12 {
+					t.Fatalf("caller %d queued behind 12 others: they leave in calls of 4, 250 ms apart", i)
+				}
+				queued = append(queued, done)
+			}
+		}
+		queued = append(queued, execAsync(c, Priority(), "SELECT 'priority'"))
+		synctest.Wait()
+		for ; len(g.sent()) < 5; time.Sleep(time.Second) {
+			g.answerAll()
+		}
+		g.answerAll()
+		for i, done := range append(queued, busy) {
+			if err := <-done; err != nil {
+				t.Errorf("queued caller %d: %v", i, err)
+			}
+		}
+	})
+}
+
 // A statement holding several SQL statements is refused before it is
 // queued: it never spoils a shared batch, and the others share theirs.
 func TestMultiStatementCallerNeverJoinsABatch(t *testing.T) {

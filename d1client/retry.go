@@ -122,6 +122,13 @@ func exhausted(a *budget.Account, wait time.Duration, err error) *Error {
 		Message: fmt.Sprintf("not sent: the request budget (%s) has no call for it; one may go in %s", a.Budget(), wait.Round(time.Millisecond))}
 }
 
+// shedError is the error of a call not queued because group commit's
+// queue was longer than it could wait; room may come after wait.
+func shedError(wait time.Duration) *Error {
+	return &Error{kind: kindShed, RetryAfter: wait, notSent: true,
+		Message: fmt.Sprintf("not sent: group commit's queue holds more than the call could wait for; room may come in %s", wait.Round(time.Millisecond))}
+}
+
 // blockedError is the error of a call not sent during a 971 block, until until.
 func blockedError(until time.Time, wait time.Duration) *Error {
 	return &Error{kind: kindRateLimited, StatusCode: http.StatusTooManyRequests, Codes: []int{971},

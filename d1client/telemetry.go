@@ -33,7 +33,7 @@ const (
 	attrHTTPStatus = attribute.Key("http.response.status_code")
 
 	defaultOperation = "exec"
-	numResults       = int(kindBudget) + 1 // ok, then each kind
+	numResults       = int(kindShed) + 1 // ok, then each kind
 )
 
 // callKinds name the kinds of call: one statement, one caller's batch, group commit.
@@ -43,7 +43,7 @@ var callKinds = [...]string{"single", "batch", "coalesced"}
 var kindClasses = [numResults]string{0: "ok", kindSQL: "sql", kindAuth: "auth", kindNoDatabase: "no_database",
 	kindRateLimited: "rate_limited", kindOverloaded: "overloaded", kindTransient: "transient", kindNonJSON: "non_json",
 	kindEnvelope: "envelope", kindResultCount: "result_count", kindTransport: "transport", kindInvalid: "invalid",
-	kindRejected: "rejected", kindBudget: "budget"}
+	kindRejected: "rejected", kindBudget: "budget", kindShed: "shed"}
 
 // class is the name of a kind of failure in metrics and spans.
 func (k kind) class() string { return kindClasses[k] }

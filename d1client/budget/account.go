@@ -121,6 +121,15 @@ type State struct {
 	Owed         int           // debts admitted and not yet paid (see Debt)
 }
 
+// Pace returns the time between calls at the current even pace (the
+// local Budget's, or the account's from its headers, the longer); zero when
+// nothing sets one.
+func (a *Account) Pace() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return max(a.localStep, a.accountInterval(time.Now()))
+}
+
 // State returns the Account's view of the budget.
 func (a *Account) State() State {
 	a.mu.Lock()

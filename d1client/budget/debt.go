@@ -97,6 +97,13 @@ func (l *Lane) paid(share float64) {
 // NewLane returns a new Lane on a.
 func (a *Account) NewLane() *Lane { return &Lane{a: a} }
 
+// Owed returns the debts admitted to l and not yet paid.
+func (l *Lane) Owed() int {
+	l.a.mu.Lock()
+	defer l.a.mu.Unlock()
+	return len(l.debts)
+}
+
 // admit records d as owed on l from now, unless it was paid or admitted
 // already; with a.mu held.
 func (l *Lane) admit(d *Debt, now time.Time) {
