@@ -3,6 +3,7 @@ package idemhttp_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -113,6 +114,36 @@ func TestSmallBudgetAdmitsOnlyWhatItOwes(t *testing.T) {
 		checkOwed(t, spec, r)
 		if r.Executed == 0 || r.Shed == 0 {
 			t.Errorf("%v: %d executed, %d refused; want some of each", spec, r.Executed, r.Shed)
+		}
+	})
+}
+
+// Overload sheds early: offered twice what the budget's calls carry (calls
+// of 8 statements at the default budget's pace, 4 a second: about 10 first
+// executions a second), for a minute, the middleware answers the excess
+// 503 idempotency_ledger_busy with a Retry-After at once, and the requests
+// it admits keep their latency: in fake time, none waits a second and a
+// half, and the answered stay at the ceiling. Without shedding the queue
+// grew until every request waited out its Timeout (10 s).
+func TestOverloadShedsEarly(t *testing.T) {
+	spec := loadSpec{Rate: 20, Duration: time.Minute, TTL: time.Second, Ledgers: 1, Latency: 20 * time.Millisecond,
+		Coalesce: d1client.CoalesceConfig{MaxStatements: 8}}
+	synctest.Test(t, func(t *testing.T) {
+		r := runLoad(t, spec)
+		checkOwed(t, spec, r)
+		slices.Sort(r.Latencies)
+		slices.Sort(r.Refusals)
+		t.Logf("answered p50 %v, p99 %v, slowest %v; refused %d, the slowest at %v", r.Latencies[len(r.Latencies)/2],
+			r.Latencies[len(r.Latencies)*99/100], r.Latencies[len(r.Latencies)-1], r.Shed, r.Refusals[len(r.Refusals)-1])
+		switch {
+		case r.Busy == 0 || r.Busy != r.Shed:
+			t.Errorf("%d refused, %d of them busy; want the excess refused busy", r.Shed, r.Busy)
+		case r.Refusals[len(r.Refusals)-1] != 0:
+			t.Errorf("a refusal took %v; want every one at once", r.Refusals[len(r.Refusals)-1])
+		case r.Latencies[len(r.Latencies)-1] >= 1500*time.Millisecond:
+			t.Errorf("an answered request took %v; want under 1.5 s", r.Latencies[len(r.Latencies)-1])
+		case float64(r.Answered) < 0.9*spec.Duration.Seconds()*4*8/3:
+			t.Errorf("%d answered in %v; want the ceiling, about %g", r.Answered, spec.Duration, spec.Duration.Seconds()*4*8/3)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package idemhttp_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -41,6 +42,7 @@ type loadSpec struct {
 	Account   bool
 	Ledgers   int
 	Latency   time.Duration
+	Coalesce  d1client.CoalesceConfig // the ledgers' clients' group commit
 }
 
 func (s loadSpec) String() string {
@@ -51,11 +53,13 @@ func (s loadSpec) String() string {
 // loadResult is what an open-loop load came to.
 type loadResult struct {
 	Requests, Answered, Shed, Other int
-	Executed                        int      // keys whose handler ran
-	Lost                            int      // executed keys whose row is not completed once every answer came
-	Second                          int      // keys whose handler ran more than once
-	NoRetryAfter                    int      // budget refusals without a Retry-After
-	Errors                          []string // the first line logged of each message
+	Executed                        int             // keys whose handler ran
+	Lost                            int             // executed keys whose row is not completed once every answer came
+	Second                          int             // keys whose handler ran more than once
+	NoRetryAfter                    int             // budget refusals without a Retry-After
+	Errors                          []string        // the first line logged of each message
+	Busy                            int             // 503 idempotency_ledger_busy
+	Latencies, Refusals             []time.Duration // of the 201 and 503 answers, from their start
 }
 
 // runLoad runs spec inside the calling synctest bubble and waits for every
@@ -105,20 +109,26 @@ func runLoad(t *testing.T, spec loadSpec) loadResult {
 	opts := idemhttp.Options{Principal: func(*http.Request) (string, error) { return "acct_1", nil }}
 	var servers []http.Handler
 	for range max(spec.Ledgers, 1) {
-		db := b.Database(admin.DatabaseID()).Client(t, func(c *d1client.Config) { c.Budget, c.Account = budget.Budget{}, acct })
+		db := b.Database(admin.DatabaseID()).Client(t, func(c *d1client.Config) {
+			c.Budget, c.Account, c.Coalesce = budget.Budget{}, acct, spec.Coalesce
+		})
 		servers = append(servers, idemhttp.Must(newLedger(t, db, cfg), opts)(handler))
 	}
 	type answer struct {
-		code       int
-		retryAfter string
+		code              int
+		error, retryAfter string
+		took              time.Duration
 	}
 	serve := func(h http.Handler, key string) answer {
+		start := time.Now()
 		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"sku":"a"}`))
 		req.Header.Set(idemhttp.HeaderKey, key)
 		req.Header.Set("Content-Type", "application/json")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
-		return answer{rec.Code, rec.Header().Get("Retry-After")}
+		var body struct{ Error string }
+		_ = json.Unmarshal(rec.Body.Bytes(), &body)
+		return answer{rec.Code, body.Error, rec.Header().Get("Retry-After"), time.Since(start)}
 	}
 
 	n := int(spec.Rate * spec.Duration.Seconds())
@@ -135,8 +145,13 @@ func runLoad(t *testing.T, spec loadSpec) loadResult {
 		switch a.code {
 		case http.StatusCreated:
 			res.Answered++
+			res.Latencies = append(res.Latencies, a.took)
 		case http.StatusServiceUnavailable:
 			res.Shed++
+			res.Refusals = append(res.Refusals, a.took)
+			if a.error == idemhttp.CodeLedgerBusy {
+				res.Busy++
+			}
 			if a.retryAfter == "" {
 				res.NoRetryAfter++
 			}

@@ -49,6 +49,7 @@ const (
 	CodeBodyUnreadable    = "request_body_unreadable"
 	CodeLedgerUnavailable = "idempotency_ledger_unavailable"
 	CodeBudgetExhausted   = "idempotency_budget_exhausted"
+	CodeLedgerBusy        = "idempotency_ledger_busy"
 	CodeRecordUnreadable  = "idempotency_record_unreadable"
 	CodeMutationAbandoned = "idempotency_mutation_not_committed"
 )
@@ -304,6 +305,8 @@ func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, err err
 		return m.refuse(w, outRecordUnreadable, 0)
 	case errors.Is(err, d1client.ErrBudget) || errors.Is(err, d1client.ErrRateLimited):
 		return m.refuse(w, outBudgetShed, wait)
+	case errors.Is(err, d1client.ErrShed):
+		return m.refuse(w, outLedgerBusy, wait)
 	}
 	m.log().LogAttrs(r.Context(), slog.LevelError, "idem: ledger unavailable; request refused", errAttrs(err)...)
 	return m.refuse(w, outLedgerUnavailable, wait)
@@ -477,6 +480,7 @@ const (
 	outBodyUnreadable
 	outLedgerUnavailable
 	outBudgetShed
+	outLedgerBusy
 	outRecordUnreadable
 	outUnprotected
 	numOutcomes
@@ -507,6 +511,7 @@ var answers = [numOutcomes]answer{
 	outBodyUnreadable:    {"body_unreadable", 400, CodeBodyUnreadable, "The request body could not be read."},
 	outLedgerUnavailable: {"ledger_unavailable", 503, CodeLedgerUnavailable, "The idempotency ledger is unavailable; retry later."},
 	outBudgetShed:        {"budget_shed", 503, CodeBudgetExhausted, "The idempotency ledger's request budget is spent; retry later."},
+	outLedgerBusy:        {"ledger_busy", 503, CodeLedgerBusy, "The idempotency ledger has more requests waiting than it can answer in time; retry after Retry-After seconds."},
 	outRecordUnreadable:  {"record_unreadable", 500, CodeRecordUnreadable, "The stored response for this Idempotency-Key cannot be read."},
 }
 
