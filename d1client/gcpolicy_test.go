@@ -12,9 +12,10 @@ var t0 = time.Unix(1_700_000_000, 0)
 
 func ms(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
 
-// testPolicy is the default policy: 512 statements, 4 calls in flight.
+// testPolicy is the default policy with calls of 512 statements and 512
+// KiB at most, 4 in flight.
 func testPolicy() groupPolicy {
-	cfg, _ := CoalesceConfig{}.withDefaults()
+	cfg, _ := CoalesceConfig{MaxStatements: 512, MaxBytes: 512 << 10}.withDefaults()
 	return newGroupPolicy(cfg)
 }
 

@@ -21,8 +21,8 @@ type CoalesceConfig struct {
 	// for the callers that one answered to come back: up to 1 s; 0 (the
 	// default) a round trip; negative: never.
 	Window        time.Duration
-	MaxStatements int // statements in one call: 1 to 10,000; default 512
-	MaxBytes      int // encoded statements of one call: 1 KiB to 50 MiB; default 512 KiB
+	MaxStatements int // statements in one call: 1 to 10,000; default 1024
+	MaxBytes      int // encoded statements of one call: 1 KiB to 50 MiB; default 2 MiB
 	MaxInFlight   int // coalesced calls in flight at once: 1 to 64; default 4
 	// MaxQueueWait is the longest a caller without Priority may expect to
 	// wait, beyond the next call's slot, for the calls that carry the work
@@ -43,8 +43,8 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 	}
 	c.MaxQueueWait = cmp.Or(max(c.MaxQueueWait, -1), defaultMaxQueueWait)
 	err := cmp.Or(
-		setting("Coalesce.MaxStatements", &c.MaxStatements, 1, 10_000, 512),
-		setting("Coalesce.MaxBytes", &c.MaxBytes, 1<<10, 50<<20, 512<<10),
+		setting("Coalesce.MaxStatements", &c.MaxStatements, 1, 10_000, 1024),
+		setting("Coalesce.MaxBytes", &c.MaxBytes, 1<<10, 50<<20, 2<<20),
 		setting("Coalesce.MaxInFlight", &c.MaxInFlight, 1, 64, 4),
 	)
 	return c, err
