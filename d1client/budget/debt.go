@@ -404,17 +404,6 @@ func (a *Account) window() time.Duration {
 	return per + per/ringMargin
 }
 
-// supply is the calls that may go by now+h, taking none before: those the
-// local window has free by then, and those the account's headers leave
-// this process (see accountSupply); with a.mu held.
-func (a *Account) supply(now time.Time, h time.Duration) int {
-	s := unlimitedSupply
-	if a.ring != nil {
-		s = a.sentBy(now.Add(h - a.window())) // they leave the window by now+h
-	}
-	return min(s, a.accountSupply(now, h))
-}
-
 // accountSupply is this process's share of the calls the account has by
 // now+h: those left before its reset, less what others spend meanwhile,
 // and then its share of each window's quota; with no current headers, a
