@@ -225,10 +225,10 @@ func (l *Ledger) claimAt(ctx context.Context, h *home, guard []d1client.Statemen
 
 // debt is what a claim owes the API budget, as d1client.Owes admits it:
 // its completion's call, which can wait minCompletionWindow at least (see
-// finish), and while it runs its heartbeats, every Heartbeat, each of
-// which can wait until the lease would end. Past MaxLease, when the
-// handler's context is cancelled, and a completion's window, it is
-// forgiven.
+// finish), and while the handler runs its heartbeats, every Heartbeat,
+// each of which can wait until the lease would end. It is forgiven after
+// MaxLease (when the handler's context is cancelled), a TTL and a
+// completion's window.
 func (l *Ledger) debt() *budget.Debt {
 	t := budget.Terms{Wait: minCompletionWindow, Life: l.cfg.MaxLease + l.cfg.TTL + minCompletionWindow}
 	if l.cfg.Heartbeat > 0 {
@@ -367,8 +367,9 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 		stmts = append(stmts, l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now()))
 	}
 	// Coalesced even with the caller's statements: should the fence guard or
-	// one of them fail, d1client sends each caller of the shared call again
-	// alone. Completions that share calls are what the budget counts on.
+	// one of them fail, d1client sends the shared call's callers again in
+	// halves until it is alone. Completions that share calls are what the
+	// budget counts on.
 	res, err := h.db.Exec(ctx, stmts, d1client.Idempotent(), d1client.RetryUntilDeadline(), d1client.Priority(),
 		d1client.Coalesce(), d1client.Pays(r.debt), opComplete)
 	if sweep && err != nil {
