@@ -39,7 +39,10 @@
 //     call. Answered, budget 503s, other errors, p50/p99, D1 calls per
 //     second, and completions lost (handlers executed minus completions
 //     stored, counted in D1). 150 req/s for 60 s; with -bench.long (make
-//     bench-budget) 20, 150 and 400 req/s for 600 s each.
+//     bench-budget) 20, 150 and 400 req/s for 600 s each. Then overload:
+//     twice the ceiling of calls of 512 statements (1,360 req/s) for 60 s,
+//     goodput, the answered p50/p99 and the time to a refusal (503
+//     idempotency_ledger_busy).
 //   - BenchmarkReplicas (-bench.long only; TestReplicasSmoke runs it for two
 //     seconds in go test): four replica processes of that service, the test
 //     binary re-executed, against one d1local, with the 971 answers d1local
@@ -73,8 +76,9 @@
 //     (BenchmarkBridgeOverhead, in conformance/, measures the bridge's own
 //     cost against raw binding calls.)
 //
-// Flags: -bench.long runs the long forms, and -bench.duration sets the
-// length of each open-loop run (60 s, or 600 s with -bench.long).
+// Flags: -bench.long runs the long forms, -bench.duration sets the length
+// of each open-loop run (60 s, or 600 s with -bench.long), and -bench.rates
+// runs BenchmarkOpenLoop at the rates given instead (no overload run).
 // -bench.vsspec-inflight N runs BenchmarkVsSpec with d1idem's group commit
 // never waiting and up to N calls in flight (Coalesce.Window -1,
 // MaxInFlight N): what spending calls buys in latency.

@@ -32,6 +32,8 @@ var (
 		"run the long forms: open-loop load at 20, 150 and 400 req/s and four replica processes, each for -bench.duration (default 600 s)")
 	loadDuration = flag.Duration("bench.duration", 0,
 		"length of each open-loop run; 0 means 60 s, or 600 s with -bench.long")
+	loadRates = flag.String("bench.rates", "",
+		"BenchmarkOpenLoop: comma-separated rates (first executions per second) to run instead of its own")
 	vsSpecInFlight = flag.Int("bench.vsspec-inflight", 0,
 		"BenchmarkVsSpec: with N > 0, d1idem's group commit never waits (Coalesce.Window -1) and keeps up to N calls in flight, spending calls for latency")
 )
@@ -268,9 +270,14 @@ type app struct {
 	executed atomic.Int64 // handler executions
 }
 
-// newApp builds the service's handler on the database databaseID at baseURL.
-func newApp(baseURL, databaseID string) (*app, http.Handler, error) {
-	db, err := newClient(baseURL, databaseID, poolClient(64), true)
+// newApp builds the service's handler on the database databaseID at baseURL,
+// its client's configuration adjusted by mods.
+func newApp(baseURL, databaseID string, mods ...func(*d1client.Config)) (*app, http.Handler, error) {
+	cfg := clientConfig(baseURL, databaseID, poolClient(64), true)
+	for _, m := range mods {
+		m(&cfg)
+	}
+	db, err := d1client.New(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -318,7 +325,9 @@ var body1KB = bytes.Repeat([]byte("x"), 1024)
 // load is the outcome of an open-loop run.
 type load struct {
 	sent, answered, budget, other int64
+	busy                          int64           // 503 idempotency_ledger_busy: shed by group commit's queue
 	latencies                     []time.Duration // of answered requests, from their scheduled start
+	refusals                      []time.Duration // of 503 answers (budget, busy, unavailable), from their scheduled start
 	perTarget                     []int64         // answered per target
 	others                        map[string]int  // other outcomes, by status and error code
 	firstBudget                   time.Duration   // from the start to the first budget 503; -1 if none
@@ -349,11 +358,16 @@ func openLoop(hc *http.Client, targets []string, rate float64, d time.Duration, 
 			took := time.Since(at)
 			mu.Lock()
 			defer mu.Unlock()
+			if strings.HasPrefix(outcome, "503 ") {
+				res.refusals = append(res.refusals, took)
+			}
 			switch {
 			case ok:
 				res.answered++
 				res.perTarget[target]++
 				res.latencies = append(res.latencies, took)
+			case outcome == "503 "+idemhttp.CodeLedgerBusy:
+				res.busy++
 			case outcome == "503 "+idemhttp.CodeBudgetExhausted:
 				res.budget++
 				if since := at.Sub(start); res.firstBudget < 0 || since < res.firstBudget {

@@ -7,12 +7,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/internal/d1test"
+	"github.com/d1idem/d1idem/internal/oteltest"
 )
 
 var ctx = context.Background()
@@ -265,4 +267,56 @@ func TestAccountBudgetIsNeverExceeded(t *testing.T) {
 	if served.Load() == 0 || st.Seen.IsZero() {
 		t.Error("nothing was served, or no Ratelimit header seen")
 	}
+}
+
+// A call made with Owes is taken only while the budget can keep the calls
+// its debt may need: on 10 calls an hour, four claims, each alone, are
+// admitted, and the next are refused unsent with ErrBudget and a
+// Retry-After, whether coalesced or not; the calls made with Pays, the
+// completions, find their calls, and pay the debts.
+func TestClaimsOweTheirCompletions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := d1test.InProcess(t, d1local.Config{Faults: func(d1local.Request) d1local.Fault { return d1local.Fault{Latency: 20 * time.Millisecond} }})
+		admin := b.NewClient(t)
+		newTable(t, admin)
+		rec := oteltest.New()
+		db := b.Database(admin.DatabaseID()).Client(t, func(c *d1client.Config) {
+			c.Budget, c.MeterProvider, c.TracerProvider = budget.New(10, time.Hour), rec.MeterProvider, rec.TracerProvider
+		})
+		var debts []*budget.Debt
+		for i := range 6 {
+			d := budget.NewDebt(budget.Terms{Wait: 2 * time.Second})
+			opts := []d1client.ExecOption{d1client.Owes(d)}
+			if i%2 == 0 {
+				opts = append(opts, d1client.Coalesce())
+			}
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			_, err := db.Exec(cctx, []d1client.Statement{{SQL: "INSERT INTO t VALUES (?, 1)", Params: []any{fmt.Sprint(i)}}}, opts...)
+			cancel()
+			var de *d1client.Error
+			switch {
+			case i < 4 && (err != nil || !d.Admitted()):
+				t.Fatalf("claim %d: %v (admitted %v)", i, err, d.Admitted())
+			case i >= 4 && (!errors.Is(err, d1client.ErrBudget) || !errors.As(err, &de) || de.RetryAfter <= 0 || d.Admitted()):
+				t.Fatalf("claim %d: %v (admitted %v); want ErrBudget with a Retry-After", i, err, d.Admitted())
+			}
+			debts = append(debts, d)
+		}
+		if n := rec.Collect(t).Value("d1idem.d1.budget.owed"); n != 4 {
+			t.Fatalf("%g debts owed; want 4", n)
+		}
+		for i, d := range debts[:4] {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := db.Exec(cctx, []d1client.Statement{{SQL: "UPDATE t SET v = 2 WHERE k = ?", Params: []any{fmt.Sprint(i)}}},
+				d1client.Priority(), d1client.Coalesce(), d1client.Pays(d))
+			cancel()
+			if err != nil {
+				t.Fatalf("completion %d: %v", i, err)
+			}
+		}
+		if n := rec.Collect(t).Value("d1idem.d1.budget.owed"); n != 0 {
+			t.Fatalf("%g debts owed after their completions", n)
+		}
+		time.Sleep(time.Second) // group commit's runner goes idle
+	})
 }

@@ -138,7 +138,7 @@ func New(cfg Config) (*Client, error) {
 		tel:     newTelemetry(cfg.MeterProvider, cfg.TracerProvider, cfg.DatabaseID),
 		bridge:  bridge,
 	}
-	c.batch = &batcher{pol: newGroupPolicy(cfg.Coalesce), c: c, kick: make(chan struct{}), returns: 1}
+	c.batch = &batcher{pol: newGroupPolicy(cfg.Coalesce), c: c, kick: make(chan struct{}), returns: 1, lane: account.NewLane()}
 	observeBudget(c, cfg.MeterProvider)
 	return c, nil
 }
@@ -189,6 +189,7 @@ type execOptions struct {
 	coalesce      bool
 	class         budget.Class
 	operation     string
+	owe, pay      *budget.Debt
 }
 
 // Idempotent marks the call safe to send again even if an earlier attempt
@@ -207,6 +208,19 @@ func Coalesce() ExecOption { return func(o *execOptions) { o.coalesce = true } }
 // earlier call started: it goes first, and may use the calls kept from other
 // work (budget.Budget.Kept).
 func Priority() ExecOption { return func(o *execOptions) { o.class = budget.Priority } }
+
+// Owes marks a call whose success obliges its caller to make a Priority
+// call later (a claim, later completed): the call is taken only if the
+// budget can keep, from then on, the calls d's terms may need (see
+// budget.Debt), and admits d when it is. A call refused for want of them
+// fails with ErrBudget, unsent. The caller pays d (d.Pay, or a call made
+// with Pays) when the obligation ends.
+func Owes(d *budget.Debt) ExecOption { return func(o *execOptions) { o.owe = d } }
+
+// Pays marks a call that pays back d, a debt admitted by a call made with
+// Owes (a completion, a release): taking it pays d, and it may use the
+// calls kept for d.
+func Pays(d *budget.Debt) ExecOption { return func(o *execOptions) { o.pay = d } }
 
 // Operation names the call in metrics and spans (d1idem.d1.operation): a
 // small fixed set; the default is "exec".
@@ -228,22 +242,17 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 		return nil, e
 	}
 	safe := readOnly || o.idempotent // may be sent again even if delivered
-	solo, cl := !o.coalesce, o.class
+	cl, d := o.class, debts{owe: o.owe, pay: o.pay}
+	send := c.batch.submit
+	if !o.coalesce {
+		send = c.call
+	}
 
 	var last *Error // the previous attempt's failure
 	for attempt := 1; ; attempt++ {
-		send := c.batch.submit
-		if solo {
-			send = c.call
-		}
 		actx, span := c.tel.startAttempt(ctx, op)
-		results, shared, err := send(actx, wire, cl) // shared: the statements of the call that carried ours
-		c.tel.endAttempt(span, op, attempt, !solo, len(stmts), shared, err)
-		if err != nil && err.siblingAbort { // sent again alone, not counted
-			solo = true
-			attempt--
-			continue
-		}
+		results, shared, err := send(actx, wire, cl, d) // shared: the statements of the call that carried ours
+		c.tel.endAttempt(span, op, attempt, o.coalesce, len(stmts), shared, err)
 		if err == nil {
 			c.stats.execs.Add(1)
 			c.tel.operation(op, 0, time.Since(start))
@@ -324,12 +333,22 @@ func redactAll(stmts []Statement) []string {
 	return out
 }
 
+// debts are the debt a call would admit and the one it pays (see Owes).
+type debts struct{ owe, pay *budget.Debt }
+
 // call sends the statements alone, on a call of class cl from the budget.
-func (c *Client) call(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, int, *Error) {
+func (c *Client) call(ctx context.Context, wire []wireStatement, cl budget.Class, d debts) ([]Result, int, *Error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, notSent(err, "")
 	}
-	if e := c.acquire(ctx, cl); e != nil {
+	call := budget.Call{Class: cl, Lane: c.batch.lane}
+	if d.pay != nil {
+		call.Pays, call.PayShare = []*budget.Debt{d.pay}, 1 // a call of its own
+	}
+	if d.owe != nil && !d.owe.Admitted() {
+		call.Owes = []*budget.Debt{d.owe}
+	}
+	if e := c.acquire(ctx, &call); e != nil {
 		return nil, 0, e
 	}
 	results, e := c.send(ctx, encodeBody(wire), len(wire), false)

@@ -26,6 +26,7 @@ const (
 	kindInvalid
 	kindRejected
 	kindBudget
+	kindShed
 )
 
 // Sentinel errors. Every error of this package is an [*Error] matching
@@ -73,13 +74,18 @@ var (
 	// ErrBudget: the API budget (see Account) had no call free a round
 	// trip before the context's deadline; Error.RetryAfter says when.
 	ErrBudget = errors.New("d1: request budget exhausted")
+	// ErrShed: group commit's queue held more work ahead of a call
+	// without Priority than it could wait for (CoalesceConfig.MaxQueueWait,
+	// or its deadline): refused at once, unsent; Error.RetryAfter says
+	// when the queue should have room.
+	ErrShed = errors.New("d1: request shed: the queue is longer than it can wait")
 )
 
 var kindSentinels = map[kind]error{
 	kindSQL: ErrSQL, kindAuth: ErrAuth, kindNoDatabase: ErrNoDatabase, kindRateLimited: ErrRateLimited,
 	kindOverloaded: ErrOverloaded, kindTransient: ErrTransient, kindNonJSON: ErrNonJSON,
 	kindEnvelope: ErrEnvelope, kindResultCount: ErrResultCount, kindTransport: ErrTransport,
-	kindInvalid: ErrInvalid, kindRejected: ErrRejected, kindBudget: ErrBudget,
+	kindInvalid: ErrInvalid, kindRejected: ErrRejected, kindBudget: ErrBudget, kindShed: ErrShed,
 }
 
 func (k kind) String() string {
@@ -114,10 +120,9 @@ type Error struct {
 	Attempts   int      // HTTP attempts made
 	Err        error    // the underlying cause, if any
 
-	kind         kind
-	violation    bool // a constraint violation, read from the message before redaction
-	notSent      bool // raised before the call was sent (budget, 971, deadline): never retried
-	siblingAbort bool // an SQL error of a shared call: each caller is sent again alone
+	kind      kind
+	violation bool // a constraint violation, read from the message before redaction
+	notSent   bool // raised before the call was sent (budget, 971, deadline): never retried
 }
 
 func (e *Error) Error() string {

@@ -12,6 +12,7 @@ import (
 type groupPolicy struct {
 	maxInFlight, maxStatements, maxBytes int           // from CoalesceConfig
 	window                               time.Duration // CoalesceConfig.Window
+	maxQueueWait                         time.Duration // CoalesceConfig.MaxQueueWait; negative: never shed
 	// gap: a waiting runner departs once no caller arrived for this long.
 	gap time.Duration
 	// gather: a runner started beside others gathers arriving callers for
@@ -27,7 +28,8 @@ type groupPolicy struct {
 func newGroupPolicy(cfg CoalesceConfig) groupPolicy {
 	return groupPolicy{
 		maxInFlight: cfg.MaxInFlight, maxStatements: cfg.MaxStatements, maxBytes: cfg.MaxBytes, window: cfg.Window,
-		gap: 2 * time.Millisecond, gather: 0.25, serial: 2 * time.Millisecond, serialShare: 0.125,
+		maxQueueWait: cfg.MaxQueueWait,
+		gap:          2 * time.Millisecond, gather: 0.25, serial: 2 * time.Millisecond, serialShare: 0.125,
 	}
 }
 
@@ -45,6 +47,9 @@ type groupView struct {
 	spare       bool          // the budget has a call now
 	plentiful   bool          // and its pace allows maxInFlight calls a round trip
 	base, per   time.Duration // a call lasts base + per × statements; 0: unknown
+	owing       int           // queued callers whose calls would admit a debt (see Owes)
+	owed        int           // debts admitted and not yet paid: priority work to come
+	pace        time.Duration // the budget's time between calls; 0: none
 }
 
 // flight is a call in flight. handed callers were handed over to its runner,
@@ -183,6 +188,38 @@ func (p groupPolicy) handoff(v groupView, f *flight, answered int) int {
 		}
 	}
 	return -1
+}
+
+// shed says whether a caller without priority, of n statements, arriving
+// with left before its deadline (0: none), is refused at once rather than
+// queued, and after how long it may come back. The calls needed to carry
+// the work ahead of it, priority first (what is queued, and the priority
+// work to come: the debts unpaid and those the queued callers would admit,
+// a statement each), leave one after another, at the budget's pace or as
+// fast as maxInFlight calls of D1's duration allow, whichever is slower:
+// a caller that would wait for more than maxQueueWait of them, or not
+// leave a round trip before its deadline, is shed. A standing queue adds
+// the same wait to everyone and no throughput: turned away at once, the
+// excess comes back later, and the callers admitted keep their latency.
+func (p groupPolicy) shed(v groupView, n int, left time.Duration) (bool, time.Duration) {
+	if p.maxQueueWait < 0 {
+		return false, 0
+	}
+	capacity := p.capacity(v)
+	work := v.stmts + v.owed + v.owing + n
+	calls := (work + capacity - 1) / capacity
+	interval := v.pace
+	if v.per > 0 {
+		interval = max(interval, (v.base+v.per*time.Duration(capacity))/time.Duration(p.maxInFlight))
+	}
+	wait := time.Duration(calls-1) * interval
+	switch {
+	case wait > p.maxQueueWait:
+		return true, wait - p.maxQueueWait + interval
+	case left > 0 && wait+v.rtt > left:
+		return true, wait + interval
+	}
+	return false, 0
 }
 
 // costModel fits a call's duration to base + per × statements by least

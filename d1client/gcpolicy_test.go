@@ -12,9 +12,10 @@ var t0 = time.Unix(1_700_000_000, 0)
 
 func ms(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
 
-// testPolicy is the default policy: 512 statements, 4 calls in flight.
+// testPolicy is the default policy with calls of 512 statements and 512
+// KiB at most, 4 in flight.
 func testPolicy() groupPolicy {
-	cfg, _ := CoalesceConfig{}.withDefaults()
+	cfg, _ := CoalesceConfig{MaxStatements: 512, MaxBytes: 512 << 10}.withDefaults()
 	return newGroupPolicy(cfg)
 }
 
@@ -214,5 +215,46 @@ func TestCostModel(t *testing.T) {
 	}
 	if base, per := m.estimate(); (base-ms(20)).Abs() > ms(0.01) || (per-ms(0.1)).Abs() > time.Microsecond {
 		t.Errorf("estimate %v + %v a statement, want 20ms + 100µs", base, per)
+	}
+}
+
+// A caller without priority is shed, at once, when the calls needed to
+// carry the work ahead of it, leaving at the budget's pace or as fast as
+// D1 runs them, would keep it waiting more than MaxQueueWait (500 ms) past
+// the next call, or past its deadline; it may come back once the excess
+// has left.
+func TestPolicyShed(t *testing.T) {
+	p := testPolicy()
+	pace := ms(250) // the default budget's
+	for _, c := range []struct {
+		name  string
+		v     groupView
+		left  time.Duration
+		shed  bool
+		retry time.Duration
+	}{
+		{"an idle queue", groupView{pace: pace}, 0, false, 0},
+		{"the next call carries it, whatever the pace", groupView{stmts: 400, pace: 6 * time.Minute}, 0, false, 0},
+		{"one more call: 250 ms", groupView{stmts: 800, pace: pace}, 0, false, 0},
+		{"two more calls: 500 ms, no more than it may wait", groupView{stmts: 1500, pace: pace}, 0, false, 0},
+		{"three more calls: 750 ms", groupView{stmts: 1600, pace: pace}, 0, true, ms(500)},
+		{"the completions of the debts unpaid go first", groupView{stmts: 1000, owed: 600, pace: pace}, 0, true, ms(500)},
+		{"and those of the callers queued to admit debts", groupView{stmts: 1000, owing: 600, pace: pace}, 0, true, ms(500)},
+		// 4 calls in flight of 40 ms + 512 x 0.1 ms: one leaves every 22.8 ms.
+		{"no pace: as fast as D1 runs the calls, 21 more", groupView{stmts: 512 * 21, base: ms(40), per: ms(0.1)}, 0, false, 0},
+		{"no pace: as fast as D1 runs the calls, 23 more", groupView{stmts: 512 * 23, base: ms(40), per: ms(0.1)}, 0, true, ms(47.2)},
+		{"no pace, no cost known: never", groupView{stmts: 1 << 20}, 0, false, 0},
+		{"its deadline comes first", groupView{stmts: 800, pace: pace, rtt: ms(20)}, ms(260), true, ms(500)},
+		{"its deadline allows", groupView{stmts: 800, pace: pace, rtt: ms(20)}, ms(280), false, 0},
+	} {
+		shed, retry := p.shed(c.v, 2, c.left)
+		if shed != c.shed || shed && retry != c.retry {
+			t.Errorf("%s: shed %v after %v, want %v after %v", c.name, shed, retry, c.shed, c.retry)
+		}
+	}
+	never := p
+	never.maxQueueWait = -1
+	if shed, _ := never.shed(groupView{stmts: 1 << 20, pace: pace}, 2, 0); shed {
+		t.Error("MaxQueueWait negative: shed")
 	}
 }

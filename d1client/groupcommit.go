@@ -14,16 +14,22 @@ import (
 // CoalesceConfig configures group commit: concurrent Exec calls made with
 // Coalesce() share D1 batch calls. A caller finding no call in flight is
 // sent at once; others queue for the next call, priority work first. A
-// statement failing in a shared call makes each of its callers be sent
-// again alone; any other failure reaches each caller.
+// statement failing in a shared call makes its callers be sent again in
+// halves until it is alone; any other failure reaches each caller.
 type CoalesceConfig struct {
 	// Window bounds how long a call waits, after the previous one returned,
 	// for the callers that one answered to come back: up to 1 s; 0 (the
 	// default) a round trip; negative: never.
 	Window        time.Duration
-	MaxStatements int // statements in one call: 1 to 10,000; default 512
-	MaxBytes      int // encoded statements of one call: 1 KiB to 50 MiB; default 512 KiB
+	MaxStatements int // statements in one call: 1 to 10,000; default 1024
+	MaxBytes      int // encoded statements of one call: 1 KiB to 50 MiB; default 2 MiB
 	MaxInFlight   int // coalesced calls in flight at once: 1 to 64; default 4
+	// MaxQueueWait is the longest a caller without Priority may expect to
+	// wait, beyond the next call's slot, for the calls that carry the work
+	// queued ahead of it; one that would wait longer is refused at once,
+	// unsent, with ErrShed. Up to 1 minute; 0 (the default) 500 ms;
+	// negative: never refused for the queue.
+	MaxQueueWait time.Duration
 }
 
 // withDefaults validates c and fills its zero fields with the defaults.
@@ -32,13 +38,20 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 		return c, invalidf("Config.Coalesce.Window is %s; accepted: negative (never wait), 0 (the default: a round trip) or up to 1s", c.Window)
 	}
 	c.Window = max(c.Window, -1)
+	if c.MaxQueueWait > time.Minute {
+		return c, invalidf("Config.Coalesce.MaxQueueWait is %s; accepted: negative (never refuse), 0 (the default: 500ms) or up to 1m", c.MaxQueueWait)
+	}
+	c.MaxQueueWait = cmp.Or(max(c.MaxQueueWait, -1), defaultMaxQueueWait)
 	err := cmp.Or(
-		setting("Coalesce.MaxStatements", &c.MaxStatements, 1, 10_000, 512),
-		setting("Coalesce.MaxBytes", &c.MaxBytes, 1<<10, 50<<20, 512<<10),
+		setting("Coalesce.MaxStatements", &c.MaxStatements, 1, 10_000, 1024),
+		setting("Coalesce.MaxBytes", &c.MaxBytes, 1<<10, 50<<20, 2<<20),
 		setting("Coalesce.MaxInFlight", &c.MaxInFlight, 1, 64, 4),
 	)
 	return c, err
 }
+
+// defaultMaxQueueWait is CoalesceConfig.MaxQueueWait's default.
+const defaultMaxQueueWait = 500 * time.Millisecond
 
 // batcher is group commit's mechanism; gcpolicy.go decides. A runner is a
 // goroutine holding one of maxInFlight call slots: it waits, takes a budget
@@ -46,12 +59,14 @@ func (c CoalesceConfig) withDefaults() (CoalesceConfig, error) {
 // for them to come back, until it has nothing to carry or hands its callers
 // over to the runner of a call in flight.
 type batcher struct {
-	pol groupPolicy
-	c   *Client
+	pol  groupPolicy
+	c    *Client
+	lane *budget.Lane // its calls' line: each carries all waiting priority work it can
 
 	mu          sync.Mutex
 	queue       [2][]*pendingGroup // by class: budget.Normal, budget.Priority
 	stmts, size int                // statements queued, and their share of a body
+	owing       int                // queued groups whose call would admit a debt
 	runners     int
 	departing   int // runners not in flight
 	flights     []*flight
@@ -67,9 +82,11 @@ type pendingGroup struct {
 	ctx      context.Context // the caller's attempt's
 	wire     []wireStatement
 	class    budget.Class
+	debts              // the debt its call admits, the one it pays
 	deadline time.Time // the caller's context's; zero: none
 	size     int
 	taken    bool // drained into a call: the caller can no longer withdraw it
+	owing    bool // its call would admit a debt, when queued
 	done     chan struct{}
 	results  []Result
 	err      *Error
@@ -84,7 +101,7 @@ func (b *batcher) view() groupView {
 	v := groupView{
 		now: time.Now(), groups: len(b.queue[budget.Normal]) + len(b.queue[budget.Priority]), stmts: b.stmts, size: b.size,
 		arrivals: b.arrivals, lastArrival: b.lastArrival, runners: b.runners, departing: b.departing,
-		rtt: b.c.account.RoundTrip(),
+		rtt: b.c.account.RoundTrip(), owing: b.owing,
 	}
 	v.flights = make([]flight, len(b.flights))
 	for i, f := range b.flights {
@@ -112,14 +129,14 @@ func (b *batcher) head() (cl budget.Class, dl time.Time) {
 
 // submit queues the statements for a shared call and returns their results
 // and the statements of the call that carried them (0: none did).
-func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Class) ([]Result, int, *Error) {
+func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Class, d debts) ([]Result, int, *Error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, notSent(err, "")
 	}
 	if until, on := b.c.account.Blocked(); on {
 		return nil, 0, blockedError(until, time.Until(until))
 	}
-	g := &pendingGroup{ctx: ctx, wire: wire, class: cl, done: make(chan struct{})}
+	g := &pendingGroup{ctx: ctx, wire: wire, class: cl, debts: d, owing: d.owe != nil && !d.owe.Admitted(), done: make(chan struct{})}
 	for _, w := range wire {
 		g.size += len(w) + 1 // its encoding and a comma: its exact share of a batch body
 	}
@@ -137,9 +154,14 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 		}
 	}
 	b.mu.Lock()
+	if cl == budget.Normal {
+		if shed, wait := b.pol.shed(b.shedView(), len(wire), time.Until(g.deadline)); shed {
+			b.mu.Unlock()
+			return nil, 0, shedError(wait)
+		}
+	}
 	b.queue[cl] = append(b.queue[cl], g)
-	b.stmts += len(wire)
-	b.size += g.size
+	b.count(g, 1)
 	b.arrivals++
 	b.lastArrival = time.Now()
 	b.changed()
@@ -167,8 +189,8 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 	if taken {
 		return nil, 0, &Error{kind: kindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
 	}
-	if at, why := b.c.account.NextSlot(cl, g.deadline); why == budget.WaitBudget {
-		return nil, 0, exhausted(b.c.account, time.Until(at), ctx.Err())
+	if e := b.heldBy(g, ctx.Err()); e != nil {
+		return nil, 0, e
 	}
 	return nil, 0, notSent(ctx.Err(), " while queued for group commit")
 }
@@ -188,10 +210,27 @@ func (b *batcher) start(gather bool) {
 func (b *batcher) withdraw(g *pendingGroup) {
 	if i := slices.Index(b.queue[g.class], g); i >= 0 {
 		b.queue[g.class] = slices.Delete(b.queue[g.class], i, i+1)
-		b.stmts -= len(g.wire)
-		b.size -= g.size
+		b.count(g, -1)
 		b.changed()
 	}
+}
+
+// count adds queued group g to the queue's counts (sign 1), or takes it
+// out of them (-1), with b.mu held.
+func (b *batcher) count(g *pendingGroup, sign int) {
+	b.stmts += sign * len(g.wire)
+	b.size += sign * g.size
+	if g.owing {
+		b.owing += sign
+	}
+}
+
+// shedView is the view of the shed decision, with b.mu held: view's, with
+// the priority work to come and the budget's pace.
+func (b *batcher) shedView() groupView {
+	v := b.view()
+	v.owed, v.pace = b.lane.Owed(), b.c.account.Pace()
+	return v
 }
 
 // changed wakes the runners waiting to depart.
@@ -204,7 +243,7 @@ func (b *batcher) changed() {
 func (b *batcher) run(w wait) {
 	b.mu.Lock()
 	for {
-		ok := b.await(w)
+		groups, stmts, ok := b.await(w)
 		if !w.gathering && w.answered > 0 {
 			back := min(float64(b.arrivals-w.arrivals)/float64(w.answered), 1)
 			b.returns += (back - b.returns) / 8
@@ -216,36 +255,39 @@ func (b *batcher) run(w wait) {
 			return
 		}
 		var on bool
-		if w, on = b.fly(); !on {
+		if w, on = b.fly(groups, stmts); !on {
 			return
 		}
 	}
 }
 
-// await waits, with b.mu held, until the runner may depart, and takes the
-// call from the budget. It returns false when there is nothing to carry.
-func (b *batcher) await(w wait) bool {
+// await waits, with b.mu held, until the runner may depart, takes the call
+// from the budget and the groups it carries from the queue. It returns
+// false when there is nothing to carry.
+func (b *batcher) await(w wait) ([]*pendingGroup, int, bool) {
 	var budgetSince time.Time // when the budget first had no call for it
 	for {
 		b.dropLate()
 		v := b.view()
 		depart, wake := b.pol.depart(v, w, b.returns)
 		if b.stmts == 0 && depart {
-			return false
+			return nil, 0, false
 		}
 		var changed <-chan struct{}
 		if depart {
-			cl, dl := b.head()
-			ok, at, why, ch := b.c.account.TryTake(cl, dl)
+			groups, call := b.pick(b.pol.capacity(v), b.pol.maxBytes)
+			_, ok, at, why, ch := b.c.account.TryCall(&call)
 			switch {
 			case ok:
 				if !budgetSince.IsZero() {
-					b.c.tel.waited(cl, time.Since(budgetSince))
+					b.c.tel.waited(call.Class, time.Since(budgetSince))
 				}
-				return true
+				groups, stmts := b.take(groups, false)
+				return groups, stmts, true
 			case why == budget.WaitBlock:
 				// A 971 arrived while these waited: nothing is sent.
-				groups, _ := b.drain(math.MaxInt, math.MaxInt)
+				groups, _ := b.pick(math.MaxInt, math.MaxInt)
+				groups, _ = b.take(groups, true)
 				e := blockedError(at, time.Until(at))
 				b.mu.Unlock()
 				deliver(groups, 0, nil, e)
@@ -270,8 +312,7 @@ func (b *batcher) await(w wait) bool {
 // fly sends a call drained from the queue, with b.mu held and the budget's
 // call taken. It returns the runner's next wait, with b.mu held, or false,
 // b.mu released, when the runner handed its callers over.
-func (b *batcher) fly() (wait, bool) {
-	groups, stmts := b.drain(b.pol.capacity(b.view()), b.pol.maxBytes)
+func (b *batcher) fly(groups []*pendingGroup, stmts int) (wait, bool) {
 	if start, gather := b.pol.leftover(b.view()); start {
 		b.start(gather)
 	}
@@ -280,7 +321,7 @@ func (b *batcher) fly() (wait, bool) {
 	b.flights = append(b.flights, f)
 	b.mu.Unlock()
 
-	results, err := b.call(groups, stmts)
+	b.call(groups, stmts)
 
 	b.mu.Lock()
 	b.flights = slices.DeleteFunc(b.flights, func(x *flight) bool { return x == f })
@@ -305,7 +346,9 @@ func (b *batcher) fly() (wait, bool) {
 		b.departing++ // before the callers wake: whoever comes back rides with this runner
 	}
 	b.mu.Unlock()
-	deliver(groups, stmts, results, err)
+	for _, g := range groups {
+		close(g.done)
+	}
 	if i >= 0 {
 		return wait{}, false
 	}
@@ -313,8 +356,13 @@ func (b *batcher) fly() (wait, bool) {
 	return b.pol.afterReturn(b.view(), since, answered), true
 }
 
-// call sends the groups' statements as one call, whose budget was taken.
-func (b *batcher) call(groups []*pendingGroup, stmts int) ([]Result, *Error) {
+// call sends the groups' statements as one call, whose budget was taken,
+// and records each group's outcome. A statement failing in a shared call
+// aborts the whole batch, and the error does not say whose it was: the
+// groups are sent again in two halves, on calls of their own, until the
+// failing one is alone, so that a failure costs about two calls per
+// halving rather than one per caller.
+func (b *batcher) call(groups []*pendingGroup, stmts int) {
 	wire := make([]wireStatement, 0, stmts)
 	for _, g := range groups {
 		wire = append(wire, g.wire...)
@@ -325,15 +373,46 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) ([]Result, *Error) {
 		ctx = context.WithoutCancel(groups[0].ctx)
 	}
 	results, err := b.c.send(ctx, encodeBody(wire), len(wire), true)
-	if err != nil && err.kind == kindSQL && len(groups) > 1 { // nothing committed: each sent again alone
-		err = &Error{kind: kindSQL, siblingAbort: true, Message: err.Message}
+	if err == nil || err.kind != kindSQL || len(groups) == 1 {
+		record(groups, stmts, results, err)
+		return
 	}
-	return results, err
+	half := len(groups) / 2
+	for _, part := range [][]*pendingGroup{groups[:half], groups[half:]} {
+		n := 0
+		for _, g := range part {
+			n += len(g.wire)
+		}
+		if e := b.acquireFor(part); e != nil {
+			record(part, 0, nil, e)
+			continue
+		}
+		b.call(part, n)
+	}
 }
 
-// deliver hands each group its results, or its own copy of the error, and
+// acquireFor takes a budget call for groups, sent again after a shared
+// call failed: of their first class, until their earliest deadline.
+func (b *batcher) acquireFor(groups []*pendingGroup) *Error {
+	call := budget.Call{Class: budget.Normal, Lane: b.lane}
+	var dl time.Time
+	for _, g := range groups {
+		call.Class = max(call.Class, g.class)
+		if !g.deadline.IsZero() && (dl.IsZero() || g.deadline.Before(dl)) {
+			dl = g.deadline
+		}
+	}
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if !dl.IsZero() {
+		ctx, cancel = context.WithDeadline(ctx, dl)
+	}
+	defer cancel()
+	return b.c.acquire(ctx, &call)
+}
+
+// record gives each group its results, or its own copy of the error, and
 // the statements of the call that carried it (shared).
-func deliver(groups []*pendingGroup, shared int, results []Result, err *Error) {
+func record(groups []*pendingGroup, shared int, results []Result, err *Error) {
 	off := 0
 	for _, g := range groups {
 		g.shared = shared
@@ -344,6 +423,13 @@ func deliver(groups []*pendingGroup, shared int, results []Result, err *Error) {
 			g.results = results[off : off+len(g.wire) : off+len(g.wire)]
 			off += len(g.wire)
 		}
+	}
+}
+
+// deliver records the groups' outcome (see record) and answers them.
+func deliver(groups []*pendingGroup, shared int, results []Result, err *Error) {
+	record(groups, shared, results, err)
+	for _, g := range groups {
 		close(g.done)
 	}
 }
@@ -354,43 +440,107 @@ func (b *batcher) dropLate() {
 	if rtt == 0 {
 		return
 	}
-	for _, q := range b.queue {
-		for i := len(q) - 1; i >= 0; i-- { // backwards: withdraw shifts what follows
-			if g, left := q[i], time.Until(q[i].deadline); !g.deadline.IsZero() && left < rtt {
-				b.withdraw(g)
-				g.taken = true
-				g.err = tooLate(left, rtt)
-				close(g.done)
+	now, dropped := time.Now(), false // one reading of the clock: the queue may be long
+	for c, q := range b.queue {
+		b.queue[c] = slices.DeleteFunc(q, func(g *pendingGroup) bool {
+			left := g.deadline.Sub(now)
+			if g.deadline.IsZero() || left >= rtt {
+				return false
 			}
+			b.count(g, -1)
+			g.taken = true
+			g.err = b.late(g, left, rtt)
+			close(g.done)
+			dropped = true
+			return true
+		})
+	}
+	if dropped {
+		b.changed()
+	}
+}
+
+// pick returns the queued groups the next call carries, priority first,
+// then first come first served, for one call of at most capacity statements
+// and maxBytes (a larger group travels alone), and that call as the budget
+// sees it: it carries all the lane's waiting priority work if all of it
+// fits, pays the debts of those groups and would admit theirs.
+func (b *batcher) pick(capacity, maxBytes int) ([]*pendingGroup, budget.Call) {
+	cl, dl := b.head()
+	call := budget.Call{Class: cl, Deadline: dl, Lane: b.lane, Drained: true}
+	var groups []*pendingGroup
+	stmts, size := 0, batchOverhead
+	for c := budget.Priority; ; c-- {
+		for _, g := range b.queue[c] {
+			if len(groups) > 0 && (stmts+len(g.wire) > capacity || size+g.size > maxBytes) {
+				call.Drained = call.Drained && c == budget.Normal
+				return groups, call
+			}
+			groups = append(groups, g)
+			stmts += len(g.wire)
+			size += g.size
+			if g.pay != nil {
+				call.Pays = append(call.Pays, g.pay)
+				call.PayShare = max(call.PayShare, b.share(g))
+			}
+			if g.owe != nil && !g.owe.Admitted() {
+				call.Owes = append(call.Owes, g.owe)
+			} else {
+				call.Others = true
+			}
+		}
+		if c == budget.Normal {
+			return groups, call
 		}
 	}
 }
 
-// drain takes the queued groups, priority first, then first come first
-// served, for one call of at most capacity statements and maxBytes (a
-// larger group travels alone).
-func (b *batcher) drain(capacity, maxBytes int) ([]*pendingGroup, int) {
-	var groups []*pendingGroup
-	stmts, size := 0, batchOverhead
-	for c := budget.Priority; ; c-- {
-		q := b.queue[c]
-		i := 0
-		for ; i < len(q); i++ {
-			g := q[i]
-			if len(groups) > 0 && (stmts+len(g.wire) > capacity || size+g.size > maxBytes) {
-				break
-			}
-			g.taken = true
-			groups = append(groups, g)
-			stmts += len(g.wire)
-			size += g.size
+// share is the share of a call of the most statements and bytes group
+// commit puts in one that group g takes.
+func (b *batcher) share(g *pendingGroup) float64 {
+	return max(float64(len(g.wire))/float64(b.pol.maxStatements), float64(g.size)/float64(b.pol.maxBytes-batchOverhead))
+}
+
+// take takes the groups pick chose out of the queue, all of them or but
+// those whose debt the budget did not admit, and returns them and their
+// statements.
+func (b *batcher) take(groups []*pendingGroup, all bool) ([]*pendingGroup, int) {
+	kept, stmts := groups[:0], 0
+	for _, g := range groups {
+		if !all && g.owe != nil && !g.owe.Admitted() {
+			continue
 		}
-		b.queue[c] = q[i:]
-		if i < len(q) || c == budget.Normal {
-			break
+		g.taken = true
+		b.count(g, -1)
+		kept = append(kept, g)
+		stmts += len(g.wire)
+	}
+	for c := range b.queue {
+		b.queue[c] = slices.DeleteFunc(b.queue[c], func(g *pendingGroup) bool { return g.taken })
+	}
+	return kept, stmts
+}
+
+// late is the error of group g, dropped with left, less than a round trip
+// of rtt, before its deadline: heldBy's, else tooLate's.
+func (b *batcher) late(g *pendingGroup, left, rtt time.Duration) *Error {
+	if e := b.heldBy(g, nil); e != nil {
+		return e
+	}
+	return tooLate(left, rtt)
+}
+
+// heldBy returns ErrBudget, with cause err, if the budget kept queued group
+// g waiting: its slot, or the calls its debt would need, are to come; nil
+// otherwise.
+func (b *batcher) heldBy(g *pendingGroup, err error) *Error {
+	if at, why := b.c.account.NextSlot(g.class, g.deadline); why == budget.WaitBudget {
+		return exhausted(b.c.account, time.Until(at), err)
+	}
+	if g.owe != nil && !g.owe.Admitted() {
+		if wait := b.c.account.Admission(b.lane, g.owe); wait > 0 {
+			return exhausted(b.c.account, wait, err)
 		}
 	}
-	b.stmts -= stmts
-	b.size -= size - batchOverhead
-	return groups, stmts
+	return nil
 }

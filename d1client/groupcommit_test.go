@@ -438,9 +438,10 @@ func (g *gate) answerAll() {
 }
 
 // A statement that fails in a shared call aborts the whole batch, and the
-// error does not say whose it was: every caller is sent again alone, the
-// failing one gets its own SQL error, the others their results.
-func TestSharedBatchFailureResendsEachAlone(t *testing.T) {
+// error does not say whose it was: the callers are sent again in halves
+// until the failing one is alone; it gets its own SQL error, the others
+// their results.
+func TestSharedBatchFailureIsFoundByHalving(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c, g := gcClient(t, budget.Unlimited(), CoalesceConfig{MaxInFlight: 1})
 		busy := execAsync(c, normalWork, "SELECT 'busy'")
@@ -468,8 +469,83 @@ func TestSharedBatchFailureResendsEachAlone(t *testing.T) {
 			}
 		}
 		sizes, _ := g.sizes(time.Now())
-		if !slices.Equal(sizes, []int{1, 4, 1, 1, 1, 1}) {
-			t.Errorf("calls of %v statements; want the four together, then each alone", sizes)
+		if !slices.Equal(sizes, []int{1, 4, 2, 2, 1, 1}) {
+			t.Errorf("calls of %v statements; want the four together, then two halves, then the failing half's two alone", sizes)
+		}
+	})
+}
+
+// Halving costs two calls per halving: 32 callers of one shared call, one
+// of them failing, are answered with 10 calls more (rather than 32), each
+// with its own result.
+func TestSharedBatchFailureCostsAFewCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, g := gcClient(t, budget.Unlimited(), CoalesceConfig{MaxInFlight: 1})
+		busy := execAsync(c, normalWork, "SELECT 'busy'")
+		g.sent()
+		var done []chan error
+		for i := range 32 {
+			sql := fmt.Sprintf("INSERT INTO t VALUES (%d)", i)
+			if i == 19 {
+				sql = "INSERT INTO missing_table VALUES (19)"
+			}
+			done = append(done, execAsync(c, normalWork, sql))
+		}
+		synctest.Wait()
+		g.answerAll()
+		if err := <-busy; err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range done {
+			if err := <-d; (i == 19) != errors.Is(err, ErrSQL) || i != 19 && err != nil {
+				t.Errorf("caller %d got %v", i, err)
+			}
+		}
+		if sizes, _ := g.sizes(time.Now()); len(sizes) != 1+1+10 || sizes[1] != 32 {
+			t.Errorf("calls of %v statements; want the 32 together, then 10 halves", sizes)
+		}
+	})
+}
+
+// Overload is shed at once: with the default budget's pace (a call every
+// 250 ms) and calls of 4 statements, callers are queued while the calls
+// that carry the work ahead of them would leave within 500 ms of the next
+// (MaxQueueWait): 12 of them; the next are refused at once, unsent, with
+// ErrShed and the time after which the queue should have room. Priority
+// work is never refused, and the callers queued are all answered.
+func TestOverloadIsShedAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, g := gcClient(t, budget.Budget{}, CoalesceConfig{MaxStatements: 4, MaxInFlight: 1})
+		busy := execAsync(c, normalWork, "SELECT 'busy'")
+		g.sent()
+		var queued []chan error
+		for i := range 16 {
+			start := time.Now()
+			done := execAsync(c, normalWork, fmt.Sprintf("SELECT %d", i))
+			synctest.Wait()
+			select {
+			case err := <-done:
+				var de *Error
+				if i < 12 || !errors.Is(err, ErrShed) || !errors.As(err, &de) || de.RetryAfter != ms(500) || time.Since(start) != 0 {
+					t.Fatalf("caller %d: %v, after %v", i, err, time.Since(start))
+				}
+			default:
+				if i >= 12 {
+					t.Fatalf("caller %d queued behind 12 others: they leave in calls of 4, 250 ms apart", i)
+				}
+				queued = append(queued, done)
+			}
+		}
+		queued = append(queued, execAsync(c, Priority(), "SELECT 'priority'"))
+		synctest.Wait()
+		for ; len(g.sent()) < 5; time.Sleep(time.Second) {
+			g.answerAll()
+		}
+		g.answerAll()
+		for i, done := range append(queued, busy) {
+			if err := <-done; err != nil {
+				t.Errorf("queued caller %d: %v", i, err)
+			}
 		}
 	})
 }

@@ -209,8 +209,9 @@ func TestNewValidatesConfig(t *testing.T) {
 			c.Account, _ = budget.NewAccount(budget.Budget{})
 		}, "Config.Budget and Config.Account are both set: give the Budget to budget.NewAccount"},
 		{"long coalesce window", func(c *Config) { c.Coalesce.Window = time.Minute }, "Config.Coalesce.Window is 1m0s; accepted: negative (never wait), 0 (the default: a round trip) or up to 1s"},
-		{"negative batch statements", func(c *Config) { c.Coalesce.MaxStatements = -1 }, "Config.Coalesce.MaxStatements is -1; accepted: 0 (the default, 512) or 1 to 10000"},
-		{"tiny batch bytes", func(c *Config) { c.Coalesce.MaxBytes = 100 }, "Config.Coalesce.MaxBytes is 100; accepted: 0 (the default, 524288) or 1024 to 52428800"},
+		{"negative batch statements", func(c *Config) { c.Coalesce.MaxStatements = -1 }, "Config.Coalesce.MaxStatements is -1; accepted: 0 (the default, 1024) or 1 to 10000"},
+		{"tiny batch bytes", func(c *Config) { c.Coalesce.MaxBytes = 100 }, "Config.Coalesce.MaxBytes is 100; accepted: 0 (the default, 2097152) or 1024 to 52428800"},
+		{"long queue wait", func(c *Config) { c.Coalesce.MaxQueueWait = 2 * time.Minute }, "Config.Coalesce.MaxQueueWait is 2m0s; accepted: negative (never refuse), 0 (the default: 500ms) or up to 1m"},
 		{"too many in flight", func(c *Config) { c.Coalesce.MaxInFlight = 65 }, "Config.Coalesce.MaxInFlight is 65; accepted: 0 (the default, 4) or 1 to 64"},
 	}
 	for _, tc := range tests {

@@ -85,12 +85,12 @@ func (c *Client) retryDelay(ctx context.Context, e *Error, attempt int, safe, un
 	return delay, true
 }
 
-// acquire takes a call of class cl from the Account, recording any wait, or
+// acquire takes call from the Account, recording any wait, or
 // returns the refusal: ErrBudget, ErrRateLimited, or ErrTransport (deadline).
-func (c *Client) acquire(ctx context.Context, cl budget.Class) *Error {
-	waited, err := c.account.Acquire(ctx, cl)
+func (c *Client) acquire(ctx context.Context, call *budget.Call) *Error {
+	_, waited, err := c.account.AcquireCall(ctx, call)
 	if waited > 0 {
-		c.tel.waited(cl, waited)
+		c.tel.waited(call.Class, waited)
 	}
 	if err == nil {
 		return nil
@@ -120,6 +120,13 @@ func tooLate(left, rtt time.Duration) *Error {
 func exhausted(a *budget.Account, wait time.Duration, err error) *Error {
 	return &Error{kind: kindBudget, RetryAfter: wait, notSent: true, Err: err,
 		Message: fmt.Sprintf("not sent: the request budget (%s) has no call for it; one may go in %s", a.Budget(), wait.Round(time.Millisecond))}
+}
+
+// shedError is the error of a call not queued because group commit's
+// queue was longer than it could wait; room may come after wait.
+func shedError(wait time.Duration) *Error {
+	return &Error{kind: kindShed, RetryAfter: wait, notSent: true,
+		Message: fmt.Sprintf("not sent: group commit's queue holds more than the call could wait for; room may come in %s", wait.Round(time.Millisecond))}
 }
 
 // blockedError is the error of a call not sent during a 971 block, until until.

@@ -33,7 +33,7 @@ const (
 	attrHTTPStatus = attribute.Key("http.response.status_code")
 
 	defaultOperation = "exec"
-	numResults       = int(kindBudget) + 1 // ok, then each kind
+	numResults       = int(kindShed) + 1 // ok, then each kind
 )
 
 // callKinds name the kinds of call: one statement, one caller's batch, group commit.
@@ -43,7 +43,7 @@ var callKinds = [...]string{"single", "batch", "coalesced"}
 var kindClasses = [numResults]string{0: "ok", kindSQL: "sql", kindAuth: "auth", kindNoDatabase: "no_database",
 	kindRateLimited: "rate_limited", kindOverloaded: "overloaded", kindTransient: "transient", kindNonJSON: "non_json",
 	kindEnvelope: "envelope", kindResultCount: "result_count", kindTransport: "transport", kindInvalid: "invalid",
-	kindRejected: "rejected", kindBudget: "budget"}
+	kindRejected: "rejected", kindBudget: "budget", kindShed: "shed"}
 
 // class is the name of a kind of failure in metrics and spans.
 func (k kind) class() string { return kindClasses[k] }
@@ -197,6 +197,8 @@ func observeBudget(c *Client, mp metric.MeterProvider) {
 		metric.WithDescription("API calls allowed per window: the Ratelimit-Policy's quota, or the local Budget's calls."))
 	reset, _ := m.Float64ObservableGauge("d1idem.d1.budget.reset", metric.WithUnit("s"),
 		metric.WithDescription("Seconds until the API budget's window resets, as the last response's Ratelimit header said."))
+	owed, _ := m.Int64ObservableGauge("d1idem.d1.budget.owed", metric.WithUnit("{call}"),
+		metric.WithDescription("Admitted calls whose Priority call to come (a claim's completion) the API budget keeps calls for."))
 	acct := c.account
 	opt := []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(attrAccount.String(c.cfg.AccountID)))}
 	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -211,8 +213,9 @@ func observeBudget(c *Client, mp metric.MeterProvider) {
 			o.ObserveInt64(remaining, int64(st.Remaining), opt...)
 			o.ObserveFloat64(reset, max(0, time.Until(st.Reset).Seconds()), opt...)
 		}
+		o.ObserveInt64(owed, int64(st.Owed), opt...)
 		return nil
-	}, remaining, limit, reset)
+	}, remaining, limit, reset, owed)
 	if err == nil && reg != nil {
 		runtime.AddCleanup(c, func(r metric.Registration) { _ = r.Unregister() }, reg)
 	}

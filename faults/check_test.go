@@ -483,7 +483,7 @@ func documented(q reqRec) bool {
 		return true
 	case q.Status == 409 && (q.Code == idemhttp.CodeKeyInProgress || q.Code == idemhttp.CodeKeyRetry):
 		return true
-	case q.Status == 503 && (q.Code == idemhttp.CodeLedgerUnavailable || q.Code == idemhttp.CodeBudgetExhausted || q.Code == idemhttp.CodeMutationAbandoned):
+	case q.Status == 503 && (q.Code == idemhttp.CodeLedgerUnavailable || q.Code == idemhttp.CodeBudgetExhausted || q.Code == idemhttp.CodeLedgerBusy || q.Code == idemhttp.CodeMutationAbandoned):
 		return true
 	}
 	return false
@@ -571,14 +571,15 @@ func (c *checker) settles() {
 }
 
 // innocent: the side callers each get their own result, or an error only
-// when their own call was faulted, never sent (a 971 block, the budget) or
+// when their own call was faulted, never sent (a 971 block, the budget, a
+// group commit queue too long to wait for on a loaded machine) or
 // not answered by its own deadline (a loaded machine); multi-statement SQL
 // is refused before it is sent; a write runs once (none when its error
 // says nothing was committed).
 func (c *checker) innocent() {
 	for _, sc := range c.o.Side {
 		k := pk{"side", sc.Token}
-		excused := sc.ErrKind == "rate_limited" || sc.ErrKind == "budget" || sc.Timeout || c.o.Faulted[sc.Token]
+		excused := sc.ErrKind == "rate_limited" || sc.ErrKind == "budget" || sc.ErrKind == "shed" || sc.Timeout || c.o.Faulted[sc.Token]
 		if c.o.MultiSQL[sc.Token] {
 			c.bad(k, invInnocent, "multi-statement SQL reached D1: %s", sc.SQL)
 		}

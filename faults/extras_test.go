@@ -327,7 +327,7 @@ func errKind(err error) string {
 		name string
 		err  error
 	}{
-		{"invalid", d1client.ErrInvalid}, {"budget", d1client.ErrBudget}, {"rate_limited", d1client.ErrRateLimited},
+		{"invalid", d1client.ErrInvalid}, {"budget", d1client.ErrBudget}, {"rate_limited", d1client.ErrRateLimited}, {"shed", d1client.ErrShed},
 		{"result_count", d1client.ErrResultCount}, {"sql", d1client.ErrSQL}, {"transport", d1client.ErrTransport},
 		{"transient", d1client.ErrTransient}, {"non_json", d1client.ErrNonJSON}, {"overloaded", d1client.ErrOverloaded},
 		{"envelope", d1client.ErrEnvelope}, {"rejected", d1client.ErrRejected},

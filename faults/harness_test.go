@@ -239,11 +239,13 @@ func (c calls) roundTrip() string {
 type policy func(req d1local.Request, c calls) d1local.Fault
 
 // Account IDs of clients whose calls the fault hook tells apart: the
-// randomized run's operator (never faulted) and its starved instance.
+// randomized run's operator (never faulted), its starved instance and its
+// steady instance.
 // Neither backend checks the account ID.
 const (
 	operatorAccount = "0000000000000000000000000000000a"
 	starvedAccount  = "0000000000000000000000000000000c"
+	steadyAccount   = "0000000000000000000000000000000d"
 )
 
 // world is one d1local server and one database holding the ledger schema,

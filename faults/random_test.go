@@ -65,6 +65,11 @@ type runConfig struct {
 	// and meets 971 blocks, so completions find the client blocked between
 	// the two round trips (the budget itself keeps a call for them).
 	Starved bool
+	// Steady: a fourth instance under steady open-loop load, on a budget
+	// paced as Cloudflare's default whose window fills within the run,
+	// with handlers of half the TTL and heartbeats: no completion of it may
+	// be starved of budget (its calls meet no random fault).
+	Steady bool
 	// TwoKeys: some requests carry two Idempotency-Key fields (every key
 	// sends one with AllTwoKeys).
 	TwoKeys, AllTwoKeys bool
@@ -87,7 +92,7 @@ type runConfig struct {
 
 // withAll turns every further path of the model on.
 func (c runConfig) withAll() runConfig {
-	c.Operator, c.Side, c.Starved, c.TwoKeys = true, true, true, true
+	c.Operator, c.Side, c.Starved, c.Steady, c.TwoKeys = true, true, true, true, true
 	return c
 }
 
@@ -217,12 +222,27 @@ const (
 	instNoHeartbeat = "A" // heartbeats off: slow handlers are taken over
 	instHeartbeat   = "B" // heartbeats on: slow handlers keep their key
 	instStarved     = "C" // heartbeats off, a tiny D1 budget and 971 blocks
+	instSteady      = "D" // heartbeats on, steady load on a budget whose window fills
 )
 
 // The starved instance's D1 budget: one call in 4 s for claims, and the
 // one d1client keeps of every window for completions, so that a completion
 // never finds the budget empty: it is starved by a 971 instead.
 var starvedBudget = budget.New(2, 4*time.Second)
+
+// The steady instance's budget, its load and its handlers: Cloudflare's
+// pace (4 calls a second) in a window of 5 s, which 10 requests a second
+// fill within the short run, handlers of half the TTL. Claims can wait 10 s
+// for a call (the middleware's Timeout), completions about 2 s: once the
+// window is full, only the debt the budget keeps for admitted claims saves
+// their completions.
+var (
+	steadyBudget = budget.New(20, 5*time.Second)
+	steadyRate   = 10.0
+)
+
+// steadyClient is the client number of the steady load's keys.
+const steadyClient = -2
 
 // runRandomized runs the workload and returns its observations.
 func runRandomized(t *testing.T, cfg runConfig) (*observations, *randomRun) {
@@ -239,15 +259,21 @@ func runRandomized(t *testing.T, cfg runConfig) (*observations, *randomRun) {
 	if cfg.Starved {
 		names = append(names, instStarved)
 	}
+	if cfg.Steady {
+		names = append(names, instSteady)
+	}
 	for _, name := range names {
 		hb := time.Duration(-1)
-		if name == instHeartbeat {
+		if name == instHeartbeat || name == instSteady {
 			hb = cfg.TTL / 3
 		}
 		sp := stackSpec{cfg: cfg.ledgerConfig(hb), outer: run.outer, inner: run.inner,
 			mk: func(db *d1client.Client) http.Handler { return &randHandler{run: run, inst: name, db: db} }}
-		if name == instStarved {
+		switch name {
+		case instStarved:
 			sp.mods = append(sp.mods, func(c *d1client.Config) { c.Budget, c.AccountID = starvedBudget, starvedAccount })
+		case instSteady:
+			sp.mods = append(sp.mods, func(c *d1client.Config) { c.Budget, c.AccountID = steadyBudget, steadyAccount })
 		}
 		if cfg.Mutant == mutantMultiStatementSent {
 			sp.mods = append(sp.mods, w.splittingTransport)
@@ -280,10 +306,16 @@ func runRandomized(t *testing.T, cfg runConfig) (*observations, *randomRun) {
 		go func() { defer wg.Done(); run.doOp(run.plan(0, -1, 0)) }()
 	}
 	deadline := run.start.Add(cfg.Duration)
-	for c := 0; c < cfg.Clients; c++ {
+	clientsDone := make(chan struct{})
+	if cfg.Steady {
 		wg.Add(1)
+		go func() { defer wg.Done(); run.steadyLoad(deadline, clientsDone) }()
+	}
+	var clients sync.WaitGroup
+	for c := 0; c < cfg.Clients; c++ {
+		clients.Add(1)
 		go func() {
-			defer wg.Done()
+			defer clients.Done()
 			for round := 0; round == 0 || time.Now().Before(deadline); round++ {
 				for j := 0; j < cfg.Keys; j++ {
 					run.doOp(run.plan(round, c, j))
@@ -291,6 +323,8 @@ func runRandomized(t *testing.T, cfg runConfig) (*observations, *randomRun) {
 			}
 		}()
 	}
+	clients.Wait()
+	close(clientsDone)
 	wg.Wait()
 	stopExtras()
 	// Let every abandoned handler and its completion finish.
@@ -324,6 +358,29 @@ func runRandomized(t *testing.T, cfg runConfig) (*observations, *randomRun) {
 		s.logs.mu.Unlock()
 	}
 	return o, run
+}
+
+// steadyLoad sends the steady instance a fresh key every 1/steadyRate s,
+// whatever the answers, until the run's deadline has passed and the
+// clients are done (the short run: until they are), each once: an
+// open-loop client that does not retry.
+func (run *randomRun) steadyLoad(deadline time.Time, clientsDone <-chan struct{}) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	tick := time.NewTicker(time.Duration(float64(time.Second) / steadyRate))
+	defer tick.Stop()
+	for j := 0; ; j++ {
+		select {
+		case <-clientsDone:
+			if !time.Now().Before(deadline) {
+				return
+			}
+		default:
+		}
+		p := run.plan(0, steadyClient, j)
+		wg.Go(func() { run.doOp(p) })
+		<-tick.C
+	}
 }
 
 // d1Offset returns D1's clock at the local time at, and its uncertainty in
@@ -376,6 +433,9 @@ WHERE kind = 'completed_row_updated' OR (kind IN ('completed_row_deleted', 'pend
 // is the starved instance's: one key, in round 0.
 func (run *randomRun) plan(round, c, j int) *keyPlan {
 	k := pk{fmt.Sprintf("acct%d", (c+4)%4), fmt.Sprintf("r%d-c%02d-k%02d", round, c, j)}
+	if c == steadyClient {
+		k.K = fmt.Sprintf("steady-k%05d", j)
+	}
 	rng := rngFor(run.cfg.Seed, "key", k.P, k.K)
 	p := &keyPlan{Client: c, Key: k, rng: rng, dupRng: rngFor(run.cfg.Seed, "dup", k.P, k.K)}
 	p.Body = fmt.Sprintf(`{"sku":"s%d","qty":%d}`, rng.IntN(1000), 1+rng.IntN(9))
@@ -429,7 +489,13 @@ func (run *randomRun) plan(round, c, j int) *keyPlan {
 		p.forcedExec = &execPlan{Outlive: true, Mode: run.defaultMode()}
 		p.FirstInst = instNoHeartbeat
 	}
-	if c < 0 {
+	if c == steadyClient {
+		// Sent once, whatever the answer, to the steady instance, patient;
+		// its handler takes half the TTL.
+		p.Invalid, p.Dup, p.TwoKeys, p.Replays = false, false, false, 0
+		p.Abandon, p.Patient, p.FirstInst = true, true, instSteady
+		p.forcedExec = &execPlan{Delay: run.cfg.TTL / 2, Mode: modePlain}
+	} else if c < 0 {
 		// The starved instance's first claim takes its one call (this one,
 		// or another made at the same moment, which then waits for the
 		// next): its completion meets a 971 (see fault).
@@ -646,6 +712,9 @@ func (run *randomRun) fault(req d1local.Request, c calls) d1local.Fault {
 	rt := c.roundTrip()
 	if rt == "other" {
 		return d1local.Fault{} // the broken variant's direct business writes
+	}
+	if req.AccountID == steadyAccount {
+		return d1local.Fault{} // the budget is what the steady instance meets
 	}
 	starved := req.AccountID == starvedAccount
 	if starved && (c.complete || c.guard) && run.starvedCompletions.Add(1) == 1 {
@@ -940,7 +1009,8 @@ type runStats struct {
 	Latin1Stored                             int
 	Ops                                      map[string]int
 	Side                                     map[string]int
-	Starved                                  int // completions of the starved instance that found its budget empty or blocked
+	Starved971, StarvedBudget                int // completions of the starved instance that found its client blocked by a 971, or its budget empty (after D1 failures)
+	Steady                                   steadyStats
 	Violations, Monitored                    int
 	Faults                                   map[string]int
 	FaultTotal                               int
@@ -971,11 +1041,17 @@ func (run *randomRun) stats(o *observations, res checkResult) runStats {
 		}
 	}
 	if st := run.insts[instStarved]; st != nil {
-		// A transactional completion that was not committed, or a plain
-		// one that was not stored, for want of budget.
-		for _, l := range append(st.logs.find("were not committed"), st.logs.find("completion not stored")...) {
-			if e := l.Attrs["error"]; strings.Contains(e, "budget") || strings.Contains(e, "rate limit") {
-				s.Starved++
+		s.Starved971, s.StarvedBudget = starved(st, "rate limit"), starved(st, "budget exhausted")
+	}
+	if st := run.insts[instSteady]; st != nil {
+		s.Steady = steadyStats{Starved: starved(st, "budget exhausted"), Calls: st.db.Stats().Calls}
+		for _, r := range o.Requests {
+			switch {
+			case r.Instance != instSteady:
+			case r.Status == http.StatusCreated:
+				s.Steady.Answered++
+			case r.Code == idemhttp.CodeBudgetExhausted || r.Code == idemhttp.CodeLedgerBusy:
+				s.Steady.Refused++
 			}
 		}
 	}
@@ -989,6 +1065,26 @@ func (run *randomRun) stats(o *observations, res checkResult) runStats {
 		s.FaultTotal += n
 	}
 	return s
+}
+
+// steadyStats are the figures of the steady instance: answers 201,
+// claims turned away by its budget, its D1 calls, and its completions
+// starved of budget (which must be none).
+type steadyStats struct {
+	Answered, Refused, Starved int
+	Calls                      int64
+}
+
+// starved counts instance st's completions that were not stored (or, with
+// Tx statements, not committed) for an error saying why.
+func starved(st *stack, why string) int {
+	n := 0
+	for _, l := range append(st.logs.find("were not committed"), st.logs.find("completion not stored")...) {
+		if strings.Contains(l.Attrs["error"], why) {
+			n++
+		}
+	}
+	return n
 }
 
 // countAnswers counts the clients' answers by status and code.
@@ -1060,8 +1156,12 @@ func (s runStats) report(cfg runConfig, elapsed time.Duration) string {
 		cfg.Seed, cfg.Clients, cfg.Keys, cfg.TTL, cfg.maxLease(), cfg.retention(), cfg.Duration, elapsed.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  keys (scenarios) %d, requests %d, handler executions %d %v\n", s.Keys, s.Requests, s.Execs, fmtMap(s.Outcomes))
 	fmt.Fprintf(&b, "  answers %v\n", fmtMap(s.Answers))
-	fmt.Fprintf(&b, "  D1 audit: claims %d, takeovers %d, releases %d, stored completions %d (Location not UTF-8: %d), completed rows forgotten by the operator %d, rows swept %d; ledger logs: fenced out %d, lease lost %d, completions starved of budget %d\n",
-		s.Claims, s.Takeovers, s.Releases, s.Completions, s.Latin1Stored, s.Forgotten, s.Deleted, s.FencedOut, s.LeaseLost, s.Starved)
+	fmt.Fprintf(&b, "  D1 audit: claims %d, takeovers %d, releases %d, stored completions %d (Location not UTF-8: %d), completed rows forgotten by the operator %d, rows swept %d; ledger logs: fenced out %d, lease lost %d, completions starved by a 971 %d, of budget after D1 failures %d\n",
+		s.Claims, s.Takeovers, s.Releases, s.Completions, s.Latin1Stored, s.Forgotten, s.Deleted, s.FencedOut, s.LeaseLost, s.Starved971, s.StarvedBudget)
+	if cfg.Steady {
+		fmt.Fprintf(&b, "  steady load (%g/s, budget %v): answered 201 %d, claims turned away %d, D1 calls %d, completions starved of budget %d\n",
+			steadyRate, steadyBudget, s.Steady.Answered, s.Steady.Refused, s.Steady.Calls, s.Steady.Starved)
+	}
 	fmt.Fprintf(&b, "  operator %v\n", fmtMap(s.Ops))
 	fmt.Fprintf(&b, "  side callers %v\n", fmtMap(s.Side))
 	fmt.Fprintf(&b, "  faults injected %d: %v\n", s.FaultTotal, fmtMap(s.Faults))
@@ -1084,9 +1184,10 @@ func (s runStats) summary(cfg runConfig, elapsed time.Duration) string {
 		kind, _, _ := strings.Cut(k, "@")
 		kinds[kind] += n
 	}
-	return fmt.Sprintf("SUMMARY backend=%s seed=%d elapsed=%v keys=%d requests=%d executions=%d claims=%d takeovers=%d fenced_out=%d stored_completions=%d replays=%d operator_ops=%d side_calls=%d faults=%d %v violations=%d",
+	return fmt.Sprintf("SUMMARY backend=%s seed=%d elapsed=%v keys=%d requests=%d executions=%d claims=%d takeovers=%d fenced_out=%d stored_completions=%d replays=%d operator_ops=%d side_calls=%d steady_answered=%d steady_refused=%d steady_starved=%d faults=%d %v violations=%d",
 		backend, cfg.Seed, elapsed.Round(time.Second), s.Keys, s.Requests, s.Execs, s.Claims, s.Takeovers, s.FencedOut, s.Completions,
-		s.Replays, total(s.Ops)-s.Ops["sweep_deleted"], total(s.Side), s.FaultTotal, fmtMap(kinds), s.Violations)
+		s.Replays, total(s.Ops)-s.Ops["sweep_deleted"], total(s.Side), s.Steady.Answered, s.Steady.Refused, s.Steady.Starved,
+		s.FaultTotal, fmtMap(kinds), s.Violations)
 }
 
 func total(m map[string]int) int {
@@ -1233,12 +1334,17 @@ func requireCoverage(t *testing.T, cfg runConfig, s runStats) {
 		{"side calls faulted", s.Faults["internal500@side"] + s.Faults["internal500+after_commit@side"] + s.Faults["lost_response@side"] +
 			s.Faults["badgateway502@side"] + s.Faults["badgateway502+after_commit@side"] + s.Faults["overloaded429@side"] +
 			s.Faults["overloaded429+after_commit@side"], cfg.Side && !cfg.NoFaults},
-		{"completions starved of budget", s.Starved, cfg.Starved && !cfg.NoFaults},
+		{"completions starved by a 971", s.Starved971, cfg.Starved && !cfg.NoFaults},
+		{"steady-load answers", s.Steady.Answered, cfg.Steady},
+		{"steady-load calls past its budget's first window", int(s.Steady.Calls) - steadyBudget.Calls(), cfg.Steady},
 	}
 	for _, c := range checks {
-		if c.on && c.n == 0 {
+		if c.on && c.n <= 0 {
 			t.Errorf("coverage: no %s in the run", c.what)
 		}
+	}
+	if s.Steady.Starved > 0 {
+		t.Errorf("the budget lost %d completions of the steady load: admitted claims' completions found no call", s.Steady.Starved)
 	}
 }
 

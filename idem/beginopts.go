@@ -48,8 +48,11 @@ func (l *Ledger) ttl(r *Reservation) time.Duration { return cmp.Or(r.ttl, l.cfg.
 
 // heartbeatOf returns how often Hold renews r's lease: Config.Heartbeat,
 // scaled as r's TTL is to the ledger's (at least 1ms), or negative: never.
-func (l *Ledger) heartbeatOf(r *Reservation) time.Duration {
-	hb, ttl := l.cfg.Heartbeat, l.ttl(r)
+func (l *Ledger) heartbeatOf(r *Reservation) time.Duration { return l.heartbeatFor(l.ttl(r)) }
+
+// heartbeatFor returns how often a lease of the given TTL is renewed.
+func (l *Ledger) heartbeatFor(ttl time.Duration) time.Duration {
+	hb := l.cfg.Heartbeat
 	if hb <= 0 || ttl == l.cfg.TTL {
 		return hb
 	}

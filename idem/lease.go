@@ -41,7 +41,9 @@ func (l *Ledger) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 			return
 		case <-tick.C:
 		}
-		rctx, stop := context.WithTimeout(beat, every)
+		// A renewal may wait for a call until the lease would end (a
+		// budget's scarce calls carry many together): it is sent in time.
+		rctx, stop := context.WithDeadline(beat, r.leaseStart().Add(l.ttl(r)))
 		ok, err := l.Renew(rctx, r)
 		stop()
 		switch {

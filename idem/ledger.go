@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1client/budget"
 )
 
 const (
@@ -127,6 +128,7 @@ type Reservation struct {
 	acquired      time.Time     // local monotonic time just before the claim was sent
 	clockAcquired time.Time     // the injected clock's time of the claim; zero with D1's clock
 	renewed       *atomic.Int64 // nanoseconds after acquired of the last renewal's start
+	debt          *budget.Debt  // what the claim owes the API budget: paid by the completion or release
 }
 
 // homeOf returns the database r was claimed in.
@@ -218,23 +220,42 @@ func (l *Ledger) claimAt(ctx context.Context, h *home, guard []d1client.Statemen
 		stmts = append(guard, stmts...)
 	}
 	acquired := time.Now()
-	res, err := h.db.Exec(ctx, stmts, d1client.Coalesce(), opClaim)
+	debt := l.debt(ttl)
+	res, err := h.db.Exec(ctx, stmts, d1client.Coalesce(), opClaim, d1client.Owes(debt))
 	if err != nil {
+		debt.Pay()
 		return Decision{}, fmt.Errorf("idem: claim: %w", err)
 	}
 	d, err := l.decide(res[len(guard):], principal, key, fingerprint, acquired, ttl)
 	if d.Outcome == Replay {
 		l.cache.put(principal, key, fingerprint, d.Response, acquired.Add(d.retained))
 	}
-	if d.Reservation != nil {
-		d.Reservation.clockAcquired = now
-		d.Reservation.ttl = ttl
-		d.Reservation.home = h
-		if d.Reservation.Takeover {
-			l.tel.takeovers.Add(ctx, 1)
-		}
+	if d.Reservation == nil {
+		debt.Pay() // nothing to complete
+		return d, err
+	}
+	d.Reservation.clockAcquired = now
+	d.Reservation.ttl = ttl
+	d.Reservation.home = h
+	d.Reservation.debt = debt
+	if d.Reservation.Takeover {
+		l.tel.takeovers.Add(ctx, 1)
 	}
 	return d, err
+}
+
+// debt is what a claim owes the API budget, as d1client.Owes admits it:
+// its completion's call, which can wait minCompletionWindow at least (see
+// finish), and while the handler runs its heartbeats, every Heartbeat (scaled to ttl),
+// each of which can wait until the lease would end. It is forgiven after
+// MaxLease (when the handler's context is cancelled), a TTL and a
+// completion's window.
+func (l *Ledger) debt(ttl time.Duration) *budget.Debt {
+	t := budget.Terms{Wait: minCompletionWindow, Life: l.cfg.MaxLease + ttl + minCompletionWindow}
+	if hb := l.heartbeatFor(ttl); hb > 0 {
+		t.Every, t.EveryWait = hb, ttl-hb
+	}
+	return budget.NewDebt(t)
 }
 
 // decide maps round trip 1's results (the claim, the lookup) to the outcome.
@@ -396,6 +417,8 @@ func (l *Ledger) prepare(ctx context.Context, r *Reservation, resp Response, rep
 
 // finish sends a completion batch (and a due sweep), recording it in w.done.
 func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1client.Statement, userStmts int, w *completionWrite) error {
+	// Taking the completion's first call pays its debt; failing before, this does.
+	defer r.debt.Pay()
 	now := time.Now() // retries stop when the lease would expire, but get minCompletionWindow
 	ctx, cancel, err := l.writeContext(ctx, r, now.Add(max(r.leaseStart().Add(l.ttl(r)).Sub(now), minCompletionWindow)))
 	if err != nil {
@@ -407,11 +430,12 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 	if sweep {
 		stmts = append(stmts, l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now()))
 	}
-	opts := []d1client.ExecOption{d1client.Idempotent(), d1client.RetryUntilDeadline(), d1client.Priority(), opComplete}
-	if userStmts == 0 {
-		opts = append(opts, d1client.Coalesce())
-	}
-	res, err := h.db.Exec(ctx, stmts, opts...)
+	// Coalesced even with the caller's statements: should the fence guard or
+	// one of them fail, d1client sends the shared call's callers again in
+	// halves until it is alone. Completions that share calls are what the
+	// budget counts on.
+	res, err := h.db.Exec(ctx, stmts, d1client.Idempotent(), d1client.RetryUntilDeadline(), d1client.Priority(),
+		d1client.Coalesce(), d1client.Pays(r.debt), opComplete)
 	if sweep && err != nil {
 		h.sweepAgain()
 	} else if sweep {
@@ -534,8 +558,9 @@ func shortHash(s string) string {
 // Release gives up a pending reservation, fenced, moving its row a generation on so the client's
 // retry takes it over at once; it reports whether it released the row.
 func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
+	defer r.debt.Pay()
 	stmt := l.sql.release(r.Principal, r.Key, r.Generation, l.ttl(r), releaseOwner, l.now())
-	ok, err := l.fencedWrite(ctx, r, "release", stmt, opRelease)
+	ok, err := l.fencedWrite(ctx, r, "release", stmt, opRelease, d1client.Pays(r.debt))
 	if errors.Is(err, ErrReservationExpired) {
 		l.expired(ctx, r, "release")
 	}
@@ -544,7 +569,7 @@ func (l *Ledger) Release(ctx context.Context, r *Reservation) (bool, error) {
 }
 
 // fencedWrite sends stmt, fenced by r's generation, and reports if it matched.
-func (l *Ledger) fencedWrite(ctx context.Context, r *Reservation, what string, stmt d1client.Statement, op d1client.ExecOption) (bool, error) {
+func (l *Ledger) fencedWrite(ctx context.Context, r *Reservation, what string, stmt d1client.Statement, op ...d1client.ExecOption) (bool, error) {
 	h, err := l.homeOf(r)
 	if err != nil {
 		return false, fmt.Errorf("idem: %s: %w", what, err)
@@ -554,7 +579,7 @@ func (l *Ledger) fencedWrite(ctx context.Context, r *Reservation, what string, s
 		return false, fmt.Errorf("idem: %s: %w", what, err)
 	}
 	defer cancel()
-	res, err := h.db.Exec(ctx, []d1client.Statement{stmt}, d1client.Idempotent(), d1client.Coalesce(), d1client.Priority(), op)
+	res, err := h.db.Exec(ctx, []d1client.Statement{stmt}, append(op, d1client.Idempotent(), d1client.Coalesce(), d1client.Priority())...)
 	if err != nil {
 		return false, fmt.Errorf("idem: %s: %w", what, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/d1idem/d1idem/d1client"
@@ -124,53 +125,75 @@ func TestCompleteTxStatementFails(t *testing.T) {
 	}
 }
 
-// A guarded batch never shares a D1 call with other requests' statements:
-// its guard may fail by design, and a failing statement aborts the whole
-// batch. Concurrent plain requests around it are coalesced as usual.
-func TestGuardedBatchesTravelAlone(t *testing.T) {
-	var mu sync.Mutex
-	var guarded [][]string
-	b := d1test.LocalConfig(t, d1local.Config{Faults: func(r d1local.Request) d1local.Fault {
-		for _, s := range r.Statements {
-			if strings.Contains(s, "WHERE NOT EXISTS") {
+// Transactional completions share D1 calls with concurrent requests'
+// statements, as plain ones do: the calls a budget keeps for completions
+// count on it. A guard that fails by design (a fenced-out owner's) aborts
+// the shared call, and the callers are sent again in halves until it is
+// alone: nobody else's completion or business write is lost or doubled,
+// and the fenced-out owner's write never lands.
+func TestGuardedBatchesShareCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		shared := 0 // calls carrying the guards of several requests
+		b := d1test.InProcess(t, d1local.Config{Faults: func(r d1local.Request) d1local.Fault {
+			if n := strings.Count(strings.Join(r.Statements, "\n"), "WHERE NOT EXISTS"); n > 1 {
 				mu.Lock()
-				guarded = append(guarded, r.Statements)
+				shared++
 				mu.Unlock()
-				break
+			}
+			return d1local.Fault{Latency: 20 * time.Millisecond}
+		}})
+		db := b.NewClientSchema(t)
+		businessTable(t, db)
+		l := newLedger(t, db, idem.Config{TTL: time.Second, Clock: time.Now, Heartbeat: -1})
+		// The owner of "late" stalls past the TTL; a retry takes over and commits.
+		late := begin(t, l, "p", "late", "fp").Reservation
+		time.Sleep(2 * time.Second)
+		d := begin(t, l, "p", "late", "fp")
+		if d.Outcome != idem.Execute || !d.Reservation.Takeover {
+			t.Fatalf("%+v", d)
+		}
+		if c, err := l.CompleteTx(bg, d.Reservation, idem.Response{Status: 201}, []d1client.Statement{insertOrder("late", "B")}); err != nil || !c.Stored {
+			t.Fatalf("B: %+v %v", c, err)
+		}
+		var rs []*idem.Reservation
+		for i := range 30 {
+			rs = append(rs, begin(t, l, "p", fmt.Sprintf("g%d", i), "fp").Reservation)
+		}
+		var wg sync.WaitGroup
+		for i, r := range rs {
+			wg.Go(func() {
+				var c idem.Completion
+				var err error
+				if i%2 == 0 {
+					c, err = l.CompleteTx(bg, r, idem.Response{Status: 201}, []d1client.Statement{insertOrder(r.Key, "me")})
+				} else {
+					c, err = l.Complete(bg, r, idem.Response{Status: 201})
+				}
+				if err != nil || !c.Stored {
+					t.Errorf("%s: %+v %v", r.Key, c, err)
+				}
+			})
+			if i == 10 { // the stalled owner wakes up amid them
+				wg.Go(func() {
+					c, err := l.CompleteTx(bg, late, idem.Response{Status: 201}, []d1client.Statement{insertOrder("late", "A")})
+					if err != nil || c.Stored {
+						t.Errorf("the fenced-out owner: %+v %v", c, err)
+					}
+				})
 			}
 		}
-		return d1local.Fault{Latency: 2 * time.Millisecond}
-	}})
-	db := b.NewClientSchema(t)
-	businessTable(t, db)
-	l := newLedger(t, db, idem.Config{Heartbeat: -1})
-	var wg sync.WaitGroup
-	for i := 0; i < 30; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := fmt.Sprintf("g%d", i)
-			r := begin(t, l, "p", key, "fp").Reservation
-			var err error
-			if i%2 == 0 {
-				_, err = l.CompleteTx(bg, r, idem.Response{Status: 201}, []d1client.Statement{insertOrder(key, "me")})
-			} else {
-				_, err = l.Complete(bg, r, idem.Response{Status: 201})
-			}
-			if err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if len(guarded) != 15 {
-		t.Fatalf("%d guarded calls, want 15", len(guarded))
-	}
-	for _, stmts := range guarded {
-		// guard, the order INSERT, the fenced completion, and at most the
-		// sweep: one request's statements, nobody else's.
-		if len(stmts) < 3 || len(stmts) > 4 || !strings.Contains(stmts[1], "INSERT INTO orders") {
-			t.Fatalf("a guarded call carried %d statements: %q", len(stmts), stmts)
+		wg.Wait()
+		if shared == 0 {
+			t.Error("no call carried the guarded completions of several requests")
 		}
-	}
+		if got := orders(t, db, "late"); len(got) != 1 || got[0] != "B" {
+			t.Errorf("orders of late = %v, want only B's", got)
+		}
+		for i := 0; i < 30; i += 2 {
+			if got := orders(t, db, fmt.Sprintf("g%d", i)); len(got) != 1 {
+				t.Errorf("orders of g%d = %v", i, got)
+			}
+		}
+	})
 }

@@ -44,6 +44,10 @@ const (
 	// CodeBudgetExhausted (503): the server's ledger is out of API budget
 	// and ran nothing; Retry-After says when to retry.
 	CodeBudgetExhausted = "idempotency_budget_exhausted"
+	// CodeLedgerBusy (503): more requests wait for the server's ledger than
+	// it can answer in time, so this one was turned away at once and ran
+	// nothing; Retry-After says when to retry.
+	CodeLedgerBusy = "idempotency_ledger_busy"
 	// CodeRecordUnreadable (500): the stored answer for the key cannot be
 	// decoded; nothing was run again, and a retry gets the same.
 	CodeRecordUnreadable = "idempotency_record_unreadable"

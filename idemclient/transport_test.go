@@ -138,6 +138,7 @@ func TestHintsHonoured(t *testing.T) {
 		}, backoff},
 		{"503 ledger unavailable", func() http.HandlerFunc { return errorBody(503, idemclient.CodeLedgerUnavailable, "2") }, [2]time.Duration{2 * time.Second, 2 * time.Second}},
 		{"503 budget exhausted", func() http.HandlerFunc { return errorBody(503, idemclient.CodeBudgetExhausted, "7") }, [2]time.Duration{7 * time.Second, 7 * time.Second}},
+		{"503 ledger busy", func() http.HandlerFunc { return errorBody(503, idemclient.CodeLedgerBusy, "1") }, [2]time.Duration{time.Second, time.Second}},
 		{"503 not committed", func() http.HandlerFunc { return errorBody(503, idemclient.CodeMutationAbandoned, "1") }, [2]time.Duration{time.Second, time.Second}},
 		{"429 seconds", func() http.HandlerFunc { return reply(429, "slow down", "Retry-After", "3") }, [2]time.Duration{3 * time.Second, 3 * time.Second}},
 		{"503 date", func() http.HandlerFunc {

@@ -282,6 +282,9 @@ func (s *server) answerError(err error) error {
 	if errors.Is(err, d1client.ErrBudget) || errors.Is(err, d1client.ErrRateLimited) {
 		return refusal(codes.ResourceExhausted, idemclient.CodeBudgetExhausted, "the idempotency ledger's request budget is spent; retry later", wait)
 	}
+	if errors.Is(err, d1client.ErrShed) {
+		return refusal(codes.Unavailable, idemclient.CodeLedgerBusy, "the idempotency ledger has more calls waiting than it can answer in time; retry later", wait)
+	}
 	return refusal(codes.Unavailable, idemclient.CodeLedgerUnavailable, "the idempotency ledger is unavailable; retry later", wait)
 }
 

@@ -67,6 +67,9 @@ type Account struct {
 
 	blockedUntil time.Time
 	changed      chan struct{} // closed, and replaced, when the view changes
+
+	lanes []*Lane    // the lanes with debts
+	needs []laneNeed // fits's scratch
 }
 
 // accountView is the account's budget as the last Ratelimit headers gave it.
@@ -115,6 +118,16 @@ type State struct {
 	Pace         time.Duration // the time between calls at the current even pace; zero: no limit
 	InFlight     int           // the calls sent and not yet answered
 	BlockedUntil time.Time     // the end of a 971 block, if one is on
+	Owed         int           // debts admitted and not yet paid (see Debt)
+}
+
+// Pace returns the time between calls at the current even pace (the
+// local Budget's, or the account's from its headers, the longer); zero when
+// nothing sets one.
+func (a *Account) Pace() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return max(a.localStep, a.accountInterval(time.Now()))
 }
 
 // State returns the Account's view of the budget.
@@ -126,6 +139,8 @@ func (a *Account) State() State {
 		Seen: a.view.seen, Remaining: a.view.header, Reset: a.view.reset,
 		Quota: a.view.quota, Window: a.view.window, Estimate: -1, InFlight: len(a.sentAt),
 	}
+	a.forgive(now)
+	st.Owed = a.owed()
 	if a.fresh(now) {
 		st.Estimate = a.estimate(now)
 	}
@@ -287,17 +302,24 @@ func (a *Account) estimate(now time.Time) int {
 func (a *Account) accountLimit(now time.Time, c Class) time.Time {
 	left := a.estimate(now) - a.accountFloor()
 	if c == Priority {
-		// Calls in flight, unknown to others yet, count against its share.
-		n := len(a.sentAt)
-		if left = a.estimate(now) + n; a.others > 0 {
-			left = int(float64(left) * a.share())
-		}
-		left -= n
+		left = a.priorityLeft(now)
 	}
 	if a.fresh(now) && left <= 0 {
 		return a.view.end() // nothing left to it before the reset
 	}
 	return now
+}
+
+// priorityLeft is this process's share of the calls the account has left
+// before its reset (all of them while nobody else spends): calls in flight,
+// unknown to others yet, count against its share.
+func (a *Account) priorityLeft(now time.Time) int {
+	n := len(a.sentAt)
+	left := a.estimate(now) + n
+	if a.others > 0 {
+		left = int(float64(left) * a.share())
+	}
+	return left - n
 }
 
 // accountPaceSlot is when the account's pace lets a call of class c go: its
@@ -338,19 +360,130 @@ func (a *Account) take(now time.Time, c Class) {
 	a.sentAt = append(a.sentAt, now)
 }
 
+// A Call is a call about to be taken, as TryCall and AcquireCall see it.
+type Call struct {
+	Class    Class
+	Deadline time.Time // when its answer is of no more use; zero: none
+	// Lane is the line of calls it is taken on; nil: none.
+	Lane *Lane
+	// Drained says that it carries all the Priority work waiting in Lane.
+	Drained bool
+	// Pays are the debts it pays back when it is taken, and PayShare the
+	// largest share of the call (0 to 1) the work paying one of them takes:
+	// Lane learns from it how many paying calls its debts may need.
+	Pays     []*Debt
+	PayShare float64
+	// Owes are the debts it would admit to Lane, in order: it admits the
+	// first of them the budget can keep the calls for, from none to all.
+	Owes []*Debt
+	// Others says that it carries work besides Owes: it is taken even if
+	// none of them is admitted. A call with no Owes always carries others.
+	Others bool
+}
+
 // TryTake takes a call of class c, of use until deadline (zero: none), if
 // one may go now. Otherwise it returns when one may, what it waits for, and
 // a channel closed when the Account's view, and so that time, may change.
 func (a *Account) TryTake(c Class, deadline time.Time) (ok bool, at time.Time, why Reason, changed <-chan struct{}) {
+	_, ok, at, why, changed = a.TryCall(&Call{Class: c, Deadline: deadline})
+	return ok, at, why, changed
+}
+
+// TryCall takes call c if it may go now, and returns how many of c.Owes it
+// admitted; otherwise it returns as TryTake does. Besides TryTake's limits,
+// a call must leave the calls the unpaid debts may need (see fits): free
+// now, or freed by the local window and the account's reset in time.
+// Priority work that pays a debt and does not fit goes as soon as its
+// lane's spacing allows (see owedGate); other Priority work that does not
+// fit waits for calls to be freed or debts paid. A call admits the first of
+// c.Owes that fit with the calls of Budget.Kept but one to spare, and Normal
+// work must leave those too: it does not go unless it fits and carries
+// others or admits one.
+func (a *Account) TryCall(c *Call) (admitted int, ok bool, at time.Time, why Reason, changed <-chan struct{}) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
-	at, why = a.slot(now, c, deadline)
-	if why == NotWaiting {
-		a.take(now, c)
-		return true, now, NotWaiting, nil
+	a.forgive(now)
+	if at, why = a.slot(now, c.Class, c.Deadline); why != NotWaiting {
+		return 0, false, at, why, a.changed
 	}
-	return false, at, why, a.changed
+	oc := owedCall{lane: c.Lane, pays: c.Pays, drained: c.Drained}
+	if c.Class == Priority && !a.fits(now, oc, false, 0) {
+		at = a.nextSupply(now)
+		switch {
+		case len(c.Pays) == 0: // it waits for calls no debt needs
+		case c.Lane == nil:
+			at = now
+		default:
+			if gate := a.owedGate(c.Lane, now); at.IsZero() || gate.Before(at) {
+				at = gate
+			}
+		}
+		if at.After(now) || at.IsZero() {
+			return 0, false, cmp.Or(at, now.Add(time.Second)), WaitBudget, a.changed
+		}
+	}
+	spare := a.budget.Kept() - 1
+	owes := a.admissible(now, oc, c.Owes, spare)
+	if c.Class == Normal && len(owes) == 0 && (!c.Others && len(c.Owes) > 0 || !a.fits(now, oc, true, spare)) {
+		return 0, false, cmp.Or(a.nextSupply(now), now.Add(time.Second)), WaitBudget, a.changed
+	}
+	a.take(now, c.Class)
+	a.settle(now, c, owes)
+	return len(owes), true, now, NotWaiting, nil
+}
+
+// admissible returns, with a.mu held, the first of the debts not yet
+// admitted nor paid that a call oc can admit: as many as fit, with spare
+// calls (fits is monotone in their number).
+func (a *Account) admissible(now time.Time, oc owedCall, debts []*Debt, spare int) []*Debt {
+	if oc.lane == nil {
+		return nil
+	}
+	owes := make([]*Debt, 0, len(debts))
+	for _, d := range debts {
+		if !d.Admitted() && !d.paid.Load() {
+			owes = append(owes, d)
+		}
+	}
+	if oc.owes = owes; a.fits(now, oc, true, spare) {
+		return owes // the usual case: all of them
+	}
+	lo, hi := 0, len(owes)-1
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if oc.owes = owes[:mid]; a.fits(now, oc, true, spare) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return owes[:lo]
+}
+
+// settle records, with a.mu held, what call c, just taken, did to the
+// debts: it admitted owes, paid c.Pays, and on its lane, paid with the share
+// it says and, if drained, left nothing waiting.
+func (a *Account) settle(now time.Time, c *Call, owes []*Debt) {
+	for _, d := range owes {
+		c.Lane.admit(d, now)
+	}
+	paid := false
+	for _, d := range c.Pays {
+		d.paid.Store(true)
+		if l := d.lane.Load(); l != nil && l.a == a && l.remove(d) {
+			paid = true
+		}
+	}
+	if c.Lane != nil && len(c.Pays) > 0 {
+		c.Lane.paid(c.PayShare)
+	}
+	if c.Lane != nil && c.Drained {
+		c.Lane.last = now
+	}
+	if paid {
+		a.notify() // what the debts need shrank
+	}
 }
 
 // Acquire takes a call of class c, waiting as long as the context allows,
@@ -358,33 +491,42 @@ func (a *Account) TryTake(c Class, deadline time.Time) (ok bool, at time.Time, w
 // When it takes none, its error is a *Refusal; it gives up at once when
 // the call could not go and come back before the deadline, or in a block.
 func (a *Account) Acquire(ctx context.Context, c Class) (waited time.Duration, err error) {
+	_, waited, err = a.AcquireCall(ctx, &Call{Class: c})
+	return waited, err
+}
+
+// AcquireCall is Acquire for call c, whose Deadline is the context's, and
+// returns how many of c.Owes it admitted too (see TryCall).
+func (a *Account) AcquireCall(ctx context.Context, c *Call) (admitted int, waited time.Duration, err error) {
 	var since time.Time // when it started waiting
 	dl, hasDeadline := ctx.Deadline()
+	call := *c
+	call.Deadline = dl
 	for {
 		rtt := a.RoundTrip()
 		if left := time.Until(dl); hasDeadline && left < rtt {
-			return 0, &Refusal{Cause: CauseDeadline, Left: max(left, 0), RoundTrip: rtt, Err: context.DeadlineExceeded}
+			return 0, 0, &Refusal{Cause: CauseDeadline, Left: max(left, 0), RoundTrip: rtt, Err: context.DeadlineExceeded}
 		}
-		ok, at, why, changed := a.TryTake(c, dl)
+		n, ok, at, why, changed := a.TryCall(&call)
 		if ok && since.IsZero() {
-			return 0, nil
+			return n, 0, nil
 		} else if ok {
-			return time.Since(since), nil
+			return n, time.Since(since), nil
 		}
 		now := time.Now()
 		wait := at.Sub(now)
 		if why == WaitBlock {
-			return 0, &Refusal{Cause: CauseBlock, Wait: wait, Until: at}
+			return 0, 0, &Refusal{Cause: CauseBlock, Wait: wait, Until: at}
 		}
 		if hasDeadline && time.Until(dl) < wait+rtt {
-			return 0, &Refusal{Cause: CauseBudget, Wait: wait}
+			return 0, 0, &Refusal{Cause: CauseBudget, Wait: wait}
 		}
 		since = cmp.Or(since, now)
 		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return 0, &Refusal{Cause: CauseBudget, Wait: max(time.Until(at), 0), Err: ctx.Err()}
+			return 0, 0, &Refusal{Cause: CauseBudget, Wait: max(time.Until(at), 0), Err: ctx.Err()}
 		case <-timer.C:
 		case <-changed:
 			timer.Stop()
@@ -529,7 +671,10 @@ func (a *Account) Answered(h http.Header) {
 }
 
 // estimateOthers updates the rates at which others and this process spend:
-// between two headers of a window, r fell by everyone's calls.
+// between two headers of a window, r fell by everyone's calls, this
+// process's being those answered since and those still in flight that D1
+// likely counted already, sent a round trip ago or more (answers come in
+// any order).
 func (a *Account) estimateOthers(now time.Time, r int, reset time.Time) {
 	prev := a.sample
 	same := !prev.seen.IsZero() && reset.Sub(prev.reset).Abs() <= windowSlack
@@ -542,7 +687,11 @@ func (a *Account) estimateOthers(now time.Time, r int, reset time.Time) {
 		return // no sample across windows, nor over no time
 	}
 	ours := float64(a.replies - prev.replies)
-	others := max(float64(prev.header-r)-ours, 0)
+	counted := 0
+	for counted < len(a.sentAt) && !a.sentAt[counted].After(now.Add(-a.rtt)) {
+		counted++
+	}
+	others := max(float64(prev.header-r)-ours-float64(counted), 0)
 	alpha := 1 - math.Exp2(-dt.Seconds()/othersHalfLife.Seconds())
 	a.others += alpha * (others/dt.Seconds() - a.others)
 	a.ours += alpha * (ours/dt.Seconds() - a.ours)

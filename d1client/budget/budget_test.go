@@ -489,3 +489,23 @@ func TestPlentiful(t *testing.T) {
 		}
 	})
 }
+
+// This process's calls answered out of order are not others' spending:
+// two calls in flight, D1 counts both, and the later one's answer comes
+// first; the fall of r is this process's, and its share stays whole.
+func TestOwnCallsAnsweredOutOfOrderAreNotOthers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newTestAccount(t, Unlimited())
+		a.take(time.Now(), Normal)
+		time.Sleep(100 * time.Millisecond)
+		a.Answered(rateHeaders(10, 60, 1200, 300)) // a round trip of 100 ms
+		a.take(time.Now(), Normal)
+		a.take(time.Now(), Normal)
+		time.Sleep(100 * time.Millisecond)
+		a.Answered(rateHeaders(8, 60, 1200, 300)) // the second call's answer
+		a.Answered(rateHeaders(9, 60, 1200, 300)) // the first's, late
+		if a.others != 0 || a.share() != 1 {
+			t.Fatalf("others spend %g calls/s, this process's share %g; want none and all", a.others, a.share())
+		}
+	})
+}

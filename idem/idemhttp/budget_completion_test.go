@@ -3,9 +3,11 @@ package idemhttp_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/d1idem/d1idem/d1client"
@@ -73,4 +75,75 @@ func TestCompletionStoredUnderSaturatedBudget(t *testing.T) {
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the handler ran %d times, want once", n)
 	}
+}
+
+// Under steady load on the default budget, with a short TTL, no completion
+// is lost to the budget once the window fills: 10 requests a second with a
+// TTL of 1 s and handlers of 500 ms, past the end of the first 300 s
+// window. Claims could wait 10 s for a call and completions only about
+// 2 s, so once the window was full the claims won the calls, and
+// completions failed with "one may go in 3.1s" (15 in 10 minutes, the
+// first at 298 s); the client's retry after the TTL then ran those
+// handlers again.
+func TestSteadyLoadLosesNoCompletion(t *testing.T) {
+	t.Parallel()
+	spec := loadSpec{Rate: 10, Duration: 6 * time.Minute, TTL: time.Second, Handler: 500 * time.Millisecond,
+		Ledgers: 1, Latency: 20 * time.Millisecond}
+	synctest.Test(t, func(t *testing.T) {
+		r := runLoad(t, spec)
+		checkOwed(t, spec, r)
+		if r.Executed == 0 {
+			t.Fatalf("%v: nothing executed", spec)
+		}
+	})
+}
+
+// On a small budget (10 calls an hour) seven claims that each take their
+// own call are not all let through: only those whose completions the
+// budget still holds calls for, the others are turned away with 503 and a
+// Retry-After. The completions, 50 ms apart, each find their call, and the
+// clients' retries after the TTL are replays. Before, the seven were let
+// through, four completions failed, and their retries ran the handler
+// again.
+func TestSmallBudgetAdmitsOnlyWhatItOwes(t *testing.T) {
+	spec := loadSpec{Rate: 10, Duration: 700 * time.Millisecond, TTL: 30 * time.Second,
+		HandlerOf: func(i int) time.Duration { return time.Second - time.Duration(i)*50*time.Millisecond },
+		Budget:    budget.New(10, time.Hour), Ledgers: 1, Latency: 20 * time.Millisecond}
+	synctest.Test(t, func(t *testing.T) {
+		r := runLoad(t, spec)
+		checkOwed(t, spec, r)
+		if r.Executed == 0 || r.Shed == 0 {
+			t.Errorf("%v: %d executed, %d refused; want some of each", spec, r.Executed, r.Shed)
+		}
+	})
+}
+
+// Overload sheds early: offered twice what the budget's calls carry (calls
+// of 8 statements at the default budget's pace, 4 a second: about 10 first
+// executions a second), for a minute, the middleware answers the excess
+// 503 idempotency_ledger_busy with a Retry-After at once, and the requests
+// it admits keep their latency: in fake time, none waits a second and a
+// half, and the answered stay at the ceiling. Without shedding the queue
+// grew until every request waited out its Timeout (10 s).
+func TestOverloadShedsEarly(t *testing.T) {
+	spec := loadSpec{Rate: 20, Duration: time.Minute, TTL: time.Second, Ledgers: 1, Latency: 20 * time.Millisecond,
+		Coalesce: d1client.CoalesceConfig{MaxStatements: 8}}
+	synctest.Test(t, func(t *testing.T) {
+		r := runLoad(t, spec)
+		checkOwed(t, spec, r)
+		slices.Sort(r.Latencies)
+		slices.Sort(r.Refusals)
+		t.Logf("answered p50 %v, p99 %v, slowest %v; refused %d, the slowest at %v", r.Latencies[len(r.Latencies)/2],
+			r.Latencies[len(r.Latencies)*99/100], r.Latencies[len(r.Latencies)-1], r.Shed, r.Refusals[len(r.Refusals)-1])
+		switch {
+		case r.Busy == 0 || r.Busy != r.Shed:
+			t.Errorf("%d refused, %d of them busy; want the excess refused busy", r.Shed, r.Busy)
+		case r.Refusals[len(r.Refusals)-1] != 0:
+			t.Errorf("a refusal took %v; want every one at once", r.Refusals[len(r.Refusals)-1])
+		case r.Latencies[len(r.Latencies)-1] >= 1500*time.Millisecond:
+			t.Errorf("an answered request took %v; want under 1.5 s", r.Latencies[len(r.Latencies)-1])
+		case float64(r.Answered) < 0.9*spec.Duration.Seconds()*4*8/3:
+			t.Errorf("%d answered in %v; want the ceiling, about %g", r.Answered, spec.Duration, spec.Duration.Seconds()*4*8/3)
+		}
+	})
 }

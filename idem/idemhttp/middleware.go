@@ -53,6 +53,7 @@ const (
 	CodeLedgerUnavailable   = idemclient.CodeLedgerUnavailable
 	CodeLedgerMisconfigured = idemclient.CodeLedgerMisconfigured
 	CodeBudgetExhausted     = idemclient.CodeBudgetExhausted
+	CodeLedgerBusy          = idemclient.CodeLedgerBusy
 	CodeRecordUnreadable    = idemclient.CodeRecordUnreadable
 	CodeMutationAbandoned   = idemclient.CodeMutationAbandoned
 )
@@ -443,6 +444,8 @@ func (m *Guard) unavailable(w http.ResponseWriter, r *http.Request, rt *requestT
 		return m.refuse(w, rt, outRecordUnreadable, 0)
 	case errors.Is(err, d1client.ErrBudget) || errors.Is(err, d1client.ErrRateLimited):
 		return m.refuse(w, rt, outBudgetShed, wait)
+	case errors.Is(err, d1client.ErrShed):
+		return m.refuse(w, rt, outLedgerBusy, wait)
 	case idem.Permanent(err):
 		// A retry cannot succeed until an operator acts: no Retry-After.
 		m.log().LogAttrs(r.Context(), slog.LevelError, "idem: ledger misconfigured; request refused", idem.ErrorAttrs(err)...)
@@ -645,6 +648,7 @@ const (
 	outLedgerUnavailable
 	outLedgerMisconfigured
 	outBudgetShed
+	outLedgerBusy
 	outRecordUnreadable
 	outUnprotected
 	numOutcomes
@@ -676,6 +680,7 @@ var answers = [numOutcomes]answer{
 	outLedgerUnavailable:   {"ledger_unavailable", 503, CodeLedgerUnavailable, "The idempotency ledger is unavailable; retry later."},
 	outLedgerMisconfigured: {"ledger_misconfigured", 500, CodeLedgerMisconfigured, "The idempotency ledger is misconfigured; the server's operators must fix it before this request can succeed."},
 	outBudgetShed:          {"budget_shed", 503, CodeBudgetExhausted, "The idempotency ledger's request budget is spent; retry later."},
+	outLedgerBusy:          {"ledger_busy", 503, CodeLedgerBusy, "The idempotency ledger has more requests waiting than it can answer in time; retry after Retry-After seconds."},
 	outRecordUnreadable:    {"record_unreadable", 500, CodeRecordUnreadable, "The stored response for this Idempotency-Key cannot be read."},
 }
 

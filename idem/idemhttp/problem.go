@@ -25,6 +25,7 @@ var problemTitles = map[string]string{
 	CodeLedgerUnavailable:   "Idempotency ledger unavailable",
 	CodeLedgerMisconfigured: "Idempotency ledger misconfigured",
 	CodeBudgetExhausted:     "Idempotency ledger budget exhausted",
+	CodeLedgerBusy:          "Idempotency ledger busy",
 	CodeRecordUnreadable:    "Stored response unreadable",
 	CodeMutationAbandoned:   "Mutation not committed",
 }

@@ -240,7 +240,7 @@ func (b benches) series(unit string, names ...string) ([]float64, bool) {
 func figures(results []result) []row {
 	var rows []row
 	for _, group := range []func(benches) []row{
-		callsPerRequestRows, openLoopRows, vsSpecRows, callsVsLatencyRows,
+		callsPerRequestRows, openLoopRows, overloadRows, vsSpecRows, callsVsLatencyRows,
 		throughputRows, addedLatencyRows, clientAllocRows, middlewareCPURows,
 		telemetryRows, fingerprintRows, sweepRows, claimLookupRows,
 		shardScalingRows, shardTransitionRows, bridgeOverheadRows, bridgeRows,
@@ -295,16 +295,46 @@ func openLoopRows(b benches) []row {
 		what := fmt.Sprintf("open loop, %s first executions/s for %s s, default budget (1200 calls / 300 s, not scaled), 20 ms per call", rate, count(r.value("run-s")))
 		measured := fmt.Sprintf("%s answered / %s budget 503s / %s other errors; completions lost: %s",
 			count(r.value("answered")), count(r.value("budget-503")), count(r.value("other-errors")), count(r.value("lost-completions")))
+		if busy := r.value("busy-503"); busy > 0 {
+			measured = strings.Replace(measured, " budget 503s", fmt.Sprintf(" budget 503s / %s busy 503s", count(busy)), 1)
+		}
 		if t, ok := r.get("first-budget-503-s"); ok {
 			measured += fmt.Sprintf(" (first budget 503 after %s s)", format(t))
 		}
 		rows = append(rows, row{what + ": answered / budget 503s / other errors; completions lost", measured,
-			"0 budget 503s, 0 lost", ptr(r.value("budget-503") == 0 && r.value("lost-completions") == 0)})
+			"0 budget 503s, 0 lost", ptr(r.value("budget-503") == 0 && r.value("busy-503") == 0 && r.value("lost-completions") == 0)})
 		p99, ok := r.get("p99-ms")
 		rows = append(rows, row{what + ": latency of the answered p50 / p99; D1 calls/s",
 			fmt.Sprintf("%s / %s ms; %s calls/s (peak %s calls in 300 s)", format(r.value("p50-ms")), format(p99),
 				format(r.value("d1-calls/s")), count(r.value("peak-calls/300s"))),
 			"p99 < 1500 ms", ptr(ok && p99 < 1500)})
+	}
+	return rows
+}
+
+// overloadRows is the row of the open loop at twice the ceiling
+// (BenchmarkOpenLoop/overload): the goodput, the answered latency, and how
+// soon the excess is refused.
+func overloadRows(b benches) []row {
+	var rows []row
+	for _, r := range b {
+		rate, ok := strings.CutPrefix(r.name, "OpenLoop/overload/rate=")
+		if !ok {
+			continue
+		}
+		ceiling, goodput := r.value("ceiling-req/s"), r.value("goodput-req/s")
+		p99, okP99 := r.get("p99-ms")
+		refusal, okRefusal := r.get("refusal-p99-ms")
+		rows = append(rows, row{
+			fmt.Sprintf("overload: open loop at twice the ceiling (%s first executions/s; the ceiling %s) for %s s, default budget, 20 ms per call: goodput; answered p50 / p99; time to a refusal p50 / p99",
+				rate, count(ceiling), count(r.value("run-s"))),
+			fmt.Sprintf("%s req/s (%s answered, %s refused busy / %s budget / %s other; completions lost: %s); %s / %s ms; %s / %s ms",
+				format(goodput), count(r.value("answered")), count(r.value("busy-503")), count(r.value("budget-503")),
+				count(r.value("other-errors")), count(r.value("lost-completions")), format(r.value("p50-ms")), format(p99),
+				format(r.value("refusal-p50-ms")), format(refusal)),
+			"goodput ≥ 90 % of the ceiling; p99 < 1500 ms; refusal p99 < 50 ms; 0 lost",
+			ptr(goodput >= 0.9*ceiling && okP99 && p99 < 1500 && (!okRefusal || refusal < 50) && r.value("lost-completions") == 0),
+		})
 	}
 	return rows
 }
@@ -373,7 +403,7 @@ func callsVsLatencyRows(b benches) []row {
 	if !ok {
 		return nil
 	}
-	parts := []string{"default (512 × 4): " + callsForRatio(def)}
+	parts := []string{"default (1024 × 4): " + callsForRatio(def)}
 	for _, r := range b {
 		if cfg, ok := strings.CutPrefix(r.name, "CallsVsLatency/cap="); ok {
 			parts = append(parts, strings.Replace(cfg, "x", " × ", 1)+": "+callsForRatio(r))

@@ -16,6 +16,7 @@ pkg: github.com/d1idem/d1idem/bench
 cpu: AMD EPYC
 BenchmarkOpenLoop/default_budget/rate=150-2 	       1	60043998043 ns/op	      4108 answered	      4892 budget-503	        20.00 d1-calls/s	        27.39 first-budget-503-s	         6.000 lost-completions	       150.0 offered-req/s	         0 other-errors	        81.53 p50-ms	       110.3 p99-ms	      1200 peak-calls/300s	        60.00 run-s
 BenchmarkOpenLoop/default_budget/rate=20-2 	       1	60043998043 ns/op	      1200 answered	      0 budget-503	        8.00 d1-calls/s	         0 lost-completions	       20.0 offered-req/s	         0 other-errors	        41.53 p50-ms	       50.3 p99-ms	      480 peak-calls/300s	        60.00 run-s
+BenchmarkOpenLoop/overload/rate=1360-2 	       1	62043998043 ns/op	       680.0 ceiling-req/s	      1360 offered-req/s	        60.00 run-s	       671.2 goodput-req/s	     40272 answered	     41069 busy-503	         0 budget-503	         0 other-errors	       812.4 p50-ms	      1204 p99-ms	         3.1 refusal-p50-ms	        21.7 refusal-p99-ms	         0 lost-completions	       512.0 stmts/call
 BenchmarkVsSpec/rtt=20ms/c=1-2 	1	1 ns/op	2.000 d1-calls/req	2.000 naive-d1-calls/req	42.00 naive-p50-ms	46.04 naive-p99-ms	42.43 p50-ms	1.010 p50-ratio	1.021 p50-ratio-hi	0.9981 p50-ratio-lo	45.17 p99-ms	0.9810 p99-ratio
 BenchmarkVsSpec/rtt=20ms/c=8-2 	1	1 ns/op	0.5100 d1-calls/req	2.000 naive-d1-calls/req	44.30 naive-p50-ms	47.26 naive-p99-ms	87.33 p50-ms	1.971 p50-ratio	92.53 p99-ms	1.958 p99-ratio
 BenchmarkVsSpec/rtt=20ms/c=64-2 	2	1 ns/op	0.06250 d1-calls/req	2.000 naive-d1-calls/req	49.59 naive-p50-ms	76.26 naive-p99-ms	101.6 p50-ms	2.049 p50-ratio	104.0 p99-ms	1.364 p99-ratio
@@ -78,6 +79,8 @@ func TestFigures(t *testing.T) {
 			"81.5 / 110 ms; 20 calls/s (peak 1,200 calls in 300 s)", "met"},
 		{"open loop, 20 first executions/s for 60 s, default budget (1200 calls / 300 s, not scaled), 20 ms per call: answered",
 			"1,200 answered / 0 budget 503s / 0 other errors; completions lost: 0", "met"},
+		{"overload: open loop at twice the ceiling (1360 first executions/s; the ceiling 680) for 60 s",
+			"671 req/s (40,272 answered, 41,069 refused busy / 0 budget / 0 other; completions lost: 0); 812 / 1204 ms; 3.1 / 21.7 ms", "met"},
 		{"first execution vs the spec's sequence, 20 ms per call, concurrency 1; 8; 64; 256: p50",
 			"42.4 / 42 (1.010, 0.998–1.021); 87.3 / 44.3 (1.971); 102 / 49.6 (2.049); 89 / 107 (0.833)", "MISSED"},
 		{"D1 calls per first execution vs the spec's sequence, 20 ms per call",
@@ -221,7 +224,7 @@ BenchmarkCallsVsLatency/cap=128x8-2 	1	1 ns/op	0.04300 d1-calls/req	2.000 naive-
 BenchmarkCallsVsLatency/cap=32x64-2 	1	1 ns/op	0.2000 d1-calls/req	2.000 naive-d1-calls/req	110.0 naive-p50-ms	150.0 naive-p99-ms	108.9 p50-ms	0.9900 p50-ratio	125.0 p99-ms	0.8333 p99-ratio
 `
 	r := find(t, rowsOf(t, in), "first execution vs the spec's sequence, 50 ms per call, concurrency 256, group commit's calls bounded")
-	want := "default (512 × 4): 0.029 → 1.020 (1.001–1.030); 128 × 8: 0.043 → 1.005 (0.990–1.020); 32 × 64: 0.2 → 0.990"
+	want := "default (1024 × 4): 0.029 → 1.020 (1.001–1.030); 128 × 8: 0.043 → 1.005 (0.990–1.020); 32 × 64: 0.2 → 0.990"
 	if r.measured != want || r.ok != nil {
 		t.Errorf("row %q (ok %v), want %q with no target", r.measured, r.ok, want)
 	}
