@@ -98,6 +98,22 @@ func TestSteadyLoadLosesNoCompletion(t *testing.T) {
 	})
 }
 
+// The same with the TTL a route's own (Options.TTL) under the ledger's 30 s:
+// a claim owes the completion and the heartbeats of its route's TTL (a
+// heartbeat every 333 ms here), not the ledger's.
+func TestSteadyLoadLosesNoCompletionRouteTTL(t *testing.T) {
+	t.Parallel()
+	spec := loadSpec{Rate: 10, Duration: 6 * time.Minute, TTL: time.Second, LedgerTTL: 30 * time.Second,
+		Handler: 900 * time.Millisecond, Ledgers: 1, Latency: 20 * time.Millisecond}
+	synctest.Test(t, func(t *testing.T) {
+		r := runLoad(t, spec)
+		checkOwed(t, spec, r)
+		if r.Executed == 0 {
+			t.Fatalf("%v: nothing executed", spec)
+		}
+	})
+}
+
 // On a small budget (10 calls an hour) seven claims that each take their
 // own call are not all let through: only those whose completions the
 // budget still holds calls for, the others are turned away with 503 and a

@@ -2,6 +2,7 @@ package idemhttp_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -36,6 +37,7 @@ type loadSpec struct {
 	Rate      float64
 	Duration  time.Duration
 	TTL       time.Duration
+	LedgerTTL time.Duration // if set, the ledger's Config.TTL, and TTL the route's (Options.TTL)
 	Handler   time.Duration
 	HandlerOf func(i int) time.Duration
 	Budget    budget.Budget
@@ -46,8 +48,8 @@ type loadSpec struct {
 }
 
 func (s loadSpec) String() string {
-	return fmt.Sprintf("rate=%g/s duration=%v ttl=%v handler=%v budget=%q burst=%d account=%v ledgers=%d latency=%v",
-		s.Rate, s.Duration, s.TTL, s.Handler, s.Budget.String(), s.Budget.Burst(), s.Account, s.Ledgers, s.Latency)
+	return fmt.Sprintf("rate=%g/s duration=%v ttl=%v ledger_ttl=%v handler=%v budget=%q burst=%d account=%v ledgers=%d latency=%v",
+		s.Rate, s.Duration, s.TTL, s.LedgerTTL, s.Handler, s.Budget.String(), s.Budget.Burst(), s.Account, s.Ledgers, s.Latency)
 }
 
 // loadResult is what an open-loop load came to.
@@ -86,7 +88,7 @@ func runLoad(t *testing.T, spec loadSpec) loadResult {
 	}
 	var logMu sync.Mutex
 	var logs bytes.Buffer
-	cfg := idem.Config{TTL: spec.TTL, Clock: time.Now,
+	cfg := idem.Config{TTL: cmp.Or(spec.LedgerTTL, spec.TTL), Clock: time.Now,
 		Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, &slog.HandlerOptions{Level: slog.LevelError}))}
 	var mu sync.Mutex
 	execs := map[string]int{}
@@ -107,6 +109,9 @@ func runLoad(t *testing.T, spec loadSpec) loadResult {
 		_, _ = w.Write([]byte(`{"created":true}`))
 	})
 	opts := idemhttp.Options{Principal: func(*http.Request) (string, error) { return "acct_1", nil }}
+	if spec.LedgerTTL != 0 {
+		opts.TTL = spec.TTL
+	}
 	var servers []http.Handler
 	for range max(spec.Ledgers, 1) {
 		db := b.Database(admin.DatabaseID()).Client(t, func(c *d1client.Config) {
@@ -279,6 +284,9 @@ func randomLoad(seed uint64, i, maxRequests int) loadSpec {
 		if rng.IntN(3) == 0 {
 			s.Budget = s.Budget.WithBurst(1 + rng.IntN(min(calls, 20)))
 		}
+	}
+	if rng.IntN(3) == 0 {
+		s.LedgerTTL = 30 * time.Second // the TTL is the route's (Options.TTL)
 	}
 	return s
 }
