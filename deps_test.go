@@ -32,7 +32,7 @@ var (
 	// leafHelpers are the internal packages the library shares: each
 	// imports no package of this module.
 	leafHelpers = []string{module + "/internal/jsonstr", module + "/internal/jsonscan", module + "/internal/textcache", module + "/internal/sqlite",
-		module + "/internal/redact", module + "/internal/loopback", module + "/internal/otelscope", module + "/internal/human"}
+		module + "/internal/redact", module + "/internal/loopback", module + "/internal/otelscope", module + "/internal/human", module + "/internal/textsafe"}
 	// ordersAPI is the example's orders API, which the demo plays against.
 	ordersAPI = module + "/examples/orders/ordersapi"
 )
