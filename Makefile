@@ -73,6 +73,7 @@ bench: conformance-deps
 	   $(GO) test -run '^$$' -bench ClaimLookup -benchtime 200x ./conformance/ && \
 	   $(GO) test -run '^$$' -bench BridgeOverhead -benchtime 2000x ./conformance/ && \
 	   $(GO) test -run '^$$' -bench MiddlewareTelemetry -benchtime 10000x ./bench/ && \
+	   $(GO) test -run '^$$' -bench PageCalls -benchtime 3x ./console/ && \
 	   $(GO) test -run '^$$' -bench . -skip MiddlewareTelemetry -timeout 20m ./bench/ ; } 2>&1 | tee bench.out | $(GO) run ./tools/benchtable
 
 # The long forms of the API-budget benchmarks: open-loop load at
