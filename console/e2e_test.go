@@ -287,3 +287,38 @@ func TestBrowserPaging(t *testing.T) {
 		t.Errorf("paged through %v", seen)
 	}
 }
+
+// TestBrowserLookup: the lookup form finds a key by principal and key and
+// shows its stored response as text: status, headers, and the body with
+// its lines; a key that is not there is said to be missing.
+func TestBrowserLookup(t *testing.T) {
+	ctx := tab(t)
+	f := newFixture(t, setup{})
+	f.night(t)
+	run(t, ctx, chromedp.Navigate(f.url+"/key"),
+		chromedp.SendKeys(chromedp.CSS(`#lookup input[name=principal]`), "acct_42"),
+		chromedp.SendKeys(chromedp.CSS(`#lookup input[name=key]`), "order-1"))
+	follow(t, ctx, `#lookup button[type=submit]`, 200)
+	for sel, want := range map[string]string{
+		"#key-principal": "acct_42", "#key-key": "order-1", "#key-generation": "1", "#response-status": "201",
+		"#response-headers": "content-type\tapplication/json\nlocation\t/v1/orders/17", // stored by their lower-case names (idem.Config.ReplayableHeaders)
+		"#response-body":    "{\n  \"id\": 17,\n  \"sku\": \"tea\",\n  \"qty\": 2,\n  \"status\": \"created\"\n}",
+	} {
+		if got := text(t, ctx, sel); got != want {
+			t.Errorf("%s: %q, want %q", sel, got, want)
+		}
+	}
+	if got := text(t, ctx, "#key-status"); !strings.HasPrefix(got, "completed, completed:") {
+		t.Errorf("the status: %q", got)
+	}
+	if got := text(t, ctx, "#page-calls"); got != "This page cost 1 D1 call." {
+		t.Errorf("the footer: %q", got)
+	}
+	run(t, ctx, chromedp.Navigate(f.url+"/key"),
+		chromedp.SendKeys(chromedp.CSS(`#lookup input[name=principal]`), "acct_42"),
+		chromedp.SendKeys(chromedp.CSS(`#lookup input[name=key]`), "order-9"))
+	follow(t, ctx, `#lookup button[type=submit]`, 404)
+	if got := text(t, ctx, "#lookup-missing"); !strings.Contains(got, "No key order-9 for principal acct_42") {
+		t.Errorf("a missing key: %q", got)
+	}
+}
