@@ -9,6 +9,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1local"
+	"github.com/d1idem/d1idem/internal/d1test"
 )
 
 // consoleLine is the line console prints once it listens.
@@ -156,5 +160,55 @@ func TestConsoleHelpExamples(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != 200 {
 		t.Errorf("%s: GET / %d", examples[0], res.StatusCode)
+	}
+}
+
+// getBody GETs a console page, which must answer 200.
+func getBody(t *testing.T, url string) string {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 200 {
+		t.Fatalf("GET %s: %d\n%s", url, res.StatusCode, body)
+	}
+	return string(body)
+}
+
+// TestConsoleConnections: the console opens its databases as every
+// command does: a ledger across several local databases (its ring, each
+// database's figures and calls), and one reached through a bridge, whose
+// secret no page shows.
+func TestConsoleConnections(t *testing.T) {
+	t.Setenv("D1_DATABASE_ID", "")
+	dir := t.TempDir()
+	mustRun(t, nil, "schema", "apply", "--local", dir, "--database-id", "ledger-a", "--database-id", "ledger-b")
+	mustRun(t, nil, "ring", "init", "--local", dir, "--databases-prefix", "ledger-")
+	addr, printed := startConsole(t, "--local", dir, "--databases-prefix", "ledger-")
+	if !strings.Contains(printed, "for the ledger on 2 databases") {
+		t.Errorf("console on two databases printed:\n%s", printed)
+	}
+	body := getBody(t, "http://"+addr+"/")
+	for _, want := range []string{"Version 1, stable: ledger-a, ledger-b.", `id="databases"`, "(ledger-a: 3, ledger-b: 3)"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the overview on two databases lacks %q:\n%s", want, body)
+		}
+	}
+
+	const secret = "dev-secret-0123456789abcdef"
+	b := d1test.LocalConfig(t, d1local.Config{Token: secret})
+	d1test.ApplySchema(t, b.Database(ordersID).Client(t, func(c *d1client.Config) { c.APIToken = secret }))
+	for _, v := range []string{d1client.BridgeURLEnv, d1client.BaseURLEnv, d1client.APIBaseURLEnv, "CLOUDFLARE_API_TOKEN"} {
+		t.Setenv(v, "")
+	}
+	addr, printed = startConsole(t, "--bridge-url", "http://:"+secret+"@"+strings.TrimPrefix(b.BaseURL, "http://"),
+		"--account-id", d1test.AccountID, "--database-id", ordersID)
+	body = getBody(t, "http://"+addr+"/keys")
+	if !strings.Contains(printed, "through the bridge at "+b.BaseURL) || !strings.Contains(body, "through the bridge") ||
+		strings.Contains(printed, secret) || strings.Contains(body, secret) {
+		t.Errorf("console through a bridge printed:\n%s\nand served:\n%s", printed, body)
 	}
 }
