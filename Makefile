@@ -26,8 +26,9 @@ build:
 # when npm is present. In CI (CI set) a missing Node fails the suite.
 # After the tests it says whether the workerd leg ran: each test binary that
 # asks for it leaves a word in a marker directory (internal/d1test,
-# D1TEST_WORKERD_MARKER). Then each module of contrib/ is vetted and tested
-# under the race detector too.
+# D1TEST_WORKERD_MARKER); and whether the console's browser tests ran in
+# Chromium (console/browser_test.go, D1IDEM_BROWSER_MARKER). Then each
+# module of contrib/ is vetted and tested under the race detector too.
 test: conformance-deps test-core test-contrib
 
 test-contrib:
@@ -35,14 +36,18 @@ test-contrib:
 
 test-core:
 	$(GO) vet $(PKGS)
-	@marker=$$(mktemp -d); \
-	D1TEST_WORKERD_MARKER=$$marker $(GO) test -race -count=1 -timeout 20m $(PKGS); status=$$?; \
+	@marker=$$(mktemp -d); bmarker=$$(mktemp -d); \
+	D1TEST_WORKERD_MARKER=$$marker D1IDEM_BROWSER_MARKER=$$bmarker $(GO) test -race -count=1 -timeout 20m $(PKGS); status=$$?; \
 	ran=$$(grep -l '^ran' $$marker/* 2>/dev/null | xargs -r -n1 basename | sed 's/\.test\..*//' | sort -u | paste -sd, - | sed 's/,/, /g'); \
 	other=$$(grep -hv '^ran' $$marker/* 2>/dev/null | sort -u | head -n 1); \
 	if [ -n "$$ran" ]; then echo "workerd leg: ran, on real workerd D1 (in $$ran)"; \
 	elif [ -n "$$other" ]; then echo "workerd leg: NOT run: $$other"; \
 	else echo "workerd leg: NOT run: no test asked for it"; fi; \
-	rm -rf "$$marker"; exit $$status
+	browser=$$(cat $$bmarker/* 2>/dev/null | sort -u | head -n 1); \
+	if [ "$$browser" = ran ]; then echo "browser leg: ran, the console in headless Chromium"; \
+	elif [ -n "$$browser" ]; then echo "browser leg: NOT run: $${browser#skipped: }"; \
+	else echo "browser leg: NOT run: no test asked for it"; fi; \
+	rm -rf "$$marker" "$$bmarker"; exit $$status
 
 test-short:
 	$(GO) test -count=1 -short $(PKGS)
@@ -68,6 +73,7 @@ bench: conformance-deps
 	   $(GO) test -run '^$$' -bench ClaimLookup -benchtime 200x ./conformance/ && \
 	   $(GO) test -run '^$$' -bench BridgeOverhead -benchtime 2000x ./conformance/ && \
 	   $(GO) test -run '^$$' -bench MiddlewareTelemetry -benchtime 10000x ./bench/ && \
+	   $(GO) test -run '^$$' -bench PageCalls -benchtime 3x ./console/ && \
 	   $(GO) test -run '^$$' -bench . -skip MiddlewareTelemetry -timeout 20m ./bench/ ; } 2>&1 | tee bench.out | $(GO) run ./tools/benchtable
 
 # The long forms of the API-budget benchmarks: open-loop load at

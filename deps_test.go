@@ -23,7 +23,8 @@ const module = "github.com/d1idem/d1idem"
 // Package sets of the layering rules.
 var (
 	// core are the library packages a user's production binary imports.
-	core = []string{module, module + "/d1client", module + "/d1client/budget", module + "/idem", module + "/idem/idemhttp", module + "/schema", module + "/idemclient"}
+	core = []string{module, module + "/d1client", module + "/d1client/budget", module + "/idem", module + "/idem/idemhttp", module + "/schema", module + "/idemclient",
+		module + "/console"}
 	// libraries are every public package that is not a program or an
 	// example: core, and the local D1 with its test server.
 	libraries = append(slices.Clone(core), module+"/d1local", module+"/d1local/d1localtest")
@@ -32,7 +33,7 @@ var (
 	// leafHelpers are the internal packages the library shares: each
 	// imports no package of this module.
 	leafHelpers = []string{module + "/internal/jsonstr", module + "/internal/jsonscan", module + "/internal/textcache", module + "/internal/sqlite",
-		module + "/internal/redact", module + "/internal/loopback", module + "/internal/otelscope", module + "/internal/human"}
+		module + "/internal/redact", module + "/internal/loopback", module + "/internal/otelscope", module + "/internal/human", module + "/internal/textsafe"}
 	// ordersAPI is the example's orders API, which the demo plays against.
 	ordersAPI = module + "/examples/orders/ordersapi"
 )
@@ -127,6 +128,15 @@ func TestLintLayering(t *testing.T) {
 	}
 	forbid([]string{module + "/idem"}, "the ledger imports none of its transports", func(dep string) bool {
 		return strings.HasPrefix(dep, module+"/idem/")
+	})
+	// The console is a handler an application can mount in its own admin
+	// server: built on idem's administrative API, it imports neither the
+	// CLI nor the CLI's flag library.
+	if !slices.Contains(all[module+"/console"], module+"/idem") {
+		t.Fatal("the check is broken: console should depend on idem")
+	}
+	forbid([]string{module + "/console"}, "the console imports neither the CLI nor urfave/cli", func(dep string) bool {
+		return under(dep, module+"/cli") || under(dep, "github.com/urfave/cli")
 	})
 	// A library uses OpenTelemetry's API only; the application picks the
 	// SDK and the exporter (docs/observability.md).

@@ -102,6 +102,7 @@ func commands(o *options) []*cli.Command {
 		sweepCommand(o),
 		statsCommand(o),
 		ringCommand(o),
+		consoleCommand(o),
 		localCommand(),
 		bridgeCommand(),
 		demoCommand(),

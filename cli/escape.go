@@ -7,82 +7,29 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/d1idem/d1idem/internal/textsafe"
 )
 
 // Terminal-safe output. A value the CLI read (from the ledger, a database,
 // D1's answers) may hold any UTF-8, and a terminal obeys the control
 // characters it gets: ESC sequences retitle the window, clear the screen or
 // rewrite what was printed. So nothing the CLI prints of such a value
-// reaches the terminal raw unless it is printable: a rune is shown as it is
-// only when strconv.IsPrint says so (letters of every script, é and 日本
-// included); every control character (C0, DEL, C1 U+0080 to U+009F), every
-// other unprintable rune and every byte of invalid UTF-8 is escaped. Three
-// forms share that rule: display (a value in a table or a field: Go-quoted
-// when not plain, \x1b, \t, \u009b, \xff), escapeText (free text: errors,
-// lines, cells; the same escapes, no quotes) and shellQuote (a value in a
-// command printed to be pasted: the escapes a shell reads back into the
-// same bytes). JSON output escapes the control characters (see jsonSafe).
+// reaches the terminal raw unless it is printable, by the rule of package
+// textsafe, which the console shares. Three forms share that rule: display
+// (a value in a table or a field: Go-quoted when not plain, \x1b, \t,
+// \u009b, \xff), escapeText (free text: errors, lines, cells; the same
+// escapes, no quotes) and shellQuote (a value in a command printed to be
+// pasted: the escapes a shell reads back into the same bytes). JSON output
+// escapes the control characters (see jsonSafe).
 
-// shownRaw reports whether the rune r, of width n in its string, may reach
-// the terminal as it is.
-func shownRaw(r rune, n int) bool {
-	return !(r == utf8.RuneError && n == 1) && strconv.IsPrint(r)
-}
+// display makes a ledger value safe to show in a table or a field
+// (textsafe.Display).
+func display(s string) string { return textsafe.Display(s) }
 
-// allShownRaw reports whether every rune of s may reach the terminal as it
-// is.
-func allShownRaw(s string) bool {
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if !shownRaw(r, n) {
-			return false
-		}
-		i += n
-	}
-	return true
-}
-
-// display makes a ledger value safe to show in a table or a field: a value
-// with characters that are not printable ASCII, with spaces at its edges or
-// starting with a double quote is shown Go-quoted (strconv.Quote: the
-// escapes above, and \" and \\), so that what is shown is unambiguous and
-// can be pasted back into Go.
-func display(s string) string {
-	if s == "" || s[0] == ' ' || s[0] == '"' || s[len(s)-1] == ' ' {
-		return strconv.Quote(s)
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return strconv.Quote(s)
-		}
-	}
-	return s
-}
-
-// escapeText escapes in a line of text what may not reach the terminal
-// raw (see shownRaw), as strconv.Quote spells it; the rest, quotes and
-// backslashes included, is left as it is. Text that is already safe comes
-// back unchanged, so escaping twice is escaping once.
-func escapeText(s string) string {
-	if allShownRaw(s) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case shownRaw(r, n):
-			b.WriteString(s[i : i+n])
-		case r == utf8.RuneError && n == 1:
-			b.WriteString(`\x` + hex.EncodeToString([]byte{s[i]}))
-		default:
-			q := strconv.QuoteRune(r) // '\x1b', '\u009b'
-			b.WriteString(q[1 : len(q)-1])
-		}
-		i += n
-	}
-	return b.String()
-}
+// escapeText escapes in a line of text what may not reach the terminal raw
+// (textsafe.Escape).
+func escapeText(s string) string { return textsafe.Escape(s) }
 
 // shellQuote quotes s as one word of a command line the CLI prints to be
 // pasted: as it is when it is plain; in single quotes when every character
@@ -100,7 +47,7 @@ func shellQuote(s string) string {
 	}) < 0 {
 		return s
 	}
-	if allShownRaw(s) {
+	if textsafe.AllShownRaw(s) {
 		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 	}
 	var b strings.Builder
@@ -112,7 +59,7 @@ func shellQuote(s string) string {
 			b.WriteString(`\\`)
 		case r == '\'':
 			b.WriteString(`\047`) // not \': older bash history expansion misreads it
-		case shownRaw(r, n):
+		case textsafe.ShownRaw(r, n):
 			b.WriteString(s[i : i+n])
 		case strings.ContainsRune("\a\b\f\n\r\t\v", r):
 			q := strconv.QuoteRune(r)

@@ -12,7 +12,7 @@ import (
 var commandPaths = [][]string{
 	{"schema"}, {"schema", "apply"}, {"schema", "verify"}, {"schema", "print"},
 	{"keys"}, {"keys", "get"}, {"keys", "list"}, {"keys", "stuck"}, {"keys", "release"},
-	{"sweep"}, {"stats"}, {"ring"}, {"ring", "status"}, {"ring", "init"}, {"ring", "grow"}, {"ring", "advance"},
+	{"sweep"}, {"stats"}, {"console"}, {"ring"}, {"ring", "status"}, {"ring", "init"}, {"ring", "grow"}, {"ring", "advance"},
 	{"local"}, {"local", "serve"}, {"bridge"}, {"bridge", "init"}, {"bridge", "deploy"}, {"demo"},
 }
 
@@ -20,10 +20,10 @@ func TestHelp(t *testing.T) {
 	r := mustRun(t, nil, "--help")
 	golden(t, "help", r.stdout)
 	for _, want := range []string{
-		"schema  apply, verify and print the ledger schema",
-		"keys    inspect and release idempotency keys",
-		"sweep   delete rows past the retention window",
-		"stats   counts by status, keys awaiting retry",
+		"schema   apply, verify and print the ledger schema",
+		"keys     inspect and release idempotency keys",
+		"sweep    delete rows past the retention window",
+		"stats    counts by status, keys awaiting retry",
 		"--version, -v  print the version",
 		"--account-id, --api-token and\n   --database-id (or CLOUDFLARE_ACCOUNT_ID, CLOUDFLARE_API_TOKEN, D1_DATABASE_ID)",
 	} {

@@ -25,6 +25,7 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -244,7 +245,7 @@ func figures(results []result) []row {
 		throughputRows, addedLatencyRows, clientAllocRows, middlewareCPURows,
 		telemetryRows, fingerprintRows, sweepRows, claimLookupRows,
 		shardScalingRows, shardTransitionRows, bridgeOverheadRows, bridgeRows,
-		replicaRows,
+		replicaRows, consoleRows,
 	} {
 		rows = append(rows, group(results)...)
 	}
@@ -556,6 +557,32 @@ func claimLookupRows(b benches) []row {
 	}
 	return []row{{"claim+lookup batch, d1local / workerd: sequential; 16-way",
 		fmt.Sprintf("%s / %s stmts/s; %s / %s stmts/s", count(v[0]), count(v[1]), count(v[2]), count(v[3])), "", nil}}
+}
+
+// consoleRows are the D1 calls of the console's pages at 10 and at a
+// million rows (console's BenchmarkPageCalls): a page of keys, at the start
+// and half the ledger in, costs the same, and its time barely moves, where
+// the naive LIMIT ... OFFSET read of the same deep page grows with the
+// depth.
+func consoleRows(b benches) []row {
+	var rows []row
+	pages := []string{"overview", "keys", "keys_deep", "lookup"}
+	var names []string
+	for _, n := range []string{"10", "1000000"} {
+		for _, p := range pages {
+			names = append(names, "PageCalls/rows="+n+"/"+p)
+		}
+	}
+	if v, ok := b.series("d1-calls/view", names...); ok {
+		met := slices.Equal(v[:4], v[4:])
+		rows = append(rows, row{"console: D1 calls per page view, overview / keys / keys half the ledger in / lookup, at 10 rows; at 1,000,000 rows",
+			join(v[:4], format) + "; " + join(v[4:], format), "the same at 1,000,000 rows as at 10", &met})
+	}
+	if v, ok := b.series("ns/op", "PageCalls/rows=1000000/keys_deep", "PageCalls/rows=1000000/keys_deep_offset_naive"); ok {
+		rows = append(rows, row{"console: a page of keys half a million rows in, by cursor / by LIMIT ... OFFSET (naive)",
+			fmt.Sprintf("%s / %s ms", format(v[0]/1e6), format(v[1]/1e6)), "", nil})
+	}
+	return rows
 }
 
 // shardScalingRows are the first executions per second of a sharded
