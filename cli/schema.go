@@ -572,9 +572,6 @@ file's name, so the other agrees.
 	}
 }
 
-// migrationMessage is the message part of the migration file name.
-const migrationMessage = "d1idem_idempotency_keys"
-
 // writeMigration is schema print --migration.
 func writeMigration(c *cli.Context) error {
 	dir, d, err := printMigrationsDir(c)
@@ -584,28 +581,9 @@ func writeMigration(c *cli.Context) error {
 	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
 		return usagef("the migrations directory %s is a file, not a directory", dir)
 	}
-	existing, err := schema.FindMigrations(os.DirFS(dir))
+	name, written, err := schema.WriteMigration(dir)
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", dir, err)
-	}
-	var name string
-	if len(existing) > 0 {
-		name = existing[0]
-	} else {
-		if name, err = wrangler.NextMigrationName(dir, migrationMessage); err != nil {
-			return fmt.Errorf("reading %s: %w", dir, err)
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-		if err != nil {
-			return err
-		}
-		_, err = f.WriteString(d1idem.Schema())
-		if err := errors.Join(err, f.Close()); err != nil {
-			return fmt.Errorf("writing %s: %w", f.Name(), err)
-		}
+		return err
 	}
 	path := filepath.Join(dir, name)
 	w := c.App.Writer
@@ -614,9 +592,9 @@ func writeMigration(c *cli.Context) error {
 			Migration string `json:"migration"`
 			Path      string `json:"path"`
 			Written   bool   `json:"written"`
-		}{name, path, len(existing) == 0})
+		}{name, path, written})
 	}
-	if len(existing) > 0 {
+	if !written {
 		fmt.Fprintf(w, "%s already holds the ledger schema; nothing written.\n", path)
 		return nil
 	}

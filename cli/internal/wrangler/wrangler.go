@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -284,30 +283,4 @@ func (c *Config) describe(env string, dbs []Database) string {
 		names = append(names, d.Name())
 	}
 	return "it has: " + strings.Join(names, ", ")
-}
-
-// NextMigrationName returns the name wrangler's `d1 migrations create` would
-// give a new migration called message in dir: the highest leading number of
-// the .sql files in dir plus one, four digits wide, then "_" and message
-// with its spaces made underscores.
-// A missing dir counts as empty.
-func NextMigrationName(dir, message string) (string, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", err
-	}
-	highest := 0
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".sql") {
-			continue
-		}
-		num, _, _ := strings.Cut(e.Name(), "_")
-		if i := strings.IndexFunc(num, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
-			num = num[:i] // parseInt("0002abc") is 2
-		}
-		if n, err := strconv.Atoi(num); err == nil && n > highest {
-			highest = n
-		}
-	}
-	return fmt.Sprintf("%04d_%s.sql", highest+1, strings.ReplaceAll(message, " ", "_")), nil
 }
