@@ -25,8 +25,9 @@ var (
 	// core are the library packages a user's production binary imports.
 	core = []string{module, module + "/d1client", module + "/d1client/budget", module + "/idem", module + "/idem/idemhttp", module + "/schema", module + "/idemclient"}
 	// libraries are every public package that is not a program or an
-	// example: core, and the local D1 with its test server.
-	libraries = append(slices.Clone(core), module+"/d1local", module+"/d1local/d1localtest")
+	// example: core, the local D1 with its test server, and the wrangler
+	// config reader.
+	libraries = append(slices.Clone(core), module+"/d1local", module+"/d1local/d1localtest", module+"/wrangler")
 	// testHelpers are imported by tests only.
 	testHelpers = []string{module + "/internal/d1test", module + "/internal/specseq", module + "/internal/oteltest"}
 	// leafHelpers are the internal packages the library shares: each
@@ -109,6 +110,10 @@ func TestLintLayering(t *testing.T) {
 		t.Fatal("the check is broken: d1client should depend on d1client/budget")
 	}
 	forbid([]string{module + "/d1client/budget"}, "the API budget imports no package of this module", func(dep string) bool {
+		return under(dep, module)
+	})
+	// The wrangler config reader is a leaf any program can use.
+	forbid([]string{module + "/wrangler"}, "the wrangler config reader imports no package of this module", func(dep string) bool {
 		return under(dep, module)
 	})
 	// The client half of the protocol is for any Go client: it links

@@ -15,8 +15,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/bridge"
-	"github.com/d1idem/d1idem/cli/internal/wrangler"
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/wrangler"
 )
 
 // The files of a bridge directory.

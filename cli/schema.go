@@ -13,10 +13,10 @@ import (
 
 	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/cli/internal/embedded"
-	"github.com/d1idem/d1idem/cli/internal/wrangler"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/schema"
+	"github.com/d1idem/d1idem/wrangler"
 )
 
 func schemaCommand(o *options) *cli.Command {

@@ -12,11 +12,11 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/cli/internal/embedded"
-	"github.com/d1idem/d1idem/cli/internal/wrangler"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/wrangler"
 )
 
 // access says whether a command may create the database it names.

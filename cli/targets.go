@@ -10,9 +10,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/d1idem/d1idem/cli/internal/wrangler"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
+	"github.com/d1idem/d1idem/wrangler"
 )
 
 // target is a Cloudflare database and the credentials to reach it.
