@@ -200,16 +200,38 @@ func cloudflareConn(cfg d1client.Config, t target) (*conn, error) {
 	if t.wrangler != nil {
 		cn.scope = "(--database " + t.wrangler.Name() + " of " + t.wrangler.ConfigPath + ")"
 	}
-	cn.list = func(ctx context.Context) ([]string, error) { return listCloudflare(ctx, db, cfg.HTTPClient, t.token) }
-	cn.create = func(ctx context.Context) (string, error) { return createOnD1local(ctx, db, cfg.HTTPClient, t.token) }
+	cn.list = func(ctx context.Context) ([]string, error) { return listNames(ctx, db) }
+	cn.create = func(ctx context.Context) (string, error) {
+		if created, err := db.CreateLocalDatabase(ctx); !created || err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("database %q on the d1local at %s", db.DatabaseID(), db.BaseURL()), nil
+	}
 	if db.Bridge() {
 		cn.create = nil
 		cn.where += " through the bridge at " + strings.TrimSuffix(db.BaseURL(), "/")
-		cn.list = func(context.Context) ([]string, error) {
-			return nil, errors.New("a bridge serves the databases its wrangler.toml binds, and lists none")
-		}
 	}
 	return cn, nil
+}
+
+// maxListed bounds the databases a missing-database error names.
+const maxListed = 50
+
+// listNames lists the account's databases for people: "name (uuid)", or
+// the name where it is the ID (on d1local).
+func listNames(ctx context.Context, db *d1client.Client) ([]string, error) {
+	dbs, err := db.ListDatabases(ctx, maxListed)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(dbs))
+	for i, d := range dbs {
+		out[i] = d.Name
+		if d.UUID != d.Name && d.UUID != "" {
+			out[i] += " (" + d.UUID + ")"
+		}
+	}
+	return out, nil
 }
 
 // openLocalSet starts the embedded d1local on dir with the databases
