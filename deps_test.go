@@ -34,8 +34,10 @@ var (
 	// imports no package of this module.
 	leafHelpers = []string{module + "/internal/jsonstr", module + "/internal/jsonscan", module + "/internal/textcache", module + "/internal/sqlite",
 		module + "/internal/redact", module + "/internal/loopback", module + "/internal/otelscope", module + "/internal/human"}
-	// ordersAPI is the example's orders API, which the demo plays against.
-	ordersAPI = module + "/examples/orders/ordersapi"
+	// ordersAPI is the example's orders API, which the demo plays against,
+	// and ordersDemo the story it plays.
+	ordersAPI  = module + "/examples/orders/ordersapi"
+	ordersDemo = module + "/examples/orders/ordersdemo"
 )
 
 // goList runs `go list` with args in the module's root and returns its
@@ -140,11 +142,11 @@ func TestLintLayering(t *testing.T) {
 		t.Fatal("the check is broken: examples/orders should link the Prometheus exporter")
 	}
 	programs := []string{module + "/cli", module + "/cmd/d1idem"}
-	if !slices.Contains(all[module+"/cli"], ordersAPI) {
-		t.Fatal("the check is broken: the CLI's demo should play against " + ordersAPI)
+	if !slices.Contains(all[module+"/cli"], ordersAPI) || !slices.Contains(all[module+"/cli"], ordersDemo) {
+		t.Fatal("the check is broken: the CLI's demo should play " + ordersDemo + " against " + ordersAPI)
 	}
-	forbid(programs, "the CLI imports no example but the orders API its demo plays against, and no test helper", func(dep string) bool {
-		return under(dep, module+"/examples") && dep != ordersAPI || slices.Contains(testHelpers, dep) || under(dep, module+"/tools")
+	forbid(programs, "the CLI imports no example but the orders API and the story its demo plays, and no test helper", func(dep string) bool {
+		return under(dep, module+"/examples") && dep != ordersAPI && dep != ordersDemo || slices.Contains(testHelpers, dep) || under(dep, module+"/tools")
 	})
 	// The CLI is a program: its demo reads the story's metrics with the
 	// SDK's ManualReader. The first `go run ./cmd/d1idem demo` compiles all
@@ -182,7 +184,7 @@ func TestLintNoSQLiteInLibraries(t *testing.T) {
 	if !links(module + "/d1local") {
 		t.Fatal("the check is broken: d1local should link modernc.org/sqlite")
 	}
-	for _, pkg := range append(slices.Clone(core), module+"/examples/orders/ordersapi") {
+	for _, pkg := range append(slices.Clone(core), ordersAPI, ordersDemo) {
 		if links(pkg) {
 			t.Errorf("%s links modernc.org/sqlite; find the import with `go list -deps -f '{{.ImportPath}}: {{.Imports}}' %s`", pkg, pkg)
 		}

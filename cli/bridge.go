@@ -122,7 +122,7 @@ func planBridge(c *cli.Context, dir string) (*bridgePlan, error) {
 		name, id, explicit := strings.Cut(a, "=")
 		if !explicit && cfg == nil {
 			var err error
-			if cfg, err = loadWrangler(c); err != nil {
+			if cfg, err = loadWrangler(c, flagDatabase); err != nil {
 				return nil, err
 			}
 			p.ConfigPath = cfg.Path

@@ -20,6 +20,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/examples/orders/ordersapi"
+	"github.com/d1idem/d1idem/examples/orders/ordersdemo"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/internal/human"
 )
@@ -51,8 +52,8 @@ Cloudflare account is needed.
 			switch ttl := c.Duration("ttl"); {
 			case ttl < 500*time.Millisecond:
 				return usagef("--ttl %v is too short for the story; use at least 500ms", ttl)
-			case ttl > maxDemoTTL:
-				return usagef("--ttl %v is too long for the story, which waits it out three times; use at most %v", ttl, maxDemoTTL)
+			case ttl > ordersdemo.MaxTTL:
+				return usagef("--ttl %v is too long for the story, which waits it out three times; use at most %v", ttl, ordersdemo.MaxTTL)
 			}
 			return runDemo(c.Context, c.App.Writer, demoOptions{ttl: c.Duration("ttl"), dir: c.String("dir"), metrics: c.Bool("metrics")}, ordersAPI)
 		},
@@ -162,14 +163,14 @@ func runDemo(ctx context.Context, out io.Writer, opts demoOptions, api demoAPIFu
 	}
 	defer e.close()
 	ttl := opts.ttl
-	s := newStory(e, out, ttl)
+	s := ordersdemo.New(ordersdemo.Config{BaseURL: e.base, DB: e.db, Ledger: e.ledger, StallHeader: demoStallHeader, Out: out})
 	fmt.Fprintf(out, "\nThe orders API is at %s. Its ledger, the idempotency_keys table, is in D1: here the\n", e.base)
 	fmt.Fprintf(out, "embedded d1local, %s.\n", e.where())
 	fmt.Fprintf(out, "A key whose request is running is held for %s without an update (the TTL; 30s in production).\n\n", human.Duration(ttl))
-	if err := s.play(ctx); err != nil {
+	if err := s.Play(ctx); err != nil {
 		return err
 	}
-	if err := s.report(ctx); err != nil {
+	if err := s.Report(ctx); err != nil {
 		return err
 	}
 	if reader != nil {
@@ -181,8 +182,8 @@ func runDemo(ctx context.Context, out io.Writer, opts demoOptions, api demoAPIFu
 			return err
 		}
 	}
-	if len(s.broken) > 0 {
-		return fmt.Errorf("%s broken: %s", plural(int64(len(s.broken)), "promise", "promises"), strings.Join(s.broken, "; "))
+	if broken := s.Broken(); len(broken) > 0 {
+		return fmt.Errorf("%s broken: %s", plural(int64(len(broken)), "promise", "promises"), strings.Join(broken, "; "))
 	}
 	return renderNextSteps(out, e.dir)
 }

@@ -147,6 +147,83 @@ func severalDatabases(c *cli.Context) bool {
 	return c.String(flagDatabasesPrefix) != "" || len(names) > 1 || len(ids) > 1
 }
 
+// checkConnFlags refuses connection flags that contradict each other or
+// would be ignored.
+func checkConnFlags(c *cli.Context) error {
+	if err := envWithoutDatabase(c); err != nil || !severalDatabases(c) {
+		return err
+	}
+	return noEnvDatabaseID(c)
+}
+
+// bridgeURL returns the bridge URL of the connection flags, for
+// d1client.Config.BridgeURL, and whether a bridge is to be used at all.
+// --bridge-url is returned as given; $D1IDEM_BRIDGE_URL is left to d1client
+// to read (the URL is then ""), which refuses it beside a base-URL
+// variable. A --base-url on the command line wins over the variable, as
+// flags win over the environment; with --bridge-url it is a usage error.
+func bridgeURL(c *cli.Context) (url string, bridge bool, err error) {
+	u, given := onCommandLine(c, flagBridgeURL, d1client.BridgeURLEnv)
+	if u == "" {
+		return "", false, nil
+	}
+	fromEnv := !given
+	switch {
+	case c.String(flagBaseURL) == "" && fromEnv:
+		return "", true, nil
+	case c.String(flagBaseURL) == "":
+		return u, true, nil
+	case fromEnv:
+		return "", false, nil
+	}
+	return "", false, usagef("--%s and --%s both say where D1 is; pass one (a bridge URL is its base URL with its secret)", flagBridgeURL, flagBaseURL)
+}
+
+// noEnvDatabaseID refuses D1_DATABASE_ID beside a command line that names
+// several databases: it would add a database nobody named there.
+func noEnvDatabaseID(c *cli.Context) error {
+	if ids, env := multiValues(c, flagDatabaseID); env && len(ids) > 0 {
+		return usagef("D1_DATABASE_ID is set (%s) while the command line names several databases: unset it, or pass it as --%s too", strings.Join(ids, ","), flagDatabaseID)
+	}
+	return nil
+}
+
+// envWithoutDatabase reports, as a usage error, --env or --preview given on
+// the command line without --database, which they would not affect.
+// CLOUDFLARE_ENV alone is not an error: wrangler users may set it for every
+// command.
+func envWithoutDatabase(c *cli.Context) error {
+	if c.String(flagDatabase) != "" || c.String(flagDatabasesPrefix) != "" {
+		return nil
+	}
+	if _, given := onCommandLine(c, flagEnv, wrangler.EnvVar); given {
+		return usagef("--%s selects a wrangler environment for --%s; pass --%s NAME too", flagEnv, flagDatabase, flagDatabase)
+	}
+	if c.Bool(flagPreview) {
+		return usagef("--%s takes the preview_database_id of --%s; pass --%s NAME too", flagPreview, flagDatabase, flagDatabase)
+	}
+	return nil
+}
+
+// localOnly refuses, beside --local, a flag of the command line that would
+// choose a Cloudflare database and be ignored. Their environment variables
+// are ignored without a word: a shell set up for Cloudflare can use --local.
+// No value is shown: the token and the bridge URL are secrets.
+func localOnly(c *cli.Context) error {
+	for _, f := range []struct{ name, env string }{
+		{flagAccountID, envAccountID},
+		{flagAPIToken, envAPIToken},
+		{flagBridgeURL, d1client.BridgeURLEnv},
+		{flagBaseURL, ""},
+		{flagConfig, ""},
+	} {
+		if _, given := onCommandLine(c, f.name, f.env); given {
+			return usagef("--%s has no use with --%s: d1local needs no Cloudflare account, API or wrangler config; leave one of them out", f.name, flagLocal)
+		}
+	}
+	return nil
+}
+
 // Flag readers that turn bad values into usage errors.
 
 func requiredString(c *cli.Context, name string) (string, error) {

@@ -80,7 +80,7 @@ func databaseByID(c *cli.Context, id string) (*wrangler.Database, error) {
 	if !explicit && !findsConfig() {
 		return nil, nil
 	}
-	cfg, err := loadWrangler(c)
+	cfg, err := loadWrangler(c, flagDatabase)
 	if err != nil {
 		if explicit {
 			return nil, err
@@ -160,9 +160,10 @@ func dryRunFresh(c *cli.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	s := &dbSet{local: srv}
+	s := &dbSet{local: srv, dir: dir}
 	defer s.close()
-	cn := &conn{databaseID: localDatabaseID(c)}
+	ids, _ := localIDs(c, dir, nil)
+	cn := &conn{databaseID: ids[0], set: s}
 	if cn.db, err = srv.Client(cn.databaseID); err != nil {
 		return err
 	}
@@ -338,7 +339,7 @@ func applyOne(c *cli.Context, cn *conn) applied {
 // created. A dry run creates nothing.
 func applyCreating(ctx context.Context, cn *conn, opts schema.Options) (schema.Result, string, error) {
 	res, err := schema.Apply(ctx, cn.db, opts)
-	if opts.DryRun || cn.create == nil || !errors.Is(err, d1client.ErrNoDatabase) {
+	if opts.DryRun || !errors.Is(err, d1client.ErrNoDatabase) {
 		return res, "", err
 	}
 	created, cerr := cn.create(ctx)
@@ -634,7 +635,7 @@ func printMigrationsDir(c *cli.Context) (dir string, d *wrangler.Database, err e
 		}
 		d = entries[0]
 	case c.String(flagConfig) != "" || findsConfig():
-		cfg, err := loadWrangler(c)
+		cfg, err := loadWrangler(c, flagDatabase)
 		if err != nil {
 			return "", nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -23,45 +24,30 @@ import (
 type access int
 
 const (
-	// existing: the database must exist; nothing is created (every command
-	// but schema apply).
+	// existing: the database must exist (every command but schema apply).
 	existing access = iota
-	// create: the database, and with --local its directory, are created if
-	// needed (schema apply): locally, or on a d1local server, never on D1
-	// (see conn.create).
+	// create: the database, and with --local its directory, are created
+	// if needed (schema apply): locally, or on a d1local server, never on
+	// D1 (see conn.create).
 	create
 )
-
-// conn is one open database of a set.
-type conn struct {
-	db *d1client.Client
-	// where describes the database for people, without secrets.
-	where string
-	// databaseID is the database's ID: the Cloudflare UUID, or the d1local
-	// database under --local.
-	databaseID string
-	// wrangler is the wrangler config's entry for the database, when
-	// --database chose it.
-	wrangler *wrangler.Database
-	// scope says where a missing database was looked for ("under DIR"),
-	// and list lists the databases there are, for the error.
-	scope string
-	list  func(context.Context) ([]string, error)
-	// create, called once the database turned out to be missing, creates
-	// it where that is the CLI's to do (under --local with access create,
-	// or on a d1local server) and says what it created ("" for nothing).
-	// nil where nothing may be created: D1 gives a database its UUID when
-	// wrangler or the dashboard creates it.
-	create func(context.Context) (string, error)
-}
 
 // dbSet is the databases the connection flags name, open, in the order the
 // flags name them: one, or the several of a ledger across databases. A
 // command works on a set; one database is a set of one.
 type dbSet struct {
 	conns []*conn
-	// local is the embedded d1local serving a --local set.
-	local *embedded.Server
+	local *embedded.Server // the embedded d1local serving a --local set
+	dir   string           // --local's directory
+}
+
+// conn is one open database of a set.
+type conn struct {
+	db         *d1client.Client
+	databaseID string             // D1's UUID, or the local database's name
+	where      string             // the database for people, without secrets
+	wrangler   *wrangler.Database // the wrangler config's entry, when --database chose it
+	set        *dbSet
 }
 
 func (s *dbSet) close() {
@@ -89,46 +75,72 @@ func (o *options) withSet(c *cli.Context, acc access, fn func(*dbSet) error, mod
 	return fn(s)
 }
 
-// named turns D1's "no such database" in err into an error naming the
-// connection's database with those there are, and gives an SQL error the
-// schema apply that the connection flags need (see applyHint).
-func (cn *conn) named(c *cli.Context, err error) error {
-	var de *d1client.Error
-	switch {
-	case errors.Is(err, d1client.ErrNoDatabase):
-		return cn.missing(c.Context, err)
-	case errors.As(err, &de) && errors.Is(de, d1client.ErrSQL):
-		return applyHint{err: err, command: "d1idem schema apply" + connHint(c)}
-	}
-	return err
-}
-
 // openSet connects to the databases the flags name: the embedded d1local's
 // with --local, Cloudflare's otherwise. It never falls back silently:
 // missing settings are listed in the error. All the clients of a set share
 // one budget.Account (the account's API budget, with the adjustments of
 // mods: --max-calls's); o's clientMods apply to Cloudflare clients only.
 func (o *options) openSet(c *cli.Context, acc access, mods ...func(*d1client.Config)) (*dbSet, error) {
-	if err := envWithoutDatabase(c); err != nil {
+	if err := checkConnFlags(c); err != nil {
 		return nil, err
 	}
-	if severalDatabases(c) {
-		if err := noEnvDatabaseID(c); err != nil {
-			return nil, err
-		}
-	}
 	if dir := c.String(flagLocal); dir != "" {
-		if err := localOnly(c); err != nil {
-			return nil, err
-		}
-		return openLocalSet(c, dir, acc, mods...)
+		return openLocalSet(c, dir, acc, mods)
 	}
-	return o.openCloudflareSet(c, mods...)
+	return o.openCloudflareSet(c, mods)
 }
 
-// sharedAccount returns the Account every client of a set spends, made
-// from the budget that mods give a configuration starting with base, and
-// the adjustment that gives a client's configuration that Account.
+// openCloudflareSet connects to Cloudflare databases of one account,
+// directly or all through one bridge (--bridge-url or $D1IDEM_BRIDGE_URL),
+// which serves each database it binds under its ID, as the REST API does,
+// and is not metered by the API budget.
+func (o *options) openCloudflareSet(c *cli.Context, mods []func(*d1client.Config)) (*dbSet, error) {
+	bridgeURL, bridge, err := bridgeURL(c)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := cloudflareTargets(c)
+	if err != nil {
+		return nil, err
+	}
+	accountID, token := c.String(flagAccountID), c.String(flagAPIToken)
+	for _, t := range ts {
+		if accountID == "" && t.wrangler != nil {
+			accountID = t.wrangler.AccountID
+		}
+	}
+	if err := missingSettings(accountID, token != "" || bridge, len(ts) > 0); err != nil {
+		return nil, err
+	}
+	limit := budget.Budget{} // Cloudflare's API limit
+	if bridge {
+		limit = budget.Unlimited()
+	}
+	mods = append(slices.Clone(mods), o.clientMods...)
+	share, err := sharedAccount(limit, mods)
+	if err != nil {
+		return nil, err
+	}
+	s := &dbSet{}
+	for _, t := range ts {
+		cfg := d1client.Config{BaseURL: c.String(flagBaseURL), BridgeURL: bridgeURL, APIToken: token, AccountID: accountID, DatabaseID: t.databaseID}
+		for _, m := range append(mods, share) {
+			m(&cfg)
+		}
+		if t.db, err = d1client.New(cfg); err != nil {
+			return nil, clientError(err)
+		}
+		if t.db.Bridge() {
+			t.where += " through the bridge at " + strings.TrimSuffix(t.db.BaseURL(), "/")
+		}
+		t.set, s.conns = s, append(s.conns, t)
+	}
+	return s, nil
+}
+
+// sharedAccount returns the adjustment that gives every client of a set
+// one Account: of the budget that mods give a configuration starting with
+// base.
 func sharedAccount(base budget.Budget, mods []func(*d1client.Config)) (func(*d1client.Config), error) {
 	scratch := d1client.Config{Budget: base}
 	for _, m := range mods {
@@ -153,92 +165,13 @@ func clientError(err error) error {
 	return err
 }
 
-// openCloudflareSet connects to Cloudflare databases of one account,
-// directly or all through one bridge (--bridge-url or $D1IDEM_BRIDGE_URL):
-// the bridge serves each database it binds under its ID, as the REST API
-// does, and is not metered by the API budget.
-func (o *options) openCloudflareSet(c *cli.Context, mods ...func(*d1client.Config)) (*dbSet, error) {
-	bridgeURL, bridge, err := bridgeURL(c)
-	if err != nil {
+// openLocalSet starts the embedded d1local on dir with the databases the
+// flags name (the demo's when none). Unless acc is create, it creates
+// nothing: the directory and the databases must exist.
+func openLocalSet(c *cli.Context, dir string, acc access, mods []func(*d1client.Config)) (*dbSet, error) {
+	if err := localOnly(c); err != nil {
 		return nil, err
 	}
-	ts, err := cloudflareTargets(c, bridge)
-	if err != nil {
-		return nil, err
-	}
-	all := append(slices.Clone(mods), o.clientMods...)
-	limit := budget.Budget{} // Cloudflare's API limit
-	if bridge {
-		limit = budget.Unlimited()
-	}
-	share, err := sharedAccount(limit, all)
-	if err != nil {
-		return nil, err
-	}
-	s := &dbSet{}
-	for _, t := range ts {
-		cfg := d1client.Config{BaseURL: c.String(flagBaseURL), BridgeURL: bridgeURL, APIToken: t.token, AccountID: t.accountID, DatabaseID: t.databaseID}
-		for _, m := range append(all, share) {
-			m(&cfg)
-		}
-		cn, err := cloudflareConn(cfg, t)
-		if err != nil {
-			return nil, err
-		}
-		s.conns = append(s.conns, cn)
-	}
-	return s, nil
-}
-
-// cloudflareConn makes the client of cfg for the target t.
-func cloudflareConn(cfg d1client.Config, t target) (*conn, error) {
-	db, err := d1client.New(cfg)
-	if err != nil {
-		return nil, clientError(err)
-	}
-	cn := &conn{db: db, where: t.where, databaseID: t.databaseID, wrangler: t.wrangler}
-	if t.wrangler != nil {
-		cn.scope = "(--database " + t.wrangler.Name() + " of " + t.wrangler.ConfigPath + ")"
-	}
-	cn.list = func(ctx context.Context) ([]string, error) { return listNames(ctx, db) }
-	cn.create = func(ctx context.Context) (string, error) {
-		if created, err := db.CreateLocalDatabase(ctx); !created || err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("database %q on the d1local at %s", db.DatabaseID(), db.BaseURL()), nil
-	}
-	if db.Bridge() {
-		cn.create = nil
-		cn.where += " through the bridge at " + strings.TrimSuffix(db.BaseURL(), "/")
-	}
-	return cn, nil
-}
-
-// maxListed bounds the databases a missing-database error names.
-const maxListed = 50
-
-// listNames lists the account's databases for people: "name (uuid)", or
-// the name where it is the ID (on d1local).
-func listNames(ctx context.Context, db *d1client.Client) ([]string, error) {
-	dbs, err := db.ListDatabases(ctx, maxListed)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, len(dbs))
-	for i, d := range dbs {
-		out[i] = d.Name
-		if d.UUID != d.Name && d.UUID != "" {
-			out[i] += " (" + d.UUID + ")"
-		}
-	}
-	return out, nil
-}
-
-// openLocalSet starts the embedded d1local on dir with the databases
-// --database-id, --database and --databases-prefix name (the demo's when
-// none). Unless acc is create, it creates nothing: the directory and the
-// databases must exist.
-func openLocalSet(c *cli.Context, dir string, acc access, mods ...func(*d1client.Config)) (*dbSet, error) {
 	if acc == create {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("--local %s: %w", dir, err)
@@ -250,8 +183,8 @@ func openLocalSet(c *cli.Context, dir string, acc access, mods ...func(*d1client
 	if err != nil {
 		return nil, err
 	}
-	s := &dbSet{local: srv}
-	if err := s.addLocal(c, dir, acc, mods); err != nil {
+	s := &dbSet{local: srv, dir: dir}
+	if err := s.addLocal(c, acc, mods); err != nil {
 		s.close()
 		return nil, err
 	}
@@ -259,12 +192,12 @@ func openLocalSet(c *cli.Context, dir string, acc access, mods ...func(*d1client
 }
 
 // addLocal opens a client on each local database the flags name.
-func (s *dbSet) addLocal(c *cli.Context, dir string, acc access, mods []func(*d1client.Config)) error {
+func (s *dbSet) addLocal(c *cli.Context, acc access, mods []func(*d1client.Config)) error {
 	have, err := s.local.D1.Databases()
 	if err != nil {
 		return err
 	}
-	ids, err := localIDs(c, dir, have)
+	ids, err := localIDs(c, s.dir, have)
 	if err != nil {
 		return err
 	}
@@ -274,68 +207,254 @@ func (s *dbSet) addLocal(c *cli.Context, dir string, acc access, mods []func(*d1
 	}
 	for _, id := range ids {
 		if acc != create && !slices.Contains(have, id) {
-			return &noDatabaseError{id: id, where: "under " + dir, have: slices.Clone(have)}
+			return &noDatabaseError{id: id, where: "under " + s.dir, have: slices.Clone(have)}
 		}
 		db, err := s.local.Client(id, append(slices.Clone(mods), share)...)
 		if err != nil {
 			return clientError(err)
 		}
-		s.conns = append(s.conns, &conn{db: db, where: fmt.Sprintf("local database %q under %s", id, dir), databaseID: id, scope: "under " + dir,
-			list: func(context.Context) ([]string, error) { return s.local.D1.Databases() }, create: s.localCreate(dir, id, acc)})
+		s.conns = append(s.conns, &conn{db: db, databaseID: id, where: fmt.Sprintf("local database %q under %s", id, s.dir), set: s})
 	}
 	return nil
 }
 
-// localCreate is a conn's create for the local database id under dir, with
-// access acc: nil unless acc is create.
-func (s *dbSet) localCreate(dir, id string, acc access) func(context.Context) (string, error) {
-	if acc != create {
-		return nil
+// cloudflareTargets are the databases of --database (each given name),
+// --databases-prefix and --database-id (each ID), in that order, not yet
+// open. One --database and one --database-id name one database, whose IDs
+// must agree; otherwise a database named twice is refused.
+func cloudflareTargets(c *cli.Context) ([]*conn, error) {
+	entries, how, err := wranglerEntries(c)
+	if err != nil {
+		return nil, err
 	}
-	return func(context.Context) (string, error) {
-		if err := s.local.D1.CreateDatabase(id); err != nil {
-			return "", err
+	var ts []*conn
+	for _, d := range entries {
+		id, where, err := entryTarget(c, d)
+		if err != nil {
+			return nil, err
 		}
-		return fmt.Sprintf("database %q under %s", id, dir), nil
+		ts = append(ts, &conn{databaseID: id, where: where, wrangler: d})
 	}
+	ids, _ := multiValues(c, flagDatabaseID)
+	if !severalDatabases(c) && len(ts) == 1 && len(ids) == 1 {
+		if ids[0] != ts[0].databaseID {
+			return nil, usagef("--database %s is %s in %s, but --database-id says %s", c.String(flagDatabase), ts[0].databaseID, ts[0].wrangler.ConfigPath, ids[0])
+		}
+		ids = nil
+	}
+	for _, id := range ids {
+		ts = append(ts, &conn{databaseID: id, where: "database " + id})
+		how = append(how, "--"+flagDatabaseID+" "+id)
+	}
+	named := make([]string, len(ts))
+	for i, t := range ts {
+		named[i] = t.databaseID
+	}
+	return ts, namedOnce(named, how)
+}
+
+// entryTarget returns the database ID of a wrangler config's entry (its
+// preview_database_id with --preview) and a description for people.
+func entryTarget(c *cli.Context, d *wrangler.Database) (id, where string, err error) {
+	if id, err = d.ID(c.Bool(flagPreview)); err != nil {
+		return "", "", usagef("%v in %s", err, d.ConfigPath)
+	}
+	var notes []string
+	if d.Env != "" {
+		notes = append(notes, "env "+d.Env)
+	}
+	if c.Bool(flagPreview) {
+		notes = append(notes, "preview")
+	}
+	notes = append(notes, "from "+d.ConfigPath)
+	return id, fmt.Sprintf("%s (%s, %s)", d.Name(), id, strings.Join(notes, ", ")), nil
+}
+
+// wranglerEntries returns the wrangler config's entries that --database
+// (each given) and --databases-prefix name, in the environment --env
+// names, and the flag that named each; none without those flags.
+func wranglerEntries(c *cli.Context) ([]*wrangler.Database, []string, error) {
+	names, _ := multiValues(c, flagDatabase)
+	prefix := c.String(flagDatabasesPrefix)
+	if len(names) == 0 && prefix == "" {
+		return nil, nil, nil
+	}
+	flagName := flagDatabase
+	if len(names) == 0 {
+		flagName = flagDatabasesPrefix
+	}
+	cfg, err := loadWrangler(c, flagName)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []*wrangler.Database
+	var how []string
+	for _, name := range names {
+		d, err := cfg.Database(c.String(flagEnv), name)
+		if err != nil {
+			return nil, nil, usageError{err}
+		}
+		out, how = append(out, &d), append(how, "--"+flagDatabase+" "+name)
+	}
+	if prefix == "" {
+		return out, how, nil
+	}
+	dbs, err := cfg.Databases(c.String(flagEnv))
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	var have []string
+	for _, d := range dbs {
+		have = append(have, d.Name())
+		if strings.HasPrefix(d.Name(), prefix) || strings.HasPrefix(d.Binding, prefix) {
+			out, how = append(out, &d), append(how, "--"+flagDatabasesPrefix+" "+prefix)
+		}
+	}
+	if len(how) == len(names) {
+		return nil, nil, usagef("--%s %s names no database of the d1_databases of %s (have: %s)", flagDatabasesPrefix, prefix, cfg.Path, orNone(have))
+	}
+	return out, how, nil
+}
+
+// localIDs are the local databases the flags name: each --database-id, each
+// --database, then those under dir (have) that begin with
+// --databases-prefix; without several, --database-id or --database, else
+// the demo's. A database named twice is refused.
+func localIDs(c *cli.Context, dir string, have []string) ([]string, error) {
+	if !severalDatabases(c) {
+		for _, id := range []string{c.String(flagDatabaseID), c.String(flagDatabase)} {
+			if id != "" {
+				return []string{id}, nil
+			}
+		}
+		return []string{d1local.LocalDatabaseID}, nil
+	}
+	var ids, how []string
+	for _, name := range []string{flagDatabaseID, flagDatabase} {
+		vals, _ := multiValues(c, name)
+		for _, v := range vals {
+			ids, how = append(ids, v), append(how, "--"+name+" "+v)
+		}
+	}
+	if prefix := c.String(flagDatabasesPrefix); prefix != "" {
+		named := len(ids)
+		for _, id := range have {
+			if strings.HasPrefix(id, prefix) {
+				ids, how = append(ids, id), append(how, "--"+flagDatabasesPrefix+" "+prefix)
+			}
+		}
+		if len(ids) == named {
+			return nil, usagef("--%s %s names no database under %s (have: %s)", flagDatabasesPrefix, prefix, dir, orNone(have))
+		}
+	}
+	return ids, namedOnce(ids, how)
+}
+
+// namedOnce refuses a set of databases (their IDs) that names one twice:
+// each database is one home of the ring, and a repeat is most likely a
+// slip for another. how says how the flags named each.
+func namedOnce(ids, how []string) error {
+	for i, id := range ids {
+		if j := slices.Index(ids[:i], id); j >= 0 {
+			same := how[j] + " and " + how[i]
+			if how[j] == how[i] {
+				same = how[i] + " twice"
+			}
+			return usagef("database %s is named twice (%s): name each database of the ledger once", id, same)
+		}
+	}
+	return nil
+}
+
+// missingSettings lists, as a usage error, what Cloudflare needs and the
+// flags lack: the account ID, an API token (or a bridge that stands for
+// it) and a database.
+func missingSettings(accountID string, token, database bool) error {
+	var missing []string
+	if accountID == "" {
+		missing = append(missing, "the account ID (--account-id or CLOUDFLARE_ACCOUNT_ID)")
+	}
+	if !token {
+		missing = append(missing, "an API token (--api-token or CLOUDFLARE_API_TOKEN)")
+	}
+	if !database {
+		missing = append(missing, "the database (--database-id, D1_DATABASE_ID, or --database NAME with a wrangler config)")
+	}
+	if len(missing) > 0 {
+		return usagef("cannot reach D1: missing %s; or pass --local DIR to use the embedded d1local", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// orNone joins names, or says there is none.
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+// loadWrangler reads the wrangler config that the flag flagName needs:
+// --config, or the file wrangler would use from the current directory.
+func loadWrangler(c *cli.Context, flagName string) (*wrangler.Config, error) {
+	path := c.String(flagConfig)
+	if path == "" {
+		var err error
+		if path, err = wrangler.Find("."); errors.Is(err, wrangler.ErrNoConfig) {
+			return nil, usagef("--%s needs a wrangler config: there is %v; pass --%s FILE", flagName, err, flagConfig)
+		} else if err != nil {
+			return nil, err
+		}
+		path = relPath(path)
+	}
+	return wrangler.Load(path)
+}
+
+// relPath returns p relative to the current directory when it is inside
+// it, for messages.
+func relPath(p string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return p
+	}
+	if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return p
 }
 
 // ledger is the ledger on the set, with the CLI's clock (D1's own unless a
 // test injects one): idem.New's on one database, unless sharded says a
 // ledger across databases even on one (the ring commands); else
 // idem.NewSharded's, each database under its ID (the ID idem.Home gives it
-// by default, as the application's ledger does). The ledger, not the CLI,
-// owns every statement, clock expression and status.
+// by default, as the application's ledger does).
 func (o *options) ledger(s *dbSet, cfg idem.Config, sharded bool) (*idem.Ledger, error) {
 	cfg.Clock = o.now
 	// The ledger logs the rings it adopts; the commands say what matters.
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	var l *idem.Ledger
-	var err error
 	if s.one() && !sharded {
-		l, err = idem.New(s.conns[0].db, cfg)
-	} else {
-		homes := make([]idem.Home, len(s.conns))
-		for i, cn := range s.conns {
-			homes[i] = idem.Home{DB: cn.db}
-		}
-		l, err = idem.NewSharded(homes, cfg)
+		l, err := idem.New(s.conns[0].db, cfg)
+		return l, configUsage(err)
 	}
+	homes := make([]idem.Home, len(s.conns))
+	for i, cn := range s.conns {
+		homes[i] = idem.Home{DB: cn.db}
+	}
+	l, err := idem.NewSharded(homes, cfg)
 	return l, configUsage(err)
 }
 
 // label names a database for people: its name in the wrangler config, or
 // its ID.
-func (c *conn) label() string {
-	if c.wrangler != nil {
-		return c.wrangler.Name()
+func (cn *conn) label() string {
+	if cn.wrangler != nil {
+		return cn.wrangler.Name()
 	}
-	return c.databaseID
+	return cn.databaseID
 }
 
-// label names the database with this ID (a home of the ring) for people;
-// an ID that is none of the set's, read from a ring, is shown as display
-// shows a ledger value.
+// label names the database with this ID for people; an ID that is none of
+// the set's, read from a ring, is shown as display shows a ledger value.
 func (s *dbSet) label(id string) string {
 	if cn := s.byID(id); cn != nil {
 		return cn.label()
@@ -409,6 +528,83 @@ func (s *dbSet) failed(c *cli.Context, id string, err error) string {
 	return cn.label() + ": " + describe(cn.named(c, err))
 }
 
+// named turns D1's "no such database" in err into an error naming the
+// database with those there are, and gives an SQL error the schema apply
+// that the connection flags need (see applyHint).
+func (cn *conn) named(c *cli.Context, err error) error {
+	var de *d1client.Error
+	switch {
+	case errors.Is(err, d1client.ErrNoDatabase):
+		return cn.missing(c.Context, err)
+	case errors.As(err, &de) && errors.Is(de, d1client.ErrSQL):
+		return applyHint{err: err, command: "d1idem schema apply" + connHint(c)}
+	}
+	return err
+}
+
+// missing turns D1's "no such database" (HTTP 404, code 7404) into an error
+// naming the database and listing those there are, when they can be listed.
+// It keeps the command's prefix ("stats: ").
+func (cn *conn) missing(ctx context.Context, err error) error {
+	nd := &noDatabaseError{id: cn.databaseID, cause: err}
+	var have []string
+	var lerr error
+	switch {
+	case cn.set.local != nil:
+		nd.where = "under " + cn.set.dir
+		have, lerr = cn.set.local.D1.Databases()
+	default:
+		if cn.wrangler != nil {
+			nd.where = "(--database " + cn.wrangler.Name() + " of " + cn.wrangler.ConfigPath + ")"
+		}
+		have, lerr = listNames(ctx, cn.db)
+	}
+	if lerr != nil {
+		nd.listErr = describe(lerr)
+	} else {
+		nd.have = append([]string{}, have...)
+	}
+	var de *d1client.Error
+	if errors.As(err, &de) && strings.HasSuffix(err.Error(), de.Error()) {
+		return fmt.Errorf("%s%w", strings.TrimSuffix(err.Error(), de.Error()), nd)
+	}
+	return nd
+}
+
+// create creates a missing database where that is the CLI's to do: under
+// --local, or on a d1local server (see d1client.Client.CreateLocalDatabase;
+// on D1 a database gets its UUID when wrangler or the dashboard creates
+// it). It says what it created, "" for nothing.
+func (cn *conn) create(ctx context.Context) (string, error) {
+	if cn.set.local != nil {
+		return fmt.Sprintf("database %q under %s", cn.databaseID, cn.set.dir), cn.set.local.D1.CreateDatabase(cn.databaseID)
+	}
+	if created, err := cn.db.CreateLocalDatabase(ctx); !created || err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("database %q on the d1local at %s", cn.databaseID, cn.db.BaseURL()), nil
+}
+
+// maxListed bounds the databases a missing-database error names.
+const maxListed = 50
+
+// listNames lists the account's databases for people: "name (uuid)", or
+// the name where it is the ID (on d1local).
+func listNames(ctx context.Context, db *d1client.Client) ([]string, error) {
+	dbs, err := db.ListDatabases(ctx, maxListed)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(dbs))
+	for i, d := range dbs {
+		out[i] = d.Name
+		if d.UUID != d.Name && d.UUID != "" {
+			out[i] += " (" + d.UUID + ")"
+		}
+	}
+	return out, nil
+}
+
 // noDirectoryError is a --local directory that does not exist; apply is
 // the schema apply that would make it, and the database.
 type noDirectoryError struct{ dir, apply string }
@@ -443,21 +639,3 @@ func (e *noDatabaseError) Error() string {
 }
 
 func (e *noDatabaseError) Unwrap() error { return e.cause }
-
-// missing turns D1's "no such database" (HTTP 404, code 7404) into an error
-// naming the database and listing those there are, when they can be listed.
-// It keeps the command's prefix ("stats: ").
-func (c *conn) missing(ctx context.Context, err error) error {
-	nd := &noDatabaseError{id: c.databaseID, where: c.scope, cause: err}
-	have, lerr := c.list(ctx)
-	if lerr != nil {
-		nd.listErr = describe(lerr)
-	} else {
-		nd.have = append([]string{}, have...)
-	}
-	var de *d1client.Error
-	if errors.As(err, &de) && strings.HasSuffix(err.Error(), de.Error()) {
-		return fmt.Errorf("%s%w", strings.TrimSuffix(err.Error(), de.Error()), nd)
-	}
-	return nd
-}
