@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/human"
 )
 
 const ringDescription = `A ledger across several D1 databases routes each principal to one of them by
@@ -299,4 +301,397 @@ func added(r idem.Ring) []string {
 		}
 	}
 	return out
+}
+
+// flagAdd names the databases ring grow adds.
+const flagAdd = "add"
+
+func ringGrowCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:  "grow",
+		Usage: "start a change of the ring that adds databases (--add): their principals' new keys go there",
+		Description: `Starts the next version of the ring, moving, with the databases --add names
+added: about k in N + k of the principals move to them (rendezvous hashing moves
+only the principals a new database wins). A moved principal's new keys go to its
+new home at once; the keys it already has are still answered from its old home,
+which is read first, until the old route is dropped. Nothing is copied.
+
+Name every database of the ledger, the new ones included; --add says which are
+new (a name or binding of the wrangler config, or a database ID). They must
+hold the schema and no key, and every replica of the application must already
+have a Home for them. The current ring must be stable and recorded in every
+database.
+
+Two retention windows later (DropAt, shown here and by 'd1idem ring status'),
+'d1idem ring advance' makes the new version stable. Rings only grow: a
+database, once added, stays.
+
+   d1idem ring grow --databases-prefix ledger- --add ledger-c`,
+		Flags:  ringFlags(&multiFlag{cli.GenericFlag{Name: flagAdd, Usage: "the database `NAME` (or ID) to add: one of those named, not yet in the ring; repeat it to add several (required)", Value: &multiValue{}}}),
+		Action: o.ringGrow,
+	}
+}
+
+func (o *options) ringGrow(c *cli.Context) error {
+	return o.withRing(c, func(rc *ringCtx) error {
+		before, err := rc.a.RingStatus(c.Context)
+		if err != nil {
+			return err
+		}
+		ids, err := rc.toAdd(before)
+		if err != nil {
+			return err
+		}
+		st, err := rc.a.Grow(c.Context, ids...)
+		if err != nil {
+			return rc.partial("ring grow", st, err)
+		}
+		done := fmt.Sprintf("Started version %d: %s %s the ring of %s, moving %s to %s.", st.Ring.Version, rc.set.labels(ids),
+			pick(len(ids) == 1, "joins", "join"), rc.set.labels(st.Ring.Previous), ringShare(st.Ring), pick(len(ids) == 1, "it", "them"))
+		return rc.show("grow", done, st)
+	})
+}
+
+// pick is a if cond, else b.
+func pick(cond bool, a, b string) string {
+	if cond {
+		return a
+	}
+	return b
+}
+
+// toAdd resolves --add to the IDs of databases named and not in the ring,
+// after checking that the ring can grow.
+func (rc *ringCtx) toAdd(st idem.RingStatus) ([]string, error) {
+	r := st.Ring
+	switch {
+	case r.Version == 0:
+		return nil, idem.ErrNoRing
+	case r.Phase == idem.RingMoving:
+		return nil, fmt.Errorf("ring grow: version %d is still moving: %s; grow once it is stable", r.Version, rc.dropText(st))
+	}
+	var candidates []string
+	for _, cn := range rc.set.conns {
+		if !slices.Contains(r.Homes, cn.databaseID) {
+			candidates = append(candidates, cn.label())
+		}
+	}
+	names, _ := multiValues(rc.c, flagAdd)
+	if len(names) == 0 {
+		return nil, usagef("ring grow: name the databases to add with --%s (named here and not in the ring: %s)", flagAdd, orNone(candidates))
+	}
+	var ids []string
+	for _, name := range names {
+		cn := rc.set.named(name)
+		switch {
+		case cn == nil:
+			return nil, usagef("ring grow: --%s %s is not one of the databases named (%s): name it with --database or --database-id too", flagAdd, name, rc.set.labels(rc.set.ids()))
+		case slices.Contains(r.Homes, cn.databaseID):
+			return nil, usagef("ring grow: --%s %s is already in the ring (version %d: %s)", flagAdd, name, r.Version, rc.set.labels(r.Homes))
+		case !slices.Contains(ids, cn.databaseID):
+			ids = append(ids, cn.databaseID)
+		}
+	}
+	return ids, nil
+}
+
+func ringAdvanceCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:  "advance",
+		Usage: "finish a change of the ring: record it where it is missing, and once DropAt has passed, make it stable",
+		Description: `Records the newest ring in every database of it that lacks it (after a grow
+that could not reach them all, or an operator's process that died), then, if the
+ring is moving and its DropAt has passed, makes it stable: the moved
+principals' old homes are no longer read. Before DropAt it changes only what is
+missing and exits 1, saying when to run it again. On a stable ring recorded
+everywhere it does nothing.
+
+DropAt is two retention windows (2 x --retention - --ttl - 30s) after the old
+homes recorded the change: pass the application's --retention and --ttl.
+
+   d1idem ring advance --databases-prefix ledger-
+   d1idem ring advance --databases-prefix ledger- --retention 72h`,
+		Flags:  ringFlags(),
+		Action: o.ringAdvance,
+	}
+}
+
+func (o *options) ringAdvance(c *cli.Context) error {
+	return o.withRing(c, func(rc *ringCtx) error {
+		before, err := rc.a.RingStatus(c.Context)
+		if err != nil {
+			return err
+		}
+		st, err := rc.a.AdvanceRing(c.Context)
+		if errors.Is(err, idem.ErrDropNotDue) {
+			if done := rc.recorded(before, st); done != "" && !c.Bool(flagJSON) {
+				fmt.Fprintln(c.App.Writer, done)
+			}
+			return rc.notDue(st)
+		} else if err != nil {
+			return rc.partial("ring advance", st, err)
+		}
+		return rc.show("advance", rc.advanced(before, st), st)
+	})
+}
+
+// notDue is ring advance's error before DropAt.
+func (rc *ringCtx) notDue(st idem.RingStatus) error {
+	if st.DropAt.IsZero() {
+		return fmt.Errorf("ring advance: not yet: %s", rc.dropText(st))
+	}
+	return fmt.Errorf("ring advance: not yet: until %s (in %s, with the %s retention and %s TTL given) the moved principals' old homes may hold keys that must replay from there; run 'd1idem ring advance%s' again then",
+		human.Time(st.DropAt), human.Duration(st.DropAt.Sub(clockOf(st))), human.Duration(rc.retention), human.Duration(rc.ttl), rc.hint())
+}
+
+// advanced says what ring advance did.
+func (rc *ringCtx) advanced(before, after idem.RingStatus) string {
+	r := after.Ring
+	if before.Ring.Phase == idem.RingMoving && r.Phase == idem.RingStable {
+		return fmt.Sprintf("Version %d is stable: the old route is dropped, and the moved principals' old homes are no longer read.", r.Version)
+	}
+	if done := rc.recorded(before, after); done != "" {
+		return done
+	}
+	return fmt.Sprintf("Nothing to do: version %d, %s, is recorded in every database of it.", r.Version, r.Phase)
+}
+
+// recorded says in which databases the newest ring was recorded between
+// two statuses; "" when in none.
+func (rc *ringCtx) recorded(before, after idem.RingStatus) string {
+	var ids []string
+	for _, h := range after.Homes {
+		b := homeOf(before, h.ID)
+		if h.Ring != nil && (b == nil || b.Ring == nil || b.Ring.Epoch() < h.Ring.Epoch()) {
+			ids = append(ids, h.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("Recorded version %d, %s, in %s.", after.Ring.Version, after.Ring.Phase, rc.set.labels(ids))
+}
+
+// dropText says when the old route of a moving ring can be dropped.
+func (rc *ringCtx) dropText(st idem.RingStatus) string {
+	if st.DropAt.IsZero() {
+		return fmt.Sprintf("the old route cannot be dropped before every old home has recorded version %d: 'd1idem ring advance%s' records it there", st.Ring.Version, rc.hint())
+	}
+	now := clockOf(st)
+	if !now.Before(st.DropAt) {
+		return fmt.Sprintf("the old route could be dropped from %s: 'd1idem ring advance%s' drops it", human.Time(st.DropAt), rc.hint())
+	}
+	return fmt.Sprintf("the old route can be dropped at %s (in %s, with the %s retention and %s TTL given): run 'd1idem ring advance%s' then",
+		human.Time(st.DropAt), human.Duration(st.DropAt.Sub(now)), human.Duration(rc.retention), human.Duration(rc.ttl), rc.hint())
+}
+
+// describeRing is a ring for people: "version 2, moving from 2 databases
+// (a, b) to 3 (a, b, c)".
+func (s *dbSet) describeRing(r idem.Ring) string {
+	if r.Phase == idem.RingMoving {
+		return fmt.Sprintf("version %d, moving from %s (%s) to %d (%s)", r.Version, plural(int64(len(r.Previous)), "database", "databases"), s.labels(r.Previous), len(r.Homes), s.labels(r.Homes))
+	}
+	return fmt.Sprintf("version %d, %s, over %s (%s)", r.Version, r.Phase, plural(int64(len(r.Homes)), "database", "databases"), s.labels(r.Homes))
+}
+
+// ringJSON is a ring under --json: the IDs of its databases.
+type ringJSON struct {
+	Version  int64    `json:"version"`
+	Phase    string   `json:"phase"`
+	Homes    []string `json:"homes"`
+	Previous []string `json:"previous"`
+}
+
+func ringJSONOf(r *idem.Ring) *ringJSON {
+	if r == nil || r.Version == 0 {
+		return nil
+	}
+	prev := r.Previous
+	if prev == nil {
+		prev = []string{}
+	}
+	return &ringJSON{Version: r.Version, Phase: string(r.Phase), Homes: r.Homes, Previous: prev}
+}
+
+// ringStatusJSON is ring status --json.
+type ringStatusJSON struct {
+	// Ring is the newest ring recorded in any database; null when none.
+	Ring *ringJSON `json:"ring"`
+	// Adds are, while the ring is moving, the databases the change adds.
+	Adds        []string       `json:"adds"`
+	DropAt      *string        `json:"drop_at"`
+	DropAtMS    *int64         `json:"drop_at_ms"`
+	TTLMS       int64          `json:"ttl_ms"`
+	RetentionMS int64          `json:"retention_ms"`
+	Databases   []homeRingJSON `json:"databases"`
+}
+
+// homeRingJSON is what one database has recorded.
+type homeRingJSON struct {
+	Database     string    `json:"database"`
+	ID           string    `json:"id"`
+	Ring         *ringJSON `json:"ring"`
+	RecordedAt   *string   `json:"recorded_at"`
+	RecordedAtMS *int64    `json:"recorded_at_ms"`
+	HasKeys      bool      `json:"has_keys"`
+	// Identity is the home ID the database recorded when it joined; null if none.
+	Identity *string `json:"identity"`
+	// Lost says that the ring names the database but it holds no identity:
+	// it was replaced or wiped.
+	Lost  bool    `json:"lost"`
+	Error *string `json:"error"`
+}
+
+// ringResultJSON is ring init, grow and advance --json: what was done, and
+// the status after it.
+type ringResultJSON struct {
+	Action string `json:"action"`
+	Done   string `json:"done"`
+	ringStatusJSON
+}
+
+func (rc *ringCtx) statusJSON(st idem.RingStatus) ringStatusJSON {
+	out := ringStatusJSON{Ring: ringJSONOf(&st.Ring), Adds: []string{}, TTLMS: rc.ttl.Milliseconds(), RetentionMS: rc.retention.Milliseconds(),
+		Databases: make([]homeRingJSON, 0, len(st.Homes))}
+	if st.Ring.Phase == idem.RingMoving {
+		out.Adds = added(st.Ring)
+	}
+	if !st.DropAt.IsZero() {
+		at, ms := human.Time(st.DropAt), st.DropAt.UnixMilli()
+		out.DropAt, out.DropAtMS = &at, &ms
+	}
+	for _, h := range st.Homes {
+		j := homeRingJSON{Database: rc.set.label(h.ID), ID: h.ID, Ring: ringJSONOf(h.Ring), HasKeys: h.HasKeys, Lost: isLost(st, h)}
+		if h.Identity != "" {
+			j.Identity = &h.Identity
+		}
+		if h.Err != nil {
+			msg := describe(h.Err)
+			j.Error = &msg
+		}
+		if h.Ring != nil {
+			at, ms := human.Time(h.RecordedAt), h.RecordedAt.UnixMilli()
+			j.RecordedAt, j.RecordedAtMS = &at, &ms
+		}
+		out.Databases = append(out.Databases, j)
+	}
+	for _, id := range notNamed(st) {
+		msg := notNamedText
+		out.Databases = append(out.Databases, homeRingJSON{Database: id, ID: id, Error: &msg})
+	}
+	return out
+}
+
+// notNamedText is the status of a database of the ring that the command
+// was not given.
+const notNamedText = "not given here: name it too"
+
+// render writes a ring status for people: the newest ring, what moves and
+// when the old route can be dropped, then what each database has recorded.
+func (rc *ringCtx) render(w io.Writer, st idem.RingStatus) error {
+	r := st.Ring
+	var fields [][2]string
+	switch {
+	case r.Version == 0 && slices.ContainsFunc(st.Homes, func(h idem.HomeRing) bool { return h.Err != nil }):
+		fields = append(fields, [2]string{"ring", "none found in the databases that could be read"})
+	case r.Version == 0:
+		fields = append(fields, [2]string{"ring", fmt.Sprintf("none recorded: 'd1idem ring init%s' records version 1 over the databases named", rc.hint())})
+	case r.Phase == idem.RingMoving:
+		fields = append(fields, [2]string{"ring", rc.set.describeRing(r)},
+			[2]string{"moving", fmt.Sprintf("%s: those %s %s by rendezvous hashing. Their new keys go there;\nthe keys they have stay at their old homes, which are read first, until the drop.",
+				ringShare(r), rc.set.labels(added(r)), pick(len(added(r)) == 1, "wins", "win"))},
+			[2]string{"drop", rc.dropText(st)})
+	default:
+		fields = append(fields, [2]string{"ring", rc.set.describeRing(r)})
+	}
+	if err := printFields(w, fields); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	rows := make([][]string, 0, len(st.Homes))
+	for _, h := range st.Homes {
+		rows = append(rows, rc.homeRow(st, h))
+	}
+	for _, id := range notNamed(st) {
+		rows = append(rows, []string{display(id), notNamedText, "-", "-"})
+	}
+	return printTable(w, []string{"DATABASE", "RECORDED", "SINCE", "KEYS"}, rows)
+}
+
+// homeRow is one database's row of the status table.
+func (rc *ringCtx) homeRow(st idem.RingStatus, h idem.HomeRing) []string {
+	label := rc.set.label(h.ID)
+	inRing := slices.Contains(st.Ring.Homes, h.ID)
+	switch {
+	case h.Err != nil:
+		return []string{label, "error: " + describe(h.Err), "-", "-"}
+	case isLost(st, h):
+		return []string{label, fmt.Sprintf("no identity, but version %d names it: the database was replaced or wiped; restore it (below)", st.Ring.Version), "-", yesNo(h.HasKeys)}
+	case h.Identity != "" && h.Identity != h.ID:
+		return []string{label, fmt.Sprintf("it recorded that it is home %s, not this one", h.Identity), "-", yesNo(h.HasKeys)}
+	case h.Ring == nil && inRing:
+		return []string{label, fmt.Sprintf("none, but version %d names it: 'd1idem ring advance' records it", st.Ring.Version), "-", yesNo(h.HasKeys)}
+	case h.Ring == nil && st.Ring.Version > 0:
+		return []string{label, "none: not in the ring", "-", yesNo(h.HasKeys)}
+	case h.Ring == nil:
+		return []string{label, "none", "-", yesNo(h.HasKeys)}
+	}
+	rec := fmt.Sprintf("version %d, %s", h.Ring.Version, h.Ring.Phase)
+	if h.Ring.Epoch() < st.Ring.Epoch() {
+		rec += fmt.Sprintf(" (behind version %d, %s: 'd1idem ring advance' records it)", st.Ring.Version, st.Ring.Phase)
+	}
+	since := fmt.Sprintf("%s (%s)", human.Time(h.RecordedAt), human.Age(h.Now.Sub(h.RecordedAt)))
+	return []string{label, rec, since, yesNo(h.HasKeys)}
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// clockOf is the ledger clock's time of a status: the latest of its
+// databases' reads (this process's clock if none was read).
+func clockOf(st idem.RingStatus) time.Time {
+	var now time.Time
+	for _, h := range st.Homes {
+		if h.Err == nil && h.Now.After(now) {
+			now = h.Now
+		}
+	}
+	if now.IsZero() {
+		return time.Now()
+	}
+	return now
+}
+
+// isLost says whether the ring names the database h read but it holds no
+// identity: it was replaced or wiped (idem.ErrHomeLost).
+func isLost(st idem.RingStatus, h idem.HomeRing) bool {
+	return h.Err == nil && h.Identity == "" && slices.Contains(st.Ring.Homes, h.ID)
+}
+
+// lostError is ring status's error for the databases of the ring that lost
+// their identity, or that recorded another; nil when there are none.
+func (rc *ringCtx) lostError(st idem.RingStatus) error {
+	var lost, other []string
+	for _, h := range st.Homes {
+		switch {
+		case isLost(st, h):
+			lost = append(lost, rc.set.label(h.ID))
+		case h.Err == nil && h.Identity != "" && h.Identity != h.ID:
+			other = append(other, fmt.Sprintf("%s recorded that it is home %s", rc.set.label(h.ID), h.Identity))
+		}
+	}
+	switch {
+	case len(lost) > 0:
+		return fmt.Errorf("ring status: %s lost %s identity: replaced or wiped, with the keys %s held; restore %s to a moment before the loss with D1 Time Travel "+
+			"('wrangler d1 time-travel restore %s --timestamp=TIME'), or name the home's own database again; no ring command records the ring there again, "+
+			"which would execute those keys a second time (docs/sharding.md)",
+			strings.Join(lost, ", "), pick(len(lost) == 1, "its", "their"), pick(len(lost) == 1, "it", "they"), pick(len(lost) == 1, "it", "them"), lost[0])
+	case len(other) > 0:
+		return fmt.Errorf("ring status: %s: give each home its own database, the same in every replica (docs/sharding.md)", strings.Join(other, "; "))
+	}
+	return nil
 }

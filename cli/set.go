@@ -24,12 +24,8 @@ import (
 type access int
 
 const (
-	// existing: the database must exist (every command but schema apply).
-	existing access = iota
-	// create: the database, and with --local its directory, are created
-	// if needed (schema apply): locally, or on a d1local server, never on
-	// D1 (see conn.create).
-	create
+	existing access = iota // it must exist: every command but schema apply
+	create                 // schema apply: see conn.create
 )
 
 // dbSet is the databases the connection flags name, open, in the order the
@@ -56,8 +52,8 @@ func (s *dbSet) close() {
 	}
 }
 
-// one reports whether the set is one database: its commands then print
-// what they always have, without a row per database.
+// one reports whether the set is one database: its commands then print no
+// row per database.
 func (s *dbSet) one() bool { return len(s.conns) == 1 }
 
 // withSet opens the databases the flags name, runs fn, and closes them. On
@@ -76,10 +72,9 @@ func (o *options) withSet(c *cli.Context, acc access, fn func(*dbSet) error, mod
 }
 
 // openSet connects to the databases the flags name: the embedded d1local's
-// with --local, Cloudflare's otherwise. It never falls back silently:
-// missing settings are listed in the error. All the clients of a set share
-// one budget.Account (the account's API budget, with the adjustments of
-// mods: --max-calls's); o's clientMods apply to Cloudflare clients only.
+// with --local, Cloudflare's otherwise, never falling back silently. The
+// clients of a set share one budget.Account, adjusted by mods (--max-calls);
+// o's clientMods apply to Cloudflare clients only. Close it when done.
 func (o *options) openSet(c *cli.Context, acc access, mods ...func(*d1client.Config)) (*dbSet, error) {
 	if err := checkConnFlags(c); err != nil {
 		return nil, err
@@ -91,9 +86,7 @@ func (o *options) openSet(c *cli.Context, acc access, mods ...func(*d1client.Con
 }
 
 // openCloudflareSet connects to Cloudflare databases of one account,
-// directly or all through one bridge (--bridge-url or $D1IDEM_BRIDGE_URL),
-// which serves each database it binds under its ID, as the REST API does,
-// and is not metered by the API budget.
+// directly or through one bridge (unmetered by the API budget).
 func (o *options) openCloudflareSet(c *cli.Context, mods []func(*d1client.Config)) (*dbSet, error) {
 	bridgeURL, bridge, err := bridgeURL(c)
 	if err != nil {
@@ -139,8 +132,7 @@ func (o *options) openCloudflareSet(c *cli.Context, mods []func(*d1client.Config
 }
 
 // sharedAccount returns the adjustment that gives every client of a set
-// one Account: of the budget that mods give a configuration starting with
-// base.
+// one Account, of the budget that mods make of base.
 func sharedAccount(base budget.Budget, mods []func(*d1client.Config)) (func(*d1client.Config), error) {
 	scratch := d1client.Config{Budget: base}
 	for _, m := range mods {
@@ -166,8 +158,7 @@ func clientError(err error) error {
 }
 
 // openLocalSet starts the embedded d1local on dir with the databases the
-// flags name (the demo's when none). Unless acc is create, it creates
-// nothing: the directory and the databases must exist.
+// flags name. Unless acc is create, the directory and databases must exist.
 func openLocalSet(c *cli.Context, dir string, acc access, mods []func(*d1client.Config)) (*dbSet, error) {
 	if err := localOnly(c); err != nil {
 		return nil, err
@@ -218,10 +209,9 @@ func (s *dbSet) addLocal(c *cli.Context, acc access, mods []func(*d1client.Confi
 	return nil
 }
 
-// cloudflareTargets are the databases of --database (each given name),
-// --databases-prefix and --database-id (each ID), in that order, not yet
-// open. One --database and one --database-id name one database, whose IDs
-// must agree; otherwise a database named twice is refused.
+// cloudflareTargets are the databases of --database, --databases-prefix
+// and --database-id, in that order, not yet open. One --database and one
+// --database-id name one database, whose IDs must agree.
 func cloudflareTargets(c *cli.Context) ([]*conn, error) {
 	entries, how, err := wranglerEntries(c)
 	if err != nil {
@@ -253,8 +243,8 @@ func cloudflareTargets(c *cli.Context) ([]*conn, error) {
 	return ts, namedOnce(named, how)
 }
 
-// entryTarget returns the database ID of a wrangler config's entry (its
-// preview_database_id with --preview) and a description for people.
+// entryTarget returns the database ID of a wrangler config's entry (with
+// --preview, its preview_database_id) and a description for people.
 func entryTarget(c *cli.Context, d *wrangler.Database) (id, where string, err error) {
 	if id, err = d.ID(c.Bool(flagPreview)); err != nil {
 		return "", "", usagef("%v in %s", err, d.ConfigPath)
@@ -271,8 +261,8 @@ func entryTarget(c *cli.Context, d *wrangler.Database) (id, where string, err er
 }
 
 // wranglerEntries returns the wrangler config's entries that --database
-// (each given) and --databases-prefix name, in the environment --env
-// names, and the flag that named each; none without those flags.
+// and --databases-prefix name in the --env environment, and the flag that
+// named each.
 func wranglerEntries(c *cli.Context) ([]*wrangler.Database, []string, error) {
 	names, _ := multiValues(c, flagDatabase)
 	prefix := c.String(flagDatabasesPrefix)
@@ -317,9 +307,8 @@ func wranglerEntries(c *cli.Context) ([]*wrangler.Database, []string, error) {
 }
 
 // localIDs are the local databases the flags name: each --database-id, each
-// --database, then those under dir (have) that begin with
-// --databases-prefix; without several, --database-id or --database, else
-// the demo's. A database named twice is refused.
+// --database, then those of have beginning with --databases-prefix; for one,
+// the demo's when none is named.
 func localIDs(c *cli.Context, dir string, have []string) ([]string, error) {
 	if !severalDatabases(c) {
 		for _, id := range []string{c.String(flagDatabaseID), c.String(flagDatabase)} {
@@ -350,9 +339,8 @@ func localIDs(c *cli.Context, dir string, have []string) ([]string, error) {
 	return ids, namedOnce(ids, how)
 }
 
-// namedOnce refuses a set of databases (their IDs) that names one twice:
-// each database is one home of the ring, and a repeat is most likely a
-// slip for another. how says how the flags named each.
+// namedOnce refuses a set of database IDs that names one twice (a slip for
+// another, most likely); how says how the flags named each.
 func namedOnce(ids, how []string) error {
 	for i, id := range ids {
 		if j := slices.Index(ids[:i], id); j >= 0 {
@@ -367,8 +355,7 @@ func namedOnce(ids, how []string) error {
 }
 
 // missingSettings lists, as a usage error, what Cloudflare needs and the
-// flags lack: the account ID, an API token (or a bridge that stands for
-// it) and a database.
+// flags lack.
 func missingSettings(accountID string, token, database bool) error {
 	var missing []string
 	if accountID == "" {
@@ -394,8 +381,8 @@ func orNone(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-// loadWrangler reads the wrangler config that the flag flagName needs:
-// --config, or the file wrangler would use from the current directory.
+// loadWrangler reads the wrangler config flagName needs: --config, or the
+// one wrangler would use here.
 func loadWrangler(c *cli.Context, flagName string) (*wrangler.Config, error) {
 	path := c.String(flagConfig)
 	if path == "" {
@@ -410,8 +397,7 @@ func loadWrangler(c *cli.Context, flagName string) (*wrangler.Config, error) {
 	return wrangler.Load(path)
 }
 
-// relPath returns p relative to the current directory when it is inside
-// it, for messages.
+// relPath is p relative to the current directory when inside it.
 func relPath(p string) string {
 	wd, err := os.Getwd()
 	if err != nil {
@@ -424,10 +410,9 @@ func relPath(p string) string {
 }
 
 // ledger is the ledger on the set, with the CLI's clock (D1's own unless a
-// test injects one): idem.New's on one database, unless sharded says a
-// ledger across databases even on one (the ring commands); else
-// idem.NewSharded's, each database under its ID (the ID idem.Home gives it
-// by default, as the application's ledger does).
+// test injects one): idem.New's on one database unless sharded (the ring
+// commands), else idem.NewSharded's, each database under its ID as the
+// application's ledger has it.
 func (o *options) ledger(s *dbSet, cfg idem.Config, sharded bool) (*idem.Ledger, error) {
 	cfg.Clock = o.now
 	// The ledger logs the rings it adopts; the commands say what matters.
@@ -444,8 +429,7 @@ func (o *options) ledger(s *dbSet, cfg idem.Config, sharded bool) (*idem.Ledger,
 	return l, configUsage(err)
 }
 
-// label names a database for people: its name in the wrangler config, or
-// its ID.
+// label names a database for people: its wrangler name, or its ID.
 func (cn *conn) label() string {
 	if cn.wrangler != nil {
 		return cn.wrangler.Name()
@@ -453,8 +437,8 @@ func (cn *conn) label() string {
 	return cn.databaseID
 }
 
-// label names the database with this ID for people; an ID that is none of
-// the set's, read from a ring, is shown as display shows a ledger value.
+// label names the database with this ID; one not in the set is shown as a
+// ledger value.
 func (s *dbSet) label(id string) string {
 	if cn := s.byID(id); cn != nil {
 		return cn.label()
@@ -471,7 +455,7 @@ func (s *dbSet) labels(ids []string) string {
 	return strings.Join(out, ", ")
 }
 
-// where describes the set for people: "3 databases (a, b, c)".
+// where describes the set: "3 databases (a, b, c)".
 func (s *dbSet) where() string {
 	if s.one() {
 		return s.conns[0].where
@@ -517,9 +501,8 @@ func (s *dbSet) ids() []string {
 	return out
 }
 
-// failed names a database's failure for an error that lists those that
-// failed: "label: what happened", with a missing database or ledger table
-// named as a set of one names it.
+// failed is "label: what happened" for an error listing the databases that
+// failed, a missing database or table named as on one.
 func (s *dbSet) failed(c *cli.Context, id string, err error) string {
 	cn := s.byID(id)
 	if cn == nil {
@@ -528,9 +511,8 @@ func (s *dbSet) failed(c *cli.Context, id string, err error) string {
 	return cn.label() + ": " + describe(cn.named(c, err))
 }
 
-// named turns D1's "no such database" in err into an error naming the
-// database with those there are, and gives an SQL error the schema apply
-// that the connection flags need (see applyHint).
+// named turns D1's "no such database" in err into one naming the database
+// (see missing), and gives an SQL error the schema apply these flags need.
 func (cn *conn) named(c *cli.Context, err error) error {
 	var de *d1client.Error
 	switch {
@@ -542,9 +524,8 @@ func (cn *conn) named(c *cli.Context, err error) error {
 	return err
 }
 
-// missing turns D1's "no such database" (HTTP 404, code 7404) into an error
-// naming the database and listing those there are, when they can be listed.
-// It keeps the command's prefix ("stats: ").
+// missing turns D1's "no such database" into an error naming the database
+// and those there are, keeping the command's prefix ("stats: ").
 func (cn *conn) missing(ctx context.Context, err error) error {
 	nd := &noDatabaseError{id: cn.databaseID, cause: err}
 	var have []string
@@ -571,10 +552,8 @@ func (cn *conn) missing(ctx context.Context, err error) error {
 	return nd
 }
 
-// create creates a missing database where that is the CLI's to do: under
-// --local, or on a d1local server (see d1client.Client.CreateLocalDatabase;
-// on D1 a database gets its UUID when wrangler or the dashboard creates
-// it). It says what it created, "" for nothing.
+// create creates a missing database under --local or on a d1local server
+// (never on D1, which gives a database its UUID), and says what it created.
 func (cn *conn) create(ctx context.Context) (string, error) {
 	if cn.set.local != nil {
 		return fmt.Sprintf("database %q under %s", cn.databaseID, cn.set.dir), cn.set.local.D1.CreateDatabase(cn.databaseID)
@@ -588,8 +567,8 @@ func (cn *conn) create(ctx context.Context) (string, error) {
 // maxListed bounds the databases a missing-database error names.
 const maxListed = 50
 
-// listNames lists the account's databases for people: "name (uuid)", or
-// the name where it is the ID (on d1local).
+// listNames lists the account's databases: "name (uuid)", or the name
+// where it is the ID (on d1local).
 func listNames(ctx context.Context, db *d1client.Client) ([]string, error) {
 	dbs, err := db.ListDatabases(ctx, maxListed)
 	if err != nil {
@@ -606,7 +585,7 @@ func listNames(ctx context.Context, db *d1client.Client) ([]string, error) {
 }
 
 // noDirectoryError is a --local directory that does not exist; apply is
-// the schema apply that would make it, and the database.
+// the schema apply that makes it.
 type noDirectoryError struct{ dir, apply string }
 
 func (e *noDirectoryError) Error() string {
