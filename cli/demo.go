@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,15 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/d1idem/d1idem/cli/internal/embedded"
 	"github.com/d1idem/d1idem/d1client"
@@ -153,11 +148,11 @@ func ordersAPI(ledger *idem.Ledger, db *d1client.Client) (http.Handler, error) {
 // did not hold is an error.
 func runDemo(ctx context.Context, out io.Writer, opts demoOptions, api demoAPIFunc) error {
 	var mp metric.MeterProvider
-	var reader *sdkmetric.ManualReader
+	var m *ordersdemo.Metrics
 	if opts.metrics {
-		provider, r := newDemoMeter()
-		defer provider.Shutdown(context.Background())
-		mp, reader = provider, r
+		m = ordersdemo.NewMetrics()
+		defer m.Provider.Shutdown(context.Background())
+		mp = m.Provider
 	}
 	fmt.Fprintln(out, "d1idem demo: what Idempotency-Key protection does. Starting a local D1 (the embedded d1local)")
 	fmt.Fprintln(out, "and a small orders API on it, then playing a client against the API, one step at a time.")
@@ -177,12 +172,8 @@ func runDemo(ctx context.Context, out io.Writer, opts demoOptions, api demoAPIFu
 	if err := s.Report(ctx); err != nil {
 		return err
 	}
-	if reader != nil {
-		t, err := collect(ctx, reader)
-		if err != nil {
-			return err
-		}
-		if err := renderDemoMetrics(out, t); err != nil {
+	if m != nil {
+		if err := m.WriteSummary(ctx, out); err != nil {
 			return err
 		}
 	}
@@ -231,129 +222,4 @@ func newUUID() string {
 	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
 	h := hex.EncodeToString(b[:])
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
-
-// The demo's --metrics summary is made from the measurements the ledger and
-// its D1 client record through the OpenTelemetry API, read by the SDK's
-// ManualReader as an application's exporter reads them: counters' sums and
-// histograms' counts and sums, by attribute.
-
-// newDemoMeter returns a MeterProvider of the OpenTelemetry SDK and the
-// reader that collects what it measured.
-func newDemoMeter() (*sdkmetric.MeterProvider, *sdkmetric.ManualReader) {
-	reader := sdkmetric.NewManualReader()
-	return sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), reader
-}
-
-// tallyKey is one instrument and one of its attribute values; attr "" is
-// every measurement of the instrument.
-type tallyKey struct{ metric, attr, value string }
-
-// tallyValue is a counter's sum, or a histogram's count and sum.
-type tallyValue struct {
-	count int64
-	sum   float64
-}
-
-// tally is what the reader collected.
-type tally map[tallyKey]tallyValue
-
-// collect reads what the story measured.
-func collect(ctx context.Context, reader *sdkmetric.ManualReader) (tally, error) {
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		return nil, err
-	}
-	t := tally{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					t.add(m.Name, p.Attributes.ToSlice(), float64(p.Value), 0)
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					t.add(m.Name, p.Attributes.ToSlice(), p.Sum, int64(p.Count))
-				}
-			case metricdata.Histogram[int64]:
-				for _, p := range d.DataPoints {
-					t.add(m.Name, p.Attributes.ToSlice(), float64(p.Sum), int64(p.Count))
-				}
-			}
-		}
-	}
-	return t, nil
-}
-
-// add adds a data point under the instrument, and under each of its
-// attributes.
-func (t tally) add(name string, attrs []attribute.KeyValue, sum float64, count int64) {
-	keys := []tallyKey{{metric: name}}
-	for _, kv := range attrs {
-		keys = append(keys, tallyKey{name, string(kv.Key), kv.Value.String()})
-	}
-	for _, k := range keys {
-		v := t[k]
-		t[k] = tallyValue{count: v.count + count, sum: v.sum + sum}
-	}
-}
-
-// by returns the sums (or the counts) of metric by the values of attr, as
-// "value n, ...", largest first, or in all for attr ""; "none" when there
-// are none.
-func (t tally) by(name, attr string, counts bool) string {
-	if attr == "" {
-		if n := t[tallyKey{metric: name}].sum; n > 0 {
-			return fmt.Sprintf("%g", n)
-		}
-		return "none"
-	}
-	type entry struct {
-		value string
-		n     float64
-	}
-	var es []entry
-	for k, v := range t {
-		if k.metric == name && k.attr == attr {
-			n := v.sum
-			if counts {
-				n = float64(v.count)
-			}
-			es = append(es, entry{k.value, n})
-		}
-	}
-	if len(es) == 0 {
-		return "none"
-	}
-	slices.SortFunc(es, func(a, b entry) int { return cmp.Or(cmp.Compare(b.n, a.n), strings.Compare(a.value, b.value)) })
-	parts := make([]string, len(es))
-	for i, e := range es {
-		parts[i] = fmt.Sprintf("%s %g", e.value, e.n)
-	}
-	return strings.Join(parts, ", ")
-}
-
-// renderDemoMetrics writes the summary of what the story's metrics say.
-func renderDemoMetrics(w io.Writer, t tally) error {
-	calls := t[tallyKey{metric: "d1idem.d1.call.duration"}]
-	stmts := t[tallyKey{metric: "d1idem.d1.call.statements"}]
-	d1 := "none"
-	if calls.count > 0 {
-		d1 = fmt.Sprintf("%d, %s on average, %.1f statements each (%s)", calls.count,
-			human.Duration(time.Duration(calls.sum/float64(calls.count)*float64(time.Second))), stmts.sum/float64(max(stmts.count, 1)),
-			t.by("d1idem.d1.call.duration", "d1idem.d1.call.kind", true))
-	}
-	fmt.Fprintln(w, "\nWhat the story's OpenTelemetry metrics say (docs/observability.md names them):")
-	return printFields(w, [][2]string{
-		{"  requests, by outcome", t.by("d1idem.request.duration", "d1idem.outcome", true)},
-		{"  D1 calls", d1},
-		{"  D1 calls, by result", t.by("d1idem.d1.call.duration", "d1idem.d1.result", true)},
-		{"  completions", t.by("d1idem.completions", "d1idem.completion.result", false)},
-		{"  takeovers", t.by("d1idem.takeovers", "", false)},
-		{"  lease renewals", t.by("d1idem.lease.renewals", "d1idem.renewal.result", false)},
-		{"  leases lost", t.by("d1idem.lease.lost", "d1idem.lease.cause", false)},
-		{"  releases", t.by("d1idem.releases", "d1idem.release.result", false)},
-		{"  budget sheds", t.by("d1idem.d1.budget.sheds", "", false)},
-	})
 }
