@@ -199,7 +199,7 @@ func (v statsView) fields(where string, st idem.Stats) [][2]string {
 	}
 	return append(fields, [2]string{"awaiting retry", v.awaiting(st)}, [2]string{"oldest row", oldestText(st.Oldest)},
 		[2]string{"sweep backlog", v.backlog(st)}, [2]string{"database size", formatBytes(st.SizeBytes)},
-		[2]string{"10 GB limit", projectionText(st.Projection(), st.Retention)})
+		[2]string{"10 GB limit", st.Projection().String()})
 }
 
 // table writes the stats of several databases: a row each and the totals,
@@ -213,7 +213,7 @@ func (v statsView) table(w io.Writer, ov idem.Overview) error {
 			continue
 		}
 		p := h.Stats.Projection()
-		rows = append(rows, append(statsRow(v.set.label(h.Home), h.Stats), rateText(p), projectionShort(p)))
+		rows = append(rows, append(statsRow(v.set.label(h.Home), h.Stats), rateText(p), p.Short()))
 	}
 	rows = append(rows, append(statsRow("total", ov.Total), "", ""))
 	if err := printTable(w, header, rows); err != nil {
@@ -233,7 +233,7 @@ func (v statsView) table(w io.Writer, ov idem.Overview) error {
 func statsRow(label string, st idem.Stats) []string {
 	return []string{label, strconv.FormatInt(st.Keys, 10), strconv.FormatInt(st.ByStatus[idem.StatusPending], 10),
 		strconv.FormatInt(st.ByStatus[idem.StatusCompleted], 10), strconv.FormatInt(st.Stuck, 10),
-		strconv.FormatInt(st.SweepBacklog, 10), shortBytes(float64(st.SizeBytes))}
+		strconv.FormatInt(st.SweepBacklog, 10), human.Size(float64(st.SizeBytes))}
 }
 
 // awaiting describes the pending rows past the TTL.
@@ -267,82 +267,12 @@ func (v statsView) backlog(st idem.Stats) string {
 	return fmt.Sprintf("%s older than the %s retention: '%s' deletes %s", plural(n, "row", "rows"), retention, v.hints.sweep, them)
 }
 
-// projectionText is a database's 10 GB projection for people, in full.
-func projectionText(p idem.Projection, retention time.Duration) string {
-	switch {
-	case p.Reason != "":
-		return "not enough data to project: " + p.Reason
-	case p.Reaches && p.Days == 0:
-		return "reached: the database is at D1's 10 GB limit, and writes to it fail; grow the ledger (see 'd1idem ring --help')"
-	case p.Reaches:
-		return fmt.Sprintf("in about %s at this rate: %s a day x %s a row, levelling off at %s within the %s retention",
-			formatDays(p.Days), rowsText(p.RowsPerDay), shortBytes(p.BytesPerRow), shortBytes(p.LevelBytes), human.Duration(retention))
-	}
-	return fmt.Sprintf("not reached at this rate: %s a day x %s a row level off at %s (%s of 10 GB) within the %s retention",
-		rowsText(p.RowsPerDay), shortBytes(p.BytesPerRow), shortBytes(p.LevelBytes), percent(p.LevelBytes/idem.D1MaxBytes), human.Duration(retention))
-}
-
-// projectionShort is a projection in a table's cell.
-func projectionShort(p idem.Projection) string {
-	switch {
-	case p.Reason != "":
-		return "not enough data"
-	case p.Reaches && p.Days == 0:
-		return "reached"
-	case p.Reaches:
-		return "in about " + formatDays(p.Days)
-	}
-	return fmt.Sprintf("not at this rate (levels off at %s of it)", percent(p.LevelBytes/idem.D1MaxBytes))
-}
-
 // rateText is a projection's rows per day in a table's cell.
 func rateText(p idem.Projection) string {
 	if p.RowsPerDay == 0 {
 		return "-"
 	}
 	return fmt.Sprintf("%.0f", p.RowsPerDay)
-}
-
-// formatDays is a number of days for people: "5h" under a day, "3.5 days"
-// under ten, "41 days".
-func formatDays(d float64) string {
-	switch {
-	case d < 1:
-		return human.Duration(time.Duration(d * float64(24*time.Hour)))
-	case d < 10:
-		return fmt.Sprintf("%.1f days", d)
-	}
-	return fmt.Sprintf("%.0f days", d)
-}
-
-// rowsText is a rate of rows: "1200 rows", "2.5 million rows".
-func rowsText(n float64) string {
-	if n >= 1e6 {
-		return fmt.Sprintf("%.1f million rows", n/1e6)
-	}
-	return fmt.Sprintf("%.0f rows", n)
-}
-
-// shortBytes is a size with a decimal prefix, as D1's limit is stated:
-// "812 bytes", "1.5 kB", "9.8 GB".
-func shortBytes(n float64) string {
-	for _, u := range []struct {
-		size float64
-		name string
-	}{{1e9, "GB"}, {1e6, "MB"}, {1e3, "kB"}} {
-		if n >= u.size {
-			return fmt.Sprintf("%.1f %s", n/u.size, u.name)
-		}
-	}
-	return fmt.Sprintf("%.0f bytes", n)
-}
-
-// percent is a fraction as a percentage: "12%", "0.02%".
-func percent(f float64) string {
-	if f < 0.01 {
-		return fmt.Sprintf("%.2g%%", 100*f)
-	}
-	return fmt.Sprintf("%.0f%%", 100*f)
 }
 
 // stats --watch: the stats view every --interval, with the API budget the

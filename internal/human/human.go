@@ -62,3 +62,17 @@ func Age(d time.Duration) string {
 	}
 	return Duration(d) + " ago"
 }
+
+// Size is a size with a decimal prefix, as D1's limits are stated: "812
+// bytes", "1.5 kB", "9.8 GB".
+func Size(n float64) string {
+	for _, u := range []struct {
+		size float64
+		name string
+	}{{1e9, "GB"}, {1e6, "MB"}, {1e3, "kB"}} {
+		if n >= u.size {
+			return fmt.Sprintf("%.1f %s", n/u.size, u.name)
+		}
+	}
+	return fmt.Sprintf("%.0f bytes", n)
+}
