@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -94,7 +93,7 @@ func errorJSONOf(err error, msg string, code int) errorJSON {
 			codes = []int{}
 		}
 		out.D1 = &d1JSON{HTTPStatus: de.StatusCode, Codes: codes, Message: clip(de.Message), RetryAfterMS: de.RetryAfter.Milliseconds(),
-			MayHaveCommitted: de.Ambiguous && writes(de.Statements), Attempts: de.Attempts}
+			MayHaveCommitted: de.MayHaveCommitted(), Attempts: de.Attempts}
 	}
 	var nd *noDatabaseError
 	if errors.As(err, &nd) {
@@ -126,7 +125,7 @@ func describeLine(err error) string {
 	if full, inner := err.Error(), de.Error(); full != inner && strings.HasSuffix(full, inner) {
 		prefix = strings.TrimSuffix(full, inner)
 	}
-	line := prefix + describeD1(de)
+	line := prefix + de.Explain()
 	if errors.Is(de, d1client.ErrSQL) && strings.Contains(de.Message, "no such table: "+d1idem.Table) {
 		apply := "d1idem schema apply"
 		if h := (applyHint{}); errors.As(err, &h) {
@@ -146,79 +145,6 @@ type applyHint struct {
 
 func (h applyHint) Error() string { return h.err.Error() }
 func (h applyHint) Unwrap() error { return h.err }
-
-func describeD1(e *d1client.Error) string {
-	s := describeKind(e)
-	if e.Attempts > 1 {
-		s += fmt.Sprintf(" (after %d attempts)", e.Attempts)
-	}
-	// d1client marks any call that may have reached D1 as ambiguous; that
-	// only matters for a write.
-	if e.Ambiguous && writes(e.Statements) {
-		s += "; the change may have been committed: look before repeating it"
-	}
-	return s
-}
-
-// writes reports whether any of the statements can change the database.
-func writes(stmts []string) bool {
-	for _, s := range stmts {
-		f := strings.Fields(s)
-		if len(f) == 0 {
-			continue
-		}
-		switch strings.ToUpper(f[0]) {
-		case "SELECT", "PRAGMA", "EXPLAIN":
-		default:
-			return true
-		}
-	}
-	return false
-}
-
-func describeKind(e *d1client.Error) string {
-	status := ""
-	if st := e.Status(); st != "" {
-		status = " (" + st + ")"
-	}
-	msg := e.Message
-	if msg == "" && e.Err != nil {
-		msg = e.Err.Error()
-	}
-	switch {
-	case errors.Is(e, d1client.ErrAuth):
-		return fmt.Sprintf("D1 refused the credentials%s: %s; check the API token (it needs D1 edit permission), the account ID and the database ID", status, msg)
-	case errors.Is(e, d1client.ErrNoDatabase):
-		return fmt.Sprintf("D1 has no such database%s: %s; check the database ID", status, msg)
-	case errors.Is(e, d1client.ErrRateLimited):
-		wait := ""
-		if e.RetryAfter > 0 {
-			wait = fmt.Sprintf("; try again in %s", e.RetryAfter.Round(time.Second))
-		} else if !e.BlockedUntil.IsZero() {
-			wait = fmt.Sprintf("; try again after %s", e.BlockedUntil.UTC().Format(time.RFC3339))
-		}
-		return fmt.Sprintf("Cloudflare's API rate limit is reached%s: every API call of the account, the application's included, is blocked for up to 5 minutes%s", status, wait)
-	case errors.Is(e, d1client.ErrNonJSON):
-		return fmt.Sprintf("D1 answered with a page that is not JSON%s, an error of Cloudflare's edge or gateway; it is usually transient: try again", status)
-	case errors.Is(e, d1client.ErrBudget):
-		return fmt.Sprintf("the request budget is spent: %s", msg)
-	case errors.Is(e, d1client.ErrOverloaded):
-		return fmt.Sprintf("D1 reports the database overloaded%s: %s; try again shortly", status, msg)
-	case errors.Is(e, d1client.ErrTransport):
-		return fmt.Sprintf("cannot reach D1: %s", msg)
-	}
-	return fmt.Sprintf("D1 %s%s: %s", kindName(e), status, msg)
-}
-
-// kindName names the remaining failures as d1client's sentinels do.
-func kindName(e *d1client.Error) string {
-	for _, s := range []error{d1client.ErrSQL, d1client.ErrTransient, d1client.ErrEnvelope, d1client.ErrResultCount, d1client.ErrInvalid, d1client.ErrRejected} {
-		if errors.Is(e, s) {
-			return strings.TrimPrefix(s.Error(), "d1: ")
-		}
-	}
-	return "error"
-}
 
 // collapse makes s one line that is safe on a terminal: each run of white
 // space with a line break, a tab or another space character in it becomes
