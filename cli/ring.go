@@ -130,7 +130,7 @@ it names lost its identity (replaced or wiped: restore it, docs/sharding.md).
 				if err := cmp.Or(unreadable(c.Context, st, rc.set), rc.lostError(st)); err != nil {
 					return err
 				}
-				if missing := notNamed(st); len(missing) > 0 {
+				if missing := st.NotGiven(); len(missing) > 0 {
 					return fmt.Errorf("ring status: version %d names %s not given here (%s): name every database of the ring, as the application's replicas have them",
 						st.Ring.Version, pick(len(missing) == 1, "a database", "databases"), rc.set.labels(missing))
 				}
@@ -138,19 +138,6 @@ it names lost its identity (replaced or wiped: restore it, docs/sharding.md).
 			})
 		},
 	}
-}
-
-// notNamed are the databases of the newest ring (and, while it moves, of
-// the one before) that the command was not given: their IDs.
-func notNamed(st idem.RingStatus) []string {
-	var out []string
-	for _, id := range append(slices.Clone(st.Ring.Previous), st.Ring.Homes...) {
-		given := slices.ContainsFunc(st.Homes, func(h idem.HomeRing) bool { return h.ID == id })
-		if !given && !slices.Contains(out, id) {
-			out = append(out, id)
-		}
-	}
-	return out
 }
 
 // unreadable is an error naming the databases whose ring could not be read;
@@ -202,7 +189,7 @@ ring of one, which grows with 'd1idem ring grow'.
 func (rc *ringCtx) partial(cmd string, st idem.RingStatus, err error) error {
 	var bad []string
 	for _, id := range st.Ring.Homes {
-		if h := homeOf(st, id); h != nil && h.Err != nil && h.Ring == nil {
+		if h := st.Home(id); h != nil && h.Err != nil && h.Ring == nil {
 			bad = append(bad, rc.set.label(id)+": "+describe(h.Err))
 		}
 	}
@@ -215,17 +202,6 @@ func (rc *ringCtx) partial(cmd string, st idem.RingStatus, err error) error {
 	}
 	return fmt.Errorf("%s: version %d is recorded in %d of its %d databases (%s): run 'd1idem ring advance%s' to record it in the others; the ledger stays exactly-once meanwhile",
 		cmd, st.Ring.Version, len(st.Ring.Homes)-len(bad), len(st.Ring.Homes), strings.Join(bad, "; "), rc.hint())
-}
-
-// homeOf is what the database with this ID has recorded; nil if it is not
-// one of the status's.
-func homeOf(st idem.RingStatus, id string) *idem.HomeRing {
-	for i := range st.Homes {
-		if st.Homes[i].ID == id {
-			return &st.Homes[i]
-		}
-	}
-	return nil
 }
 
 // trimIdem leaves out the idem package's prefixes of an error of the
@@ -290,17 +266,6 @@ func after(err, sentinel error) string {
 func ringShare(r idem.Ring) string {
 	k, n := len(r.Homes)-len(r.Previous), len(r.Homes)
 	return fmt.Sprintf("about %d in %d of the principals (%.0f%%)", k, n, 100*float64(k)/float64(n))
-}
-
-// added are the databases a moving ring adds.
-func added(r idem.Ring) []string {
-	var out []string
-	for _, id := range r.Homes {
-		if !slices.Contains(r.Previous, id) {
-			out = append(out, id)
-		}
-	}
-	return out
 }
 
 // flagAdd names the databases ring grow adds.
@@ -441,7 +406,7 @@ func (rc *ringCtx) notDue(st idem.RingStatus) error {
 		return fmt.Errorf("ring advance: not yet: %s", rc.dropText(st))
 	}
 	return fmt.Errorf("ring advance: not yet: until %s (in %s, with the %s retention and %s TTL given) the moved principals' old homes may hold keys that must replay from there; run 'd1idem ring advance%s' again then",
-		human.Time(st.DropAt), human.Duration(st.DropAt.Sub(clockOf(st))), human.Duration(rc.retention), human.Duration(rc.ttl), rc.hint())
+		human.Time(st.DropAt), human.Duration(st.DropAt.Sub(cmp.Or(st.Now(), time.Now()))), human.Duration(rc.retention), human.Duration(rc.ttl), rc.hint())
 }
 
 // advanced says what ring advance did.
@@ -461,7 +426,7 @@ func (rc *ringCtx) advanced(before, after idem.RingStatus) string {
 func (rc *ringCtx) recorded(before, after idem.RingStatus) string {
 	var ids []string
 	for _, h := range after.Homes {
-		b := homeOf(before, h.ID)
+		b := before.Home(h.ID)
 		if h.Ring != nil && (b == nil || b.Ring == nil || b.Ring.Epoch() < h.Ring.Epoch()) {
 			ids = append(ids, h.ID)
 		}
@@ -477,7 +442,7 @@ func (rc *ringCtx) dropText(st idem.RingStatus) string {
 	if st.DropAt.IsZero() {
 		return fmt.Sprintf("the old route cannot be dropped before every old home has recorded version %d: 'd1idem ring advance%s' records it there", st.Ring.Version, rc.hint())
 	}
-	now := clockOf(st)
+	now := cmp.Or(st.Now(), time.Now())
 	if !now.Before(st.DropAt) {
 		return fmt.Sprintf("the old route could be dropped from %s: 'd1idem ring advance%s' drops it", human.Time(st.DropAt), rc.hint())
 	}
@@ -554,14 +519,14 @@ func (rc *ringCtx) statusJSON(st idem.RingStatus) ringStatusJSON {
 	out := ringStatusJSON{Ring: ringJSONOf(&st.Ring), Adds: []string{}, TTLMS: rc.ttl.Milliseconds(), RetentionMS: rc.retention.Milliseconds(),
 		Databases: make([]homeRingJSON, 0, len(st.Homes))}
 	if st.Ring.Phase == idem.RingMoving {
-		out.Adds = added(st.Ring)
+		out.Adds = st.Ring.Added()
 	}
 	if !st.DropAt.IsZero() {
 		at, ms := human.Time(st.DropAt), st.DropAt.UnixMilli()
 		out.DropAt, out.DropAtMS = &at, &ms
 	}
 	for _, h := range st.Homes {
-		j := homeRingJSON{Database: rc.set.label(h.ID), ID: h.ID, Ring: ringJSONOf(h.Ring), HasKeys: h.HasKeys, Lost: isLost(st, h)}
+		j := homeRingJSON{Database: rc.set.label(h.ID), ID: h.ID, Ring: ringJSONOf(h.Ring), HasKeys: h.HasKeys, Lost: st.Lost(h)}
 		if h.Identity != "" {
 			j.Identity = &h.Identity
 		}
@@ -575,7 +540,7 @@ func (rc *ringCtx) statusJSON(st idem.RingStatus) ringStatusJSON {
 		}
 		out.Databases = append(out.Databases, j)
 	}
-	for _, id := range notNamed(st) {
+	for _, id := range st.NotGiven() {
 		msg := notNamedText
 		out.Databases = append(out.Databases, homeRingJSON{Database: id, ID: id, Error: &msg})
 	}
@@ -599,7 +564,7 @@ func (rc *ringCtx) render(w io.Writer, st idem.RingStatus) error {
 	case r.Phase == idem.RingMoving:
 		fields = append(fields, [2]string{"ring", rc.set.describeRing(r)},
 			[2]string{"moving", fmt.Sprintf("%s: those %s %s by rendezvous hashing. Their new keys go there;\nthe keys they have stay at their old homes, which are read first, until the drop.",
-				ringShare(r), rc.set.labels(added(r)), pick(len(added(r)) == 1, "wins", "win"))},
+				ringShare(r), rc.set.labels(r.Added()), pick(len(r.Added()) == 1, "wins", "win"))},
 			[2]string{"drop", rc.dropText(st)})
 	default:
 		fields = append(fields, [2]string{"ring", rc.set.describeRing(r)})
@@ -612,7 +577,7 @@ func (rc *ringCtx) render(w io.Writer, st idem.RingStatus) error {
 	for _, h := range st.Homes {
 		rows = append(rows, rc.homeRow(st, h))
 	}
-	for _, id := range notNamed(st) {
+	for _, id := range st.NotGiven() {
 		rows = append(rows, []string{display(id), notNamedText, "-", "-"})
 	}
 	return printTable(w, []string{"DATABASE", "RECORDED", "SINCE", "KEYS"}, rows)
@@ -625,7 +590,7 @@ func (rc *ringCtx) homeRow(st idem.RingStatus, h idem.HomeRing) []string {
 	switch {
 	case h.Err != nil:
 		return []string{label, "error: " + describe(h.Err), "-", "-"}
-	case isLost(st, h):
+	case st.Lost(h):
 		return []string{label, fmt.Sprintf("no identity, but version %d names it: the database was replaced or wiped; restore it (below)", st.Ring.Version), "-", yesNo(h.HasKeys)}
 	case h.Identity != "" && h.Identity != h.ID:
 		return []string{label, fmt.Sprintf("it recorded that it is home %s, not this one", h.Identity), "-", yesNo(h.HasKeys)}
@@ -651,34 +616,13 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-// clockOf is the ledger clock's time of a status: the latest of its
-// databases' reads (this process's clock if none was read).
-func clockOf(st idem.RingStatus) time.Time {
-	var now time.Time
-	for _, h := range st.Homes {
-		if h.Err == nil && h.Now.After(now) {
-			now = h.Now
-		}
-	}
-	if now.IsZero() {
-		return time.Now()
-	}
-	return now
-}
-
-// isLost says whether the ring names the database h read but it holds no
-// identity: it was replaced or wiped (idem.ErrHomeLost).
-func isLost(st idem.RingStatus, h idem.HomeRing) bool {
-	return h.Err == nil && h.Identity == "" && slices.Contains(st.Ring.Homes, h.ID)
-}
-
 // lostError is ring status's error for the databases of the ring that lost
 // their identity, or that recorded another; nil when there are none.
 func (rc *ringCtx) lostError(st idem.RingStatus) error {
 	var lost, other []string
 	for _, h := range st.Homes {
 		switch {
-		case isLost(st, h):
+		case st.Lost(h):
 			lost = append(lost, rc.set.label(h.ID))
 		case h.Err == nil && h.Identity != "" && h.Identity != h.ID:
 			other = append(other, fmt.Sprintf("%s recorded that it is home %s", rc.set.label(h.ID), h.Identity))
