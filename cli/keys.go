@@ -228,7 +228,7 @@ func (o *options) keysGet(c *cli.Context) error {
 		} else if err != nil {
 			return ledgerErr("keys get", err)
 		}
-		home, homeText, err := ks.home(c.Context, principal, key)
+		home, homeText, err := ks.home(c.Context, &k)
 		if err != nil {
 			return ledgerErr("keys get", err)
 		}
@@ -712,11 +712,9 @@ func renderRelease(w io.Writer, res idem.ReleaseResult, hint string) error {
 	return err
 }
 
-// home names the database that holds a principal's key on several
-// databases; "" on one. While the ring is moving, a moved principal's key
-// may be at its old home, which is read first, as Admin.Get reads it.
-// label names the database; text says more, for people.
-func (ks *keysScope) home(ctx context.Context, principal, key string) (label, text string, err error) {
+// home names the database that holds k on several databases; "" on one.
+// While the ring moves k's principal, text says so, for people.
+func (ks *keysScope) home(ctx context.Context, k *idem.KeyRecord) (label, text string, err error) {
 	if ks.ledger == nil {
 		return "", "", nil
 	}
@@ -724,23 +722,12 @@ func (ks *keysScope) home(ctx context.Context, principal, key string) (label, te
 	if err != nil {
 		return "", "", err
 	}
-	now, old := r.Home(principal), r.PreviousHome(principal)
-	if old == "" {
-		return ks.set.label(now), ks.set.label(now), nil
+	label, now, old := ks.set.label(k.Home), r.Home(k.Principal), r.PreviousHome(k.Principal)
+	switch {
+	case old == "":
+		return label, label, nil
+	case k.Home == old:
+		return label, fmt.Sprintf("%s (the principal's home before version %d; its new keys go to %s)", label, r.Version, ks.set.label(now)), nil
 	}
-	cn := ks.set.byID(old)
-	if cn == nil {
-		return "", "", fmt.Errorf("%w: %q", idem.ErrUnknownHome, old)
-	}
-	l, err := idem.New(cn.db, ks.cfg)
-	if err != nil {
-		return "", "", err
-	}
-	switch _, err := l.Admin().Get(ctx, principal, key); {
-	case err == nil:
-		return ks.set.label(old), fmt.Sprintf("%s (the principal's home before version %d; its new keys go to %s)", ks.set.label(old), r.Version, ks.set.label(now)), nil
-	case errors.Is(err, idem.ErrKeyNotFound):
-		return ks.set.label(now), fmt.Sprintf("%s (the principal's home since version %d, moved from %s)", ks.set.label(now), r.Version, ks.set.label(old)), nil
-	}
-	return "", "", err
+	return label, fmt.Sprintf("%s (the principal's home since version %d, moved from %s)", label, r.Version, ks.set.label(old)), nil
 }
