@@ -2,7 +2,6 @@ package cli
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/internal/human"
 )
@@ -127,7 +125,7 @@ it names lost its identity (replaced or wiped: restore it, docs/sharding.md).
 				if err := rc.show("status", "", st); err != nil {
 					return err
 				}
-				if err := cmp.Or(unreadable(c.Context, st, rc.set), rc.lostError(st)); err != nil {
+				if err := cmp.Or(rc.set.couldNotRead(c, "ring status", func(id string) error { return st.Home(id).Err }), rc.lostError(st)); err != nil {
 					return err
 				}
 				if missing := st.NotGiven(); len(missing) > 0 {
@@ -138,22 +136,6 @@ it names lost its identity (replaced or wiped: restore it, docs/sharding.md).
 			})
 		},
 	}
-}
-
-// unreadable is an error naming the databases whose ring could not be read;
-// a missing one is named with the databases there are.
-func unreadable(ctx context.Context, st idem.RingStatus, s *dbSet) error {
-	var bad []string
-	for _, h := range st.Homes {
-		err := h.Err
-		if cn := s.byID(h.ID); cn != nil && errors.Is(err, d1client.ErrNoDatabase) {
-			err = cn.missing(ctx, err)
-		}
-		if err != nil {
-			bad = append(bad, s.label(h.ID)+": "+describe(err))
-		}
-	}
-	return couldNotRead("ring status", bad)
 }
 
 func ringInitCommand(o *options) *cli.Command {

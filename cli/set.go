@@ -492,6 +492,20 @@ func (s *dbSet) named(name string) *conn {
 	return nil
 }
 
+// inOrder returns items, each of the database id names, in the order the
+// flags named the databases.
+func inOrder[T any](s *dbSet, items []T, id func(T) string) []T {
+	out := make([]T, 0, len(items))
+	for _, cn := range s.conns {
+		for _, it := range items {
+			if id(it) == cn.databaseID {
+				out = append(out, it)
+			}
+		}
+	}
+	return out
+}
+
 // ids are the set's database IDs.
 func (s *dbSet) ids() []string {
 	out := make([]string, len(s.conns))
@@ -501,14 +515,20 @@ func (s *dbSet) ids() []string {
 	return out
 }
 
-// failed is "label: what happened" for an error listing the databases that
-// failed, a missing database or table named as on one.
-func (s *dbSet) failed(c *cli.Context, id string, err error) string {
-	cn := s.byID(id)
-	if cn == nil {
-		return display(id) + ": " + describe(err)
+// couldNotRead is cmd's error for the databases whose read failed (errOf
+// their IDs), each "label: cause", a missing database or table named as on
+// one; nil for none.
+func (s *dbSet) couldNotRead(c *cli.Context, cmd string, errOf func(id string) error) error {
+	var bad []string
+	for _, cn := range s.conns {
+		if err := errOf(cn.databaseID); err != nil {
+			bad = append(bad, cn.label()+": "+describe(cn.named(c, err)))
+		}
 	}
-	return cn.label() + ": " + describe(cn.named(c, err))
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %s could not be read: %s", cmd, plural(int64(len(bad)), "database", "databases"), strings.Join(bad, "; "))
 }
 
 // named turns D1's "no such database" in err into one naming the database

@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -91,7 +91,9 @@ func (o *options) stats(c *cli.Context) error {
 		if err := v.print(c.App.Writer, ov, c.Bool(flagJSON)); err != nil {
 			return err
 		}
-		return v.unread(c, ov)
+		return v.set.couldNotRead(c, "stats", func(id string) error {
+			return ov.Homes[slices.IndexFunc(ov.Homes, func(h idem.HomeStats) bool { return h.Home == id })].Err
+		})
 	})
 }
 
@@ -134,7 +136,7 @@ func (v statsView) oneJSON(st idem.Stats) []any {
 // stats and projection, or the error that kept them.
 func (v statsView) homesJSON(ov idem.Overview) []any {
 	out := make([]any, len(ov.Homes))
-	for i, h := range v.ordered(ov) {
+	for i, h := range inOrder(v.set, ov.Homes, func(h idem.HomeStats) string { return h.Home }) {
 		parts := []any{field{"database", v.set.label(h.Home)}, field{"id", h.Home}}
 		if h.Err != nil {
 			parts = append(parts, field{"error", describe(h.Err)})
@@ -144,39 +146,6 @@ func (v statsView) homesJSON(ov idem.Overview) []any {
 		out[i], _ = object(parts...)
 	}
 	return out
-}
-
-// ordered are the databases' stats in the order the flags named them.
-func (v statsView) ordered(ov idem.Overview) []idem.HomeStats {
-	out := make([]idem.HomeStats, 0, len(ov.Homes))
-	for _, cn := range v.set.conns {
-		for _, h := range ov.Homes {
-			if h.Home == cn.databaseID {
-				out = append(out, h)
-			}
-		}
-	}
-	return out
-}
-
-// unread is an error naming the databases whose stats could not be read.
-func (v statsView) unread(c *cli.Context, ov idem.Overview) error {
-	var bad []string
-	for _, h := range v.ordered(ov) {
-		if h.Err != nil {
-			bad = append(bad, v.set.failed(c, h.Home, h.Err))
-		}
-	}
-	return couldNotRead("stats", bad)
-}
-
-// couldNotRead is cmd's error for the databases it could not read, each
-// "label: cause"; nil for none.
-func couldNotRead(cmd string, bad []string) error {
-	if len(bad) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%s: %s could not be read: %s", cmd, plural(int64(len(bad)), "database", "databases"), strings.Join(bad, "; "))
 }
 
 // fields are the lines of one database's stats, as printFields takes them.
@@ -207,7 +176,7 @@ func (v statsView) fields(where string, st idem.Stats) [][2]string {
 func (v statsView) table(w io.Writer, ov idem.Overview) error {
 	header := []string{"DATABASE", "KEYS", "PENDING", "COMPLETED", "AWAITING RETRY", "BACKLOG", "SIZE", "ROWS/DAY", "10 GB LIMIT"}
 	var rows [][]string
-	for _, h := range v.ordered(ov) {
+	for _, h := range inOrder(v.set, ov.Homes, func(h idem.HomeStats) string { return h.Home }) {
 		if h.Err != nil {
 			rows = append(rows, []string{v.set.label(h.Home), "unreadable: " + describe(h.Err), "", "", "", "", "", "", ""})
 			continue

@@ -237,7 +237,7 @@ func (s *sweeper) json(res idem.SweepResult, dryRun bool) []any {
 		return parts
 	}
 	homes := make([]any, len(res.Homes))
-	for i, h := range s.ordered(res) {
+	for i, h := range inOrder(s.set, res.Homes, func(h idem.HomeSweep) string { return h.Home }) {
 		if dryRun {
 			h.Complete = false
 		}
@@ -246,23 +246,10 @@ func (s *sweeper) json(res idem.SweepResult, dryRun bool) []any {
 	return append(parts, field{"databases", homes})
 }
 
-// ordered are the databases' shares in the order the flags named them.
-func (s *sweeper) ordered(res idem.SweepResult) []idem.HomeSweep {
-	var out []idem.HomeSweep
-	for _, cn := range s.set.conns {
-		for _, h := range res.Homes {
-			if h.Home == cn.databaseID {
-				out = append(out, h)
-			}
-		}
-	}
-	return out
-}
-
 // split says how many rows each database had, or gave: "a 20, b 25".
 func (s *sweeper) split(res idem.SweepResult, backlog bool) string {
 	var parts []string
-	for _, h := range s.ordered(res) {
+	for _, h := range inOrder(s.set, res.Homes, func(h idem.HomeSweep) string { return h.Home }) {
 		n := h.Deleted
 		if backlog && h.Backlog != nil {
 			n = *h.Backlog
