@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/d1idem/d1idem/d1client/budget"
 )
 
 func TestStatsGolden(t *testing.T) {
@@ -206,19 +204,5 @@ func TestSweepProgress(t *testing.T) {
 	r = mustRun(t, fixedClock(), backlog2.args("sweep", "--all", "--batch", "10")...)
 	if strings.Contains(r.stdout, "\r") || strings.Count(r.stdout, "\n") != 1 {
 		t.Errorf("not a terminal: %q", r.stdout)
-	}
-}
-
-// The sweep's budget gives it exactly --max-calls calls per window: the
-// calls d1client keeps for Priority work come on top.
-func TestSweepBudgetGivesMaxCalls(t *testing.T) {
-	for _, n := range []int{1, 2, 3, 9, 10, 11, 200, 1199} {
-		b := sweepBudget(n, 5*time.Minute)
-		if got := b.Calls() - b.Kept(); got != n || b.Per() != 5*time.Minute {
-			t.Errorf("--max-calls %d: %v keeping %d gives the sweep %d", n, b, b.Kept(), got)
-		}
-		if _, err := budget.NewAccount(b); err != nil {
-			t.Errorf("--max-calls %d: %v", n, err)
-		}
 	}
 }

@@ -81,29 +81,13 @@ func (o *options) sweep(c *cli.Context) error {
 	var mods []func(*d1client.Config)
 	if maxCalls > 0 {
 		s.maxCalls, s.per = maxCalls, cmp.Or(o.budgetWindow, d1local.CloudflareRateLimit().Window)
-		mods = append(mods, func(cfg *d1client.Config) { cfg.Budget = sweepBudget(maxCalls, s.per) })
+		mods = append(mods, func(cfg *d1client.Config) { cfg.Budget = budget.Background(maxCalls, s.per) })
 	}
 	err = o.withSet(c, existing, s.run, mods...)
 	if errors.Is(err, d1client.ErrRateLimited) {
 		err = hintedError{err, "use a lower --max-calls"}
 	}
 	return err
-}
-
-// sweepBudget is the request budget in which the sweep, work without
-// d1client.Priority, gets maxCalls calls per window: d1client keeps a few
-// calls of every window for Priority work (Budget.Kept), which the sweep
-// never does, so the budget is that much larger. The least reserve keeps
-// the sweep's pace that of the whole budget, within 1 %.
-func sweepBudget(maxCalls int, window time.Duration) budget.Budget {
-	calls := maxCalls + 1
-	for {
-		b := budget.New(calls, window).WithReserve(budget.MinReserve)
-		if calls-b.Kept() >= maxCalls {
-			return b
-		}
-		calls++
-	}
 }
 
 // maxCalls reads --max-calls: 0 (unlimited) only with --local or through
