@@ -15,7 +15,6 @@ import (
 	"github.com/urfave/cli/v2"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/d1idem/d1idem/cli/internal/embedded"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/examples/orders/ordersapi"
@@ -62,7 +61,7 @@ Cloudflare account is needed.
 // demoEnv is what the demo runs on: d1local, the ledger, and the demo API
 // on a loopback port.
 type demoEnv struct {
-	d1     *embedded.Server
+	d1     *d1local.Listening
 	db     *d1client.Client
 	ledger *idem.Ledger
 	http   *http.Server
@@ -81,7 +80,7 @@ type demoOptions struct {
 // schema and the orders table, and serves the orders API. The ledger and
 // its client report their metrics to mp (nil: otel's global provider).
 func startDemo(ctx context.Context, opts demoOptions, mp metric.MeterProvider, api demoAPIFunc) (*demoEnv, error) {
-	srv, err := embedded.Start(d1local.Config{Dir: opts.dir}, "")
+	srv, err := d1local.Listen(d1local.Config{Dir: opts.dir}, "")
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +94,7 @@ func startDemo(ctx context.Context, opts demoOptions, mp metric.MeterProvider, a
 
 func (e *demoEnv) start(ctx context.Context, ttl time.Duration, mp metric.MeterProvider, newAPI demoAPIFunc) error {
 	var err error
-	if e.db, err = e.d1.Client(d1local.LocalDatabaseID, func(c *d1client.Config) { c.MeterProvider = mp }); err != nil {
+	if e.db, err = localClient(e.d1, d1local.LocalDatabaseID, func(c *d1client.Config) { c.MeterProvider = mp }); err != nil {
 		return err
 	}
 	if err := ordersapi.EnsureSchema(ctx, e.db); err != nil {

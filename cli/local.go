@@ -2,14 +2,11 @@ package cli
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -70,33 +67,16 @@ func serveLocal(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	srv, err := d1local.New(cfg)
+	addr := c.String("addr")
+	if tcp, err := net.ResolveTCPAddr("tcp", addr); err == nil && !tcp.IP.IsLoopback() && cfg.Token == "" {
+		return usagef("--addr %s is not a loopback address: anyone who can reach it could run any SQL; pass --token (or set D1LOCAL_TOKEN)", addr)
+	}
+	l, err := d1local.Listen(cfg, addr)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	ln, err := net.Listen("tcp", c.String("addr"))
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", c.String("addr"), err)
-	}
-	if tcp, ok := ln.Addr().(*net.TCPAddr); (!ok || !tcp.IP.IsLoopback()) && cfg.Token == "" {
-		ln.Close()
-		return usagef("--addr %s is not a loopback address: anyone who can reach it could run any SQL; pass --token (or set D1LOCAL_TOKEN)", c.String("addr"))
-	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
-	renderServing(c.App.Writer, ln.Addr().String(), cfg)
-	done := make(chan error, 1)
-	go func() { done <- hs.Serve(ln) }()
-	select {
-	case err := <-done:
-		return err
-	case <-c.Context.Done():
-	}
-	_ = hs.Close()
-	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	renderServing(c.App.Writer, l.Addr.String(), cfg)
+	return l.Wait(c.Context)
 }
 
 // localServeConfig is the d1local configuration of local serve's flags. It

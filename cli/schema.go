@@ -11,7 +11,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem"
-	"github.com/d1idem/d1idem/cli/internal/embedded"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/schema"
@@ -169,7 +168,7 @@ func (o *options) schemaApply(c *cli.Context) error {
 // dryRunFresh is schema apply --dry-run for a local database that does not
 // exist yet: on an empty one, in memory.
 func dryRunFresh(c *cli.Context, dir string) error {
-	srv, err := embedded.Start(d1local.Config{}, "")
+	srv, err := d1local.Listen(d1local.Config{}, "")
 	if err != nil {
 		return err
 	}
@@ -177,7 +176,7 @@ func dryRunFresh(c *cli.Context, dir string) error {
 	defer s.close()
 	ids, _ := localIDs(c, dir, nil)
 	cn := &conn{databaseID: ids[0], set: s}
-	if cn.db, err = srv.Client(cn.databaseID); err != nil {
+	if cn.db, err = localClient(srv, cn.databaseID); err != nil {
 		return err
 	}
 	cn.where = fmt.Sprintf("local database %q under %s (not there yet: apply creates it)", cn.databaseID, dir)

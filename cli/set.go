@@ -12,7 +12,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/d1idem/d1idem/cli/internal/embedded"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
@@ -33,8 +32,8 @@ const (
 // command works on a set; one database is a set of one.
 type dbSet struct {
 	conns []*conn
-	local *embedded.Server // the embedded d1local serving a --local set
-	dir   string           // --local's directory
+	local *d1local.Listening // the embedded d1local serving a --local set
+	dir   string             // --local's directory
 }
 
 // conn is one open database of a set.
@@ -170,7 +169,7 @@ func openLocalSet(c *cli.Context, dir string, acc access, mods []func(*d1client.
 	} else if _, err := os.Stat(dir); err != nil {
 		return nil, &noDirectoryError{dir: dir, apply: "d1idem schema apply" + connHint(c)}
 	}
-	srv, err := embedded.Start(d1local.Config{Dir: dir, NoAutoCreate: true}, "")
+	srv, err := d1local.Listen(d1local.Config{Dir: dir, NoAutoCreate: true}, "")
 	if err != nil {
 		return nil, err
 	}
@@ -180,6 +179,16 @@ func openLocalSet(c *cli.Context, dir string, acc access, mods []func(*d1client.
 		return nil, err
 	}
 	return s, nil
+}
+
+// localClient is a client of the database id of the embedded d1local,
+// with no API budget: d1local has none.
+func localClient(l *d1local.Listening, id string, mods ...func(*d1client.Config)) (*d1client.Client, error) {
+	cfg := d1client.Config{BaseURL: l.URL, AccountID: d1local.DefaultAccountID, DatabaseID: id, Budget: budget.Unlimited()}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	return d1client.New(cfg)
 }
 
 // addLocal opens a client on each local database the flags name.
@@ -200,7 +209,7 @@ func (s *dbSet) addLocal(c *cli.Context, acc access, mods []func(*d1client.Confi
 		if acc != create && !slices.Contains(have, id) {
 			return &noDatabaseError{id: id, where: "under " + s.dir, have: slices.Clone(have)}
 		}
-		db, err := s.local.Client(id, append(slices.Clone(mods), share)...)
+		db, err := localClient(s.local, id, append(slices.Clone(mods), share)...)
 		if err != nil {
 			return clientError(err)
 		}
