@@ -441,29 +441,18 @@ func (s *dbSet) describeRing(r idem.Ring) string {
 	return fmt.Sprintf("version %d, %s, over %s (%s)", r.Version, r.Phase, plural(int64(len(r.Homes)), "database", "databases"), s.labels(r.Homes))
 }
 
-// ringJSON is a ring under --json: the IDs of its databases.
-type ringJSON struct {
-	Version  int64    `json:"version"`
-	Phase    string   `json:"phase"`
-	Homes    []string `json:"homes"`
-	Previous []string `json:"previous"`
-}
-
-func ringJSONOf(r *idem.Ring) *ringJSON {
+// ringOrNil is a ring under --json: null for none.
+func ringOrNil(r *idem.Ring) *idem.Ring {
 	if r == nil || r.Version == 0 {
 		return nil
 	}
-	prev := r.Previous
-	if prev == nil {
-		prev = []string{}
-	}
-	return &ringJSON{Version: r.Version, Phase: string(r.Phase), Homes: r.Homes, Previous: prev}
+	return r
 }
 
 // ringStatusJSON is ring status --json.
 type ringStatusJSON struct {
 	// Ring is the newest ring recorded in any database; null when none.
-	Ring *ringJSON `json:"ring"`
+	Ring *idem.Ring `json:"ring"`
 	// Adds are, while the ring is moving, the databases the change adds.
 	Adds        []string       `json:"adds"`
 	DropAt      *string        `json:"drop_at"`
@@ -475,12 +464,12 @@ type ringStatusJSON struct {
 
 // homeRingJSON is what one database has recorded.
 type homeRingJSON struct {
-	Database     string    `json:"database"`
-	ID           string    `json:"id"`
-	Ring         *ringJSON `json:"ring"`
-	RecordedAt   *string   `json:"recorded_at"`
-	RecordedAtMS *int64    `json:"recorded_at_ms"`
-	HasKeys      bool      `json:"has_keys"`
+	Database     string     `json:"database"`
+	ID           string     `json:"id"`
+	Ring         *idem.Ring `json:"ring"`
+	RecordedAt   *string    `json:"recorded_at"`
+	RecordedAtMS *int64     `json:"recorded_at_ms"`
+	HasKeys      bool       `json:"has_keys"`
 	// Identity is the home ID the database recorded when it joined; null if none.
 	Identity *string `json:"identity"`
 	// Lost says that the ring names the database but it holds no identity:
@@ -498,7 +487,7 @@ type ringResultJSON struct {
 }
 
 func (rc *ringCtx) statusJSON(st idem.RingStatus) ringStatusJSON {
-	out := ringStatusJSON{Ring: ringJSONOf(&st.Ring), Adds: []string{}, TTLMS: rc.ttl.Milliseconds(), RetentionMS: rc.retention.Milliseconds(),
+	out := ringStatusJSON{Ring: ringOrNil(&st.Ring), Adds: []string{}, TTLMS: rc.ttl.Milliseconds(), RetentionMS: rc.retention.Milliseconds(),
 		Databases: make([]homeRingJSON, 0, len(st.Homes))}
 	if st.Ring.Phase == idem.RingMoving {
 		out.Adds = st.Ring.Added()
@@ -508,7 +497,7 @@ func (rc *ringCtx) statusJSON(st idem.RingStatus) ringStatusJSON {
 		out.DropAt, out.DropAtMS = &at, &ms
 	}
 	for _, h := range st.Homes {
-		j := homeRingJSON{Database: rc.set.label(h.ID), ID: h.ID, Ring: ringJSONOf(h.Ring), HasKeys: h.HasKeys, Lost: st.Lost(h)}
+		j := homeRingJSON{Database: rc.set.label(h.ID), ID: h.ID, Ring: ringOrNil(h.Ring), HasKeys: h.HasKeys, Lost: st.Lost(h)}
 		if h.Identity != "" {
 			j.Identity = &h.Identity
 		}

@@ -1,6 +1,7 @@
 package idem_test
 
 import (
+	"encoding/json"
 	"errors"
 	"slices"
 	"testing"
@@ -40,5 +41,13 @@ func TestRingStatusReadings(t *testing.T) {
 	}
 	if got := (idem.RingStatus{}).Now(); !got.IsZero() {
 		t.Errorf("Now of no read = %v", got)
+	}
+}
+
+// TestRingJSON: a ring's JSON names its fields, previous [] when stable.
+func TestRingJSON(t *testing.T) {
+	b, err := json.Marshal(idem.Ring{Version: 1, Phase: idem.RingStable, Homes: []string{"a", "b"}})
+	if want := `{"version":1,"phase":"stable","homes":["a","b"],"previous":[]}`; err != nil || string(b) != want {
+		t.Errorf("%s, %v; want %s", b, err, want)
 	}
 }
