@@ -188,29 +188,15 @@ func clip(s string) string {
 	return fmt.Sprintf("%s... (%d more bytes)", p, more)
 }
 
-// flagOf names the CLI flag of a ledger configuration field, or "".
-func flagOf(field string) string {
-	switch field {
-	case "Config.TTL":
-		return "--ttl"
-	case "Config.Heartbeat":
-		return "--heartbeat"
-	case "Config.Retention":
-		return "--retention"
-	case "Config.SweepBatch":
-		return "--batch"
-	}
-	return ""
-}
-
 // configUsage turns an invalid ledger configuration from flags into a
-// usage error naming the flag.
+// usage error naming the flag of the field.
 func configUsage(err error) error {
 	var ce *idem.ConfigError
-	if errors.As(err, &ce) {
-		if flag := flagOf(ce.Field); flag != "" {
-			return usagef("%s %s is out of range: %s", flag, ce.Value, ce.Want)
-		}
+	if !errors.As(err, &ce) {
+		return err
+	}
+	if flag := map[string]string{"Config.TTL": "--ttl", "Config.Heartbeat": "--heartbeat", "Config.Retention": "--retention", "Config.SweepBatch": "--batch"}[ce.Field]; flag != "" {
+		return usagef("%s %s is out of range: %s", flag, ce.Value, ce.Want)
 	}
 	return err
 }
