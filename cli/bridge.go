@@ -22,41 +22,19 @@ const defaultWorker = "d1idem-bridge"
 
 func bridgeCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "bridge",
-		Usage: "write and deploy the bridge: a Worker serving D1's REST API past the API budget",
-		Description: `The bridge is a Cloudflare Worker that serves the D1 REST API's query endpoints
-on the D1 bindings it is deployed with. d1client, this tool and the idem
-middleware use it in place of Cloudflare's API, by one environment variable,
-D1IDEM_BRIDGE_URL=https://:SECRET@HOST, which stands for the API base URL and
-token. Calls through it are not metered by the account's API budget (1200 calls
-per 5 minutes). See docs/bridge.md.
-
-   d1idem bridge init bridge --database orders-db   # the Worker and its wrangler.toml
-   d1idem bridge deploy bridge                      # wrangler deploy, and its secret
-
-To run it on this machine, in workerd, use wrangler itself: 'wrangler dev
---local' in DIR, with the development secret bridge init keeps in DIR/.dev.vars.`,
+		Name:        "bridge",
+		Usage:       "write and deploy the bridge: a Worker serving D1's REST API past the API budget",
+		Description: help("bridge"),
 		Subcommands: []*cli.Command{bridgeInitCommand(), bridgeDeployCommand()},
 	}
 }
 
 func bridgeInitCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "init",
-		Usage:     "write the bridge's Worker and a wrangler.toml binding the databases into DIR",
-		ArgsUsage: "DIR",
-		Description: `Writes the bridge Worker (worker.js, ledger-statements.js) and a wrangler.toml
-that binds each --database into DIR, and a .gitignore that keeps its secrets
-out of git. A --database NAME is looked up in your wrangler config (the one
-wrangler would use here, or --config FILE; --env NAME for one of its
-environments), which also gives the account ID; NAME=ID names a database
-without one. It overwrites nothing without --force. It adds a development
-secret to DIR/.dev.vars (mode 0600, out of git), which 'wrangler dev' reads,
-and prints how to run the bridge on this machine with it.
-
-   d1idem bridge init bridge --database orders-db
-   d1idem bridge init bridge-staging --database orders-db --env staging
-   d1idem bridge init bridge --database orders-db=6b4c8e3e-... --ledger-only`,
+		Name:        "init",
+		Usage:       "write the bridge's Worker and a wrangler.toml binding the databases into DIR",
+		ArgsUsage:   "DIR",
+		Description: help("bridge init"),
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: flagDatabase, Usage: "a D1 database `NAME` of the wrangler config (its database_name or binding), or NAME=ID; repeat it for each database (required)"},
 			&cli.StringFlag{Name: flagConfig, Usage: "wrangler config `FILE` to read the databases from (default: the one wrangler uses here)"},
@@ -226,24 +204,10 @@ func renderBridgeInit(w io.Writer, p *bridgePlan) error {
 
 func bridgeDeployCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "deploy",
-		Usage:     "deploy the bridge in DIR with wrangler, and set its secret",
-		ArgsUsage: "[DIR]",
-		Description: `Runs 'wrangler deploy' in DIR (default: here), then 'wrangler secret put
-BRIDGE_SECRET' with the bridge's secret on its standard input. The secret is
-made on the first deploy (32 random bytes, hex) and kept in DIR/.bridge-secret,
-mode 0600, which DIR/.gitignore keeps out of git; later deploys reuse it. It is
-never printed: the command that sets D1IDEM_BRIDGE_URL, printed at the end,
-reads it from that file. --rotate-secret makes a new one, and keeps the old one
-accepted (as BRIDGE_SECRET_PREVIOUS) until you retire it, so that clients can
-move to the new one without a refusal.
-
-wrangler is the one on PATH, else 'npx --yes wrangler@4.86.0'. With neither,
-nothing is deployed: it prints the commands to run, and exits 1. wrangler
-needs a Cloudflare login ('wrangler login') or CLOUDFLARE_API_TOKEN.
-
-   d1idem bridge deploy bridge
-   d1idem bridge deploy bridge --rotate-secret   # then update D1IDEM_BRIDGE_URL everywhere`,
+		Name:        "deploy",
+		Usage:       "deploy the bridge in DIR with wrangler, and set its secret",
+		ArgsUsage:   "[DIR]",
+		Description: help("bridge deploy"),
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "rotate-secret", Usage: "make and set a new secret; the old one stays accepted (BRIDGE_SECRET_PREVIOUS) until you delete it", DisableDefaultText: true},
 			&cli.StringFlag{Name: "url", Usage: "the Worker's `URL`, for the D1IDEM_BRIDGE_URL printed at the end, when it is served on a route of yours (default: the workers.dev URL wrangler prints)"},

@@ -25,19 +25,9 @@ import (
 
 func demoCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "demo",
-		Usage: "show what Idempotency-Key protection does, on a small orders API and the embedded d1local",
-		Description: `Starts d1local in process, applies the ledger schema, serves a small orders API
-on a loopback port, and plays a client against it: a first request (shown as
-curl would show it), retries, 50 copies of one request at once, a key reused for
-another request, a request slower than the TTL, and a server that crashes
-mid-request. Every outcome is checked; the command exits 1 if any is not what
-the ledger promises. It ends with the ledger's rows and the next steps. No
-Cloudflare account is needed.
-
-   d1idem demo
-   d1idem demo --dir .d1idem     # keep the database, to look at it afterwards
-   d1idem demo --metrics         # and sum up the OpenTelemetry metrics the story produced`,
+		Name:        "demo",
+		Usage:       "show what Idempotency-Key protection does, on a small orders API and the embedded d1local",
+		Description: help("demo"),
 		Flags: []cli.Flag{
 			&cli.DurationFlag{Name: "ttl", Value: 2 * time.Second, Usage: "hold a pending key for `TTL` without an update, shortened for the demo (30s in production): 500ms to 5m"},
 			&cli.StringFlag{Name: "dir", Usage: "keep the demo's database under `DIR` (" + d1local.LocalDir + " is where the example API and the CLI's --local look); default: in memory"},

@@ -19,20 +19,9 @@ import (
 
 func keysCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "keys",
-		Usage: "inspect and release idempotency keys",
-		Description: `Shows the ledger's rows and releases keys whose owner died. Start with 'd1idem
-keys stuck': it lists the pending keys whose owner has gone quiet.
-
-   d1idem keys stuck
-   d1idem keys get --principal acct_42 --key order-7
-   d1idem keys release --principal acct_42 --key order-7 --generation 1 --force
-
-On a ledger across several databases (--database or --database-id repeated, or
---databases-prefix), get and release go to the key's database, found by the
-ring recorded in them (see 'd1idem ring'), and list and stuck merge them all.
-
-   d1idem keys stuck --databases-prefix ledger-`,
+		Name:        "keys",
+		Usage:       "inspect and release idempotency keys",
+		Description: help("keys"),
 		Subcommands: []*cli.Command{
 			keysGetCommand(o),
 			keysListCommand(o),
@@ -197,16 +186,9 @@ func (o *options) withKeys(c *cli.Context, fn func(ks *keysScope) error) error {
 
 func keysGetCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "get",
-		Usage: "show one key: status, generation, ages, replay headers, body preview",
-		Description: `Shows one ledger row: its status and generation (the fencing token), when it was
-created and last updated (ages, and UTC times), and what a retry would be
-answered with: the response status, the replay headers and the first 200 bytes
-of the stored body. It ends with what happens to the next retry, and how to
-release the key if its owner died. Exits 1 if there is no such key.
-
-   d1idem keys get --principal acct_42 --key order-7
-   d1idem keys get --principal acct_42 --key order-7 --json`,
+		Name:        "get",
+		Usage:       "show one key: status, generation, ages, replay headers, body preview",
+		Description: help("keys get"),
 		Flags: append([]cli.Flag{
 			principalFlag("the `PRINCIPAL` the key belongs to (the server-derived account or user ID)" + requiredMark),
 			principalHexFlag(), keyFlag(), ttlFlag(), heartbeatFlag(), jsonFlag(),
@@ -262,16 +244,9 @@ func releaseCommandLine(c *cli.Context, k *idem.KeyRecord) string {
 
 func keysListCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "list",
-		Usage: "list keys, oldest update first, filtered and paginated",
-		Description: `Lists ledger rows ordered by their last update, then principal and key. Filters
-combine. Pages are keyset-paginated: when more rows match, the last line is
-"next cursor: TOKEN"; pass it back with --cursor (and the same filters) for the
-next page. Pagination is stable while rows are added, updated or deleted.
-
-   d1idem keys list --status pending
-   d1idem keys list --principal acct_42 --older-than 1h --limit 100
-   d1idem keys list --status completed --cursor v1.WzE3N...`,
+		Name:        "list",
+		Usage:       "list keys, oldest update first, filtered and paginated",
+		Description: help("keys list"),
 		Flags: append([]cli.Flag{
 			principalFlag("only keys of this `PRINCIPAL`"),
 			principalHexFlag(),
@@ -357,22 +332,11 @@ func listOptions(c *cli.Context) (idem.ListOptions, error) {
 
 func keysStuckCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "stuck",
-		Usage: "list pending keys whose owner has gone quiet: the first thing to look at",
-		Description: `Lists the pending keys whose owner has stopped renewing them (a live owner
-renews its row every third of the TTL), in two groups:
-
-  owner quiet     no update for more than 2/3 of the TTL, but still inside it:
-                  retries get 409 until the TTL has passed. Releasing the key
-                  lets the client retry now; the last line shows how.
-  awaiting retry  past the TTL: the next retry of the same request takes the
-                  key over and executes. Nothing needs releasing; a key just
-                  released is one of these.
-
-   d1idem keys stuck
-   d1idem keys stuck --ttl 2m --json`,
-		Flags:  append([]cli.Flag{ttlFlag(), heartbeatFlag(), limitFlag(), jsonFlag()}, connFlags()...),
-		Action: o.keysStuck,
+		Name:        "stuck",
+		Usage:       "list pending keys whose owner has gone quiet: the first thing to look at",
+		Description: help("keys stuck"),
+		Flags:       append([]cli.Flag{ttlFlag(), heartbeatFlag(), limitFlag(), jsonFlag()}, connFlags()...),
+		Action:      o.keysStuck,
 	}
 }
 
@@ -401,37 +365,9 @@ func (o *options) keysStuck(c *cli.Context) error {
 
 func keysReleaseCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "release",
-		Usage: "release a pending key whose owner died, fenced by its generation, so the client may retry now",
-		Description: `Releases one row, only at the generation given, in one fenced statement, with
-the ledger's one release rule (the one the application applies when a handler
-panics or streams): the row's generation moves one past the old owner's, and
-its last update is set one millisecond further back than the TTL, so the row is
-released, awaiting retry: the client's next request with the key (the same
-request, by its fingerprint) takes it over at once and executes. The row is
-never deleted: a fresh claim would start again at generation 1, which could be
-an old owner's own generation; the sweep removes it after the retention.
-
-If another owner has taken the key over (a newer generation) or completed it in
-the meantime, nothing changes and the command says what the row holds now.
-
-The old owner, if it is still running, may still perform its mutation; its
-completion is fenced by its generation and will not be stored. An owner using
-the idem package learns at its next heartbeat that it lost its lease.
-
-Only the same request (by its fingerprint) takes a released key over; a client
-that changed its request gets 409 idempotency_key_reused (a new operation takes
-a new key).
-
-A pending row inside the TTL is refused without --force: the ledger cannot
-prove its owner dead ('keys stuck' shows which owners have missed their
-heartbeats). A row past the TTL needs no release (the next retry takes it
-over), but a release fences its old owner out at once. A completed row is
-refused without --force; with --force its stored response is forgotten (the
-row is released like a pending one), and the next retry executes the request
-again.
-
-   d1idem keys release --principal acct_42 --key order-7 --generation 1 --force`,
+		Name:        "release",
+		Usage:       "release a pending key whose owner died, fenced by its generation, so the client may retry now",
+		Description: help("keys release"),
 		Flags: append([]cli.Flag{
 			principalFlag("the `PRINCIPAL` the key belongs to" + requiredMark),
 			principalHexFlag(),

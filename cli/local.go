@@ -15,36 +15,13 @@ import (
 
 func localCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "local",
-		Usage: "run d1local, a D1-compatible REST server on SQLite",
-		Description: `d1local serves D1's REST API on SQLite, with D1's envelope, errors, limits and
-authorizer: a local D1 for development and tests, with no Cloudflare account,
-that wrangler's d1 commands accept. Every other command reaches it with --local DIR (in process)
-or --base-url (a running server).
-
-   d1idem local serve --dir ./.d1idem --addr 127.0.0.1:8787`,
+		Name:        "local",
+		Usage:       "run d1local, a D1-compatible REST server on SQLite",
+		Description: help("local"),
 		Subcommands: []*cli.Command{{
-			Name:  "serve",
-			Usage: "serve the D1 REST API on a local address",
-			Description: `Serves D1's REST API (query, raw, import, export, database list, get, create
-and delete, token verification and account lookup), one SQLite file per database
-ID under --dir (in memory without it). As on D1, a database exists once it is
-created: by 'd1idem schema apply' (which creates it and applies the ledger's
-schema) or 'wrangler d1 create NAME'; any other call to an unknown database gets
-D1's 404 with code 7404, so a mistyped database ID creates nothing. Point any D1
-REST client, or wrangler, at it:
-
-   d1idem local serve --dir ./.d1idem --addr 127.0.0.1:8787
-   export CLOUDFLARE_BASE_URL=http://127.0.0.1:8787/client/v4       # d1idem, cloudflare-go
-   export CLOUDFLARE_API_BASE_URL=http://127.0.0.1:8787/client/v4   # wrangler
-   export CLOUDFLARE_API_TOKEN=local CLOUDFLARE_ACCOUNT_ID=local    # any values, unless --token
-   d1idem schema apply --database-id orders
-   wrangler d1 execute orders --remote --file schema.sql
-
-On any address but a loopback one (0.0.0.0 in a container, say) it refuses to
-start without --token: it runs any SQL for anyone who can reach it.
---rate-limit 1200/300s plays Cloudflare's account API rate limit (off by default).
-Stop it with Ctrl-C.`,
+			Name:        "serve",
+			Usage:       "serve the D1 REST API on a local address",
+			Description: help("local serve"),
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "dir", Usage: "keep databases under `DIR` (default: in memory)"},
 				&cli.StringFlag{Name: "addr", Value: "127.0.0.1:8787", Usage: "listen `ADDRESS`"},

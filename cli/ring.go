@@ -15,29 +15,11 @@ import (
 	"github.com/d1idem/d1idem/internal/human"
 )
 
-const ringDescription = `A ledger across several D1 databases routes each principal to one of them by
-the ring: the versioned list of its databases, recorded in every one of them
-(docs/sharding.md). These commands show it and change it, with the same checks
-as idem's Admin.RingStatus, InitRing, Grow and AdvanceRing. Name every database
-of the ledger, as the application's replicas have them: --database (repeated),
---database-id (repeated) or --databases-prefix, with --local DIR for local ones.
-
-Growing from 2 databases to 3:
-
-   d1idem schema apply --databases-prefix ledger-      # the new one included
-   (deploy every replica with a Home for each database)
-   d1idem ring grow --databases-prefix ledger- --add ledger-c
-   (two retention windows later)
-   d1idem ring advance --databases-prefix ledger-
-
-The moment the old route can be dropped depends on the retention and the TTL:
-pass the application's (--retention, --ttl) to every ring command.`
-
 func ringCommand(o *options) *cli.Command {
 	return &cli.Command{
 		Name:        "ring",
 		Usage:       "show and change the set of databases a ledger spans (its ring): status, init, grow, advance",
-		Description: ringDescription,
+		Description: help("ring"),
 		Subcommands: []*cli.Command{
 			ringStatusCommand(o),
 			ringInitCommand(o),
@@ -105,17 +87,10 @@ func (rc *ringCtx) show(action, done string, st idem.RingStatus) error {
 
 func ringStatusCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "status",
-		Usage: "show the ring each database has recorded, what is moving, and when the old route can be dropped",
-		Description: `Reads the ring row of every database named (one D1 call each) and shows the
-newest ring, its phase, what moves while it is moving, when the old route can be
-dropped (DropAt), and what each database has recorded, and when. Exits 1 when a
-database cannot be read, when the ring names one that was not given, or when one
-it names lost its identity (replaced or wiped: restore it, docs/sharding.md).
-
-   d1idem ring status --databases-prefix ledger-
-   d1idem ring status --database ledger-a --database ledger-b --json`,
-		Flags: ringFlags(),
+		Name:        "status",
+		Usage:       "show the ring each database has recorded, what is moving, and when the old route can be dropped",
+		Description: help("ring status"),
+		Flags:       ringFlags(),
 		Action: func(c *cli.Context) error {
 			return o.withRing(c, func(rc *ringCtx) error {
 				st, err := rc.a.RingStatus(c.Context)
@@ -140,17 +115,10 @@ it names lost its identity (replaced or wiped: restore it, docs/sharding.md).
 
 func ringInitCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "init",
-		Usage: "record the first ring, version 1, over the databases named: once, before the first request",
-		Description: `Records version 1 of the ring, stable, over every database named: from then
-on the application's sharded ledger routes each principal to one of them. Each
-database must hold the schema ('d1idem schema apply') and no ring; several
-databases must also hold no key. An existing ledger on one database becomes a
-ring of one, which grows with 'd1idem ring grow'.
-
-   d1idem ring init --database ledger-a --database ledger-b
-   d1idem ring init --database orders-db        # an existing ledger, ready to grow`,
-		Flags: ringFlags(),
+		Name:        "init",
+		Usage:       "record the first ring, version 1, over the databases named: once, before the first request",
+		Description: help("ring init"),
+		Flags:       ringFlags(),
 		Action: func(c *cli.Context) error {
 			return o.withRing(c, func(rc *ringCtx) error {
 				st, err := rc.a.InitRing(c.Context)
@@ -255,27 +223,11 @@ const flagAdd = "add"
 
 func ringGrowCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "grow",
-		Usage: "start a change of the ring that adds databases (--add): their principals' new keys go there",
-		Description: `Starts the next version of the ring, moving, with the databases --add names
-added: about k in N + k of the principals move to them (rendezvous hashing moves
-only the principals a new database wins). A moved principal's new keys go to its
-new home at once; the keys it already has are still answered from its old home,
-which is read first, until the old route is dropped. Nothing is copied.
-
-Name every database of the ledger, the new ones included; --add says which are
-new (a name or binding of the wrangler config, or a database ID). They must
-hold the schema and no key, and every replica of the application must already
-have a Home for them. The current ring must be stable and recorded in every
-database.
-
-Two retention windows later (DropAt, shown here and by 'd1idem ring status'),
-'d1idem ring advance' makes the new version stable. Rings only grow: a
-database, once added, stays.
-
-   d1idem ring grow --databases-prefix ledger- --add ledger-c`,
-		Flags:  ringFlags(&multiFlag{cli.GenericFlag{Name: flagAdd, Usage: "the database `NAME` (or ID) to add: one of those named, not yet in the ring; repeat it to add several (required)", Value: &multiValue{}}}),
-		Action: o.ringGrow,
+		Name:        "grow",
+		Usage:       "start a change of the ring that adds databases (--add): their principals' new keys go there",
+		Description: help("ring grow"),
+		Flags:       ringFlags(&multiFlag{cli.GenericFlag{Name: flagAdd, Usage: "the database `NAME` (or ID) to add: one of those named, not yet in the ring; repeat it to add several (required)", Value: &multiValue{}}}),
+		Action:      o.ringGrow,
 	}
 }
 
@@ -344,22 +296,11 @@ func (rc *ringCtx) toAdd(st idem.RingStatus) ([]string, error) {
 
 func ringAdvanceCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "advance",
-		Usage: "finish a change of the ring: record it where it is missing, and once DropAt has passed, make it stable",
-		Description: `Records the newest ring in every database of it that lacks it (after a grow
-that could not reach them all, or an operator's process that died), then, if the
-ring is moving and its DropAt has passed, makes it stable: the moved
-principals' old homes are no longer read. Before DropAt it changes only what is
-missing and exits 1, saying when to run it again. On a stable ring recorded
-everywhere it does nothing.
-
-DropAt is two retention windows (2 x --retention - --ttl - 30s) after the old
-homes recorded the change: pass the application's --retention and --ttl.
-
-   d1idem ring advance --databases-prefix ledger-
-   d1idem ring advance --databases-prefix ledger- --retention 72h`,
-		Flags:  ringFlags(),
-		Action: o.ringAdvance,
+		Name:        "advance",
+		Usage:       "finish a change of the ring: record it where it is missing, and once DropAt has passed, make it stable",
+		Description: help("ring advance"),
+		Flags:       ringFlags(),
+		Action:      o.ringAdvance,
 	}
 }
 

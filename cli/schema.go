@@ -19,19 +19,9 @@ import (
 
 func schemaCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "schema",
-		Usage: "apply, verify and print the ledger schema",
-		Description: `Manages the ledger table (idempotency_keys) and its updated_at index. In CI,
-apply then verify before a deploy; both exit non-zero on failure:
-
-   d1idem schema apply --database my-db
-   d1idem schema verify --database my-db
-
-With several databases (--database or --database-id repeated, or
---databases-prefix), apply and verify run on each, report each, and exit
-non-zero if any failed.
-
-   d1idem schema apply --databases-prefix ledger-`,
+		Name:        "schema",
+		Usage:       "apply, verify and print the ledger schema",
+		Description: help("schema"),
 		Subcommands: []*cli.Command{
 			schemaApplyCommand(o),
 			schemaVerifyCommand(o),
@@ -49,27 +39,9 @@ func migrationsDirFlag() cli.Flag {
 
 func schemaApplyCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "apply",
-		Usage: "create the ledger table and index if needed, recorded as a wrangler migration",
-		Description: `Creates idempotency_keys and its updated_at index, and records the migration in
-wrangler's migrations table (d1_migrations, or the migrations_table of the
-wrangler config), in one transaction. It is idempotent, and it leaves the live
-table matching schema.sql or fails: it reads the table's shape even once the
-migration is recorded, creates again an index of schema.sql that was dropped,
-and does nothing more when the shape matches. A table made by hand with the
-right shape is only recorded; one with another shape is reported and left alone
-(exit 1).
-
-The migration is recorded under the name of the file of wrangler's migrations
-directory that holds the schema, whatever its name (compared by content), so
-that 'wrangler d1 migrations apply' does not run it again; without such a file,
-as ` + schema.MigrationName + `. The directory is the migrations_dir of the
-database in the wrangler config (with --database, or found by its database ID),
-or --migrations-dir.
-
-   d1idem schema print --migration --database my-db   # write the migration file
-   d1idem schema apply --database my-db
-   d1idem schema apply --dry-run --database my-db     # print the SQL, change nothing`,
+		Name:        "apply",
+		Usage:       "create the ledger table and index if needed, recorded as a wrangler migration",
+		Description: help("schema apply"),
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the SQL that apply would run, and change nothing", DisableDefaultText: true},
 			migrationsDirFlag(),
@@ -81,36 +53,19 @@ or --migrations-dir.
 
 func schemaVerifyCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "verify",
-		Usage: "check that the live table and its indexes match schema.sql",
-		Description: `Compares the live PRAGMA table_info and index_list (with each index's columns)
-of idempotency_keys with the shape schema.sql produces. Exit 0 and one line when
-they match; exit 1 with a diff ("-" what schema.sql has, "+" what the live table
-has instead) when they differ or the table is missing.
-
-   d1idem schema verify --database my-db`,
-		Flags:  append([]cli.Flag{jsonFlag()}, connFlags()...),
-		Action: o.schemaVerify,
+		Name:        "verify",
+		Usage:       "check that the live table and its indexes match schema.sql",
+		Description: help("schema verify"),
+		Flags:       append([]cli.Flag{jsonFlag()}, connFlags()...),
+		Action:      o.schemaVerify,
 	}
 }
 
 func schemaPrintCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "print",
-		Usage: "print the ledger schema (schema.sql), or write it as a wrangler migration; needs no connection",
-		Description: `Prints schema.sql exactly: the spec's CREATE TABLE idempotency_keys and its
-updated_at index.
-
-With --migration it writes the schema into wrangler's migrations directory
-instead, as the next migration (NNNN_d1idem_idempotency_keys.sql, numbered as
-'wrangler d1 migrations create' numbers), unless a file there already holds it.
-The directory is --migrations-dir, or the migrations_dir of the database in the
-wrangler config (--database, or the config's only database), or ./migrations.
-Apply it with wrangler or with 'd1idem schema apply': each records it under the
-file's name, so the other agrees.
-
-   d1idem schema print --migration --database my-db
-   d1idem schema print > schema.sql`,
+		Name:        "print",
+		Usage:       "print the ledger schema (schema.sql), or write it as a wrangler migration; needs no connection",
+		Description: help("schema print"),
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "migration", Usage: "write the schema into wrangler's migrations directory as the next migration", DisableDefaultText: true},
 			migrationsDirFlag(),

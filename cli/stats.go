@@ -18,39 +18,9 @@ import (
 
 func statsCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "stats",
-		Usage: "counts by status, keys awaiting retry, the oldest row, the sweep backlog, the database size and when it reaches 10 GB",
-		Description: `Summarises the ledger in one D1 call per database (a read-only batch): how many
-keys are pending and completed, how many pending keys are past --ttl, awaiting
-the retry that takes them over (their owner died, or they were released), the
-oldest row, the sweep backlog (rows last updated more than --retention ago), the
-database size D1 reports, and when the database would reach D1's limit of 10 GB
-a database. Counting reads the whole table, which D1 bills as rows read.
-
-The 10 GB projection is an estimate at the current write rate. Rows per day are
-the rows created within the retention, over the time they span (less than the
-retention while the oldest row is younger); bytes per row are the database size
-over its rows (an overestimate: the size includes SQLite's own pages and any
-other table). Rows stay for the retention after their last update, so at that
-rate the database levels off at rows per day x retention x bytes per row, and
-until then grows by rows per day x bytes per row a day: if it levels off above
-10 GB, the days to the limit are what is left of it over that growth; if below,
-it does not reach the limit at this rate. Under 100 rows or an hour of writes it
-says there is not enough data. Pass the application's --retention.
-
-With several databases (--database or --database-id repeated, or
---databases-prefix) it shows each database, the totals, and each database's
-projection: the limit is per database.
-
-With --watch it refreshes every --interval until Ctrl-C, redrawn in place on a
-terminal, one block per interval elsewhere, and with --json one JSON object per
-line; each refresh adds the Cloudflare account's API budget as the last
-response's Ratelimit headers gave it. It watches one database.
-
-   d1idem stats
-   d1idem stats --ttl 1m --retention 48h --json
-   d1idem stats --databases-prefix ledger-
-   d1idem stats --watch --interval 10s`,
+		Name:        "stats",
+		Usage:       "counts by status, keys awaiting retry, the oldest row, the sweep backlog, the database size and when it reaches 10 GB",
+		Description: help("stats"),
 		Flags: append([]cli.Flag{
 			ttlFlag(),
 			&cli.DurationFlag{Name: "retention", Value: idem.DefaultRetention, Usage: "the retention the sweep uses: rows last updated more than `DURATION` ago are its backlog"},

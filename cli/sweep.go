@@ -26,29 +26,9 @@ const defaultMaxCalls = 200
 
 func sweepCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "sweep",
-		Usage: "delete rows past the retention window, in bounded batches, within an API budget",
-		Description: `Deletes ledger rows last updated more than --retention ago, completed and pending
-alike, with the spec's bounded DELETE (a rowid subquery with LIMIT --batch). The
-application sweeps a batch now and then on its own; use this command to clear a
-backlog (see 'd1idem stats'). Without --all it deletes one batch; with --all it
-repeats until a batch comes back short.
-
-It keeps within --max-calls D1 calls per 5 minutes, and says so when it waits:
-Cloudflare allows 1200 API calls per 5 minutes for the whole account, and going
-over blocks every call, the application's included, for 5 minutes.
-
-On a terminal it shows progress; otherwise it prints one summary line.
-
-With several databases (--database or --database-id repeated, or
---databases-prefix) it sweeps a batch of each in turn, all within the one
---max-calls budget (databases on one account share its API limit), and says how
-many rows each gave.
-
-   d1idem sweep --dry-run          # count what would be deleted; delete nothing
-   d1idem sweep --all
-   d1idem sweep --all --batch 500 --max-calls 100
-   d1idem sweep --all --databases-prefix ledger-`,
+		Name:        "sweep",
+		Usage:       "delete rows past the retention window, in bounded batches, within an API budget",
+		Description: help("sweep"),
 		Flags: append([]cli.Flag{
 			&cli.DurationFlag{Name: "retention", Value: idem.DefaultRetention, Usage: "delete rows last updated more than `DURATION` ago; never less than the retention your API promises clients (at least 11m30s: the default lease, plus the TTL, plus a minute)"},
 			&cli.IntFlag{Name: "batch", Value: idem.DefaultSweepBatch, Usage: fmt.Sprintf("delete at most `N` rows per DELETE (1 to %d)", idem.MaxSweepBatch)},
