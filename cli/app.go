@@ -88,14 +88,8 @@ func help(path string) string {
 // group is one file with one constructor, added here.
 func commands(o *options) []*cli.Command {
 	return []*cli.Command{
-		schemaCommand(o),
-		keysCommand(o),
-		sweepCommand(o),
-		statsCommand(o),
-		ringCommand(o),
-		localCommand(),
-		bridgeCommand(),
-		demoCommand(),
+		schemaCommand(o), keysCommand(o), sweepCommand(o), statsCommand(o), ringCommand(o), localCommand(),
+		bridgeCommand(), demoCommand(),
 	}
 }
 

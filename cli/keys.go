@@ -22,12 +22,7 @@ func keysCommand(o *options) *cli.Command {
 		Name:        "keys",
 		Usage:       "inspect and release idempotency keys",
 		Description: help("keys"),
-		Subcommands: []*cli.Command{
-			keysGetCommand(o),
-			keysListCommand(o),
-			keysStuckCommand(o),
-			keysReleaseCommand(o),
-		},
+		Subcommands: []*cli.Command{keysGetCommand(o), keysListCommand(o), keysStuckCommand(o), keysReleaseCommand(o)},
 	}
 }
 
@@ -182,8 +177,6 @@ func (o *options) withKeys(c *cli.Context, fn func(ks *keysScope) error) error {
 	})
 }
 
-// ---- keys get ----
-
 func keysGetCommand(o *options) *cli.Command {
 	return &cli.Command{
 		Name:        "get",
@@ -240,8 +233,6 @@ func releaseCommandLine(c *cli.Context, k *idem.KeyRecord) string {
 		principalArg(k.Principal), shellQuote(k.Key), k.Generation, force, connHint(c))
 }
 
-// ---- keys list ----
-
 func keysListCommand(o *options) *cli.Command {
 	return &cli.Command{
 		Name:        "list",
@@ -252,9 +243,7 @@ func keysListCommand(o *options) *cli.Command {
 			principalHexFlag(),
 			&cli.StringFlag{Name: "status", Usage: "only keys with this `STATUS`: pending or completed"},
 			&cli.DurationFlag{Name: "older-than", Usage: "only keys whose last update is older than `DURATION` (e.g. 10m, 24h)", DefaultText: "any age"},
-			limitFlag(),
-			ttlFlag(),
-			heartbeatFlag(),
+			limitFlag(), ttlFlag(), heartbeatFlag(),
 			&cli.StringFlag{Name: "cursor", Usage: "continue after the page that printed this `TOKEN` as its next cursor"},
 			jsonFlag(),
 		}, connFlags()...),
@@ -328,8 +317,6 @@ func listOptions(c *cli.Context) (idem.ListOptions, error) {
 	return opts, err
 }
 
-// ---- keys stuck ----
-
 func keysStuckCommand(o *options) *cli.Command {
 	return &cli.Command{
 		Name:        "stuck",
@@ -361,8 +348,6 @@ func (o *options) keysStuck(c *cli.Context) error {
 	})
 }
 
-// ---- keys release ----
-
 func keysReleaseCommand(o *options) *cli.Command {
 	return &cli.Command{
 		Name:        "release",
@@ -370,13 +355,10 @@ func keysReleaseCommand(o *options) *cli.Command {
 		Description: help("keys release"),
 		Flags: append([]cli.Flag{
 			principalFlag("the `PRINCIPAL` the key belongs to" + requiredMark),
-			principalHexFlag(),
-			keyFlag(),
+			principalHexFlag(), keyFlag(),
 			requiredInt64Flag{&cli.Int64Flag{Name: "generation", Usage: "the `GENERATION` to release, as 'keys get' or 'keys stuck' shows it: the fence" + requiredMark}},
 			&cli.BoolFlag{Name: "force", Usage: "also release a pending row inside the TTL, or a completed row (forgetting its response)", DisableDefaultText: true},
-			ttlFlag(),
-			heartbeatFlag(),
-			jsonFlag(),
+			ttlFlag(), heartbeatFlag(), jsonFlag(),
 		}, connFlags()...),
 		Action: o.keysRelease,
 	}

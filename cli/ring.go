@@ -20,12 +20,7 @@ func ringCommand(o *options) *cli.Command {
 		Name:        "ring",
 		Usage:       "show and change the set of databases a ledger spans (its ring): status, init, grow, advance",
 		Description: help("ring"),
-		Subcommands: []*cli.Command{
-			ringStatusCommand(o),
-			ringInitCommand(o),
-			ringGrowCommand(o),
-			ringAdvanceCommand(o),
-		},
+		Subcommands: []*cli.Command{ringStatusCommand(o), ringInitCommand(o), ringGrowCommand(o), ringAdvanceCommand(o)},
 	}
 }
 

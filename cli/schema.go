@@ -22,11 +22,7 @@ func schemaCommand(o *options) *cli.Command {
 		Name:        "schema",
 		Usage:       "apply, verify and print the ledger schema",
 		Description: help("schema"),
-		Subcommands: []*cli.Command{
-			schemaApplyCommand(o),
-			schemaVerifyCommand(o),
-			schemaPrintCommand(),
-		},
+		Subcommands: []*cli.Command{schemaApplyCommand(o), schemaVerifyCommand(o), schemaPrintCommand()},
 	}
 }
 
@@ -44,8 +40,7 @@ func schemaApplyCommand(o *options) *cli.Command {
 		Description: help("schema apply"),
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the SQL that apply would run, and change nothing", DisableDefaultText: true},
-			migrationsDirFlag(),
-			jsonFlag(),
+			migrationsDirFlag(), jsonFlag(),
 		}, connFlags()...),
 		Action: o.schemaApply,
 	}
@@ -68,8 +63,7 @@ func schemaPrintCommand() *cli.Command {
 		Description: help("schema print"),
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "migration", Usage: "write the schema into wrangler's migrations directory as the next migration", DisableDefaultText: true},
-			migrationsDirFlag(),
-			jsonFlag(),
+			migrationsDirFlag(), jsonFlag(),
 		}, wranglerFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
