@@ -6,9 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"strings"
 	"time"
 
@@ -17,9 +14,7 @@ import (
 
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
-	"github.com/d1idem/d1idem/examples/orders/ordersapi"
 	"github.com/d1idem/d1idem/examples/orders/ordersdemo"
-	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/internal/human"
 )
 
@@ -43,20 +38,9 @@ func demoCommand() *cli.Command {
 			case ttl > ordersdemo.MaxTTL:
 				return usagef("--ttl %v is too long for the story, which waits it out three times; use at most %v", ttl, ordersdemo.MaxTTL)
 			}
-			return runDemo(c.Context, c.App.Writer, demoOptions{ttl: c.Duration("ttl"), dir: c.String("dir"), metrics: c.Bool("metrics")}, ordersAPI)
+			return runDemo(c.Context, c.App.Writer, demoOptions{ttl: c.Duration("ttl"), dir: c.String("dir"), metrics: c.Bool("metrics")}, ordersdemo.API)
 		},
 	}
-}
-
-// demoEnv is what the demo runs on: d1local, the ledger, and the demo API
-// on a loopback port.
-type demoEnv struct {
-	d1     *d1local.Listening
-	db     *d1client.Client
-	ledger *idem.Ledger
-	http   *http.Server
-	base   string // the API's URL
-	dir    string // where the database is kept; "" in memory
 }
 
 // demoOptions are the demo's flags.
@@ -66,76 +50,10 @@ type demoOptions struct {
 	metrics bool   // sum up the story's metrics
 }
 
-// startDemo starts d1local (in memory, or under dir), applies the ledger
-// schema and the orders table, and serves the orders API. The ledger and
-// its client report their metrics to mp (nil: otel's global provider).
-func startDemo(ctx context.Context, opts demoOptions, mp metric.MeterProvider, api demoAPIFunc) (*demoEnv, error) {
-	srv, err := d1local.Listen(d1local.Config{Dir: opts.dir}, "")
-	if err != nil {
-		return nil, err
-	}
-	e := &demoEnv{d1: srv, dir: opts.dir}
-	if err := e.start(ctx, opts.ttl, mp, api); err != nil {
-		e.close()
-		return nil, err
-	}
-	return e, nil
-}
-
-func (e *demoEnv) start(ctx context.Context, ttl time.Duration, mp metric.MeterProvider, newAPI demoAPIFunc) error {
-	var err error
-	if e.db, err = localClient(e.d1, d1local.LocalDatabaseID, func(c *d1client.Config) { c.MeterProvider = mp }); err != nil {
-		return err
-	}
-	if err := ordersapi.EnsureSchema(ctx, e.db); err != nil {
-		return err
-	}
-	// The demo stages a crashed server and a refused late answer on
-	// purpose; the ledger's log lines about them would only clutter it.
-	if e.ledger, err = idem.New(e.db, idem.Config{TTL: ttl, Logger: slog.New(slog.DiscardHandler), MeterProvider: mp}); err != nil {
-		return err
-	}
-	api, err := newAPI(e.ledger, e.db)
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	e.base = "http://" + ln.Addr().String()
-	e.http = &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = e.http.Serve(ln) }()
-	return nil
-}
-
-func (e *demoEnv) close() {
-	if e.http != nil {
-		_ = e.http.Close()
-	}
-	_ = e.d1.Close()
-}
-
-// demoAPIFunc makes the API the demo plays against (ordersAPI; a test
-// gives a broken one).
-type demoAPIFunc func(*idem.Ledger, *d1client.Client) (http.Handler, error)
-
-// demoStallHeader makes the orders API take as long as its value ("3s")
-// before it creates the order: a slow request. The example API has the
-// same header when started with --demo-headers.
-const demoStallHeader = "X-Demo-Stall"
-
-// ordersAPI is the example's orders API (examples/orders/ordersapi), which
-// the demo plays against: POST /v1/orders, guarded by the idem middleware,
-// its INSERT committed with the ledger's completion (idemhttp.Tx). The
-// demo and the example can share one database.
-func ordersAPI(ledger *idem.Ledger, db *d1client.Client) (http.Handler, error) {
-	return ordersapi.New(ordersapi.Config{Ledger: ledger, DB: db, DelayHeader: demoStallHeader})
-}
-
-// runDemo plays the story against api and writes it to out; a promise that
-// did not hold is an error.
-func runDemo(ctx context.Context, out io.Writer, opts demoOptions, api demoAPIFunc) error {
+// runDemo plays the story on d1local (in memory, or under opts.dir)
+// against the API newAPI makes, and writes it to out; a promise that did
+// not hold is an error.
+func runDemo(ctx context.Context, out io.Writer, opts demoOptions, newAPI ordersdemo.NewAPI) error {
 	var mp metric.MeterProvider
 	var m *ordersdemo.Metrics
 	if opts.metrics {
@@ -145,16 +63,28 @@ func runDemo(ctx context.Context, out io.Writer, opts demoOptions, api demoAPIFu
 	}
 	fmt.Fprintln(out, "d1idem demo: what Idempotency-Key protection does. Starting a local D1 (the embedded d1local)")
 	fmt.Fprintln(out, "and a small orders API on it, then playing a client against the API, one step at a time.")
-	e, err := startDemo(ctx, opts, mp, api)
+	d1, err := d1local.Listen(d1local.Config{Dir: opts.dir}, "")
 	if err != nil {
 		return err
 	}
-	defer e.close()
-	ttl := opts.ttl
-	s := ordersdemo.New(ordersdemo.Config{BaseURL: e.base, DB: e.db, Ledger: e.ledger, StallHeader: demoStallHeader, Out: out})
-	fmt.Fprintf(out, "\nThe orders API is at %s. Its ledger, the idempotency_keys table, is in D1: here the\n", e.base)
-	fmt.Fprintf(out, "embedded d1local, %s.\n", e.where())
-	fmt.Fprintf(out, "A key whose request is running is held for %s without an update (the TTL; 30s in production).\n\n", human.Duration(ttl))
+	defer d1.Close()
+	db, err := localClient(d1, d1local.LocalDatabaseID, func(c *d1client.Config) { c.MeterProvider = mp })
+	if err != nil {
+		return err
+	}
+	api, err := ordersdemo.Serve(ctx, db, opts.ttl, mp, newAPI)
+	if err != nil {
+		return err
+	}
+	defer api.Close()
+	where := "in memory (--dir DIR keeps it)"
+	if opts.dir != "" {
+		where = fmt.Sprintf("database %q kept under %s", d1local.LocalDatabaseID, opts.dir)
+	}
+	fmt.Fprintf(out, "\nThe orders API is at %s. Its ledger, the idempotency_keys table, is in D1: here the\n", api.URL)
+	fmt.Fprintf(out, "embedded d1local, %s.\n", where)
+	fmt.Fprintf(out, "A key whose request is running is held for %s without an update (the TTL; 30s in production).\n\n", human.Duration(opts.ttl))
+	s := ordersdemo.New(ordersdemo.Config{BaseURL: api.URL, DB: db, Ledger: api.Ledger, StallHeader: ordersdemo.StallHeader, Out: out})
 	if err := s.Play(ctx); err != nil {
 		return err
 	}
@@ -169,15 +99,7 @@ func runDemo(ctx context.Context, out io.Writer, opts demoOptions, api demoAPIFu
 	if broken := s.Broken(); len(broken) > 0 {
 		return fmt.Errorf("%s broken: %s", plural(int64(len(broken)), "promise", "promises"), strings.Join(broken, "; "))
 	}
-	return renderNextSteps(out, e.dir)
-}
-
-// where says where the demo's database is.
-func (e *demoEnv) where() string {
-	if e.dir == "" {
-		return "in memory (--dir DIR keeps it)"
-	}
-	return fmt.Sprintf("database %q kept under %s", d1local.LocalDatabaseID, e.dir)
+	return renderNextSteps(out, opts.dir)
 }
 
 // renderNextSteps is the demo's last screen: the example API, one curl, and

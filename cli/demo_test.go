@@ -15,6 +15,7 @@ import (
 
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
+	"github.com/d1idem/d1idem/examples/orders/ordersdemo"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/idem/idemhttp"
 )
@@ -81,7 +82,7 @@ func TestDemoFailsLoudly(t *testing.T) {
 	// creates an order, a slow one after its stall.
 	unprotected := func(_ *idem.Ledger, db *d1client.Client) (http.Handler, error) {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if d, err := time.ParseDuration(r.Header.Get(demoStallHeader)); err == nil {
+			if d, err := time.ParseDuration(r.Header.Get(ordersdemo.StallHeader)); err == nil {
 				time.Sleep(d)
 			}
 			if _, err := db.Query(r.Context(), "INSERT INTO orders (id, principal, sku, qty, idempotency_key, created_at) VALUES (?, 'p', 'tea', 1, ?, 0)",
@@ -154,7 +155,7 @@ func TestDemoShowsEachStepAsItHappens(t *testing.T) {
 	var atStart, beforeLast string
 	api := func(l *idem.Ledger, db *d1client.Client) (http.Handler, error) {
 		atStart = out.String()
-		h, err := ordersAPI(l, db)
+		h, err := ordersdemo.API(l, db)
 		if err != nil {
 			return nil, err
 		}

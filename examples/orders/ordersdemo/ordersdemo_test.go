@@ -2,36 +2,26 @@ package ordersdemo
 
 import (
 	"bytes"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local/d1localtest"
-	"github.com/d1idem/d1idem/examples/orders/ordersapi"
 	"github.com/d1idem/d1idem/idem"
 )
 
 // The orders API keeps every promise of the story, step by step.
 func TestOrdersAPIKeepsItsPromises(t *testing.T) {
 	srv := d1localtest.New(t)
-	if err := ordersapi.EnsureSchema(t.Context(), srv.Client); err != nil {
-		t.Fatal(err)
-	}
-	ledger, err := idem.New(srv.Client, idem.Config{TTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	api, err := Serve(t.Context(), srv.Client, time.Second, nil, API)
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := ordersapi.New(ordersapi.Config{Ledger: ledger, DB: srv.Client, DelayHeader: "X-Stall"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(api)
-	defer ts.Close()
+	defer api.Close()
 	var out bytes.Buffer
-	s := New(Config{BaseURL: ts.URL, DB: srv.Client, Ledger: ledger, StallHeader: "X-Stall", Out: &out})
+	s := New(Config{BaseURL: api.URL, DB: srv.Client, Ledger: api.Ledger, StallHeader: StallHeader, Out: &out})
 	if err := s.Play(t.Context()); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -47,27 +37,26 @@ func TestOrdersAPIKeepsItsPromises(t *testing.T) {
 // which.
 func TestUnprotectedAPIBreaksThem(t *testing.T) {
 	srv := d1localtest.New(t)
-	if err := ordersapi.EnsureSchema(t.Context(), srv.Client); err != nil {
-		t.Fatal(err)
+	unprotected := func(_ *idem.Ledger, db *d1client.Client) (http.Handler, error) {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if d, err := time.ParseDuration(r.Header.Get(StallHeader)); err == nil {
+				time.Sleep(d)
+			}
+			if _, err := db.Query(r.Context(), "INSERT INTO orders (id, principal, sku, qty, idempotency_key, created_at) VALUES (?, 'p', 'tea', 1, ?, 0)",
+				time.Now().String()+r.RemoteAddr, r.Header.Get("Idempotency-Key")); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+		}), nil
 	}
-	ledger, err := idem.New(srv.Client, idem.Config{TTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	api, err := Serve(t.Context(), srv.Client, time.Second, nil, unprotected)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if d, err := time.ParseDuration(r.Header.Get("X-Stall")); err == nil {
-			time.Sleep(d)
-		}
-		if _, err := srv.Client.Query(r.Context(), "INSERT INTO orders (id, principal, sku, qty, idempotency_key, created_at) VALUES (?, 'p', 'tea', 1, ?, 0)",
-			time.Now().String()+r.RemoteAddr, r.Header.Get("Idempotency-Key")); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
-	}))
-	defer ts.Close()
+	defer api.Close()
 	var out bytes.Buffer
-	s := New(Config{BaseURL: ts.URL, DB: srv.Client, Ledger: ledger, StallHeader: "X-Stall", Out: &out})
+	s := New(Config{BaseURL: api.URL, DB: srv.Client, Ledger: api.Ledger, StallHeader: StallHeader, Out: &out})
 	if err := s.Play(t.Context()); err != nil {
 		t.Fatal(err)
 	}
