@@ -1,9 +1,8 @@
 package cli
 
 import (
+	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"strings"
@@ -102,35 +101,12 @@ func runDemo(ctx context.Context, out io.Writer, opts demoOptions, newAPI orders
 	return renderNextSteps(out, opts.dir)
 }
 
-// renderNextSteps is the demo's last screen: the example API, one curl, and
-// the command that shows the ledger's rows.
+// renderNextSteps is the demo's last screen: where its database is kept,
+// then the story's next steps.
 func renderNextSteps(w io.Writer, dir string) error {
 	fmt.Fprintln(w, "\nEvery promise held.")
 	if dir != "" {
 		fmt.Fprintf(w, "\nThe demo's database is kept under %s. Look at its rows:\n  go run ./cmd/d1idem keys list --local %s\n", dir, shellQuote(dir))
 	}
-	if dir == "" {
-		dir = d1local.LocalDir
-	}
-	_, err := fmt.Fprintf(w, `
-Next steps:
-  1. Run the example orders API (examples/orders), its database under %[1]s:
-       go run ./examples/orders --local %[1]s
-  2. Send it an order (run it twice: the second answer is a replay):
-       curl -i -X POST localhost:8080/v1/orders -H 'Authorization: Bearer tok_alice' \
-         -H 'Idempotency-Key: %[2]s' -H 'Content-Type: application/json' -d '{"sku":"tea","qty":2}'
-  3. Look at the ledger's rows:
-       go run ./cmd/d1idem keys list --local %[1]s
-  Then: README.md to protect your own API, docs/operators.md for a key that is stuck.
-`, shellQuote(dir), newUUID())
-	return err
-}
-
-// newUUID is a random (version 4) UUID, the usual Idempotency-Key.
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+	return ordersdemo.WriteNextSteps(w, shellQuote(cmp.Or(dir, d1local.LocalDir)))
 }

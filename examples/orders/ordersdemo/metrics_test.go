@@ -2,6 +2,7 @@ package ordersdemo
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -37,5 +38,18 @@ func TestMetricsSummary(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the summary lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// The next steps run the example on the directory given, and send it an
+// order under a fresh UUID key.
+func TestWriteNextSteps(t *testing.T) {
+	var out bytes.Buffer
+	if err := WriteNextSteps(&out, "'my dir'"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "go run ./examples/orders --local 'my dir'\n") ||
+		!regexp.MustCompile(`Idempotency-Key: [0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}'`).MatchString(out.String()) {
+		t.Errorf("next steps:\n%s", out.String())
 	}
 }

@@ -2,6 +2,10 @@ package ordersdemo
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -65,3 +69,25 @@ func Serve(ctx context.Context, db *d1client.Client, ttl time.Duration, mp metri
 
 // Close stops serving.
 func (s *Server) Close() error { return s.http.Close() }
+
+// WriteNextSteps writes what to try after the story: the example API on
+// its database under dir (as a shell word), an order sent to it, and the
+// ledger's rows.
+func WriteNextSteps(w io.Writer, dir string) error {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80 // a version 4 UUID, the usual Idempotency-Key
+	h := hex.EncodeToString(b[:])
+	_, err := fmt.Fprintf(w, `
+Next steps:
+  1. Run the example orders API (examples/orders), its database under %[1]s:
+       go run ./examples/orders --local %[1]s
+  2. Send it an order (run it twice: the second answer is a replay):
+       curl -i -X POST localhost:8080/v1/orders -H 'Authorization: Bearer tok_alice' \
+         -H 'Idempotency-Key: %[2]s' -H 'Content-Type: application/json' -d '{"sku":"tea","qty":2}'
+  3. Look at the ledger's rows:
+       go run ./cmd/d1idem keys list --local %[1]s
+  Then: README.md to protect your own API, docs/operators.md for a key that is stuck.
+`, dir, h[:8]+"-"+h[8:12]+"-"+h[12:16]+"-"+h[16:20]+"-"+h[20:])
+	return err
+}
