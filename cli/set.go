@@ -596,21 +596,14 @@ func (cn *conn) create(ctx context.Context) (string, error) {
 // maxListed bounds the databases a missing-database error names.
 const maxListed = 50
 
-// listNames lists the account's databases: "name (uuid)", or the name
-// where it is the ID (on d1local).
+// listNames lists the account's databases, as d1client.Database shows them.
 func listNames(ctx context.Context, db *d1client.Client) ([]string, error) {
 	dbs, err := db.ListDatabases(ctx, maxListed)
-	if err != nil {
-		return nil, err
-	}
 	out := make([]string, len(dbs))
 	for i, d := range dbs {
-		out[i] = d.Name
-		if d.UUID != d.Name && d.UUID != "" {
-			out[i] += " (" + d.UUID + ")"
-		}
+		out[i] = d.String()
 	}
-	return out, nil
+	return out, err
 }
 
 // noDirectoryError is a --local directory that does not exist; apply is

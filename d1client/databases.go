@@ -19,6 +19,15 @@ type Database struct {
 	Name string `json:"name"`
 }
 
+// String is the database for people: "name (uuid)", or its name where that
+// is its UUID (on d1local).
+func (d Database) String() string {
+	if d.UUID == d.Name || d.UUID == "" {
+		return d.Name
+	}
+	return d.Name + " (" + d.UUID + ")"
+}
+
 // ListDatabases lists at most limit of the account's D1 databases, in the
 // order the API gives them (GET accounts/{account}/d1/database, page by
 // page), with the client's base URL, token and HTTP client: on Cloudflare,

@@ -135,3 +135,16 @@ func TestBridgeListsNoDatabase(t *testing.T) {
 		t.Errorf("%d calls through the bridge", n)
 	}
 }
+
+// A database shows as its name and UUID, or its name alone where that is
+// its UUID (d1local).
+func TestDatabaseString(t *testing.T) {
+	for d, want := range map[Database]string{
+		{UUID: "6b4c8e3e-0000-4000-8000-000000000001", Name: "orders"}: "orders (6b4c8e3e-0000-4000-8000-000000000001)",
+		{UUID: "orders", Name: "orders"}:                               "orders",
+	} {
+		if got := d.String(); got != want {
+			t.Errorf("%#v.String() = %q, want %q", d, got, want)
+		}
+	}
+}
