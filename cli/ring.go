@@ -492,35 +492,26 @@ func (rc *ringCtx) render(w io.Writer, st idem.RingStatus) error {
 
 // homeRow is one database's row of the status table.
 func (rc *ringCtx) homeRow(st idem.RingStatus, h idem.HomeRing) []string {
-	label := rc.set.label(h.ID)
-	inRing := slices.Contains(st.Ring.Homes, h.ID)
-	switch {
+	rec, since := "", "-"
+	switch inRing := slices.Contains(st.Ring.Homes, h.ID); {
 	case h.Err != nil:
-		return []string{label, "error: " + describe(h.Err), "-", "-"}
+		return []string{rc.set.label(h.ID), "error: " + describe(h.Err), "-", "-"}
 	case st.Lost(h):
-		return []string{label, fmt.Sprintf("no identity, but version %d names it: the database was replaced or wiped; restore it (below)", st.Ring.Version), "-", yesNo(h.HasKeys)}
+		rec = fmt.Sprintf("no identity, but version %d names it: the database was replaced or wiped; restore it (below)", st.Ring.Version)
 	case h.Identity != "" && h.Identity != h.ID:
-		return []string{label, fmt.Sprintf("it recorded that it is home %s, not this one", h.Identity), "-", yesNo(h.HasKeys)}
+		rec = fmt.Sprintf("it recorded that it is home %s, not this one", h.Identity)
 	case h.Ring == nil && inRing:
-		return []string{label, fmt.Sprintf("none, but version %d names it: 'd1idem ring advance' records it", st.Ring.Version), "-", yesNo(h.HasKeys)}
-	case h.Ring == nil && st.Ring.Version > 0:
-		return []string{label, "none: not in the ring", "-", yesNo(h.HasKeys)}
+		rec = fmt.Sprintf("none, but version %d names it: 'd1idem ring advance' records it", st.Ring.Version)
 	case h.Ring == nil:
-		return []string{label, "none", "-", yesNo(h.HasKeys)}
+		rec = pick(st.Ring.Version > 0, "none: not in the ring", "none")
+	default:
+		rec = fmt.Sprintf("version %d, %s", h.Ring.Version, h.Ring.Phase)
+		if h.Ring.Epoch() < st.Ring.Epoch() {
+			rec += fmt.Sprintf(" (behind version %d, %s: 'd1idem ring advance' records it)", st.Ring.Version, st.Ring.Phase)
+		}
+		since = fmt.Sprintf("%s (%s)", human.Time(h.RecordedAt), human.Age(h.Now.Sub(h.RecordedAt)))
 	}
-	rec := fmt.Sprintf("version %d, %s", h.Ring.Version, h.Ring.Phase)
-	if h.Ring.Epoch() < st.Ring.Epoch() {
-		rec += fmt.Sprintf(" (behind version %d, %s: 'd1idem ring advance' records it)", st.Ring.Version, st.Ring.Phase)
-	}
-	since := fmt.Sprintf("%s (%s)", human.Time(h.RecordedAt), human.Age(h.Now.Sub(h.RecordedAt)))
-	return []string{label, rec, since, yesNo(h.HasKeys)}
-}
-
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
+	return []string{rc.set.label(h.ID), rec, since, pick(h.HasKeys, "yes", "no")}
 }
 
 // lostError is ring status's error for the databases of the ring that lost

@@ -438,16 +438,14 @@ func applyArgs(c *cli.Context, d *wrangler.Database) (wranglerArgs, d1idemArgs s
 	if d == nil {
 		return "DATABASE", ""
 	}
-	wranglerArgs, d1idemArgs = d.Name(), " --database "+shellQuote(d.Name())
+	rest := ""
 	if d.Env != "" {
-		wranglerArgs += " --env " + shellQuote(d.Env)
-		d1idemArgs += " --env " + shellQuote(d.Env)
+		rest += " --env " + shellQuote(d.Env)
 	}
 	if config := c.String(flagConfig); config != "" {
-		wranglerArgs += " --config " + shellQuote(config)
-		d1idemArgs += " --config " + shellQuote(config)
+		rest += " --config " + shellQuote(config)
 	}
-	return wranglerArgs, d1idemArgs
+	return d.Name() + rest, " --database " + shellQuote(d.Name()) + rest
 }
 
 // printMigrationsDir returns the migrations directory of schema print
