@@ -252,6 +252,35 @@ func TestLintShortFunctions(t *testing.T) {
 	}
 }
 
+// maxCLILines bounds the CLI's code: every line (comments and blank lines
+// included) of its non-test Go files. It resolves flags, calls the
+// library and prints; what is not about flags or printing belongs in the
+// library packages.
+const maxCLILines = 5000
+
+// TestLintCLISize: cli (tests aside) holds at most maxCLILines lines of Go.
+func TestLintCLISize(t *testing.T) {
+	lines, files := 0, 0
+	err := filepath.WalkDir("cli", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		files++
+		lines += strings.Count(string(b), "\n")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 10 || lines < 1000 {
+		t.Fatalf("the check is broken: %d lines in %d files under cli", lines, files)
+	}
+	if lines > maxCLILines {
+		t.Errorf("cli holds %d lines of Go (tests aside), more than %d: move what is not about flags or printing into the library", lines, maxCLILines)
+	}
+}
+
 // frameworks are the module paths of the web frameworks and RPC systems the
 // adapters of contrib/ bring; the core module requires none of them.
 var frameworks = []string{"github.com/gin-gonic/", "github.com/labstack/", "google.golang.org/grpc"}
