@@ -102,10 +102,8 @@ func errorJSONOf(err error, msg string, code int) errorJSON {
 	return out
 }
 
-// describe turns an error into the one line an operator reads on stderr.
-// D1 failures get a plain statement of what happened and what to do; their
-// SQL (which d1client attaches, parameters redacted) is left out, because it
-// spans lines and says nothing the operator can act on.
+// describe turns an error into the one line an operator reads on stderr;
+// a D1 failure as d1client.Error.Explain says it.
 func describe(err error) string {
 	line := describeLine(err)
 	if h := (hintedError{}); errors.As(err, &h) {

@@ -156,12 +156,9 @@ func checkConnFlags(c *cli.Context) error {
 	return noEnvDatabaseID(c)
 }
 
-// bridgeURL returns the bridge URL of the connection flags, for
-// d1client.Config.BridgeURL, and whether a bridge is to be used at all.
-// --bridge-url is returned as given; $D1IDEM_BRIDGE_URL is left to d1client
-// to read (the URL is then ""), which refuses it beside a base-URL
-// variable. A --base-url on the command line wins over the variable, as
-// flags win over the environment; with --bridge-url it is a usage error.
+// bridgeURL returns --bridge-url for d1client.Config.BridgeURL ("" leaves
+// $D1IDEM_BRIDGE_URL to d1client), and whether a bridge is used. A
+// --base-url wins over the variable; beside --bridge-url it is refused.
 func bridgeURL(c *cli.Context) (url string, bridge bool, err error) {
 	u, given := onCommandLine(c, flagBridgeURL, d1client.BridgeURLEnv)
 	if u == "" {
@@ -274,14 +271,10 @@ func setDurations(c *cli.Context, names ...string) string {
 	return h
 }
 
-// connHint repeats the flags that chose a database (--local, --database,
-// --config, --env, and the base URL and IDs given on the command line: the
-// environment gives its own to the suggested command too), for the
-// commands a hint suggests, so that they run when pasted. It never includes
-// the API token, the bridge URL or a URL's user information: a token or
-// bridge URL given on the command line is repeated as a placeholder, its
-// environment variable in double quotes ("$CLOUDFLARE_API_TOKEN"), for the
-// shell to fill in.
+// connHint repeats the flags that chose the databases, for the commands a
+// hint suggests to run when pasted (the environment gives its own). A token
+// or bridge URL is never repeated: on the command line, it becomes its
+// variable in double quotes ("$CLOUDFLARE_API_TOKEN") for the shell to fill.
 func connHint(c *cli.Context) string {
 	var b strings.Builder
 	add := func(name, v string) { b.WriteString(" --" + name + " " + shellQuote(v)) }

@@ -70,10 +70,8 @@ func principalArg(p string) string {
 	return "--" + flagPrincipal + " " + shellQuote(p)
 }
 
-// requiredMark ends the usage of a flag the command cannot do without.
-// urfave/cli v2 neither marks Required flags in help nor reports them
-// missing in one line (it prints the whole help), so the commands check
-// them themselves (requiredString) and say so here.
+// requiredMark ends the usage of a flag the command checks it has
+// (urfave/cli v2's Required flags print the whole help when missing).
 const requiredMark = " (required)"
 
 func keyFlag() cli.Flag {
@@ -151,10 +149,8 @@ type keysScope struct {
 	set    *dbSet
 }
 
-// withKeys runs a keys command: it refuses arguments, reads --ttl and
-// --heartbeat, opens the databases and hands fn the administrative API of
-// the ledger on them. Across several databases, it finds each principal's
-// database by the ring recorded in them.
+// withKeys runs a keys command: it reads --ttl and --heartbeat, and hands
+// fn the administrative API of the ledger on the databases.
 func (o *options) withKeys(c *cli.Context, fn func(ks *keysScope) error) error {
 	if err := noArgs(c); err != nil {
 		return err
@@ -450,10 +446,8 @@ func statusOrDash(s *int64) string {
 // previewBytes is how much of a stored body keys get shows.
 const previewBytes = 200
 
-// renderKey writes keys get for people: the row's fields, then what the
-// next retry gets and what to do, with the command that releases the key
-// where that is the remedy. home, on several databases, says which holds
-// the key.
+// renderKey writes keys get for people: the row's fields (home: which
+// database holds it), what the next retry gets, and what to do.
 func renderKey(w io.Writer, k *idem.KeyRecord, e idem.Explanation, release, home string) error {
 	var fields [][2]string
 	if home != "" {
@@ -607,10 +601,7 @@ func shownOf(total int64, shown int) string {
 	return ""
 }
 
-// renderRelease writes what keys release did and what happens next: the
-// old owner's generation is fenced out, the row is released at the next,
-// and the client's retry takes it over at the one after, as keys get then
-// says.
+// renderRelease writes what keys release did and what happens next.
 func renderRelease(w io.Writer, res idem.ReleaseResult, hint string) error {
 	k := &res.Before
 	who := keyName(k.Principal, k.Key)

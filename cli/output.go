@@ -98,11 +98,9 @@ type field struct {
 	value any
 }
 
-// object is the JSON object of parts, in order: a field is one member; any
-// other part is a value whose JSON is an object (a library result, say),
-// all of whose members are taken; nil is none. It is how a command adds what only it
-// knows (the database's label, the D1 calls it made) to what the library
-// returns, in one flat object.
+// object is the JSON object of parts, in order: a field is one member, nil
+// none, any other part an object (a library result) whose members are all
+// taken: what only the command knows, added to what the library returns.
 func object(parts ...any) (json.RawMessage, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')

@@ -127,10 +127,8 @@ func ringInitCommand(o *options) *cli.Command {
 	}
 }
 
-// partial reports a ring operation that failed after recording its ring in
-// some databases (st.Ring is then the new ring, and the others have Err
-// set): the status on stdout, and the error that says to advance. Other
-// errors pass through.
+// partial reports a ring operation that recorded its ring in some
+// databases only: the status, and the error that says to advance.
 func (rc *ringCtx) partial(cmd string, st idem.RingStatus, err error) error {
 	var bad []string
 	for _, id := range st.Ring.Homes {

@@ -95,9 +95,8 @@ type schemaResult struct {
 	err     error              // the database could not be read or changed
 }
 
-// schemaApply is schema apply's action. With --dry-run it creates nothing;
-// on a local database that does not exist yet, it shows what apply would
-// do on the empty database apply would create.
+// schemaApply is schema apply's action. With --dry-run on a local database
+// not there yet, it shows what apply would do on a new one.
 func (o *options) schemaApply(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
@@ -133,9 +132,8 @@ func dryRunFresh(c *cli.Context, dir string) error {
 	return schemaEach(c, s, applyOne)
 }
 
-// applyOne applies the schema to one database (or with --dry-run, says
-// what it would do), first creating the database where it is missing and
-// the CLI may create it (see conn.create).
+// applyOne applies the schema to one database, first creating it where it
+// is missing and the CLI may create it (conn.create).
 func applyOne(c *cli.Context, cn *conn) schemaResult {
 	r := schemaResult{cn: cn}
 	table, dir, err := migrationsFor(c, cn)
@@ -201,8 +199,7 @@ func schemaEach(c *cli.Context, s *dbSet, work func(*cli.Context, *conn) schemaR
 }
 
 // printSchemaResults writes what apply or verify found on each database,
-// or their JSON: for one, its result; for several, each one's with its
-// database and error.
+// or their JSON.
 func printSchemaResults(c *cli.Context, s *dbSet, all []schemaResult) error {
 	w, apply := c.App.Writer, commandPath(c) == "schema apply"
 	if c.Bool(flagJSON) && s.one() {
@@ -235,9 +232,7 @@ func printSchemaResults(c *cli.Context, s *dbSet, all []schemaResult) error {
 }
 
 // fields are the members of a database's JSON: whether the table matches
-// schema.sql (and its differences) for verify or a drift; else what apply
-// did (schema.Result), from which directory, and whether it created the
-// database.
+// schema.sql, or what apply did.
 func (r schemaResult) fields(apply bool) []any {
 	switch {
 	case r.drift != nil:
@@ -307,9 +302,8 @@ func renderApply(w io.Writer, res schema.Result, where string) error {
 	return nil
 }
 
-// driftText says how a table differs: that it is missing, with the apply
-// that makes it (hint: its connection flags), or how many differences are
-// shown on stdout.
+// driftText says how a table differs: missing (with the apply that makes
+// it), or how many differences stdout shows.
 func driftText(drift *schema.DriftError, hint string) string {
 	if drift.Missing {
 		return fmt.Sprintf("%s does not exist (run 'd1idem schema apply%s')", d1idem.Table, hint)
@@ -351,9 +345,8 @@ func schemaError(c *cli.Context, s *dbSet, all []schemaResult) (ok int, err erro
 }
 
 // migrationsFor returns wrangler's migrations table and directory for the
-// connection: those of the wrangler config's entry for the database (chosen
-// by --database, or else found by its database ID), with --migrations-dir
-// over the directory. dir is "" when nothing names one.
+// database: its wrangler config entry's, --migrations-dir over the
+// directory; dir is "" when nothing names one.
 func migrationsFor(c *cli.Context, cn *conn) (table, dir string, err error) {
 	table = schema.MigrationsTable
 	d := cn.wrangler

@@ -27,9 +27,8 @@ const (
 	create                 // schema apply: see conn.create
 )
 
-// dbSet is the databases the connection flags name, open, in the order the
-// flags name them: one, or the several of a ledger across databases. A
-// command works on a set; one database is a set of one.
+// dbSet is the databases the connection flags name, open, in their order:
+// one is a set of one.
 type dbSet struct {
 	conns []*conn
 	local *d1local.Listening // the embedded d1local serving a --local set
@@ -55,9 +54,8 @@ func (s *dbSet) close() {
 // row per database.
 func (s *dbSet) one() bool { return len(s.conns) == 1 }
 
-// withSet opens the databases the flags name, runs fn, and closes them. On
-// a set of one, a missing database or ledger table in fn's error is named
-// (see conn.named); on several, fn names each.
+// withSet runs fn on the databases the flags name. On a set of one, a
+// missing database or ledger table in fn's error is named (conn.named).
 func (o *options) withSet(c *cli.Context, acc access, fn func(*dbSet) error, mods ...func(*d1client.Config)) error {
 	s, err := o.openSet(c, acc, mods...)
 	if err != nil {
@@ -219,8 +217,7 @@ func (s *dbSet) addLocal(c *cli.Context, acc access, mods []func(*d1client.Confi
 }
 
 // cloudflareTargets are the databases of --database, --databases-prefix
-// and --database-id, in that order, not yet open. One --database and one
-// --database-id name one database, whose IDs must agree.
+// and --database-id, in that order, not yet open.
 func cloudflareTargets(c *cli.Context) ([]*conn, error) {
 	entries, how, err := wranglerEntries(c)
 	if err != nil {
@@ -269,9 +266,8 @@ func entryTarget(c *cli.Context, d *wrangler.Database) (id, where string, err er
 	return id, fmt.Sprintf("%s (%s, %s)", d.Name(), id, strings.Join(notes, ", ")), nil
 }
 
-// wranglerEntries returns the wrangler config's entries that --database
-// and --databases-prefix name in the --env environment, and the flag that
-// named each.
+// wranglerEntries returns the wrangler config's entries --database and
+// --databases-prefix name, and the flag that named each.
 func wranglerEntries(c *cli.Context) ([]*wrangler.Database, []string, error) {
 	names, _ := multiValues(c, flagDatabase)
 	prefix := c.String(flagDatabasesPrefix)
@@ -418,10 +414,8 @@ func relPath(p string) string {
 	return p
 }
 
-// ledger is the ledger on the set, with the CLI's clock (D1's own unless a
-// test injects one): idem.New's on one database unless sharded (the ring
-// commands), else idem.NewSharded's, each database under its ID as the
-// application's ledger has it.
+// ledger is the ledger on the set, with the CLI's clock: idem.New's on one
+// database unless sharded (the ring commands), else idem.NewSharded's.
 func (o *options) ledger(s *dbSet, cfg idem.Config, sharded bool) (*idem.Ledger, error) {
 	cfg.Clock = o.now
 	// The ledger logs the rings it adopts; the commands say what matters.
@@ -525,8 +519,7 @@ func (s *dbSet) ids() []string {
 }
 
 // couldNotRead is cmd's error for the databases whose read failed (errOf
-// their IDs), each "label: cause", a missing database or table named as on
-// one; nil for none.
+// their IDs), each "label: cause"; nil for none.
 func (s *dbSet) couldNotRead(c *cli.Context, cmd string, errOf func(id string) error) error {
 	var bad []string
 	for _, cn := range s.conns {

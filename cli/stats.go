@@ -323,9 +323,8 @@ func (o *options) clock() time.Time {
 	return time.Now()
 }
 
-// watchJSON writes one refresh as a line of JSON: the time of the refresh,
-// stats --json's members (or the error of a failed refresh), and the API
-// budget the last response's Ratelimit headers gave (null when none did).
+// watchJSON writes one refresh as a line of JSON: its time, stats --json's
+// members (or its error), and the API budget (null when not reported).
 func (sv statsView) watchJSON(w io.Writer, v watchView) error {
 	parts := []any{field{"at", human.Time(v.at)}}
 	if v.err != nil {

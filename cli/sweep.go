@@ -185,9 +185,7 @@ func (s *sweeper) print(res idem.SweepResult, dryRun bool) error {
 	return err
 }
 
-// json are the members of sweep --json: the settings, what was done (or
-// would be), the D1 calls, the budget's waits and the time it took, and
-// with several databases each one's share.
+// json are the members of sweep --json.
 func (s *sweeper) json(res idem.SweepResult, dryRun bool) []any {
 	parts := []any{field{"dry_run", dryRun}, field{"retention_ms", s.retention.Milliseconds()}, field{"batch_size", s.batch}}
 	if dryRun {
