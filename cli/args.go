@@ -78,8 +78,7 @@ func flagsFirst(rest []string, kinds map[string]bool) []string {
 // isFlag reports whether an argument is a flag ("-x", "--name", "--name=v").
 func isFlag(arg string) bool { return len(arg) > 1 && arg[0] == '-' && arg != "--" }
 
-// flagName returns the name of a flag argument and whether it carries its
-// value ("--name=value").
+// flagName returns a flag argument's name and whether it carries its value ("--name=value").
 func flagName(arg string) (string, bool) {
 	name := strings.TrimLeft(arg, "-")
 	if i := strings.IndexByte(name, '='); i >= 0 {

@@ -50,8 +50,7 @@ func exitCode(err error) int {
 	return exitError
 }
 
-// report writes err on stderr: one line "d1idem: ...", or under --json one
-// line {"error": {...}}.
+// report writes err on stderr: "d1idem: ...", or under --json {"error": {...}}.
 func report(stderr io.Writer, err error, code int, asJSON bool) {
 	msg := describe(err)
 	if !asJSON {
@@ -176,8 +175,7 @@ func collapse(s string) string {
 // maxErrorLine bounds the text of an error line, in bytes.
 const maxErrorLine = 2048
 
-// clip cuts s to at most maxErrorLine bytes, at a character boundary, and
-// says how much it left out.
+// clip cuts s to at most maxErrorLine bytes, and says how much it left out.
 func clip(s string) string {
 	p, more := preview(s, maxErrorLine)
 	if more == 0 {

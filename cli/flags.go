@@ -129,8 +129,7 @@ func (f *multiFlag) Apply(set *flag.FlagSet) error {
 	return nil
 }
 
-// multiValues returns the values of a repeatable flag, and whether they
-// came from the environment.
+// multiValues returns a repeatable flag's values, and whether they came from the environment.
 func multiValues(c *cli.Context, name string) ([]string, bool) {
 	if v, ok := c.Generic(name).(*multiValue); ok && v != nil {
 		return slices.Clone(v.vals), v.fromEnv
@@ -147,8 +146,7 @@ func severalDatabases(c *cli.Context) bool {
 	return c.String(flagDatabasesPrefix) != "" || len(names) > 1 || len(ids) > 1
 }
 
-// checkConnFlags refuses connection flags that contradict each other or
-// would be ignored.
+// checkConnFlags refuses connection flags that contradict each other or would be ignored.
 func checkConnFlags(c *cli.Context) error {
 	if err := envWithoutDatabase(c); err != nil || !severalDatabases(c) {
 		return err
@@ -305,8 +303,7 @@ func connHint(c *cli.Context) string {
 	return b.String()
 }
 
-// hintValues are the values of a flag that is set: each of a repeatable
-// one.
+// hintValues are the values of a flag that is set.
 func hintValues(c *cli.Context, name string) []string {
 	if !c.IsSet(name) || c.String(name) == "" {
 		return nil

@@ -43,8 +43,7 @@ func principalHexFlag() cli.Flag {
 	return &cli.StringFlag{Name: flagPrincipalHex, Usage: "the principal as the `HEX` of its bytes, in place of --principal: for one a shell cannot pass (with a NUL byte); printed commands use it then"}
 }
 
-// principalOf reads --principal, or --principal-hex; "" when neither is
-// given.
+// principalOf reads --principal, or --principal-hex; "" when neither is given.
 func principalOf(c *cli.Context) (string, error) {
 	p, h := c.String(flagPrincipal), c.String(flagPrincipalHex)
 	switch {
@@ -138,8 +137,7 @@ func listLimit(c *cli.Context) (int, error) {
 	return n, nil
 }
 
-// keysScope is what a keys command works on: the administrative API, and
-// for people, where it reads.
+// keysScope is what a keys command works on.
 type keysScope struct {
 	a     *idem.Admin
 	cfg   idem.Config // the ledger's, its defaults filled in
@@ -401,14 +399,12 @@ func keyName(principal, key string) string {
 	return fmt.Sprintf("key %s of principal %s", strconv.Quote(key), strconv.Quote(principal))
 }
 
-// getCommandLine is the command that shows the row k, as the command line
-// reached it.
+// getCommandLine is the command that shows the row k.
 func getCommandLine(c *cli.Context, k *idem.KeyRecord) string {
 	return fmt.Sprintf("d1idem keys get %s --key %s%s%s", principalArg(k.Principal), shellQuote(k.Key), connHint(c), setDurations(c, "ttl", "heartbeat"))
 }
 
-// notReleased says why the ledger left the row k alone; look is the
-// command that shows it.
+// notReleased says why the ledger left the row k alone; look shows it.
 func notReleased(k *idem.KeyRecord, gen int64, lease time.Duration, look string) error {
 	who, ttl := keyName(k.Principal, k.Key), human.Duration(lease)
 	switch {
@@ -530,8 +526,7 @@ func bodyText(k *idem.KeyRecord) string {
 	return s
 }
 
-// renderKeyPage writes keys list for people: a table, then the next
-// cursor if there are more rows.
+// renderKeyPage writes keys list for people: a table, then the next cursor.
 func renderKeyPage(w io.Writer, page idem.KeyPage, continued bool) error {
 	if len(page.Keys) == 0 {
 		if continued {

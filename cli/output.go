@@ -58,8 +58,7 @@ func printFields(w io.Writer, fields [][2]string) error {
 	return tw.Flush()
 }
 
-// preview returns the first max bytes of s, cut at a character boundary,
-// and how many bytes were left out.
+// preview cuts s to max bytes at a character boundary, and says how many it left out.
 func preview(s string, max int) (string, int) {
 	if len(s) <= max {
 		return s, 0

@@ -44,8 +44,7 @@ type ringCtx struct {
 	retention time.Duration
 }
 
-// withRing runs a ring command on a sharded ledger over the databases the
-// flags name (one is a ring of one).
+// withRing runs a ring command on a sharded ledger over the databases named.
 func (o *options) withRing(c *cli.Context, fn func(rc *ringCtx) error) error {
 	ttl, retention, err := ledgerFlags(c)
 	if err != nil {
@@ -60,14 +59,12 @@ func (o *options) withRing(c *cli.Context, fn func(rc *ringCtx) error) error {
 	})
 }
 
-// hint repeats the flags a ring command needs to be run again: the
-// databases and the lease.
+// hint repeats the flags a ring command needs to be run again.
 func (rc *ringCtx) hint() string {
 	return connHint(rc.c) + setDurations(rc.c, "retention", "ttl")
 }
 
-// show prints a status: JSON under --json, else a line saying what was
-// done (if any), then the status.
+// show prints what was done (if anything), then the status; or their JSON.
 func (rc *ringCtx) show(action, done string, st idem.RingStatus) error {
 	w := rc.c.App.Writer
 	if rc.c.Bool(flagJSON) {
@@ -147,8 +144,7 @@ func (rc *ringCtx) partial(cmd string, st idem.RingStatus, err error) error {
 		cmd, st.Ring.Version, len(st.Ring.Homes)-len(bad), len(st.Ring.Homes), strings.Join(bad, "; "), rc.hint())
 }
 
-// trimIdem leaves out the idem package's prefixes of an error of the
-// ring operations ("idem: grow: ").
+// trimIdem leaves out idem's prefixes of a ring operation's error ("idem: grow: ").
 func trimIdem(err error) error {
 	msg := err.Error()
 	for _, p := range []string{"idem: init ring: ", "idem: grow: ", "idem: advance ring: ", "idem: "} {
@@ -166,8 +162,7 @@ type wrapped struct {
 func (w *wrapped) Error() string { return w.msg }
 func (w *wrapped) Unwrap() error { return w.err }
 
-// ringFix turns the ring errors of idem into one line that says what to
-// do, with the command that does it.
+// ringFix turns idem's ring errors into a line that says which command to run.
 func ringFix(c *cli.Context, err error) error {
 	if err == nil {
 		return nil
@@ -192,8 +187,7 @@ func ringFix(c *cli.Context, err error) error {
 	return err
 }
 
-// after is what err's message says after the sentinel's text: the details
-// idem adds.
+// after is what err's message says after the sentinel's text.
 func after(err, sentinel error) string {
 	s := sentinel.Error()
 	for e := err; e != nil; e = errors.Unwrap(e) {
@@ -452,8 +446,7 @@ func (rc *ringCtx) statusJSON(st idem.RingStatus) ringStatusJSON {
 	return out
 }
 
-// notNamedText is the status of a database of the ring that the command
-// was not given.
+// notNamedText is the status of a database of the ring not given here.
 const notNamedText = "not given here: name it too"
 
 // render writes a ring status for people: the newest ring, what moves and

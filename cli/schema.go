@@ -113,8 +113,7 @@ func (o *options) schemaApply(c *cli.Context) error {
 	return err
 }
 
-// dryRunFresh is schema apply --dry-run for a local database that does not
-// exist yet: on an empty one, in memory.
+// dryRunFresh is schema apply --dry-run on an empty database in memory.
 func dryRunFresh(c *cli.Context, dir string) error {
 	srv, err := d1local.Listen(d1local.Config{}, "")
 	if err != nil {
@@ -198,8 +197,7 @@ func schemaEach(c *cli.Context, s *dbSet, work func(*cli.Context, *conn) schemaR
 	return err
 }
 
-// printSchemaResults writes what apply or verify found on each database,
-// or their JSON.
+// printSchemaResults writes what apply or verify found on each database.
 func printSchemaResults(c *cli.Context, s *dbSet, all []schemaResult) error {
 	w, apply := c.App.Writer, commandPath(c) == "schema apply"
 	if c.Bool(flagJSON) && s.one() {
@@ -476,8 +474,7 @@ func printMigrationsDir(c *cli.Context) (dir string, d *wrangler.Database, err e
 	return dir, d, nil
 }
 
-// findsConfig reports whether wrangler would find a config from the current
-// directory.
+// findsConfig reports whether wrangler would find a config here.
 func findsConfig() bool {
 	_, err := wrangler.Find(".")
 	return err == nil

@@ -50,8 +50,7 @@ func (s *dbSet) close() {
 	}
 }
 
-// one reports whether the set is one database: its commands then print no
-// row per database.
+// one reports whether the set is one database: no row per database then.
 func (s *dbSet) one() bool { return len(s.conns) == 1 }
 
 // withSet runs fn on the databases the flags name. On a set of one, a
@@ -82,8 +81,7 @@ func (o *options) openSet(c *cli.Context, acc access, mods ...func(*d1client.Con
 	return o.openCloudflareSet(c, mods)
 }
 
-// openCloudflareSet connects to Cloudflare databases of one account,
-// directly or through one bridge (unmetered by the API budget).
+// openCloudflareSet connects to databases of one account, directly or through a bridge.
 func (o *options) openCloudflareSet(c *cli.Context, mods []func(*d1client.Config)) (*dbSet, error) {
 	bridgeURL, bridge, err := bridgeURL(c)
 	if err != nil {
@@ -142,8 +140,7 @@ func sharedAccount(base budget.Budget, mods []func(*d1client.Config)) (func(*d1c
 	return func(cfg *d1client.Config) { cfg.Budget, cfg.Account = budget.Budget{}, account }, nil
 }
 
-// clientError is an error of d1client.New: a setting it refuses (two
-// base-URL variables that disagree, say) is the caller's to fix.
+// clientError is an error of d1client.New: a setting it refuses is the caller's to fix.
 func clientError(err error) error {
 	var de *d1client.Error
 	if errors.As(err, &de) {
@@ -179,8 +176,7 @@ func openLocalSet(c *cli.Context, dir string, acc access, mods []func(*d1client.
 	return s, nil
 }
 
-// localClient is a client of the database id of the embedded d1local,
-// with no API budget: d1local has none.
+// localClient is a client of the embedded d1local's database id, with no API budget.
 func localClient(l *d1local.Listening, id string, mods ...func(*d1client.Config)) (*d1client.Client, error) {
 	cfg := d1client.Config{BaseURL: l.URL, AccountID: d1local.DefaultAccountID, DatabaseID: id, Budget: budget.Unlimited()}
 	for _, m := range mods {
@@ -359,8 +355,7 @@ func namedOnce(ids, how []string) error {
 	return nil
 }
 
-// missingSettings lists, as a usage error, what Cloudflare needs and the
-// flags lack.
+// missingSettings lists, as a usage error, what Cloudflare needs and the flags lack.
 func missingSettings(accountID string, token, database bool) error {
 	var missing []string
 	if accountID == "" {
@@ -386,8 +381,7 @@ func orNone(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-// loadWrangler reads the wrangler config flagName needs: --config, or the
-// one wrangler would use here.
+// loadWrangler reads --config, or the wrangler config wrangler would use here.
 func loadWrangler(c *cli.Context, flagName string) (*wrangler.Config, error) {
 	path := c.String(flagConfig)
 	if path == "" {
@@ -440,8 +434,7 @@ func (cn *conn) label() string {
 	return cn.databaseID
 }
 
-// label names the database with this ID; one not in the set is shown as a
-// ledger value.
+// label names the database with this ID (one not in the set as a ledger value).
 func (s *dbSet) label(id string) string {
 	if cn := s.byID(id); cn != nil {
 		return cn.label()
@@ -495,8 +488,7 @@ func (s *dbSet) named(name string) *conn {
 	return nil
 }
 
-// inOrder returns items, each of the database id names, in the order the
-// flags named the databases.
+// inOrder returns items (each of the database id names) in the flags' order.
 func inOrder[T any](s *dbSet, items []T, id func(T) string) []T {
 	out := make([]T, 0, len(items))
 	for _, cn := range s.conns {
@@ -599,8 +591,7 @@ func listNames(ctx context.Context, db *d1client.Client) ([]string, error) {
 	return out, err
 }
 
-// noDirectoryError is a --local directory that does not exist; apply is
-// the schema apply that makes it.
+// noDirectoryError is a missing --local directory; apply is the command that makes it.
 type noDirectoryError struct{ dir, apply string }
 
 func (e *noDirectoryError) Error() string {

@@ -67,19 +67,16 @@ func (o *options) stats(c *cli.Context) error {
 	})
 }
 
-// statsView writes stats: the fields of one database, or a table of
-// several with their totals; or their JSON.
+// statsView writes stats: one database's fields, or a table of several; or JSON.
 type statsView struct {
 	set   *dbSet
 	hints statsHints
 }
 
-// statsHints are the commands the stats view suggests, with the flags that
-// make them run as they are when pasted.
+// statsHints are the commands the stats view suggests, ready to paste.
 type statsHints struct{ stuck, sweep string }
 
-// statsHintsOf repeats the command line's connection flags, and the
-// lease's or the retention that the suggested command takes.
+// statsHintsOf repeats the connection, TTL and retention flags for the hints.
 func statsHintsOf(c *cli.Context) statsHints {
 	h := connHint(c)
 	return statsHints{stuck: "d1idem keys stuck" + h + setDurations(c, "ttl"), sweep: "d1idem sweep --all" + h + setDurations(c, "retention")}
@@ -102,8 +99,7 @@ func (v statsView) oneJSON(st idem.Stats) []any {
 	return []any{field{"database", v.set.where()}, st, field{"size_limit", st.Projection()}}
 }
 
-// homesJSON is each database's stats under --json: its label and ID, its
-// stats and projection, or the error that kept them.
+// homesJSON is each database's stats under --json, or the error that kept them.
 func (v statsView) homesJSON(ov idem.Overview) []any {
 	out := make([]any, len(ov.Homes))
 	for i, h := range inOrder(v.set, ov.Homes, func(h idem.HomeStats) string { return h.Home }) {
@@ -141,8 +137,7 @@ func (v statsView) fields(where string, st idem.Stats) [][2]string {
 		[2]string{"10 GB limit", st.Projection().String()})
 }
 
-// table writes the stats of several databases: a row each and the totals,
-// then the totals' details.
+// table writes the stats of several databases: a row each, then the totals.
 func (v statsView) table(w io.Writer, ov idem.Overview) error {
 	header := []string{"DATABASE", "KEYS", "PENDING", "COMPLETED", "AWAITING RETRY", "BACKLOG", "SIZE", "ROWS/DAY", "10 GB LIMIT"}
 	var rows [][]string
@@ -339,8 +334,7 @@ func (sv statsView) watchJSON(w io.Writer, v watchView) error {
 	return writeJSON(w, line, "")
 }
 
-// budgetObject is the API budget under --json, with how long until its window
-// resets from now; nil when no response carried Ratelimit headers.
+// budgetObject is the API budget under --json; nil when none was reported.
 func budgetObject(b budget.State, now time.Time) json.RawMessage {
 	if b.Seen.IsZero() {
 		return nil
@@ -349,8 +343,7 @@ func budgetObject(b budget.State, now time.Time) json.RawMessage {
 	return v
 }
 
-// watch writes one refresh for people: a heading, then the stats view and
-// the budget, or the refresh's error.
+// watch writes one refresh for people: a heading, the stats and the budget.
 func (sv statsView) watch(w io.Writer, v watchView, interval time.Duration, tty bool) error {
 	heading := fmt.Sprintf("%s, every %s", human.Time(v.at), human.Duration(interval))
 	if tty {
