@@ -149,30 +149,17 @@ func wantsJSON(app *cli.App, args []string) bool {
 	return false
 }
 
-// suggest returns the name among cmds closest to a mistyped one ("kyes":
-// "keys", "stat": "stats", "aply": "apply"), or "" when none is close: at
-// most one edit (two for names of five letters or more), an adjacent swap
-// counting as one.
-func suggest(name string, cmds []*cli.Command) string {
-	var names []string
-	for _, c := range cmds {
-		names = append(names, c.Names()...)
-	}
-	return closestName(name, names)
-}
-
-// closestName returns the name among names closest to a mistyped one, or
-// "" when none is close: at most one edit (two for names of five letters
-// or more), an adjacent swap counting as one.
-func closestName(name string, names []string) string {
+// suggest returns the name among those of items (commands or flags)
+// closest to a mistyped one ("kyes": "keys", "stat": "stats", "aply":
+// "apply"), or "" when none is close: at most one edit (two for names of
+// five letters or more), an adjacent swap counting as one.
+func suggest[T interface{ Names() []string }](name string, items []T) string {
 	best, bestDist := "", 3
-	for _, n := range names {
-		limit := 1
-		if len(n) >= 5 {
-			limit = 2
-		}
-		if d := editDistance(name, n); d <= limit && d < bestDist {
-			best, bestDist = n, d
+	for _, it := range items {
+		for _, n := range it.Names() {
+			if d := editDistance(name, n); d <= 1+min(len(n)/5, 1) && d < bestDist {
+				best, bestDist = n, d
+			}
 		}
 	}
 	return best
@@ -258,7 +245,7 @@ var (
 func flagError(err error, flags []cli.Flag) string {
 	msg := err.Error()
 	if m := undefinedFlagError.FindStringSubmatch(msg); m != nil {
-		if s := closestFlag(m[1], flags); s != "" {
+		if s := suggest(m[1], flags); s != "" {
 			return fmt.Sprintf("unknown flag --%s (did you mean --%s?)", m[1], s)
 		}
 		return fmt.Sprintf("unknown flag --%s", m[1])
@@ -342,16 +329,6 @@ func unquotedPlaceholder(usage string) (string, bool) {
 	}
 	p, _, ok := strings.Cut(rest, "`")
 	return p, ok
-}
-
-// closestFlag returns the name among flags' closest to a mistyped one, as
-// suggest does for commands, or "".
-func closestFlag(name string, flags []cli.Flag) string {
-	var names []string
-	for _, f := range flags {
-		names = append(names, f.Names()...)
-	}
-	return closestName(name, names)
 }
 
 // requiredInt64Flag is an Int64Flag the command cannot do without: its
