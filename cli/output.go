@@ -70,19 +70,6 @@ func preview(s string, max int) (string, int) {
 	return s[:cut], len(s) - cut
 }
 
-// formatBytes is a byte count with its binary-prefixed size: "45056 bytes (44.0 KiB)".
-func formatBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%d bytes (%.1f GiB)", n, float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%d bytes (%.1f MiB)", n, float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%d bytes (%.1f KiB)", n, float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d bytes", n)
-}
-
 // plural is "1 row", "2 rows".
 func plural(n int64, one, many string) string {
 	if n == 1 {

@@ -133,7 +133,7 @@ func (v statsView) fields(where string, st idem.Stats) [][2]string {
 		fields = append(fields, [2]string{"  " + display(s), strconv.FormatInt(st.ByStatus[idem.Status(s)], 10) + " (not a status the ledger writes)"})
 	}
 	return append(fields, [2]string{"awaiting retry", v.awaiting(st)}, [2]string{"oldest row", oldestText(st.Oldest)},
-		[2]string{"sweep backlog", v.backlog(st)}, [2]string{"database size", formatBytes(st.SizeBytes)},
+		[2]string{"sweep backlog", v.backlog(st)}, [2]string{"database size", human.Bytes(st.SizeBytes)},
 		[2]string{"10 GB limit", st.Projection().String()})
 }
 
