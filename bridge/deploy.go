@@ -24,8 +24,13 @@ import (
 const WranglerVersion = "4.86.0"
 
 // Worker returns the name of the Worker of the bridge in dir, after
-// checking that dir's wrangler.toml is a bridge's (Init wrote it).
+// checking that Init wrote it there: its files, and a bridge's wrangler.toml.
 func Worker(dir string) (string, error) {
+	for _, f := range append([]string{configFile}, workerModules...) {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return "", fmt.Errorf("%s has no %s: write the bridge there first with 'd1idem bridge init %s --database NAME'", dir, f, dir)
+		}
+	}
 	cfg, err := wrangler.Load(filepath.Join(dir, configFile))
 	if err != nil {
 		return "", err

@@ -75,6 +75,16 @@ func TestInit(t *testing.T) {
 	if _, err := Init(app, cfg, "", true); err == nil || !strings.Contains(err.Error(), "is not a bridge's wrangler config") {
 		t.Errorf("over an application's wrangler.toml: %v", err)
 	}
+	// Worker names the bridge Init wrote, and a file it lacks.
+	if w, err := Worker(dir); w != "w" || err != nil {
+		t.Errorf("Worker = %q, %v", w, err)
+	}
+	if err := os.Remove(filepath.Join(dir, "worker.js")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Worker(dir); err == nil || err.Error() != dir+" has no worker.js: write the bridge there first with 'd1idem bridge init "+dir+" --database NAME'" {
+		t.Errorf("Worker without worker.js: %v", err)
+	}
 }
 
 // ReadSecret refuses a secret file others may read, and a secret the

@@ -298,11 +298,6 @@ func bridgeDir(c *cli.Context) (string, string, error) {
 	if dir == "" {
 		dir = "."
 	}
-	for _, name := range []string{"wrangler.toml", "worker.js", "ledger-statements.js"} {
-		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
-			return "", "", fmt.Errorf("%s has no %s: write the bridge there first with 'd1idem bridge init %s --database NAME'", dir, name, shellQuote(dir))
-		}
-	}
 	worker, err := bridge.Worker(dir)
 	return dir, worker, err
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"cmp"
 	"fmt"
 	"io"
 	"log/slog"
@@ -92,19 +91,14 @@ func renderServing(w io.Writer, addr string, cfg d1local.Config) {
 	}
 	base := "http://" + addr + "/client/v4"
 	fmt.Fprintf(w, "d1local serving http://%s (databases in %s); API base URL %s\n", addr, where, base)
-	token := cmp.Or(tokenHint(cfg.Token), "local")
+	token := "local"
+	if cfg.Token != "" {
+		token = `"$D1LOCAL_TOKEN"` // a hint never shows the token
+	}
 	fmt.Fprintf(w, "Point d1idem, wrangler and your service at it (in another shell):\n  export CLOUDFLARE_BASE_URL=%s CLOUDFLARE_API_BASE_URL=%[1]s\n  export CLOUDFLARE_API_TOKEN=%s CLOUDFLARE_ACCOUNT_ID=local\n", base, token)
 	create := "only 'd1idem schema apply' or 'wrangler d1 create NAME' creates one"
 	if !cfg.NoAutoCreate {
 		create = "--auto-create: any call creates one"
 	}
 	fmt.Fprintf(w, "Then create a ledger's database (%s) and look at it:\n  d1idem schema apply --database-id orders\n  d1idem keys list --database-id orders\n", create)
-}
-
-// tokenHint stands for a required token in a hint, which never shows it.
-func tokenHint(token string) string {
-	if token == "" {
-		return ""
-	}
-	return `"$D1LOCAL_TOKEN"`
 }
