@@ -410,7 +410,7 @@ func notReleased(k *idem.KeyRecord, gen int64, lease time.Duration, look string)
 	switch {
 	case k.Generation != gen:
 		return fmt.Errorf("not released: %s is now at generation %d (%s, updated %s), not %d; look again with '%s'",
-			who, k.Generation, stateWords(k.State), human.Age(k.SinceUpdate()), gen, look)
+			who, k.Generation, k.State.Words(), human.Age(k.SinceUpdate()), gen, look)
 	case k.State == idem.KeyCompleted:
 		return fmt.Errorf("not released: %s is completed (response %s): retries replay it; --force forgets the response, and the next retry executes the request again",
 			who, statusOrDash(k.ResponseStatus))
@@ -422,14 +422,6 @@ func notReleased(k *idem.KeyRecord, gen int64, lease time.Duration, look string)
 			who, human.Age(k.SinceUpdate()), ttl)
 	}
 	return fmt.Errorf("not released: %s has status %s, which the ledger does not release", who, display(string(k.Status)))
-}
-
-// stateWords names a state in tables and lines: "awaiting retry".
-func stateWords(s idem.KeyState) string {
-	if s == idem.KeyUnknown {
-		return "unknown status"
-	}
-	return strings.ReplaceAll(string(s), "_", " ")
 }
 
 func statusOrDash(s *int64) string {
@@ -484,7 +476,7 @@ func statusText(k *idem.KeyRecord, e idem.Explanation) string {
 	case idem.KeyUnknown:
 		return display(string(k.Status)) + " (" + e.Reason + ")"
 	}
-	return fmt.Sprintf("%s, %s: %s", k.Status, stateWords(e.State), e.Reason)
+	return fmt.Sprintf("%s, %s: %s", k.Status, e.State.Words(), e.Reason)
 }
 
 // headersText shows the stored replay headers, one per line.
@@ -541,7 +533,7 @@ func renderKeyPage(w io.Writer, page idem.KeyPage, continued bool) error {
 		k := &page.Keys[i]
 		status := display(string(k.Status))
 		if k.State != idem.KeyCompleted && k.State != idem.KeyUnknown {
-			status += " (" + stateWords(k.State) + ")"
+			status += " (" + k.State.Words() + ")"
 		}
 		table = append(table, []string{cell(k.Principal), cell(k.Key), status, strconv.FormatInt(k.Generation, 10),
 			statusOrDash(k.ResponseStatus), human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt), human.Age(k.Age())})
@@ -568,7 +560,7 @@ func renderStuck(w io.Writer, st idem.StuckKeys, heartbeat time.Duration, releas
 	var table [][]string
 	for _, k := range append(append([]idem.KeyRecord{}, st.OwnerQuiet...), st.AwaitingRetry...) {
 		table = append(table, []string{cell(k.Principal), cell(k.Key), strconv.FormatInt(k.Generation, 10),
-			stateWords(k.State), human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt), human.Age(k.Age())})
+			k.State.Words(), human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt), human.Age(k.Age())})
 	}
 	if err := printTable(w, []string{"PRINCIPAL", "KEY", "GEN", "STATE", "UPDATED", "UPDATED (UTC)", "CREATED"}, table); err != nil {
 		return err
