@@ -334,13 +334,7 @@ func (rc *ringCtx) advanced(before, after idem.RingStatus) string {
 // recorded says in which databases the newest ring was recorded between
 // two statuses; "" when in none.
 func (rc *ringCtx) recorded(before, after idem.RingStatus) string {
-	var ids []string
-	for _, h := range after.Homes {
-		b := before.Home(h.ID)
-		if h.Ring != nil && (b == nil || b.Ring == nil || b.Ring.Epoch() < h.Ring.Epoch()) {
-			ids = append(ids, h.ID)
-		}
-	}
+	ids := after.RecordedSince(before)
 	if len(ids) == 0 {
 		return ""
 	}

@@ -51,3 +51,16 @@ func (st RingStatus) Now() time.Time {
 	}
 	return now
 }
+
+// RecordedSince are the databases whose ring is newer in st than in
+// before, the status of the same databases read earlier.
+func (st RingStatus) RecordedSince(before RingStatus) []string {
+	var out []string
+	for _, h := range st.Homes {
+		b := before.Home(h.ID)
+		if h.Ring != nil && (b == nil || b.Ring == nil || b.Ring.Epoch() < h.Ring.Epoch()) {
+			out = append(out, h.ID)
+		}
+	}
+	return out
+}

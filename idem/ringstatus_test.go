@@ -51,3 +51,14 @@ func TestRingJSON(t *testing.T) {
 		t.Errorf("%s, %v; want %s", b, err, want)
 	}
 }
+
+// TestRecordedSince: the databases whose ring moved on between two reads.
+func TestRecordedSince(t *testing.T) {
+	v1 := idem.Ring{Version: 1, Phase: idem.RingStable, Homes: []string{"a", "b"}}
+	v2 := idem.Ring{Version: 2, Phase: idem.RingMoving, Homes: []string{"a", "b", "c"}, Previous: []string{"a", "b"}}
+	before := idem.RingStatus{Homes: []idem.HomeRing{{ID: "a", Ring: &v2}, {ID: "b", Ring: &v1}, {ID: "c"}}}
+	after := idem.RingStatus{Homes: []idem.HomeRing{{ID: "a", Ring: &v2}, {ID: "b", Ring: &v2}, {ID: "c", Ring: &v2}}}
+	if got := after.RecordedSince(before); !slices.Equal(got, []string{"b", "c"}) {
+		t.Errorf("RecordedSince = %q", got)
+	}
+}
