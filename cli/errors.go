@@ -143,12 +143,9 @@ type applyHint struct {
 func (h applyHint) Error() string { return h.err.Error() }
 func (h applyHint) Unwrap() error { return h.err }
 
-// collapse makes s one line that is safe on a terminal: each run of white
-// space with a line break, a tab or another space character in it becomes
-// one space, the text is trimmed, what may not reach the terminal raw is
-// escaped (escapeText), and a text longer than maxErrorLine (a proxy's page
-// passed on as a message, say) is cut to its start. A run of plain spaces
-// is kept: it may be inside a command line the error suggests.
+// collapse makes s one line safe on a terminal: each run of white space
+// other than plain spaces (kept: a suggested command may hold them) becomes
+// one space, the rest is escaped (escapeText) and cut to maxErrorLine.
 func collapse(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); {

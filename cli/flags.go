@@ -49,11 +49,9 @@ func onCommandLine(c *cli.Context, name, env string) (string, bool) {
 	return v, v != "" && (env == "" || v != os.Getenv(env))
 }
 
-// connFlags are the flags of every command that talks to D1. They are the
-// flags and environment variables wrangler users already know. The base
-// URL's variables (CLOUDFLARE_API_BASE_URL, CLOUDFLARE_BASE_URL) are read by
-// d1client, which refuses them when they differ, and so is the bridge's
-// (D1IDEM_BRIDGE_URL) unless --bridge-url is given.
+// connFlags are the flags of every command that talks to D1: wrangler's
+// flags and variables. d1client reads the base URL's variables (refusing
+// two that differ), and the bridge's unless --bridge-url is given.
 func connFlags() []cli.Flag {
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: flagAccountID, Usage: "Cloudflare account `ID`", EnvVars: []string{envAccountID}, Category: "Connection:"},
@@ -237,8 +235,7 @@ func positiveDuration(c *cli.Context, name string) (time.Duration, error) {
 	return d, nil
 }
 
-// ledgerFlags checks that a command has no arguments and reads its --ttl
-// and --retention, both positive.
+// ledgerFlags refuses arguments and reads --ttl and --retention, both positive.
 func ledgerFlags(c *cli.Context) (ttl, retention time.Duration, err error) {
 	if err := noArgs(c); err != nil {
 		return 0, 0, err

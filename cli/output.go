@@ -10,9 +10,8 @@ import (
 	"unicode/utf8"
 )
 
-// printTable writes an aligned table: a header row, then the rows. Each
-// cell is escaped (escapeText): a tab or a control character in a value
-// neither breaks the columns nor reaches the terminal.
+// printTable writes an aligned table: a header row, then the rows, each cell
+// escaped (escapeText): a tab or control character breaks nothing.
 func printTable(w io.Writer, header []string, rows [][]string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
@@ -43,9 +42,8 @@ func writeJSON(w io.Writer, v any, indent string) error {
 	return err
 }
 
-// printFields writes label/value pairs as two aligned columns. A value with
-// several lines continues under its first line. Each line is escaped
-// (escapeText), as printTable's cells are.
+// printFields writes label/value pairs as two aligned columns, a value's
+// lines one under another, each escaped as printTable's cells are.
 func printFields(w io.Writer, fields [][2]string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, f := range fields {

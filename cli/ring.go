@@ -24,8 +24,7 @@ func ringCommand(o *options) *cli.Command {
 	}
 }
 
-// ringFlags are the flags of every ring command: the application's TTL and
-// retention, on which the drop's time depends.
+// ringFlags are every ring command's flags: the TTL and retention set the drop's time.
 func ringFlags(extra ...cli.Flag) []cli.Flag {
 	flags := append(extra,
 		ttlFlag(),
@@ -198,8 +197,7 @@ func after(err, sentinel error) string {
 	return err.Error()
 }
 
-// ringShare says how many of the principals a change moves: those the
-// added databases win, k of N + k.
+// ringShare says how many principals a change moves: those the added databases win.
 func ringShare(r idem.Ring) string {
 	k, n := len(r.Homes)-len(r.Previous), len(r.Homes)
 	return fmt.Sprintf("about %d in %d of the principals (%.0f%%)", k, n, 100*float64(k)/float64(n))
@@ -331,8 +329,7 @@ func (rc *ringCtx) advanced(before, after idem.RingStatus) string {
 	return fmt.Sprintf("Nothing to do: version %d, %s, is recorded in every database of it.", r.Version, r.Phase)
 }
 
-// recorded says in which databases the newest ring was recorded between
-// two statuses; "" when in none.
+// recorded says where the newest ring was recorded between two statuses; "" if nowhere.
 func (rc *ringCtx) recorded(before, after idem.RingStatus) string {
 	ids := after.RecordedSince(before)
 	if len(ids) == 0 {

@@ -362,11 +362,9 @@ func migrationsFor(c *cli.Context, cn *conn) (table, dir string, err error) {
 	return table, dir, nil
 }
 
-// databaseByID returns the entry of the wrangler config whose database_id
-// or preview_database_id is id, in the environment --env names; nil when
-// there is none. The config is --config, or else the one wrangler would use,
-// if any; a config found that way but unreadable, or without that
-// environment, is passed over, since nothing asked for it.
+// databaseByID returns the entry of --config, or of the config wrangler
+// would use (passed over if unreadable: nothing asked for it), whose
+// database_id or preview_database_id is id, in --env; nil when none.
 func databaseByID(c *cli.Context, id string) (*wrangler.Database, error) {
 	explicit := c.String(flagConfig) != ""
 	if !explicit && !findsConfig() {

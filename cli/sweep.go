@@ -70,8 +70,7 @@ func (o *options) sweep(c *cli.Context) error {
 	return err
 }
 
-// maxCalls reads --max-calls: 0 (unlimited) only with --local or through
-// a bridge, where it is the default.
+// maxCalls reads --max-calls: 0 (unlimited, the default there) only with --local or a bridge.
 func maxCalls(c *cli.Context) (int, error) {
 	n := c.Int("max-calls")
 	_, bridge, _ := bridgeURL(c) // a bad combination is reported by openConn
@@ -149,8 +148,7 @@ func (s *sweeper) run(set *dbSet) error {
 	return s.print(res, false)
 }
 
-// named turns a *idem.HomeError into its D1 error, prefixed with the
-// database's label when there are several.
+// named turns a *idem.HomeError into its error, labelled when there are several databases.
 func (s *sweeper) named(err error) error {
 	var he *idem.HomeError
 	if !errors.As(err, &he) {
