@@ -26,16 +26,19 @@ var (
 	core = []string{module, module + "/d1client", module + "/d1client/budget", module + "/idem", module + "/idem/idemhttp", module + "/schema", module + "/idemclient",
 		module + "/console"}
 	// libraries are every public package that is not a program or an
-	// example: core, and the local D1 with its test server.
-	libraries = append(slices.Clone(core), module+"/d1local", module+"/d1local/d1localtest")
+	// example: core, the local D1 with its test server, and the wrangler
+	// config reader.
+	libraries = append(slices.Clone(core), module+"/d1local", module+"/d1local/d1localtest", module+"/wrangler")
 	// testHelpers are imported by tests only.
 	testHelpers = []string{module + "/internal/d1test", module + "/internal/specseq", module + "/internal/oteltest"}
 	// leafHelpers are the internal packages the library shares: each
 	// imports no package of this module.
 	leafHelpers = []string{module + "/internal/jsonstr", module + "/internal/jsonscan", module + "/internal/textcache", module + "/internal/sqlite",
 		module + "/internal/redact", module + "/internal/loopback", module + "/internal/otelscope", module + "/internal/human", module + "/internal/textsafe"}
-	// ordersAPI is the example's orders API, which the demo plays against.
-	ordersAPI = module + "/examples/orders/ordersapi"
+	// ordersAPI is the example's orders API, which the demo plays against,
+	// and ordersDemo the story it plays.
+	ordersAPI  = module + "/examples/orders/ordersapi"
+	ordersDemo = module + "/examples/orders/ordersdemo"
 )
 
 // goList runs `go list` with args in the module's root and returns its
@@ -112,6 +115,10 @@ func TestLintLayering(t *testing.T) {
 	forbid([]string{module + "/d1client/budget"}, "the API budget imports no package of this module", func(dep string) bool {
 		return under(dep, module)
 	})
+	// The wrangler config reader is a leaf any program can use.
+	forbid([]string{module + "/wrangler"}, "the wrangler config reader imports no package of this module", func(dep string) bool {
+		return under(dep, module)
+	})
 	// The client half of the protocol is for any Go client: it links
 	// nothing of the server's (this module, D1, OpenTelemetry), only the
 	// standard library.
@@ -145,11 +152,11 @@ func TestLintLayering(t *testing.T) {
 		t.Fatal("the check is broken: examples/orders should link the Prometheus exporter")
 	}
 	programs := []string{module + "/cli", module + "/cmd/d1idem"}
-	if !slices.Contains(all[module+"/cli"], ordersAPI) {
-		t.Fatal("the check is broken: the CLI's demo should play against " + ordersAPI)
+	if !slices.Contains(all[module+"/cli"], ordersAPI) || !slices.Contains(all[module+"/cli"], ordersDemo) {
+		t.Fatal("the check is broken: the CLI's demo should play " + ordersDemo + " against " + ordersAPI)
 	}
-	forbid(programs, "the CLI imports no example but the orders API its demo plays against, and no test helper", func(dep string) bool {
-		return under(dep, module+"/examples") && dep != ordersAPI || slices.Contains(testHelpers, dep) || under(dep, module+"/tools")
+	forbid(programs, "the CLI imports no example but the orders API and the story its demo plays, and no test helper", func(dep string) bool {
+		return under(dep, module+"/examples") && dep != ordersAPI && dep != ordersDemo || slices.Contains(testHelpers, dep) || under(dep, module+"/tools")
 	})
 	// The CLI is a program: its demo reads the story's metrics with the
 	// SDK's ManualReader. The first `go run ./cmd/d1idem demo` compiles all
@@ -187,7 +194,7 @@ func TestLintNoSQLiteInLibraries(t *testing.T) {
 	if !links(module + "/d1local") {
 		t.Fatal("the check is broken: d1local should link modernc.org/sqlite")
 	}
-	for _, pkg := range append(slices.Clone(core), module+"/examples/orders/ordersapi") {
+	for _, pkg := range append(slices.Clone(core), ordersAPI, ordersDemo) {
 		if links(pkg) {
 			t.Errorf("%s links modernc.org/sqlite; find the import with `go list -deps -f '{{.ImportPath}}: {{.Imports}}' %s`", pkg, pkg)
 		}
@@ -252,6 +259,35 @@ func TestLintShortFunctions(t *testing.T) {
 	}
 	if checked < 50 {
 		t.Fatalf("the check is broken: only %d functions found under cli", checked)
+	}
+}
+
+// maxCLILines bounds the CLI's code: every line (comments and blank lines
+// included) of its non-test Go files. It resolves flags, calls the
+// library and prints; what is not about flags or printing belongs in the
+// library packages.
+const maxCLILines = 5000
+
+// TestLintCLISize: cli (tests aside) holds at most maxCLILines lines of Go.
+func TestLintCLISize(t *testing.T) {
+	lines, files := 0, 0
+	err := filepath.WalkDir("cli", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		files++
+		lines += strings.Count(string(b), "\n")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 10 || lines < 1000 {
+		t.Fatalf("the check is broken: %d lines in %d files under cli", lines, files)
+	}
+	if lines > maxCLILines {
+		t.Errorf("cli holds %d lines of Go (tests aside), more than %d: move what is not about flags or printing into the library", lines, maxCLILines)
 	}
 }
 

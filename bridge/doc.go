@@ -3,11 +3,13 @@
 // bindings it is deployed with, behind a bearer secret, with an optional
 // ledger-only mode; see README.md in this directory and docs/bridge.md.
 //
-// Its Go API is the Worker's files, embedded, for `d1idem bridge init` to
-// write out (WorkerFiles, WranglerExample and CompatibilityDate), and a
-// deployment's configuration (Config: its wrangler.toml, its bindings'
-// names and checks) and secret (NewSecret, ValidSecret). Its tests
-// run the Worker in workerd (through internal/d1test) and check its
+// Its Go API is the Worker's files, embedded (WorkerFiles, WranglerExample
+// and CompatibilityDate), a deployment's configuration (Config: its
+// wrangler.toml, its bindings' names and checks) and secret (NewSecret,
+// ValidSecret), and the steps of `d1idem bridge init` and `d1idem bridge
+// deploy`: Init writes a bridge directory, Deploy runs wrangler there and
+// sets the secret it keeps (ReadSecret, EnsureSecret). Its tests run the
+// Worker in workerd (through internal/d1test) and check its
 // authentication, routing, database mapping and ledger-only mode.
 //
 // # API stability

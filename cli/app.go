@@ -6,7 +6,8 @@
 //
 // Each command group has its file (schema.go, keys.go, sweep.go, stats.go,
 // local.go, bridge.go, demo.go), and each command a constructor returning its
-// *cli.Command and a function doing its work. The work comes from idem's
+// *cli.Command and a function doing its work; the commands' descriptions,
+// which their help shows, are the sections of help.txt. The work comes from idem's
 // administrative API, package schema or d1local; renderers take plain values
 // and write an aligned table for people or, with --json, JSON with stable
 // field names for scripts. Errors are one line on stderr (JSON under --json);
@@ -16,6 +17,7 @@ package cli
 
 import (
 	"context"
+	_ "embed"
 	"io"
 	"strings"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/schema"
 )
 
 // Exit statuses.
@@ -70,42 +73,23 @@ type options struct {
 	ticker func(d time.Duration) (<-chan time.Time, func())
 }
 
-const appDescription = `d1idem keeps Stripe-style Idempotency-Key records in a D1 table,
-idempotency_keys. This tool applies and verifies that table's schema, shows and
-releases keys, sweeps expired rows, reports stats, serves a local D1 (d1local),
-writes and deploys the bridge (D1's REST API past the API budget), and
-plays a demo.
+//go:embed help.txt
+var helpText string
 
-Connect to D1 the way wrangler does, with --account-id, --api-token and
---database-id (or CLOUDFLARE_ACCOUNT_ID, CLOUDFLARE_API_TOKEN, D1_DATABASE_ID),
-or --database NAME from the wrangler config (wrangler.json, wrangler.jsonc or
-wrangler.toml; --env NAME for one of its environments). Through a bridge,
-D1IDEM_BRIDGE_URL (or --bridge-url) stands for the API token and base URL. Use
---local DIR for the embedded d1local instead; no Cloudflare account is needed
-then. Connection flags go before or after the command:
-'d1idem --local .d1idem stats' and 'd1idem stats --local .d1idem' are the same.
-
-A ledger across several databases (idem.NewSharded) is named whole: --database
-or --database-id repeated, or --databases-prefix PREFIX for every database of
-the wrangler config (or under --local DIR) whose name begins with it. The schema,
-keys, stats and sweep commands then work across them all, and 'd1idem ring'
-shows and grows the set.
-
-'d1idem help COMMAND' or 'd1idem COMMAND --help' explains a command.`
+// help is the description of the command at path ("d1idem", "keys
+// release"): its section of help.txt.
+func help(path string) string {
+	_, text, _ := strings.Cut(helpText, "\n== "+path+" ==\n")
+	text, _, _ = strings.Cut(text, "\n\n== ")
+	return strings.ReplaceAll(strings.TrimSuffix(text, "\n"), "{{migration}}", schema.MigrationName)
+}
 
 // commands are the command groups, in the order help lists them. A new
 // group is one file with one constructor, added here.
 func commands(o *options) []*cli.Command {
 	return []*cli.Command{
-		schemaCommand(o),
-		keysCommand(o),
-		sweepCommand(o),
-		statsCommand(o),
-		ringCommand(o),
-		consoleCommand(o),
-		localCommand(),
-		bridgeCommand(),
-		demoCommand(),
+		schemaCommand(o), keysCommand(o), sweepCommand(o), statsCommand(o), ringCommand(o), consoleCommand(o),
+		localCommand(), bridgeCommand(), demoCommand(),
 	}
 }
 
@@ -114,7 +98,7 @@ func newApp(stdout, stderr io.Writer, o *options) *cli.App {
 	app := &cli.App{
 		Name:            "d1idem",
 		Usage:           "operate the d1idem Idempotency-Key ledger on Cloudflare D1",
-		Description:     appDescription,
+		Description:     help("d1idem"),
 		Version:         version(),
 		Writer:          stdout,
 		ErrWriter:       stderr,

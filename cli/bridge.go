@@ -1,73 +1,40 @@
 package cli
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem/bridge"
-	"github.com/d1idem/d1idem/cli/internal/wrangler"
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/wrangler"
 )
 
-// The files of a bridge directory.
-const (
-	bridgeConfigFile = "wrangler.toml"
-	bridgeSecretFile = ".bridge-secret" // the deployed Worker's secret, 0600
-	bridgeDevVars    = ".dev.vars"      // wrangler dev's secrets: the development secret
-	defaultWorker    = "d1idem-bridge"
-)
-
-// bridgeIgnored are the .gitignore lines of a bridge directory: its secrets
-// and wrangler's local state.
-var bridgeIgnored = []string{bridgeSecretFile, bridgeDevVars, ".wrangler/"}
+// defaultWorker is the bridge's Worker name unless --name gives one.
+const defaultWorker = "d1idem-bridge"
 
 func bridgeCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "bridge",
-		Usage: "write and deploy the bridge: a Worker serving D1's REST API past the API budget",
-		Description: `The bridge is a Cloudflare Worker that serves the D1 REST API's query endpoints
-on the D1 bindings it is deployed with. d1client, this tool and the idem
-middleware use it in place of Cloudflare's API, by one environment variable,
-D1IDEM_BRIDGE_URL=https://:SECRET@HOST, which stands for the API base URL and
-token. Calls through it are not metered by the account's API budget (1200 calls
-per 5 minutes). See docs/bridge.md.
-
-   d1idem bridge init bridge --database orders-db   # the Worker and its wrangler.toml
-   d1idem bridge deploy bridge                      # wrangler deploy, and its secret
-
-To run it on this machine, in workerd, use wrangler itself: 'wrangler dev
---local' in DIR, with the development secret bridge init keeps in DIR/.dev.vars.`,
+		Name:        "bridge",
+		Usage:       "write and deploy the bridge: a Worker serving D1's REST API past the API budget",
+		Description: help("bridge"),
 		Subcommands: []*cli.Command{bridgeInitCommand(), bridgeDeployCommand()},
 	}
 }
 
 func bridgeInitCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "init",
-		Usage:     "write the bridge's Worker and a wrangler.toml binding the databases into DIR",
-		ArgsUsage: "DIR",
-		Description: `Writes the bridge Worker (worker.js, ledger-statements.js) and a wrangler.toml
-that binds each --database into DIR, and a .gitignore that keeps its secrets
-out of git. A --database NAME is looked up in your wrangler config (the one
-wrangler would use here, or --config FILE; --env NAME for one of its
-environments), which also gives the account ID; NAME=ID names a database
-without one. It overwrites nothing without --force. It adds a development
-secret to DIR/.dev.vars (mode 0600, out of git), which 'wrangler dev' reads,
-and prints how to run the bridge on this machine with it.
-
-   d1idem bridge init bridge --database orders-db
-   d1idem bridge init bridge-staging --database orders-db --env staging
-   d1idem bridge init bridge --database orders-db=6b4c8e3e-... --ledger-only`,
+		Name:        "init",
+		Usage:       "write the bridge's Worker and a wrangler.toml binding the databases into DIR",
+		ArgsUsage:   "DIR",
+		Description: help("bridge init"),
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: flagDatabase, Usage: "a D1 database `NAME` of the wrangler config (its database_name or binding), or NAME=ID; repeat it for each database (required)"},
 			&cli.StringFlag{Name: flagConfig, Usage: "wrangler config `FILE` to read the databases from (default: the one wrangler uses here)"},
@@ -109,21 +76,9 @@ func initBridge(c *cli.Context) error {
 	if source != "" && p.Env != "" {
 		source += " (env " + p.Env + ")"
 	}
-	files := map[string][]byte{bridgeConfigFile: p.WranglerTOML(source)}
-	for _, f := range bridge.WorkerFiles() {
-		files[f.Name] = f.Data
-	}
-	if err := writeBridgeFiles(p.Dir, files, c.Bool("force")); err != nil {
+	if p.Files, err = bridge.Init(p.Dir, p.Config, source, c.Bool("force")); err != nil {
 		return err
 	}
-	for name := range files {
-		p.Files = append(p.Files, filepath.Join(p.Dir, name))
-	}
-	if _, err := devSecret(filepath.Join(p.Dir, bridgeDevVars)); err != nil {
-		return err
-	}
-	p.Files = append(p.Files, filepath.Join(p.Dir, ".gitignore"), filepath.Join(p.Dir, bridgeDevVars))
-	slices.Sort(p.Files)
 	if c.Bool(flagJSON) {
 		return printJSON(c.App.Writer, p)
 	}
@@ -145,7 +100,7 @@ func planBridge(c *cli.Context, dir string) (*bridgePlan, error) {
 		name, id, explicit := strings.Cut(a, "=")
 		if !explicit && cfg == nil {
 			var err error
-			if cfg, err = loadWrangler(c); err != nil {
+			if cfg, err = loadWrangler(c, flagDatabase); err != nil {
 				return nil, err
 			}
 			p.ConfigPath = cfg.Path
@@ -210,82 +165,6 @@ func workerName(c *cli.Context, p *bridgePlan) error {
 	return nil
 }
 
-// writeBridgeFiles writes files into dir, refusing to overwrite any
-// without force, and adds the bridge's lines to dir/.gitignore.
-func writeBridgeFiles(dir string, files map[string][]byte, force bool) error {
-	for _, other := range []string{"wrangler.json", "wrangler.jsonc"} {
-		if _, err := os.Stat(filepath.Join(dir, other)); err == nil {
-			return fmt.Errorf("%s has a %s, which wrangler would read instead of the bridge's wrangler.toml; choose another directory", dir, other)
-		}
-	}
-	var existing []string
-	for name := range files {
-		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
-			existing = append(existing, filepath.Join(dir, name))
-		}
-	}
-	slices.Sort(existing)
-	if len(existing) > 0 && !force {
-		return fmt.Errorf("%s already exist; nothing was written: pass --force to overwrite them", strings.Join(existing, ", "))
-	}
-	if err := notAppConfig(filepath.Join(dir, bridgeConfigFile)); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			return err
-		}
-	}
-	return ensureLines(filepath.Join(dir, ".gitignore"), bridgeIgnored)
-}
-
-// notAppConfig refuses to overwrite a wrangler.toml that is not a bridge's
-// (its main is not worker.js), even with --force: it is an application's.
-func notAppConfig(path string) error {
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	cfg, err := wrangler.Load(path)
-	if err != nil {
-		return fmt.Errorf("%s exists and is not a bridge's wrangler config (%v); choose another directory", path, err)
-	}
-	if cfg.Main != "worker.js" {
-		return fmt.Errorf("%s is not a bridge's wrangler config (its main is %q, not \"worker.js\"); choose another directory, even with --force", path, cfg.Main)
-	}
-	return nil
-}
-
-// ensureLines appends to the file at path those of lines it lacks,
-// creating it if needed.
-func ensureLines(path string, lines []string) error {
-	data, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	have := strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n")
-	var add strings.Builder
-	if len(data) > 0 && !strings.HasSuffix(string(data), "\n") {
-		add.WriteString("\n")
-	}
-	for _, l := range lines {
-		if !slices.Contains(have, l) {
-			add.WriteString(l + "\n")
-		}
-	}
-	if strings.TrimSpace(add.String()) == "" {
-		return nil
-	}
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(add.String())
-	return errors.Join(err, f.Close())
-}
-
 // renderBridgeInit says what bridge init wrote and what comes next.
 func renderBridgeInit(w io.Writer, p *bridgePlan) error {
 	names := make([]string, len(p.Files))
@@ -319,38 +198,165 @@ func renderBridgeInit(w io.Writer, p *bridgePlan) error {
 	dir := shellQuote(p.Dir)
 	fmt.Fprintf(w, "\nNext: 'd1idem bridge deploy %s' deploys it, with a secret of its own.\n", dir)
 	_, err := fmt.Fprintf(w, "To run it here, in workerd, with the development secret of %s:\n\n   (cd %s && npx wrangler dev --local --port 8788)\n   export %s=\"http://:$(sed -n 's/^BRIDGE_SECRET=//p' %s)@127.0.0.1:8788\"\n",
-		filepath.Join(p.Dir, bridgeDevVars), dir, d1client.BridgeURLEnv, shellQuote(filepath.Join(p.Dir, bridgeDevVars)))
+		filepath.Join(p.Dir, bridge.DevVars), dir, d1client.BridgeURLEnv, shellQuote(filepath.Join(p.Dir, bridge.DevVars)))
 	return err
 }
 
-// devSecret returns BRIDGE_SECRET of the .dev.vars file at path (wrangler
-// dev's secrets), adding a new one (and making the file, mode 0600) when
-// it has none.
-func devSecret(path string) (string, error) {
-	data, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", err
+func bridgeDeployCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "deploy",
+		Usage:       "deploy the bridge in DIR with wrangler, and set its secret",
+		ArgsUsage:   "[DIR]",
+		Description: help("bridge deploy"),
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "rotate-secret", Usage: "make and set a new secret; the old one stays accepted (BRIDGE_SECRET_PREVIOUS) until you delete it", DisableDefaultText: true},
+			&cli.StringFlag{Name: "url", Usage: "the Worker's `URL`, for the D1IDEM_BRIDGE_URL printed at the end, when it is served on a route of yours (default: the workers.dev URL wrangler prints)"},
+		},
+		Action: deployBridge,
 	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
-		if !ok || strings.TrimSpace(strings.TrimPrefix(k, "export ")) != "BRIDGE_SECRET" {
-			continue
-		}
-		v = strings.Trim(strings.TrimSpace(v), `"'`)
-		if !bridge.ValidSecret(v) {
-			return "", fmt.Errorf("%s: BRIDGE_SECRET must be 16 to 4096 visible ASCII characters, no commas; delete the line for a new one", path)
-		}
-		return v, nil
-	}
-	secret := bridge.NewSecret()
-	line := "BRIDGE_SECRET=" + secret + "\n"
-	if len(data) > 0 && !bytes.HasSuffix(data, []byte("\n")) {
-		line = "\n" + line
-	}
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+}
+
+// deployment is one bridge deploy, for its renderers.
+type deployment struct {
+	bridge.Deployment
+	dir, worker string
+	wrangler    string // how the commands run wrangler
+}
+
+func (d *deployment) secretPath() string { return filepath.Join(d.dir, bridge.SecretFile) }
+
+func deployBridge(c *cli.Context) error {
+	dir, worker, err := bridgeDir(c)
 	if err != nil {
-		return "", err
+		return err
 	}
-	return secret, errors.Join(writeString(f, line), f.Close())
+	d := &deployment{dir: dir, worker: worker, wrangler: "wrangler"}
+	if d.URL, err = workerURL(c.String("url")); err != nil {
+		return err
+	}
+	if _, err := bridge.ReadSecret(dir); err != nil {
+		return secretError(err)
+	}
+	for _, p := range bridge.StaleModules(dir) {
+		fmt.Fprintf(c.App.ErrWriter, "note: %s is not the one this d1idem ships (edited, or written by another version); 'd1idem bridge init %s --database ... --force' rewrites the bridge's files\n",
+			p, shellQuote(dir))
+	}
+	w := bridge.Wrangler()
+	switch {
+	case w == nil && c.Bool("rotate-secret"):
+		return errors.New("bridge deploy: --rotate-secret runs wrangler, and neither wrangler nor npx is on PATH; nothing was changed")
+	case w == nil:
+		return d.printCommands(c.App.Writer)
+	case len(w) > 1:
+		d.wrangler = "npx --yes wrangler@" + bridge.WranglerVersion
+	}
+	done, err := bridge.Deploy(c.Context, dir, w, c.Bool("rotate-secret"), c.App.ErrWriter)
+	var se *bridge.SecretError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Errorf("bridge deploy: %w: run 'd1idem bridge deploy %s' again", err, shellQuote(dir))
+	case err != nil:
+		return fmt.Errorf("bridge deploy: %w", secretError(err))
+	}
+	if d.URL == nil {
+		d.URL = done.URL
+	}
+	d.NewSecret, d.Previous = done.NewSecret, done.Previous
+	return renderDeploy(c.App.Writer, d)
+}
+
+// secretError adds to an error of the secret file what to do about it.
+func secretError(err error) error {
+	var re *bridge.ReadableError
+	if errors.As(err, &re) {
+		return fmt.Errorf("%w: 'chmod 600 %s' (and, if others did read it, rotate the secret: see docs/bridge.md)", err, shellQuote(re.Path))
+	}
+	return err
+}
+
+// printCommands prints the commands that deploy the bridge by hand, once
+// the secret file holds a secret, and fails: nothing was deployed.
+func (d *deployment) printCommands(w io.Writer) error {
+	var err error
+	if d.NewSecret, err = bridge.EnsureSecret(d.dir); err != nil {
+		return err
+	}
+	d.wrangler = "npx --yes wrangler@" + bridge.WranglerVersion
+	if err := renderDeployCommands(w, d); err != nil {
+		return err
+	}
+	return errors.New("bridge deploy: nothing was deployed: neither wrangler nor npx is on PATH; run the commands above")
+}
+
+// bridgeDir returns the bridge directory of deploy, [DIR] or here, and its
+// Worker's name, once it has checked that bridge init wrote it.
+func bridgeDir(c *cli.Context) (string, string, error) {
+	if c.NArg() > 1 {
+		return "", "", usagef("%s takes at most one argument, the bridge's directory (got %d)", commandPath(c), c.NArg())
+	}
+	dir := c.Args().First()
+	if dir == "" {
+		dir = "."
+	}
+	worker, err := bridge.Worker(dir)
+	return dir, worker, err
+}
+
+// workerURL reads --url: an https URL with no user, query or fragment.
+func workerURL(s string) (*url.URL, error) {
+	if s == "" {
+		return nil, nil
+	}
+	u, err := url.Parse(s)
+	if err == nil && u.Scheme == "https" && u.Host != "" && u.User == nil && u.RawQuery == "" && u.Fragment == "" {
+		return u, nil
+	}
+	if strings.ContainsAny(s, "@?#") {
+		// A user, query or fragment may be a secret: a bridge URL pasted
+		// whole, say. It is not repeated.
+		return nil, usagef("--url: expected the Worker's https://HOST[/PATH], without a secret; the URL given is not shown, as it has a user, query or fragment (the bridge URL with its secret is D1IDEM_BRIDGE_URL's)")
+	}
+	return nil, usagef("--url %q: expected the Worker's https://HOST[/PATH], without a secret", s)
+}
+
+// bridgeURLCommand is the shell command that sets D1IDEM_BRIDGE_URL with
+// the secret read from its file, so that the secret itself is not shown.
+func (d *deployment) bridgeURLCommand() string {
+	host := d.worker + ".<your-subdomain>.workers.dev"
+	if d.URL != nil {
+		host = d.URL.Host + strings.TrimSuffix(d.URL.EscapedPath(), "/")
+	}
+	return fmt.Sprintf(`export %s="https://:$(cat %s)@%s"`, d1client.BridgeURLEnv, shellQuote(d.secretPath()), host)
+}
+
+// renderDeploy reports a deployment and the one variable to set.
+func renderDeploy(w io.Writer, d *deployment) error {
+	where := "(wrangler printed no URL for it; pass --url)"
+	if d.URL != nil {
+		where = "to " + d.URL.String()
+	}
+	secret := "its secret"
+	if d.NewSecret {
+		secret = "a new secret"
+	}
+	fmt.Fprintf(w, "Deployed %s %s, with %s (BRIDGE_SECRET) from %s.\n", d.worker, where, secret, d.secretPath())
+	fmt.Fprintf(w, "That file is the secret's only readable copy: mode 0600, left out of git by %s, never printed.\n", filepath.Join(d.dir, ".gitignore"))
+	fmt.Fprintf(w, "Point your service and d1idem at the bridge with one variable, in place of the API base URL and token:\n\n   %s\n", d.bridgeURLCommand())
+	if d.URL == nil {
+		fmt.Fprintf(w, "\n(with the Worker's host in place of the one above)\n")
+	}
+	if d.Previous {
+		fmt.Fprintf(w, "\nThe previous secret is still accepted (BRIDGE_SECRET_PREVIOUS): once every D1IDEM_BRIDGE_URL has the new one, retire it with\n\n   cd %s && %s secret delete BRIDGE_SECRET_PREVIOUS\n",
+			shellQuote(d.dir), d.wrangler)
+	}
+	return nil
+}
+
+// renderDeployCommands prints the commands that deploy the bridge by hand.
+func renderDeployCommands(w io.Writer, d *deployment) error {
+	fmt.Fprintf(w, "Nothing was deployed: neither wrangler nor npx (Node.js 20 or later) is on PATH. With them, run:\n\n")
+	fmt.Fprintf(w, "   cd %s\n   %s deploy\n   %s secret put BRIDGE_SECRET < %s\n\n", shellQuote(d.dir), d.wrangler, d.wrangler, bridge.SecretFile)
+	fmt.Fprintf(w, "%s holds the bridge's secret: mode 0600, left out of git by %s, never printed.\n", d.secretPath(), filepath.Join(d.dir, ".gitignore"))
+	_, err := fmt.Fprintf(w, "Then point your service and d1idem at the bridge with one variable, in place of the API base URL and token:\n\n   %s\n", d.bridgeURLCommand())
+	return err
 }

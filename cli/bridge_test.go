@@ -10,10 +10,10 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/d1idem/d1idem/bridge"
-	"github.com/d1idem/d1idem/cli/internal/wrangler"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/internal/d1test"
+	"github.com/d1idem/d1idem/wrangler"
 )
 
 const (

@@ -19,23 +19,7 @@ func consoleCommand(o *options) *cli.Command {
 	return &cli.Command{
 		Name:  "console",
 		Usage: "serve a web console: the ledger at a glance, stuck keys and their release, lookup and paging",
-		Description: `Serves a web page for operators on the databases the connection flags name (one,
-or a ledger across several): counts by status, keys awaiting retry, the oldest
-row, the sweep backlog, the size, the API budget and the ring, refreshed every
---refresh; the keys whose owner has gone quiet, each explained; every key, page
-by page; one key with its stored response. With --allow-release it releases a
-stuck key, fenced by its generation, after a confirmation. Each page says the D1
-calls it cost; the overview's counts read the whole table, as 'd1idem stats' does.
-
-It listens on 127.0.0.1; any other address needs --token ($D1IDEM_CONSOLE_TOKEN,
-never printed), which the browser signs in with and a script sends as a bearer
-token. The page loads nothing from elsewhere.
-
-   d1idem console --local .d1idem
-   d1idem console --database orders --allow-release
-   d1idem console --databases-prefix ledger- --ttl 2m --listen 127.0.0.1:9000
-   export D1IDEM_CONSOLE_TOKEN=$(openssl rand -hex 16)
-   d1idem console --database orders --listen 0.0.0.0:8789`,
+		Description: help("console"),
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8789", Usage: "listen on `ADDRESS`; any but a loopback one needs --token"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{envConsoleToken}, Usage: "require this `TOKEN` of at least 16 characters (never printed): the browser signs in with it, a script sends it as a bearer token"},

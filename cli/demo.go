@@ -1,44 +1,27 @@
 package cli
 
 import (
+	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 	"go.opentelemetry.io/otel/metric"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/d1idem/d1idem/cli/internal/embedded"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
-	"github.com/d1idem/d1idem/examples/orders/ordersapi"
-	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/examples/orders/ordersdemo"
 	"github.com/d1idem/d1idem/internal/human"
 )
 
 func demoCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "demo",
-		Usage: "show what Idempotency-Key protection does, on a small orders API and the embedded d1local",
-		Description: `Starts d1local in process, applies the ledger schema, serves a small orders API
-on a loopback port, and plays a client against it: a first request (shown as
-curl would show it), retries, 50 copies of one request at once, a key reused for
-another request, a request slower than the TTL, and a server that crashes
-mid-request. Every outcome is checked; the command exits 1 if any is not what
-the ledger promises. It ends with the ledger's rows and the next steps. No
-Cloudflare account is needed.
-
-   d1idem demo
-   d1idem demo --dir .d1idem     # keep the database, to look at it afterwards
-   d1idem demo --metrics         # and sum up the OpenTelemetry metrics the story produced`,
+		Name:        "demo",
+		Usage:       "show what Idempotency-Key protection does, on a small orders API and the embedded d1local",
+		Description: help("demo"),
 		Flags: []cli.Flag{
 			&cli.DurationFlag{Name: "ttl", Value: 2 * time.Second, Usage: "hold a pending key for `TTL` without an update, shortened for the demo (30s in production): 500ms to 5m"},
 			&cli.StringFlag{Name: "dir", Usage: "keep the demo's database under `DIR` (" + d1local.LocalDir + " is where the example API and the CLI's --local look); default: in memory"},
@@ -51,23 +34,12 @@ Cloudflare account is needed.
 			switch ttl := c.Duration("ttl"); {
 			case ttl < 500*time.Millisecond:
 				return usagef("--ttl %v is too short for the story; use at least 500ms", ttl)
-			case ttl > maxDemoTTL:
-				return usagef("--ttl %v is too long for the story, which waits it out three times; use at most %v", ttl, maxDemoTTL)
+			case ttl > ordersdemo.MaxTTL:
+				return usagef("--ttl %v is too long for the story, which waits it out three times; use at most %v", ttl, ordersdemo.MaxTTL)
 			}
-			return runDemo(c.Context, c.App.Writer, demoOptions{ttl: c.Duration("ttl"), dir: c.String("dir"), metrics: c.Bool("metrics")}, ordersAPI)
+			return runDemo(c.Context, c.App.Writer, demoOptions{ttl: c.Duration("ttl"), dir: c.String("dir"), metrics: c.Bool("metrics")}, ordersdemo.API)
 		},
 	}
-}
-
-// demoEnv is what the demo runs on: d1local, the ledger, and the demo API
-// on a loopback port.
-type demoEnv struct {
-	d1     *embedded.Server
-	db     *d1client.Client
-	ledger *idem.Ledger
-	http   *http.Server
-	base   string // the API's URL
-	dir    string // where the database is kept; "" in memory
 }
 
 // demoOptions are the demo's flags.
@@ -77,153 +49,64 @@ type demoOptions struct {
 	metrics bool   // sum up the story's metrics
 }
 
-// startDemo starts d1local (in memory, or under dir), applies the ledger
-// schema and the orders table, and serves the orders API. The ledger and
-// its client report their metrics to mp (nil: otel's global provider).
-func startDemo(ctx context.Context, opts demoOptions, mp metric.MeterProvider, api demoAPIFunc) (*demoEnv, error) {
-	srv, err := embedded.Start(d1local.Config{Dir: opts.dir}, "")
-	if err != nil {
-		return nil, err
-	}
-	e := &demoEnv{d1: srv, dir: opts.dir}
-	if err := e.start(ctx, opts.ttl, mp, api); err != nil {
-		e.close()
-		return nil, err
-	}
-	return e, nil
-}
-
-func (e *demoEnv) start(ctx context.Context, ttl time.Duration, mp metric.MeterProvider, newAPI demoAPIFunc) error {
-	var err error
-	if e.db, err = e.d1.Client(d1local.LocalDatabaseID, func(c *d1client.Config) { c.MeterProvider = mp }); err != nil {
-		return err
-	}
-	if err := ordersapi.EnsureSchema(ctx, e.db); err != nil {
-		return err
-	}
-	// The demo stages a crashed server and a refused late answer on
-	// purpose; the ledger's log lines about them would only clutter it.
-	if e.ledger, err = idem.New(e.db, idem.Config{TTL: ttl, Logger: slog.New(slog.DiscardHandler), MeterProvider: mp}); err != nil {
-		return err
-	}
-	api, err := newAPI(e.ledger, e.db)
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	e.base = "http://" + ln.Addr().String()
-	e.http = &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = e.http.Serve(ln) }()
-	return nil
-}
-
-func (e *demoEnv) close() {
-	if e.http != nil {
-		_ = e.http.Close()
-	}
-	_ = e.d1.Close()
-}
-
-// demoAPIFunc makes the API the demo plays against (ordersAPI; a test
-// gives a broken one).
-type demoAPIFunc func(*idem.Ledger, *d1client.Client) (http.Handler, error)
-
-// demoStallHeader makes the orders API take as long as its value ("3s")
-// before it creates the order: a slow request. The example API has the
-// same header when started with --demo-headers.
-const demoStallHeader = "X-Demo-Stall"
-
-// ordersAPI is the example's orders API (examples/orders/ordersapi), which
-// the demo plays against: POST /v1/orders, guarded by the idem middleware,
-// its INSERT committed with the ledger's completion (idemhttp.Tx). The
-// demo and the example can share one database.
-func ordersAPI(ledger *idem.Ledger, db *d1client.Client) (http.Handler, error) {
-	return ordersapi.New(ordersapi.Config{Ledger: ledger, DB: db, DelayHeader: demoStallHeader})
-}
-
-// runDemo plays the story against api and writes it to out; a promise that
-// did not hold is an error.
-func runDemo(ctx context.Context, out io.Writer, opts demoOptions, api demoAPIFunc) error {
+// runDemo plays the story on d1local (in memory, or under opts.dir)
+// against the API newAPI makes, and writes it to out; a promise that did
+// not hold is an error.
+func runDemo(ctx context.Context, out io.Writer, opts demoOptions, newAPI ordersdemo.NewAPI) error {
 	var mp metric.MeterProvider
-	var reader *sdkmetric.ManualReader
+	var m *ordersdemo.Metrics
 	if opts.metrics {
-		provider, r := newDemoMeter()
-		defer provider.Shutdown(context.Background())
-		mp, reader = provider, r
+		m = ordersdemo.NewMetrics()
+		defer m.Provider.Shutdown(context.Background())
+		mp = m.Provider
 	}
 	fmt.Fprintln(out, "d1idem demo: what Idempotency-Key protection does. Starting a local D1 (the embedded d1local)")
 	fmt.Fprintln(out, "and a small orders API on it, then playing a client against the API, one step at a time.")
-	e, err := startDemo(ctx, opts, mp, api)
+	d1, err := d1local.Listen(d1local.Config{Dir: opts.dir}, "")
 	if err != nil {
 		return err
 	}
-	defer e.close()
-	ttl := opts.ttl
-	s := newStory(e, out, ttl)
-	fmt.Fprintf(out, "\nThe orders API is at %s. Its ledger, the idempotency_keys table, is in D1: here the\n", e.base)
-	fmt.Fprintf(out, "embedded d1local, %s.\n", e.where())
-	fmt.Fprintf(out, "A key whose request is running is held for %s without an update (the TTL; 30s in production).\n\n", human.Duration(ttl))
-	if err := s.play(ctx); err != nil {
+	defer d1.Close()
+	db, err := localClient(d1, d1local.LocalDatabaseID, func(c *d1client.Config) { c.MeterProvider = mp })
+	if err != nil {
 		return err
 	}
-	if err := s.report(ctx); err != nil {
+	api, err := ordersdemo.Serve(ctx, db, opts.ttl, mp, newAPI)
+	if err != nil {
 		return err
 	}
-	if reader != nil {
-		t, err := collect(ctx, reader)
-		if err != nil {
+	defer api.Close()
+	where := "in memory (--dir DIR keeps it)"
+	if opts.dir != "" {
+		where = fmt.Sprintf("database %q kept under %s", d1local.LocalDatabaseID, opts.dir)
+	}
+	fmt.Fprintf(out, "\nThe orders API is at %s. Its ledger, the idempotency_keys table, is in D1: here the\n", api.URL)
+	fmt.Fprintf(out, "embedded d1local, %s.\n", where)
+	fmt.Fprintf(out, "A key whose request is running is held for %s without an update (the TTL; 30s in production).\n\n", human.Duration(opts.ttl))
+	s := ordersdemo.New(ordersdemo.Config{BaseURL: api.URL, DB: db, Ledger: api.Ledger, StallHeader: ordersdemo.StallHeader, Out: out})
+	if err := s.Play(ctx); err != nil {
+		return err
+	}
+	if err := s.Report(ctx); err != nil {
+		return err
+	}
+	if m != nil {
+		if err := m.WriteSummary(ctx, out); err != nil {
 			return err
 		}
-		if err := renderDemoMetrics(out, t); err != nil {
-			return err
-		}
 	}
-	if len(s.broken) > 0 {
-		return fmt.Errorf("%s broken: %s", plural(int64(len(s.broken)), "promise", "promises"), strings.Join(s.broken, "; "))
+	if broken := s.Broken(); len(broken) > 0 {
+		return fmt.Errorf("%s broken: %s", plural(int64(len(broken)), "promise", "promises"), strings.Join(broken, "; "))
 	}
-	return renderNextSteps(out, e.dir)
+	return renderNextSteps(out, opts.dir)
 }
 
-// where says where the demo's database is.
-func (e *demoEnv) where() string {
-	if e.dir == "" {
-		return "in memory (--dir DIR keeps it)"
-	}
-	return fmt.Sprintf("database %q kept under %s", d1local.LocalDatabaseID, e.dir)
-}
-
-// renderNextSteps is the demo's last screen: the example API, one curl, and
-// the command that shows the ledger's rows.
+// renderNextSteps is the demo's last screen: where its database is kept,
+// then the story's next steps.
 func renderNextSteps(w io.Writer, dir string) error {
 	fmt.Fprintln(w, "\nEvery promise held.")
 	if dir != "" {
 		fmt.Fprintf(w, "\nThe demo's database is kept under %s. Look at its rows:\n  go run ./cmd/d1idem keys list --local %s\n", dir, shellQuote(dir))
 	}
-	if dir == "" {
-		dir = d1local.LocalDir
-	}
-	_, err := fmt.Fprintf(w, `
-Next steps:
-  1. Run the example orders API (examples/orders), its database under %[1]s:
-       go run ./examples/orders --local %[1]s
-  2. Send it an order (run it twice: the second answer is a replay):
-       curl -i -X POST localhost:8080/v1/orders -H 'Authorization: Bearer tok_alice' \
-         -H 'Idempotency-Key: %[2]s' -H 'Content-Type: application/json' -d '{"sku":"tea","qty":2}'
-  3. Look at the ledger's rows:
-       go run ./cmd/d1idem keys list --local %[1]s
-  Then: README.md to protect your own API, docs/operators.md for a key that is stuck.
-`, shellQuote(dir), newUUID())
-	return err
-}
-
-// newUUID is a random (version 4) UUID, the usual Idempotency-Key.
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+	return ordersdemo.WriteNextSteps(w, shellQuote(cmp.Or(dir, d1local.LocalDir)))
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -51,8 +50,7 @@ func exitCode(err error) int {
 	return exitError
 }
 
-// report writes err on stderr: one line "d1idem: ...", or under --json one
-// line {"error": {...}}.
+// report writes err on stderr: "d1idem: ...", or under --json {"error": {...}}.
 func report(stderr io.Writer, err error, code int, asJSON bool) {
 	msg := describe(err)
 	if !asJSON {
@@ -94,7 +92,7 @@ func errorJSONOf(err error, msg string, code int) errorJSON {
 			codes = []int{}
 		}
 		out.D1 = &d1JSON{HTTPStatus: de.StatusCode, Codes: codes, Message: clip(de.Message), RetryAfterMS: de.RetryAfter.Milliseconds(),
-			MayHaveCommitted: de.Ambiguous && writes(de.Statements), Attempts: de.Attempts}
+			MayHaveCommitted: de.MayHaveCommitted(), Attempts: de.Attempts}
 	}
 	var nd *noDatabaseError
 	if errors.As(err, &nd) {
@@ -103,10 +101,8 @@ func errorJSONOf(err error, msg string, code int) errorJSON {
 	return out
 }
 
-// describe turns an error into the one line an operator reads on stderr.
-// D1 failures get a plain statement of what happened and what to do; their
-// SQL (which d1client attaches, parameters redacted) is left out, because it
-// spans lines and says nothing the operator can act on.
+// describe turns an error into the one line an operator reads on stderr;
+// a D1 failure as d1client.Error.Explain says it.
 func describe(err error) string {
 	line := describeLine(err)
 	if h := (hintedError{}); errors.As(err, &h) {
@@ -126,7 +122,7 @@ func describeLine(err error) string {
 	if full, inner := err.Error(), de.Error(); full != inner && strings.HasSuffix(full, inner) {
 		prefix = strings.TrimSuffix(full, inner)
 	}
-	line := prefix + describeD1(de)
+	line := prefix + de.Explain()
 	if errors.Is(de, d1client.ErrSQL) && strings.Contains(de.Message, "no such table: "+d1idem.Table) {
 		apply := "d1idem schema apply"
 		if h := (applyHint{}); errors.As(err, &h) {
@@ -147,85 +143,9 @@ type applyHint struct {
 func (h applyHint) Error() string { return h.err.Error() }
 func (h applyHint) Unwrap() error { return h.err }
 
-func describeD1(e *d1client.Error) string {
-	s := describeKind(e)
-	if e.Attempts > 1 {
-		s += fmt.Sprintf(" (after %d attempts)", e.Attempts)
-	}
-	// d1client marks any call that may have reached D1 as ambiguous; that
-	// only matters for a write.
-	if e.Ambiguous && writes(e.Statements) {
-		s += "; the change may have been committed: look before repeating it"
-	}
-	return s
-}
-
-// writes reports whether any of the statements can change the database.
-func writes(stmts []string) bool {
-	for _, s := range stmts {
-		f := strings.Fields(s)
-		if len(f) == 0 {
-			continue
-		}
-		switch strings.ToUpper(f[0]) {
-		case "SELECT", "PRAGMA", "EXPLAIN":
-		default:
-			return true
-		}
-	}
-	return false
-}
-
-func describeKind(e *d1client.Error) string {
-	status := ""
-	if st := e.Status(); st != "" {
-		status = " (" + st + ")"
-	}
-	msg := e.Message
-	if msg == "" && e.Err != nil {
-		msg = e.Err.Error()
-	}
-	switch {
-	case errors.Is(e, d1client.ErrAuth):
-		return fmt.Sprintf("D1 refused the credentials%s: %s; check the API token (it needs D1 edit permission), the account ID and the database ID", status, msg)
-	case errors.Is(e, d1client.ErrNoDatabase):
-		return fmt.Sprintf("D1 has no such database%s: %s; check the database ID", status, msg)
-	case errors.Is(e, d1client.ErrRateLimited):
-		wait := ""
-		if e.RetryAfter > 0 {
-			wait = fmt.Sprintf("; try again in %s", e.RetryAfter.Round(time.Second))
-		} else if !e.BlockedUntil.IsZero() {
-			wait = fmt.Sprintf("; try again after %s", e.BlockedUntil.UTC().Format(time.RFC3339))
-		}
-		return fmt.Sprintf("Cloudflare's API rate limit is reached%s: every API call of the account, the application's included, is blocked for up to 5 minutes%s", status, wait)
-	case errors.Is(e, d1client.ErrNonJSON):
-		return fmt.Sprintf("D1 answered with a page that is not JSON%s, an error of Cloudflare's edge or gateway; it is usually transient: try again", status)
-	case errors.Is(e, d1client.ErrBudget):
-		return fmt.Sprintf("the request budget is spent: %s", msg)
-	case errors.Is(e, d1client.ErrOverloaded):
-		return fmt.Sprintf("D1 reports the database overloaded%s: %s; try again shortly", status, msg)
-	case errors.Is(e, d1client.ErrTransport):
-		return fmt.Sprintf("cannot reach D1: %s", msg)
-	}
-	return fmt.Sprintf("D1 %s%s: %s", kindName(e), status, msg)
-}
-
-// kindName names the remaining failures as d1client's sentinels do.
-func kindName(e *d1client.Error) string {
-	for _, s := range []error{d1client.ErrSQL, d1client.ErrTransient, d1client.ErrEnvelope, d1client.ErrResultCount, d1client.ErrInvalid, d1client.ErrRejected} {
-		if errors.Is(e, s) {
-			return strings.TrimPrefix(s.Error(), "d1: ")
-		}
-	}
-	return "error"
-}
-
-// collapse makes s one line that is safe on a terminal: each run of white
-// space with a line break, a tab or another space character in it becomes
-// one space, the text is trimmed, what may not reach the terminal raw is
-// escaped (escapeText), and a text longer than maxErrorLine (a proxy's page
-// passed on as a message, say) is cut to its start. A run of plain spaces
-// is kept: it may be inside a command line the error suggests.
+// collapse makes s one line safe on a terminal: each run of white space
+// other than plain spaces (kept: a suggested command may hold them) becomes
+// one space, the rest is escaped (escapeText) and cut to maxErrorLine.
 func collapse(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); {
@@ -252,8 +172,7 @@ func collapse(s string) string {
 // maxErrorLine bounds the text of an error line, in bytes.
 const maxErrorLine = 2048
 
-// clip cuts s to at most maxErrorLine bytes, at a character boundary, and
-// says how much it left out.
+// clip cuts s to at most maxErrorLine bytes, and says how much it left out.
 func clip(s string) string {
 	p, more := preview(s, maxErrorLine)
 	if more == 0 {
@@ -262,29 +181,15 @@ func clip(s string) string {
 	return fmt.Sprintf("%s... (%d more bytes)", p, more)
 }
 
-// flagOf names the CLI flag of a ledger configuration field, or "".
-func flagOf(field string) string {
-	switch field {
-	case "Config.TTL":
-		return "--ttl"
-	case "Config.Heartbeat":
-		return "--heartbeat"
-	case "Config.Retention":
-		return "--retention"
-	case "Config.SweepBatch":
-		return "--batch"
-	}
-	return ""
-}
-
 // configUsage turns an invalid ledger configuration from flags into a
-// usage error naming the flag.
+// usage error naming the flag of the field.
 func configUsage(err error) error {
 	var ce *idem.ConfigError
-	if errors.As(err, &ce) {
-		if flag := flagOf(ce.Field); flag != "" {
-			return usagef("%s %s is out of range: %s", flag, ce.Value, ce.Want)
-		}
+	if !errors.As(err, &ce) {
+		return err
+	}
+	if flag := map[string]string{"Config.TTL": "--ttl", "Config.Heartbeat": "--heartbeat", "Config.Retention": "--retention", "Config.SweepBatch": "--batch"}[ce.Field]; flag != "" {
+		return usagef("%s %s is out of range: %s", flag, ce.Value, ce.Want)
 	}
 	return err
 }

@@ -10,10 +10,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/d1idem/d1idem/cli/internal/wrangler"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/internal/human"
+	"github.com/d1idem/d1idem/wrangler"
 )
 
 // Connection flag names.
@@ -49,11 +49,9 @@ func onCommandLine(c *cli.Context, name, env string) (string, bool) {
 	return v, v != "" && (env == "" || v != os.Getenv(env))
 }
 
-// connFlags are the flags of every command that talks to D1. They are the
-// flags and environment variables wrangler users already know. The base
-// URL's variables (CLOUDFLARE_API_BASE_URL, CLOUDFLARE_BASE_URL) are read by
-// d1client, which refuses them when they differ, and so is the bridge's
-// (D1IDEM_BRIDGE_URL) unless --bridge-url is given.
+// connFlags are the flags of every command that talks to D1: wrangler's
+// flags and variables. d1client reads the base URL's variables (refusing
+// two that differ), and the bridge's unless --bridge-url is given.
 func connFlags() []cli.Flag {
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: flagAccountID, Usage: "Cloudflare account `ID`", EnvVars: []string{envAccountID}, Category: "Connection:"},
@@ -129,8 +127,7 @@ func (f *multiFlag) Apply(set *flag.FlagSet) error {
 	return nil
 }
 
-// multiValues returns the values of a repeatable flag, and whether they
-// came from the environment.
+// multiValues returns a repeatable flag's values, and whether they came from the environment.
 func multiValues(c *cli.Context, name string) ([]string, bool) {
 	if v, ok := c.Generic(name).(*multiValue); ok && v != nil {
 		return slices.Clone(v.vals), v.fromEnv
@@ -145,6 +142,79 @@ func severalDatabases(c *cli.Context) bool {
 	names, _ := multiValues(c, flagDatabase)
 	ids, _ := multiValues(c, flagDatabaseID)
 	return c.String(flagDatabasesPrefix) != "" || len(names) > 1 || len(ids) > 1
+}
+
+// checkConnFlags refuses connection flags that contradict each other or would be ignored.
+func checkConnFlags(c *cli.Context) error {
+	if err := envWithoutDatabase(c); err != nil || !severalDatabases(c) {
+		return err
+	}
+	return noEnvDatabaseID(c)
+}
+
+// bridgeURL returns --bridge-url for d1client.Config.BridgeURL ("" leaves
+// $D1IDEM_BRIDGE_URL to d1client), and whether a bridge is used. A
+// --base-url wins over the variable; beside --bridge-url it is refused.
+func bridgeURL(c *cli.Context) (url string, bridge bool, err error) {
+	u, given := onCommandLine(c, flagBridgeURL, d1client.BridgeURLEnv)
+	if u == "" {
+		return "", false, nil
+	}
+	fromEnv := !given
+	switch {
+	case c.String(flagBaseURL) == "" && fromEnv:
+		return "", true, nil
+	case c.String(flagBaseURL) == "":
+		return u, true, nil
+	case fromEnv:
+		return "", false, nil
+	}
+	return "", false, usagef("--%s and --%s both say where D1 is; pass one (a bridge URL is its base URL with its secret)", flagBridgeURL, flagBaseURL)
+}
+
+// noEnvDatabaseID refuses D1_DATABASE_ID beside a command line that names
+// several databases: it would add a database nobody named there.
+func noEnvDatabaseID(c *cli.Context) error {
+	if ids, env := multiValues(c, flagDatabaseID); env && len(ids) > 0 {
+		return usagef("D1_DATABASE_ID is set (%s) while the command line names several databases: unset it, or pass it as --%s too", strings.Join(ids, ","), flagDatabaseID)
+	}
+	return nil
+}
+
+// envWithoutDatabase reports, as a usage error, --env or --preview given on
+// the command line without --database, which they would not affect.
+// CLOUDFLARE_ENV alone is not an error: wrangler users may set it for every
+// command.
+func envWithoutDatabase(c *cli.Context) error {
+	if c.String(flagDatabase) != "" || c.String(flagDatabasesPrefix) != "" {
+		return nil
+	}
+	if _, given := onCommandLine(c, flagEnv, wrangler.EnvVar); given {
+		return usagef("--%s selects a wrangler environment for --%s; pass --%s NAME too", flagEnv, flagDatabase, flagDatabase)
+	}
+	if c.Bool(flagPreview) {
+		return usagef("--%s takes the preview_database_id of --%s; pass --%s NAME too", flagPreview, flagDatabase, flagDatabase)
+	}
+	return nil
+}
+
+// localOnly refuses, beside --local, a flag of the command line that would
+// choose a Cloudflare database and be ignored. Their environment variables
+// are ignored without a word: a shell set up for Cloudflare can use --local.
+// No value is shown: the token and the bridge URL are secrets.
+func localOnly(c *cli.Context) error {
+	for _, f := range []struct{ name, env string }{
+		{flagAccountID, envAccountID},
+		{flagAPIToken, envAPIToken},
+		{flagBridgeURL, d1client.BridgeURLEnv},
+		{flagBaseURL, ""},
+		{flagConfig, ""},
+	} {
+		if _, given := onCommandLine(c, f.name, f.env); given {
+			return usagef("--%s has no use with --%s: d1local needs no Cloudflare account, API or wrangler config; leave one of them out", f.name, flagLocal)
+		}
+	}
+	return nil
 }
 
 // Flag readers that turn bad values into usage errors.
@@ -165,8 +235,7 @@ func positiveDuration(c *cli.Context, name string) (time.Duration, error) {
 	return d, nil
 }
 
-// ledgerFlags checks that a command has no arguments and reads its --ttl
-// and --retention, both positive.
+// ledgerFlags refuses arguments and reads --ttl and --retention, both positive.
 func ledgerFlags(c *cli.Context) (ttl, retention time.Duration, err error) {
 	if err := noArgs(c); err != nil {
 		return 0, 0, err
@@ -197,14 +266,10 @@ func setDurations(c *cli.Context, names ...string) string {
 	return h
 }
 
-// connHint repeats the flags that chose a database (--local, --database,
-// --config, --env, and the base URL and IDs given on the command line: the
-// environment gives its own to the suggested command too), for the
-// commands a hint suggests, so that they run when pasted. It never includes
-// the API token, the bridge URL or a URL's user information: a token or
-// bridge URL given on the command line is repeated as a placeholder, its
-// environment variable in double quotes ("$CLOUDFLARE_API_TOKEN"), for the
-// shell to fill in.
+// connHint repeats the flags that chose the databases, for the commands a
+// hint suggests to run when pasted (the environment gives its own). A token
+// or bridge URL is never repeated: on the command line, it becomes its
+// variable in double quotes ("$CLOUDFLARE_API_TOKEN") for the shell to fill.
 func connHint(c *cli.Context) string {
 	var b strings.Builder
 	add := func(name, v string) { b.WriteString(" --" + name + " " + shellQuote(v)) }
@@ -235,8 +300,7 @@ func connHint(c *cli.Context) string {
 	return b.String()
 }
 
-// hintValues are the values of a flag that is set: each of a repeatable
-// one.
+// hintValues are the values of a flag that is set.
 func hintValues(c *cli.Context, name string) []string {
 	if !c.IsSet(name) || c.String(name) == "" {
 		return nil

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -14,6 +15,28 @@ var commandPaths = [][]string{
 	{"keys"}, {"keys", "get"}, {"keys", "list"}, {"keys", "stuck"}, {"keys", "release"},
 	{"sweep"}, {"stats"}, {"console"}, {"ring"}, {"ring", "status"}, {"ring", "init"}, {"ring", "grow"}, {"ring", "advance"},
 	{"local"}, {"local", "serve"}, {"bridge"}, {"bridge", "init"}, {"bridge", "deploy"}, {"demo"},
+}
+
+// TestHelpText: help.txt has a section for each command, each used, and
+// each command's description is its section, non-empty.
+func TestHelpText(t *testing.T) {
+	sections := regexp.MustCompile(`(?m)^== (.+) ==$`).FindAllStringSubmatch(helpText, -1)
+	if len(sections) != len(commandPaths)+1 {
+		t.Errorf("help.txt has %d sections; want one for d1idem and each of the %d commands", len(sections), len(commandPaths))
+	}
+	app := newApp(nil, nil, &options{})
+	if app.Description != help("d1idem") || !strings.HasPrefix(app.Description, "d1idem keeps") {
+		t.Errorf("the app's description is not its section: %q", app.Description)
+	}
+	for _, path := range commandPaths {
+		cmd := findCommand(app.Commands, path[0])
+		for _, name := range path[1:] {
+			cmd = findCommand(cmd.Subcommands, name)
+		}
+		if d := help(strings.Join(path, " ")); d == "" || cmd.Description != d || strings.Contains(d, "{{") || strings.Contains(d, "\n== ") {
+			t.Errorf("%s: description %q, section %q", strings.Join(path, " "), cmd.Description, d)
+		}
+	}
 }
 
 func TestHelp(t *testing.T) {

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -16,26 +19,10 @@ import (
 
 func keysCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "keys",
-		Usage: "inspect and release idempotency keys",
-		Description: `Shows the ledger's rows and releases keys whose owner died. Start with 'd1idem
-keys stuck': it lists the pending keys whose owner has gone quiet.
-
-   d1idem keys stuck
-   d1idem keys get --principal acct_42 --key order-7
-   d1idem keys release --principal acct_42 --key order-7 --generation 1 --force
-
-On a ledger across several databases (--database or --database-id repeated, or
---databases-prefix), get and release go to the key's database, found by the
-ring recorded in them (see 'd1idem ring'), and list and stuck merge them all.
-
-   d1idem keys stuck --databases-prefix ledger-`,
-		Subcommands: []*cli.Command{
-			keysGetCommand(o),
-			keysListCommand(o),
-			keysStuckCommand(o),
-			keysReleaseCommand(o),
-		},
+		Name:        "keys",
+		Usage:       "inspect and release idempotency keys",
+		Description: help("keys"),
+		Subcommands: []*cli.Command{keysGetCommand(o), keysListCommand(o), keysStuckCommand(o), keysReleaseCommand(o)},
 	}
 }
 
@@ -56,8 +43,7 @@ func principalHexFlag() cli.Flag {
 	return &cli.StringFlag{Name: flagPrincipalHex, Usage: "the principal as the `HEX` of its bytes, in place of --principal: for one a shell cannot pass (with a NUL byte); printed commands use it then"}
 }
 
-// principalOf reads --principal, or --principal-hex; "" when neither is
-// given.
+// principalOf reads --principal, or --principal-hex; "" when neither is given.
 func principalOf(c *cli.Context) (string, error) {
 	p, h := c.String(flagPrincipal), c.String(flagPrincipalHex)
 	switch {
@@ -83,10 +69,8 @@ func principalArg(p string) string {
 	return "--" + flagPrincipal + " " + shellQuote(p)
 }
 
-// requiredMark ends the usage of a flag the command cannot do without.
-// urfave/cli v2 neither marks Required flags in help nor reports them
-// missing in one line (it prints the whole help), so the commands check
-// them themselves (requiredString) and say so here.
+// requiredMark ends the usage of a flag the command checks it has
+// (urfave/cli v2's Required flags print the whole help when missing).
 const requiredMark = " (required)"
 
 func keyFlag() cli.Flag {
@@ -153,8 +137,7 @@ func listLimit(c *cli.Context) (int, error) {
 	return n, nil
 }
 
-// keysScope is what a keys command works on: the administrative API, and
-// for people, where it reads.
+// keysScope is what a keys command works on.
 type keysScope struct {
 	a     *idem.Admin
 	cfg   idem.Config // the ledger's, its defaults filled in
@@ -164,10 +147,8 @@ type keysScope struct {
 	set    *dbSet
 }
 
-// withKeys runs a keys command: it refuses arguments, reads --ttl and
-// --heartbeat, opens the databases and hands fn the administrative API of
-// the ledger on them. Across several databases, it finds each principal's
-// database by the ring recorded in them.
+// withKeys runs a keys command: it reads --ttl and --heartbeat, and hands
+// fn the administrative API of the ledger on the databases.
 func (o *options) withKeys(c *cli.Context, fn func(ks *keysScope) error) error {
 	if err := noArgs(c); err != nil {
 		return err
@@ -190,20 +171,11 @@ func (o *options) withKeys(c *cli.Context, fn func(ks *keysScope) error) error {
 	})
 }
 
-// ---- keys get ----
-
 func keysGetCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "get",
-		Usage: "show one key: status, generation, ages, replay headers, body preview",
-		Description: `Shows one ledger row: its status and generation (the fencing token), when it was
-created and last updated (ages, and UTC times), and what a retry would be
-answered with: the response status, the replay headers and the first 200 bytes
-of the stored body. It ends with what happens to the next retry, and how to
-release the key if its owner died. Exits 1 if there is no such key.
-
-   d1idem keys get --principal acct_42 --key order-7
-   d1idem keys get --principal acct_42 --key order-7 --json`,
+		Name:        "get",
+		Usage:       "show one key: status, generation, ages, replay headers, body preview",
+		Description: help("keys get"),
 		Flags: append([]cli.Flag{
 			principalFlag("the `PRINCIPAL` the key belongs to (the server-derived account or user ID)" + requiredMark),
 			principalHexFlag(), keyFlag(), ttlFlag(), heartbeatFlag(), jsonFlag(),
@@ -225,7 +197,7 @@ func (o *options) keysGet(c *cli.Context) error {
 		} else if err != nil {
 			return ledgerErr("keys get", err)
 		}
-		home, homeText, err := ks.home(c.Context, principal, key)
+		home, homeText, err := ks.home(c.Context, &k)
 		if err != nil {
 			return ledgerErr("keys get", err)
 		}
@@ -255,28 +227,17 @@ func releaseCommandLine(c *cli.Context, k *idem.KeyRecord) string {
 		principalArg(k.Principal), shellQuote(k.Key), k.Generation, force, connHint(c))
 }
 
-// ---- keys list ----
-
 func keysListCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "list",
-		Usage: "list keys, oldest update first, filtered and paginated",
-		Description: `Lists ledger rows ordered by their last update, then principal and key. Filters
-combine. Pages are keyset-paginated: when more rows match, the last line is
-"next cursor: TOKEN"; pass it back with --cursor (and the same filters) for the
-next page. Pagination is stable while rows are added, updated or deleted.
-
-   d1idem keys list --status pending
-   d1idem keys list --principal acct_42 --older-than 1h --limit 100
-   d1idem keys list --status completed --cursor v1.WzE3N...`,
+		Name:        "list",
+		Usage:       "list keys, oldest update first, filtered and paginated",
+		Description: help("keys list"),
 		Flags: append([]cli.Flag{
 			principalFlag("only keys of this `PRINCIPAL`"),
 			principalHexFlag(),
 			&cli.StringFlag{Name: "status", Usage: "only keys with this `STATUS`: pending or completed"},
 			&cli.DurationFlag{Name: "older-than", Usage: "only keys whose last update is older than `DURATION` (e.g. 10m, 24h)", DefaultText: "any age"},
-			limitFlag(),
-			ttlFlag(),
-			heartbeatFlag(),
+			limitFlag(), ttlFlag(), heartbeatFlag(),
 			&cli.StringFlag{Name: "cursor", Usage: "continue after the page that printed this `TOKEN` as its next cursor"},
 			jsonFlag(),
 		}, connFlags()...),
@@ -350,26 +311,13 @@ func listOptions(c *cli.Context) (idem.ListOptions, error) {
 	return opts, err
 }
 
-// ---- keys stuck ----
-
 func keysStuckCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "stuck",
-		Usage: "list pending keys whose owner has gone quiet: the first thing to look at",
-		Description: `Lists the pending keys whose owner has stopped renewing them (a live owner
-renews its row every third of the TTL), in two groups:
-
-  owner quiet     no update for more than 2/3 of the TTL, but still inside it:
-                  retries get 409 until the TTL has passed. Releasing the key
-                  lets the client retry now; the last line shows how.
-  awaiting retry  past the TTL: the next retry of the same request takes the
-                  key over and executes. Nothing needs releasing; a key just
-                  released is one of these.
-
-   d1idem keys stuck
-   d1idem keys stuck --ttl 2m --json`,
-		Flags:  append([]cli.Flag{ttlFlag(), heartbeatFlag(), limitFlag(), jsonFlag()}, connFlags()...),
-		Action: o.keysStuck,
+		Name:        "stuck",
+		Usage:       "list pending keys whose owner has gone quiet: the first thing to look at",
+		Description: help("keys stuck"),
+		Flags:       append([]cli.Flag{ttlFlag(), heartbeatFlag(), limitFlag(), jsonFlag()}, connFlags()...),
+		Action:      o.keysStuck,
 	}
 }
 
@@ -394,50 +342,17 @@ func (o *options) keysStuck(c *cli.Context) error {
 	})
 }
 
-// ---- keys release ----
-
 func keysReleaseCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "release",
-		Usage: "release a pending key whose owner died, fenced by its generation, so the client may retry now",
-		Description: `Releases one row, only at the generation given, in one fenced statement, with
-the ledger's one release rule (the one the application applies when a handler
-panics or streams): the row's generation moves one past the old owner's, and
-its last update is set one millisecond further back than the TTL, so the row is
-released, awaiting retry: the client's next request with the key (the same
-request, by its fingerprint) takes it over at once and executes. The row is
-never deleted: a fresh claim would start again at generation 1, which could be
-an old owner's own generation; the sweep removes it after the retention.
-
-If another owner has taken the key over (a newer generation) or completed it in
-the meantime, nothing changes and the command says what the row holds now.
-
-The old owner, if it is still running, may still perform its mutation; its
-completion is fenced by its generation and will not be stored. An owner using
-the idem package learns at its next heartbeat that it lost its lease.
-
-Only the same request (by its fingerprint) takes a released key over; a client
-that changed its request gets 409 idempotency_key_reused (a new operation takes
-a new key).
-
-A pending row inside the TTL is refused without --force: the ledger cannot
-prove its owner dead ('keys stuck' shows which owners have missed their
-heartbeats). A row past the TTL needs no release (the next retry takes it
-over), but a release fences its old owner out at once. A completed row is
-refused without --force; with --force its stored response is forgotten (the
-row is released like a pending one), and the next retry executes the request
-again.
-
-   d1idem keys release --principal acct_42 --key order-7 --generation 1 --force`,
+		Name:        "release",
+		Usage:       "release a pending key whose owner died, fenced by its generation, so the client may retry now",
+		Description: help("keys release"),
 		Flags: append([]cli.Flag{
 			principalFlag("the `PRINCIPAL` the key belongs to" + requiredMark),
-			principalHexFlag(),
-			keyFlag(),
+			principalHexFlag(), keyFlag(),
 			requiredInt64Flag{&cli.Int64Flag{Name: "generation", Usage: "the `GENERATION` to release, as 'keys get' or 'keys stuck' shows it: the fence" + requiredMark}},
 			&cli.BoolFlag{Name: "force", Usage: "also release a pending row inside the TTL, or a completed row (forgetting its response)", DisableDefaultText: true},
-			ttlFlag(),
-			heartbeatFlag(),
-			jsonFlag(),
+			ttlFlag(), heartbeatFlag(), jsonFlag(),
 		}, connFlags()...),
 		Action: o.keysRelease,
 	}
@@ -484,20 +399,18 @@ func keyName(principal, key string) string {
 	return fmt.Sprintf("key %s of principal %s", strconv.Quote(key), strconv.Quote(principal))
 }
 
-// getCommandLine is the command that shows the row k, as the command line
-// reached it.
+// getCommandLine is the command that shows the row k.
 func getCommandLine(c *cli.Context, k *idem.KeyRecord) string {
 	return fmt.Sprintf("d1idem keys get %s --key %s%s%s", principalArg(k.Principal), shellQuote(k.Key), connHint(c), setDurations(c, "ttl", "heartbeat"))
 }
 
-// notReleased says why the ledger left the row k alone; look is the
-// command that shows it.
+// notReleased says why the ledger left the row k alone; look shows it.
 func notReleased(k *idem.KeyRecord, gen int64, lease time.Duration, look string) error {
 	who, ttl := keyName(k.Principal, k.Key), human.Duration(lease)
 	switch {
 	case k.Generation != gen:
 		return fmt.Errorf("not released: %s is now at generation %d (%s, updated %s), not %d; look again with '%s'",
-			who, k.Generation, stateWords(k.State), human.Age(k.SinceUpdate()), gen, look)
+			who, k.Generation, k.State.Words(), human.Age(k.SinceUpdate()), gen, look)
 	case k.State == idem.KeyCompleted:
 		return fmt.Errorf("not released: %s is completed (response %s): retries replay it; --force forgets the response, and the next retry executes the request again",
 			who, statusOrDash(k.ResponseStatus))
@@ -511,17 +424,206 @@ func notReleased(k *idem.KeyRecord, gen int64, lease time.Duration, look string)
 	return fmt.Errorf("not released: %s has status %s, which the ledger does not release", who, display(string(k.Status)))
 }
 
-// stateWords names a state in tables and lines: "awaiting retry".
-func stateWords(s idem.KeyState) string {
-	if s == idem.KeyUnknown {
-		return "unknown status"
-	}
-	return strings.ReplaceAll(string(s), "_", " ")
-}
-
 func statusOrDash(s *int64) string {
 	if s == nil {
 		return "-"
 	}
 	return strconv.FormatInt(*s, 10)
+}
+
+// previewBytes is how much of a stored body keys get shows.
+const previewBytes = 200
+
+// renderKey writes keys get for people: the row's fields (home: which
+// database holds it), what the next retry gets, and what to do.
+func renderKey(w io.Writer, k *idem.KeyRecord, e idem.Explanation, release, home string) error {
+	var fields [][2]string
+	if home != "" {
+		fields = append(fields, [2]string{"database", home})
+	}
+	if err := printFields(w, append(fields, [][2]string{
+		{"principal", display(k.Principal)},
+		{"key", display(k.Key)},
+		{"status", statusText(k, e)},
+		{"generation", strconv.FormatInt(k.Generation, 10)},
+		{"created", fmt.Sprintf("%s  (%s)", human.Age(k.Age()), human.Time(k.CreatedAt))},
+		{"updated", fmt.Sprintf("%s  (%s)", human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt))},
+		{"fingerprint", display(k.Fingerprint)},
+		{"response status", statusOrDash(k.ResponseStatus)},
+		{"replay headers", headersText(k)},
+		{"response body", bodyText(k)},
+	}...)); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	for _, line := range []string{e.Next, e.Remedy} {
+		if line != "" {
+			fmt.Fprintln(w, wrap(escapeText(line)))
+		}
+	}
+	if e.Release != nil {
+		fmt.Fprintf(w, "  %s\n", release)
+	}
+	return nil
+}
+
+// statusText is the row's status and state, and why: "pending, owner
+// quiet: no update for 25s ...".
+func statusText(k *idem.KeyRecord, e idem.Explanation) string {
+	switch e.State {
+	case idem.KeyCompleted:
+		return "completed: " + e.Reason
+	case idem.KeyUnknown:
+		return display(string(k.Status)) + " (" + e.Reason + ")"
+	}
+	return fmt.Sprintf("%s, %s: %s", k.Status, e.State.Words(), e.Reason)
+}
+
+// headersText shows the stored replay headers, one per line.
+func headersText(k *idem.KeyRecord) string {
+	headers, err := k.StoredHeaders()
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%s (not a JSON object of strings: %v)", strconv.Quote(*k.ResponseHeaders), err)
+	case k.ResponseHeaders != nil && len(headers) == 0:
+		return "(none)"
+	case len(headers) == 0:
+		return "-"
+	}
+	names := make([]string, 0, len(headers))
+	for n := range headers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	lines := make([]string, 0, len(names))
+	for _, n := range names {
+		lines = append(lines, display(n)+": "+display(headers[n]))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// bodyText shows the stored body's size and its first bytes, quoted.
+func bodyText(k *idem.KeyRecord) string {
+	if k.ResponseBody == nil {
+		if k.Status == idem.StatusCompleted {
+			return "NULL (no body stored: an oversized response is stored as status 500 with no body)"
+		}
+		return "-"
+	}
+	p, more := preview(*k.ResponseBody, previewBytes)
+	s := fmt.Sprintf("%s, %s", plural(int64(len(*k.ResponseBody)), "byte", "bytes"), strconv.Quote(p))
+	if more > 0 {
+		s += fmt.Sprintf(" ... (%d more bytes)", more)
+	}
+	return s
+}
+
+// renderKeyPage writes keys list for people: a table, then the next cursor.
+func renderKeyPage(w io.Writer, page idem.KeyPage, continued bool) error {
+	if len(page.Keys) == 0 {
+		if continued {
+			_, err := fmt.Fprintln(w, "No more keys after the cursor.")
+			return err
+		}
+		_, err := fmt.Fprintln(w, "No keys match.")
+		return err
+	}
+	table := make([][]string, 0, len(page.Keys))
+	for i := range page.Keys {
+		k := &page.Keys[i]
+		status := display(string(k.Status))
+		if k.State != idem.KeyCompleted && k.State != idem.KeyUnknown {
+			status += " (" + k.State.Words() + ")"
+		}
+		table = append(table, []string{cell(k.Principal), cell(k.Key), status, strconv.FormatInt(k.Generation, 10),
+			statusOrDash(k.ResponseStatus), human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt), human.Age(k.Age())})
+	}
+	if err := printTable(w, []string{"PRINCIPAL", "KEY", "STATUS", "GEN", "RESPONSE", "UPDATED", "UPDATED (UTC)", "CREATED"}, table); err != nil {
+		return err
+	}
+	if page.NextCursor != "" {
+		_, err := fmt.Fprintf(w, "next cursor: %s\n", page.NextCursor)
+		return err
+	}
+	return nil
+}
+
+// renderStuck writes keys stuck for people: the owner-quiet keys, then
+// those awaiting retry, and what to do about each group.
+func renderStuck(w io.Writer, st idem.StuckKeys, heartbeat time.Duration, release string) error {
+	ttl, total := human.Duration(st.TTL), st.NOwnerQuiet+st.NAwaitingRetry
+	if total == 0 {
+		_, err := fmt.Fprintf(w, "No stuck keys: every pending key was updated within the last %s (a live owner renews every %s).\n",
+			human.Duration(st.QuietAfter), human.Duration(heartbeat))
+		return err
+	}
+	var table [][]string
+	for _, k := range append(append([]idem.KeyRecord{}, st.OwnerQuiet...), st.AwaitingRetry...) {
+		table = append(table, []string{cell(k.Principal), cell(k.Key), strconv.FormatInt(k.Generation, 10),
+			k.State.Words(), human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt), human.Age(k.Age())})
+	}
+	if err := printTable(w, []string{"PRINCIPAL", "KEY", "GEN", "STATE", "UPDATED", "UPDATED (UTC)", "CREATED"}, table); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	if st.Partial {
+		fmt.Fprintf(w, "There are more than %d pending keys without a recent update; the counts below are of the oldest %[1]d.\n", total)
+	}
+	if st.NAwaitingRetry > 0 {
+		fmt.Fprintf(w, "%s past the %s TTL, awaiting retry%s: the next retry of the same request takes each over,\nat the next generation, and executes it. Nothing needs releasing: a release sets a key's last update\none TTL back, so a key just released is one of these.\n",
+			plural(st.NAwaitingRetry, "key", "keys"), ttl, shownOf(st.NAwaitingRetry, len(st.AwaitingRetry)))
+	}
+	if st.NOwnerQuiet > 0 {
+		fmt.Fprintf(w, "%s inside the %s TTL whose owner has missed its heartbeats%s: retries get 409 until the TTL\nhas passed. To let the client retry now, release the key (fenced by its generation; --force, since\nthe ledger cannot prove the owner dead):\n  %s\n",
+			plural(st.NOwnerQuiet, "key", "keys"), ttl, shownOf(st.NOwnerQuiet, len(st.OwnerQuiet)), release)
+	}
+	return nil
+}
+
+// shownOf notes when fewer rows are shown than there are.
+func shownOf(total int64, shown int) string {
+	if total > int64(shown) {
+		return fmt.Sprintf(" (the %d oldest shown; raise --limit for more)", shown)
+	}
+	return ""
+}
+
+// renderRelease writes what keys release did and what happens next.
+func renderRelease(w io.Writer, res idem.ReleaseResult, hint string) error {
+	k := &res.Before
+	who := keyName(k.Principal, k.Key)
+	if k.Status == idem.StatusCompleted {
+		fmt.Fprintf(w, "Released %s: its completed row (response %s, completed %s) moved from generation %d to %d:\nreleased, awaiting retry.\n",
+			who, statusOrDash(k.ResponseStatus), human.Age(k.SinceUpdate()), k.Generation, res.Generation)
+		fmt.Fprintf(w, "The stored response is forgotten: the client's next request with this key (the same request) executes again,\nat generation %d.\n", res.Generation+1)
+	} else {
+		fmt.Fprintf(w, "Released %s: generation %d moved to %d (no update for %s, created %s);\nthe key is released, awaiting retry.\n",
+			who, k.Generation, res.Generation, human.Duration(k.SinceUpdate()), human.Age(k.Age()))
+		fmt.Fprintf(w, "The client may retry now: its next request with this key (the same request) takes the key over\nat generation %d and executes.\n", res.Generation+1)
+		fmt.Fprintf(w, "The old owner (generation %d), if it is still running, may still perform its mutation, but its\n", k.Generation)
+		fmt.Fprintf(w, "completion will be fenced out and not stored: the row is no longer at generation %d.\n", k.Generation)
+		fmt.Fprintln(w, "An owner using the idem package learns at its next heartbeat that it has lost its lease.")
+	}
+	_, err := fmt.Fprintf(w, "See the row: d1idem keys get %s --key %s%s\n", principalArg(k.Principal), shellQuote(k.Key), hint)
+	return err
+}
+
+// home names the database that holds k on several databases; "" on one.
+// While the ring moves k's principal, text says so, for people.
+func (ks *keysScope) home(ctx context.Context, k *idem.KeyRecord) (label, text string, err error) {
+	if ks.ledger == nil {
+		return "", "", nil
+	}
+	r, err := ks.ledger.Ring(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	label, now, old := ks.set.label(k.Home), r.Home(k.Principal), r.PreviousHome(k.Principal)
+	switch {
+	case old == "":
+		return label, label, nil
+	case k.Home == old:
+		return label, fmt.Sprintf("%s (the principal's home before version %d; its new keys go to %s)", label, r.Version, ks.set.label(now)), nil
+	}
+	return label, fmt.Sprintf("%s (the principal's home since version %d, moved from %s)", label, r.Version, ks.set.label(old)), nil
 }

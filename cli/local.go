@@ -1,15 +1,11 @@
 package cli
 
 import (
-	"cmp"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -18,36 +14,13 @@ import (
 
 func localCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "local",
-		Usage: "run d1local, a D1-compatible REST server on SQLite",
-		Description: `d1local serves D1's REST API on SQLite, with D1's envelope, errors, limits and
-authorizer: a local D1 for development and tests, with no Cloudflare account,
-that wrangler's d1 commands accept. Every other command reaches it with --local DIR (in process)
-or --base-url (a running server).
-
-   d1idem local serve --dir ./.d1idem --addr 127.0.0.1:8787`,
+		Name:        "local",
+		Usage:       "run d1local, a D1-compatible REST server on SQLite",
+		Description: help("local"),
 		Subcommands: []*cli.Command{{
-			Name:  "serve",
-			Usage: "serve the D1 REST API on a local address",
-			Description: `Serves D1's REST API (query, raw, import, export, database list, get, create
-and delete, token verification and account lookup), one SQLite file per database
-ID under --dir (in memory without it). As on D1, a database exists once it is
-created: by 'd1idem schema apply' (which creates it and applies the ledger's
-schema) or 'wrangler d1 create NAME'; any other call to an unknown database gets
-D1's 404 with code 7404, so a mistyped database ID creates nothing. Point any D1
-REST client, or wrangler, at it:
-
-   d1idem local serve --dir ./.d1idem --addr 127.0.0.1:8787
-   export CLOUDFLARE_BASE_URL=http://127.0.0.1:8787/client/v4       # d1idem, cloudflare-go
-   export CLOUDFLARE_API_BASE_URL=http://127.0.0.1:8787/client/v4   # wrangler
-   export CLOUDFLARE_API_TOKEN=local CLOUDFLARE_ACCOUNT_ID=local    # any values, unless --token
-   d1idem schema apply --database-id orders
-   wrangler d1 execute orders --remote --file schema.sql
-
-On any address but a loopback one (0.0.0.0 in a container, say) it refuses to
-start without --token: it runs any SQL for anyone who can reach it.
---rate-limit 1200/300s plays Cloudflare's account API rate limit (off by default).
-Stop it with Ctrl-C.`,
+			Name:        "serve",
+			Usage:       "serve the D1 REST API on a local address",
+			Description: help("local serve"),
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "dir", Usage: "keep databases under `DIR` (default: in memory)"},
 				&cli.StringFlag{Name: "addr", Value: "127.0.0.1:8787", Usage: "listen `ADDRESS`"},
@@ -70,33 +43,16 @@ func serveLocal(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	srv, err := d1local.New(cfg)
+	addr := c.String("addr")
+	if tcp, err := net.ResolveTCPAddr("tcp", addr); err == nil && !tcp.IP.IsLoopback() && cfg.Token == "" {
+		return usagef("--addr %s is not a loopback address: anyone who can reach it could run any SQL; pass --token (or set D1LOCAL_TOKEN)", addr)
+	}
+	l, err := d1local.Listen(cfg, addr)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	ln, err := net.Listen("tcp", c.String("addr"))
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", c.String("addr"), err)
-	}
-	if tcp, ok := ln.Addr().(*net.TCPAddr); (!ok || !tcp.IP.IsLoopback()) && cfg.Token == "" {
-		ln.Close()
-		return usagef("--addr %s is not a loopback address: anyone who can reach it could run any SQL; pass --token (or set D1LOCAL_TOKEN)", c.String("addr"))
-	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
-	renderServing(c.App.Writer, ln.Addr().String(), cfg)
-	done := make(chan error, 1)
-	go func() { done <- hs.Serve(ln) }()
-	select {
-	case err := <-done:
-		return err
-	case <-c.Context.Done():
-	}
-	_ = hs.Close()
-	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	renderServing(c.App.Writer, l.Addr.String(), cfg)
+	return l.Wait(c.Context)
 }
 
 // localServeConfig is the d1local configuration of local serve's flags. It
@@ -135,19 +91,14 @@ func renderServing(w io.Writer, addr string, cfg d1local.Config) {
 	}
 	base := "http://" + addr + "/client/v4"
 	fmt.Fprintf(w, "d1local serving http://%s (databases in %s); API base URL %s\n", addr, where, base)
-	token := cmp.Or(tokenHint(cfg.Token), "local")
+	token := "local"
+	if cfg.Token != "" {
+		token = `"$D1LOCAL_TOKEN"` // a hint never shows the token
+	}
 	fmt.Fprintf(w, "Point d1idem, wrangler and your service at it (in another shell):\n  export CLOUDFLARE_BASE_URL=%s CLOUDFLARE_API_BASE_URL=%[1]s\n  export CLOUDFLARE_API_TOKEN=%s CLOUDFLARE_ACCOUNT_ID=local\n", base, token)
 	create := "only 'd1idem schema apply' or 'wrangler d1 create NAME' creates one"
 	if !cfg.NoAutoCreate {
 		create = "--auto-create: any call creates one"
 	}
 	fmt.Fprintf(w, "Then create a ledger's database (%s) and look at it:\n  d1idem schema apply --database-id orders\n  d1idem keys list --database-id orders\n", create)
-}
-
-// tokenHint stands for a required token in a hint, which never shows it.
-func tokenHint(token string) string {
-	if token == "" {
-		return ""
-	}
-	return `"$D1LOCAL_TOKEN"`
 }

@@ -10,9 +10,8 @@ import (
 	"unicode/utf8"
 )
 
-// printTable writes an aligned table: a header row, then the rows. Each
-// cell is escaped (escapeText): a tab or a control character in a value
-// neither breaks the columns nor reaches the terminal.
+// printTable writes an aligned table: a header row, then the rows, each cell
+// escaped (escapeText): a tab or control character breaks nothing.
 func printTable(w io.Writer, header []string, rows [][]string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
@@ -43,9 +42,8 @@ func writeJSON(w io.Writer, v any, indent string) error {
 	return err
 }
 
-// printFields writes label/value pairs as two aligned columns. A value with
-// several lines continues under its first line. Each line is escaped
-// (escapeText), as printTable's cells are.
+// printFields writes label/value pairs as two aligned columns, a value's
+// lines one under another, each escaped as printTable's cells are.
 func printFields(w io.Writer, fields [][2]string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, f := range fields {
@@ -58,8 +56,7 @@ func printFields(w io.Writer, fields [][2]string) error {
 	return tw.Flush()
 }
 
-// preview returns the first max bytes of s, cut at a character boundary,
-// and how many bytes were left out.
+// preview cuts s to max bytes at a character boundary, and says how many it left out.
 func preview(s string, max int) (string, int) {
 	if len(s) <= max {
 		return s, 0
@@ -69,19 +66,6 @@ func preview(s string, max int) (string, int) {
 		cut--
 	}
 	return s[:cut], len(s) - cut
-}
-
-// formatBytes is a byte count with its binary-prefixed size: "45056 bytes (44.0 KiB)".
-func formatBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%d bytes (%.1f GiB)", n, float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%d bytes (%.1f MiB)", n, float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%d bytes (%.1f KiB)", n, float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d bytes", n)
 }
 
 // plural is "1 row", "2 rows".
@@ -98,11 +82,9 @@ type field struct {
 	value any
 }
 
-// object is the JSON object of parts, in order: a field is one member; any
-// other part is a value whose JSON is an object (a library result, say),
-// all of whose members are taken; nil is none. It is how a command adds what only it
-// knows (the database's label, the D1 calls it made) to what the library
-// returns, in one flat object.
+// object is the JSON object of parts, in order: a field is one member, nil
+// none, any other part an object (a library result) whose members are all
+// taken: what only the command knows, added to what the library returns.
 func object(parts ...any) (json.RawMessage, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')

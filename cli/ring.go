@@ -2,53 +2,29 @@ package cli
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/human"
 )
-
-const ringDescription = `A ledger across several D1 databases routes each principal to one of them by
-the ring: the versioned list of its databases, recorded in every one of them
-(docs/sharding.md). These commands show it and change it, with the same checks
-as idem's Admin.RingStatus, InitRing, Grow and AdvanceRing. Name every database
-of the ledger, as the application's replicas have them: --database (repeated),
---database-id (repeated) or --databases-prefix, with --local DIR for local ones.
-
-Growing from 2 databases to 3:
-
-   d1idem schema apply --databases-prefix ledger-      # the new one included
-   (deploy every replica with a Home for each database)
-   d1idem ring grow --databases-prefix ledger- --add ledger-c
-   (two retention windows later)
-   d1idem ring advance --databases-prefix ledger-
-
-The moment the old route can be dropped depends on the retention and the TTL:
-pass the application's (--retention, --ttl) to every ring command.`
 
 func ringCommand(o *options) *cli.Command {
 	return &cli.Command{
 		Name:        "ring",
 		Usage:       "show and change the set of databases a ledger spans (its ring): status, init, grow, advance",
-		Description: ringDescription,
-		Subcommands: []*cli.Command{
-			ringStatusCommand(o),
-			ringInitCommand(o),
-			ringGrowCommand(o),
-			ringAdvanceCommand(o),
-		},
+		Description: help("ring"),
+		Subcommands: []*cli.Command{ringStatusCommand(o), ringInitCommand(o), ringGrowCommand(o), ringAdvanceCommand(o)},
 	}
 }
 
-// ringFlags are the flags of every ring command: the application's TTL and
-// retention, on which the drop's time depends.
+// ringFlags are every ring command's flags: the TTL and retention set the drop's time.
 func ringFlags(extra ...cli.Flag) []cli.Flag {
 	flags := append(extra,
 		ttlFlag(),
@@ -67,8 +43,7 @@ type ringCtx struct {
 	retention time.Duration
 }
 
-// withRing runs a ring command on a sharded ledger over the databases the
-// flags name (one is a ring of one).
+// withRing runs a ring command on a sharded ledger over the databases named.
 func (o *options) withRing(c *cli.Context, fn func(rc *ringCtx) error) error {
 	ttl, retention, err := ledgerFlags(c)
 	if err != nil {
@@ -83,14 +58,12 @@ func (o *options) withRing(c *cli.Context, fn func(rc *ringCtx) error) error {
 	})
 }
 
-// hint repeats the flags a ring command needs to be run again: the
-// databases and the lease.
+// hint repeats the flags a ring command needs to be run again.
 func (rc *ringCtx) hint() string {
 	return connHint(rc.c) + setDurations(rc.c, "retention", "ttl")
 }
 
-// show prints a status: JSON under --json, else a line saying what was
-// done (if any), then the status.
+// show prints what was done (if anything), then the status; or their JSON.
 func (rc *ringCtx) show(action, done string, st idem.RingStatus) error {
 	w := rc.c.App.Writer
 	if rc.c.Bool(flagJSON) {
@@ -105,17 +78,10 @@ func (rc *ringCtx) show(action, done string, st idem.RingStatus) error {
 
 func ringStatusCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "status",
-		Usage: "show the ring each database has recorded, what is moving, and when the old route can be dropped",
-		Description: `Reads the ring row of every database named (one D1 call each) and shows the
-newest ring, its phase, what moves while it is moving, when the old route can be
-dropped (DropAt), and what each database has recorded, and when. Exits 1 when a
-database cannot be read, when the ring names one that was not given, or when one
-it names lost its identity (replaced or wiped: restore it, docs/sharding.md).
-
-   d1idem ring status --databases-prefix ledger-
-   d1idem ring status --database ledger-a --database ledger-b --json`,
-		Flags: ringFlags(),
+		Name:        "status",
+		Usage:       "show the ring each database has recorded, what is moving, and when the old route can be dropped",
+		Description: help("ring status"),
+		Flags:       ringFlags(),
 		Action: func(c *cli.Context) error {
 			return o.withRing(c, func(rc *ringCtx) error {
 				st, err := rc.a.RingStatus(c.Context)
@@ -125,10 +91,10 @@ it names lost its identity (replaced or wiped: restore it, docs/sharding.md).
 				if err := rc.show("status", "", st); err != nil {
 					return err
 				}
-				if err := cmp.Or(unreadable(c.Context, st, rc.set), rc.lostError(st)); err != nil {
+				if err := cmp.Or(rc.set.couldNotRead(c, "ring status", func(id string) error { return st.Home(id).Err }), rc.lostError(st)); err != nil {
 					return err
 				}
-				if missing := notNamed(st); len(missing) > 0 {
+				if missing := st.NotGiven(); len(missing) > 0 {
 					return fmt.Errorf("ring status: version %d names %s not given here (%s): name every database of the ring, as the application's replicas have them",
 						st.Ring.Version, pick(len(missing) == 1, "a database", "databases"), rc.set.labels(missing))
 				}
@@ -138,48 +104,12 @@ it names lost its identity (replaced or wiped: restore it, docs/sharding.md).
 	}
 }
 
-// notNamed are the databases of the newest ring (and, while it moves, of
-// the one before) that the command was not given: their IDs.
-func notNamed(st idem.RingStatus) []string {
-	var out []string
-	for _, id := range append(slices.Clone(st.Ring.Previous), st.Ring.Homes...) {
-		given := slices.ContainsFunc(st.Homes, func(h idem.HomeRing) bool { return h.ID == id })
-		if !given && !slices.Contains(out, id) {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
-// unreadable is an error naming the databases whose ring could not be read;
-// a missing one is named with the databases there are.
-func unreadable(ctx context.Context, st idem.RingStatus, s *dbSet) error {
-	var bad []string
-	for _, h := range st.Homes {
-		err := h.Err
-		if cn := s.byID(h.ID); cn != nil && errors.Is(err, d1client.ErrNoDatabase) {
-			err = cn.missing(ctx, err)
-		}
-		if err != nil {
-			bad = append(bad, s.label(h.ID)+": "+describe(err))
-		}
-	}
-	return couldNotRead("ring status", bad)
-}
-
 func ringInitCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "init",
-		Usage: "record the first ring, version 1, over the databases named: once, before the first request",
-		Description: `Records version 1 of the ring, stable, over every database named: from then
-on the application's sharded ledger routes each principal to one of them. Each
-database must hold the schema ('d1idem schema apply') and no ring; several
-databases must also hold no key. An existing ledger on one database becomes a
-ring of one, which grows with 'd1idem ring grow'.
-
-   d1idem ring init --database ledger-a --database ledger-b
-   d1idem ring init --database orders-db        # an existing ledger, ready to grow`,
-		Flags: ringFlags(),
+		Name:        "init",
+		Usage:       "record the first ring, version 1, over the databases named: once, before the first request",
+		Description: help("ring init"),
+		Flags:       ringFlags(),
 		Action: func(c *cli.Context) error {
 			return o.withRing(c, func(rc *ringCtx) error {
 				st, err := rc.a.InitRing(c.Context)
@@ -193,14 +123,12 @@ ring of one, which grows with 'd1idem ring grow'.
 	}
 }
 
-// partial reports a ring operation that failed after recording its ring in
-// some databases (st.Ring is then the new ring, and the others have Err
-// set): the status on stdout, and the error that says to advance. Other
-// errors pass through.
+// partial reports a ring operation that recorded its ring in some
+// databases only: the status, and the error that says to advance.
 func (rc *ringCtx) partial(cmd string, st idem.RingStatus, err error) error {
 	var bad []string
 	for _, id := range st.Ring.Homes {
-		if h := homeOf(st, id); h != nil && h.Err != nil && h.Ring == nil {
+		if h := st.Home(id); h != nil && h.Err != nil && h.Ring == nil {
 			bad = append(bad, rc.set.label(id)+": "+describe(h.Err))
 		}
 	}
@@ -215,19 +143,7 @@ func (rc *ringCtx) partial(cmd string, st idem.RingStatus, err error) error {
 		cmd, st.Ring.Version, len(st.Ring.Homes)-len(bad), len(st.Ring.Homes), strings.Join(bad, "; "), rc.hint())
 }
 
-// homeOf is what the database with this ID has recorded; nil if it is not
-// one of the status's.
-func homeOf(st idem.RingStatus, id string) *idem.HomeRing {
-	for i := range st.Homes {
-		if st.Homes[i].ID == id {
-			return &st.Homes[i]
-		}
-	}
-	return nil
-}
-
-// trimIdem leaves out the idem package's prefixes of an error of the
-// ring operations ("idem: grow: ").
+// trimIdem leaves out idem's prefixes of a ring operation's error ("idem: grow: ").
 func trimIdem(err error) error {
 	msg := err.Error()
 	for _, p := range []string{"idem: init ring: ", "idem: grow: ", "idem: advance ring: ", "idem: "} {
@@ -245,8 +161,7 @@ type wrapped struct {
 func (w *wrapped) Error() string { return w.msg }
 func (w *wrapped) Unwrap() error { return w.err }
 
-// ringFix turns the ring errors of idem into one line that says what to
-// do, with the command that does it.
+// ringFix turns idem's ring errors into a line that says which command to run.
 func ringFix(c *cli.Context, err error) error {
 	if err == nil {
 		return nil
@@ -271,8 +186,7 @@ func ringFix(c *cli.Context, err error) error {
 	return err
 }
 
-// after is what err's message says after the sentinel's text: the details
-// idem adds.
+// after is what err's message says after the sentinel's text.
 func after(err, sentinel error) string {
 	s := sentinel.Error()
 	for e := err; e != nil; e = errors.Unwrap(e) {
@@ -283,20 +197,325 @@ func after(err, sentinel error) string {
 	return err.Error()
 }
 
-// ringShare says how many of the principals a change moves: those the
-// added databases win, k of N + k.
+// ringShare says how many principals a change moves: those the added databases win.
 func ringShare(r idem.Ring) string {
 	k, n := len(r.Homes)-len(r.Previous), len(r.Homes)
 	return fmt.Sprintf("about %d in %d of the principals (%.0f%%)", k, n, 100*float64(k)/float64(n))
 }
 
-// added are the databases a moving ring adds.
-func added(r idem.Ring) []string {
-	var out []string
-	for _, id := range r.Homes {
-		if !slices.Contains(r.Previous, id) {
-			out = append(out, id)
+// flagAdd names the databases ring grow adds.
+const flagAdd = "add"
+
+func ringGrowCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:        "grow",
+		Usage:       "start a change of the ring that adds databases (--add): their principals' new keys go there",
+		Description: help("ring grow"),
+		Flags:       ringFlags(&multiFlag{cli.GenericFlag{Name: flagAdd, Usage: "the database `NAME` (or ID) to add: one of those named, not yet in the ring; repeat it to add several (required)", Value: &multiValue{}}}),
+		Action:      o.ringGrow,
+	}
+}
+
+func (o *options) ringGrow(c *cli.Context) error {
+	return o.withRing(c, func(rc *ringCtx) error {
+		before, err := rc.a.RingStatus(c.Context)
+		if err != nil {
+			return err
+		}
+		ids, err := rc.toAdd(before)
+		if err != nil {
+			return err
+		}
+		st, err := rc.a.Grow(c.Context, ids...)
+		if err != nil {
+			return rc.partial("ring grow", st, err)
+		}
+		done := fmt.Sprintf("Started version %d: %s %s the ring of %s, moving %s to %s.", st.Ring.Version, rc.set.labels(ids),
+			pick(len(ids) == 1, "joins", "join"), rc.set.labels(st.Ring.Previous), ringShare(st.Ring), pick(len(ids) == 1, "it", "them"))
+		return rc.show("grow", done, st)
+	})
+}
+
+// pick is a if cond, else b.
+func pick(cond bool, a, b string) string {
+	if cond {
+		return a
+	}
+	return b
+}
+
+// toAdd resolves --add to the IDs of databases named and not in the ring,
+// after checking that the ring can grow.
+func (rc *ringCtx) toAdd(st idem.RingStatus) ([]string, error) {
+	r := st.Ring
+	switch {
+	case r.Version == 0:
+		return nil, idem.ErrNoRing
+	case r.Phase == idem.RingMoving:
+		return nil, fmt.Errorf("ring grow: version %d is still moving: %s; grow once it is stable", r.Version, rc.dropText(st))
+	}
+	var candidates []string
+	for _, cn := range rc.set.conns {
+		if !slices.Contains(r.Homes, cn.databaseID) {
+			candidates = append(candidates, cn.label())
 		}
 	}
+	names, _ := multiValues(rc.c, flagAdd)
+	if len(names) == 0 {
+		return nil, usagef("ring grow: name the databases to add with --%s (named here and not in the ring: %s)", flagAdd, orNone(candidates))
+	}
+	var ids []string
+	for _, name := range names {
+		cn := rc.set.named(name)
+		switch {
+		case cn == nil:
+			return nil, usagef("ring grow: --%s %s is not one of the databases named (%s): name it with --database or --database-id too", flagAdd, name, rc.set.labels(rc.set.ids()))
+		case slices.Contains(r.Homes, cn.databaseID):
+			return nil, usagef("ring grow: --%s %s is already in the ring (version %d: %s)", flagAdd, name, r.Version, rc.set.labels(r.Homes))
+		case !slices.Contains(ids, cn.databaseID):
+			ids = append(ids, cn.databaseID)
+		}
+	}
+	return ids, nil
+}
+
+func ringAdvanceCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:        "advance",
+		Usage:       "finish a change of the ring: record it where it is missing, and once DropAt has passed, make it stable",
+		Description: help("ring advance"),
+		Flags:       ringFlags(),
+		Action:      o.ringAdvance,
+	}
+}
+
+func (o *options) ringAdvance(c *cli.Context) error {
+	return o.withRing(c, func(rc *ringCtx) error {
+		before, err := rc.a.RingStatus(c.Context)
+		if err != nil {
+			return err
+		}
+		st, err := rc.a.AdvanceRing(c.Context)
+		if errors.Is(err, idem.ErrDropNotDue) {
+			if done := rc.recorded(before, st); done != "" && !c.Bool(flagJSON) {
+				fmt.Fprintln(c.App.Writer, done)
+			}
+			return rc.notDue(st)
+		} else if err != nil {
+			return rc.partial("ring advance", st, err)
+		}
+		return rc.show("advance", rc.advanced(before, st), st)
+	})
+}
+
+// notDue is ring advance's error before DropAt.
+func (rc *ringCtx) notDue(st idem.RingStatus) error {
+	if st.DropAt.IsZero() {
+		return fmt.Errorf("ring advance: not yet: %s", rc.dropText(st))
+	}
+	return fmt.Errorf("ring advance: not yet: until %s (in %s, with the %s retention and %s TTL given) the moved principals' old homes may hold keys that must replay from there; run 'd1idem ring advance%s' again then",
+		human.Time(st.DropAt), human.Duration(st.DropAt.Sub(cmp.Or(st.Now(), time.Now()))), human.Duration(rc.retention), human.Duration(rc.ttl), rc.hint())
+}
+
+// advanced says what ring advance did.
+func (rc *ringCtx) advanced(before, after idem.RingStatus) string {
+	r := after.Ring
+	if before.Ring.Phase == idem.RingMoving && r.Phase == idem.RingStable {
+		return fmt.Sprintf("Version %d is stable: the old route is dropped, and the moved principals' old homes are no longer read.", r.Version)
+	}
+	if done := rc.recorded(before, after); done != "" {
+		return done
+	}
+	return fmt.Sprintf("Nothing to do: version %d, %s, is recorded in every database of it.", r.Version, r.Phase)
+}
+
+// recorded says where the newest ring was recorded between two statuses; "" if nowhere.
+func (rc *ringCtx) recorded(before, after idem.RingStatus) string {
+	ids := after.RecordedSince(before)
+	if len(ids) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("Recorded version %d, %s, in %s.", after.Ring.Version, after.Ring.Phase, rc.set.labels(ids))
+}
+
+// dropText says when the old route of a moving ring can be dropped.
+func (rc *ringCtx) dropText(st idem.RingStatus) string {
+	if st.DropAt.IsZero() {
+		return fmt.Sprintf("the old route cannot be dropped before every old home has recorded version %d: 'd1idem ring advance%s' records it there", st.Ring.Version, rc.hint())
+	}
+	now := cmp.Or(st.Now(), time.Now())
+	if !now.Before(st.DropAt) {
+		return fmt.Sprintf("the old route could be dropped from %s: 'd1idem ring advance%s' drops it", human.Time(st.DropAt), rc.hint())
+	}
+	return fmt.Sprintf("the old route can be dropped at %s (in %s, with the %s retention and %s TTL given): run 'd1idem ring advance%s' then",
+		human.Time(st.DropAt), human.Duration(st.DropAt.Sub(now)), human.Duration(rc.retention), human.Duration(rc.ttl), rc.hint())
+}
+
+// describeRing is a ring for people: "version 2, moving from 2 databases
+// (a, b) to 3 (a, b, c)".
+func (s *dbSet) describeRing(r idem.Ring) string {
+	if r.Phase == idem.RingMoving {
+		return fmt.Sprintf("version %d, moving from %s (%s) to %d (%s)", r.Version, plural(int64(len(r.Previous)), "database", "databases"), s.labels(r.Previous), len(r.Homes), s.labels(r.Homes))
+	}
+	return fmt.Sprintf("version %d, %s, over %s (%s)", r.Version, r.Phase, plural(int64(len(r.Homes)), "database", "databases"), s.labels(r.Homes))
+}
+
+// ringOrNil is a ring under --json: null for none.
+func ringOrNil(r *idem.Ring) *idem.Ring {
+	if r == nil || r.Version == 0 {
+		return nil
+	}
+	return r
+}
+
+// ringStatusJSON is ring status --json.
+type ringStatusJSON struct {
+	// Ring is the newest ring recorded in any database; null when none.
+	Ring *idem.Ring `json:"ring"`
+	// Adds are, while the ring is moving, the databases the change adds.
+	Adds        []string       `json:"adds"`
+	DropAt      *string        `json:"drop_at"`
+	DropAtMS    *int64         `json:"drop_at_ms"`
+	TTLMS       int64          `json:"ttl_ms"`
+	RetentionMS int64          `json:"retention_ms"`
+	Databases   []homeRingJSON `json:"databases"`
+}
+
+// homeRingJSON is what one database has recorded.
+type homeRingJSON struct {
+	Database     string     `json:"database"`
+	ID           string     `json:"id"`
+	Ring         *idem.Ring `json:"ring"`
+	RecordedAt   *string    `json:"recorded_at"`
+	RecordedAtMS *int64     `json:"recorded_at_ms"`
+	HasKeys      bool       `json:"has_keys"`
+	// Identity is the home ID the database recorded when it joined; null if none.
+	Identity *string `json:"identity"`
+	// Lost says that the ring names the database but it holds no identity:
+	// it was replaced or wiped.
+	Lost  bool    `json:"lost"`
+	Error *string `json:"error"`
+}
+
+// ringResultJSON is ring init, grow and advance --json: what was done, and
+// the status after it.
+type ringResultJSON struct {
+	Action string `json:"action"`
+	Done   string `json:"done"`
+	ringStatusJSON
+}
+
+func (rc *ringCtx) statusJSON(st idem.RingStatus) ringStatusJSON {
+	out := ringStatusJSON{Ring: ringOrNil(&st.Ring), Adds: []string{}, TTLMS: rc.ttl.Milliseconds(), RetentionMS: rc.retention.Milliseconds(),
+		Databases: make([]homeRingJSON, 0, len(st.Homes))}
+	if st.Ring.Phase == idem.RingMoving {
+		out.Adds = st.Ring.Added()
+	}
+	if !st.DropAt.IsZero() {
+		at, ms := human.Time(st.DropAt), st.DropAt.UnixMilli()
+		out.DropAt, out.DropAtMS = &at, &ms
+	}
+	for _, h := range st.Homes {
+		j := homeRingJSON{Database: rc.set.label(h.ID), ID: h.ID, Ring: ringOrNil(h.Ring), HasKeys: h.HasKeys, Lost: st.Lost(h)}
+		if h.Identity != "" {
+			j.Identity = &h.Identity
+		}
+		if h.Err != nil {
+			msg := describe(h.Err)
+			j.Error = &msg
+		}
+		if h.Ring != nil {
+			at, ms := human.Time(h.RecordedAt), h.RecordedAt.UnixMilli()
+			j.RecordedAt, j.RecordedAtMS = &at, &ms
+		}
+		out.Databases = append(out.Databases, j)
+	}
+	for _, id := range st.NotGiven() {
+		msg := notNamedText
+		out.Databases = append(out.Databases, homeRingJSON{Database: id, ID: id, Error: &msg})
+	}
 	return out
+}
+
+// notNamedText is the status of a database of the ring not given here.
+const notNamedText = "not given here: name it too"
+
+// render writes a ring status for people: the newest ring, what moves and
+// when the old route can be dropped, then what each database has recorded.
+func (rc *ringCtx) render(w io.Writer, st idem.RingStatus) error {
+	r := st.Ring
+	var fields [][2]string
+	switch {
+	case r.Version == 0 && slices.ContainsFunc(st.Homes, func(h idem.HomeRing) bool { return h.Err != nil }):
+		fields = append(fields, [2]string{"ring", "none found in the databases that could be read"})
+	case r.Version == 0:
+		fields = append(fields, [2]string{"ring", fmt.Sprintf("none recorded: 'd1idem ring init%s' records version 1 over the databases named", rc.hint())})
+	case r.Phase == idem.RingMoving:
+		fields = append(fields, [2]string{"ring", rc.set.describeRing(r)},
+			[2]string{"moving", fmt.Sprintf("%s: those %s %s by rendezvous hashing. Their new keys go there;\nthe keys they have stay at their old homes, which are read first, until the drop.",
+				ringShare(r), rc.set.labels(r.Added()), pick(len(r.Added()) == 1, "wins", "win"))},
+			[2]string{"drop", rc.dropText(st)})
+	default:
+		fields = append(fields, [2]string{"ring", rc.set.describeRing(r)})
+	}
+	if err := printFields(w, fields); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	rows := make([][]string, 0, len(st.Homes))
+	for _, h := range st.Homes {
+		rows = append(rows, rc.homeRow(st, h))
+	}
+	for _, id := range st.NotGiven() {
+		rows = append(rows, []string{display(id), notNamedText, "-", "-"})
+	}
+	return printTable(w, []string{"DATABASE", "RECORDED", "SINCE", "KEYS"}, rows)
+}
+
+// homeRow is one database's row of the status table.
+func (rc *ringCtx) homeRow(st idem.RingStatus, h idem.HomeRing) []string {
+	rec, since := "", "-"
+	switch inRing := slices.Contains(st.Ring.Homes, h.ID); {
+	case h.Err != nil:
+		return []string{rc.set.label(h.ID), "error: " + describe(h.Err), "-", "-"}
+	case st.Lost(h):
+		rec = fmt.Sprintf("no identity, but version %d names it: the database was replaced or wiped; restore it (below)", st.Ring.Version)
+	case h.Identity != "" && h.Identity != h.ID:
+		rec = fmt.Sprintf("it recorded that it is home %s, not this one", h.Identity)
+	case h.Ring == nil && inRing:
+		rec = fmt.Sprintf("none, but version %d names it: 'd1idem ring advance' records it", st.Ring.Version)
+	case h.Ring == nil:
+		rec = pick(st.Ring.Version > 0, "none: not in the ring", "none")
+	default:
+		rec = fmt.Sprintf("version %d, %s", h.Ring.Version, h.Ring.Phase)
+		if h.Ring.Epoch() < st.Ring.Epoch() {
+			rec += fmt.Sprintf(" (behind version %d, %s: 'd1idem ring advance' records it)", st.Ring.Version, st.Ring.Phase)
+		}
+		since = fmt.Sprintf("%s (%s)", human.Time(h.RecordedAt), human.Age(h.Now.Sub(h.RecordedAt)))
+	}
+	return []string{rc.set.label(h.ID), rec, since, pick(h.HasKeys, "yes", "no")}
+}
+
+// lostError is ring status's error for the databases of the ring that lost
+// their identity, or that recorded another; nil when there are none.
+func (rc *ringCtx) lostError(st idem.RingStatus) error {
+	var lost, other []string
+	for _, h := range st.Homes {
+		switch {
+		case st.Lost(h):
+			lost = append(lost, rc.set.label(h.ID))
+		case h.Err == nil && h.Identity != "" && h.Identity != h.ID:
+			other = append(other, fmt.Sprintf("%s recorded that it is home %s", rc.set.label(h.ID), h.Identity))
+		}
+	}
+	switch {
+	case len(lost) > 0:
+		return fmt.Errorf("ring status: %s lost %s identity: replaced or wiped, with the keys %s held; restore %s to a moment before the loss with D1 Time Travel "+
+			"('wrangler d1 time-travel restore %s --timestamp=TIME'), or name the home's own database again; no ring command records the ring there again, "+
+			"which would execute those keys a second time (docs/sharding.md)",
+			strings.Join(lost, ", "), pick(len(lost) == 1, "its", "their"), pick(len(lost) == 1, "it", "they"), pick(len(lost) == 1, "it", "them"), lost[0])
+	case len(other) > 0:
+		return fmt.Errorf("ring status: %s: give each home its own database, the same in every replica (docs/sharding.md)", strings.Join(other, "; "))
+	}
+	return nil
 }

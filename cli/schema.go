@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,33 +11,18 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem"
-	"github.com/d1idem/d1idem/cli/internal/embedded"
-	"github.com/d1idem/d1idem/cli/internal/wrangler"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/schema"
+	"github.com/d1idem/d1idem/wrangler"
 )
 
 func schemaCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "schema",
-		Usage: "apply, verify and print the ledger schema",
-		Description: `Manages the ledger table (idempotency_keys) and its updated_at index. In CI,
-apply then verify before a deploy; both exit non-zero on failure:
-
-   d1idem schema apply --database my-db
-   d1idem schema verify --database my-db
-
-With several databases (--database or --database-id repeated, or
---databases-prefix), apply and verify run on each, report each, and exit
-non-zero if any failed.
-
-   d1idem schema apply --databases-prefix ledger-`,
-		Subcommands: []*cli.Command{
-			schemaApplyCommand(o),
-			schemaVerifyCommand(o),
-			schemaPrintCommand(),
-		},
+		Name:        "schema",
+		Usage:       "apply, verify and print the ledger schema",
+		Description: help("schema"),
+		Subcommands: []*cli.Command{schemaApplyCommand(o), schemaVerifyCommand(o), schemaPrintCommand()},
 	}
 }
 
@@ -49,94 +33,70 @@ func migrationsDirFlag() cli.Flag {
 	return &cli.StringFlag{Name: flagMigrationsDir, Usage: "wrangler's migrations `DIR` (default: the migrations_dir of the database in the wrangler config)"}
 }
 
-// migrationsFor returns wrangler's migrations table and directory for the
-// connection: those of the wrangler config's entry for the database (chosen
-// by --database, or else found by its database ID), with --migrations-dir
-// over the directory. dir is "" when nothing names one.
-func migrationsFor(c *cli.Context, cn *conn) (table, dir string, err error) {
-	table = schema.MigrationsTable
-	d := cn.wrangler
-	if d == nil && cn.databaseID != "" {
-		if d, err = databaseByID(c, cn.databaseID); err != nil {
-			return "", "", err
-		}
-	}
-	if d != nil {
-		table, dir = d.MigrationsTable, relPath(d.MigrationsDir)
-	}
-	if f := c.String(flagMigrationsDir); f != "" {
-		dir = f
-	}
-	return table, dir, nil
-}
-
-// databaseByID returns the entry of the wrangler config whose database_id
-// or preview_database_id is id, in the environment --env names; nil when
-// there is none. The config is --config, or else the one wrangler would use,
-// if any; a config found that way but unreadable, or without that
-// environment, is passed over, since nothing asked for it.
-func databaseByID(c *cli.Context, id string) (*wrangler.Database, error) {
-	explicit := c.String(flagConfig) != ""
-	if !explicit && !findsConfig() {
-		return nil, nil
-	}
-	cfg, err := loadWrangler(c)
-	if err != nil {
-		if explicit {
-			return nil, err
-		}
-		return nil, nil
-	}
-	dbs, err := cfg.Databases(c.String(flagEnv))
-	if err != nil {
-		if explicit {
-			return nil, usageError{err}
-		}
-		return nil, nil
-	}
-	for _, d := range dbs {
-		if d.DatabaseID == id || d.PreviewDatabaseID == id {
-			return &d, nil
-		}
-	}
-	return nil, nil
-}
-
 func schemaApplyCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "apply",
-		Usage: "create the ledger table and index if needed, recorded as a wrangler migration",
-		Description: `Creates idempotency_keys and its updated_at index, and records the migration in
-wrangler's migrations table (d1_migrations, or the migrations_table of the
-wrangler config), in one transaction. It is idempotent, and it leaves the live
-table matching schema.sql or fails: it reads the table's shape even once the
-migration is recorded, creates again an index of schema.sql that was dropped,
-and does nothing more when the shape matches. A table made by hand with the
-right shape is only recorded; one with another shape is reported and left alone
-(exit 1).
-
-The migration is recorded under the name of the file of wrangler's migrations
-directory that holds the schema, whatever its name (compared by content), so
-that 'wrangler d1 migrations apply' does not run it again; without such a file,
-as ` + schema.MigrationName + `. The directory is the migrations_dir of the
-database in the wrangler config (with --database, or found by its database ID),
-or --migrations-dir.
-
-   d1idem schema print --migration --database my-db   # write the migration file
-   d1idem schema apply --database my-db
-   d1idem schema apply --dry-run --database my-db     # print the SQL, change nothing`,
+		Name:        "apply",
+		Usage:       "create the ledger table and index if needed, recorded as a wrangler migration",
+		Description: help("schema apply"),
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the SQL that apply would run, and change nothing", DisableDefaultText: true},
-			migrationsDirFlag(),
-			jsonFlag(),
+			migrationsDirFlag(), jsonFlag(),
 		}, connFlags()...),
 		Action: o.schemaApply,
 	}
 }
 
-// schemaApply is schema apply's action. With --dry-run it creates nothing;
-// on a local database that does not exist yet, it shows what apply would
-// do on the empty database apply would create.
+func schemaVerifyCommand(o *options) *cli.Command {
+	return &cli.Command{
+		Name:        "verify",
+		Usage:       "check that the live table and its indexes match schema.sql",
+		Description: help("schema verify"),
+		Flags:       append([]cli.Flag{jsonFlag()}, connFlags()...),
+		Action:      o.schemaVerify,
+	}
+}
+
+func schemaPrintCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "print",
+		Usage:       "print the ledger schema (schema.sql), or write it as a wrangler migration; needs no connection",
+		Description: help("schema print"),
+		Flags: append([]cli.Flag{
+			&cli.BoolFlag{Name: "migration", Usage: "write the schema into wrangler's migrations directory as the next migration", DisableDefaultText: true},
+			migrationsDirFlag(), jsonFlag(),
+		}, wranglerFlags()...),
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			if c.Bool("migration") {
+				return writeMigration(c)
+			}
+			if c.Bool(flagJSON) {
+				return printJSON(c.App.Writer, struct {
+					Migration  string   `json:"migration"`
+					SQL        string   `json:"sql"`
+					Statements []string `json:"statements"`
+				}{schema.MigrationName, d1idem.Schema(), d1idem.SchemaStatements()})
+			}
+			_, err := fmt.Fprint(c.App.Writer, d1idem.Schema())
+			return err
+		},
+	}
+}
+
+// schemaResult is schema apply's or verify's work on one database.
+type schemaResult struct {
+	cn      *conn
+	res     schema.Result      // apply's
+	dir     string             // apply's migrations directory
+	created string             // the database apply created, for people
+	drift   *schema.DriftError // the table differs from schema.sql, or is missing
+	err     error              // the database could not be read or changed
+}
+
+// schemaApply is schema apply's action. With --dry-run on a local database
+// not there yet, it shows what apply would do on a new one.
 func (o *options) schemaApply(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
@@ -145,7 +105,7 @@ func (o *options) schemaApply(c *cli.Context) error {
 	if c.Bool("dry-run") {
 		acc = existing
 	}
-	err := o.withSet(c, acc, func(s *dbSet) error { return applySet(c, s) })
+	err := o.withSet(c, acc, func(s *dbSet) error { return schemaEach(c, s, applyOne) })
 	if dir := c.String(flagLocal); dir != "" && acc == existing && !severalDatabases(c) &&
 		(errors.As(err, new(*noDatabaseError)) || errors.As(err, new(*noDirectoryError))) {
 		return dryRunFresh(c, dir)
@@ -153,151 +113,133 @@ func (o *options) schemaApply(c *cli.Context) error {
 	return err
 }
 
-// dryRunFresh is schema apply --dry-run for a local database that does not
-// exist yet: on an empty one, in memory.
+// dryRunFresh is schema apply --dry-run on an empty database in memory.
 func dryRunFresh(c *cli.Context, dir string) error {
-	srv, err := embedded.Start(d1local.Config{}, "")
+	srv, err := d1local.Listen(d1local.Config{}, "")
 	if err != nil {
 		return err
 	}
-	s := &dbSet{local: srv}
+	s := &dbSet{local: srv, dir: dir}
 	defer s.close()
-	cn := &conn{databaseID: localDatabaseID(c)}
-	if cn.db, err = srv.Client(cn.databaseID); err != nil {
+	ids, _ := localIDs(c, dir, nil)
+	cn := &conn{databaseID: ids[0], set: s}
+	if cn.db, err = localClient(srv, cn.databaseID); err != nil {
 		return err
 	}
 	cn.where = fmt.Sprintf("local database %q under %s (not there yet: apply creates it)", cn.databaseID, dir)
 	s.conns = []*conn{cn}
-	return applySet(c, s)
+	return schemaEach(c, s, applyOne)
 }
 
-// applied is schema apply's work on one database.
-type applied struct {
-	cn      *conn
-	res     schema.Result
-	dir     string // the migrations directory
-	created string // the database apply created, for people
-	err     error
-}
-
-// applySet applies the schema to each database of s (or with --dry-run
-// says what it would do), reports each, and fails if any failed: a table
-// of another shape is shown on stdout.
-func applySet(c *cli.Context, s *dbSet) error {
-	var all []applied
-	for _, cn := range s.conns {
-		a := applyOne(c, cn)
-		if !s.one() {
-			a.err = cn.named(c, a.err)
-		}
-		all = append(all, a)
+// applyOne applies the schema to one database, first creating it where it
+// is missing and the CLI may create it (conn.create).
+func applyOne(c *cli.Context, cn *conn) schemaResult {
+	r := schemaResult{cn: cn}
+	table, dir, err := migrationsFor(c, cn)
+	if err != nil {
+		r.err = err
+		return r
 	}
-	if c.Bool(flagJSON) {
-		if err := printApplyJSON(c.App.Writer, s, all); err != nil {
-			return err
+	r.dir = dir
+	opts := schema.Options{MigrationsTable: table, DryRun: c.Bool("dry-run")}
+	if dir != "" {
+		opts.Migrations = os.DirFS(dir)
+	}
+	r.res, r.err = schema.Apply(c.Context, cn.db, opts)
+	if !opts.DryRun && errors.Is(r.err, d1client.ErrNoDatabase) {
+		if r.created, err = cn.create(c.Context); err != nil {
+			r.err = err
+		} else if r.created != "" {
+			r.res, r.err = schema.Apply(c.Context, cn.db, opts)
 		}
-	} else if err := renderApplied(c.App.Writer, s, all); err != nil {
+	}
+	if errors.As(r.err, &r.drift) {
+		r.err = nil
+	}
+	return r
+}
+
+func (o *options) schemaVerify(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
 		return err
 	}
-	if s.one() {
-		if drift := (*schema.DriftError)(nil); errors.As(all[0].err, &drift) {
-			return fmt.Errorf("%s differs from schema.sql (%s, shown on stdout): %s; fix the table by hand or restore it, then apply again",
-				d1idem.Table, plural(int64(len(drift.Diff)), "difference", "differences"), notRecording(all[0].err))
+	return o.withSet(c, existing, func(s *dbSet) error {
+		return schemaEach(c, s, func(c *cli.Context, cn *conn) schemaResult {
+			r := schemaResult{cn: cn}
+			if err := schema.Verify(c.Context, cn.db); !errors.As(err, &r.drift) {
+				r.err = err
+			}
+			return r
+		})
+	})
+}
+
+// schemaEach runs apply or verify (work) on each database of s, shows
+// each one's result, and fails if any failed. On one database, an error
+// other than a drift is the command's, and nothing is shown.
+func schemaEach(c *cli.Context, s *dbSet, work func(*cli.Context, *conn) schemaResult) error {
+	var all []schemaResult
+	for _, cn := range s.conns {
+		r := work(c, cn)
+		if s.one() && r.err != nil {
+			return r.err
 		}
-		if all[0].err != nil {
-			return all[0].err
-		}
+		r.err = cn.named(c, r.err)
+		all = append(all, r)
 	}
-	var failed []string
-	for _, a := range all {
-		if a.err != nil {
-			failed = append(failed, a.cn.label()+": "+applyFailure(a.err))
-		}
+	if err := printSchemaResults(c, s, all); err != nil {
+		return err
 	}
-	if !c.Bool(flagJSON) && !c.Bool("dry-run") && len(failed) < len(all) {
-		if err := checkLine(c); err != nil {
+	ok, err := schemaError(c, s, all)
+	if commandPath(c) == "schema apply" && !c.Bool(flagJSON) && !c.Bool("dry-run") && ok > 0 {
+		fmt.Fprintf(c.App.Writer, "Check the live shape with 'd1idem schema verify%s'.\n", connHint(c))
+	}
+	return err
+}
+
+// printSchemaResults writes what apply or verify found on each database.
+func printSchemaResults(c *cli.Context, s *dbSet, all []schemaResult) error {
+	w, apply := c.App.Writer, commandPath(c) == "schema apply"
+	if c.Bool(flagJSON) && s.one() {
+		return printObject(w, all[0].fields(apply)...)
+	}
+	if c.Bool(flagJSON) {
+		dbs := make([]any, len(all))
+		for i, r := range all {
+			where, id := field{"database", r.cn.where}, field{"id", r.cn.databaseID}
+			parts := []any{where, id, field{"error", describeOrNil(r.err)}}
+			switch {
+			case r.err != nil:
+			case apply && r.drift != nil:
+				parts = []any{where, id, field{"error", describe(r.drift)}, field{"diff", r.drift.Diff}}
+			case apply:
+				parts = append(r.fields(apply), id, field{"error", nil})
+			default:
+				parts = append(append([]any{where, id}, r.fields(apply)...), field{"error", nil})
+			}
+			dbs[i], _ = object(parts...)
+		}
+		return printObject(w, field{"databases", dbs})
+	}
+	for _, r := range all {
+		if err := r.render(w, s.one(), apply); err != nil {
 			return err
-		}
-	}
-	return failedOn("schema apply", failed, len(all))
-}
-
-// notRecording says what apply did not do on a drifted table.
-func notRecording(err error) string {
-	if strings.Contains(err.Error(), "not recording the migration") {
-		return "not recording the migration"
-	}
-	return "the migration is recorded, but the table is not what it made"
-}
-
-// applyFailure is one database's failure in schema apply's error.
-func applyFailure(err error) string {
-	var drift *schema.DriftError
-	if errors.As(err, &drift) {
-		return fmt.Sprintf("%s differs from schema.sql (%s)", d1idem.Table, plural(int64(len(drift.Diff)), "difference", "differences"))
-	}
-	return describe(err)
-}
-
-// failedOn is the error of a command that failed on some of n databases.
-func failedOn(cmd string, failed []string, n int) error {
-	if len(failed) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%s failed on %d of %d databases: %s", cmd, len(failed), n, strings.Join(failed, "; "))
-}
-
-// renderApplied writes what schema apply did on each database, or why not.
-func renderApplied(w io.Writer, s *dbSet, all []applied) error {
-	for _, a := range all {
-		var drift *schema.DriftError
-		switch {
-		case errors.As(a.err, &drift):
-			if !s.one() {
-				fmt.Fprintf(w, "On %s: ", a.cn.where)
-			}
-			if err := printDiff(w, drift.Diff); err != nil {
-				return err
-			}
-		case a.err != nil:
-		default:
-			if a.created != "" {
-				fmt.Fprintf(w, "Created %s: there was no database of that name.\n", a.created)
-			}
-			if err := renderApply(w, a.res, a.cn.where); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
 }
 
-// printApplyJSON writes schema apply --json: for one database, what apply
-// did (or, for a drifted table, the differences); for several, each one's,
-// or its error.
-func printApplyJSON(w io.Writer, s *dbSet, all []applied) error {
-	var drift *schema.DriftError
-	if s.one() && errors.As(all[0].err, &drift) {
-		return printObject(w, verifyFields(drift)...)
+// fields are the members of a database's JSON: whether the table matches
+// schema.sql, or what apply did.
+func (r schemaResult) fields(apply bool) []any {
+	switch {
+	case r.drift != nil:
+		return []any{field{"matches", false}, field{"diff", r.drift.Diff}}
+	case !apply:
+		want := schema.Expected()
+		return []any{field{"matches", true}, field{"diff", []string{}}, field{"columns", len(want.Columns)}, field{"indexes", len(want.Indexes)}}
 	}
-	if s.one() {
-		if all[0].err != nil {
-			return nil
-		}
-		return printObject(w, all[0].fields()...)
-	}
-	dbs := make([]any, len(all))
-	for i, a := range all {
-		parts := []any{field{"database", a.cn.where}, field{"id", a.cn.databaseID}, field{"error", describeOrNil(a.err)}}
-		switch {
-		case errors.As(a.err, &drift):
-			parts = append(parts, field{"diff", drift.Diff})
-		case a.err == nil:
-			parts = append(a.fields(), parts[1:]...)
-		}
-		dbs[i], _ = object(parts...)
-	}
-	return printObject(w, field{"databases", dbs})
+	return []any{r.res, field{"migrations_dir", r.dir}, field{"database", r.cn.where}, field{"created_database", r.created != ""}}
 }
 
 // describeOrNil is describe's line for err, or nil (JSON null) for none.
@@ -308,54 +250,29 @@ func describeOrNil(err error) any {
 	return describe(err)
 }
 
-// fields are the members of apply's JSON for one database: schema's
-// Result, the migrations directory, the database and whether apply created
-// it.
-func (a applied) fields() []any {
-	return []any{a.res, field{"migrations_dir", a.dir}, field{"database", a.cn.where}, field{"created_database", a.created != ""}}
-}
-
-// applyOne applies the schema to one database (or with --dry-run, says
-// what it would do); a table of another shape is a *schema.DriftError.
-func applyOne(c *cli.Context, cn *conn) applied {
-	a := applied{cn: cn}
-	table, dir, err := migrationsFor(c, cn)
-	if err != nil {
-		a.err = err
-		return a
+// render writes what apply or verify found on one database, for people.
+func (r schemaResult) render(w io.Writer, one, apply bool) error {
+	switch {
+	case r.err != nil:
+		return nil
+	case r.drift != nil:
+		if !one {
+			fmt.Fprintf(w, "On %s: ", r.cn.where)
+		}
+		fmt.Fprintf(w, "%s differs from schema.sql (- schema.sql, + live table):\n", d1idem.Table)
+		for _, l := range r.drift.Diff {
+			fmt.Fprintf(w, "  %s\n", escapeText(l)) // names, types and defaults of the live table
+		}
+		return nil
+	case !apply:
+		want := schema.Expected()
+		_, err := fmt.Fprintf(w, "%s on %s matches schema.sql: %s, %s.\n", d1idem.Table, r.cn.where,
+			plural(int64(len(want.Columns)), "column", "columns"), plural(int64(len(want.Indexes)), "index", "indexes"))
+		return err
+	case r.created != "":
+		fmt.Fprintf(w, "Created %s: there was no database of that name.\n", r.created)
 	}
-	a.dir = dir
-	opts := schema.Options{MigrationsTable: table, DryRun: c.Bool("dry-run")}
-	if dir != "" {
-		opts.Migrations = os.DirFS(dir)
-	}
-	a.res, a.created, a.err = applyCreating(c.Context, cn, opts)
-	return a
-}
-
-// applyCreating is schema.Apply, which first creates the database where it
-// is missing and the CLI may create it (see conn.create), and says what it
-// created. A dry run creates nothing.
-func applyCreating(ctx context.Context, cn *conn, opts schema.Options) (schema.Result, string, error) {
-	res, err := schema.Apply(ctx, cn.db, opts)
-	if opts.DryRun || cn.create == nil || !errors.Is(err, d1client.ErrNoDatabase) {
-		return res, "", err
-	}
-	created, cerr := cn.create(ctx)
-	if cerr != nil {
-		return res, "", cerr
-	}
-	if created == "" {
-		return res, "", err
-	}
-	res, err = schema.Apply(ctx, cn.db, opts)
-	return res, created, err
-}
-
-// checkLine writes the command that checks the result of schema apply.
-func checkLine(c *cli.Context) error {
-	_, err := fmt.Fprintf(c.App.Writer, "Check the live shape with 'd1idem schema verify%s'.\n", connHint(c))
-	return err
+	return renderApply(w, r.res, r.cn.where)
 }
 
 // renderApply writes what schema apply did, or would do with --dry-run.
@@ -383,197 +300,93 @@ func renderApply(w io.Writer, res schema.Result, where string) error {
 	return nil
 }
 
-// printDiff writes the differences of a drifted table. Their lines show
-// names, types and defaults read from the live table: escaped.
-func printDiff(w io.Writer, lines []string) error {
-	fmt.Fprintf(w, "%s differs from schema.sql (- schema.sql, + live table):\n", d1idem.Table)
-	for _, l := range lines {
-		if _, err := fmt.Fprintf(w, "  %s\n", escapeText(l)); err != nil {
-			return err
-		}
+// driftText says how a table differs: missing (with the apply that makes
+// it), or how many differences stdout shows.
+func driftText(drift *schema.DriftError, hint string) string {
+	if drift.Missing {
+		return fmt.Sprintf("%s does not exist (run 'd1idem schema apply%s')", d1idem.Table, hint)
 	}
-	return nil
+	return fmt.Sprintf("%s differs from schema.sql (%s, shown on stdout)", d1idem.Table, plural(int64(len(drift.Diff)), "difference", "differences"))
 }
 
-// verifyFields are the members of schema verify's JSON for one database:
-// whether it matches, the differences, and when it does, the columns and
-// indexes it has.
-func verifyFields(drift *schema.DriftError) []any {
-	if drift != nil {
-		return []any{field{"matches", false}, field{"diff", drift.Diff}}
-	}
-	want := schema.Expected()
-	return []any{field{"matches", true}, field{"diff", []string{}}, field{"columns", len(want.Columns)}, field{"indexes", len(want.Indexes)}}
-}
-
-func schemaVerifyCommand(o *options) *cli.Command {
-	return &cli.Command{
-		Name:  "verify",
-		Usage: "check that the live table and its indexes match schema.sql",
-		Description: `Compares the live PRAGMA table_info and index_list (with each index's columns)
-of idempotency_keys with the shape schema.sql produces. Exit 0 and one line when
-they match; exit 1 with a diff ("-" what schema.sql has, "+" what the live table
-has instead) when they differ or the table is missing.
-
-   d1idem schema verify --database my-db`,
-		Flags:  append([]cli.Flag{jsonFlag()}, connFlags()...),
-		Action: o.schemaVerify,
-	}
-}
-
-// verified is schema verify's work on one database.
-type verified struct {
-	cn    *conn
-	drift *schema.DriftError // the table differs, or is missing
-	err   error              // the database could not be read
-}
-
-// schemaVerify verifies each database, reporting each, and fails if any
-// differs from schema.sql or cannot be read.
-func (o *options) schemaVerify(c *cli.Context) error {
-	if err := noArgs(c); err != nil {
-		return err
-	}
-	return o.withSet(c, existing, func(s *dbSet) error {
-		var all []verified
-		for _, cn := range s.conns {
-			v := verified{cn: cn}
-			if err := schema.Verify(c.Context, cn.db); !errors.As(err, &v.drift) {
-				v.err = err
-			}
-			if s.one() && v.err != nil {
-				return v.err
-			}
-			if !s.one() {
-				v.err = cn.named(c, v.err)
-			}
-			all = append(all, v)
-		}
-		if err := printVerified(c, s, all); err != nil {
-			return err
-		}
-		return verifyError(c, s, all)
-	})
-}
-
-// printVerified writes that each table matches, or its differences; or
-// their JSON.
-func printVerified(c *cli.Context, s *dbSet, all []verified) error {
-	w := c.App.Writer
-	if c.Bool(flagJSON) {
-		if s.one() {
-			return printObject(w, verifyFields(all[0].drift)...)
-		}
-		dbs := make([]any, len(all))
-		for i, v := range all {
-			parts := []any{field{"database", v.cn.where}, field{"id", v.cn.databaseID}}
-			if v.err != nil {
-				parts = append(parts, field{"error", describe(v.err)})
-			} else {
-				parts = append(append(parts, verifyFields(v.drift)...), field{"error", nil})
-			}
-			dbs[i], _ = object(parts...)
-		}
-		return printObject(w, field{"databases", dbs})
-	}
-	for _, v := range all {
-		if v.err != nil {
-			continue
-		}
-		if v.drift != nil && !s.one() {
-			fmt.Fprintf(w, "On %s: ", v.cn.where)
-		}
-		if err := renderVerify(w, v.drift, v.cn.where); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// verifyError is schema verify's error: the databases that differ from
-// schema.sql or could not be read; nil when none.
-func verifyError(c *cli.Context, s *dbSet, all []verified) error {
-	var failed []string
-	for _, v := range all {
-		name := v.cn.label() + ": "
-		if s.one() {
-			name = ""
-		}
+// schemaError is apply's or verify's error: the databases that differ from
+// schema.sql or failed; nil when none. ok counts the others.
+func schemaError(c *cli.Context, s *dbSet, all []schemaResult) (ok int, err error) {
+	apply := commandPath(c) == "schema apply"
+	if r := all[0]; s.one() && r.drift != nil {
 		switch {
-		case v.err != nil:
-			failed = append(failed, name+describe(v.err))
-		case v.drift != nil && v.drift.Missing && s.one():
-			return fmt.Errorf("schema drift: %s does not exist on %s; run 'd1idem schema apply%s'", d1idem.Table, v.cn.where, connHint(c))
-		case v.drift != nil && v.drift.Missing:
-			failed = append(failed, fmt.Sprintf("%s%s does not exist (run 'd1idem schema apply%s')", name, d1idem.Table, connHint(c)))
-		case v.drift != nil && s.one():
-			return fmt.Errorf("schema drift: %s on %s differs from schema.sql (%s, shown on stdout)",
-				d1idem.Table, v.cn.where, plural(int64(len(v.drift.Diff)), "difference", "differences"))
-		case v.drift != nil:
-			failed = append(failed, fmt.Sprintf("%s%s differs from schema.sql (%s, shown on stdout)", name, d1idem.Table, plural(int64(len(v.drift.Diff)), "difference", "differences")))
+		case apply && r.drift.Recorded:
+			return 0, fmt.Errorf("%s: the migration is recorded, but the table is not what it made; fix the table by hand or restore it, then apply again", driftText(r.drift, ""))
+		case apply:
+			return 0, fmt.Errorf("%s: not recording the migration; fix the table by hand or restore it, then apply again", driftText(r.drift, ""))
+		case r.drift.Missing:
+			return 0, fmt.Errorf("schema drift: %s does not exist on %s; run 'd1idem schema apply%s'", d1idem.Table, r.cn.where, connHint(c))
+		}
+		return 0, fmt.Errorf("schema drift: %s on %s differs from schema.sql (%s, shown on stdout)", d1idem.Table, r.cn.where, plural(int64(len(r.drift.Diff)), "difference", "differences"))
+	}
+	var failed []string
+	for _, r := range all {
+		switch {
+		case r.err != nil:
+			failed = append(failed, r.cn.label()+": "+describe(r.err))
+		case r.drift != nil:
+			failed = append(failed, r.cn.label()+": "+driftText(r.drift, connHint(c)))
 		}
 	}
-	if len(failed) > 0 {
-		return fmt.Errorf("schema drift on %d of %d databases: %s", len(failed), len(all), strings.Join(failed, "; "))
+	switch {
+	case len(failed) == 0:
+		return len(all), nil
+	case apply:
+		return len(all) - len(failed), fmt.Errorf("schema apply failed on %d of %d databases: %s", len(failed), len(all), strings.Join(failed, "; "))
 	}
-	return nil
+	return len(all) - len(failed), fmt.Errorf("schema drift on %d of %d databases: %s", len(failed), len(all), strings.Join(failed, "; "))
 }
 
-// renderVerify writes that the table matches, or the differences.
-func renderVerify(w io.Writer, drift *schema.DriftError, where string) error {
-	if drift != nil {
-		return printDiff(w, drift.Diff)
+// migrationsFor returns wrangler's migrations table and directory for the
+// database: its wrangler config entry's, --migrations-dir over the
+// directory; dir is "" when nothing names one.
+func migrationsFor(c *cli.Context, cn *conn) (table, dir string, err error) {
+	table = schema.MigrationsTable
+	d := cn.wrangler
+	if d == nil {
+		if d, err = databaseByID(c, cn.databaseID); err != nil {
+			return "", "", err
+		}
 	}
-	want := schema.Expected()
-	_, err := fmt.Fprintf(w, "%s on %s matches schema.sql: %s, %s.\n", d1idem.Table, where,
-		plural(int64(len(want.Columns)), "column", "columns"), plural(int64(len(want.Indexes)), "index", "indexes"))
-	return err
+	if d != nil {
+		table, dir = d.MigrationsTable, relPath(d.MigrationsDir)
+	}
+	if f := c.String(flagMigrationsDir); f != "" {
+		dir = f
+	}
+	return table, dir, nil
 }
 
-func schemaPrintCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "print",
-		Usage: "print the ledger schema (schema.sql), or write it as a wrangler migration; needs no connection",
-		Description: `Prints schema.sql exactly: the spec's CREATE TABLE idempotency_keys and its
-updated_at index.
-
-With --migration it writes the schema into wrangler's migrations directory
-instead, as the next migration (NNNN_d1idem_idempotency_keys.sql, numbered as
-'wrangler d1 migrations create' numbers), unless a file there already holds it.
-The directory is --migrations-dir, or the migrations_dir of the database in the
-wrangler config (--database, or the config's only database), or ./migrations.
-Apply it with wrangler or with 'd1idem schema apply': each records it under the
-file's name, so the other agrees.
-
-   d1idem schema print --migration --database my-db
-   d1idem schema print > schema.sql`,
-		Flags: append([]cli.Flag{
-			&cli.BoolFlag{Name: "migration", Usage: "write the schema into wrangler's migrations directory as the next migration", DisableDefaultText: true},
-			migrationsDirFlag(),
-			jsonFlag(),
-		}, wranglerFlags()...),
-		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
-			if c.Bool("migration") {
-				return writeMigration(c)
-			}
-			if c.Bool(flagJSON) {
-				return printJSON(c.App.Writer, struct {
-					Migration  string   `json:"migration"`
-					SQL        string   `json:"sql"`
-					Statements []string `json:"statements"`
-				}{schema.MigrationName, d1idem.Schema(), d1idem.SchemaStatements()})
-			}
-			_, err := fmt.Fprint(c.App.Writer, d1idem.Schema())
-			return err
-		},
+// databaseByID returns the entry of --config, or of the config wrangler
+// would use (passed over if unreadable: nothing asked for it), whose
+// database_id or preview_database_id is id, in --env; nil when none.
+func databaseByID(c *cli.Context, id string) (*wrangler.Database, error) {
+	explicit := c.String(flagConfig) != ""
+	if !explicit && !findsConfig() {
+		return nil, nil
 	}
+	cfg, err := loadWrangler(c, flagDatabase)
+	if err != nil && explicit {
+		return nil, err
+	} else if err != nil {
+		return nil, nil
+	}
+	dbs, err := cfg.Databases(c.String(flagEnv))
+	if err != nil && explicit {
+		return nil, usageError{err}
+	}
+	for _, d := range dbs {
+		if d.DatabaseID == id || d.PreviewDatabaseID == id {
+			return &d, nil
+		}
+	}
+	return nil, nil
 }
-
-// migrationMessage is the message part of the migration file name.
-const migrationMessage = "d1idem_idempotency_keys"
 
 // writeMigration is schema print --migration.
 func writeMigration(c *cli.Context) error {
@@ -584,28 +397,9 @@ func writeMigration(c *cli.Context) error {
 	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
 		return usagef("the migrations directory %s is a file, not a directory", dir)
 	}
-	existing, err := schema.FindMigrations(os.DirFS(dir))
+	name, written, err := schema.WriteMigration(dir)
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", dir, err)
-	}
-	var name string
-	if len(existing) > 0 {
-		name = existing[0]
-	} else {
-		if name, err = wrangler.NextMigrationName(dir, migrationMessage); err != nil {
-			return fmt.Errorf("reading %s: %w", dir, err)
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-		if err != nil {
-			return err
-		}
-		_, err = f.WriteString(d1idem.Schema())
-		if err := errors.Join(err, f.Close()); err != nil {
-			return fmt.Errorf("writing %s: %w", f.Name(), err)
-		}
+		return err
 	}
 	path := filepath.Join(dir, name)
 	w := c.App.Writer
@@ -614,9 +408,9 @@ func writeMigration(c *cli.Context) error {
 			Migration string `json:"migration"`
 			Path      string `json:"path"`
 			Written   bool   `json:"written"`
-		}{name, path, len(existing) == 0})
+		}{name, path, written})
 	}
-	if len(existing) > 0 {
+	if !written {
 		fmt.Fprintf(w, "%s already holds the ledger schema; nothing written.\n", path)
 		return nil
 	}
@@ -633,16 +427,14 @@ func applyArgs(c *cli.Context, d *wrangler.Database) (wranglerArgs, d1idemArgs s
 	if d == nil {
 		return "DATABASE", ""
 	}
-	wranglerArgs, d1idemArgs = d.Name(), " --database "+shellQuote(d.Name())
+	rest := ""
 	if d.Env != "" {
-		wranglerArgs += " --env " + shellQuote(d.Env)
-		d1idemArgs += " --env " + shellQuote(d.Env)
+		rest += " --env " + shellQuote(d.Env)
 	}
 	if config := c.String(flagConfig); config != "" {
-		wranglerArgs += " --config " + shellQuote(config)
-		d1idemArgs += " --config " + shellQuote(config)
+		rest += " --config " + shellQuote(config)
 	}
-	return wranglerArgs, d1idemArgs
+	return d.Name() + rest, " --database " + shellQuote(d.Name()) + rest
 }
 
 // printMigrationsDir returns the migrations directory of schema print
@@ -656,7 +448,7 @@ func printMigrationsDir(c *cli.Context) (dir string, d *wrangler.Database, err e
 		}
 		d = entries[0]
 	case c.String(flagConfig) != "" || findsConfig():
-		cfg, err := loadWrangler(c)
+		cfg, err := loadWrangler(c, flagDatabase)
 		if err != nil {
 			return "", nil, err
 		}
@@ -680,8 +472,7 @@ func printMigrationsDir(c *cli.Context) (dir string, d *wrangler.Database, err e
 	return dir, d, nil
 }
 
-// findsConfig reports whether wrangler would find a config from the current
-// directory.
+// findsConfig reports whether wrangler would find a config here.
 func findsConfig() bool {
 	_, err := wrangler.Find(".")
 	return err == nil

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/d1idem/d1idem"
-	"github.com/d1idem/d1idem/cli/internal/embedded"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/internal/d1test"
@@ -167,12 +166,12 @@ func TestSchemaApplyAfterDrift(t *testing.T) {
 // operator's own SQL would.
 func localExec(t *testing.T, dir, sql string) {
 	t.Helper()
-	srv, err := embedded.Start(d1local.Config{Dir: dir}, "")
+	srv, err := d1local.Listen(d1local.Config{Dir: dir}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	db, err := srv.Client(d1local.LocalDatabaseID)
+	db, err := localClient(srv, d1local.LocalDatabaseID)
 	if err == nil {
 		_, err = db.Query(context.Background(), sql)
 	}

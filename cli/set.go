@@ -6,62 +6,42 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/d1idem/d1idem/cli/internal/embedded"
-	"github.com/d1idem/d1idem/cli/internal/wrangler"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/wrangler"
 )
 
 // access says whether a command may create the database it names.
 type access int
 
 const (
-	// existing: the database must exist; nothing is created (every command
-	// but schema apply).
-	existing access = iota
-	// create: the database, and with --local its directory, are created if
-	// needed (schema apply): locally, or on a d1local server, never on D1
-	// (see conn.create).
-	create
+	existing access = iota // it must exist: every command but schema apply
+	create                 // schema apply: see conn.create
 )
+
+// dbSet is the databases the connection flags name, open, in their order:
+// one is a set of one.
+type dbSet struct {
+	conns []*conn
+	local *d1local.Listening // the embedded d1local serving a --local set
+	dir   string             // --local's directory
+}
 
 // conn is one open database of a set.
 type conn struct {
-	db *d1client.Client
-	// where describes the database for people, without secrets.
-	where string
-	// databaseID is the database's ID: the Cloudflare UUID, or the d1local
-	// database under --local.
-	databaseID string
-	// wrangler is the wrangler config's entry for the database, when
-	// --database chose it.
-	wrangler *wrangler.Database
-	// scope says where a missing database was looked for ("under DIR"),
-	// and list lists the databases there are, for the error.
-	scope string
-	list  func(context.Context) ([]string, error)
-	// create, called once the database turned out to be missing, creates
-	// it where that is the CLI's to do (under --local with access create,
-	// or on a d1local server) and says what it created ("" for nothing).
-	// nil where nothing may be created: D1 gives a database its UUID when
-	// wrangler or the dashboard creates it.
-	create func(context.Context) (string, error)
-}
-
-// dbSet is the databases the connection flags name, open, in the order the
-// flags name them: one, or the several of a ledger across databases. A
-// command works on a set; one database is a set of one.
-type dbSet struct {
-	conns []*conn
-	// local is the embedded d1local serving a --local set.
-	local *embedded.Server
+	db         *d1client.Client
+	databaseID string             // D1's UUID, or the local database's name
+	where      string             // the database for people, without secrets
+	wrangler   *wrangler.Database // the wrangler config's entry, when --database chose it
+	set        *dbSet
 }
 
 func (s *dbSet) close() {
@@ -70,13 +50,11 @@ func (s *dbSet) close() {
 	}
 }
 
-// one reports whether the set is one database: its commands then print
-// what they always have, without a row per database.
+// one reports whether the set is one database: no row per database then.
 func (s *dbSet) one() bool { return len(s.conns) == 1 }
 
-// withSet opens the databases the flags name, runs fn, and closes them. On
-// a set of one, a missing database or ledger table in fn's error is named
-// (see conn.named); on several, fn names each.
+// withSet runs fn on the databases the flags name. On a set of one, a
+// missing database or ledger table in fn's error is named (conn.named).
 func (o *options) withSet(c *cli.Context, acc access, fn func(*dbSet) error, mods ...func(*d1client.Config)) error {
 	s, err := o.openSet(c, acc, mods...)
 	if err != nil {
@@ -89,46 +67,67 @@ func (o *options) withSet(c *cli.Context, acc access, fn func(*dbSet) error, mod
 	return fn(s)
 }
 
-// named turns D1's "no such database" in err into an error naming the
-// connection's database with those there are, and gives an SQL error the
-// schema apply that the connection flags need (see applyHint).
-func (cn *conn) named(c *cli.Context, err error) error {
-	var de *d1client.Error
-	switch {
-	case errors.Is(err, d1client.ErrNoDatabase):
-		return cn.missing(c.Context, err)
-	case errors.As(err, &de) && errors.Is(de, d1client.ErrSQL):
-		return applyHint{err: err, command: "d1idem schema apply" + connHint(c)}
-	}
-	return err
-}
-
 // openSet connects to the databases the flags name: the embedded d1local's
-// with --local, Cloudflare's otherwise. It never falls back silently:
-// missing settings are listed in the error. All the clients of a set share
-// one budget.Account (the account's API budget, with the adjustments of
-// mods: --max-calls's); o's clientMods apply to Cloudflare clients only.
+// with --local, Cloudflare's otherwise, never falling back silently. The
+// clients of a set share one budget.Account, adjusted by mods (--max-calls);
+// o's clientMods apply to Cloudflare clients only. Close it when done.
 func (o *options) openSet(c *cli.Context, acc access, mods ...func(*d1client.Config)) (*dbSet, error) {
-	if err := envWithoutDatabase(c); err != nil {
+	if err := checkConnFlags(c); err != nil {
 		return nil, err
 	}
-	if severalDatabases(c) {
-		if err := noEnvDatabaseID(c); err != nil {
-			return nil, err
-		}
-	}
 	if dir := c.String(flagLocal); dir != "" {
-		if err := localOnly(c); err != nil {
-			return nil, err
-		}
-		return openLocalSet(c, dir, acc, mods...)
+		return openLocalSet(c, dir, acc, mods)
 	}
-	return o.openCloudflareSet(c, mods...)
+	return o.openCloudflareSet(c, mods)
 }
 
-// sharedAccount returns the Account every client of a set spends, made
-// from the budget that mods give a configuration starting with base, and
-// the adjustment that gives a client's configuration that Account.
+// openCloudflareSet connects to databases of one account, directly or through a bridge.
+func (o *options) openCloudflareSet(c *cli.Context, mods []func(*d1client.Config)) (*dbSet, error) {
+	bridgeURL, bridge, err := bridgeURL(c)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := cloudflareTargets(c)
+	if err != nil {
+		return nil, err
+	}
+	accountID, token := c.String(flagAccountID), c.String(flagAPIToken)
+	for _, t := range ts {
+		if accountID == "" && t.wrangler != nil {
+			accountID = t.wrangler.AccountID
+		}
+	}
+	if err := missingSettings(accountID, token != "" || bridge, len(ts) > 0); err != nil {
+		return nil, err
+	}
+	limit := budget.Budget{} // Cloudflare's API limit
+	if bridge {
+		limit = budget.Unlimited()
+	}
+	mods = append(slices.Clone(mods), o.clientMods...)
+	share, err := sharedAccount(limit, mods)
+	if err != nil {
+		return nil, err
+	}
+	s := &dbSet{}
+	for _, t := range ts {
+		cfg := d1client.Config{BaseURL: c.String(flagBaseURL), BridgeURL: bridgeURL, APIToken: token, AccountID: accountID, DatabaseID: t.databaseID}
+		for _, m := range append(mods, share) {
+			m(&cfg)
+		}
+		if t.db, err = d1client.New(cfg); err != nil {
+			return nil, clientError(err)
+		}
+		if t.db.Bridge() {
+			t.where += " through the bridge at " + strings.TrimSuffix(t.db.BaseURL(), "/")
+		}
+		t.set, s.conns = s, append(s.conns, t)
+	}
+	return s, nil
+}
+
+// sharedAccount returns the adjustment that gives every client of a set
+// one Account, of the budget that mods make of base.
 func sharedAccount(base budget.Budget, mods []func(*d1client.Config)) (func(*d1client.Config), error) {
 	scratch := d1client.Config{Budget: base}
 	for _, m := range mods {
@@ -141,8 +140,7 @@ func sharedAccount(base budget.Budget, mods []func(*d1client.Config)) (func(*d1c
 	return func(cfg *d1client.Config) { cfg.Budget, cfg.Account = budget.Budget{}, account }, nil
 }
 
-// clientError is an error of d1client.New: a setting it refuses (two
-// base-URL variables that disagree, say) is the caller's to fix.
+// clientError is an error of d1client.New: a setting it refuses is the caller's to fix.
 func clientError(err error) error {
 	var de *d1client.Error
 	if errors.As(err, &de) {
@@ -153,70 +151,12 @@ func clientError(err error) error {
 	return err
 }
 
-// openCloudflareSet connects to Cloudflare databases of one account,
-// directly or all through one bridge (--bridge-url or $D1IDEM_BRIDGE_URL):
-// the bridge serves each database it binds under its ID, as the REST API
-// does, and is not metered by the API budget.
-func (o *options) openCloudflareSet(c *cli.Context, mods ...func(*d1client.Config)) (*dbSet, error) {
-	bridgeURL, bridge, err := bridgeURL(c)
-	if err != nil {
+// openLocalSet starts the embedded d1local on dir with the databases the
+// flags name. Unless acc is create, the directory and databases must exist.
+func openLocalSet(c *cli.Context, dir string, acc access, mods []func(*d1client.Config)) (*dbSet, error) {
+	if err := localOnly(c); err != nil {
 		return nil, err
 	}
-	ts, err := cloudflareTargets(c, bridge)
-	if err != nil {
-		return nil, err
-	}
-	all := append(slices.Clone(mods), o.clientMods...)
-	limit := budget.Budget{} // Cloudflare's API limit
-	if bridge {
-		limit = budget.Unlimited()
-	}
-	share, err := sharedAccount(limit, all)
-	if err != nil {
-		return nil, err
-	}
-	s := &dbSet{}
-	for _, t := range ts {
-		cfg := d1client.Config{BaseURL: c.String(flagBaseURL), BridgeURL: bridgeURL, APIToken: t.token, AccountID: t.accountID, DatabaseID: t.databaseID}
-		for _, m := range append(all, share) {
-			m(&cfg)
-		}
-		cn, err := cloudflareConn(cfg, t)
-		if err != nil {
-			return nil, err
-		}
-		s.conns = append(s.conns, cn)
-	}
-	return s, nil
-}
-
-// cloudflareConn makes the client of cfg for the target t.
-func cloudflareConn(cfg d1client.Config, t target) (*conn, error) {
-	db, err := d1client.New(cfg)
-	if err != nil {
-		return nil, clientError(err)
-	}
-	cn := &conn{db: db, where: t.where, databaseID: t.databaseID, wrangler: t.wrangler}
-	if t.wrangler != nil {
-		cn.scope = "(--database " + t.wrangler.Name() + " of " + t.wrangler.ConfigPath + ")"
-	}
-	cn.list = func(ctx context.Context) ([]string, error) { return listCloudflare(ctx, db, cfg.HTTPClient, t.token) }
-	cn.create = func(ctx context.Context) (string, error) { return createOnD1local(ctx, db, cfg.HTTPClient, t.token) }
-	if db.Bridge() {
-		cn.create = nil
-		cn.where += " through the bridge at " + strings.TrimSuffix(db.BaseURL(), "/")
-		cn.list = func(context.Context) ([]string, error) {
-			return nil, errors.New("a bridge serves the databases its wrangler.toml binds, and lists none")
-		}
-	}
-	return cn, nil
-}
-
-// openLocalSet starts the embedded d1local on dir with the databases
-// --database-id, --database and --databases-prefix name (the demo's when
-// none). Unless acc is create, it creates nothing: the directory and the
-// databases must exist.
-func openLocalSet(c *cli.Context, dir string, acc access, mods ...func(*d1client.Config)) (*dbSet, error) {
 	if acc == create {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("--local %s: %w", dir, err)
@@ -224,25 +164,34 @@ func openLocalSet(c *cli.Context, dir string, acc access, mods ...func(*d1client
 	} else if _, err := os.Stat(dir); err != nil {
 		return nil, &noDirectoryError{dir: dir, apply: "d1idem schema apply" + connHint(c)}
 	}
-	srv, err := embedded.Start(d1local.Config{Dir: dir, NoAutoCreate: true}, "")
+	srv, err := d1local.Listen(d1local.Config{Dir: dir, NoAutoCreate: true}, "")
 	if err != nil {
 		return nil, err
 	}
-	s := &dbSet{local: srv}
-	if err := s.addLocal(c, dir, acc, mods); err != nil {
+	s := &dbSet{local: srv, dir: dir}
+	if err := s.addLocal(c, acc, mods); err != nil {
 		s.close()
 		return nil, err
 	}
 	return s, nil
 }
 
+// localClient is a client of the embedded d1local's database id, with no API budget.
+func localClient(l *d1local.Listening, id string, mods ...func(*d1client.Config)) (*d1client.Client, error) {
+	cfg := d1client.Config{BaseURL: l.URL, AccountID: d1local.DefaultAccountID, DatabaseID: id, Budget: budget.Unlimited()}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	return d1client.New(cfg)
+}
+
 // addLocal opens a client on each local database the flags name.
-func (s *dbSet) addLocal(c *cli.Context, dir string, acc access, mods []func(*d1client.Config)) error {
+func (s *dbSet) addLocal(c *cli.Context, acc access, mods []func(*d1client.Config)) error {
 	have, err := s.local.D1.Databases()
 	if err != nil {
 		return err
 	}
-	ids, err := localIDs(c, dir, have)
+	ids, err := localIDs(c, s.dir, have)
 	if err != nil {
 		return err
 	}
@@ -252,68 +201,240 @@ func (s *dbSet) addLocal(c *cli.Context, dir string, acc access, mods []func(*d1
 	}
 	for _, id := range ids {
 		if acc != create && !slices.Contains(have, id) {
-			return &noDatabaseError{id: id, where: "under " + dir, have: slices.Clone(have)}
+			return &noDatabaseError{id: id, where: "under " + s.dir, have: slices.Clone(have)}
 		}
-		db, err := s.local.Client(id, append(slices.Clone(mods), share)...)
+		db, err := localClient(s.local, id, append(slices.Clone(mods), share)...)
 		if err != nil {
 			return clientError(err)
 		}
-		s.conns = append(s.conns, &conn{db: db, where: fmt.Sprintf("local database %q under %s", id, dir), databaseID: id, scope: "under " + dir,
-			list: func(context.Context) ([]string, error) { return s.local.D1.Databases() }, create: s.localCreate(dir, id, acc)})
+		s.conns = append(s.conns, &conn{db: db, databaseID: id, where: fmt.Sprintf("local database %q under %s", id, s.dir), set: s})
 	}
 	return nil
 }
 
-// localCreate is a conn's create for the local database id under dir, with
-// access acc: nil unless acc is create.
-func (s *dbSet) localCreate(dir, id string, acc access) func(context.Context) (string, error) {
-	if acc != create {
-		return nil
+// cloudflareTargets are the databases of --database, --databases-prefix
+// and --database-id, in that order, not yet open.
+func cloudflareTargets(c *cli.Context) ([]*conn, error) {
+	entries, how, err := wranglerEntries(c)
+	if err != nil {
+		return nil, err
 	}
-	return func(context.Context) (string, error) {
-		if err := s.local.D1.CreateDatabase(id); err != nil {
-			return "", err
+	var ts []*conn
+	for _, d := range entries {
+		id, where, err := entryTarget(c, d)
+		if err != nil {
+			return nil, err
 		}
-		return fmt.Sprintf("database %q under %s", id, dir), nil
+		ts = append(ts, &conn{databaseID: id, where: where, wrangler: d})
 	}
+	ids, _ := multiValues(c, flagDatabaseID)
+	if !severalDatabases(c) && len(ts) == 1 && len(ids) == 1 {
+		if ids[0] != ts[0].databaseID {
+			return nil, usagef("--database %s is %s in %s, but --database-id says %s", c.String(flagDatabase), ts[0].databaseID, ts[0].wrangler.ConfigPath, ids[0])
+		}
+		ids = nil
+	}
+	for _, id := range ids {
+		ts = append(ts, &conn{databaseID: id, where: "database " + id})
+		how = append(how, "--"+flagDatabaseID+" "+id)
+	}
+	named := make([]string, len(ts))
+	for i, t := range ts {
+		named[i] = t.databaseID
+	}
+	return ts, namedOnce(named, how)
 }
 
-// ledger is the ledger on the set, with the CLI's clock (D1's own unless a
-// test injects one): idem.New's on one database, unless sharded says a
-// ledger across databases even on one (the ring commands); else
-// idem.NewSharded's, each database under its ID (the ID idem.Home gives it
-// by default, as the application's ledger does). The ledger, not the CLI,
-// owns every statement, clock expression and status.
+// entryTarget returns the database ID of a wrangler config's entry (with
+// --preview, its preview_database_id) and a description for people.
+func entryTarget(c *cli.Context, d *wrangler.Database) (id, where string, err error) {
+	if id, err = d.ID(c.Bool(flagPreview)); err != nil {
+		return "", "", usagef("%v in %s", err, d.ConfigPath)
+	}
+	var notes []string
+	if d.Env != "" {
+		notes = append(notes, "env "+d.Env)
+	}
+	if c.Bool(flagPreview) {
+		notes = append(notes, "preview")
+	}
+	notes = append(notes, "from "+d.ConfigPath)
+	return id, fmt.Sprintf("%s (%s, %s)", d.Name(), id, strings.Join(notes, ", ")), nil
+}
+
+// wranglerEntries returns the wrangler config's entries --database and
+// --databases-prefix name, and the flag that named each.
+func wranglerEntries(c *cli.Context) ([]*wrangler.Database, []string, error) {
+	names, _ := multiValues(c, flagDatabase)
+	prefix := c.String(flagDatabasesPrefix)
+	if len(names) == 0 && prefix == "" {
+		return nil, nil, nil
+	}
+	flagName := flagDatabase
+	if len(names) == 0 {
+		flagName = flagDatabasesPrefix
+	}
+	cfg, err := loadWrangler(c, flagName)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []*wrangler.Database
+	var how []string
+	for _, name := range names {
+		d, err := cfg.Database(c.String(flagEnv), name)
+		if err != nil {
+			return nil, nil, usageError{err}
+		}
+		out, how = append(out, &d), append(how, "--"+flagDatabase+" "+name)
+	}
+	if prefix == "" {
+		return out, how, nil
+	}
+	dbs, err := cfg.Databases(c.String(flagEnv))
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	var have []string
+	for _, d := range dbs {
+		have = append(have, d.Name())
+		if strings.HasPrefix(d.Name(), prefix) || strings.HasPrefix(d.Binding, prefix) {
+			out, how = append(out, &d), append(how, "--"+flagDatabasesPrefix+" "+prefix)
+		}
+	}
+	if len(how) == len(names) {
+		return nil, nil, usagef("--%s %s names no database of the d1_databases of %s (have: %s)", flagDatabasesPrefix, prefix, cfg.Path, orNone(have))
+	}
+	return out, how, nil
+}
+
+// localIDs are the local databases the flags name: each --database-id, each
+// --database, then those of have beginning with --databases-prefix; for one,
+// the demo's when none is named.
+func localIDs(c *cli.Context, dir string, have []string) ([]string, error) {
+	if !severalDatabases(c) {
+		for _, id := range []string{c.String(flagDatabaseID), c.String(flagDatabase)} {
+			if id != "" {
+				return []string{id}, nil
+			}
+		}
+		return []string{d1local.LocalDatabaseID}, nil
+	}
+	var ids, how []string
+	for _, name := range []string{flagDatabaseID, flagDatabase} {
+		vals, _ := multiValues(c, name)
+		for _, v := range vals {
+			ids, how = append(ids, v), append(how, "--"+name+" "+v)
+		}
+	}
+	if prefix := c.String(flagDatabasesPrefix); prefix != "" {
+		named := len(ids)
+		for _, id := range have {
+			if strings.HasPrefix(id, prefix) {
+				ids, how = append(ids, id), append(how, "--"+flagDatabasesPrefix+" "+prefix)
+			}
+		}
+		if len(ids) == named {
+			return nil, usagef("--%s %s names no database under %s (have: %s)", flagDatabasesPrefix, prefix, dir, orNone(have))
+		}
+	}
+	return ids, namedOnce(ids, how)
+}
+
+// namedOnce refuses a set of database IDs that names one twice (a slip for
+// another, most likely); how says how the flags named each.
+func namedOnce(ids, how []string) error {
+	for i, id := range ids {
+		if j := slices.Index(ids[:i], id); j >= 0 {
+			same := how[j] + " and " + how[i]
+			if how[j] == how[i] {
+				same = how[i] + " twice"
+			}
+			return usagef("database %s is named twice (%s): name each database of the ledger once", id, same)
+		}
+	}
+	return nil
+}
+
+// missingSettings lists, as a usage error, what Cloudflare needs and the flags lack.
+func missingSettings(accountID string, token, database bool) error {
+	var missing []string
+	if accountID == "" {
+		missing = append(missing, "the account ID (--account-id or CLOUDFLARE_ACCOUNT_ID)")
+	}
+	if !token {
+		missing = append(missing, "an API token (--api-token or CLOUDFLARE_API_TOKEN)")
+	}
+	if !database {
+		missing = append(missing, "the database (--database-id, D1_DATABASE_ID, or --database NAME with a wrangler config)")
+	}
+	if len(missing) > 0 {
+		return usagef("cannot reach D1: missing %s; or pass --local DIR to use the embedded d1local", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// orNone joins names, or says there is none.
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+// loadWrangler reads --config, or the wrangler config wrangler would use here.
+func loadWrangler(c *cli.Context, flagName string) (*wrangler.Config, error) {
+	path := c.String(flagConfig)
+	if path == "" {
+		var err error
+		if path, err = wrangler.Find("."); errors.Is(err, wrangler.ErrNoConfig) {
+			return nil, usagef("--%s needs a wrangler config: there is %v; pass --%s FILE", flagName, err, flagConfig)
+		} else if err != nil {
+			return nil, err
+		}
+		path = relPath(path)
+	}
+	return wrangler.Load(path)
+}
+
+// relPath is p relative to the current directory when inside it.
+func relPath(p string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return p
+	}
+	if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return p
+}
+
+// ledger is the ledger on the set, with the CLI's clock: idem.New's on one
+// database unless sharded (the ring commands), else idem.NewSharded's.
 func (o *options) ledger(s *dbSet, cfg idem.Config, sharded bool) (*idem.Ledger, error) {
 	cfg.Clock = o.now
 	// The ledger logs the rings it adopts; the commands say what matters.
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	var l *idem.Ledger
-	var err error
 	if s.one() && !sharded {
-		l, err = idem.New(s.conns[0].db, cfg)
-	} else {
-		homes := make([]idem.Home, len(s.conns))
-		for i, cn := range s.conns {
-			homes[i] = idem.Home{DB: cn.db}
-		}
-		l, err = idem.NewSharded(homes, cfg)
+		l, err := idem.New(s.conns[0].db, cfg)
+		return l, configUsage(err)
 	}
+	homes := make([]idem.Home, len(s.conns))
+	for i, cn := range s.conns {
+		homes[i] = idem.Home{DB: cn.db}
+	}
+	l, err := idem.NewSharded(homes, cfg)
 	return l, configUsage(err)
 }
 
-// label names a database for people: its name in the wrangler config, or
-// its ID.
-func (c *conn) label() string {
-	if c.wrangler != nil {
-		return c.wrangler.Name()
+// label names a database for people: its wrangler name, or its ID.
+func (cn *conn) label() string {
+	if cn.wrangler != nil {
+		return cn.wrangler.Name()
 	}
-	return c.databaseID
+	return cn.databaseID
 }
 
-// label names the database with this ID (a home of the ring) for people;
-// an ID that is none of the set's, read from a ring, is shown as display
-// shows a ledger value.
+// label names the database with this ID (one not in the set as a ledger value).
 func (s *dbSet) label(id string) string {
 	if cn := s.byID(id); cn != nil {
 		return cn.label()
@@ -330,7 +451,7 @@ func (s *dbSet) labels(ids []string) string {
 	return strings.Join(out, ", ")
 }
 
-// where describes the set for people: "3 databases (a, b, c)".
+// where describes the set: "3 databases (a, b, c)".
 func (s *dbSet) where() string {
 	if s.one() {
 		return s.conns[0].where
@@ -367,6 +488,19 @@ func (s *dbSet) named(name string) *conn {
 	return nil
 }
 
+// inOrder returns items (each of the database id names) in the flags' order.
+func inOrder[T any](s *dbSet, items []T, id func(T) string) []T {
+	out := make([]T, 0, len(items))
+	for _, cn := range s.conns {
+		for _, it := range items {
+			if id(it) == cn.databaseID {
+				out = append(out, it)
+			}
+		}
+	}
+	return out
+}
+
 // ids are the set's database IDs.
 func (s *dbSet) ids() []string {
 	out := make([]string, len(s.conns))
@@ -376,19 +510,88 @@ func (s *dbSet) ids() []string {
 	return out
 }
 
-// failed names a database's failure for an error that lists those that
-// failed: "label: what happened", with a missing database or ledger table
-// named as a set of one names it.
-func (s *dbSet) failed(c *cli.Context, id string, err error) string {
-	cn := s.byID(id)
-	if cn == nil {
-		return display(id) + ": " + describe(err)
+// couldNotRead is cmd's error for the databases whose read failed (errOf
+// their IDs), each "label: cause"; nil for none.
+func (s *dbSet) couldNotRead(c *cli.Context, cmd string, errOf func(id string) error) error {
+	var bad []string
+	for _, cn := range s.conns {
+		if err := errOf(cn.databaseID); err != nil {
+			bad = append(bad, cn.label()+": "+describe(cn.named(c, err)))
+		}
 	}
-	return cn.label() + ": " + describe(cn.named(c, err))
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %s could not be read: %s", cmd, plural(int64(len(bad)), "database", "databases"), strings.Join(bad, "; "))
 }
 
-// noDirectoryError is a --local directory that does not exist; apply is
-// the schema apply that would make it, and the database.
+// named turns D1's "no such database" in err into one naming the database
+// (see missing), and gives an SQL error the schema apply these flags need.
+func (cn *conn) named(c *cli.Context, err error) error {
+	var de *d1client.Error
+	switch {
+	case errors.Is(err, d1client.ErrNoDatabase):
+		return cn.missing(c.Context, err)
+	case errors.As(err, &de) && errors.Is(de, d1client.ErrSQL):
+		return applyHint{err: err, command: "d1idem schema apply" + connHint(c)}
+	}
+	return err
+}
+
+// missing turns D1's "no such database" into an error naming the database
+// and those there are, keeping the command's prefix ("stats: ").
+func (cn *conn) missing(ctx context.Context, err error) error {
+	nd := &noDatabaseError{id: cn.databaseID, cause: err}
+	var have []string
+	var lerr error
+	switch {
+	case cn.set.local != nil:
+		nd.where = "under " + cn.set.dir
+		have, lerr = cn.set.local.D1.Databases()
+	default:
+		if cn.wrangler != nil {
+			nd.where = "(--database " + cn.wrangler.Name() + " of " + cn.wrangler.ConfigPath + ")"
+		}
+		have, lerr = listNames(ctx, cn.db)
+	}
+	if lerr != nil {
+		nd.listErr = describe(lerr)
+	} else {
+		nd.have = append([]string{}, have...)
+	}
+	var de *d1client.Error
+	if errors.As(err, &de) && strings.HasSuffix(err.Error(), de.Error()) {
+		return fmt.Errorf("%s%w", strings.TrimSuffix(err.Error(), de.Error()), nd)
+	}
+	return nd
+}
+
+// create creates a missing database under --local or on a d1local server
+// (never on D1, which gives a database its UUID), and says what it created.
+func (cn *conn) create(ctx context.Context) (string, error) {
+	if cn.set.local != nil {
+		return fmt.Sprintf("database %q under %s", cn.databaseID, cn.set.dir), cn.set.local.D1.CreateDatabase(cn.databaseID)
+	}
+	if created, err := cn.db.CreateLocalDatabase(ctx); !created || err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("database %q on the d1local at %s", cn.databaseID, cn.db.BaseURL()), nil
+}
+
+// maxListed bounds the databases a missing-database error names.
+const maxListed = 50
+
+// listNames lists the account's databases, as d1client.Database shows them.
+func listNames(ctx context.Context, db *d1client.Client) ([]string, error) {
+	dbs, err := db.ListDatabases(ctx, maxListed)
+	out := make([]string, len(dbs))
+	for i, d := range dbs {
+		out[i] = d.String()
+	}
+	return out, err
+}
+
+// noDirectoryError is a missing --local directory; apply is the command that makes it.
 type noDirectoryError struct{ dir, apply string }
 
 func (e *noDirectoryError) Error() string {
@@ -421,21 +624,3 @@ func (e *noDatabaseError) Error() string {
 }
 
 func (e *noDatabaseError) Unwrap() error { return e.cause }
-
-// missing turns D1's "no such database" (HTTP 404, code 7404) into an error
-// naming the database and listing those there are, when they can be listed.
-// It keeps the command's prefix ("stats: ").
-func (c *conn) missing(ctx context.Context, err error) error {
-	nd := &noDatabaseError{id: c.databaseID, where: c.scope, cause: err}
-	have, lerr := c.list(ctx)
-	if lerr != nil {
-		nd.listErr = describe(lerr)
-	} else {
-		nd.have = append([]string{}, have...)
-	}
-	var de *d1client.Error
-	if errors.As(err, &de) && strings.HasSuffix(err.Error(), de.Error()) {
-		return fmt.Errorf("%s%w", strings.TrimSuffix(err.Error(), de.Error()), nd)
-	}
-	return nd
-}

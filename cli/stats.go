@@ -1,54 +1,26 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/internal/human"
 )
 
 func statsCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "stats",
-		Usage: "counts by status, keys awaiting retry, the oldest row, the sweep backlog, the database size and when it reaches 10 GB",
-		Description: `Summarises the ledger in one D1 call per database (a read-only batch): how many
-keys are pending and completed, how many pending keys are past --ttl, awaiting
-the retry that takes them over (their owner died, or they were released), the
-oldest row, the sweep backlog (rows last updated more than --retention ago), the
-database size D1 reports, and when the database would reach D1's limit of 10 GB
-a database. Counting reads the whole table, which D1 bills as rows read.
-
-The 10 GB projection is an estimate at the current write rate. Rows per day are
-the rows created within the retention, over the time they span (less than the
-retention while the oldest row is younger); bytes per row are the database size
-over its rows (an overestimate: the size includes SQLite's own pages and any
-other table). Rows stay for the retention after their last update, so at that
-rate the database levels off at rows per day x retention x bytes per row, and
-until then grows by rows per day x bytes per row a day: if it levels off above
-10 GB, the days to the limit are what is left of it over that growth; if below,
-it does not reach the limit at this rate. Under 100 rows or an hour of writes it
-says there is not enough data. Pass the application's --retention.
-
-With several databases (--database or --database-id repeated, or
---databases-prefix) it shows each database, the totals, and each database's
-projection: the limit is per database.
-
-With --watch it refreshes every --interval until Ctrl-C, redrawn in place on a
-terminal, one block per interval elsewhere, and with --json one JSON object per
-line; each refresh adds the Cloudflare account's API budget as the last
-response's Ratelimit headers gave it. It watches one database.
-
-   d1idem stats
-   d1idem stats --ttl 1m --retention 48h --json
-   d1idem stats --databases-prefix ledger-
-   d1idem stats --watch --interval 10s`,
+		Name:        "stats",
+		Usage:       "counts by status, keys awaiting retry, the oldest row, the sweep backlog, the database size and when it reaches 10 GB",
+		Description: help("stats"),
 		Flags: append([]cli.Flag{
 			ttlFlag(),
 			&cli.DurationFlag{Name: "retention", Value: idem.DefaultRetention, Usage: "the retention the sweep uses: rows last updated more than `DURATION` ago are its backlog"},
@@ -89,23 +61,22 @@ func (o *options) stats(c *cli.Context) error {
 		if err := v.print(c.App.Writer, ov, c.Bool(flagJSON)); err != nil {
 			return err
 		}
-		return v.unread(c, ov)
+		return v.set.couldNotRead(c, "stats", func(id string) error {
+			return ov.Homes[slices.IndexFunc(ov.Homes, func(h idem.HomeStats) bool { return h.Home == id })].Err
+		})
 	})
 }
 
-// statsView writes stats: the fields of one database, or a table of
-// several with their totals; or their JSON.
+// statsView writes stats: one database's fields, or a table of several; or JSON.
 type statsView struct {
 	set   *dbSet
 	hints statsHints
 }
 
-// statsHints are the commands the stats view suggests, with the flags that
-// make them run as they are when pasted.
+// statsHints are the commands the stats view suggests, ready to paste.
 type statsHints struct{ stuck, sweep string }
 
-// statsHintsOf repeats the command line's connection flags, and the
-// lease's or the retention that the suggested command takes.
+// statsHintsOf repeats the connection, TTL and retention flags for the hints.
 func statsHintsOf(c *cli.Context) statsHints {
 	h := connHint(c)
 	return statsHints{stuck: "d1idem keys stuck" + h + setDurations(c, "ttl"), sweep: "d1idem sweep --all" + h + setDurations(c, "retention")}
@@ -128,11 +99,10 @@ func (v statsView) oneJSON(st idem.Stats) []any {
 	return []any{field{"database", v.set.where()}, st, field{"size_limit", st.Projection()}}
 }
 
-// homesJSON is each database's stats under --json: its label and ID, its
-// stats and projection, or the error that kept them.
+// homesJSON is each database's stats under --json, or the error that kept them.
 func (v statsView) homesJSON(ov idem.Overview) []any {
 	out := make([]any, len(ov.Homes))
-	for i, h := range v.ordered(ov) {
+	for i, h := range inOrder(v.set, ov.Homes, func(h idem.HomeStats) string { return h.Home }) {
 		parts := []any{field{"database", v.set.label(h.Home)}, field{"id", h.Home}}
 		if h.Err != nil {
 			parts = append(parts, field{"error", describe(h.Err)})
@@ -142,39 +112,6 @@ func (v statsView) homesJSON(ov idem.Overview) []any {
 		out[i], _ = object(parts...)
 	}
 	return out
-}
-
-// ordered are the databases' stats in the order the flags named them.
-func (v statsView) ordered(ov idem.Overview) []idem.HomeStats {
-	out := make([]idem.HomeStats, 0, len(ov.Homes))
-	for _, cn := range v.set.conns {
-		for _, h := range ov.Homes {
-			if h.Home == cn.databaseID {
-				out = append(out, h)
-			}
-		}
-	}
-	return out
-}
-
-// unread is an error naming the databases whose stats could not be read.
-func (v statsView) unread(c *cli.Context, ov idem.Overview) error {
-	var bad []string
-	for _, h := range v.ordered(ov) {
-		if h.Err != nil {
-			bad = append(bad, v.set.failed(c, h.Home, h.Err))
-		}
-	}
-	return couldNotRead("stats", bad)
-}
-
-// couldNotRead is cmd's error for the databases it could not read, each
-// "label: cause"; nil for none.
-func couldNotRead(cmd string, bad []string) error {
-	if len(bad) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%s: %s could not be read: %s", cmd, plural(int64(len(bad)), "database", "databases"), strings.Join(bad, "; "))
 }
 
 // fields are the lines of one database's stats, as printFields takes them.
@@ -196,22 +133,21 @@ func (v statsView) fields(where string, st idem.Stats) [][2]string {
 		fields = append(fields, [2]string{"  " + display(s), strconv.FormatInt(st.ByStatus[idem.Status(s)], 10) + " (not a status the ledger writes)"})
 	}
 	return append(fields, [2]string{"awaiting retry", v.awaiting(st)}, [2]string{"oldest row", oldestText(st.Oldest)},
-		[2]string{"sweep backlog", v.backlog(st)}, [2]string{"database size", formatBytes(st.SizeBytes)},
-		[2]string{"10 GB limit", projectionText(st.Projection(), st.Retention)})
+		[2]string{"sweep backlog", v.backlog(st)}, [2]string{"database size", human.Bytes(st.SizeBytes)},
+		[2]string{"10 GB limit", st.Projection().String()})
 }
 
-// table writes the stats of several databases: a row each and the totals,
-// then the totals' details.
+// table writes the stats of several databases: a row each, then the totals.
 func (v statsView) table(w io.Writer, ov idem.Overview) error {
 	header := []string{"DATABASE", "KEYS", "PENDING", "COMPLETED", "AWAITING RETRY", "BACKLOG", "SIZE", "ROWS/DAY", "10 GB LIMIT"}
 	var rows [][]string
-	for _, h := range v.ordered(ov) {
+	for _, h := range inOrder(v.set, ov.Homes, func(h idem.HomeStats) string { return h.Home }) {
 		if h.Err != nil {
 			rows = append(rows, []string{v.set.label(h.Home), "unreadable: " + describe(h.Err), "", "", "", "", "", "", ""})
 			continue
 		}
 		p := h.Stats.Projection()
-		rows = append(rows, append(statsRow(v.set.label(h.Home), h.Stats), rateText(p), projectionShort(p)))
+		rows = append(rows, append(statsRow(v.set.label(h.Home), h.Stats), rateText(p), p.Short()))
 	}
 	rows = append(rows, append(statsRow("total", ov.Total), "", ""))
 	if err := printTable(w, header, rows); err != nil {
@@ -231,7 +167,7 @@ func (v statsView) table(w io.Writer, ov idem.Overview) error {
 func statsRow(label string, st idem.Stats) []string {
 	return []string{label, strconv.FormatInt(st.Keys, 10), strconv.FormatInt(st.ByStatus[idem.StatusPending], 10),
 		strconv.FormatInt(st.ByStatus[idem.StatusCompleted], 10), strconv.FormatInt(st.Stuck, 10),
-		strconv.FormatInt(st.SweepBacklog, 10), shortBytes(float64(st.SizeBytes))}
+		strconv.FormatInt(st.SweepBacklog, 10), human.Size(float64(st.SizeBytes))}
 }
 
 // awaiting describes the pending rows past the TTL.
@@ -265,34 +201,6 @@ func (v statsView) backlog(st idem.Stats) string {
 	return fmt.Sprintf("%s older than the %s retention: '%s' deletes %s", plural(n, "row", "rows"), retention, v.hints.sweep, them)
 }
 
-// projectionText is a database's 10 GB projection for people, in full.
-func projectionText(p idem.Projection, retention time.Duration) string {
-	switch {
-	case p.Reason != "":
-		return "not enough data to project: " + p.Reason
-	case p.Reaches && p.Days == 0:
-		return "reached: the database is at D1's 10 GB limit, and writes to it fail; grow the ledger (see 'd1idem ring --help')"
-	case p.Reaches:
-		return fmt.Sprintf("in about %s at this rate: %s a day x %s a row, levelling off at %s within the %s retention",
-			formatDays(p.Days), rowsText(p.RowsPerDay), shortBytes(p.BytesPerRow), shortBytes(p.LevelBytes), human.Duration(retention))
-	}
-	return fmt.Sprintf("not reached at this rate: %s a day x %s a row level off at %s (%s of 10 GB) within the %s retention",
-		rowsText(p.RowsPerDay), shortBytes(p.BytesPerRow), shortBytes(p.LevelBytes), percent(p.LevelBytes/idem.D1MaxBytes), human.Duration(retention))
-}
-
-// projectionShort is a projection in a table's cell.
-func projectionShort(p idem.Projection) string {
-	switch {
-	case p.Reason != "":
-		return "not enough data"
-	case p.Reaches && p.Days == 0:
-		return "reached"
-	case p.Reaches:
-		return "in about " + formatDays(p.Days)
-	}
-	return fmt.Sprintf("not at this rate (levels off at %s of it)", percent(p.LevelBytes/idem.D1MaxBytes))
-}
-
 // rateText is a projection's rows per day in a table's cell.
 func rateText(p idem.Projection) string {
 	if p.RowsPerDay == 0 {
@@ -301,44 +209,167 @@ func rateText(p idem.Projection) string {
 	return fmt.Sprintf("%.0f", p.RowsPerDay)
 }
 
-// formatDays is a number of days for people: "5h" under a day, "3.5 days"
-// under ten, "41 days".
-func formatDays(d float64) string {
+// stats --watch: the stats view every --interval, with the API budget the
+// last response's Ratelimit headers gave.
+
+// Flags of stats --watch.
+const (
+	flagWatch    = "watch"
+	flagInterval = "interval"
+)
+
+// minWatchInterval is the shortest --interval: each refresh is a D1 call.
+const minWatchInterval = time.Second
+
+// ANSI sequences that move the cursor home and clear the screen.
+const clearScreen = "\x1b[H\x1b[2J"
+
+func watchFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.BoolFlag{Name: flagWatch, Usage: "refresh every --interval until Ctrl-C: in place on a terminal, one block (with --json, one JSON object per line) per interval elsewhere; with the API budget the last response's headers gave", DisableDefaultText: true},
+		&cli.DurationFlag{Name: flagInterval, Value: 5 * time.Second, Usage: "with --watch, refresh every `DURATION` (at least 1s; one D1 call each)"},
+	}
+}
+
+// watchInterval validates --interval, which needs --watch.
+func watchInterval(c *cli.Context) (time.Duration, error) {
+	d := c.Duration(flagInterval)
 	switch {
-	case d < 1:
-		return human.Duration(time.Duration(d * float64(24*time.Hour)))
-	case d < 10:
-		return fmt.Sprintf("%.1f days", d)
+	case c.IsSet(flagInterval) && !c.Bool(flagWatch):
+		return 0, usagef("--interval needs --watch")
+	case d < minWatchInterval:
+		return 0, usagef("--interval %s is too short: each refresh is a D1 call; use at least %s", d, minWatchInterval)
 	}
-	return fmt.Sprintf("%.0f days", d)
+	return d, nil
 }
 
-// rowsText is a rate of rows: "1200 rows", "2.5 million rows".
-func rowsText(n float64) string {
-	if n >= 1e6 {
-		return fmt.Sprintf("%.1f million rows", n/1e6)
-	}
-	return fmt.Sprintf("%.0f rows", n)
+// watchView is one refresh of stats --watch.
+type watchView struct {
+	at     time.Time // of the refresh, by the command's clock
+	stats  idem.Stats
+	budget budget.State
+	// seen is when the budget was read, by the D1 client's clock (the
+	// local one), which its times are in.
+	seen time.Time
+	err  error // the refresh failed; stats are not set
 }
 
-// shortBytes is a size with a decimal prefix, as D1's limit is stated:
-// "812 bytes", "1.5 kB", "9.8 GB".
-func shortBytes(n float64) string {
-	for _, u := range []struct {
-		size float64
-		name string
-	}{{1e9, "GB"}, {1e6, "MB"}, {1e3, "kB"}} {
-		if n >= u.size {
-			return fmt.Sprintf("%.1f %s", n/u.size, u.name)
+// watchStats runs the stats view every interval until the command's
+// context ends (Ctrl-C), which is a clean stop. A first refresh that fails
+// is the command's error; a later one is shown, and the watch goes on.
+func (o *options) watchStats(c *cli.Context, a *idem.Admin, sv statsView, interval time.Duration) error {
+	tick, stop := o.newTicker(interval)
+	defer stop()
+	render := o.watchRenderer(c, sv, interval)
+	for first := true; ; first = false {
+		st, err := a.Stats(c.Context)
+		if c.Context.Err() != nil {
+			return nil
+		}
+		if err != nil && first {
+			return ledgerErr("stats", err)
+		}
+		if err := render(watchView{at: o.clock(), stats: st, budget: sv.set.conns[0].db.Account().State(), seen: time.Now(), err: err}); err != nil {
+			return err
+		}
+		select {
+		case <-c.Context.Done():
+			return nil
+		case <-tick:
 		}
 	}
-	return fmt.Sprintf("%.0f bytes", n)
 }
 
-// percent is a fraction as a percentage: "12%", "0.02%".
-func percent(f float64) string {
-	if f < 0.01 {
-		return fmt.Sprintf("%.2g%%", 100*f)
+// watchRenderer returns the function that writes one refresh: a JSON line
+// with --json, the view redrawn in place on a terminal, a block otherwise.
+func (o *options) watchRenderer(c *cli.Context, sv statsView, interval time.Duration) func(watchView) error {
+	w := c.App.Writer
+	if c.Bool(flagJSON) {
+		return func(v watchView) error { return sv.watchJSON(w, v) }
 	}
-	return fmt.Sprintf("%.0f%%", 100*f)
+	tty := o.terminal(w)
+	first := true
+	return func(v watchView) error {
+		switch {
+		case tty:
+			io.WriteString(w, clearScreen)
+		case !first:
+			fmt.Fprintln(w)
+		}
+		first = false
+		return sv.watch(w, v, interval, tty)
+	}
+}
+
+// newTicker returns ticks every d and a function that stops them.
+func (o *options) newTicker(d time.Duration) (<-chan time.Time, func()) {
+	if o.ticker != nil {
+		return o.ticker(d)
+	}
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
+// clock is the time of a refresh: o.now, or the local clock.
+func (o *options) clock() time.Time {
+	if o.now != nil {
+		return o.now()
+	}
+	return time.Now()
+}
+
+// watchJSON writes one refresh as a line of JSON: its time, stats --json's
+// members (or its error), and the API budget (null when not reported).
+func (sv statsView) watchJSON(w io.Writer, v watchView) error {
+	parts := []any{field{"at", human.Time(v.at)}}
+	if v.err != nil {
+		parts = append(parts, field{"error", describe(ledgerErr("stats", v.err))})
+	} else {
+		parts = append(parts, sv.oneJSON(v.stats)...)
+	}
+	line, err := object(append(parts, field{"budget", budgetObject(v.budget, v.seen)})...)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, line, "")
+}
+
+// budgetObject is the API budget under --json; nil when none was reported.
+func budgetObject(b budget.State, now time.Time) json.RawMessage {
+	if b.Seen.IsZero() {
+		return nil
+	}
+	v, _ := object(b, field{"reset_in_ms", max(0, b.Reset.Sub(now).Milliseconds())})
+	return v
+}
+
+// watch writes one refresh for people: a heading, the stats and the budget.
+func (sv statsView) watch(w io.Writer, v watchView, interval time.Duration, tty bool) error {
+	heading := fmt.Sprintf("%s, every %s", human.Time(v.at), human.Duration(interval))
+	if tty {
+		heading += "; Ctrl-C stops"
+	}
+	fmt.Fprintln(w, heading)
+	if v.err != nil {
+		_, err := fmt.Fprintf(w, "this refresh failed: %s\n", describe(ledgerErr("stats", v.err)))
+		return err
+	}
+	return printFields(w, append(sv.fields(sv.set.where(), v.stats), [2]string{"API budget", budgetText(v.budget, v.seen)}))
+}
+
+// budgetText describes the API budget the last response's headers gave.
+func budgetText(b budget.State, now time.Time) string {
+	if b.Seen.IsZero() {
+		return "not reported: no response carried Ratelimit headers (d1local sends none unless it plays a budget)"
+	}
+	s := fmt.Sprintf("%d calls left", b.Remaining)
+	if b.Quota > 0 {
+		s += fmt.Sprintf(" of %d per %s", b.Quota, human.Duration(b.Window))
+	}
+	if reset := b.Reset.Sub(now); reset > 0 {
+		s += ", resets in " + human.Duration(reset)
+	} else {
+		s += ", its window has reset since"
+	}
+	return s + fmt.Sprintf(" (as the response of %s said)", human.Age(now.Sub(b.Seen)))
 }

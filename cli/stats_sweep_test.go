@@ -8,9 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/d1idem/d1idem/d1client/budget"
-	"github.com/d1idem/d1idem/idem"
 )
 
 func TestStatsGolden(t *testing.T) {
@@ -207,45 +204,5 @@ func TestSweepProgress(t *testing.T) {
 	r = mustRun(t, fixedClock(), backlog2.args("sweep", "--all", "--batch", "10")...)
 	if strings.Contains(r.stdout, "\r") || strings.Count(r.stdout, "\n") != 1 {
 		t.Errorf("not a terminal: %q", r.stdout)
-	}
-}
-
-// The sweep's budget gives it exactly --max-calls calls per window: the
-// calls d1client keeps for Priority work come on top.
-func TestSweepBudgetGivesMaxCalls(t *testing.T) {
-	for _, n := range []int{1, 2, 3, 9, 10, 11, 200, 1199} {
-		b := sweepBudget(n, 5*time.Minute)
-		if got := b.Calls() - b.Kept(); got != n || b.Per() != 5*time.Minute {
-			t.Errorf("--max-calls %d: %v keeping %d gives the sweep %d", n, b, b.Kept(), got)
-		}
-		if _, err := budget.NewAccount(b); err != nil {
-			t.Errorf("--max-calls %d: %v", n, err)
-		}
-	}
-}
-
-// TestProjectionText: the 10 GB projection in stats, in full and in a
-// table's cell.
-func TestProjectionText(t *testing.T) {
-	day := 24 * time.Hour
-	for _, tc := range []struct {
-		p          idem.Projection
-		text, cell string
-	}{
-		{idem.Projection{Reason: "no rows yet"}, "not enough data to project: no rows yet", "not enough data"},
-		{idem.Projection{RowsPerDay: 12000, BytesPerRow: 2000, LevelBytes: 24e6},
-			"not reached at this rate: 12000 rows a day x 2.0 kB a row level off at 24.0 MB (0.24% of 10 GB) within the 24h retention", "not at this rate (levels off at 0.24% of it)"},
-		{idem.Projection{RowsPerDay: 2.4e6, BytesPerRow: 16000, LevelBytes: 38.4e9, Reaches: true, Days: 0.21875},
-			"in about 5h15m at this rate: 2.4 million rows a day x 16.0 kB a row, levelling off at 38.4 GB within the 24h retention", "in about 5h15m"},
-		{idem.Projection{RowsPerDay: 1e5, BytesPerRow: 1e4, LevelBytes: 30e9, Reaches: true, Days: 6},
-			"in about 6.0 days at this rate: 100000 rows a day x 10.0 kB a row, levelling off at 30.0 GB within the 24h retention", "in about 6.0 days"},
-		{idem.Projection{Reaches: true}, "reached: the database is at D1's 10 GB limit", "reached"},
-	} {
-		if got := projectionText(tc.p, day); !strings.HasPrefix(got, tc.text) {
-			t.Errorf("projectionText(%+v) = %q, want %q", tc.p, got, tc.text)
-		}
-		if got := projectionShort(tc.p); got != tc.cell {
-			t.Errorf("projectionShort(%+v) = %q, want %q", tc.p, got, tc.cell)
-		}
 	}
 }

@@ -26,29 +26,9 @@ const defaultMaxCalls = 200
 
 func sweepCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "sweep",
-		Usage: "delete rows past the retention window, in bounded batches, within an API budget",
-		Description: `Deletes ledger rows last updated more than --retention ago, completed and pending
-alike, with the spec's bounded DELETE (a rowid subquery with LIMIT --batch). The
-application sweeps a batch now and then on its own; use this command to clear a
-backlog (see 'd1idem stats'). Without --all it deletes one batch; with --all it
-repeats until a batch comes back short.
-
-It keeps within --max-calls D1 calls per 5 minutes, and says so when it waits:
-Cloudflare allows 1200 API calls per 5 minutes for the whole account, and going
-over blocks every call, the application's included, for 5 minutes.
-
-On a terminal it shows progress; otherwise it prints one summary line.
-
-With several databases (--database or --database-id repeated, or
---databases-prefix) it sweeps a batch of each in turn, all within the one
---max-calls budget (databases on one account share its API limit), and says how
-many rows each gave.
-
-   d1idem sweep --dry-run          # count what would be deleted; delete nothing
-   d1idem sweep --all
-   d1idem sweep --all --batch 500 --max-calls 100
-   d1idem sweep --all --databases-prefix ledger-`,
+		Name:        "sweep",
+		Usage:       "delete rows past the retention window, in bounded batches, within an API budget",
+		Description: help("sweep"),
 		Flags: append([]cli.Flag{
 			&cli.DurationFlag{Name: "retention", Value: idem.DefaultRetention, Usage: "delete rows last updated more than `DURATION` ago; never less than the retention your API promises clients (at least 11m30s: the default lease, plus the TTL, plus a minute)"},
 			&cli.IntFlag{Name: "batch", Value: idem.DefaultSweepBatch, Usage: fmt.Sprintf("delete at most `N` rows per DELETE (1 to %d)", idem.MaxSweepBatch)},
@@ -81,7 +61,7 @@ func (o *options) sweep(c *cli.Context) error {
 	var mods []func(*d1client.Config)
 	if maxCalls > 0 {
 		s.maxCalls, s.per = maxCalls, cmp.Or(o.budgetWindow, d1local.CloudflareRateLimit().Window)
-		mods = append(mods, func(cfg *d1client.Config) { cfg.Budget = sweepBudget(maxCalls, s.per) })
+		mods = append(mods, func(cfg *d1client.Config) { cfg.Budget = budget.Background(maxCalls, s.per) })
 	}
 	err = o.withSet(c, existing, s.run, mods...)
 	if errors.Is(err, d1client.ErrRateLimited) {
@@ -90,24 +70,7 @@ func (o *options) sweep(c *cli.Context) error {
 	return err
 }
 
-// sweepBudget is the request budget in which the sweep, work without
-// d1client.Priority, gets maxCalls calls per window: d1client keeps a few
-// calls of every window for Priority work (Budget.Kept), which the sweep
-// never does, so the budget is that much larger. The least reserve keeps
-// the sweep's pace that of the whole budget, within 1 %.
-func sweepBudget(maxCalls int, window time.Duration) budget.Budget {
-	calls := maxCalls + 1
-	for {
-		b := budget.New(calls, window).WithReserve(budget.MinReserve)
-		if calls-b.Kept() >= maxCalls {
-			return b
-		}
-		calls++
-	}
-}
-
-// maxCalls reads --max-calls: 0 (unlimited) only with --local or through
-// a bridge, where it is the default.
+// maxCalls reads --max-calls: 0 (unlimited, the default there) only with --local or a bridge.
 func maxCalls(c *cli.Context) (int, error) {
 	n := c.Int("max-calls")
 	_, bridge, _ := bridgeURL(c) // a bad combination is reported by openConn
@@ -185,8 +148,7 @@ func (s *sweeper) run(set *dbSet) error {
 	return s.print(res, false)
 }
 
-// named turns a *idem.HomeError into its D1 error, prefixed with the
-// database's label when there are several.
+// named turns a *idem.HomeError into its error, labelled when there are several databases.
 func (s *sweeper) named(err error) error {
 	var he *idem.HomeError
 	if !errors.As(err, &he) {
@@ -221,9 +183,7 @@ func (s *sweeper) print(res idem.SweepResult, dryRun bool) error {
 	return err
 }
 
-// json are the members of sweep --json: the settings, what was done (or
-// would be), the D1 calls, the budget's waits and the time it took, and
-// with several databases each one's share.
+// json are the members of sweep --json.
 func (s *sweeper) json(res idem.SweepResult, dryRun bool) []any {
 	parts := []any{field{"dry_run", dryRun}, field{"retention_ms", s.retention.Milliseconds()}, field{"batch_size", s.batch}}
 	if dryRun {
@@ -237,7 +197,7 @@ func (s *sweeper) json(res idem.SweepResult, dryRun bool) []any {
 		return parts
 	}
 	homes := make([]any, len(res.Homes))
-	for i, h := range s.ordered(res) {
+	for i, h := range inOrder(s.set, res.Homes, func(h idem.HomeSweep) string { return h.Home }) {
 		if dryRun {
 			h.Complete = false
 		}
@@ -246,23 +206,10 @@ func (s *sweeper) json(res idem.SweepResult, dryRun bool) []any {
 	return append(parts, field{"databases", homes})
 }
 
-// ordered are the databases' shares in the order the flags named them.
-func (s *sweeper) ordered(res idem.SweepResult) []idem.HomeSweep {
-	var out []idem.HomeSweep
-	for _, cn := range s.set.conns {
-		for _, h := range res.Homes {
-			if h.Home == cn.databaseID {
-				out = append(out, h)
-			}
-		}
-	}
-	return out
-}
-
 // split says how many rows each database had, or gave: "a 20, b 25".
 func (s *sweeper) split(res idem.SweepResult, backlog bool) string {
 	var parts []string
-	for _, h := range s.ordered(res) {
+	for _, h := range inOrder(s.set, res.Homes, func(h idem.HomeSweep) string { return h.Home }) {
 		n := h.Deleted
 		if backlog && h.Backlog != nil {
 			n = *h.Backlog

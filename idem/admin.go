@@ -76,6 +76,10 @@ type KeyRecord struct {
 	ResponseBody    *string   `json:"response_body,omitempty"`
 	AsOf            time.Time `json:"-"`     // the ledger clock's time of the read
 	Stuck           bool      `json:"stuck"` // pending with no update for longer than the TTL
+	// Home is, on a sharded ledger, the database Get or Release found the
+	// row in: while the ring is moving, a moved principal's old home
+	// until the old route is dropped. "" on a ledger of one database.
+	Home string `json:"-"`
 }
 
 // Age is how long before AsOf the row was created.
@@ -145,7 +149,7 @@ func (a *Admin) find(ctx context.Context, op, principal, key string, detail bool
 		return KeyRecord{}, nil, err
 	}
 	row := a.selectRows(detail).add(" WHERE principal = ? AND key = ?", principal, key).statement()
-	res, err := a.l.findRow(ctx, principal, append([]d1client.Statement{row}, more...))
+	res, home, err := a.l.findRow(ctx, principal, append([]d1client.Statement{row}, more...))
 	switch {
 	case err != nil:
 		return KeyRecord{}, nil, fmt.Errorf("idem: %s: %w", op, err)
@@ -153,6 +157,7 @@ func (a *Admin) find(ctx context.Context, op, principal, key string, detail bool
 		return KeyRecord{}, nil, ErrKeyNotFound
 	}
 	k, err := a.scan(res[0].Rows[0], detail)
+	k.Home = home
 	return k, res[1:], err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/d1idem/d1idem/internal/human"
@@ -23,6 +24,15 @@ const (
 	KeyCompleted     KeyState = "completed"      // retries replay the stored response
 	KeyUnknown       KeyState = "unknown"        // a status the ledger does not write
 )
+
+// Words names the state in a sentence or a table: "awaiting retry",
+// "unknown status".
+func (s KeyState) Words() string {
+	if s == KeyUnknown {
+		return "unknown status"
+	}
+	return strings.ReplaceAll(string(s), "_", " ")
+}
 
 // quietAfter is how long a pending row may go without an update before its
 // owner is presumed dead: two heartbeats (two thirds of the TTL by

@@ -589,7 +589,7 @@ func (l *Ledger) fencedWrite(ctx context.Context, r *Reservation, what string, s
 // Lookup reads a key's row without claiming it and says what Begin would
 // answer but Execute: Replay, Reused, InProgress (any pending row) or Retry.
 func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string) (Decision, error) {
-	res, err := l.findRow(ctx, principal, []d1client.Statement{l.sql.lookupRow(principal, key, l.now())}, d1client.Coalesce(), opLookup)
+	res, _, err := l.findRow(ctx, principal, []d1client.Statement{l.sql.lookupRow(principal, key, l.now())}, d1client.Coalesce(), opLookup)
 	if err != nil {
 		return Decision{}, fmt.Errorf("idem: lookup: %w", err)
 	}

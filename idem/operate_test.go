@@ -270,3 +270,12 @@ func TestStuck(t *testing.T) {
 		t.Error("Stuck with limit 0 accepted")
 	}
 }
+
+// TestKeyStateWords: a state reads as words in a sentence or a table.
+func TestKeyStateWords(t *testing.T) {
+	for s, want := range map[idem.KeyState]string{idem.KeyAwaitingRetry: "awaiting retry", idem.KeyOwnerQuiet: "owner quiet", idem.KeyCompleted: "completed", idem.KeyUnknown: "unknown status"} {
+		if got := s.Words(); got != want {
+			t.Errorf("%s.Words() = %q, want %q", s, got, want)
+		}
+	}
+}

@@ -124,12 +124,20 @@ type Projection struct {
 	// Reaches reports that it reaches the limit, in Days (0: it has).
 	Reaches bool
 	Days    float64
+	// Retention is the Stats' retention, which the estimate assumes.
+	Retention time.Duration
 }
 
 // Projection estimates when the one database these Stats are of reaches
 // D1's size limit, its rows staying for s.Retention. (Of a total over
 // several databases it means nothing: the limit is per database.)
 func (s Stats) Projection() Projection {
+	p := s.projection()
+	p.Retention = s.Retention
+	return p
+}
+
+func (s Stats) projection() Projection {
 	switch {
 	case s.SizeBytes <= 0:
 		return Projection{Reason: "D1 reported no database size"}

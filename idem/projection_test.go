@@ -93,3 +93,28 @@ func TestProjection(t *testing.T) {
 		})
 	}
 }
+
+// TestProjectionText: the 10 GB projection for operators, in full and in a
+// table's cell.
+func TestProjectionText(t *testing.T) {
+	for _, tc := range []struct {
+		p          idem.Projection
+		text, cell string
+	}{
+		{idem.Projection{Retention: 24 * time.Hour, Reason: "no rows yet"}, "not enough data to project: no rows yet", "not enough data"},
+		{idem.Projection{Retention: 24 * time.Hour, RowsPerDay: 12000, BytesPerRow: 2000, LevelBytes: 24e6},
+			"not reached at this rate: 12000 rows a day x 2.0 kB a row level off at 24.0 MB (0.24% of 10 GB) within the 24h retention", "not at this rate (levels off at 0.24% of it)"},
+		{idem.Projection{Retention: 24 * time.Hour, RowsPerDay: 2.4e6, BytesPerRow: 16000, LevelBytes: 38.4e9, Reaches: true, Days: 0.21875},
+			"in about 5h15m at this rate: 2.4 million rows a day x 16.0 kB a row, levelling off at 38.4 GB within the 24h retention", "in about 5h15m"},
+		{idem.Projection{Retention: 24 * time.Hour, RowsPerDay: 1e5, BytesPerRow: 1e4, LevelBytes: 30e9, Reaches: true, Days: 6},
+			"in about 6.0 days at this rate: 100000 rows a day x 10.0 kB a row, levelling off at 30.0 GB within the 24h retention", "in about 6.0 days"},
+		{idem.Projection{Reaches: true}, "reached: the database is at D1's 10 GB limit", "reached"},
+	} {
+		if got := tc.p.String(); !strings.HasPrefix(got, tc.text) {
+			t.Errorf("String(%+v) = %q, want %q", tc.p, got, tc.text)
+		}
+		if got := tc.p.Short(); got != tc.cell {
+			t.Errorf("Short(%+v) = %q, want %q", tc.p, got, tc.cell)
+		}
+	}
+}

@@ -144,6 +144,21 @@ type ringJSON struct {
 	Previous []string  `json:"previous,omitempty"`
 }
 
+// MarshalJSON writes the ring as version, phase, homes and previous ([]
+// when Stable).
+func (r Ring) MarshalJSON() ([]byte, error) {
+	prev := r.Previous
+	if prev == nil {
+		prev = []string{}
+	}
+	return json.Marshal(struct {
+		Version  int64     `json:"version"`
+		Phase    RingPhase `json:"phase"`
+		Homes    []string  `json:"homes"`
+		Previous []string  `json:"previous"`
+	}{r.Version, r.Phase, r.Homes, prev})
+}
+
 func (r Ring) encode() string {
 	b, _ := json.Marshal(ringJSON{Format: ringFormat, Version: r.Version, Phase: r.Phase, Homes: r.Homes, Previous: r.Previous})
 	return string(b)

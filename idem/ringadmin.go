@@ -80,7 +80,7 @@ func (a *Admin) atEach(ctx context.Context, st *RingStatus, ids []string, fn fun
 	out, _ := eachHome(ctx, hs, func(_ context.Context, h *home) (HomeRing, error) { return fn(h), nil })
 	var errs []error
 	for _, hr := range out {
-		*st.home(hr.ID) = hr
+		*st.Home(hr.ID) = hr
 		if hr.Err != nil {
 			errs = append(errs, fmt.Errorf("home %s: %w", hr.ID, hr.Err))
 		}
@@ -108,7 +108,7 @@ func (a *Admin) dropAt(st RingStatus) time.Time {
 	}
 	var at time.Time
 	for _, id := range st.Ring.Previous {
-		h := st.home(id)
+		h := st.Home(id)
 		if h == nil || h.Ring == nil || !h.Ring.equal(st.Ring) {
 			return time.Time{}
 		}
@@ -119,7 +119,9 @@ func (a *Admin) dropAt(st RingStatus) time.Time {
 	return at
 }
 
-func (st *RingStatus) home(id string) *HomeRing {
+// Home is what the database with this ID recorded; nil if the status has
+// none.
+func (st *RingStatus) Home(id string) *HomeRing {
 	if i := slices.IndexFunc(st.Homes, func(h HomeRing) bool { return h.ID == id }); i >= 0 {
 		return &st.Homes[i]
 	}
@@ -131,7 +133,7 @@ func (st *RingStatus) home(id string) *HomeRing {
 func (st *RingStatus) check(ids []string, readable bool) error {
 	var errs []error
 	for _, id := range ids {
-		h := st.home(id)
+		h := st.Home(id)
 		switch {
 		case h == nil:
 			return fmt.Errorf("%w: %q", ErrUnknownHome, id)
@@ -156,7 +158,7 @@ func (st *RingStatus) check(ids []string, readable bool) error {
 func (st *RingStatus) lostHome() error {
 	r := newest(st.Homes)
 	for _, id := range r.Homes {
-		if h := st.home(id); h != nil && h.Err == nil && h.Identity == "" {
+		if h := st.Home(id); h != nil && h.Err == nil && h.Identity == "" {
 			return lost(id, r)
 		}
 	}
@@ -219,13 +221,13 @@ func (a *Admin) joinAll(ctx context.Context, st *RingStatus, ids []string, r Rin
 // earlier ring, before.
 func (a *Admin) record(ctx context.Context, st *RingStatus, coordinator string, r Ring) error {
 	first := a.write(ctx, a.l.shards.homes[coordinator], r, true)
-	*st.home(coordinator) = first
+	*st.Home(coordinator) = first
 	if first.Err != nil {
 		return fmt.Errorf("idem: recording %s at the coordinating home %s: %w", r, coordinator, first.Err)
 	}
 	var rest []string
 	for _, id := range r.Homes {
-		if h := st.home(id); id != coordinator && (h.Ring == nil || h.Ring.Epoch() < r.Epoch() || h.Err != nil) {
+		if h := st.Home(id); id != coordinator && (h.Ring == nil || h.Ring.Epoch() < r.Epoch() || h.Err != nil) {
 			rest = append(rest, id)
 		}
 	}
@@ -289,13 +291,13 @@ func (a *Admin) Grow(ctx context.Context, ids ...string) (RingStatus, error) {
 		return st, fmt.Errorf("idem: grow: %w", err)
 	}
 	for _, id := range cur.Homes {
-		if h := st.home(id); h.Ring == nil || !h.Ring.equal(cur) {
+		if h := st.Home(id); h.Ring == nil || !h.Ring.equal(cur) {
 			return st, fmt.Errorf("idem: grow: %w (home %s holds %v)", ErrRingIncomplete, id, h.Ring)
 		}
 	}
 	homes := slices.Clone(cur.Homes)
 	for _, id := range ids {
-		h := st.home(id)
+		h := st.Home(id)
 		switch {
 		case slices.Contains(homes, id):
 			return st, fmt.Errorf("idem: grow: home %s is already in the ring", id)
@@ -336,7 +338,7 @@ func (a *Admin) AdvanceRing(ctx context.Context) (RingStatus, error) {
 		return st, nil
 	}
 	for _, id := range cur.Previous {
-		h := st.home(id)
+		h := st.Home(id)
 		if due := h.RecordedAt.Add(a.l.cfg.dropDelay()); h.Now.Before(due) {
 			return st, fmt.Errorf("%w: home %s until %s", ErrDropNotDue, id, due.Format(time.RFC3339))
 		}

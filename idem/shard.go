@@ -419,20 +419,22 @@ func (l *Ledger) claimGuarded(ctx context.Context, h *home, want expect, princip
 
 // findRow runs stmts at the homes of principal's key, in order, until the
 // first returns a row; each batch reads the home's ring too, and is judged.
-func (l *Ledger) findRow(ctx context.Context, principal string, stmts []d1client.Statement, opts ...d1client.ExecOption) ([]d1client.Result, error) {
+// It returns the results and, on a sharded ledger, the home that gave them.
+func (l *Ledger) findRow(ctx context.Context, principal string, stmts []d1client.Statement, opts ...d1client.ExecOption) ([]d1client.Result, string, error) {
 	if l.single != nil {
-		return l.single.db.Exec(ctx, stmts, opts...)
+		res, err := l.single.db.Exec(ctx, stmts, opts...)
+		return res, "", err
 	}
 retry:
 	for range maxReroutes {
 		hs, rt, err := l.homesFor(ctx, principal)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		for i, h := range hs {
 			st, res, err := l.readAt(ctx, h, stmts, opts...)
 			if err != nil {
-				return nil, err
+				return nil, "", err
 			}
 			want := rt.expect
 			if st.Ring != nil && st.Ring.Epoch() < want.Epoch() && rt.Phase == RingMoving {
@@ -442,14 +444,14 @@ retry:
 			case errors.Is(err, errReroute):
 				continue retry
 			case err != nil:
-				return nil, err
+				return nil, "", err
 			}
 			if len(res[0].Rows) > 0 || i == len(hs)-1 {
-				return res, nil
+				return res, h.id, nil
 			}
 		}
 	}
-	return nil, ErrRingUnsettled
+	return nil, "", ErrRingUnsettled
 }
 
 // homesFor returns the databases that may hold principal's keys (a moved

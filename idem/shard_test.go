@@ -444,6 +444,12 @@ func (g growPhases) oldKeysAnsweredFromOldHome(t *testing.T) {
 	if d := begin(t, g.r1, g.moved, "new", "fp"); d.Outcome != idem.Replay || string(d.Response.Body) != "new" {
 		t.Errorf("replay from the new home: %v", d.Outcome)
 	}
+	// Admin.Get says which home it found each row in.
+	for key, want := range map[string]string{"done": g.oldHome, "new": g.newHome} {
+		if k, err := g.op.Admin().Get(bg, g.moved, key); err != nil || k.Home != want {
+			t.Errorf("Get(%s).Home = %q, %v; want %q", key, k.Home, err, want)
+		}
+	}
 }
 
 // staleReservationMoves checks that a stale reservation at the old home

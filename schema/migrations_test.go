@@ -3,6 +3,8 @@ package schema_test
 import (
 	"errors"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -76,3 +78,47 @@ var errRead = errors.New("read failed")
 type errFS struct{ fs.ReadDirFS }
 
 func (errFS) Open(string) (fs.File, error) { return nil, errRead }
+
+// TestWriteMigration: the schema is written as the next migration, numbered
+// as wrangler numbers, once; a file that holds it already is kept.
+func TestWriteMigration(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "migrations") // made by the first write
+	write := func(name, data string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if name, written, err := schema.WriteMigration(dir); name != "0001_d1idem_idempotency_keys.sql" || !written || err != nil {
+		t.Fatalf("into a missing directory: %q, %v, %v", name, written, err)
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, "0001_d1idem_idempotency_keys.sql")); err != nil || string(data) != d1idem.Schema() {
+		t.Fatalf("the file holds %q, %v", data, err)
+	}
+	if name, written, err := schema.WriteMigration(dir); name != "0001_d1idem_idempotency_keys.sql" || written || err != nil {
+		t.Errorf("again: %q, %v, %v", name, written, err)
+	}
+	if err := os.Remove(filepath.Join(dir, "0001_d1idem_idempotency_keys.sql")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ add, want string }{
+		{"0001_init.sql", "0002_d1idem_idempotency_keys.sql"},
+		{"0007-orders.sql", "0008_d1idem_idempotency_keys.sql"}, // wrangler's parseInt reads the leading digits
+		{"0042_notes.txt", "0008_d1idem_idempotency_keys.sql"},  // only .sql files count
+		{"readme.sql", "0008_d1idem_idempotency_keys.sql"},
+		{"12_big.sql", "0013_d1idem_idempotency_keys.sql"},
+	} {
+		write(tc.add, "CREATE TABLE t (x);")
+		name, written, err := schema.WriteMigration(dir)
+		if name != tc.want || !written || err != nil {
+			t.Errorf("after %q: %q, %v, %v; want %q", tc.add, name, written, err, tc.want)
+		}
+		if err := os.Remove(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("0005_ledger.sql", "-- by hand\n"+d1idem.Schema())
+	if name, written, err := schema.WriteMigration(dir); name != "0005_ledger.sql" || written || err != nil {
+		t.Errorf("with the schema under another name: %q, %v, %v", name, written, err)
+	}
+}

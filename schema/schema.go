@@ -211,6 +211,9 @@ func plan(ctx context.Context, db *d1client.Client, table string, names []string
 			return Result{}, err
 		}
 		fix, err := repairs(got)
+		if drift := (*DriftError)(nil); errors.As(err, &drift) {
+			drift.Recorded = len(missing) == 0
+		}
 		switch {
 		case err != nil && len(missing) > 0:
 			return Result{}, fmt.Errorf("schema: not recording the migration: %w", err)

@@ -79,7 +79,7 @@ func TestApplyRecordsAnExistingTableOrRefusesDrift(t *testing.T) {
 		}
 		_, err = schema.Apply(ctx, drifted, schema.Options{})
 		var de *schema.DriftError
-		if !errors.Is(err, schema.ErrDrift) || !errors.As(err, &de) || de.Missing {
+		if !errors.Is(err, schema.ErrDrift) || !errors.As(err, &de) || de.Missing || de.Recorded {
 			t.Fatalf("drift: %v", err)
 		}
 		want := []string{"- column status TEXT NOT NULL DEFAULT 'pending'", "+ column status TEXT", "- index idx_idempotency_keys_updated_at on (updated_at)"}
@@ -152,7 +152,8 @@ func TestApplyRepairsOrRefusesARecordedTable(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = schema.Apply(ctx, db, schema.Options{})
-		if !errors.Is(err, schema.ErrDrift) || !strings.Contains(err.Error(), "+ column note TEXT") || !strings.Contains(err.Error(), "is recorded in d1_migrations, but") {
+		var recorded *schema.DriftError
+		if !errors.As(err, &recorded) || !recorded.Recorded || !strings.Contains(err.Error(), "+ column note TEXT") || !strings.Contains(err.Error(), "is recorded in d1_migrations, but") {
 			t.Fatalf("apply on a drifted, recorded table: %v", err)
 		}
 	})

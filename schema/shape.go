@@ -203,6 +203,10 @@ type DriftError struct {
 	Missing bool
 	// Diff lists the differences as Diff returns them.
 	Diff []string
+	// Recorded, in an error of Apply, reports that the schema's migration
+	// is recorded already: the table changed after it was applied. When
+	// false, Apply did not record it.
+	Recorded bool
 }
 
 // Error lists the differences on one line.

@@ -141,3 +141,15 @@ func (b Budget) Validate() error {
 	}
 	return nil
 }
+
+// Background returns the Budget in which work without Priority (a sweep, a
+// backfill) gets calls calls per window per: the calls every window keeps
+// for Priority work (Kept) come on top, at the least reserve, so that the
+// work's pace is that of the whole Budget within 1 %.
+func Background(calls int, per time.Duration) Budget {
+	for n := calls + 1; ; n++ {
+		if b := New(n, per).WithReserve(MinReserve); n-b.Kept() >= calls {
+			return b
+		}
+	}
+}

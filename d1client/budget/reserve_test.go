@@ -226,3 +226,17 @@ func TestPriorityTakesItsShareOfTheLastCalls(t *testing.T) {
 // soon is the deadline of a Priority call that cannot wait for the even
 // pace: a millisecond away.
 func soon() time.Time { return time.Now().Add(time.Millisecond) }
+
+// TestBackground: a Background budget gives work without Priority exactly
+// its calls per window: the calls kept for Priority work come on top.
+func TestBackground(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 9, 10, 11, 200, 1199} {
+		b := Background(n, 5*time.Minute)
+		if got := b.Calls() - b.Kept(); got != n || b.Per() != 5*time.Minute {
+			t.Errorf("calls %d: %v keeping %d gives the sweep %d", n, b, b.Kept(), got)
+		}
+		if _, err := NewAccount(b); err != nil {
+			t.Errorf("calls %d: %v", n, err)
+		}
+	}
+}

@@ -62,3 +62,31 @@ func Age(d time.Duration) string {
 	}
 	return Duration(d) + " ago"
 }
+
+// Bytes is a byte count with its size in binary units: "45056 bytes (44.0
+// KiB)".
+func Bytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%d bytes (%.1f GiB)", n, float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%d bytes (%.1f MiB)", n, float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%d bytes (%.1f KiB)", n, float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// Size is a size with a decimal prefix, as D1's limits are stated: "812
+// bytes", "1.5 kB", "9.8 GB".
+func Size(n float64) string {
+	for _, u := range []struct {
+		size float64
+		name string
+	}{{1e9, "GB"}, {1e6, "MB"}, {1e3, "kB"}} {
+		if n >= u.size {
+			return fmt.Sprintf("%.1f %s", n/u.size, u.name)
+		}
+	}
+	return fmt.Sprintf("%.0f bytes", n)
+}

@@ -42,3 +42,18 @@ func TestTime(t *testing.T) {
 		t.Errorf("Time = %q", got)
 	}
 }
+
+// TestSizes: byte counts in binary units, sizes in decimal ones (as D1
+// states its limits).
+func TestSizes(t *testing.T) {
+	for n, want := range map[int64]string{812: "812 bytes", 45056: "45056 bytes (44.0 KiB)", 3 << 20: "3145728 bytes (3.0 MiB)", 5 << 30: "5368709120 bytes (5.0 GiB)"} {
+		if got := Bytes(n); got != want {
+			t.Errorf("Bytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+	for n, want := range map[float64]string{812: "812 bytes", 1500: "1.5 kB", 24e6: "24.0 MB", 9.8e9: "9.8 GB"} {
+		if got := Size(n); got != want {
+			t.Errorf("Size(%v) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -1,4 +1,13 @@
-package cli
+// Package ordersdemo plays a client against the orders API (package
+// ordersapi) and checks, step by step, what Idempotency-Key protection
+// promises: a retry is answered with the stored response and runs nothing
+// again, 50 copies of one request create one order, a key reused for
+// another request is refused, a request slower than the TTL keeps its key
+// while its server renews it, and a key whose server crashed
+// mid-request is taken over by the retry, the dead server's late answer
+// refused. It is the story `d1idem demo` tells; it reads the API's orders
+// table and the ledger, and stages the crash through the ledger itself.
+package ordersdemo
 
 import (
 	"bytes"
@@ -13,39 +22,63 @@ import (
 	"net/http/httputil"
 	"strings"
 	"sync"
+	"text/tabwriter"
 	"time"
 
+	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/idem/idemhttp"
-	"github.com/d1idem/d1idem/internal/human"
 )
 
-// demoToken is the demo client's bearer token, and so its principal.
-const demoToken = "tok_demo_alice"
+// Token is the story's client's bearer token, and so its principal.
+const Token = "tok_demo_alice"
 
-// story is the demo's scripted client: each scene sends requests, checks
-// what the ledger promises, and shows each step as it happens.
-type story struct {
-	env    *demoEnv
+// MaxTTL is the longest TTL the story takes: it waits it out three times.
+const MaxTTL = 5 * time.Minute
+
+// Config is what a Story plays against.
+type Config struct {
+	// BaseURL is the orders API's URL.
+	BaseURL string
+	// DB is the API's database, where the story counts orders, and
+	// Ledger the API's ledger, whose TTL the story waits out.
+	DB     *d1client.Client
+	Ledger *idem.Ledger
+	// StallHeader is the API's ordersapi.Config.DelayHeader: the slow
+	// request stalls by it.
+	StallHeader string
+	// Out receives each step as it happens.
+	Out io.Writer
+}
+
+// Story is one play of the story: each scene sends requests, checks what
+// the ledger promises, and shows each step as it happens.
+type Story struct {
+	cfg    Config
 	out    io.Writer
 	ttl    time.Duration
-	run    string // makes this run's keys unique in a kept database
+	run    string // makes this play's keys unique in a kept database
 	client *http.Client
 	start  time.Time
 	steps  int
 	broken []string
 }
 
-func newStory(e *demoEnv, out io.Writer, ttl time.Duration) *story {
+// New returns a Story of cfg.
+func New(cfg Config) *Story {
 	var b [2]byte
 	_, _ = rand.Read(b[:])
-	return &story{env: e, out: out, ttl: ttl, run: hex.EncodeToString(b[:]), start: time.Now(),
-		client: &http.Client{Timeout: demoClientTimeout(ttl), Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	ttl := cfg.Ledger.Config().TTL
+	return &Story{cfg: cfg, out: cfg.Out, ttl: ttl, run: hex.EncodeToString(b[:]), start: time.Now(),
+		client: &http.Client{Timeout: clientTimeout(ttl), Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 }
 
-// play runs the scenes in order; an error is the demo's own failure (the
-// API did not answer), not a broken promise.
-func (s *story) play(ctx context.Context) error {
+// Broken lists the promises that did not hold.
+func (s *Story) Broken() []string { return s.broken }
+
+// Play runs the scenes in order; an error is the story's own failure (the
+// API did not answer), not a broken promise (see Broken).
+func (s *Story) Play(ctx context.Context) error {
 	for _, scene := range []func(context.Context) error{
 		s.firstRequest, s.retries, s.concurrentCopies, s.reusedKey, s.slowRequest, s.crashedServer, s.noKey,
 	} {
@@ -57,10 +90,10 @@ func (s *story) play(ctx context.Context) error {
 }
 
 // key is the name of one of the story's keys in this run: "order-1.3fa2".
-func (s *story) key(name string) string { return name + "." + s.run }
+func (s *Story) key(name string) string { return name + "." + s.run }
 
 // check shows a step, at once, and whether the promise held.
-func (s *story) check(what, got string, held bool, promise string) {
+func (s *Story) check(what, got string, held bool, promise string) {
 	mark := "ok: "
 	if !held {
 		mark = "BROKEN: "
@@ -104,12 +137,12 @@ func (r reply) errorCode() string {
 }
 
 // request is a POST /v1/orders of the demo's client; key "" sends none.
-func (s *story) request(ctx context.Context, key, body string, extra http.Header) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.env.base+"/v1/orders", strings.NewReader(body))
+func (s *Story) request(ctx context.Context, key, body string, extra http.Header) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.BaseURL+"/v1/orders", strings.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+demoToken)
+	req.Header.Set("Authorization", "Bearer "+Token)
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
 		req.Header.Set(idemhttp.HeaderKey, key)
@@ -120,7 +153,7 @@ func (s *story) request(ctx context.Context, key, body string, extra http.Header
 	return req, nil
 }
 
-func (s *story) send(req *http.Request) (reply, error) {
+func (s *Story) send(req *http.Request) (reply, error) {
 	res, err := s.client.Do(req)
 	if err != nil {
 		return reply{}, err
@@ -130,7 +163,7 @@ func (s *story) send(req *http.Request) (reply, error) {
 	return reply{status: res.StatusCode, header: res.Header, body: b}, err
 }
 
-func (s *story) post(ctx context.Context, key, body string, extra http.Header) (reply, error) {
+func (s *Story) post(ctx context.Context, key, body string, extra http.Header) (reply, error) {
 	req, err := s.request(ctx, key, body, extra)
 	if err != nil {
 		return reply{}, err
@@ -139,7 +172,7 @@ func (s *story) post(ctx context.Context, key, body string, extra http.Header) (
 }
 
 // attempt sends a POST and counts the key's orders after its answer.
-func (s *story) attempt(ctx context.Context, key, body string) (reply, int64, error) {
+func (s *Story) attempt(ctx context.Context, key, body string) (reply, int64, error) {
 	r, err := s.post(ctx, key, body, nil)
 	if err != nil {
 		return r, 0, err
@@ -149,8 +182,8 @@ func (s *story) attempt(ctx context.Context, key, body string) (reply, int64, er
 }
 
 // orders counts the orders the orders API created for a key.
-func (s *story) orders(ctx context.Context, key string) (int64, error) {
-	res, err := s.env.db.Query(ctx, "SELECT count(*) FROM orders WHERE idempotency_key = ?", key)
+func (s *Story) orders(ctx context.Context, key string) (int64, error) {
+	res, err := s.cfg.DB.Query(ctx, "SELECT count(*) FROM orders WHERE idempotency_key = ?", key)
 	if err != nil {
 		return 0, err
 	}
@@ -162,7 +195,7 @@ const teaOrder = `{"sku":"tea","qty":2}`
 
 // firstRequest shows one real exchange as it travels, then checks that it
 // created one order.
-func (s *story) firstRequest(ctx context.Context) error {
+func (s *Story) firstRequest(ctx context.Context) error {
 	key := s.key("order-1")
 	req, err := s.request(ctx, key, teaOrder, nil)
 	if err != nil {
@@ -204,7 +237,7 @@ func exchangeLines(prefix string, msg []byte) string {
 // retries sends the first request again three times: each gets the stored
 // answer (status, body, Content-Type and Location: what a replay carries),
 // and nothing runs again.
-func (s *story) retries(ctx context.Context) error {
+func (s *Story) retries(ctx context.Context) error {
 	key := s.key("order-1")
 	var first reply
 	same := true
@@ -230,7 +263,7 @@ func (s *story) retries(ctx context.Context) error {
 
 // concurrentCopies sends 50 copies of one request at once: exactly one
 // runs.
-func (s *story) concurrentCopies(ctx context.Context) error {
+func (s *Story) concurrentCopies(ctx context.Context) error {
 	const copies = 50
 	key := s.key("order-2")
 	replies, errs := make([]reply, copies), make([]error, copies)
@@ -264,7 +297,7 @@ func (s *story) concurrentCopies(ctx context.Context) error {
 }
 
 // reusedKey sends another request under a key already used: refused.
-func (s *story) reusedKey(ctx context.Context) error {
+func (s *Story) reusedKey(ctx context.Context) error {
 	key := s.key("order-1")
 	r, n, err := s.attempt(ctx, key, `{"sku":"tea","qty":3}`)
 	if err != nil {
@@ -276,7 +309,7 @@ func (s *story) reusedKey(ctx context.Context) error {
 }
 
 // noKey sends a request without a key: protection is not optional.
-func (s *story) noKey(ctx context.Context) error {
+func (s *Story) noKey(ctx context.Context) error {
 	r, err := s.post(ctx, "", teaOrder, nil)
 	if err != nil {
 		return err
@@ -286,13 +319,9 @@ func (s *story) noKey(ctx context.Context) error {
 	return nil
 }
 
-// maxDemoTTL is the longest --ttl the demo takes: it waits out the TTL
-// three times.
-const maxDemoTTL = 5 * time.Minute
-
-// demoClientTimeout bounds each of the story's requests: the slowest, the
+// clientTimeout bounds each of the story's requests: the slowest, the
 // slow request, stalls for slowStall.
-func demoClientTimeout(ttl time.Duration) time.Duration {
+func clientTimeout(ttl time.Duration) time.Duration {
 	return 30*time.Second + 2*ttl
 }
 
@@ -303,13 +332,13 @@ func slowStall(ttl time.Duration) time.Duration { return ttl * 3 / 2 }
 // slowRequest sends a request that takes longer than the TTL, and retries
 // it while it runs: its server renews the key, so the retry is told to
 // wait, and only the slow request creates the order.
-func (s *story) slowRequest(ctx context.Context) error {
+func (s *Story) slowRequest(ctx context.Context) error {
 	key, stall := s.key("order-3"), slowStall(s.ttl)
 	done := make(chan error, 1)
 	var slow reply
 	go func() {
 		var err error
-		slow, err = s.post(ctx, key, `{"sku":"cake","qty":1}`, http.Header{demoStallHeader: {stall.String()}})
+		slow, err = s.post(ctx, key, `{"sku":"cake","qty":1}`, http.Header{s.cfg.StallHeader: {stall.String()}})
 		done <- err
 	}()
 	wait := s.ttl + s.ttl/10
@@ -322,7 +351,7 @@ func (s *story) slowRequest(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.check(fmt.Sprintf("A slow request (key %s) takes %s, longer than the TTL; the client retries it after %s", key, human.Duration(stall), human.Duration(wait)),
+	s.check(fmt.Sprintf("A slow request (key %s) takes %s, longer than the TTL; the client retries it after %s", key, duration(stall), duration(wait)),
 		r.words(), r.status == http.StatusConflict && r.errorCode() == idemhttp.CodeKeyInProgress && r.header.Get("Retry-After") != "",
 		"told to wait: the slow request's server renews its key while it works")
 	if err := <-done; err != nil {
@@ -340,14 +369,14 @@ func (s *story) slowRequest(ctx context.Context) error {
 // answers (through the ledger: the claim, and no answer and no renewal
 // after it). The client is told to wait until the TTL has passed; then its
 // retry takes the key over, and the dead server's late answer is refused.
-func (s *story) crashedServer(ctx context.Context) error {
+func (s *Story) crashedServer(ctx context.Context) error {
 	key, body := s.key("order-4"), `{"sku":"pie","qty":4}`
 	fp, err := idem.Fingerprint(http.MethodPost, "/v1/orders", http.Header{"Content-Type": {"application/json"}},
-		s.env.ledger.Config().FingerprintHeaders, strings.NewReader(body))
+		s.cfg.Ledger.Config().FingerprintHeaders, strings.NewReader(body))
 	if err != nil {
 		return err
 	}
-	dead, err := s.env.ledger.Begin(ctx, demoToken, key, fp)
+	dead, err := s.cfg.Ledger.Begin(ctx, Token, key, fp)
 	if err != nil {
 		return err
 	}
@@ -362,7 +391,7 @@ func (s *story) crashedServer(ctx context.Context) error {
 	if err := s.takeOver(ctx, key, body); err != nil {
 		return err
 	}
-	late, err := s.env.ledger.Complete(ctx, dead.Reservation, idem.Response{Status: http.StatusCreated, Body: []byte(`{"late":true}`)})
+	late, err := s.cfg.Ledger.Complete(ctx, dead.Reservation, idem.Response{Status: http.StatusCreated, Body: []byte(`{"late":true}`)})
 	if err != nil {
 		return err
 	}
@@ -373,38 +402,58 @@ func (s *story) crashedServer(ctx context.Context) error {
 
 // takeOver retries a key whose server died, after the TTL: the retry takes
 // the key over, one generation on, and creates the one order.
-func (s *story) takeOver(ctx context.Context, key, body string) error {
+func (s *Story) takeOver(ctx context.Context, key, body string) error {
 	r, n, err := s.attempt(ctx, key, body)
 	if err != nil {
 		return err
 	}
-	row, err := s.env.ledger.Admin().Get(ctx, demoToken, key)
+	row, err := s.cfg.Ledger.Admin().Get(ctx, Token, key)
 	if err != nil {
 		return err
 	}
-	s.check(fmt.Sprintf("After the %s TTL, the client retries", human.Duration(s.ttl)), r.words(),
+	s.check(fmt.Sprintf("After the %s TTL, the client retries", duration(s.ttl)), r.words(),
 		r.status == http.StatusCreated && n == 1 && row.Generation == 2, "the retry takes the key over (generation 2): one order")
 	return nil
 }
 
-// report writes the ledger's rows of this run, and the time and D1 calls
-// the story took.
-func (s *story) report(ctx context.Context) error {
-	page, err := s.env.ledger.Admin().List(ctx, idem.ListOptions{Principal: demoToken, Limit: idem.MaxListLimit})
+// Report writes the ledger's rows of this play, and the time and D1 calls
+// it took.
+func (s *Story) Report(ctx context.Context) error {
+	page, err := s.cfg.Ledger.Admin().List(ctx, idem.ListOptions{Principal: Token, Limit: idem.MaxListLimit})
 	if err != nil {
 		return err
 	}
 	var rows [][]string
 	for _, k := range page.Keys {
 		if strings.HasSuffix(k.Key, "."+s.run) {
-			rows = append(rows, []string{k.Key, string(k.Status), fmt.Sprint(k.Generation), statusOrDash(k.ResponseStatus)})
+			stored := "-"
+			if k.ResponseStatus != nil {
+				stored = fmt.Sprint(*k.ResponseStatus)
+			}
+			rows = append(rows, []string{k.Key, string(k.Status), fmt.Sprint(k.Generation), stored})
 		}
 	}
 	fmt.Fprintln(s.out, "\nThe ledger's rows (one per key; a retry is answered from its row; GENERATION counts takeovers):")
-	if err := printTable(s.out, []string{"KEY", "STATUS", "GENERATION", "STORED RESPONSE"}, rows); err != nil {
+	tw := tabwriter.NewWriter(s.out, 0, 0, 2, ' ', 0)
+	for _, r := range append([][]string{{"KEY", "STATUS", "GENERATION", "STORED RESPONSE"}}, rows...) {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(s.out, "\n%s in %s, %s.\n", plural(int64(s.steps), "step", "steps"),
-		human.Duration(time.Since(s.start)), plural(s.env.db.Stats().Calls, "D1 call", "D1 calls"))
+	_, err = fmt.Fprintf(s.out, "\n%d steps in %s, %d D1 calls.\n", s.steps, duration(time.Since(s.start)), s.cfg.DB.Stats().Calls)
 	return err
+}
+
+// duration is a duration for people, as d1idem writes those of the story:
+// "850ms", "2s", "1m30s", "5m".
+func duration(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	s := d.Round(time.Second).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	return s
 }

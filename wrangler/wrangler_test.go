@@ -218,27 +218,3 @@ func TestFind(t *testing.T) {
 		}
 	}
 }
-
-func TestNextMigrationName(t *testing.T) {
-	dir := t.TempDir()
-	for _, tc := range []struct{ add, want string }{
-		{"", "0001_d1idem_idempotency_keys.sql"},
-		{"0001_init.sql", "0002_d1idem_idempotency_keys.sql"},
-		{"0007-orders.sql", "0008_d1idem_idempotency_keys.sql"}, // wrangler's parseInt reads the leading digits
-		{"0042_notes.txt", "0008_d1idem_idempotency_keys.sql"},  // only .sql files count
-		{"readme.sql", "0008_d1idem_idempotency_keys.sql"},
-		{"12_big.sql", "0013_d1idem_idempotency_keys.sql"},
-	} {
-		if tc.add != "" {
-			if err := os.WriteFile(filepath.Join(dir, tc.add), nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if got, err := NextMigrationName(dir, "d1idem idempotency_keys"); got != tc.want || err != nil {
-			t.Errorf("after %q: %q, %v; want %q", tc.add, got, err, tc.want)
-		}
-	}
-	if got, err := NextMigrationName(filepath.Join(dir, "missing"), "x"); got != "0001_x.sql" || err != nil {
-		t.Errorf("missing dir: %q, %v", got, err)
-	}
-}

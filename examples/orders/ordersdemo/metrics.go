@@ -1,4 +1,4 @@
-package cli
+package ordersdemo
 
 import (
 	"cmp"
@@ -7,25 +7,29 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-
-	"github.com/d1idem/d1idem/internal/human"
 )
 
-// The demo's --metrics summary is made from the measurements the ledger and
-// its D1 client record through the OpenTelemetry API, read by the SDK's
-// ManualReader as an application's exporter reads them: counters' sums and
-// histograms' counts and sums, by attribute.
+// Metrics sums up what the ledger and its D1 client measure through the
+// OpenTelemetry API during a play, read by the SDK's ManualReader as an
+// application's exporter reads them: counters' sums and histograms' counts
+// and sums, by attribute.
+type Metrics struct {
+	// Provider is the MeterProvider to give the ledger
+	// (idem.Config.MeterProvider) and its client (d1client.Config).
+	Provider *sdkmetric.MeterProvider
+	reader   *sdkmetric.ManualReader
+}
 
-// newDemoMeter returns a MeterProvider of the OpenTelemetry SDK and the
-// reader that collects what it measured.
-func newDemoMeter() (*sdkmetric.MeterProvider, *sdkmetric.ManualReader) {
+// NewMetrics returns a Metrics; Shutdown its Provider when done.
+func NewMetrics() *Metrics {
 	reader := sdkmetric.NewManualReader()
-	return sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), reader
+	return &Metrics{Provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), reader: reader}
 }
 
 // tallyKey is one instrument and one of its attribute values; attr "" is
@@ -38,13 +42,12 @@ type tallyValue struct {
 	sum   float64
 }
 
-// tally is what the reader collected.
 type tally map[tallyKey]tallyValue
 
-// collect reads what the story measured.
-func collect(ctx context.Context, reader *sdkmetric.ManualReader) (tally, error) {
+// collect reads what was measured so far.
+func (m *Metrics) collect(ctx context.Context) (tally, error) {
 	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
+	if err := m.reader.Collect(ctx, &rm); err != nil {
 		return nil, err
 	}
 	t := tally{}
@@ -117,26 +120,35 @@ func (t tally) by(name, attr string, counts bool) string {
 	return strings.Join(parts, ", ")
 }
 
-// renderDemoMetrics writes the summary of what the story's metrics say.
-func renderDemoMetrics(w io.Writer, t tally) error {
-	calls := t[tallyKey{metric: "d1idem.d1.call.duration"}]
-	stmts := t[tallyKey{metric: "d1idem.d1.call.statements"}]
+// WriteSummary writes what the metrics measured so far say: requests by
+// outcome, D1 calls, completions, takeovers, leases, releases and budget
+// sheds, under the names docs/observability.md gives them.
+func (m *Metrics) WriteSummary(ctx context.Context, w io.Writer) error {
+	t, err := m.collect(ctx)
+	if err != nil {
+		return err
+	}
+	calls, stmts := t[tallyKey{metric: "d1idem.d1.call.duration"}], t[tallyKey{metric: "d1idem.d1.call.statements"}]
 	d1 := "none"
 	if calls.count > 0 {
 		d1 = fmt.Sprintf("%d, %s on average, %.1f statements each (%s)", calls.count,
-			human.Duration(time.Duration(calls.sum/float64(calls.count)*float64(time.Second))), stmts.sum/float64(max(stmts.count, 1)),
+			duration(time.Duration(calls.sum/float64(calls.count)*float64(time.Second))), stmts.sum/float64(max(stmts.count, 1)),
 			t.by("d1idem.d1.call.duration", "d1idem.d1.call.kind", true))
 	}
 	fmt.Fprintln(w, "\nWhat the story's OpenTelemetry metrics say (docs/observability.md names them):")
-	return printFields(w, [][2]string{
-		{"  requests, by outcome", t.by("d1idem.request.duration", "d1idem.outcome", true)},
-		{"  D1 calls", d1},
-		{"  D1 calls, by result", t.by("d1idem.d1.call.duration", "d1idem.d1.result", true)},
-		{"  completions", t.by("d1idem.completions", "d1idem.completion.result", false)},
-		{"  takeovers", t.by("d1idem.takeovers", "", false)},
-		{"  lease renewals", t.by("d1idem.lease.renewals", "d1idem.renewal.result", false)},
-		{"  leases lost", t.by("d1idem.lease.lost", "d1idem.lease.cause", false)},
-		{"  releases", t.by("d1idem.releases", "d1idem.release.result", false)},
-		{"  budget sheds", t.by("d1idem.d1.budget.sheds", "", false)},
-	})
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, f := range [][2]string{
+		{"requests, by outcome", t.by("d1idem.request.duration", "d1idem.outcome", true)},
+		{"D1 calls", d1},
+		{"D1 calls, by result", t.by("d1idem.d1.call.duration", "d1idem.d1.result", true)},
+		{"completions", t.by("d1idem.completions", "d1idem.completion.result", false)},
+		{"takeovers", t.by("d1idem.takeovers", "", false)},
+		{"lease renewals", t.by("d1idem.lease.renewals", "d1idem.renewal.result", false)},
+		{"leases lost", t.by("d1idem.lease.lost", "d1idem.lease.cause", false)},
+		{"releases", t.by("d1idem.releases", "d1idem.release.result", false)},
+		{"budget sheds", t.by("d1idem.d1.budget.sheds", "", false)},
+	} {
+		fmt.Fprintf(tw, "  %s\t%s\n", f[0], f[1])
+	}
+	return tw.Flush()
 }

@@ -1,7 +1,30 @@
-// Package wrangler reads what d1idem needs from a wrangler configuration file
-// (wrangler.json, wrangler.jsonc or wrangler.toml): the account ID and the D1
-// databases of the top level and of each environment, with wrangler's rules
-// for defaults and inheritance.
+// Package wrangler reads a wrangler configuration file (wrangler.json,
+// wrangler.jsonc or wrangler.toml) as wrangler reads it for its d1
+// commands: the file wrangler would use from a directory (Find), the
+// account ID and the D1 databases of the top level and of each environment,
+// with wrangler's defaults and inheritance (Config.Databases), and the
+// database a name or binding means (Config.Database). A Go service or tool
+// can then reach the databases its Worker is bound to with the IDs the
+// Worker is deployed with, as the d1idem command line does with --database:
+//
+//	path, err := wrangler.Find(".")
+//	...
+//	cfg, err := wrangler.Load(path)
+//	...
+//	d, err := cfg.Database(os.Getenv(wrangler.EnvVar), "orders-db")
+//	...
+//	id, err := d.ID(false) // preview_database_id with true
+//	...
+//	db, err := d1client.New(d1client.Config{AccountID: d.AccountID, DatabaseID: id, APIToken: token})
+//
+// It reads only what d1 needs (account_id, d1_databases and its
+// migrations settings, name and main) and imports no other package of this
+// module.
+//
+// # API stability
+//
+// The exported names follow the module's semantic versioning; the wording
+// of errors does not.
 package wrangler
 
 import (
@@ -12,7 +35,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -284,30 +306,4 @@ func (c *Config) describe(env string, dbs []Database) string {
 		names = append(names, d.Name())
 	}
 	return "it has: " + strings.Join(names, ", ")
-}
-
-// NextMigrationName returns the name wrangler's `d1 migrations create` would
-// give a new migration called message in dir: the highest leading number of
-// the .sql files in dir plus one, four digits wide, then "_" and message
-// with its spaces made underscores.
-// A missing dir counts as empty.
-func NextMigrationName(dir, message string) (string, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", err
-	}
-	highest := 0
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".sql") {
-			continue
-		}
-		num, _, _ := strings.Cut(e.Name(), "_")
-		if i := strings.IndexFunc(num, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
-			num = num[:i] // parseInt("0002abc") is 2
-		}
-		if n, err := strconv.Atoi(num); err == nil && n > highest {
-			highest = n
-		}
-	}
-	return fmt.Sprintf("%04d_%s.sql", highest+1, strings.ReplaceAll(message, " ", "_")), nil
 }
