@@ -17,8 +17,8 @@ const envConsoleToken = "D1IDEM_CONSOLE_TOKEN"
 
 func consoleCommand(o *options) *cli.Command {
 	return &cli.Command{
-		Name:  "console",
-		Usage: "serve a web console: the ledger at a glance, stuck keys and their release, lookup and paging",
+		Name:        "console",
+		Usage:       "serve a web console: the ledger at a glance, stuck keys and their release, lookup and paging",
 		Description: help("console"),
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8789", Usage: "listen on `ADDRESS`; any but a loopback one needs --token"},
