@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/textsafe"
 )
 
 // usageError marks an error as the caller's misuse of the command line:
@@ -60,7 +59,7 @@ func report(stderr io.Writer, err error, code int, asJSON bool) {
 	b, _ := json.Marshal(struct {
 		Error errorJSON `json:"error"`
 	}{errorJSONOf(err, msg, code)})
-	fmt.Fprintf(stderr, "%s\n", jsonSafe(b))
+	fmt.Fprintf(stderr, "%s\n", textsafe.JSON(b))
 }
 
 // errorJSON is an error under --json.
@@ -143,31 +142,9 @@ type applyHint struct {
 func (h applyHint) Error() string { return h.err.Error() }
 func (h applyHint) Unwrap() error { return h.err }
 
-// collapse makes s one line safe on a terminal: each run of white space
-// other than plain spaces (kept: a suggested command may hold them) becomes
-// one space, the rest is escaped (escapeText) and cut to maxErrorLine.
-func collapse(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if !unicode.IsSpace(r) {
-			b.WriteString(s[i : i+n])
-			i += n
-			continue
-		}
-		end := i + strings.IndexFunc(s[i:], func(r rune) bool { return !unicode.IsSpace(r) })
-		if end < i {
-			end = len(s)
-		}
-		if run := s[i:end]; strings.Trim(run, " ") == "" {
-			b.WriteString(run)
-		} else {
-			b.WriteByte(' ')
-		}
-		i = end
-	}
-	return clip(escapeText(strings.TrimSpace(b.String())))
-}
+// collapse makes s one line safe on a terminal (textsafe.Line), cut to
+// maxErrorLine.
+func collapse(s string) string { return clip(textsafe.Line(s)) }
 
 // maxErrorLine bounds the text of an error line, in bytes.
 const maxErrorLine = 2048

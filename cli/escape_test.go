@@ -69,48 +69,6 @@ var hostileValues = []string{
 	"acct_42",
 }
 
-// TestShellQuotePastesExactBytes: every value, quoted by shellQuote and
-// pasted into bash, is one argument with exactly its bytes, in a UTF-8
-// locale and in the C locale (where bash leaves \uHHHH as it is); and the
-// quoted word has no character that reaches a terminal raw.
-func TestShellQuotePastesExactBytes(t *testing.T) {
-	line := "d1idem"
-	for _, v := range hostileValues {
-		q := shellQuote(v)
-		if c := rawControl(q); c != "" || !utf8.ValidString(q) {
-			t.Errorf("shellQuote(%q) = %q: %s raw", v, q, c)
-		}
-		line += " " + q
-	}
-	for _, locale := range []string{"C.UTF-8", "C"} {
-		got := pastedIn(t, "bash", line, "LC_ALL="+locale)
-		if len(got) != len(hostileValues) {
-			t.Fatalf("LC_ALL=%s: %d arguments, want %d: %q", locale, len(got), len(hostileValues), got)
-		}
-		for i, v := range hostileValues {
-			if got[i] != v {
-				t.Errorf("LC_ALL=%s: %s pasted gives %q, want %q", locale, shellQuote(v), got[i], v)
-			}
-		}
-	}
-	for v, want := range map[string]string{
-		"acct_42":           "acct_42",
-		"it's":              `'it'\''s'`,
-		"é":                 "'é'",
-		"é\x1b日本":           `$'é\033日本'`,
-		"\x1b]0;title\a":    `$'\033]0;title\a'`,
-		"\u009b2J":          `$'\302\2332J'`,
-		"it's\n":            `$'it\047s\n'`,
-		`back\slash` + "\t": `$'back\\slash\t'`,
-		"\xff":              `$'\377'`,
-		"":                  "''",
-	} {
-		if got := shellQuote(v); got != want {
-			t.Errorf("shellQuote(%q) = %s, want %s", v, got, want)
-		}
-	}
-}
-
 // TestPrincipalArgNUL: a principal with a NUL byte, which no argument can
 // hold, is printed as --principal-hex, and --principal-hex reads it back.
 func TestPrincipalArgNUL(t *testing.T) {
@@ -159,27 +117,6 @@ func TestEscapeText(t *testing.T) {
 	// A value that looks quoted is quoted: display is unambiguous.
 	if got := display(`"\x1b"`); got != `"\"\\x1b\""` {
 		t.Errorf("display = %s", got)
-	}
-}
-
-// TestJSONSafe: DEL and the C1 controls, which encoding/json leaves raw,
-// are escaped, and the JSON still decodes to the same strings.
-func TestJSONSafe(t *testing.T) {
-	v := map[string]string{"k\u0085": "\x1b[2J\u009b\x7f é\u00a0日本 \u0080\u009f"}
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	safe := jsonSafe(b)
-	if c := rawControl(string(safe)); c != "" {
-		t.Fatalf("%s raw in %s", c, safe)
-	}
-	if !strings.Contains(string(safe), `\u009b\u007f é`) || !strings.Contains(string(safe), `"k\u0085"`) {
-		t.Errorf("jsonSafe = %s", safe)
-	}
-	var back map[string]string
-	if err := json.Unmarshal(safe, &back); err != nil || fmt.Sprint(back) != fmt.Sprint(v) {
-		t.Errorf("jsonSafe(%s) decodes to %q (%v), want %q", b, back, err, v)
 	}
 }
 

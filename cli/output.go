@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"unicode/utf8"
+
+	"github.com/d1idem/d1idem/internal/textsafe"
 )
 
 // printTable writes an aligned table: a header row, then the rows, each cell
@@ -29,7 +31,7 @@ func printTable(w io.Writer, header []string, rows [][]string) error {
 func printJSON(w io.Writer, v any) error { return writeJSON(w, v, "  ") }
 
 // writeJSON writes v as JSON with a trailing newline, indented by indent
-// ("": on one line), with no control character raw (jsonSafe).
+// ("": on one line), with no control character raw (textsafe.JSON).
 func writeJSON(w io.Writer, v any, indent string) error {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
@@ -38,7 +40,7 @@ func writeJSON(w io.Writer, v any, indent string) error {
 	if err := enc.Encode(v); err != nil {
 		return err
 	}
-	_, err := w.Write(jsonSafe(b.Bytes()))
+	_, err := w.Write(textsafe.JSON(b.Bytes()))
 	return err
 }
 
