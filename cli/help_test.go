@@ -81,7 +81,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"keys", "get"}, []string{"--principal PRINCIPAL", "--key KEY", "--ttl TTL", "(default: 30s)", "--json", "Exits 1 if there is no such key"}},
 		{[]string{"keys", "list"}, []string{"--status STATUS", "pending or completed", "--older-than DURATION", "--limit N", "(default: 50)", "--cursor TOKEN", "next cursor: TOKEN"}},
 		{[]string{"keys", "stuck"}, []string{"owner quiet", "awaiting retry", "--ttl TTL"}},
-		{[]string{"keys", "release"}, []string{"--generation GENERATION", "--force", "its\n   completion is fenced by its generation and will not be stored", "next retry executes the request\n   again"}},
+		{[]string{"keys", "release"}, []string{"--generation GENERATION", "--force", "its\n   completion is fenced out and not stored", "the next retry executes the request again"}},
 		{[]string{"schema", "apply"}, []string{"--dry-run", "d1_migrations", "wrangler d1 migrations apply", "idempotent", "--migrations-dir DIR"}},
 		{[]string{"schema", "verify"}, []string{"table_info and index_list", "exit 1 with a diff"}},
 		{[]string{"sweep"}, []string{"--retention DURATION", "(default: 24h0m0s)", "--batch N", "(default: 20)", "--all", "--dry-run", "--max-calls N", "(default: 200, unlimited with --local or a bridge)", "1200 API calls per 5 minutes"}},
