@@ -17,8 +17,8 @@
 //
 // # API stability
 //
-// Schema, SchemaStatements, Table and UpdatedAtIndex follow the module's
-// semantic versioning. The schema itself (docs/contract.md#1-schema) is
+// Schema, SchemaStatements, Table, UpdatedAtIndex and Version follow the
+// module's semantic versioning. The schema itself (docs/contract.md#1-schema) is
 // shared with Workers that run the spec's code, and changes only with it.
 package d1idem
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/schema"
 )
@@ -99,7 +100,7 @@ func newApp(stdout, stderr io.Writer, o *options) *cli.App {
 		Name:            "d1idem",
 		Usage:           "operate the d1idem Idempotency-Key ledger on Cloudflare D1",
 		Description:     help("d1idem"),
-		Version:         version(),
+		Version:         d1idem.Version(),
 		Writer:          stdout,
 		ErrWriter:       stderr,
 		HideHelpCommand: true, // rewriteArgs turns "help PATH" into "PATH --help"

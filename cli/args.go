@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"regexp"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -189,46 +188,6 @@ func editDistance(a, b string) int {
 		}
 	}
 	return d[len(a)][len(b)]
-}
-
-// version is the program's version: the module version it was built at,
-// or "devel", and the VCS revision when the build recorded one.
-func version() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "devel"
-	}
-	return versionOf(info)
-}
-
-func versionOf(info *debug.BuildInfo) string {
-	v := info.Main.Version
-	if v == "" || v == "(devel)" {
-		v = "devel"
-	}
-	var rev, modified string
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			modified = s.Value
-		}
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	switch {
-	case rev == "":
-		return v
-	case strings.Contains(v, rev):
-		// A pseudo-version names the revision already ("+dirty" when
-		// modified).
-		return v
-	case modified == "true":
-		return v + " (" + rev + ", modified)"
-	}
-	return v + " (" + rev + ")"
 }
 
 // The errors of Go's flag package, which urfave/cli passes on: they name
