@@ -96,7 +96,7 @@ account_id = "` + d1test.AccountID + `"
 	if ids := statsIDs(t, conn("--database", "orders-2", "--database", "audit", "--database-id", e.ids[0])...); !slices.Equal(ids, []string{e.ids[1], e.ids[2], e.ids[0]}) {
 		t.Errorf("--database orders-2 --database audit --database-id %s read %v", e.ids[0], ids)
 	}
-	refused(t, "--databases-prefix nope names no database of the d1_databases of "+config+" (have: orders-1, orders-2, audit)",
+	refused(t, "--databases-prefix nope: no database of the d1_databases of "+config+` has a name or binding beginning with "nope" (it has: orders-1, orders-2, audit)`,
 		conn("stats", "--databases-prefix", "nope")...)
 	refused(t, "database "+e.ids[0]+" is named twice (--databases-prefix orders- and --database-id "+e.ids[0]+"): name each database of the ledger once",
 		conn("ring", "status", "--databases-prefix", "orders-", "--database-id", e.ids[0])...)

@@ -376,16 +376,14 @@ func databaseByID(c *cli.Context, id string) (*wrangler.Database, error) {
 	} else if err != nil {
 		return nil, nil
 	}
-	dbs, err := cfg.Databases(c.String(flagEnv))
-	if err != nil && explicit {
+	d, ok, err := cfg.ByID(c.String(flagEnv), id)
+	switch {
+	case err != nil && explicit:
 		return nil, usageError{err}
+	case !ok:
+		return nil, nil
 	}
-	for _, d := range dbs {
-		if d.DatabaseID == id || d.PreviewDatabaseID == id {
-			return &d, nil
-		}
-	}
-	return nil, nil
+	return &d, nil
 }
 
 // writeMigration is schema print --migration.

@@ -290,19 +290,12 @@ func wranglerEntries(c *cli.Context) ([]*wrangler.Database, []string, error) {
 	if prefix == "" {
 		return out, how, nil
 	}
-	dbs, err := cfg.Databases(c.String(flagEnv))
+	dbs, err := cfg.WithPrefix(c.String(flagEnv), prefix)
 	if err != nil {
-		return nil, nil, usageError{err}
+		return nil, nil, usagef("--%s %s: %v", flagDatabasesPrefix, prefix, err)
 	}
-	var have []string
 	for _, d := range dbs {
-		have = append(have, d.Name())
-		if strings.HasPrefix(d.Name(), prefix) || strings.HasPrefix(d.Binding, prefix) {
-			out, how = append(out, &d), append(how, "--"+flagDatabasesPrefix+" "+prefix)
-		}
-	}
-	if len(how) == len(names) {
-		return nil, nil, usagef("--%s %s names no database of the d1_databases of %s (have: %s)", flagDatabasesPrefix, prefix, cfg.Path, orNone(have))
+		out, how = append(out, &d), append(how, "--"+flagDatabasesPrefix+" "+prefix)
 	}
 	return out, how, nil
 }

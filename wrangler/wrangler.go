@@ -2,10 +2,12 @@
 // wrangler.jsonc or wrangler.toml) as wrangler reads it for its d1
 // commands: the file wrangler would use from a directory (Find), the
 // account ID and the D1 databases of the top level and of each environment,
-// with wrangler's defaults and inheritance (Config.Databases), and the
-// database a name or binding means (Config.Database). A Go service or tool
-// can then reach the databases its Worker is bound to with the IDs the
-// Worker is deployed with, as the d1idem command line does with --database:
+// with wrangler's defaults and inheritance (Config.Databases), the
+// database a name or binding means (Config.Database), those a prefix of
+// their names chooses (Config.WithPrefix) and the one an ID names
+// (Config.ByID). A Go service or tool can then reach the databases its
+// Worker is bound to with the IDs the Worker is deployed with, as the
+// d1idem command line does with --database:
 //
 //	path, err := wrangler.Find(".")
 //	...
@@ -265,6 +267,39 @@ func (c *Config) Database(env, name string) (Database, error) {
 		return Database{}, fmt.Errorf("%q names %d entries of the d1_databases of %s (%s): give each a binding and a database_name of its own", name, len(found), c.where(env), strings.Join(entries, "; "))
 	}
 	return Database{}, fmt.Errorf("no database named %q in the d1_databases of %s (%s)", name, c.where(env), c.describe(env, dbs))
+}
+
+// WithPrefix returns the D1 databases of environment env ("" for the top
+// level) whose database_name or binding begins with prefix, in the file's
+// order: the databases of a ledger spread across several, named alike.
+// None is an error that lists the databases there are.
+func (c *Config) WithPrefix(env, prefix string) ([]Database, error) {
+	dbs, err := c.Databases(env)
+	if err != nil {
+		return nil, err
+	}
+	var out []Database
+	for _, d := range dbs {
+		if strings.HasPrefix(d.Name(), prefix) || strings.HasPrefix(d.Binding, prefix) {
+			out = append(out, d)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no database of the d1_databases of %s has a name or binding beginning with %q (%s)", c.where(env), prefix, c.describe(env, dbs))
+	}
+	return out, nil
+}
+
+// ByID returns the D1 database of environment env ("" for the top level)
+// whose database_id or preview_database_id is id, and whether there is one.
+func (c *Config) ByID(env, id string) (Database, bool, error) {
+	dbs, err := c.Databases(env)
+	for _, d := range dbs {
+		if d.DatabaseID == id || d.PreviewDatabaseID == id {
+			return d, true, nil
+		}
+	}
+	return Database{}, false, err
 }
 
 // Only returns the single D1 database of environment env, and an error when

@@ -218,3 +218,42 @@ func TestFind(t *testing.T) {
 		}
 	}
 }
+
+// TestWithPrefixAndByID: the databases a prefix of their name or binding
+// chooses, in the file's order; the one an ID names.
+func TestWithPrefixAndByID(t *testing.T) {
+	cfg, err := Parse("conf/wrangler.toml", []byte(tomlConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for prefix, want := range map[string][]string{"": {"orders-db", "audit-db"}, "orders": {"orders-db"}, "AUD": {"audit-db"}} {
+		dbs, err := cfg.WithPrefix("", prefix)
+		var names []string
+		for _, d := range dbs {
+			names = append(names, d.Name())
+		}
+		if err != nil || !reflect.DeepEqual(names, want) {
+			t.Errorf("WithPrefix(%q) = %v, %v; want %v", prefix, names, err, want)
+		}
+	}
+	for env, want := range map[string]string{
+		"":        `no database of the d1_databases of conf/wrangler.toml has a name or binding beginning with "x" (it has: orders-db, audit-db)`,
+		"staging": `no database of the d1_databases of env.staging of conf/wrangler.toml has a name or binding beginning with "x" (it has: orders-staging)`,
+		"prod":    `no environment "prod" in conf/wrangler.toml (it has: empty, staging)`,
+	} {
+		if _, err := cfg.WithPrefix(env, "x"); err == nil || err.Error() != want {
+			t.Errorf("WithPrefix(%q, x) = %v; want %s", env, err, want)
+		}
+	}
+	for _, tc := range []struct {
+		env, id, want string
+	}{{"", "id-audit", "audit-db"}, {"", "id-top-preview", "orders-db"}, {"staging", "id-staging", "orders-staging"}, {"staging", "id-top", ""}} {
+		d, ok, err := cfg.ByID(tc.env, tc.id)
+		if err != nil || ok != (tc.want != "") || ok && d.Name() != tc.want {
+			t.Errorf("ByID(%q, %q) = %s, %v, %v; want %q", tc.env, tc.id, d.Name(), ok, err, tc.want)
+		}
+	}
+	if _, ok, err := cfg.ByID("prod", "id-top"); ok || err == nil {
+		t.Errorf("ByID in a missing environment: %v, %v", ok, err)
+	}
+}
