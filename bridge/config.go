@@ -3,9 +3,12 @@ package bridge
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/d1idem/d1idem/wrangler"
 )
 
 // Config is a deployment of the bridge: what its wrangler.toml says, which
@@ -51,6 +54,52 @@ func BindingName(name string) string {
 		return "DB_" + string(b)
 	}
 	return string(b)
+}
+
+// DefaultWorker is the bridge Worker's name when none is given.
+const DefaultWorker = "d1idem-bridge"
+
+// WorkerName is the bridge Worker's name for the wrangler environment env:
+// DefaultWorker, with "-" and env lower-cased after it for an environment
+// ("d1idem-bridge-staging").
+func WorkerName(env string) string {
+	if env == "" {
+		return DefaultWorker
+	}
+	return DefaultWorker + "-" + strings.ToLower(env)
+}
+
+// idLike is what a database name, ID or account ID may look like in the
+// bridge's wrangler.toml.
+var idLike = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// DatabaseOf resolves a database the bridge is to serve, named as 'd1idem
+// bridge init --database' names it: "NAME=ID" as given, under the binding
+// BindingName(NAME); or "NAME", the database_name or binding of an entry of
+// the wrangler config cfg's environment env ("" for the top level), whose
+// account_id it returns too. cfg may be nil when arg has its ID. An error
+// says what is wrong with arg, without repeating it.
+func DatabaseOf(cfg *wrangler.Config, env, arg string) (d Database, accountID string, err error) {
+	name, id, explicit := strings.Cut(arg, "=")
+	switch {
+	case !idLike.MatchString(name) || explicit && !idLike.MatchString(id):
+		return Database{}, "", errors.New("expected NAME or NAME=ID, each of letters, digits, '.', '_' and '-'")
+	case explicit:
+		return Database{Name: name, ID: id, Binding: BindingName(name)}, "", nil
+	case cfg == nil:
+		return Database{}, "", fmt.Errorf("no wrangler config to find it in: give it as %s=ID", name)
+	}
+	wd, err := cfg.Database(env, name)
+	if err != nil {
+		return Database{}, "", fmt.Errorf("%w; or give it as %s=ID", err, name)
+	}
+	if id, err = wd.ID(false); err != nil {
+		return Database{}, "", fmt.Errorf("%w in %s", err, wd.ConfigPath)
+	}
+	if !idLike.MatchString(id) || !ValidBinding(wd.Binding) || wd.AccountID != "" && !idLike.MatchString(wd.AccountID) {
+		return Database{}, "", fmt.Errorf("database %q of %s: its binding, database_id or account_id is not one the bridge can use", name, wd.ConfigPath)
+	}
+	return Database{Name: wd.Name(), ID: id, Binding: wd.Binding}, wd.AccountID, nil
 }
 
 // CheckDatabases refuses a binding of the bridge's settings (BRIDGE_*), two

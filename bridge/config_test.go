@@ -3,6 +3,8 @@ package bridge
 import (
 	"strings"
 	"testing"
+
+	"github.com/d1idem/d1idem/wrangler"
 )
 
 // The names, checks and secret format of a bridge's configuration.
@@ -38,5 +40,57 @@ func TestConfig(t *testing.T) {
 	}
 	if s := NewSecret(); !ValidSecret(s) || len(s) != 64 || ValidSecret("short") || ValidSecret(strings.Repeat("a,", 10)) {
 		t.Error("secrets")
+	}
+}
+
+// TestDatabaseOf: a database given as NAME=ID, or by its name or binding
+// in a wrangler config, and the Worker's default name.
+func TestDatabaseOf(t *testing.T) {
+	cfg, err := wrangler.Parse("app/wrangler.toml", []byte(`account_id = "acc"
+[[d1_databases]]
+binding = "DB"
+database_name = "orders-db"
+database_id = "6b4c"
+[[d1_databases]]
+binding = "bad-binding"
+database_name = "audit"
+database_id = "77aa"
+[[d1_databases]]
+binding = "NOID"
+database_name = "noid"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		arg     string
+		want    Database
+		account string
+	}{
+		{"orders=6b4c", Database{"orders", "6b4c", "ORDERS"}, ""},
+		{"orders-db", Database{"orders-db", "6b4c", "DB"}, "acc"},
+		{"DB", Database{"orders-db", "6b4c", "DB"}, "acc"},
+	} {
+		d, account, err := DatabaseOf(cfg, "", tc.arg)
+		if err != nil || d != tc.want || account != tc.account {
+			t.Errorf("DatabaseOf(%q) = %+v, %q, %v; want %+v, %q", tc.arg, d, account, err, tc.want, tc.account)
+		}
+	}
+	for arg, want := range map[string]string{
+		"orders db=1": "expected NAME or NAME=ID",
+		"a=b c":       "expected NAME or NAME=ID",
+		"nope":        `no database named "nope" in the d1_databases of app/wrangler.toml (it has: orders-db, audit, noid); or give it as nope=ID`,
+		"audit":       `database "audit" of app/wrangler.toml: its binding, database_id or account_id is not one the bridge can use`,
+		"noid":        `database "noid" has no database_id in app/wrangler.toml`,
+	} {
+		if _, _, err := DatabaseOf(cfg, "", arg); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("DatabaseOf(%q) = %v; want %s", arg, err, want)
+		}
+	}
+	if _, _, err := DatabaseOf(nil, "", "orders"); err == nil || !strings.Contains(err.Error(), "orders=ID") {
+		t.Errorf("DatabaseOf without a config: %v", err)
+	}
+	if WorkerName("") != DefaultWorker || WorkerName("Staging") != "d1idem-bridge-staging" || !ValidWorkerName(WorkerName("Staging")) {
+		t.Errorf("WorkerName: %q, %q", WorkerName(""), WorkerName("Staging"))
 	}
 }

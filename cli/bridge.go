@@ -1,13 +1,13 @@
 package cli
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -16,9 +16,6 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/wrangler"
 )
-
-// defaultWorker is the bridge's Worker name unless --name gives one.
-const defaultWorker = "d1idem-bridge"
 
 func bridgeCommand() *cli.Command {
 	return &cli.Command{
@@ -97,17 +94,16 @@ func planBridge(c *cli.Context, dir string) (*bridgePlan, error) {
 	}
 	var cfg *wrangler.Config
 	for _, a := range args {
-		name, id, explicit := strings.Cut(a, "=")
-		if !explicit && cfg == nil {
+		if !strings.Contains(a, "=") && cfg == nil {
 			var err error
 			if cfg, err = loadWrangler(c, flagDatabase); err != nil {
 				return nil, err
 			}
 			p.ConfigPath = cfg.Path
 		}
-		d, account, err := bridgeDatabaseOf(cfg, p.Env, name, id, explicit)
+		d, account, err := bridge.DatabaseOf(cfg, p.Env, a)
 		if err != nil {
-			return nil, err
+			return nil, usagef("--%s %q: %v", flagDatabase, a, err)
 		}
 		p.Databases = append(p.Databases, d)
 		if p.AccountID == "" {
@@ -120,45 +116,9 @@ func planBridge(c *cli.Context, dir string) (*bridgePlan, error) {
 	return p, workerName(c, p)
 }
 
-// idLike is what a database name, ID or account ID may look like here.
-var idLike = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
-// bridgeDatabaseOf resolves one --database: NAME=ID as given, NAME from the
-// wrangler config's environment env. It returns the account ID the config
-// gives, if any.
-func bridgeDatabaseOf(cfg *wrangler.Config, env, name, id string, explicit bool) (bridge.Database, string, error) {
-	if !idLike.MatchString(name) || explicit && !idLike.MatchString(id) {
-		given := name
-		if explicit {
-			given += "=" + id
-		}
-		return bridge.Database{}, "", usagef("--%s %q: expected NAME or NAME=ID, each of letters, digits, '.', '_' and '-'", flagDatabase, given)
-	}
-	if explicit {
-		return bridge.Database{Name: name, ID: id, Binding: bridge.BindingName(name)}, "", nil
-	}
-	d, err := cfg.Database(env, name)
-	if err != nil {
-		return bridge.Database{}, "", usagef("%v; or pass --%s %s=ID", err, flagDatabase, name)
-	}
-	if id, err = d.ID(false); err != nil {
-		return bridge.Database{}, "", usagef("%v in %s", err, d.ConfigPath)
-	}
-	if !idLike.MatchString(id) || !bridge.ValidBinding(d.Binding) || d.AccountID != "" && !idLike.MatchString(d.AccountID) {
-		return bridge.Database{}, "", fmt.Errorf("database %q of %s: its binding, database_id or account_id is not one the bridge can use", name, d.ConfigPath)
-	}
-	return bridge.Database{Name: d.Name(), ID: id, Binding: d.Binding}, d.AccountID, nil
-}
-
 // workerName sets p.Worker from --name, or the default for --env.
 func workerName(c *cli.Context, p *bridgePlan) error {
-	p.Worker = c.String("name")
-	if p.Worker == "" {
-		p.Worker = defaultWorker
-		if p.Env != "" {
-			p.Worker += "-" + strings.ToLower(p.Env)
-		}
-	}
+	p.Worker = cmp.Or(c.String("name"), bridge.WorkerName(p.Env))
 	if !bridge.ValidWorkerName(p.Worker) {
 		return usagef("the Worker name %q is not one Cloudflare accepts: lower-case letters, digits and '-', at most 63; pass --name NAME", p.Worker)
 	}

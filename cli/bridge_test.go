@@ -242,7 +242,7 @@ func TestBridgeInitUsageErrors(t *testing.T) {
 		{[]string{"x"}, "bridge init needs --database NAME (or NAME=ID), once for each database the bridge serves"},
 		{[]string{"x", "--database", "orders db=1"}, `--database "orders db=1": expected NAME or NAME=ID`},
 		{[]string{"x", "--database", "orders-db"}, "--database needs a wrangler config: there is no wrangler.json, wrangler.jsonc or wrangler.toml in this directory or above; pass --config FILE"},
-		{[]string{"x", "--config", "app/wrangler.toml", "--database", "orders"}, `no database named "orders" in the d1_databases of app/wrangler.toml (it has: orders-db, audit-db); or pass --database orders=ID`},
+		{[]string{"x", "--config", "app/wrangler.toml", "--database", "orders"}, `--database "orders": no database named "orders" in the d1_databases of app/wrangler.toml (it has: orders-db, audit-db); or give it as orders=ID`},
 		{[]string{"x", "--config", "app/wrangler.toml", "--env", "prod", "--database", "DB"}, `no environment "prod" in app/wrangler.toml (it has: staging)`},
 		{[]string{"x", "--database", "orders-db=" + ordersID, "--database", "orders_db=" + auditID}, "databases orders-db and orders_db would share the binding ORDERS_DB"},
 		{[]string{"x", "--database", "a=" + ordersID, "--database", "b=a"}, `"a" names two databases`},
