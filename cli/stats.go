@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sort"
 	"strconv"
 	"time"
 
@@ -122,15 +121,8 @@ func (v statsView) fields(where string, st idem.Stats) [][2]string {
 		{"  " + string(idem.StatusPending), strconv.FormatInt(st.ByStatus[idem.StatusPending], 10)},
 		{"  " + string(idem.StatusCompleted), strconv.FormatInt(st.ByStatus[idem.StatusCompleted], 10)},
 	}
-	var others []string
-	for status := range st.ByStatus {
-		if !status.Valid() {
-			others = append(others, string(status))
-		}
-	}
-	sort.Strings(others)
-	for _, s := range others {
-		fields = append(fields, [2]string{"  " + display(s), strconv.FormatInt(st.ByStatus[idem.Status(s)], 10) + " (not a status the ledger writes)"})
+	for _, s := range st.OtherStatuses() {
+		fields = append(fields, [2]string{"  " + display(string(s)), strconv.FormatInt(st.ByStatus[s], 10) + " (not a status the ledger writes)"})
 	}
 	return append(fields, [2]string{"awaiting retry", v.awaiting(st)}, [2]string{"oldest row", oldestText(st.Oldest)},
 		[2]string{"sweep backlog", v.backlog(st)}, [2]string{"database size", human.Bytes(st.SizeBytes)},

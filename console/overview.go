@@ -102,13 +102,10 @@ func (s *server) liveView(rd *reading, shared bool) liveView {
 		v.Footer = s.sharedText(rd)
 	}
 	var others []string
-	for status, n := range st.ByStatus {
-		if !status.Valid() {
-			others = append(others, fmt.Sprintf("%s (%s)", textsafe.Display(string(status)), count(n)))
-		}
+	for _, status := range st.OtherStatuses() {
+		others = append(others, fmt.Sprintf("%s (%s)", textsafe.Display(string(status)), count(st.ByStatus[status])))
 	}
 	if len(others) > 0 {
-		slices.Sort(others)
 		v.Others = "Rows with a status the ledger does not write: " + strings.Join(others, ", ") + "."
 	}
 	if st.Oldest != nil {

@@ -325,6 +325,19 @@ type Stats struct {
 	TTL, Retention time.Duration `json:"-"`
 }
 
+// OtherStatuses are the statuses of ByStatus that the ledger does not
+// write (rows something else wrote, or edited by hand), sorted.
+func (s Stats) OtherStatuses() []Status {
+	var out []Status
+	for status := range s.ByStatus {
+		if !status.Valid() {
+			out = append(out, status)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Stats totals the ledger's databases, one read-only D1 call each (billed for the whole table),
 // and records each one's counts in the gauges of docs/observability.md.
 func (a *Admin) Stats(ctx context.Context) (Stats, error) {

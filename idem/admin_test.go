@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -338,5 +339,17 @@ func TestOneReleaseRule(t *testing.T) {
 		if got := fmt.Sprintf("%s %d %d %d", status, gen, at, null); got != want {
 			t.Errorf("%s released to %s, want %s", key, got, want)
 		}
+	}
+}
+
+// TestOtherStatuses: the statuses the ledger does not write, sorted; the
+// spec's two are never among them.
+func TestOtherStatuses(t *testing.T) {
+	st := idem.Stats{ByStatus: map[idem.Status]int64{idem.StatusPending: 3, idem.StatusCompleted: 0, "weird": 1, "\x1b[2Jdone": 2, "Pending": 1}}
+	if got := st.OtherStatuses(); !slices.Equal(got, []idem.Status{"\x1b[2Jdone", "Pending", "weird"}) {
+		t.Errorf("OtherStatuses = %q", got)
+	}
+	if got := (idem.Stats{}).OtherStatuses(); got != nil {
+		t.Errorf("OtherStatuses of no rows = %q", got)
 	}
 }
