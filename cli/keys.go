@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -490,13 +491,8 @@ func headersText(k *idem.KeyRecord) string {
 	case len(headers) == 0:
 		return "-"
 	}
-	names := make([]string, 0, len(headers))
-	for n := range headers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	lines := make([]string, 0, len(names))
-	for _, n := range names {
+	var lines []string
+	for _, n := range slices.Sorted(maps.Keys(headers)) {
 		lines = append(lines, display(n)+": "+display(headers[n]))
 	}
 	return strings.Join(lines, "\n")

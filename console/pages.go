@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -204,12 +205,7 @@ func (s *server) keyDetail(k *idem.KeyRecord) *keyDetail {
 	case len(headers) == 0:
 		d.HeadersNote = "-"
 	}
-	names := make([]string, 0, len(headers))
-	for n := range headers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(headers)) {
 		d.Headers = append(d.Headers, [2]string{textsafe.Display(n), textsafe.Escape(headers[n])})
 	}
 	switch {
