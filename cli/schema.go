@@ -11,7 +11,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/d1idem/d1idem"
-	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/schema"
 	"github.com/d1idem/d1idem/wrangler"
@@ -87,12 +86,11 @@ func schemaPrintCommand() *cli.Command {
 
 // schemaResult is schema apply's or verify's work on one database.
 type schemaResult struct {
-	cn      *conn
-	res     schema.Result      // apply's
-	dir     string             // apply's migrations directory
-	created string             // the database apply created, for people
-	drift   *schema.DriftError // the table differs from schema.sql, or is missing
-	err     error              // the database could not be read or changed
+	cn    *conn
+	res   schema.Result      // apply's
+	dir   string             // apply's migrations directory
+	drift *schema.DriftError // the table differs from schema.sql, or is missing
+	err   error              // the database could not be read or changed
 }
 
 // schemaApply is schema apply's action. With --dry-run on a local database
@@ -132,7 +130,7 @@ func dryRunFresh(c *cli.Context, dir string) error {
 }
 
 // applyOne applies the schema to one database, first creating it where it
-// is missing and the CLI may create it (conn.create).
+// is missing on d1local (never on D1, which gives a database its UUID).
 func applyOne(c *cli.Context, cn *conn) schemaResult {
 	r := schemaResult{cn: cn}
 	table, dir, err := migrationsFor(c, cn)
@@ -141,18 +139,11 @@ func applyOne(c *cli.Context, cn *conn) schemaResult {
 		return r
 	}
 	r.dir = dir
-	opts := schema.Options{MigrationsTable: table, DryRun: c.Bool("dry-run")}
+	opts := schema.Options{MigrationsTable: table, DryRun: c.Bool("dry-run"), CreateLocal: true}
 	if dir != "" {
 		opts.Migrations = os.DirFS(dir)
 	}
 	r.res, r.err = schema.Apply(c.Context, cn.db, opts)
-	if !opts.DryRun && errors.Is(r.err, d1client.ErrNoDatabase) {
-		if r.created, err = cn.create(c.Context); err != nil {
-			r.err = err
-		} else if r.created != "" {
-			r.res, r.err = schema.Apply(c.Context, cn.db, opts)
-		}
-	}
 	if errors.As(r.err, &r.drift) {
 		r.err = nil
 	}
@@ -239,7 +230,7 @@ func (r schemaResult) fields(apply bool) []any {
 		want := schema.Expected()
 		return []any{field{"matches", true}, field{"diff", []string{}}, field{"columns", len(want.Columns)}, field{"indexes", len(want.Indexes)}}
 	}
-	return []any{r.res, field{"migrations_dir", r.dir}, field{"database", r.cn.where}, field{"created_database", r.created != ""}}
+	return []any{r.res, field{"migrations_dir", r.dir}, field{"database", r.cn.where}, field{"created_database", r.res.CreatedDatabase}}
 }
 
 // describeOrNil is describe's line for err, or nil (JSON null) for none.
@@ -269,8 +260,10 @@ func (r schemaResult) render(w io.Writer, one, apply bool) error {
 		_, err := fmt.Fprintf(w, "%s on %s matches schema.sql: %s, %s.\n", d1idem.Table, r.cn.where,
 			plural(int64(len(want.Columns)), "column", "columns"), plural(int64(len(want.Indexes)), "index", "indexes"))
 		return err
-	case r.created != "":
-		fmt.Fprintf(w, "Created %s: there was no database of that name.\n", r.created)
+	case r.res.CreatedDatabase && r.cn.set.local != nil:
+		fmt.Fprintf(w, "Created database %q under %s: there was no database of that name.\n", r.cn.databaseID, r.cn.set.dir)
+	case r.res.CreatedDatabase:
+		fmt.Fprintf(w, "Created database %q on the d1local at %s: there was no database of that name.\n", r.cn.databaseID, r.cn.db.BaseURL())
 	}
 	return renderApply(w, r.res, r.cn.where)
 }

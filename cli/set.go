@@ -559,18 +559,6 @@ func (cn *conn) missing(ctx context.Context, err error) error {
 	return nd
 }
 
-// create creates a missing database under --local or on a d1local server
-// (never on D1, which gives a database its UUID), and says what it created.
-func (cn *conn) create(ctx context.Context) (string, error) {
-	if cn.set.local != nil {
-		return fmt.Sprintf("database %q under %s", cn.databaseID, cn.set.dir), cn.set.local.D1.CreateDatabase(cn.databaseID)
-	}
-	if created, err := cn.db.CreateLocalDatabase(ctx); !created || err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("database %q on the d1local at %s", cn.databaseID, cn.db.BaseURL()), nil
-}
-
 // maxListed bounds the databases a missing-database error names.
 const maxListed = 50
 

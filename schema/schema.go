@@ -31,6 +31,7 @@ package schema
 //go:generate go run ./internal/shapegen
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,6 +64,11 @@ type Options struct {
 	// DryRun makes Apply read the database and return what it would run,
 	// changing nothing.
 	DryRun bool
+	// CreateLocal makes Apply create the database first where it is
+	// missing on a d1local server (d1client.Client.CreateLocalDatabase),
+	// as 'wrangler d1 create' would. On D1, which gives a database its
+	// UUID, a missing database stays an error (d1client.ErrNoDatabase).
+	CreateLocal bool
 }
 
 // Action is what Apply does, or with Options.DryRun would do.
@@ -111,6 +117,9 @@ type Result struct {
 	// Statements are the statements Apply ran (or would run) as one batch;
 	// none for Nothing.
 	Statements []d1client.Statement
+	// CreatedDatabase reports that Apply created the database first
+	// (Options.CreateLocal).
+	CreatedDatabase bool
 }
 
 // SQL renders the statements as a script, with their parameters inlined
@@ -140,6 +149,20 @@ func (r Result) SQL() string {
 // Concurrent Applies are safe: the loser's batch fails as a whole, and it
 // finds the winner's work.
 func Apply(ctx context.Context, db *d1client.Client, opts Options) (Result, error) {
+	r, err := apply(ctx, db, opts)
+	if opts.CreateLocal && !opts.DryRun && errors.Is(err, d1client.ErrNoDatabase) {
+		created, cerr := db.CreateLocalDatabase(ctx)
+		if cerr != nil || !created {
+			return r, cmp.Or(cerr, err)
+		}
+		r, err = apply(ctx, db, opts)
+		r.CreatedDatabase = true
+	}
+	return r, err
+}
+
+// apply is Apply on a database that exists.
+func apply(ctx context.Context, db *d1client.Client, opts Options) (Result, error) {
 	if opts.MigrationsTable == "" {
 		opts.MigrationsTable = MigrationsTable
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/internal/d1test"
 	"github.com/d1idem/d1idem/schema"
 )
@@ -203,6 +204,26 @@ func TestApplyDryRun(t *testing.T) {
 	res, _ := db.Query(ctx, "SELECT count(*) FROM sqlite_master")
 	if res.Rows[0][0] != d1client.IntValue(0) {
 		t.Error("the dry run changed the database")
+	}
+}
+
+// TestApplyCreateLocal: with CreateLocal, Apply creates a missing
+// database on d1local first, once; without it, or with DryRun, a missing
+// database stays an error and nothing is created.
+func TestApplyCreateLocal(t *testing.T) {
+	b := d1test.LocalConfig(t, d1local.Config{NoAutoCreate: true})
+	db := b.Database("fresh").Client(t)
+	for _, opts := range []schema.Options{{}, {CreateLocal: true, DryRun: true}} {
+		if _, err := schema.Apply(ctx, db, opts); !errors.Is(err, d1client.ErrNoDatabase) {
+			t.Fatalf("Apply(%+v) on a missing database: %v", opts, err)
+		}
+	}
+	r, err := schema.Apply(ctx, db, schema.Options{CreateLocal: true})
+	if err != nil || !r.CreatedDatabase || r.Action != schema.CreateAndRecord {
+		t.Fatalf("Apply with CreateLocal: %+v, %v", r, err)
+	}
+	if r, err := schema.Apply(ctx, db, schema.Options{CreateLocal: true}); err != nil || r.CreatedDatabase || r.Action != schema.Nothing {
+		t.Errorf("Apply again: %+v, %v", r, err)
 	}
 }
 
