@@ -535,22 +535,16 @@ func (cn *conn) named(c *cli.Context, err error) error {
 // and those there are, keeping the command's prefix ("stats: ").
 func (cn *conn) missing(ctx context.Context, err error) error {
 	nd := &noDatabaseError{id: cn.databaseID, cause: err}
-	var have []string
-	var lerr error
 	switch {
 	case cn.set.local != nil:
 		nd.where = "under " + cn.set.dir
-		have, lerr = cn.set.local.D1.Databases()
-	default:
-		if cn.wrangler != nil {
-			nd.where = "(--database " + cn.wrangler.Name() + " of " + cn.wrangler.ConfigPath + ")"
-		}
-		have, lerr = listNames(ctx, cn.db)
+	case cn.wrangler != nil:
+		nd.where = "(--database " + cn.wrangler.Name() + " of " + cn.wrangler.ConfigPath + ")"
 	}
-	if lerr != nil {
+	if have, lerr := listNames(ctx, cn.db); lerr != nil {
 		nd.listErr = describe(lerr)
 	} else {
-		nd.have = append([]string{}, have...)
+		nd.have = have
 	}
 	var de *d1client.Error
 	if errors.As(err, &de) && strings.HasSuffix(err.Error(), de.Error()) {
@@ -562,7 +556,8 @@ func (cn *conn) missing(ctx context.Context, err error) error {
 // maxListed bounds the databases a missing-database error names.
 const maxListed = 50
 
-// listNames lists the account's databases, as d1client.Database shows them.
+// listNames lists the account's databases (on d1local, those under its
+// directory), as d1client.Database shows them; never nil without an error.
 func listNames(ctx context.Context, db *d1client.Client) ([]string, error) {
 	dbs, err := db.ListDatabases(ctx, maxListed)
 	out := make([]string, len(dbs))
