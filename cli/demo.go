@@ -96,7 +96,7 @@ func runDemo(ctx context.Context, out io.Writer, opts demoOptions, newAPI orders
 		}
 	}
 	if broken := s.Broken(); len(broken) > 0 {
-		return fmt.Errorf("%s broken: %s", plural(int64(len(broken)), "promise", "promises"), strings.Join(broken, "; "))
+		return fmt.Errorf("%s broken: %s", human.Plural(int64(len(broken)), "promise", "promises"), strings.Join(broken, "; "))
 	}
 	return renderNextSteps(out, opts.dir)
 }

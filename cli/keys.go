@@ -285,7 +285,7 @@ func checkPrincipal(p string) error {
 	}
 	shown, _ := preview(p, 64)
 	return usagef("--principal %s (%s) is not one the ledger holds: principals are 1 to %d bytes of UTF-8",
-		strconv.QuoteToASCII(shown), plural(int64(len(p)), "byte", "bytes"), idem.MaxPrincipalLength)
+		strconv.QuoteToASCII(shown), human.Plural(int64(len(p)), "byte", "bytes"), idem.MaxPrincipalLength)
 }
 
 // listOptions reads the filters of keys list.
@@ -414,7 +414,7 @@ func notReleased(k *idem.KeyRecord, gen int64, lease time.Duration, look string)
 			who, k.Generation, k.State.Words(), human.Age(k.SinceUpdate()), gen, look)
 	case k.State == idem.KeyCompleted:
 		return fmt.Errorf("not released: %s is completed (response %s): retries replay it; --force forgets the response, and the next retry executes the request again",
-			who, statusOrDash(k.ResponseStatus))
+			who, human.OrDash(k.ResponseStatus))
 	case k.State == idem.KeyOwnerQuiet:
 		return fmt.Errorf("not released: %s was updated %s, inside the %s TTL, and its owner has missed its heartbeats: if you know it is dead, release it with --force",
 			who, human.Age(k.SinceUpdate()), ttl)
@@ -423,13 +423,6 @@ func notReleased(k *idem.KeyRecord, gen int64, lease time.Duration, look string)
 			who, human.Age(k.SinceUpdate()), ttl)
 	}
 	return fmt.Errorf("not released: %s has status %s, which the ledger does not release", who, display(string(k.Status)))
-}
-
-func statusOrDash(s *int64) string {
-	if s == nil {
-		return "-"
-	}
-	return strconv.FormatInt(*s, 10)
 }
 
 // previewBytes is how much of a stored body keys get shows.
@@ -450,7 +443,7 @@ func renderKey(w io.Writer, k *idem.KeyRecord, e idem.Explanation, release, home
 		{"created", fmt.Sprintf("%s  (%s)", human.Age(k.Age()), human.Time(k.CreatedAt))},
 		{"updated", fmt.Sprintf("%s  (%s)", human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt))},
 		{"fingerprint", display(k.Fingerprint)},
-		{"response status", statusOrDash(k.ResponseStatus)},
+		{"response status", human.OrDash(k.ResponseStatus)},
 		{"replay headers", headersText(k)},
 		{"response body", bodyText(k)},
 	}...)); err != nil {
@@ -507,7 +500,7 @@ func bodyText(k *idem.KeyRecord) string {
 		return "-"
 	}
 	p, more := preview(*k.ResponseBody, previewBytes)
-	s := fmt.Sprintf("%s, %s", plural(int64(len(*k.ResponseBody)), "byte", "bytes"), strconv.Quote(p))
+	s := fmt.Sprintf("%s, %s", human.Plural(int64(len(*k.ResponseBody)), "byte", "bytes"), strconv.Quote(p))
 	if more > 0 {
 		s += fmt.Sprintf(" ... (%d more bytes)", more)
 	}
@@ -532,7 +525,7 @@ func renderKeyPage(w io.Writer, page idem.KeyPage, continued bool) error {
 			status += " (" + k.State.Words() + ")"
 		}
 		table = append(table, []string{cell(k.Principal), cell(k.Key), status, strconv.FormatInt(k.Generation, 10),
-			statusOrDash(k.ResponseStatus), human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt), human.Age(k.Age())})
+			human.OrDash(k.ResponseStatus), human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt), human.Age(k.Age())})
 	}
 	if err := printTable(w, []string{"PRINCIPAL", "KEY", "STATUS", "GEN", "RESPONSE", "UPDATED", "UPDATED (UTC)", "CREATED"}, table); err != nil {
 		return err
@@ -567,11 +560,11 @@ func renderStuck(w io.Writer, st idem.StuckKeys, heartbeat time.Duration, releas
 	}
 	if st.NAwaitingRetry > 0 {
 		fmt.Fprintf(w, "%s past the %s TTL, awaiting retry%s: the next retry of the same request takes each over,\nat the next generation, and executes it. Nothing needs releasing: a release sets a key's last update\none TTL back, so a key just released is one of these.\n",
-			plural(st.NAwaitingRetry, "key", "keys"), ttl, shownOf(st.NAwaitingRetry, len(st.AwaitingRetry)))
+			human.Plural(st.NAwaitingRetry, "key", "keys"), ttl, shownOf(st.NAwaitingRetry, len(st.AwaitingRetry)))
 	}
 	if st.NOwnerQuiet > 0 {
 		fmt.Fprintf(w, "%s inside the %s TTL whose owner has missed its heartbeats%s: retries get 409 until the TTL\nhas passed. To let the client retry now, release the key (fenced by its generation; --force, since\nthe ledger cannot prove the owner dead):\n  %s\n",
-			plural(st.NOwnerQuiet, "key", "keys"), ttl, shownOf(st.NOwnerQuiet, len(st.OwnerQuiet)), release)
+			human.Plural(st.NOwnerQuiet, "key", "keys"), ttl, shownOf(st.NOwnerQuiet, len(st.OwnerQuiet)), release)
 	}
 	return nil
 }
@@ -590,7 +583,7 @@ func renderRelease(w io.Writer, res idem.ReleaseResult, hint string) error {
 	who := keyName(k.Principal, k.Key)
 	if k.Status == idem.StatusCompleted {
 		fmt.Fprintf(w, "Released %s: its completed row (response %s, completed %s) moved from generation %d to %d:\nreleased, awaiting retry.\n",
-			who, statusOrDash(k.ResponseStatus), human.Age(k.SinceUpdate()), k.Generation, res.Generation)
+			who, human.OrDash(k.ResponseStatus), human.Age(k.SinceUpdate()), k.Generation, res.Generation)
 		fmt.Fprintf(w, "The stored response is forgotten: the client's next request with this key (the same request) executes again,\nat generation %d.\n", res.Generation+1)
 	} else {
 		fmt.Fprintf(w, "Released %s: generation %d moved to %d (no update for %s, created %s);\nthe key is released, awaiting retry.\n",

@@ -157,10 +157,10 @@ func TestKeysGetNotFoundAndUsage(t *testing.T) {
 		{[]string{"keys", "get", "--principal", "p", "--key", "k", "extra"}, "takes no arguments"},
 		{[]string{"keys", "get", "--principal", "p", "--key", "k", "--ttl", "soon"}, "keys get: --ttl \"soon\" is not a duration"},
 		{[]string{"keys", "get", "--principal", "a\xffb", "--key", "k"}, `--principal "a\xffb" (3 bytes) is not one the ledger holds: principals are 1 to 1024 bytes of UTF-8`},
-		{[]string{"keys", "release", "--principal", strings.Repeat("p", 1025), "--key", "k", "--generation", "1"}, `--principal "` + strings.Repeat("p", 64) + `" (1025 bytes) is not one the ledger holds`},
+		{[]string{"keys", "release", "--principal", strings.Repeat("p", 1025), "--key", "k", "--generation", "1"}, `--principal "` + strings.Repeat("p", 64) + `" (1,025 bytes) is not one the ledger holds`},
 		// Valid UTF-8, too long: shown cut at a character boundary, so it
 		// does not look like invalid UTF-8.
-		{[]string{"keys", "get", "--principal", "x" + strings.Repeat("é", 600), "--key", "k"}, `--principal "x` + strings.Repeat(`\u00e9`, 31) + `" (1201 bytes) is not one the ledger holds`},
+		{[]string{"keys", "get", "--principal", "x" + strings.Repeat("é", 600), "--key", "k"}, `--principal "x` + strings.Repeat(`\u00e9`, 31) + `" (1,201 bytes) is not one the ledger holds`},
 		{[]string{"keys", "list", "--principal", "\xc3"}, `--principal "\xc3" (1 byte) is not one the ledger holds`},
 	} {
 		r := runCLI(t, fixedClock(), l.args(tc.args...)...)

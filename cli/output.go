@@ -70,14 +70,6 @@ func preview(s string, max int) (string, int) {
 	return s[:cut], len(s) - cut
 }
 
-// plural is "1 row", "2 rows".
-func plural(n int64, one, many string) string {
-	if n == 1 {
-		return fmt.Sprintf("%d %s", n, one)
-	}
-	return fmt.Sprintf("%d %s", n, many)
-}
-
 // field is a named value of a JSON object that object writes.
 type field struct {
 	name  string

@@ -116,7 +116,7 @@ func ringInitCommand(o *options) *cli.Command {
 				if err != nil {
 					return rc.partial("ring init", st, err)
 				}
-				done := fmt.Sprintf("Recorded version 1 of the ring, stable, over %s: %s.", plural(int64(len(st.Ring.Homes)), "database", "databases"), rc.set.labels(st.Ring.Homes))
+				done := fmt.Sprintf("Recorded version 1 of the ring, stable, over %s: %s.", human.Plural(int64(len(st.Ring.Homes)), "database", "databases"), rc.set.labels(st.Ring.Homes))
 				return rc.show("init", done, st)
 			})
 		},
@@ -355,9 +355,9 @@ func (rc *ringCtx) dropText(st idem.RingStatus) string {
 // (a, b) to 3 (a, b, c)".
 func (s *dbSet) describeRing(r idem.Ring) string {
 	if r.Phase == idem.RingMoving {
-		return fmt.Sprintf("version %d, moving from %s (%s) to %d (%s)", r.Version, plural(int64(len(r.Previous)), "database", "databases"), s.labels(r.Previous), len(r.Homes), s.labels(r.Homes))
+		return fmt.Sprintf("version %d, moving from %s (%s) to %d (%s)", r.Version, human.Plural(int64(len(r.Previous)), "database", "databases"), s.labels(r.Previous), len(r.Homes), s.labels(r.Homes))
 	}
-	return fmt.Sprintf("version %d, %s, over %s (%s)", r.Version, r.Phase, plural(int64(len(r.Homes)), "database", "databases"), s.labels(r.Homes))
+	return fmt.Sprintf("version %d, %s, over %s (%s)", r.Version, r.Phase, human.Plural(int64(len(r.Homes)), "database", "databases"), s.labels(r.Homes))
 }
 
 // ringOrNil is a ring under --json: null for none.

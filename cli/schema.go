@@ -12,6 +12,7 @@ import (
 
 	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1local"
+	"github.com/d1idem/d1idem/internal/human"
 	"github.com/d1idem/d1idem/schema"
 	"github.com/d1idem/d1idem/wrangler"
 )
@@ -258,7 +259,7 @@ func (r schemaResult) render(w io.Writer, one, apply bool) error {
 	case !apply:
 		want := schema.Expected()
 		_, err := fmt.Fprintf(w, "%s on %s matches schema.sql: %s, %s.\n", d1idem.Table, r.cn.where,
-			plural(int64(len(want.Columns)), "column", "columns"), plural(int64(len(want.Indexes)), "index", "indexes"))
+			human.Plural(int64(len(want.Columns)), "column", "columns"), human.Plural(int64(len(want.Indexes)), "index", "indexes"))
 		return err
 	case r.res.CreatedDatabase && r.cn.set.local != nil:
 		fmt.Fprintf(w, "Created database %q under %s: there was no database of that name.\n", r.cn.databaseID, r.cn.set.dir)
@@ -299,7 +300,7 @@ func driftText(drift *schema.DriftError, hint string) string {
 	if drift.Missing {
 		return fmt.Sprintf("%s does not exist (run 'd1idem schema apply%s')", d1idem.Table, hint)
 	}
-	return fmt.Sprintf("%s differs from schema.sql (%s, shown on stdout)", d1idem.Table, plural(int64(len(drift.Diff)), "difference", "differences"))
+	return fmt.Sprintf("%s differs from schema.sql (%s, shown on stdout)", d1idem.Table, human.Plural(int64(len(drift.Diff)), "difference", "differences"))
 }
 
 // schemaError is apply's or verify's error: the databases that differ from
@@ -315,7 +316,7 @@ func schemaError(c *cli.Context, s *dbSet, all []schemaResult) (ok int, err erro
 		case r.drift.Missing:
 			return 0, fmt.Errorf("schema drift: %s does not exist on %s; run 'd1idem schema apply%s'", d1idem.Table, r.cn.where, connHint(c))
 		}
-		return 0, fmt.Errorf("schema drift: %s on %s differs from schema.sql (%s, shown on stdout)", d1idem.Table, r.cn.where, plural(int64(len(r.drift.Diff)), "difference", "differences"))
+		return 0, fmt.Errorf("schema drift: %s on %s differs from schema.sql (%s, shown on stdout)", d1idem.Table, r.cn.where, human.Plural(int64(len(r.drift.Diff)), "difference", "differences"))
 	}
 	var failed []string
 	for _, r := range all {

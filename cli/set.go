@@ -16,6 +16,7 @@ import (
 	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
+	"github.com/d1idem/d1idem/internal/human"
 	"github.com/d1idem/d1idem/wrangler"
 )
 
@@ -515,7 +516,7 @@ func (s *dbSet) couldNotRead(c *cli.Context, cmd string, errOf func(id string) e
 	if len(bad) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%s: %s could not be read: %s", cmd, plural(int64(len(bad)), "database", "databases"), strings.Join(bad, "; "))
+	return fmt.Errorf("%s: %s could not be read: %s", cmd, human.Plural(int64(len(bad)), "database", "databases"), strings.Join(bad, "; "))
 }
 
 // named turns D1's "no such database" in err into one naming the database

@@ -190,7 +190,7 @@ func (v statsView) backlog(st idem.Stats) string {
 	if n == 1 {
 		them = "it"
 	}
-	return fmt.Sprintf("%s older than the %s retention: '%s' deletes %s", plural(n, "row", "rows"), retention, v.hints.sweep, them)
+	return fmt.Sprintf("%s older than the %s retention: '%s' deletes %s", human.Plural(n, "row", "rows"), retention, v.hints.sweep, them)
 }
 
 // rateText is a projection's rows per day in a table's cell.

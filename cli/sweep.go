@@ -174,12 +174,12 @@ func (s *sweeper) print(res idem.SweepResult, dryRun bool) error {
 	n := res.Backlog
 	if !s.set.one() {
 		_, err := fmt.Fprintf(w, "Dry run: %s last updated more than %s ago would be deleted from %d databases (%s), in batches of %d. Nothing was deleted.\n",
-			plural(n, "row", "rows"), human.Duration(s.retention), len(s.set.conns), s.split(res, true), s.batch)
+			human.Plural(n, "row", "rows"), human.Duration(s.retention), len(s.set.conns), s.split(res, true), s.batch)
 		return err
 	}
 	batches := (n + int64(s.batch) - 1) / int64(s.batch)
 	_, err := fmt.Fprintf(w, "Dry run: %s last updated more than %s ago would be deleted (%s of %d with --all; one sweep without --all deletes %d). Nothing was deleted.\n",
-		plural(n, "row", "rows"), human.Duration(s.retention), plural(batches, "batch", "batches"), s.batch, min(n, int64(s.batch)))
+		human.Plural(n, "row", "rows"), human.Duration(s.retention), human.Plural(batches, "batch", "batches"), s.batch, min(n, int64(s.batch)))
 	return err
 }
 
@@ -225,8 +225,8 @@ func (s *sweeper) summary(res idem.SweepResult) string {
 		from = fmt.Sprintf(" from %d databases (%s)", len(s.set.conns), s.split(res, false))
 	}
 	line := fmt.Sprintf("Swept %s last updated more than %s ago%s in %s of at most %d (%s, %s)",
-		plural(res.Deleted, "row", "rows"), human.Duration(s.retention), from, plural(res.Batches, "batch", "batches"), s.batch,
-		plural(s.set.calls(), "D1 call", "D1 calls"), human.Duration(time.Since(s.start)))
+		human.Plural(res.Deleted, "row", "rows"), human.Duration(s.retention), from, human.Plural(res.Batches, "batch", "batches"), s.batch,
+		human.Plural(s.set.calls(), "D1 call", "D1 calls"), human.Duration(time.Since(s.start)))
 	if s.waits > 0 {
 		line += fmt.Sprintf("; waited %s for the request budget", human.Duration(s.waited))
 	}
@@ -255,7 +255,7 @@ func (s *sweeper) progress(p idem.SweepProgress) {
 		filled := int(pct * width / 100)
 		of = fmt.Sprintf(" [%s%s] of ~%d (%d%%)", strings.Repeat("#", filled), strings.Repeat(".", width-filled), s.estimate, pct)
 	}
-	fmt.Fprintf(s.c.App.Writer, "\r\033[Kswept %d%s rows, %s, %.0f rows/s", p.Deleted, of, plural(p.Batches, "batch", "batches"), rate)
+	fmt.Fprintf(s.c.App.Writer, "\r\033[Kswept %d%s rows, %s, %.0f rows/s", p.Deleted, of, human.Plural(p.Batches, "batch", "batches"), rate)
 }
 
 func (s *sweeper) reportWait(p idem.SweepProgress) {
@@ -265,17 +265,17 @@ func (s *sweeper) reportWait(p idem.SweepProgress) {
 		fmt.Fprintln(s.c.App.Writer)
 	}
 	fmt.Fprintf(s.c.App.ErrWriter, "d1idem: sweep: waiting %s for the request budget (%s per %s, --max-calls) after %s\n",
-		human.Duration(p.Wait), plural(int64(s.maxCalls), "D1 call", "D1 calls"), human.Duration(s.per), plural(p.Deleted, "row", "rows"))
+		human.Duration(p.Wait), human.Plural(int64(s.maxCalls), "D1 call", "D1 calls"), human.Duration(s.per), human.Plural(p.Deleted, "row", "rows"))
 }
 
 // interrupted reports how far the sweep got before err.
 func (s *sweeper) interrupted(res idem.SweepResult, err error) error {
 	err = s.named(err)
 	if errors.Is(err, context.Canceled) {
-		return fmt.Errorf("sweep interrupted after deleting %s in %s", plural(res.Deleted, "row", "rows"), plural(res.Batches, "batch", "batches"))
+		return fmt.Errorf("sweep interrupted after deleting %s in %s", human.Plural(res.Deleted, "row", "rows"), human.Plural(res.Batches, "batch", "batches"))
 	}
 	if res.Batches > 0 {
-		return fmt.Errorf("sweep stopped after deleting %s in %s: %w", plural(res.Deleted, "row", "rows"), plural(res.Batches, "batch", "batches"), err)
+		return fmt.Errorf("sweep stopped after deleting %s in %s: %w", human.Plural(res.Deleted, "row", "rows"), human.Plural(res.Batches, "batch", "batches"), err)
 	}
 	return fmt.Errorf("sweep: %w", err)
 }

@@ -103,7 +103,7 @@ func (s *server) liveView(rd *reading, shared bool) liveView {
 	}
 	var others []string
 	for _, status := range st.OtherStatuses() {
-		others = append(others, fmt.Sprintf("%s (%s)", textsafe.Display(string(status)), count(st.ByStatus[status])))
+		others = append(others, fmt.Sprintf("%s (%s)", textsafe.Display(string(status)), human.Count(st.ByStatus[status])))
 	}
 	if len(others) > 0 {
 		v.Others = "Rows with a status the ledger does not write: " + strings.Join(others, ", ") + "."
@@ -128,7 +128,7 @@ func (s *server) liveView(rd *reading, shared bool) liveView {
 func cards(ov idem.Overview) []card {
 	st := ov.Total
 	ttl, retention := human.Duration(st.TTL), human.Duration(st.Retention)
-	sizeCard := card{ID: "size", Label: "Size", Value: size(st.SizeBytes), Warn: st.SizeBytes >= idem.D1MaxBytes*8/10,
+	sizeCard := card{ID: "size", Label: "Size", Value: human.Size(float64(st.SizeBytes)), Warn: st.SizeBytes >= idem.D1MaxBytes*8/10,
 		Note: share(st.SizeBytes) + " of D1's 10 GB limit of a database"}
 	if len(ov.Homes) > 1 {
 		sizeCard.Warn, sizeCard.Note = false, fmt.Sprintf("in all, over %d databases of 10 GB each", len(ov.Homes))
@@ -137,12 +137,12 @@ func cards(ov idem.Overview) []card {
 		}
 	}
 	return []card{
-		{ID: "count-keys", Label: "Keys", Value: count(st.Keys), Note: "rows in all"},
-		{ID: "count-pending", Label: "Pending", Value: count(st.ByStatus[idem.StatusPending]), Note: "running, or left by an owner that stopped"},
-		{ID: "count-completed", Label: "Completed", Value: count(st.ByStatus[idem.StatusCompleted]), Note: "retries replay their response"},
-		{ID: "count-awaiting", Label: "Awaiting retry", Value: count(st.Stuck), Warn: st.Stuck > 0,
+		{ID: "count-keys", Label: "Keys", Value: human.Count(st.Keys), Note: "rows in all"},
+		{ID: "count-pending", Label: "Pending", Value: human.Count(st.ByStatus[idem.StatusPending]), Note: "running, or left by an owner that stopped"},
+		{ID: "count-completed", Label: "Completed", Value: human.Count(st.ByStatus[idem.StatusCompleted]), Note: "retries replay their response"},
+		{ID: "count-awaiting", Label: "Awaiting retry", Value: human.Count(st.Stuck), Warn: st.Stuck > 0,
 			Note: "pending past the " + ttl + " TTL: the next retry takes each over"},
-		{ID: "count-backlog", Label: "Sweep backlog", Value: count(st.SweepBacklog), Warn: st.SweepBacklog > 0,
+		{ID: "count-backlog", Label: "Sweep backlog", Value: human.Count(st.SweepBacklog), Warn: st.SweepBacklog > 0,
 			Note: "rows older than the " + retention + " retention"},
 		sizeCard,
 	}
@@ -169,8 +169,8 @@ func (s *server) homes(ov idem.Overview) []homeView {
 			v.Err = "unreadable: " + textsafe.Escape(h.Err.Error())
 		} else {
 			st := h.Stats
-			v.Keys, v.Pending, v.Completed = count(st.Keys), count(st.ByStatus[idem.StatusPending]), count(st.ByStatus[idem.StatusCompleted])
-			v.Awaiting, v.Backlog, v.Size = count(st.Stuck), count(st.SweepBacklog), size(st.SizeBytes)
+			v.Keys, v.Pending, v.Completed = human.Count(st.Keys), human.Count(st.ByStatus[idem.StatusPending]), human.Count(st.ByStatus[idem.StatusCompleted])
+			v.Awaiting, v.Backlog, v.Size = human.Count(st.Stuck), human.Count(st.SweepBacklog), human.Size(float64(st.SizeBytes))
 		}
 		out = append(out, v)
 	}

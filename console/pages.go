@@ -215,7 +215,7 @@ func (s *server) keyDetail(k *idem.KeyRecord) *keyDetail {
 		d.BodyNote = "-"
 	default:
 		d.Body = textsafe.EscapeLines(*k.ResponseBody)
-		d.BodyNote = plural(int64(len(*k.ResponseBody)), "byte", "bytes")
+		d.BodyNote = human.Plural(int64(len(*k.ResponseBody)), "byte", "bytes")
 	}
 	return d
 }
@@ -288,9 +288,9 @@ func (s *server) releaseView(k *idem.KeyRecord, req releaseRequest) releaseView 
 	switch {
 	case k.Generation != req.generation:
 		v.Problem = fmt.Sprintf("The key has moved on: it is at generation %d now (%s, updated %s), not %d. Nothing is released at generation %d.",
-			k.Generation, stateWords(e.State), human.Age(k.SinceUpdate()), req.generation, req.generation)
+			k.Generation, e.State.Words(), human.Age(k.SinceUpdate()), req.generation, req.generation)
 	case e.Release == nil:
-		v.Problem = fmt.Sprintf("Nothing to release: the key is %s. %s", stateWords(e.State), e.Remedy)
+		v.Problem = fmt.Sprintf("Nothing to release: the key is %s. %s", e.State.Words(), e.Remedy)
 	default:
 		v.Force, v.To, v.Takeover = e.Release.Force, req.generation+1, e.TakeoverGeneration
 	}

@@ -107,7 +107,7 @@ func (s *server) name(id string) string {
 // callsText says what a page cost in D1 calls, on each database when there
 // are several.
 func (s *server) callsText(c calls) string {
-	text := "This page cost " + plural(c.Total, "D1 call", "D1 calls")
+	text := "This page cost " + human.Plural(c.Total, "D1 call", "D1 calls")
 	if len(s.dbs) > 1 {
 		each := make([]string, len(s.dbs))
 		for i, db := range s.dbs {
@@ -121,7 +121,7 @@ func (s *server) callsText(c calls) string {
 // sharedText says that a page shows a reading made for another.
 func (s *server) sharedText(rd *reading) string {
 	return fmt.Sprintf("This page cost no D1 call: it shows the overview read %s for another page (%s).",
-		human.Age(time.Since(rd.At)), plural(rd.Calls.Total, "D1 call", "D1 calls"))
+		human.Age(time.Since(rd.At)), human.Plural(rd.Calls.Total, "D1 call", "D1 calls"))
 }
 
 // keyView is a ledger row for people.
@@ -145,9 +145,9 @@ type keyView struct {
 func (s *server) keyView(k *idem.KeyRecord) keyView {
 	e := s.admin.Explain(k)
 	v := keyView{Principal: textsafe.Display(k.Principal), Key: textsafe.Display(k.Key), URL: keyURL(k.Principal, k.Key),
-		Status: textsafe.Display(string(k.Status)), State: stateWords(e.State), StateClass: string(e.State), Generation: k.Generation,
+		Status: textsafe.Display(string(k.Status)), State: e.State.Words(), StateClass: string(e.State), Generation: k.Generation,
 		Updated: human.Age(k.SinceUpdate()), UpdatedUTC: human.Time(k.UpdatedAt), Created: human.Age(k.Age()),
-		Response: statusOrDash(k.ResponseStatus), Reason: e.Reason, Next: e.Next, Remedy: e.Remedy, Advised: e.Release != nil}
+		Response: human.OrDash(k.ResponseStatus), Reason: e.Reason, Next: e.Next, Remedy: e.Remedy, Advised: e.Release != nil}
 	if e.Release != nil && s.cfg.AllowRelease {
 		v.ReleaseURL = "/release?" + url.Values{"principal": {k.Principal}, "key": {k.Key}, "generation": {strconv.FormatInt(k.Generation, 10)}}.Encode()
 	}
@@ -159,66 +159,15 @@ func keyURL(principal, key string) string {
 	return "/key?" + url.Values{"principal": {principal}, "key": {key}}.Encode()
 }
 
-// stateWords names a state: "awaiting retry".
-func stateWords(s idem.KeyState) string {
-	if s == idem.KeyUnknown {
-		return "unknown status"
-	}
-	return strings.ReplaceAll(string(s), "_", " ")
-}
-
-func statusOrDash(s *int64) string {
-	if s == nil {
-		return "-"
-	}
-	return strconv.FormatInt(*s, 10)
-}
-
-// plural is "1 row", "1,200 rows".
-func plural(n int64, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return count(n) + " " + many
-}
-
-// count writes n with thousands separators: "1,000,000".
-func count(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	if neg {
-		return "-" + s
-	}
-	return s
-}
-
-// size is a byte count with a decimal prefix, as D1's limits are stated:
-// "812 bytes", "1.5 kB", "9.8 GB".
-func size(n int64) string {
-	for _, u := range []struct {
-		size float64
-		name string
-	}{{1e9, "GB"}, {1e6, "MB"}, {1e3, "kB"}} {
-		if float64(n) >= u.size {
-			return fmt.Sprintf("%.1f %s", float64(n)/u.size, u.name)
-		}
-	}
-	return plural(n, "byte", "bytes")
-}
-
 // budgetText describes an account's API budget as its responses' Ratelimit
 // headers last gave it, now.
 func budgetText(b budget.State, now time.Time) string {
 	if b.Seen.IsZero() {
 		return "not reported: no response carried Ratelimit headers (d1local and a bridge send none)"
 	}
-	s := count(int64(b.Remaining)) + " calls left"
+	s := human.Count(int64(b.Remaining)) + " calls left"
 	if b.Quota > 0 {
-		s += " of " + count(int64(b.Quota)) + " per " + human.Duration(b.Window)
+		s += " of " + human.Count(int64(b.Quota)) + " per " + human.Duration(b.Window)
 	}
 	if reset := b.Reset.Sub(now); reset > 0 {
 		s += ", resetting in " + human.Duration(reset)

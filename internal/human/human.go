@@ -1,10 +1,12 @@
-// Package human writes durations, ages and times for people: the one way
-// the ledger's explanations (idem.Explanation) and the d1idem command line
-// spell them. It imports nothing of this module.
+// Package human writes durations, ages, times, sizes and counts for
+// people: the one way the ledger's explanations (idem.Explanation), the
+// d1idem command line and the console spell them. It imports nothing of this module.
 package human
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -88,5 +90,35 @@ func Size(n float64) string {
 			return fmt.Sprintf("%.1f %s", n/u.size, u.name)
 		}
 	}
-	return fmt.Sprintf("%.0f bytes", n)
+	return Plural(int64(math.Round(n)), "byte", "bytes")
+}
+
+// Count writes n with thousands separators: "1,200", "-1,000,000".
+func Count(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}
+
+// Plural is a count with its noun: "1 row", "1,200 rows".
+func Plural(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return Count(n) + " " + many
+}
+
+// OrDash is *n, or "-" for nil: a response status not stored yet.
+func OrDash(n *int64) string {
+	if n == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*n, 10)
 }

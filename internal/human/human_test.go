@@ -57,3 +57,20 @@ func TestSizes(t *testing.T) {
 		}
 	}
 }
+
+func TestCountAndPlural(t *testing.T) {
+	for n, want := range map[int64]string{0: "0", 7: "7", 999: "999", 1000: "1,000", 1200: "1,200", 1234567: "1,234,567", -1000000: "-1,000,000"} {
+		if got := Count(n); got != want {
+			t.Errorf("Count(%d) = %q, want %q", n, got, want)
+		}
+	}
+	for n, want := range map[int64]string{0: "0 rows", 1: "1 row", 2: "2 rows", 1200: "1,200 rows"} {
+		if got := Plural(n, "row", "rows"); got != want {
+			t.Errorf("Plural(%d) = %q, want %q", n, got, want)
+		}
+	}
+	status := int64(201)
+	if OrDash(nil) != "-" || OrDash(&status) != "201" {
+		t.Errorf("OrDash: %q, %q", OrDash(nil), OrDash(&status))
+	}
+}
