@@ -139,25 +139,20 @@ func prepare(cmds []*cli.Command) {
 // subcommands: help without arguments, a usage error naming the closest
 // command for an unknown one.
 func helpOrUnknown(c *cli.Context) error {
-	if c.Args().Present() {
-		name := c.Args().First()
-		path := "d1idem " + commandPath(c)
-		if c.Command == nil || c.Command.Name == "" || c.Command.Name == c.App.Name {
-			path = "d1idem"
-		}
-		subs := c.App.Commands
-		if c.Command != nil && len(c.Command.Subcommands) > 0 {
-			subs = c.Command.Subcommands
-		}
-		if s := suggest(name, subs); s != "" {
-			return usagef("unknown command %q; did you mean '%s %s'? see '%s --help'", name, path, s, path)
-		}
-		return usagef("unknown command %q; see '%s --help'", name, path)
+	path, subs := strings.TrimSpace("d1idem "+commandPath(c)), c.App.Commands
+	if c.Command != nil && len(c.Command.Subcommands) > 0 {
+		subs = c.Command.Subcommands
 	}
-	if c.Command != nil && c.Command.Name != "" && c.Command.Name != c.App.Name {
+	name := c.Args().First()
+	switch s := suggest(name, subs); {
+	case !c.Args().Present() && path == "d1idem":
+		return cli.ShowAppHelp(c)
+	case !c.Args().Present():
 		return cli.ShowSubcommandHelp(c)
+	case s != "":
+		return usagef("unknown command %q; did you mean '%s %s'? see '%s --help'", name, path, s, path)
 	}
-	return cli.ShowAppHelp(c)
+	return usagef("unknown command %q; see '%s --help'", name, path)
 }
 
 // commandPath is the command's name below the app: "keys list".
