@@ -122,25 +122,22 @@ func describeLine(err error) string {
 		prefix = strings.TrimSuffix(full, inner)
 	}
 	line := prefix + de.Explain()
-	if errors.Is(de, d1client.ErrSQL) && strings.Contains(de.Message, "no such table: "+d1idem.Table) {
-		apply := "d1idem schema apply"
-		if h := (applyHint{}); errors.As(err, &h) {
-			apply = h.command
-		}
-		line += "; the ledger table is missing: run '" + apply + "'"
+	if missingTable(err) && !errors.As(err, new(hintedError)) {
+		line += "; " + applyHint("") // conn.named gives the flags
 	}
 	return collapse(line)
 }
 
-// applyHint is an error of a command run on a database without the ledger
-// table, with the schema apply that makes it there (see conn.named).
-type applyHint struct {
-	err     error
-	command string
+// missingTable reports whether err is D1's for a missing ledger table.
+func missingTable(err error) bool {
+	var de *d1client.Error
+	return errors.As(err, &de) && errors.Is(de, d1client.ErrSQL) && strings.Contains(de.Message, "no such table: "+d1idem.Table)
 }
 
-func (h applyHint) Error() string { return h.err.Error() }
-func (h applyHint) Unwrap() error { return h.err }
+// applyHint says to run the schema apply, with these connection flags.
+func applyHint(flags string) string {
+	return "the ledger table is missing: run 'd1idem schema apply" + flags + "'"
+}
 
 // collapse makes s one line safe on a terminal (textsafe.Line), cut to
 // maxErrorLine.

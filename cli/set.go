@@ -520,14 +520,14 @@ func (s *dbSet) couldNotRead(c *cli.Context, cmd string, errOf func(id string) e
 }
 
 // named turns D1's "no such database" in err into one naming the database
-// (see missing), and gives an SQL error the schema apply these flags need.
+// (see missing), and gives a missing ledger table the schema apply these
+// flags need.
 func (cn *conn) named(c *cli.Context, err error) error {
-	var de *d1client.Error
 	switch {
 	case errors.Is(err, d1client.ErrNoDatabase):
 		return cn.missing(c.Context, err)
-	case errors.As(err, &de) && errors.Is(de, d1client.ErrSQL):
-		return applyHint{err: err, command: "d1idem schema apply" + connHint(c)}
+	case missingTable(err):
+		return hintedError{err, applyHint(connHint(c))}
 	}
 	return err
 }
