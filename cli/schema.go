@@ -199,9 +199,10 @@ func printSchemaResults(c *cli.Context, s *dbSet, all []schemaResult) error {
 		dbs := make([]any, len(all))
 		for i, r := range all {
 			where, id := field{"database", r.cn.where}, field{"id", r.cn.databaseID}
-			parts := []any{where, id, field{"error", describeOrNil(r.err)}}
+			var parts []any
 			switch {
 			case r.err != nil:
+				parts = []any{where, id, field{"error", describe(r.err)}}
 			case apply && r.drift != nil:
 				parts = []any{where, id, field{"error", describe(r.drift)}, field{"diff", r.drift.Diff}}
 			case apply:
@@ -232,14 +233,6 @@ func (r schemaResult) fields(apply bool) []any {
 		return []any{field{"matches", true}, field{"diff", []string{}}, field{"columns", len(want.Columns)}, field{"indexes", len(want.Indexes)}}
 	}
 	return []any{r.res, field{"migrations_dir", r.dir}, field{"database", r.cn.where}, field{"created_database", r.res.CreatedDatabase}}
-}
-
-// describeOrNil is describe's line for err, or nil (JSON null) for none.
-func describeOrNil(err error) any {
-	if err == nil {
-		return nil
-	}
-	return describe(err)
 }
 
 // render writes what apply or verify found on one database, for people.
