@@ -219,14 +219,6 @@ func localOnly(c *cli.Context) error {
 
 // Flag readers that turn bad values into usage errors.
 
-func requiredString(c *cli.Context, name string) (string, error) {
-	v := c.String(name)
-	if v == "" {
-		return "", usagef("--%s is required; see 'd1idem %s --help'", name, commandPath(c))
-	}
-	return v, nil
-}
-
 func positiveDuration(c *cli.Context, name string) (time.Duration, error) {
 	d := c.Duration(name)
 	if d <= 0 {

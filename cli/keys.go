@@ -109,25 +109,21 @@ func limitFlag() cli.Flag {
 	return &cli.IntFlag{Name: "limit", Value: idem.DefaultListLimit, Usage: fmt.Sprintf("show at most `N` rows (1 to %d)", idem.MaxListLimit)}
 }
 
-func principalAndKey(c *cli.Context) (string, string, error) {
-	principal, err := principalOf(c)
-	if err != nil {
-		return "", "", err
+// principalAndKey reads the principal and --key a command needs, in that
+// order, refusing what no request can have.
+func principalAndKey(c *cli.Context) (principal, key string, err error) {
+	principal, err = principalOf(c)
+	key = c.String("key")
+	switch {
+	case err != nil:
+	case principal == "" || key == "":
+		err = usagef("--%s is required; see 'd1idem %s --help'", pick(principal == "", flagPrincipal, "key"), commandPath(c))
+	case checkPrincipal(principal) != nil:
+		err = checkPrincipal(principal)
+	case !idem.ValidKey(key):
+		err = usagef("--key %s is not an Idempotency-Key: keys are 1 to 255 printable ASCII characters", strconv.Quote(key))
 	}
-	if principal == "" {
-		return "", "", usagef("--%s is required; see 'd1idem %s --help'", flagPrincipal, commandPath(c))
-	}
-	if err := checkPrincipal(principal); err != nil {
-		return "", "", err
-	}
-	key, err := requiredString(c, "key")
-	if err != nil {
-		return "", "", err
-	}
-	if !idem.ValidKey(key) {
-		return "", "", usagef("--key %s is not an Idempotency-Key: keys are 1 to 255 printable ASCII characters", strconv.Quote(key))
-	}
-	return principal, key, nil
+	return principal, key, err
 }
 
 func listLimit(c *cli.Context) (int, error) {
