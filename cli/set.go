@@ -271,11 +271,7 @@ func wranglerEntries(c *cli.Context) ([]*wrangler.Database, []string, error) {
 	if len(names) == 0 && prefix == "" {
 		return nil, nil, nil
 	}
-	flagName := flagDatabase
-	if len(names) == 0 {
-		flagName = flagDatabasesPrefix
-	}
-	cfg, err := loadWrangler(c, flagName)
+	cfg, err := loadWrangler(c, pick(len(names) > 0, flagDatabase, flagDatabasesPrefix))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -186,11 +186,7 @@ func (v statsView) backlog(st idem.Stats) string {
 	if n == 0 {
 		return fmt.Sprintf("none older than the %s retention", retention)
 	}
-	them := "them"
-	if n == 1 {
-		them = "it"
-	}
-	return fmt.Sprintf("%s older than the %s retention: '%s' deletes %s", human.Plural(n, "row", "rows"), retention, v.hints.sweep, them)
+	return fmt.Sprintf("%s older than the %s retention: '%s' deletes %s", human.Plural(n, "row", "rows"), retention, v.hints.sweep, pick(n == 1, "it", "them"))
 }
 
 // rateText is a projection's rows per day in a table's cell.
