@@ -134,6 +134,7 @@ func BenchmarkOpenLoop(b *testing.B) {
 		b.ReportMetric(2*ceilingRate, "offered-req/s")
 		b.ReportMetric(d.Seconds(), "run-s")
 		b.ReportMetric(float64(r.answered)/d.Seconds(), "goodput-req/s")
+		b.ReportMetric(float64(r.answered), "answered")
 		b.ReportMetric(float64(r.busy), "busy-503")
 		b.ReportMetric(float64(r.budget), "budget-503")
 		b.ReportMetric(float64(r.other), "other-errors")

@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"runtime"
@@ -324,13 +325,17 @@ func overloadRows(b benches) []row {
 			continue
 		}
 		ceiling, goodput := r.value("ceiling-req/s"), r.value("goodput-req/s")
+		answered, ok := r.get("answered")
+		if !ok { // an older run's: goodput is answered per second of the run
+			answered = math.Round(goodput * r.value("run-s"))
+		}
 		p99, okP99 := r.get("p99-ms")
 		refusal, okRefusal := r.get("refusal-p99-ms")
 		rows = append(rows, row{
 			fmt.Sprintf("overload: open loop at twice the ceiling (%s first executions/s; the ceiling %s) for %s s, default budget, 20 ms per call: goodput; answered p50 / p99; time to a refusal p50 / p99",
 				rate, count(ceiling), count(r.value("run-s"))),
 			fmt.Sprintf("%s req/s (%s answered, %s refused busy / %s budget / %s other; completions lost: %s); %s / %s ms; %s / %s ms",
-				format(goodput), count(r.value("answered")), count(r.value("busy-503")), count(r.value("budget-503")),
+				format(goodput), count(answered), count(r.value("busy-503")), count(r.value("budget-503")),
 				count(r.value("other-errors")), count(r.value("lost-completions")), format(r.value("p50-ms")), format(p99),
 				format(r.value("refusal-p50-ms")), format(refusal)),
 			"goodput ≥ 90 % of the ceiling; p99 < 1500 ms; refusal p99 < 50 ms; 0 lost",
