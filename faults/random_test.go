@@ -1048,14 +1048,9 @@ func (run *randomRun) stats(o *observations, res checkResult) runStats {
 		s.Starved971, s.StarvedBudget = starved(st, "rate limit"), starved(st, "budget exhausted")
 	}
 	if st := run.insts[instSteady]; st != nil {
-		s.Steady = steadyStats{Starved: starved(st, "budget exhausted"), Calls: st.db.Stats().Calls, MaxRTT: time.Duration(run.steadyMaxRTT.Load()),
+		s.Steady = steadyStats{Calls: st.db.Stats().Calls, MaxRTT: time.Duration(run.steadyMaxRTT.Load()),
 			LeaseLost: len(st.logs.find("lease lost")), FencedOut: len(st.logs.find("fenced out"))}
-		for _, l := range append(st.logs.find("were not committed"), st.logs.find("completion not stored")...) {
-			if strings.Contains(l.Attrs["error"], "budget exhausted") {
-				s.Steady.FirstStarved = fmt.Sprintf("%s %v", l.Msg, l.Attrs)
-				break
-			}
-		}
+		s.Steady.Starved, s.Steady.FirstStarved = starvedFirst(st, "budget exhausted")
 		for _, r := range o.Requests {
 			switch {
 			case r.Instance != instSteady:
@@ -1092,13 +1087,20 @@ type steadyStats struct {
 // starved counts instance st's completions that were not stored (or, with
 // Tx statements, not committed) for an error saying why.
 func starved(st *stack, why string) int {
-	n := 0
+	n, _ := starvedFirst(st, why)
+	return n
+}
+
+// starvedFirst is starved, with the first such completion's log line.
+func starvedFirst(st *stack, why string) (n int, first string) {
 	for _, l := range append(st.logs.find("were not committed"), st.logs.find("completion not stored")...) {
 		if strings.Contains(l.Attrs["error"], why) {
-			n++
+			if n++; n == 1 {
+				first = fmt.Sprintf("%s %v", l.Msg, l.Attrs)
+			}
 		}
 	}
-	return n
+	return n, first
 }
 
 // countAnswers counts the clients' answers by status and code.

@@ -250,12 +250,15 @@ func (l *Ledger) claimAt(ctx context.Context, h *home, guard []d1client.Statemen
 // each of which can wait until the lease would end. It is forgiven after
 // MaxLease (when the handler's context is cancelled), a TTL and a
 // completion's window.
-func (l *Ledger) debt(ttl time.Duration) *budget.Debt {
+func (l *Ledger) debt(ttl time.Duration) *budget.Debt { return budget.NewDebt(l.debtTerms(ttl)) }
+
+// debtTerms are the terms of debt(ttl).
+func (l *Ledger) debtTerms(ttl time.Duration) budget.Terms {
 	t := budget.Terms{Wait: minCompletionWindow, Life: l.cfg.MaxLease + ttl + minCompletionWindow}
 	if hb := l.heartbeatFor(ttl); hb > 0 {
 		t.Every, t.EveryWait = hb, ttl-hb
 	}
-	return budget.NewDebt(t)
+	return t
 }
 
 // decide maps round trip 1's results (the claim, the lookup) to the outcome.
