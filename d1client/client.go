@@ -190,6 +190,9 @@ type execOptions struct {
 	class         budget.Class
 	operation     string
 	owe, pay      *budget.Debt
+	sent          *time.Time
+	check         *Statement
+	checked       func(Result) bool
 }
 
 // Idempotent marks the call safe to send again even if an earlier attempt
@@ -222,6 +225,26 @@ func Owes(d *budget.Debt) ExecOption { return func(o *execOptions) { o.owe = d }
 // calls kept for d.
 func Pays(d *budget.Debt) ExecOption { return func(o *execOptions) { o.pay = d } }
 
+// Check gives a coalesced call a check: a read-only statement that cannot
+// fail, and ok, which says from its result whether the call's statements
+// can commit (a fence they guard, still held). Should a shared call
+// carrying them fail with an SQL error, group commit sends its callers'
+// checks together in one call: a caller whose check fails is answered that
+// error at once, as alone it would be, and the others are sent again
+// together. A fenced caller among many thus costs two calls more, however
+// many shared the call, instead of two per halving (see CoalesceConfig).
+// ok runs on group commit's goroutine, before Exec returns; the statements
+// without Coalesce ignore the check.
+func Check(stmt Statement, ok func(Result) bool) ExecOption {
+	return func(o *execOptions) { o.check, o.checked = &stmt, ok }
+}
+
+// SentAt makes Exec set *t to when the first attempt that went out to D1
+// was sent (the zero time if none did): nothing the statements do at D1
+// happens before it, however long they waited for the budget or for group
+// commit. A claim's lease starts no earlier, by D1's clock, than this.
+func SentAt(t *time.Time) ExecOption { return func(o *execOptions) { o.sent = t } }
+
 // Operation names the call in metrics and spans (d1idem.d1.operation): a
 // small fixed set; the default is "exec".
 func Operation(name string) ExecOption { return func(o *execOptions) { o.operation = name } }
@@ -242,16 +265,33 @@ func (c *Client) Exec(ctx context.Context, stmts []Statement, opts ...ExecOption
 		return nil, e
 	}
 	safe := readOnly || o.idempotent // may be sent again even if delivered
-	cl, d := o.class, debts{owe: o.owe, pay: o.pay}
+	cl, d := o.class, callTerms{owe: o.owe, pay: o.pay}
+	if o.check != nil && o.checked != nil && o.coalesce {
+		w, ro, e := c.encode([]Statement{*o.check})
+		if e == nil && !ro {
+			e = invalidf("the check is not a read-only statement")
+		}
+		if e != nil {
+			c.tel.operation(op, kindInvalid, time.Since(start))
+			return nil, e
+		}
+		d.check = &groupCheck{wire: w[0], ok: o.checked}
+	}
 	send := c.batch.submit
 	if !o.coalesce {
 		send = c.call
 	}
 
 	var last *Error // the previous attempt's failure
+	if o.sent != nil {
+		*o.sent = time.Time{}
+	}
 	for attempt := 1; ; attempt++ {
 		actx, span := c.tel.startAttempt(ctx, op)
-		results, shared, err := send(actx, wire, cl, d) // shared: the statements of the call that carried ours
+		results, shared, sent, err := send(actx, wire, cl, d) // shared: the statements of the call that carried ours
+		if o.sent != nil && o.sent.IsZero() {
+			*o.sent = sent
+		}
 		c.tel.endAttempt(span, op, attempt, o.coalesce, len(stmts), shared, err)
 		if err == nil {
 			c.stats.execs.Add(1)
@@ -333,13 +373,23 @@ func redactAll(stmts []Statement) []string {
 	return out
 }
 
-// debts are the debt a call would admit and the one it pays (see Owes).
-type debts struct{ owe, pay *budget.Debt }
+// callTerms are what an Exec call asks of the D1 call that carries it: the
+// debt it would admit and the one it pays (see Owes), and its check.
+type callTerms struct {
+	owe, pay *budget.Debt
+	check    *groupCheck
+}
+
+// groupCheck is a coalesced call's check (see Check), encoded.
+type groupCheck struct {
+	wire wireStatement
+	ok   func(Result) bool
+}
 
 // call sends the statements alone, on a call of class cl from the budget.
-func (c *Client) call(ctx context.Context, wire []wireStatement, cl budget.Class, d debts) ([]Result, int, *Error) {
+func (c *Client) call(ctx context.Context, wire []wireStatement, cl budget.Class, d callTerms) ([]Result, int, time.Time, *Error) {
 	if err := ctx.Err(); err != nil {
-		return nil, 0, notSent(err, "")
+		return nil, 0, time.Time{}, notSent(err, "")
 	}
 	call := budget.Call{Class: cl, Lane: c.batch.lane}
 	if d.pay != nil {
@@ -349,10 +399,11 @@ func (c *Client) call(ctx context.Context, wire []wireStatement, cl budget.Class
 		call.Owes = []*budget.Debt{d.owe}
 	}
 	if e := c.acquire(ctx, &call); e != nil {
-		return nil, 0, e
+		return nil, 0, time.Time{}, e
 	}
-	results, e := c.send(ctx, encodeBody(wire), len(wire), false)
-	return results, 0, e
+	body, sent := encodeBody(wire), time.Now()
+	results, e := c.send(ctx, body, len(wire), false)
+	return results, 0, sent, e
 }
 
 // Stats counts what a Client has done since it was created.

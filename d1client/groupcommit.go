@@ -14,8 +14,9 @@ import (
 // CoalesceConfig configures group commit: concurrent Exec calls made with
 // Coalesce() share D1 batch calls. A caller finding no call in flight is
 // sent at once; others queue for the next call, priority work first. A
-// statement failing in a shared call makes its callers be sent again in
-// halves until it is alone; any other failure reaches each caller.
+// statement failing in a shared call is found by its callers' checks (see
+// Check), or else by sending them again in halves until it is alone; any
+// other failure reaches each caller.
 type CoalesceConfig struct {
 	// Window bounds how long a call waits, after the previous one returned,
 	// for the callers that one answered to come back: up to 1 s; 0 (the
@@ -79,18 +80,19 @@ type batcher struct {
 
 // pendingGroup is one caller's statements waiting for, or riding in, a call.
 type pendingGroup struct {
-	ctx      context.Context // the caller's attempt's
-	wire     []wireStatement
-	class    budget.Class
-	debts              // the debt its call admits, the one it pays
-	deadline time.Time // the caller's context's; zero: none
-	size     int
-	taken    bool // drained into a call: the caller can no longer withdraw it
-	owing    bool // its call would admit a debt, when queued
-	done     chan struct{}
-	results  []Result
-	err      *Error
-	shared   int // statements of the call that carried it
+	ctx       context.Context // the caller's attempt's
+	wire      []wireStatement
+	class     budget.Class
+	callTerms           // the debt its call admits, the one it pays, its check
+	deadline  time.Time // the caller's context's; zero: none
+	size      int
+	taken     bool // drained into a call: the caller can no longer withdraw it
+	owing     bool // its call would admit a debt, when queued
+	done      chan struct{}
+	results   []Result
+	err       *Error
+	shared    int       // statements of the call that carried it
+	sent      time.Time // when a call first carried it out
 }
 
 // batchOverhead is what {"batch":[...]} adds to its statements' shares.
@@ -127,16 +129,17 @@ func (b *batcher) head() (cl budget.Class, dl time.Time) {
 	return cl, dl
 }
 
-// submit queues the statements for a shared call and returns their results
-// and the statements of the call that carried them (0: none did).
-func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Class, d debts) ([]Result, int, *Error) {
+// submit queues the statements for a shared call and returns their results,
+// the statements of the call that carried them (0: none did) and when it
+// was sent (zero: never).
+func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Class, d callTerms) ([]Result, int, time.Time, *Error) {
 	if err := ctx.Err(); err != nil {
-		return nil, 0, notSent(err, "")
+		return nil, 0, time.Time{}, notSent(err, "")
 	}
 	if until, on := b.c.account.Blocked(); on {
-		return nil, 0, blockedError(until, time.Until(until))
+		return nil, 0, time.Time{}, blockedError(until, time.Until(until))
 	}
-	g := &pendingGroup{ctx: ctx, wire: wire, class: cl, debts: d, owing: d.owe != nil && !d.owe.Admitted(), done: make(chan struct{})}
+	g := &pendingGroup{ctx: ctx, wire: wire, class: cl, callTerms: d, owing: d.owe != nil && !d.owe.Admitted(), done: make(chan struct{})}
 	for _, w := range wire {
 		g.size += len(w) + 1 // its encoding and a comma: its exact share of a batch body
 	}
@@ -144,20 +147,20 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 		g.deadline = dl
 		rtt := b.c.account.RoundTrip()
 		if left := time.Until(dl); left < rtt {
-			return nil, 0, tooLate(left, rtt)
+			return nil, 0, time.Time{}, tooLate(left, rtt)
 		}
 		if at, why := b.c.account.NextSlot(cl, dl); why != budget.NotWaiting && time.Until(dl) < time.Until(at)+rtt {
 			if why == budget.WaitBlock {
-				return nil, 0, blockedError(at, time.Until(at))
+				return nil, 0, time.Time{}, blockedError(at, time.Until(at))
 			}
-			return nil, 0, exhausted(b.c.account, time.Until(at), nil)
+			return nil, 0, time.Time{}, exhausted(b.c.account, time.Until(at), nil)
 		}
 	}
 	b.mu.Lock()
 	if cl == budget.Normal {
 		if shed, wait := b.pol.shed(b.shedView(), len(wire), time.Until(g.deadline)); shed {
 			b.mu.Unlock()
-			return nil, 0, shedError(wait)
+			return nil, 0, time.Time{}, shedError(wait)
 		}
 	}
 	b.queue[cl] = append(b.queue[cl], g)
@@ -172,7 +175,7 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 
 	select {
 	case <-g.done:
-		return g.results, g.shared, g.err
+		return g.results, g.shared, g.sent, g.err
 	case <-ctx.Done():
 	}
 	b.mu.Lock()
@@ -183,16 +186,16 @@ func (b *batcher) submit(ctx context.Context, wire []wireStatement, cl budget.Cl
 	b.mu.Unlock()
 	select {
 	case <-g.done: // answered together with the cancellation
-		return g.results, g.shared, g.err
+		return g.results, g.shared, g.sent, g.err
 	default:
 	}
 	if taken {
-		return nil, 0, &Error{kind: kindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
+		return nil, 0, time.Time{}, &Error{kind: kindTransport, Err: ctx.Err(), Ambiguous: true, Message: ctx.Err().Error() + " while the call was in flight"}
 	}
 	if e := b.heldBy(g, ctx.Err()); e != nil {
-		return nil, 0, e
+		return nil, 0, time.Time{}, e
 	}
-	return nil, 0, notSent(ctx.Err(), " while queued for group commit")
+	return nil, 0, time.Time{}, notSent(ctx.Err(), " while queued for group commit")
 }
 
 // start starts a runner, with b.mu held.
@@ -359,9 +362,10 @@ func (b *batcher) fly(groups []*pendingGroup, stmts int) (wait, bool) {
 // call sends the groups' statements as one call, whose budget was taken,
 // and records each group's outcome. A statement failing in a shared call
 // aborts the whole batch, and the error does not say whose it was: the
-// groups are sent again in two halves, on calls of their own, until the
-// failing one is alone, so that a failure costs about two calls per
-// halving rather than one per caller.
+// groups' checks (see Check) are run, and those whose check fails are
+// answered the error; failing that, the groups are sent again in two
+// halves, on calls of their own, until the failing one is alone, so that a
+// failure costs about two calls per halving rather than one per caller.
 func (b *batcher) call(groups []*pendingGroup, stmts int) {
 	wire := make([]wireStatement, 0, stmts)
 	for _, g := range groups {
@@ -372,16 +376,28 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) {
 	if len(groups) == 1 {
 		ctx = context.WithoutCancel(groups[0].ctx)
 	}
-	results, err := b.c.send(ctx, encodeBody(wire), len(wire), true)
+	body, sent := encodeBody(wire), time.Now()
+	for _, g := range groups {
+		if g.sent.IsZero() {
+			g.sent = sent
+		}
+	}
+	results, err := b.c.send(ctx, body, len(wire), true)
 	if err == nil || err.kind != kindSQL || len(groups) == 1 {
 		record(groups, stmts, results, err)
 		return
 	}
-	half := len(groups) / 2
-	for _, part := range [][]*pendingGroup{groups[:half], groups[half:]} {
+	parts := [][]*pendingGroup{groups[:len(groups)/2], groups[len(groups)/2:]}
+	if kept, ok := b.sift(groups, stmts, err); ok {
+		parts = [][]*pendingGroup{kept}
+	}
+	for _, part := range parts {
 		n := 0
 		for _, g := range part {
 			n += len(g.wire)
+		}
+		if n == 0 {
+			continue
 		}
 		if e := b.acquireFor(part); e != nil {
 			record(part, 0, nil, e)
@@ -389,6 +405,48 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) {
 		}
 		b.call(part, n)
 	}
+}
+
+// sift runs, on a call of their own, the checks of the groups that have
+// one, after a shared call of stmts statements carrying groups failed with
+// err: it answers err to those whose check fails, whose statements would
+// fail again, and returns the others. It returns false if no check failed
+// (none ran, or all passed: the failure is another statement's).
+func (b *batcher) sift(groups []*pendingGroup, stmts int, err *Error) ([]*pendingGroup, bool) {
+	var checked []*pendingGroup
+	var wire []wireStatement
+	for _, g := range groups {
+		if g.check != nil {
+			checked = append(checked, g)
+			wire = append(wire, g.check.wire)
+		}
+	}
+	if len(checked) == 0 || b.acquireFor(checked) != nil {
+		return nil, false
+	}
+	results, cerr := b.c.send(context.Background(), encodeBody(wire), len(wire), true)
+	if cerr != nil || len(results) != len(wire) {
+		return nil, false
+	}
+	failing := map[*pendingGroup]bool{}
+	for i, g := range checked {
+		if !g.check.ok(results[i]) {
+			failing[g] = true
+		}
+	}
+	if len(failing) == 0 {
+		return nil, false
+	}
+	var kept, failed []*pendingGroup
+	for _, g := range groups {
+		if failing[g] {
+			failed = append(failed, g)
+		} else {
+			kept = append(kept, g)
+		}
+	}
+	record(failed, stmts, nil, err)
+	return kept, true
 }
 
 // acquireFor takes a budget call for groups, sent again after a shared

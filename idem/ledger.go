@@ -125,7 +125,7 @@ type Reservation struct {
 
 	home          *home         // the database the reservation was claimed in
 	ttl           time.Duration // BeginOptions.TTL, or zero: the ledger's
-	acquired      time.Time     // local monotonic time just before the claim was sent
+	acquired      time.Time     // local monotonic time when the claim was sent (see leaseFrom)
 	clockAcquired time.Time     // the injected clock's time of the claim; zero with D1's clock
 	renewed       *atomic.Int64 // nanoseconds after acquired of the last renewal's start
 	debt          *budget.Debt  // what the claim owes the API budget: paid by the completion or release
@@ -219,13 +219,14 @@ func (l *Ledger) claimAt(ctx context.Context, h *home, guard []d1client.Statemen
 	if guard != nil {
 		stmts = append(guard, stmts...)
 	}
-	acquired := time.Now()
-	debt := l.debt(ttl)
-	res, err := h.db.Exec(ctx, stmts, d1client.Coalesce(), opClaim, d1client.Owes(debt))
+	queued, debt := time.Now(), l.debt(ttl)
+	var sent time.Time
+	res, err := h.db.Exec(ctx, stmts, d1client.Coalesce(), opClaim, d1client.Owes(debt), d1client.SentAt(&sent))
 	if err != nil {
 		debt.Pay()
 		return Decision{}, fmt.Errorf("idem: claim: %w", err)
 	}
+	acquired := l.leaseFrom(queued, sent)
 	d, err := l.decide(res[len(guard):], principal, key, fingerprint, acquired, ttl)
 	if d.Outcome == Replay {
 		l.cache.put(principal, key, fingerprint, d.Response, acquired.Add(d.retained))
@@ -433,12 +434,24 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 	if sweep {
 		stmts = append(stmts, l.sql.sweep(l.cfg.Retention, l.cfg.SweepBatch, l.now()))
 	}
-	// Coalesced even with the caller's statements: should the fence guard or
-	// one of them fail, d1client sends the shared call's callers again in
-	// halves until it is alone. Completions that share calls are what the
-	// budget counts on.
-	res, err := h.db.Exec(ctx, stmts, d1client.Idempotent(), d1client.RetryUntilDeadline(), d1client.Priority(),
-		d1client.Coalesce(), d1client.Pays(r.debt), opComplete)
+	// Coalesced even with the caller's statements: completions that share
+	// calls are what the budget counts on. A fence guard that fails aborts
+	// the whole shared call: the check (a read of the row) picks this
+	// completion out in one more call, and what it read saves the lookup
+	// below; a caller's statement that fails is found by halving the call.
+	opts := []d1client.ExecOption{d1client.Idempotent(), d1client.RetryUntilDeadline(), d1client.Priority(),
+		d1client.Coalesce(), d1client.Pays(r.debt), opComplete}
+	var fenced atomic.Pointer[rowState]
+	if userStmts > 0 {
+		opts = append(opts, d1client.Check(l.completionLookup(r), func(res d1client.Result) bool {
+			st, err := rowStateOf(res, r, w)
+			if err == nil && st != rowPending {
+				fenced.Store(&st)
+			}
+			return err != nil || st == rowPending
+		}))
+	}
+	res, err := h.db.Exec(ctx, stmts, opts...)
 	if sweep && err != nil {
 		h.sweepAgain()
 	} else if sweep {
@@ -460,7 +473,12 @@ func (l *Ledger) finish(ctx context.Context, h *home, r *Reservation, stmts []d1
 	}
 	// No row came back, or the fence guard or a caller's statement aborted the
 	// batch: an earlier attempt whose answer was lost may have stored ours.
-	st, lerr := l.completionState(ctx, h, r, w)
+	st, lerr := rowOther, error(nil)
+	if f := fenced.Load(); f != nil && err != nil {
+		st = *f
+	} else {
+		st, lerr = l.completionState(ctx, h, r, w)
+	}
 	switch {
 	case lerr != nil:
 		return fmt.Errorf("idem: completion: checking the row after an empty answer: %w", lerr)
@@ -489,13 +507,25 @@ const (
 
 // completionState reads the row of r and says whose it is.
 func (l *Ledger) completionState(ctx context.Context, h *home, r *Reservation, w *completionWrite) (rowState, error) {
-	lookup := d1client.Statement{SQL: l.sql.completeLookup, Params: []any{r.Principal, r.Key}}
-	res, err := h.db.Exec(ctx, []d1client.Statement{lookup}, d1client.Coalesce(), d1client.Priority(), opCheckCompletion)
-	if err != nil || len(res[0].Rows) == 0 {
+	res, err := h.db.Exec(ctx, []d1client.Statement{l.completionLookup(r)}, d1client.Coalesce(), d1client.Priority(), opCheckCompletion)
+	if err != nil {
 		return rowOther, err
 	}
+	return rowStateOf(res[0], r, w)
+}
+
+// completionLookup reads the row of r for completionState.
+func (l *Ledger) completionLookup(r *Reservation) d1client.Statement {
+	return d1client.Statement{SQL: l.sql.completeLookup, Params: []any{r.Principal, r.Key}}
+}
+
+// rowStateOf says whose the row of r is, from completionLookup's result.
+func rowStateOf(res d1client.Result, r *Reservation, w *completionWrite) (rowState, error) {
+	if len(res.Rows) == 0 {
+		return rowOther, nil
+	}
 	var row storedRow
-	if err := res[0].Rows[0].Scan((*string)(&row.status), &row.generation, &row.responseStatus, &row.responseBody, &row.responseHeaders); err != nil {
+	if err := res.Rows[0].Scan((*string)(&row.status), &row.generation, &row.responseStatus, &row.responseBody, &row.responseHeaders); err != nil {
 		return rowOther, err
 	}
 	status, body, headers := row.responseStatus, row.responseBody, row.responseHeaders
@@ -601,13 +631,26 @@ func (l *Ledger) Lookup(ctx context.Context, principal, key, fingerprint string)
 
 // Renew extends a pending reservation's lease, fenced; false: the lease is lost.
 func (l *Ledger) Renew(ctx context.Context, r *Reservation) (bool, error) {
-	start := time.Now()
-	ok, err := l.fencedWrite(ctx, r, "renew", l.sql.renew(r, l.now()), opRenew)
+	queued := time.Now()
+	var sent time.Time
+	ok, err := l.fencedWrite(ctx, r, "renew", l.sql.renew(r, l.now()), opRenew, d1client.SentAt(&sent))
 	if ok && r.renewed != nil {
-		r.renewed.Store(int64(start.Sub(r.acquired)))
+		r.renewed.Store(int64(l.leaseFrom(queued, sent).Sub(r.acquired)))
 	}
 	l.tel.add(l.tel.renewals, 1, attrRenewalResult.String(writeResult(ok, err, resRenewed, resNotHeld)))
 	return ok, err
+}
+
+// leaseFrom is the earliest, by the monotonic clock, that a lease written
+// by a call queued at queued and first sent at sent (zero: unknown) starts:
+// with D1's clock, the send, since the row takes D1's time when the call
+// runs, however long it waited for the budget or group commit; with an
+// injected clock, queued, when the time it writes was read.
+func (l *Ledger) leaseFrom(queued, sent time.Time) time.Time {
+	if l.sql.injected || sent.IsZero() {
+		return queued
+	}
+	return sent
 }
 
 // sweepDue reports whether the next completion at h carries a sweep, recording it.
