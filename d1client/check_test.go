@@ -46,13 +46,8 @@ func TestSharedBatchFailureFoundByChecks(t *testing.T) {
 		}
 		synctest.Wait()
 		g.answerAll()
-		if err := <-busy; err != nil {
-			t.Fatal(err)
-		}
-		for i, d := range done {
-			if err := <-d; (i == 19) != errors.Is(err, ErrSQL) || i != 19 && err != nil {
-				t.Errorf("caller %d got %v", i, err)
-			}
+		wantOneFailing(t, busy, done, 19)
+		for i := range done {
 			if checked[i] != 1 {
 				t.Errorf("caller %d's check ran %d times, want once", i, checked[i])
 			}
@@ -81,14 +76,7 @@ func TestSharedBatchFailureChecksPassThenHalving(t *testing.T) {
 			g.sent()
 		}
 		g.answerAll()
-		if err := <-busy; err != nil {
-			t.Fatal(err)
-		}
-		for i, d := range done {
-			if err := <-d; (i == 2) != errors.Is(err, ErrSQL) || i != 2 && err != nil {
-				t.Errorf("caller %d got %v", i, err)
-			}
-		}
+		wantOneFailing(t, busy, done, 2)
 		sizes, _ := g.sizes(time.Now())
 		if !slices.Equal(sizes[:3], []int{1, 4, 4}) || slices.Contains(sizes[3:], 4) || len(sizes) < 5 {
 			t.Errorf("calls of %v statements; want the four together, their checks, then halves", sizes)

@@ -437,6 +437,20 @@ func (g *gate) answerAll() {
 	}
 }
 
+// wantOneFailing waits for busy, which must succeed, and for the callers
+// of done: caller failing must get an SQL error, the others none.
+func wantOneFailing(t *testing.T, busy chan error, done []chan error, failing int) {
+	t.Helper()
+	if err := <-busy; err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range done {
+		if err := <-d; (i == failing) != errors.Is(err, ErrSQL) || i != failing && err != nil {
+			t.Errorf("caller %d got %v", i, err)
+		}
+	}
+}
+
 // A statement that fails in a shared call aborts the whole batch, and the
 // error does not say whose it was: the callers are sent again in halves
 // until the failing one is alone; it gets its own SQL error, the others
@@ -456,18 +470,7 @@ func TestSharedBatchFailureIsFoundByHalving(t *testing.T) {
 			g.sent()
 		}
 		g.answerAll()
-		if err := <-busy; err != nil {
-			t.Fatal(err)
-		}
-		for i, d := range done {
-			err := <-d
-			switch {
-			case i == 2 && !errors.Is(err, ErrSQL):
-				t.Errorf("the failing caller got %v", err)
-			case i != 2 && err != nil:
-				t.Errorf("caller %d got %v", i, err)
-			}
-		}
+		wantOneFailing(t, busy, done, 2)
 		sizes, _ := g.sizes(time.Now())
 		if !slices.Equal(sizes, []int{1, 4, 2, 2, 1, 1}) {
 			t.Errorf("calls of %v statements; want the four together, then two halves, then the failing half's two alone", sizes)
@@ -493,14 +496,7 @@ func TestSharedBatchFailureCostsAFewCalls(t *testing.T) {
 		}
 		synctest.Wait()
 		g.answerAll()
-		if err := <-busy; err != nil {
-			t.Fatal(err)
-		}
-		for i, d := range done {
-			if err := <-d; (i == 19) != errors.Is(err, ErrSQL) || i != 19 && err != nil {
-				t.Errorf("caller %d got %v", i, err)
-			}
-		}
+		wantOneFailing(t, busy, done, 19)
 		if sizes, _ := g.sizes(time.Now()); len(sizes) != 1+1+10 || sizes[1] != 32 {
 			t.Errorf("calls of %v statements; want the 32 together, then 10 halves", sizes)
 		}

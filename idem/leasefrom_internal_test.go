@@ -15,6 +15,20 @@ import (
 	"github.com/d1idem/d1idem/internal/d1test"
 )
 
+// oneCallClient returns a client of an in-process d1local database with the
+// schema, whose group commit has one call in flight at a time, never
+// refused for the queue, and on which a call carrying "'slow'" takes slow.
+func oneCallClient(t *testing.T, slow time.Duration) *d1client.Client {
+	t.Helper()
+	b := d1test.InProcess(t, d1local.Config{Faults: func(r d1local.Request) d1local.Fault {
+		if slices.ContainsFunc(r.Statements, func(s string) bool { return strings.Contains(s, "'slow'") }) {
+			return d1local.Fault{Latency: slow}
+		}
+		return d1local.Fault{}
+	}})
+	return b.NewClientSchema(t, func(c *d1client.Config) { c.Coalesce.MaxInFlight, c.Coalesce.MaxQueueWait = 1, -1 })
+}
+
 // With D1's clock a lease starts when the call carrying its claim (or its
 // renewal) is sent, not when the claim was queued: a claim that waited 5 s
 // behind group commit's one call in flight, with a TTL of 1 s, still has
@@ -24,13 +38,7 @@ import (
 func TestLeaseCountsFromTheSend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const slow = 5 * time.Second
-		b := d1test.InProcess(t, d1local.Config{Faults: func(r d1local.Request) d1local.Fault {
-			if slices.ContainsFunc(r.Statements, func(s string) bool { return strings.Contains(s, "'slow'") }) {
-				return d1local.Fault{Latency: slow}
-			}
-			return d1local.Fault{}
-		}})
-		db := b.NewClientSchema(t, func(c *d1client.Config) { c.Coalesce.MaxInFlight, c.Coalesce.MaxQueueWait = 1, -1 })
+		db := oneCallClient(t, slow)
 		l, err := New(db, Config{TTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
@@ -86,13 +94,7 @@ func TestLeaseCountsFromTheSend(t *testing.T) {
 func TestFencedTxCompletionCostsThreeCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 16
-		b := d1test.InProcess(t, d1local.Config{Faults: func(r d1local.Request) d1local.Fault {
-			if slices.ContainsFunc(r.Statements, func(s string) bool { return strings.Contains(s, "'slow'") }) {
-				return d1local.Fault{Latency: time.Second}
-			}
-			return d1local.Fault{}
-		}})
-		db := b.NewClientSchema(t, func(c *d1client.Config) { c.Coalesce.MaxInFlight, c.Coalesce.MaxQueueWait = 1, -1 })
+		db := oneCallClient(t, time.Second)
 		ctx := context.Background()
 		if _, err := db.Exec(ctx, []d1client.Statement{{SQL: "CREATE TABLE biz (k TEXT PRIMARY KEY)"}}); err != nil {
 			t.Fatal(err)
