@@ -1175,8 +1175,8 @@ func (s runStats) report(cfg runConfig, elapsed time.Duration) string {
 	fmt.Fprintf(&b, "  D1 audit: claims %d, takeovers %d, releases %d, stored completions %d (Location not UTF-8: %d), completed rows forgotten by the operator %d, rows swept %d; ledger logs: fenced out %d, lease lost %d, completions starved by a 971 %d, of budget after D1 failures %d\n",
 		s.Claims, s.Takeovers, s.Releases, s.Completions, s.Latin1Stored, s.Forgotten, s.Deleted, s.FencedOut, s.LeaseLost, s.Starved971, s.StarvedBudget)
 	if cfg.Steady {
-		fmt.Fprintf(&b, "  steady load (%g/s, budget %v): answered 201 %d, claims turned away %d, D1 calls %d, completions starved of budget %d, longest smoothed round trip %v\n",
-			steadyRate, steadyBudget, s.Steady.Answered, s.Steady.Refused, s.Steady.Calls, s.Steady.Starved, s.Steady.MaxRTT.Round(time.Millisecond))
+		fmt.Fprintf(&b, "  steady load (%g/s, budget %v): answered 201 %d, claims turned away %d, D1 calls %d, completions starved of budget %d, leases lost %d, fenced out %d, longest smoothed round trip %v\n",
+			steadyRate, steadyBudget, s.Steady.Answered, s.Steady.Refused, s.Steady.Calls, s.Steady.Starved, s.Steady.LeaseLost, s.Steady.FencedOut, s.Steady.MaxRTT.Round(time.Millisecond))
 	}
 	fmt.Fprintf(&b, "  operator %v\n", fmtMap(s.Ops))
 	fmt.Fprintf(&b, "  side callers %v\n", fmtMap(s.Side))
