@@ -1,13 +1,16 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -423,3 +426,48 @@ func TestMethods(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseSparesACompletionMeanwhile: the owner of a quiet key that
+// completes it between the console's read of the row and its forced
+// release keeps its stored response; nothing is released.
+func TestReleaseSparesACompletionMeanwhile(t *testing.T) {
+	var f *fixture
+	var once sync.Once
+	hook := func(c *d1client.Config) {
+		base := c.HTTPClient.Transport
+		if base == nil {
+			base = http.DefaultTransport
+		}
+		c.HTTPClient = &http.Client{Transport: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			body, err := io.ReadAll(req.Body)
+			if err != nil {
+				return nil, err
+			}
+			if strings.Contains(string(body), "UPDATE idempotency_keys\\nSET generation = generation + 1") { // the release
+				once.Do(func() {
+					f.exec(t, `UPDATE idempotency_keys SET status = 'completed', response_status = 201, response_body = '{}', response_headers = '{}'
+						WHERE principal = 'acct_42' AND key = 'order-7'`)
+				})
+			}
+			req.Body = io.NopCloser(bytes.NewReader(body))
+			return base.RoundTrip(req)
+		})}
+	}
+	f = newFixture(t, setup{cfg: Config{AllowRelease: true}, client: []func(*d1client.Config){hook}})
+	f.claim(t, "acct_42", "order-7")
+	f.clock.Advance(22 * time.Second) // owner quiet: a forced release is advised
+	c := client(t)
+	confirm := get(t, c, f.url+"/release?principal=acct_42&key=order-7&generation=1")
+	if confirm.status != 200 {
+		t.Fatalf("confirmation: %d\n%s", confirm.status, confirm.body)
+	}
+	post(t, c, f.url+"/release", url.Values{"principal": {"acct_42"}, "key": {"order-7"}, "generation": {"1"}, "csrf": {csrfOf(t, confirm.body)}})
+	if gen, status, _ := f.row(t, "acct_42", "order-7"); gen != 1 || status != "completed" {
+		t.Errorf("the key completed meanwhile is at generation %d, %s; want 1, completed", gen, status)
+	}
+}
+
+// roundTripFunc is an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

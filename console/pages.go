@@ -344,7 +344,9 @@ func (s *server) release(w http.ResponseWriter, r *http.Request) {
 		if v = s.releaseView(&k, req); v.Problem != "" {
 			return nil
 		}
-		res, err := s.admin.Release(ctx, req.principal, req.key, req.generation, idem.ReleaseOptions{Force: v.Force})
+		// Forced only while pending: an owner that completes the key
+		// between the read and the release keeps its response.
+		res, err := s.admin.Release(ctx, req.principal, req.key, req.generation, idem.ReleaseOptions{Force: v.Force, PendingOnly: true})
 		if err != nil {
 			return err
 		}

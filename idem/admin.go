@@ -236,6 +236,10 @@ type ReleaseOptions struct {
 	// Force also releases a pending row updated within the TTL (fencing out
 	// its owner), and a completed row, forgetting its response.
 	Force bool
+	// PendingOnly limits Force to a pending row: a row its owner completed
+	// since it was read keeps its response (Released is false, Before says
+	// completed). Set it to release a quiet owner's key, never to forget one.
+	PendingOnly bool
 }
 
 // ReleaseResult is the answer of Admin.Release. Its JSON form
@@ -252,7 +256,10 @@ type ReleaseResult struct {
 // stuck); if not, Released is false and Before says why (another generation, completed, not stuck).
 func (a *Admin) Release(ctx context.Context, principal, key string, generation int64, opts ReleaseOptions) (ReleaseResult, error) {
 	mode := releaseStuck
-	if opts.Force {
+	switch {
+	case opts.Force && opts.PendingOnly:
+		mode = releaseOwner // any pending row at the generation, never a completed one
+	case opts.Force:
 		mode = releaseForce
 		a.l.cache.forget(principal, key) // this process no longer replays it
 	}

@@ -183,7 +183,8 @@ func TestAdminD1Clock(t *testing.T) {
 // Admin.Release applies the one release rule: fenced by generation, the
 // row moves one generation on and its last update is set to the TTL plus
 // one millisecond ago; it is never deleted. Without Force only a stuck row
-// is released; with it, a live pending row and a completed one too.
+// is released; with it, a live pending row and a completed one too, but
+// not a completed one with PendingOnly.
 func TestAdminRelease(t *testing.T) {
 	d1test.ForEach(t, func(t *testing.T, b *d1test.Backend) {
 		db := b.NewClientSchema(t)
@@ -296,6 +297,9 @@ func (r releaseRun) releaseCompleted(t *testing.T) {
 	}
 	if res, err := r.a.Release(bg, "p", "k", 5, idem.ReleaseOptions{}); err != nil || res.Released || res.Before.Status != idem.StatusCompleted {
 		t.Fatalf("release of a completed row without Force: %+v %v", res, err)
+	}
+	if res, err := r.a.Release(bg, "p", "k", 5, idem.ReleaseOptions{Force: true, PendingOnly: true}); err != nil || res.Released || res.Before.Status != idem.StatusCompleted {
+		t.Fatalf("forced release of a completed row, pending only: %+v %v", res, err)
 	}
 	res, err := r.a.Release(bg, "p", "k", 5, idem.ReleaseOptions{Force: true})
 	if err != nil || !res.Released || res.Before.Status != idem.StatusCompleted || res.Generation != 6 {

@@ -130,7 +130,7 @@ func (s ledgerSQL) sweep(retention time.Duration, batch int, now time.Time) d1cl
 type releaseMode int
 
 const (
-	releaseOwner releaseMode = iota // the owner's own pending row, stale or not
+	releaseOwner releaseMode = iota // a pending row, stale or not (an owner's own, or ReleaseOptions.PendingOnly)
 	releaseStuck                    // a pending row older than the TTL
 	releaseForce                    // any pending row, or a completed one
 )
