@@ -104,18 +104,8 @@ func BenchmarkOpenLoop(b *testing.B) {
 			}
 			b.Logf("%d sent over %s: %d answered, %d budget 503s, %d busy 503s, %d other; %d executed, %d completions stored",
 				r.sent, d, r.answered, r.budget, r.busy, r.other, r.executed, r.completed)
-			b.ReportMetric(rate, "offered-req/s")
-			b.ReportMetric(d.Seconds(), "run-s")
-			b.ReportMetric(float64(r.answered), "answered")
-			b.ReportMetric(float64(r.budget), "budget-503")
-			b.ReportMetric(float64(r.busy), "busy-503")
-			b.ReportMetric(float64(r.other), "other-errors")
-			if len(r.latencies) > 0 {
-				b.ReportMetric(ms(percentile(r.latencies, 0.50)), "p50-ms")
-				b.ReportMetric(ms(percentile(r.latencies, 0.99)), "p99-ms")
-			}
+			reportAnswers(b, r, rate, d)
 			b.ReportMetric(float64(r.calls)/r.elapsed.Seconds(), "d1-calls/s")
-			b.ReportMetric(float64(r.lost()), "lost-completions")
 			if r.firstBudget >= 0 {
 				b.ReportMetric(r.firstBudget.Seconds(), "first-budget-503-s")
 			}
@@ -130,25 +120,31 @@ func BenchmarkOpenLoop(b *testing.B) {
 		r := runBudget(b, 2*ceilingRate, d, func(c *d1client.Config) { c.Coalesce.MaxStatements = ceilingStatements })
 		b.Logf("%d sent over %s: %d answered, %d busy 503s, %d budget 503s, %d other (%s); %d executed, %d completions stored",
 			r.sent, d, r.answered, r.busy, r.budget, r.other, r.summary(), r.executed, r.completed)
+		reportAnswers(b, r, 2*ceilingRate, d)
 		b.ReportMetric(ceilingRate, "ceiling-req/s")
-		b.ReportMetric(2*ceilingRate, "offered-req/s")
-		b.ReportMetric(d.Seconds(), "run-s")
 		b.ReportMetric(float64(r.answered)/d.Seconds(), "goodput-req/s")
-		b.ReportMetric(float64(r.answered), "answered")
-		b.ReportMetric(float64(r.busy), "busy-503")
-		b.ReportMetric(float64(r.budget), "budget-503")
-		b.ReportMetric(float64(r.other), "other-errors")
-		if len(r.latencies) > 0 {
-			b.ReportMetric(ms(percentile(r.latencies, 0.50)), "p50-ms")
-			b.ReportMetric(ms(percentile(r.latencies, 0.99)), "p99-ms")
-		}
 		if len(r.refusals) > 0 {
 			b.ReportMetric(ms(percentile(r.refusals, 0.50)), "refusal-p50-ms")
 			b.ReportMetric(ms(percentile(r.refusals, 0.99)), "refusal-p99-ms")
 		}
-		b.ReportMetric(float64(r.lost()), "lost-completions")
 		b.ReportMetric(float64(r.stmts)/float64(max(r.calls, 1)), "stmts/call")
 	})
+}
+
+// reportAnswers reports what an open-loop run of d at rate came to: its
+// answers by kind, the answered latency, the completions lost.
+func reportAnswers(b *testing.B, r budgetRun, rate float64, d time.Duration) {
+	b.ReportMetric(rate, "offered-req/s")
+	b.ReportMetric(d.Seconds(), "run-s")
+	b.ReportMetric(float64(r.answered), "answered")
+	b.ReportMetric(float64(r.budget), "budget-503")
+	b.ReportMetric(float64(r.busy), "busy-503")
+	b.ReportMetric(float64(r.other), "other-errors")
+	if len(r.latencies) > 0 {
+		b.ReportMetric(ms(percentile(r.latencies, 0.50)), "p50-ms")
+		b.ReportMetric(ms(percentile(r.latencies, 0.99)), "p99-ms")
+	}
+	b.ReportMetric(float64(r.lost()), "lost-completions")
 }
 
 // The overload run's ceiling: the most first executions a second the

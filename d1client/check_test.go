@@ -65,21 +65,23 @@ func TestSharedBatchFailureChecksPassThenHalving(t *testing.T) {
 		c, g := gcClient(t, budget.Unlimited(), CoalesceConfig{MaxInFlight: 1})
 		busy := execAsync(c, normalWork, "SELECT 'busy'")
 		g.sent()
-		var n [4]int
+		var checked [4]int
 		var done []chan error
 		for i := range 4 {
 			sql := fmt.Sprintf("INSERT INTO t VALUES (%d)", i)
 			if i == 2 {
 				sql = "INSERT INTO missing_table VALUES (2)"
 			}
-			done = append(done, execChecked(c, sql, true, &n[i]))
+			done = append(done, execChecked(c, sql, true, &checked[i]))
 			g.sent()
 		}
 		g.answerAll()
 		wantOneFailing(t, busy, done, 2)
-		sizes, _ := g.sizes(time.Now())
-		if !slices.Equal(sizes[:3], []int{1, 4, 4}) || slices.Contains(sizes[3:], 4) || len(sizes) < 5 {
-			t.Errorf("calls of %v statements; want the four together, their checks, then halves", sizes)
+		if sizes, _ := g.sizes(time.Now()); !slices.Equal(sizes, []int{1, 4, 4, 2, 2, 1, 1}) {
+			t.Errorf("calls of %v statements; want the four together, their checks, then halves with no checks again", sizes)
+		}
+		if checked != [4]int{1, 1, 1, 1} {
+			t.Errorf("checks ran %v times; want once each", checked)
 		}
 	})
 }

@@ -411,7 +411,8 @@ func (b *batcher) call(groups []*pendingGroup, stmts int) {
 // one, after a shared call of stmts statements carrying groups failed with
 // err: it answers err to those whose check fails, whose statements would
 // fail again, and returns the others. It returns false if no check failed
-// (none ran, or all passed: the failure is another statement's).
+// (none ran, or all passed: the failure is another statement's). A check
+// runs once: one that passed is dropped.
 func (b *batcher) sift(groups []*pendingGroup, stmts int, err *Error) ([]*pendingGroup, bool) {
 	var checked []*pendingGroup
 	var wire []wireStatement
@@ -432,6 +433,8 @@ func (b *batcher) sift(groups []*pendingGroup, stmts int, err *Error) ([]*pendin
 	for i, g := range checked {
 		if !g.check.ok(results[i]) {
 			failing[g] = true
+		} else {
+			g.check = nil // passed: not run again at the halvings to come
 		}
 	}
 	if len(failing) == 0 {

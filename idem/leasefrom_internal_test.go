@@ -90,7 +90,9 @@ func TestLeaseCountsFromTheSend(t *testing.T) {
 // the whole call; the checks find it in one more call and the others are
 // sent again together in one: three calls, where halving took one more
 // per halving. The fenced one is not stored, with no lookup of its own;
-// the others are, and their statements committed once.
+// the others are, and their statements committed once. A completion sent
+// again after it was stored (an answer lost) aborts the call too, and its
+// check reads that the stored response is its own: it is stored.
 func TestFencedTxCompletionCostsThreeCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 16
@@ -111,9 +113,16 @@ func TestFencedTxCompletionCostsThreeCalls(t *testing.T) {
 			}
 			rs = append(rs, d.Reservation)
 		}
-		fenced := rs[n/2]
+		fenced, again := rs[n/2], rs[n/4]
 		if ok, err := l.Release(ctx, fenced); !ok || err != nil {
 			t.Fatalf("Release: %v, %v", ok, err)
+		}
+		resp := Response{Status: 201, Body: []byte(`{}`)}
+		insert := func(r *Reservation) []d1client.Statement {
+			return []d1client.Statement{{SQL: "INSERT INTO biz (k) VALUES (?) ON CONFLICT DO NOTHING", Params: []any{r.Key}}}
+		}
+		if done, err := l.CompleteTx(ctx, again, resp, insert(again)); err != nil || !done.Stored {
+			t.Fatalf("CompleteTx: %+v, %v", done, err)
 		}
 		slowDone := make(chan error, 1)
 		go func() {
@@ -126,8 +135,7 @@ func TestFencedTxCompletionCostsThreeCalls(t *testing.T) {
 		for i, r := range rs {
 			dones[i] = make(chan Completion, 1)
 			go func() {
-				done, err := l.CompleteTx(ctx, r, Response{Status: 201, Body: []byte(`{}`)},
-					[]d1client.Statement{{SQL: "INSERT INTO biz (k) VALUES (?) ON CONFLICT DO NOTHING", Params: []any{r.Key}}})
+				done, err := l.CompleteTx(ctx, r, resp, insert(r))
 				if err != nil {
 					t.Errorf("%s: %v", r.Key, err)
 				}

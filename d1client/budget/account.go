@@ -446,6 +446,9 @@ func (a *Account) admissible(now time.Time, oc owedCall, debts []*Debt, spare in
 			owes = append(owes, d)
 		}
 	}
+	if len(owes) == 0 {
+		return nil // nothing to admit: no fits to run (TryCall runs it for Normal work)
+	}
 	if oc.owes = owes; a.fits(now, oc, true, spare) {
 		return owes // the usual case: all of them
 	}
