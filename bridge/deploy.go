@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/d1idem/d1idem/internal/textsafe"
 	"github.com/d1idem/d1idem/wrangler"
 )
 
@@ -28,7 +29,7 @@ const WranglerVersion = "4.86.0"
 func Worker(dir string) (string, error) {
 	for _, f := range append([]string{configFile}, workerModules...) {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			return "", fmt.Errorf("%s has no %s: write the bridge there first with 'd1idem bridge init %s --database NAME'", dir, f, dir)
+			return "", fmt.Errorf("%s has no %s: write the bridge there first with 'd1idem bridge init %s --database NAME'", dir, f, textsafe.ShellQuote(dir))
 		}
 	}
 	cfg, err := wrangler.Load(filepath.Join(dir, configFile))

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/d1idem/d1idem/internal/d1test"
+	"github.com/d1idem/d1idem/internal/textsafe"
 )
 
 // The wrangler that Deploy runs through npx is the one the tests pin
@@ -84,6 +85,11 @@ func TestInit(t *testing.T) {
 	}
 	if _, err := Worker(dir); err == nil || err.Error() != dir+" has no worker.js: write the bridge there first with 'd1idem bridge init "+dir+" --database NAME'" {
 		t.Errorf("Worker without worker.js: %v", err)
+	}
+	// A directory the shell would split is quoted in the command to paste.
+	spaced := filepath.Join(t.TempDir(), "my bridge's dir")
+	if _, err := Worker(spaced); err == nil || !strings.HasSuffix(err.Error(), "'d1idem bridge init "+textsafe.ShellQuote(spaced)+" --database NAME'") || textsafe.ShellQuote(spaced) == spaced {
+		t.Errorf("Worker in %q: %v", spaced, err)
 	}
 }
 
