@@ -14,6 +14,7 @@ import (
 
 	"github.com/d1idem/d1idem/bridge"
 	"github.com/d1idem/d1idem/d1client"
+	"github.com/d1idem/d1idem/internal/textsafe"
 	"github.com/d1idem/d1idem/wrangler"
 )
 
@@ -155,10 +156,10 @@ func renderBridgeInit(w io.Writer, p *bridgePlan) error {
 		}
 		fmt.Fprintf(w, "\n(databases from %s)\n", from)
 	}
-	dir := shellQuote(p.Dir)
+	dir := textsafe.ShellQuote(p.Dir)
 	fmt.Fprintf(w, "\nNext: 'd1idem bridge deploy %s' deploys it, with a secret of its own.\n", dir)
 	_, err := fmt.Fprintf(w, "To run it here, in workerd, with the development secret of %s:\n\n   (cd %s && npx wrangler dev --local --port 8788)\n   export %s=\"http://:$(sed -n 's/^BRIDGE_SECRET=//p' %s)@127.0.0.1:8788\"\n",
-		filepath.Join(p.Dir, bridge.DevVars), dir, d1client.BridgeURLEnv, shellQuote(filepath.Join(p.Dir, bridge.DevVars)))
+		filepath.Join(p.Dir, bridge.DevVars), dir, d1client.BridgeURLEnv, textsafe.ShellQuote(filepath.Join(p.Dir, bridge.DevVars)))
 	return err
 }
 
@@ -199,7 +200,7 @@ func deployBridge(c *cli.Context) error {
 	}
 	for _, p := range bridge.StaleModules(dir) {
 		fmt.Fprintf(c.App.ErrWriter, "note: %s is not the one this d1idem ships (edited, or written by another version); 'd1idem bridge init %s --database ... --force' rewrites the bridge's files\n",
-			p, shellQuote(dir))
+			p, textsafe.ShellQuote(dir))
 	}
 	w := bridge.Wrangler()
 	switch {
@@ -214,7 +215,7 @@ func deployBridge(c *cli.Context) error {
 	var se *bridge.SecretError
 	switch {
 	case errors.As(err, &se):
-		return fmt.Errorf("bridge deploy: %w: run 'd1idem bridge deploy %s' again", err, shellQuote(dir))
+		return fmt.Errorf("bridge deploy: %w: run 'd1idem bridge deploy %s' again", err, textsafe.ShellQuote(dir))
 	case err != nil:
 		return fmt.Errorf("bridge deploy: %w", secretError(err))
 	}
@@ -229,7 +230,7 @@ func deployBridge(c *cli.Context) error {
 func secretError(err error) error {
 	var re *bridge.ReadableError
 	if errors.As(err, &re) {
-		return fmt.Errorf("%w: 'chmod 600 %s' (and, if others did read it, rotate the secret: see docs/bridge.md)", err, shellQuote(re.Path))
+		return fmt.Errorf("%w: 'chmod 600 %s' (and, if others did read it, rotate the secret: see docs/bridge.md)", err, textsafe.ShellQuote(re.Path))
 	}
 	return err
 }
@@ -286,7 +287,7 @@ func (d *deployment) bridgeURLCommand() string {
 	if d.URL != nil {
 		host = d.URL.Host + strings.TrimSuffix(d.URL.EscapedPath(), "/")
 	}
-	return fmt.Sprintf(`export %s="https://:$(cat %s)@%s"`, d1client.BridgeURLEnv, shellQuote(d.secretPath()), host)
+	return fmt.Sprintf(`export %s="https://:$(cat %s)@%s"`, d1client.BridgeURLEnv, textsafe.ShellQuote(d.secretPath()), host)
 }
 
 // renderDeploy reports a deployment and the one variable to set.
@@ -307,7 +308,7 @@ func renderDeploy(w io.Writer, d *deployment) error {
 	}
 	if d.Previous {
 		fmt.Fprintf(w, "\nThe previous secret is still accepted (BRIDGE_SECRET_PREVIOUS): once every D1IDEM_BRIDGE_URL has the new one, retire it with\n\n   cd %s && %s secret delete BRIDGE_SECRET_PREVIOUS\n",
-			shellQuote(d.dir), d.wrangler)
+			textsafe.ShellQuote(d.dir), d.wrangler)
 	}
 	return nil
 }
@@ -315,7 +316,7 @@ func renderDeploy(w io.Writer, d *deployment) error {
 // renderDeployCommands prints the commands that deploy the bridge by hand.
 func renderDeployCommands(w io.Writer, d *deployment) error {
 	fmt.Fprintf(w, "Nothing was deployed: neither wrangler nor npx (Node.js 20 or later) is on PATH. With them, run:\n\n")
-	fmt.Fprintf(w, "   cd %s\n   %s deploy\n   %s secret put BRIDGE_SECRET < %s\n\n", shellQuote(d.dir), d.wrangler, d.wrangler, bridge.SecretFile)
+	fmt.Fprintf(w, "   cd %s\n   %s deploy\n   %s secret put BRIDGE_SECRET < %s\n\n", textsafe.ShellQuote(d.dir), d.wrangler, d.wrangler, bridge.SecretFile)
 	fmt.Fprintf(w, "%s holds the bridge's secret: mode 0600, left out of git by %s, never printed.\n", d.secretPath(), filepath.Join(d.dir, ".gitignore"))
 	_, err := fmt.Fprintf(w, "Then point your service and d1idem at the bridge with one variable, in place of the API base URL and token:\n\n   %s\n", d.bridgeURLCommand())
 	return err

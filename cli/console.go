@@ -24,7 +24,7 @@ func consoleCommand(o *options) *cli.Command {
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8789", Usage: "listen on `ADDRESS`; any but a loopback one needs --token"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{envConsoleToken}, Usage: "require this `TOKEN` of at least 16 characters (never printed): the browser signs in with it, a script sends it as a bearer token"},
 			&cli.BoolFlag{Name: "allow-release", Usage: "let operators release the keys whose owner has gone quiet (fenced by generation, after a confirmation); without it the console only reads", DisableDefaultText: true},
-			&cli.DurationFlag{Name: "refresh", Value: console.DefaultRefresh, Usage: "refresh the overview every `DURATION` (at least 1s; 0 turns it off): each refresh is 2 D1 calls per database, and its counts read the whole table"},
+			&cli.DurationFlag{Name: "refresh", Value: console.DefaultRefresh, Usage: "refresh the overview every `DURATION` (at least 1s; 0 turns it off): each refresh is 2 D1 calls per database (3 on a ring), and its counts read the whole table"},
 			ttlFlag(), heartbeatFlag(),
 			&cli.DurationFlag{Name: "retention", Value: idem.DefaultRetention, Usage: "the retention the sweep uses: rows last updated more than `DURATION` ago are its backlog"},
 		}, connFlags()...),
@@ -85,7 +85,7 @@ func consoleConfig(c *cli.Context) (console.Config, idem.Config, error) {
 	case cfg.Refresh == 0:
 		cfg.Refresh = -1 // off
 	case cfg.Refresh < minWatchInterval:
-		return cfg, lc, usagef("--refresh %s is too short: each refresh is 2 D1 calls per database; use at least %s, or 0 for none", cfg.Refresh, minWatchInterval)
+		return cfg, lc, usagef("--refresh %s is too short: each refresh is 2 D1 calls per database (3 on a ring); use at least %s, or 0 for none", cfg.Refresh, minWatchInterval)
 	}
 	if n := len(cfg.Token); n > 0 && n < console.MinTokenLength {
 		return cfg, lc, usagef("--token is %d characters long: use at least %d (openssl rand -hex 16 makes 32)", n, console.MinTokenLength)

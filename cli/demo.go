@@ -15,6 +15,7 @@ import (
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/examples/orders/ordersdemo"
 	"github.com/d1idem/d1idem/internal/human"
+	"github.com/d1idem/d1idem/internal/textsafe"
 )
 
 func demoCommand() *cli.Command {
@@ -106,7 +107,7 @@ func runDemo(ctx context.Context, out io.Writer, opts demoOptions, newAPI orders
 func renderNextSteps(w io.Writer, dir string) error {
 	fmt.Fprintln(w, "\nEvery promise held.")
 	if dir != "" {
-		fmt.Fprintf(w, "\nThe demo's database is kept under %s. Look at its rows:\n  go run ./cmd/d1idem keys list --local %s\n", dir, shellQuote(dir))
+		fmt.Fprintf(w, "\nThe demo's database is kept under %s. Look at its rows:\n  go run ./cmd/d1idem keys list --local %s\n", dir, textsafe.ShellQuote(dir))
 	}
-	return ordersdemo.WriteNextSteps(w, shellQuote(cmp.Or(dir, d1local.LocalDir)))
+	return ordersdemo.WriteNextSteps(w, textsafe.ShellQuote(cmp.Or(dir, d1local.LocalDir)))
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/d1idem/d1idem/d1client"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/internal/human"
+	"github.com/d1idem/d1idem/internal/textsafe"
 	"github.com/d1idem/d1idem/wrangler"
 )
 
@@ -264,7 +265,7 @@ func setDurations(c *cli.Context, names ...string) string {
 // variable in double quotes ("$CLOUDFLARE_API_TOKEN") for the shell to fill.
 func connHint(c *cli.Context) string {
 	var b strings.Builder
-	add := func(name, v string) { b.WriteString(" --" + name + " " + shellQuote(v)) }
+	add := func(name, v string) { b.WriteString(" --" + name + " " + textsafe.ShellQuote(v)) }
 	local := c.String(flagLocal) != ""
 	if !local {
 		if u, err := url.Parse(c.String(flagBaseURL)); err == nil && u.String() != "" && u.User == nil {

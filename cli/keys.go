@@ -16,6 +16,7 @@ import (
 
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/internal/human"
+	"github.com/d1idem/d1idem/internal/textsafe"
 )
 
 func keysCommand(o *options) *cli.Command {
@@ -60,6 +61,16 @@ func principalOf(c *cli.Context) (string, error) {
 	return string(b), nil
 }
 
+// Terminal-safe output. A value the CLI read (from the ledger, a database,
+// D1's answers) may hold any UTF-8, and a terminal obeys the control
+// characters it gets: ESC sequences retitle the window, clear the screen or
+// rewrite what was printed. So nothing the CLI prints of such a value
+// reaches the terminal raw unless it is printable, by the rule of package
+// textsafe, which the console shares: textsafe.Display for a value in a
+// table or a field (Go-quoted when not plain), textsafe.Escape for free text
+// (errors, lines, cells), textsafe.ShellQuote for a value in a command
+// printed to be pasted, textsafe.JSON for every JSON the CLI prints.
+
 // principalArg names the principal p in a command line the CLI prints:
 // --principal and p, quoted for the shell, or --principal-hex when p has a
 // NUL byte, which no argument can hold.
@@ -67,7 +78,7 @@ func principalArg(p string) string {
 	if strings.ContainsRune(p, 0) {
 		return "--" + flagPrincipalHex + " " + hex.EncodeToString([]byte(p))
 	}
-	return "--" + flagPrincipal + " " + shellQuote(p)
+	return "--" + flagPrincipal + " " + textsafe.ShellQuote(p)
 }
 
 // requiredMark ends the usage of a flag the command checks it has
@@ -118,10 +129,10 @@ func principalAndKey(c *cli.Context) (principal, key string, err error) {
 	case err != nil:
 	case principal == "" || key == "":
 		err = usagef("--%s is required; see 'd1idem %s --help'", pick(principal == "", flagPrincipal, "key"), commandPath(c))
-	case checkPrincipal(principal) != nil:
-		err = checkPrincipal(principal)
-	case !idem.ValidKey(key):
-		err = usagef("--key %s is not an Idempotency-Key: keys are 1 to 255 printable ASCII characters", strconv.Quote(key))
+	default:
+		if err = checkPrincipal(principal); err == nil && !idem.ValidKey(key) {
+			err = usagef("--key %s is not an Idempotency-Key: keys are 1 to 255 printable ASCII characters", strconv.Quote(key))
+		}
 	}
 	return principal, key, err
 }
@@ -221,7 +232,7 @@ func releaseCommandLine(c *cli.Context, k *idem.KeyRecord) string {
 	// application's.
 	force += setDurations(c, "ttl", "heartbeat")
 	return fmt.Sprintf("d1idem keys release %s --key %s --generation %d%s%s",
-		principalArg(k.Principal), shellQuote(k.Key), k.Generation, force, connHint(c))
+		principalArg(k.Principal), textsafe.ShellQuote(k.Key), k.Generation, force, connHint(c))
 }
 
 func keysListCommand(o *options) *cli.Command {
@@ -398,7 +409,7 @@ func keyName(principal, key string) string {
 
 // getCommandLine is the command that shows the row k.
 func getCommandLine(c *cli.Context, k *idem.KeyRecord) string {
-	return fmt.Sprintf("d1idem keys get %s --key %s%s%s", principalArg(k.Principal), shellQuote(k.Key), connHint(c), setDurations(c, "ttl", "heartbeat"))
+	return fmt.Sprintf("d1idem keys get %s --key %s%s%s", principalArg(k.Principal), textsafe.ShellQuote(k.Key), connHint(c), setDurations(c, "ttl", "heartbeat"))
 }
 
 // notReleased says why the ledger left the row k alone; look shows it.
@@ -418,7 +429,7 @@ func notReleased(k *idem.KeyRecord, gen int64, lease time.Duration, look string)
 		return fmt.Errorf("not released: %s was updated %s, inside the %s TTL: its owner is alive and renewing it; wait, or use --force",
 			who, human.Age(k.SinceUpdate()), ttl)
 	}
-	return fmt.Errorf("not released: %s has status %s, which the ledger does not release", who, display(string(k.Status)))
+	return fmt.Errorf("not released: %s has status %s, which the ledger does not release", who, textsafe.Display(string(k.Status)))
 }
 
 // previewBytes is how much of a stored body keys get shows.
@@ -432,13 +443,13 @@ func renderKey(w io.Writer, k *idem.KeyRecord, e idem.Explanation, release, home
 		fields = append(fields, [2]string{"database", home})
 	}
 	if err := printFields(w, append(fields, [][2]string{
-		{"principal", display(k.Principal)},
-		{"key", display(k.Key)},
+		{"principal", textsafe.Display(k.Principal)},
+		{"key", textsafe.Display(k.Key)},
 		{"status", statusText(k, e)},
 		{"generation", strconv.FormatInt(k.Generation, 10)},
 		{"created", fmt.Sprintf("%s  (%s)", human.Age(k.Age()), human.Time(k.CreatedAt))},
 		{"updated", fmt.Sprintf("%s  (%s)", human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt))},
-		{"fingerprint", display(k.Fingerprint)},
+		{"fingerprint", textsafe.Display(k.Fingerprint)},
 		{"response status", human.OrDash(k.ResponseStatus)},
 		{"replay headers", headersText(k)},
 		{"response body", bodyText(k)},
@@ -448,7 +459,7 @@ func renderKey(w io.Writer, k *idem.KeyRecord, e idem.Explanation, release, home
 	fmt.Fprintln(w)
 	for _, line := range []string{e.Next, e.Remedy} {
 		if line != "" {
-			fmt.Fprintln(w, wrap(escapeText(line)))
+			fmt.Fprintln(w, wrap(textsafe.Escape(line)))
 		}
 	}
 	if e.Release != nil {
@@ -464,7 +475,7 @@ func statusText(k *idem.KeyRecord, e idem.Explanation) string {
 	case idem.KeyCompleted:
 		return "completed: " + e.Reason
 	case idem.KeyUnknown:
-		return display(string(k.Status)) + " (" + e.Reason + ")"
+		return textsafe.Display(string(k.Status)) + " (" + e.Reason + ")"
 	}
 	return fmt.Sprintf("%s, %s: %s", k.Status, e.State.Words(), e.Reason)
 }
@@ -482,7 +493,7 @@ func headersText(k *idem.KeyRecord) string {
 	}
 	var lines []string
 	for _, n := range slices.Sorted(maps.Keys(headers)) {
-		lines = append(lines, display(n)+": "+display(headers[n]))
+		lines = append(lines, textsafe.Display(n)+": "+textsafe.Display(headers[n]))
 	}
 	return strings.Join(lines, "\n")
 }
@@ -516,7 +527,7 @@ func renderKeyPage(w io.Writer, page idem.KeyPage, continued bool) error {
 	table := make([][]string, 0, len(page.Keys))
 	for i := range page.Keys {
 		k := &page.Keys[i]
-		status := display(string(k.Status))
+		status := textsafe.Display(string(k.Status))
 		if k.State != idem.KeyCompleted && k.State != idem.KeyUnknown {
 			status += " (" + k.State.Words() + ")"
 		}
@@ -589,7 +600,7 @@ func renderRelease(w io.Writer, res idem.ReleaseResult, hint string) error {
 		fmt.Fprintf(w, "completion will be fenced out and not stored: the row is no longer at generation %d.\n", k.Generation)
 		fmt.Fprintln(w, "An owner using the idem package learns at its next heartbeat that it has lost its lease.")
 	}
-	_, err := fmt.Fprintf(w, "See the row: d1idem keys get %s --key %s%s\n", principalArg(k.Principal), shellQuote(k.Key), hint)
+	_, err := fmt.Fprintf(w, "See the row: d1idem keys get %s --key %s%s\n", principalArg(k.Principal), textsafe.ShellQuote(k.Key), hint)
 	return err
 }
 

@@ -20,7 +20,7 @@ func printTable(w io.Writer, header []string, rows [][]string) error {
 	for _, r := range rows {
 		cells := make([]string, len(r))
 		for i, cell := range r {
-			cells[i] = escapeText(cell)
+			cells[i] = textsafe.Escape(cell)
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
@@ -50,9 +50,9 @@ func printFields(w io.Writer, fields [][2]string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, f := range fields {
 		lines := strings.Split(f[1], "\n")
-		fmt.Fprintf(tw, "%s\t%s\n", escapeText(f[0]), escapeText(lines[0]))
+		fmt.Fprintf(tw, "%s\t%s\n", textsafe.Escape(f[0]), textsafe.Escape(lines[0]))
 		for _, l := range lines[1:] {
-			fmt.Fprintf(tw, "\t%s\n", escapeText(l))
+			fmt.Fprintf(tw, "\t%s\n", textsafe.Escape(l))
 		}
 	}
 	return tw.Flush()
@@ -123,7 +123,7 @@ const maxCell = 40
 // cell is a ledger value in a table: shown as display shows it, cut to
 // maxCell characters with an ellipsis at the end.
 func cell(v string) string {
-	s := display(v)
+	s := textsafe.Display(v)
 	if utf8.RuneCountInString(s) <= maxCell {
 		return s
 	}

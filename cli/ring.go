@@ -13,6 +13,7 @@ import (
 
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/internal/human"
+	"github.com/d1idem/d1idem/internal/textsafe"
 )
 
 func ringCommand(o *options) *cli.Command {
@@ -467,7 +468,7 @@ func (rc *ringCtx) render(w io.Writer, st idem.RingStatus) error {
 		rows = append(rows, rc.homeRow(st, h))
 	}
 	for _, id := range st.NotGiven() {
-		rows = append(rows, []string{display(id), notNamedText, "-", "-"})
+		rows = append(rows, []string{textsafe.Display(id), notNamedText, "-", "-"})
 	}
 	return printTable(w, []string{"DATABASE", "RECORDED", "SINCE", "KEYS"}, rows)
 }

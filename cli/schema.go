@@ -13,6 +13,7 @@ import (
 	"github.com/d1idem/d1idem"
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/internal/human"
+	"github.com/d1idem/d1idem/internal/textsafe"
 	"github.com/d1idem/d1idem/schema"
 	"github.com/d1idem/d1idem/wrangler"
 )
@@ -246,7 +247,7 @@ func (r schemaResult) render(w io.Writer, one, apply bool) error {
 		}
 		fmt.Fprintf(w, "%s differs from schema.sql (- schema.sql, + live table):\n", d1idem.Table)
 		for _, l := range r.drift.Diff {
-			fmt.Fprintf(w, "  %s\n", escapeText(l)) // names, types and defaults of the live table
+			fmt.Fprintf(w, "  %s\n", textsafe.Escape(l)) // names, types and defaults of the live table
 		}
 		return nil
 	case !apply:
@@ -264,7 +265,7 @@ func (r schemaResult) render(w io.Writer, one, apply bool) error {
 
 // renderApply writes what schema apply did, or would do with --dry-run.
 func renderApply(w io.Writer, res schema.Result, where string) error {
-	names := escapeText(strings.Join(res.Migrations, ", ")) // file names
+	names := textsafe.Escape(strings.Join(res.Migrations, ", ")) // file names
 	table := res.MigrationsTable
 	switch {
 	case res.DryRun && res.Action == schema.Nothing:
@@ -414,12 +415,12 @@ func applyArgs(c *cli.Context, d *wrangler.Database) (wranglerArgs, d1idemArgs s
 	}
 	rest := ""
 	if d.Env != "" {
-		rest += " --env " + shellQuote(d.Env)
+		rest += " --env " + textsafe.ShellQuote(d.Env)
 	}
 	if config := c.String(flagConfig); config != "" {
-		rest += " --config " + shellQuote(config)
+		rest += " --config " + textsafe.ShellQuote(config)
 	}
-	return d.Name() + rest, " --database " + shellQuote(d.Name()) + rest
+	return d.Name() + rest, " --database " + textsafe.ShellQuote(d.Name()) + rest
 }
 
 // printMigrationsDir returns the migrations directory of schema print

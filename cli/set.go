@@ -17,6 +17,7 @@ import (
 	"github.com/d1idem/d1idem/d1local"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/internal/human"
+	"github.com/d1idem/d1idem/internal/textsafe"
 	"github.com/d1idem/d1idem/wrangler"
 )
 
@@ -25,7 +26,7 @@ type access int
 
 const (
 	existing access = iota // it must exist: every command but schema apply
-	create                 // schema apply: see conn.create
+	create                 // schema apply: see schema.Options.CreateLocal
 )
 
 // dbSet is the databases the connection flags name, open, in their order:
@@ -429,7 +430,7 @@ func (s *dbSet) label(id string) string {
 	if cn := s.byID(id); cn != nil {
 		return cn.label()
 	}
-	return display(id)
+	return textsafe.Display(id)
 }
 
 // labels names the databases with these IDs, comma-separated.

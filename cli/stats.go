@@ -13,6 +13,7 @@ import (
 	"github.com/d1idem/d1idem/d1client/budget"
 	"github.com/d1idem/d1idem/idem"
 	"github.com/d1idem/d1idem/internal/human"
+	"github.com/d1idem/d1idem/internal/textsafe"
 )
 
 func statsCommand(o *options) *cli.Command {
@@ -122,7 +123,7 @@ func (v statsView) fields(where string, st idem.Stats) [][2]string {
 		{"  " + string(idem.StatusCompleted), strconv.FormatInt(st.ByStatus[idem.StatusCompleted], 10)},
 	}
 	for _, s := range st.OtherStatuses() {
-		fields = append(fields, [2]string{"  " + display(string(s)), strconv.FormatInt(st.ByStatus[s], 10) + " (not a status the ledger writes)"})
+		fields = append(fields, [2]string{"  " + textsafe.Display(string(s)), strconv.FormatInt(st.ByStatus[s], 10) + " (not a status the ledger writes)"})
 	}
 	return append(fields, [2]string{"awaiting retry", v.awaiting(st)}, [2]string{"oldest row", oldestText(st.Oldest)},
 		[2]string{"sweep backlog", v.backlog(st)}, [2]string{"database size", human.Bytes(st.SizeBytes)},
@@ -169,15 +170,15 @@ func (v statsView) awaiting(st idem.Stats) string {
 		return fmt.Sprintf("none: no pending key is past the %s TTL", human.Duration(st.TTL))
 	}
 	return fmt.Sprintf("%d pending past the %s TTL, taken over by their next retry (the oldest: %s / %s, updated %s); see '%s'",
-		st.Stuck, human.Duration(st.TTL), display(k.Principal), display(k.Key), human.Age(k.SinceUpdate()), v.hints.stuck)
+		st.Stuck, human.Duration(st.TTL), textsafe.Display(k.Principal), textsafe.Display(k.Key), human.Age(k.SinceUpdate()), v.hints.stuck)
 }
 
 func oldestText(k *idem.KeyRecord) string {
 	if k == nil {
 		return "-"
 	}
-	return fmt.Sprintf("%s / %s: %s, last updated %s (%s)", display(k.Principal), display(k.Key),
-		display(string(k.Status)), human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt))
+	return fmt.Sprintf("%s / %s: %s, last updated %s (%s)", textsafe.Display(k.Principal), textsafe.Display(k.Key),
+		textsafe.Display(string(k.Status)), human.Age(k.SinceUpdate()), human.Time(k.UpdatedAt))
 }
 
 // backlog describes the rows past the retention.

@@ -87,12 +87,12 @@ func (s *server) keysPage(w http.ResponseWriter, r *http.Request) {
 		v.Keys = append(v.Keys, s.keyView(&list.Keys[i]))
 	}
 	if list.NextCursor != "" {
-		next := copyValues(q)
+		next := maps.Clone(q) // Set and Del replace the slices, never change them
 		next.Set("cursor", list.NextCursor)
 		v.Next = "/keys?" + next.Encode()
 	}
 	if opts.Cursor != "" {
-		first := copyValues(q)
+		first := maps.Clone(q)
 		first.Del("cursor")
 		v.First = "/keys?" + first.Encode()
 	}
@@ -129,14 +129,6 @@ func listOptions(q url.Values) (idem.ListOptions, keysView, error) {
 	}
 	opts.Limit = v.Limit
 	return opts, v, nil
-}
-
-func copyValues(q url.Values) url.Values {
-	out := url.Values{}
-	for k, vs := range q {
-		out[k] = append([]string(nil), vs...)
-	}
-	return out
 }
 
 // ---- one key ----
@@ -224,14 +216,14 @@ func (s *server) keyDetail(k *idem.KeyRecord) *keyDetail {
 
 // releaseView is the confirmation page of a release.
 type releaseView struct {
-	K                  keyView
-	Principal, Key     string // the form's hidden values (textsafe.Display: they read back exactly)
-	Generation         int64
-	Force              bool
-	Takeover           int64 // the generation the client's retry then runs at
-	Problem            string
-	Released, Finished bool  // on the result page: whether it was released; that it was tried
-	To                 int64 // the generation the release moves it to
+	K              keyView
+	Principal, Key string // the form's hidden values (textsafe.Display: they read back exactly)
+	Generation     int64
+	Force          bool
+	Takeover       int64 // the generation the client's retry then runs at
+	Problem        string
+	Released       bool  // on the result page: whether it was released
+	To             int64 // the generation the release moves it to
 }
 
 // releaseRequest is the key and generation a release names.
@@ -350,7 +342,7 @@ func (s *server) release(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		v.Finished, v.Released, v.To, v.Takeover = true, res.Released, res.Generation, res.Generation+1
+		v.Released, v.To, v.Takeover = res.Released, res.Generation, res.Generation+1
 		if !res.Released {
 			v = s.releaseView(&res.Before, req)
 			v.Problem = "Not released: " + v.Problem

@@ -17,14 +17,13 @@ import (
 )
 
 // What the templates show is prepared here: every value read from the
-// ledger or D1 goes through package textsafe's rule (show, text, lines)
-// before html/template escapes it for HTML.
+// ledger or D1 goes through package textsafe's rule (Display for a value
+// in a field, EscapeLines for a body, Escape for free text, the templates'
+// text) before html/template escapes it for HTML.
 
 // funcs are the templates' functions.
 var funcs = template.FuncMap{
-	"show":  textsafe.Display,     // a value in a field: Go-quoted unless plain
-	"text":  textsafe.Escape,      // free text: control characters escaped
-	"lines": textsafe.EscapeLines, // text on several lines: newlines kept
+	"text": textsafe.Escape, // free text: control characters escaped
 }
 
 // page is what the layout shows around a page's body.

@@ -31,6 +31,8 @@ var values = []string{
 	"\x1b]0;title\a", "\x1b[2J", "\u009b", "a\x1bb\x7fc", "line\nbreak", "tab\there", "carriage\rreturn",
 	`"double"`, " edges ", "", "é", "日本", "é\x1b日本", "\u2028\u202e\ufeff", "\U000e0001", "\xff\x9b\xc3",
 	"<img src=x onerror=alert(1)>", "acct_42",
+	"\u009b2J\u009b31m", "\x1b7\x1b0123", // digits after an escape stay themselves
+	"it's", `back\slash`, "$(echo pwned)", "`echo pwned`", "${HOME}", "!bang", "a  b", "-flag-like", // the shell's own
 }
 
 func TestEscape(t *testing.T) {

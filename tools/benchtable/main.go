@@ -30,6 +30,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/d1idem/d1idem/internal/human"
 )
 
 // result is one benchmark line.
@@ -115,18 +117,7 @@ func format(v float64) string {
 func ratioFormat(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 
 // count formats a whole number with thousands separators.
-func count(v float64) string {
-	s := strconv.FormatFloat(v, 'f', 0, 64)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	if neg {
-		s = "-" + s
-	}
-	return s
-}
+func count(v float64) string { return human.Count(int64(math.Round(v))) }
 
 // join formats values separated by " / ".
 func join(vs []float64, f func(float64) string) string {
@@ -295,15 +286,16 @@ func openLoopRows(b benches) []row {
 			continue
 		}
 		what := fmt.Sprintf("open loop, %s first executions/s for %s s, default budget (1200 calls / 300 s, not scaled), 20 ms per call", rate, count(r.value("run-s")))
-		measured := fmt.Sprintf("%s answered / %s budget 503s / %s other errors; completions lost: %s",
-			count(r.value("answered")), count(r.value("budget-503")), count(r.value("other-errors")), count(r.value("lost-completions")))
+		refused, label := count(r.value("budget-503"))+" budget 503s", "budget 503s"
 		if busy := r.value("busy-503"); busy > 0 {
-			measured = strings.Replace(measured, " budget 503s", fmt.Sprintf(" budget 503s / %s busy 503s", count(busy)), 1)
+			refused, label = refused+" / "+count(busy)+" busy 503s", "budget 503s / busy 503s"
 		}
+		measured := fmt.Sprintf("%s answered / %s / %s other errors; completions lost: %s",
+			count(r.value("answered")), refused, count(r.value("other-errors")), count(r.value("lost-completions")))
 		if t, ok := r.get("first-budget-503-s"); ok {
 			measured += fmt.Sprintf(" (first budget 503 after %s s)", format(t))
 		}
-		rows = append(rows, row{what + ": answered / budget 503s / other errors; completions lost", measured,
+		rows = append(rows, row{what + ": answered / " + label + " / other errors; completions lost", measured,
 			"0 budget 503s, 0 lost", ptr(r.value("budget-503") == 0 && r.value("busy-503") == 0 && r.value("lost-completions") == 0)})
 		p99, ok := r.get("p99-ms")
 		rows = append(rows, row{what + ": latency of the answered p50 / p99; D1 calls/s",
@@ -325,10 +317,7 @@ func overloadRows(b benches) []row {
 			continue
 		}
 		ceiling, goodput := r.value("ceiling-req/s"), r.value("goodput-req/s")
-		answered, ok := r.get("answered")
-		if !ok { // an older run's: goodput is answered per second of the run
-			answered = math.Round(goodput * r.value("run-s"))
-		}
+		answered := r.value("answered")
 		p99, okP99 := r.get("p99-ms")
 		refusal, okRefusal := r.get("refusal-p99-ms")
 		rows = append(rows, row{
