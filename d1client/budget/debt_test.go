@@ -187,3 +187,55 @@ func TestDebtForgivenOrPaidFirst(t *testing.T) {
 		nilDebt.Pay() // no panic
 	})
 }
+
+// A debt whose work renews a lease owes its heartbeats too: of 10 calls an
+// hour, claims 100 ms apart whose handlers beat every second (each beat
+// can wait 2 s) are admitted 2 at a time, where claims owing only their
+// completion are admitted 4 (TestDebtsKeepTheirCallsInTheWindow).
+func TestDebtsOweTheirHeartbeats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for terms, want := range map[Terms]int{
+			completionTerms: 4,
+			{Wait: 2 * time.Second, Every: time.Second, EveryWait: 2 * time.Second, Life: 10 * time.Second}: 2,
+		} {
+			a := newTestAccount(t, New(10, time.Hour))
+			l := a.NewLane()
+			n := 0
+			for ; ; n++ {
+				if _, ok := claim(a, l, terms); !ok {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if n != want {
+				t.Errorf("terms %+v: %d claims admitted; want %d", terms, n, want)
+			}
+		}
+	})
+}
+
+// The completions of a lane share calls only as far as they fit in one:
+// after a paying call that a completion filled (PayShare 1), one claim's
+// call owing 20 completions that can wait 20 s admits 7 of them (each may
+// need a call of its own, within the 10 s window of 10 calls); after one
+// that took none of it, all 20 (one call carries them all).
+func TestDebtsNeedTheShareOfACallTheirCompletionsTook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		long := Terms{Wait: 20 * time.Second}
+		for share, want := range map[float64]int{0: 20, 1: 7} {
+			a := newTestAccount(t, New(10, 10*time.Second))
+			l := a.NewLane()
+			d, _ := claim(a, l, long)
+			if _, ok, _, _, _ := a.TryCall(&Call{Class: Priority, Deadline: time.Now().Add(20 * time.Second), Lane: l, Drained: true, Pays: []*Debt{d}, PayShare: share}); !ok {
+				t.Fatal("the completion found no call")
+			}
+			var ds []*Debt
+			for range 20 {
+				ds = append(ds, NewDebt(long))
+			}
+			if n, _, _, _, _ := a.TryCall(&Call{Class: Normal, Lane: l, Drained: true, Owes: ds}); n != want {
+				t.Errorf("after a completion's share %v: %d of 20 debts admitted; want %d", share, n, want)
+			}
+		}
+	})
+}
