@@ -35,7 +35,7 @@ func TestJSONGolden(t *testing.T) {
 	one("keys", "list", "--limit", "3")
 	one("keys", "stuck")
 	one("keys", "release", "--principal", "acct_42", "--key", "order-7", "--generation", "1")
-	one("keys", "release", "--principal", "acct_42", "--key", "order-1", "--generation", "1", "--force")
+	one("keys", "release", "--principal", "acct_42", "--key", "order-1", "--generation", "1", "--forget")
 	one("sweep", "--dry-run")
 	one("sweep", "--all")
 	one("schema", "apply")

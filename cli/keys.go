@@ -359,7 +359,8 @@ func keysReleaseCommand(o *options) *cli.Command {
 			principalFlag("the `PRINCIPAL` the key belongs to" + requiredMark),
 			principalHexFlag(), keyFlag(),
 			requiredInt64Flag{&cli.Int64Flag{Name: "generation", Usage: "the `GENERATION` to release, as 'keys get' or 'keys stuck' shows it: the fence" + requiredMark}},
-			&cli.BoolFlag{Name: "force", Usage: "also release a pending row inside the TTL, or a completed row (forgetting its response)", DisableDefaultText: true},
+			&cli.BoolFlag{Name: "force", Usage: "also release a pending row inside the TTL (a row completed since you looked keeps its response)", DisableDefaultText: true},
+			&cli.BoolFlag{Name: "forget", Usage: "also release a completed row, forgetting its response: the next retry executes again", DisableDefaultText: true},
 			ttlFlag(), heartbeatFlag(), jsonFlag(),
 		}, connFlags()...),
 		Action: o.keysRelease,
@@ -376,7 +377,8 @@ func (o *options) keysRelease(c *cli.Context) error {
 		return err
 	}
 	return o.withKeys(c, func(ks *keysScope) error {
-		res, err := ks.a.Release(c.Context, principal, key, gen, idem.ReleaseOptions{Force: c.Bool("force")})
+		forget := c.Bool("forget")
+		res, err := ks.a.Release(c.Context, principal, key, gen, idem.ReleaseOptions{Force: c.Bool("force") || forget, PendingOnly: !forget})
 		if errors.Is(err, idem.ErrKeyNotFound) {
 			return fmt.Errorf("no %s on %s: nothing to release (it was never claimed, or was swept)", keyName(principal, key), ks.where)
 		} else if err != nil {
@@ -420,7 +422,7 @@ func notReleased(k *idem.KeyRecord, gen int64, lease time.Duration, look string)
 		return fmt.Errorf("not released: %s is now at generation %d (%s, updated %s), not %d; look again with '%s'",
 			who, k.Generation, k.State.Words(), human.Age(k.SinceUpdate()), gen, look)
 	case k.State == idem.KeyCompleted:
-		return fmt.Errorf("not released: %s is completed (response %s): retries replay it; --force forgets the response, and the next retry executes the request again",
+		return fmt.Errorf("not released: %s is completed (response %s): retries replay it; --forget forgets the response, and the next retry executes the request again",
 			who, human.OrDash(k.ResponseStatus))
 	case k.State == idem.KeyOwnerQuiet:
 		return fmt.Errorf("not released: %s was updated %s, inside the %s TTL, and its owner has missed its heartbeats: if you know it is dead, release it with --force",

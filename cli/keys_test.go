@@ -410,22 +410,27 @@ func releaseAtWrongGeneration(t *testing.T, l *ledgerDB, o *options) {
 }
 
 // releaseCompletedNeedsForce checks that the completed row acct_42/order-1
-// is refused without --force, and released, its response forgotten, with
-// it.
+// is refused without --forget, --force included (an owner that completed
+// since the operator looked keeps its response), and released, its
+// response forgotten, with it.
 func releaseCompletedNeedsForce(t *testing.T, l *ledgerDB, o *options) {
 	t.Helper()
 	r := runCLI(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-1", "--generation", "1")...)
-	if r.code != exitError || !strings.Contains(r.stderr, "is completed (response 201): retries replay it; --force forgets the response, and the next retry executes the request again") {
+	if r.code != exitError || !strings.Contains(r.stderr, "is completed (response 201): retries replay it; --forget forgets the response, and the next retry executes the request again") {
 		t.Errorf("completed without --force: %s", r)
 	}
-	if l.count(t, "key = 'order-1' AND status = 'completed'") != 1 {
-		t.Fatal("a completed row was released without --force")
+	r = runCLI(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-1", "--generation", "1", "--force")...)
+	if r.code != exitError || !strings.Contains(r.stderr, "is completed (response 201)") {
+		t.Errorf("completed with --force: %s", r)
 	}
-	r = mustRun(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-1", "--generation", "1", "--force")...)
+	if l.count(t, "key = 'order-1' AND status = 'completed'") != 1 {
+		t.Fatal("a completed row was released without --forget")
+	}
+	r = mustRun(t, o, l.args("keys", "release", "--principal", "acct_42", "--key", "order-1", "--generation", "1", "--forget")...)
 	if !strings.Contains(r.stdout, "its completed row (response 201, completed 2h ago) moved from generation 1 to 2:\nreleased, awaiting retry.") ||
 		!strings.Contains(r.stdout, "next request with this key (the same request) executes again") ||
 		l.count(t, "key = 'order-1' AND status = 'pending' AND generation = 2 AND response_status IS NULL AND response_body IS NULL") != 1 {
-		t.Errorf("completed with --force: %s", r)
+		t.Errorf("completed with --forget: %s", r)
 	}
 }
 
