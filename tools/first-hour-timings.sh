@@ -26,7 +26,7 @@ set -euo pipefail
 begin_marker='<!-- timings:begin -->'
 end_marker='<!-- timings:end -->'
 
-die() { echo "first-hour-timings: $*" >&2; exit 1; }
+die() { echo "first-hour-timings: $*" >&2; keep_logs; exit 1; }
 say() { echo "first-hour-timings: $*" >&2; }
 
 usage() { sed -n 's/^# \{0,1\}//; /^Usage:/,/^set /p' "$0" | sed '$d'; }
@@ -67,6 +67,15 @@ fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/first-hour-timings.XXXXXX")
 cleanup() { chmod -R u+w "$work" 2>/dev/null || true; rm -rf "$work"; }
+# keep_logs copies the logs out of $work, which cleanup removes, so that a
+# failure's log can be read.
+keep_logs() {
+	if [ -d "${work:-}/logs" ]; then
+		saved=$(mktemp -d "${TMPDIR:-/tmp}/first-hour-timings-logs.XXXXXX")
+		cp -r "$work/logs/." "$saved/"
+		echo "first-hour-timings: the logs are kept in $saved" >&2
+	fi
+}
 trap cleanup EXIT
 
 if [ $fake = 1 ]; then
@@ -132,7 +141,7 @@ time_demo() {
 }
 
 # time_test runs make test, its output in $1, and sets took to its
-# seconds and leg to its last line (whether the workerd leg ran).
+# seconds and leg to its line saying whether the workerd leg ran.
 time_test() {
 	local log=$1 start end status
 	start=$(now)
@@ -143,7 +152,7 @@ time_test() {
 	end=$(now)
 	[ "$status" = 0 ] || die "make test failed (exit $status); its output: $log"
 	took=$(whole "$(since "$start" "$end")")
-	leg=$(tail -n 1 "$log")
+	leg=$(grep -m 1 '^workerd leg:' "$log" || tail -n 1 "$log")
 	say "  took $(minsec "$took"); $leg"
 }
 
